@@ -1,0 +1,260 @@
+// The C ABI: argument checks, exception-to-status translation, nothing else.
+#include "capi/ptdp.h"
+
+#include <chrono>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "engine/core/allocator.h"
+#include "engine/core/status.h"
+#include "engine/data/corpus.h"
+#include "engine/train/trainer.h"
+#include "kernels/cpu/ops.h"
+
+struct ptdp_config {
+  ptdp::Config config;
+};
+struct ptdp_trainer {
+  std::unique_ptr<ptdp::Trainer> trainer;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+static_assert(PTDP_ERR_INTERNAL == (int)ptdp::Status::internal, "status codes out of sync");
+
+ptdp_status set_error(ptdp::Status code, const std::string &msg) {
+  g_last_error = msg;
+  return (ptdp_status)code;
+}
+
+// Runs f, turning every exception into a status code and ptdp_last_error text.
+template <class F>
+ptdp_status guard(F &&f) {
+  try {
+    f();
+    g_last_error.clear();
+    return PTDP_OK;
+  } catch (const ptdp::Error &e) {
+    return set_error(e.code(), e.what());
+  } catch (const std::bad_alloc &) {
+    return set_error(ptdp::Status::out_of_memory, "out of memory");
+  } catch (const std::exception &e) {
+    return set_error(ptdp::Status::internal, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return set_error(ptdp::Status::internal, "internal error: unknown exception");
+  }
+}
+
+void require(const void *p, const char *what) {
+  if (!p) ptdp::fail(ptdp::Status::invalid_argument, what, " must not be NULL");
+}
+
+// Copies s into the caller's buffer (NUL-terminated) or reports the size needed.
+void copy_out(const std::string &s, char *buf, size_t cap, size_t *out_len) {
+  if (out_len) *out_len = s.size();
+  if (!buf || cap < s.size() + 1)
+    ptdp::fail(ptdp::Status::buffer_too_small, "buffer of ", cap, " bytes is too small: ",
+               s.size() + 1, " bytes needed (the size without NUL is returned in out_len)");
+  std::memcpy(buf, s.c_str(), s.size() + 1);
+}
+
+}  // namespace
+
+extern "C" {
+
+const char *ptdp_version(void) { return "0.1.0"; }
+int32_t ptdp_version_number(void) {
+  return PTDP_VERSION_MAJOR * 10000 + PTDP_VERSION_MINOR * 100 + PTDP_VERSION_PATCH;
+}
+const char *ptdp_status_string(ptdp_status s) {
+  if (s < 0 || s > PTDP_ERR_INTERNAL) return "unknown status code";
+  return ptdp::status_string((ptdp::Status)s);
+}
+const char *ptdp_last_error(void) { return g_last_error.c_str(); }
+
+ptdp_status ptdp_config_create(ptdp_config **out) {
+  return guard([&] {
+    require(out, "out");
+    *out = nullptr;
+    *out = new ptdp_config();
+  });
+}
+void ptdp_config_destroy(ptdp_config *c) { delete c; }
+
+ptdp_status ptdp_config_set(ptdp_config *c, const char *key, const char *value) {
+  return guard([&] {
+    require(c, "config");
+    require(key, "key");
+    require(value, "value");
+    c->config.set(key, value);
+  });
+}
+ptdp_status ptdp_config_set_int(ptdp_config *c, const char *key, int64_t value) {
+  return ptdp_config_set(c, key, std::to_string(value).c_str());
+}
+ptdp_status ptdp_config_set_double(ptdp_config *c, const char *key, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", value);
+  return ptdp_config_set(c, key, buf);
+}
+ptdp_status ptdp_config_get(const ptdp_config *c, const char *key, char *buf, size_t cap,
+                            size_t *out_len) {
+  return guard([&] {
+    require(c, "config");
+    require(key, "key");
+    copy_out(c->config.get(key), buf, cap, out_len);
+  });
+}
+
+int32_t ptdp_option_count(void) { return (int32_t)ptdp::option_schema().size(); }
+ptdp_status ptdp_option_info(int32_t index, const char **key, const char **default_value,
+                             const char **help) {
+  return guard([&] {
+    const auto &s = ptdp::option_schema();
+    if (index < 0 || index >= (int32_t)s.size())
+      ptdp::fail(ptdp::Status::invalid_argument, "option index ", index, " is outside [0, ",
+                 s.size(), ")");
+    if (key) *key = s[index].key;
+    if (default_value) *default_value = s[index].default_value;
+    if (help) *help = s[index].help;
+  });
+}
+
+ptdp_status ptdp_trainer_create(const ptdp_config *c, ptdp_trainer **out) {
+  return guard([&] {
+    require(out, "out");
+    *out = nullptr;
+    require(c, "config");
+    auto t = std::make_unique<ptdp_trainer>();
+    t->trainer = std::make_unique<ptdp::Trainer>(ptdp::TrainerOptions::from_config(c->config));
+    *out = t.release();
+  });
+}
+void ptdp_trainer_destroy(ptdp_trainer *t) { delete t; }
+
+ptdp_status ptdp_trainer_step(ptdp_trainer *t, double *loss) {
+  return guard([&] {
+    require(t, "trainer");
+    ptdp::StepMetrics m = t->trainer->step();
+    if (loss) *loss = m.lm_loss;
+  });
+}
+
+ptdp_status ptdp_trainer_evaluate(ptdp_trainer *t, int64_t iters, double *loss) {
+  return guard([&] {
+    require(t, "trainer");
+    require(loss, "loss");
+    int64_t n = iters > 0 ? iters : t->trainer->options().eval_iters;
+    *loss = t->trainer->evaluate((int)n);
+  });
+}
+
+ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *value) {
+  return guard([&] {
+    require(t, "trainer");
+    require(name, "name");
+    require(value, "value");
+    const ptdp::Trainer &tr = *t->trainer;
+    const ptdp::StepMetrics &m = tr.last_metrics();
+    std::string n = name;
+    const bool stepped = tr.iteration() > 0;
+    auto metric = [&](double v) {
+      if (!stepped)
+        ptdp::fail(ptdp::Status::wrong_state, "metric '", n,
+                   "' is not available before the first ptdp_trainer_step");
+      return v;
+    };
+    if (n == "iteration") *value = (double)tr.iteration();
+    else if (n == "consumed_samples") *value = (double)tr.consumed_samples();
+    else if (n == "train_iters") *value = (double)tr.options().train_iters;
+    else if (n == "num_parameters") *value = (double)const_cast<ptdp::Trainer &>(tr).model().num_real_params();
+    else if (n == "padded_vocab_size") *value = tr.options().model.padded_vocab();
+    else if (n == "unigram_entropy") *value = tr.unigram_entropy();
+    else if (n == "train_samples") *value = (double)tr.train_samples();
+    else if (n == "valid_samples") *value = (double)tr.valid_samples();
+    else if (n == "peak_memory_bytes") *value = (double)ptdp::CpuAllocator::instance().peak_bytes();
+    else if (n == "lm_loss") *value = metric(m.lm_loss);
+    else if (n == "lr") *value = metric(m.lr);
+    else if (n == "grad_norm") *value = metric(m.grad_norm);
+    else if (n == "loss_scale") *value = metric(m.loss_scale);
+    else if (n == "skipped_iters") *value = metric((double)m.skipped_iters);
+    else if (n == "nan_iters") *value = metric((double)m.nan_iters);
+    else if (n == "elapsed_ms") *value = metric(m.elapsed_ms);
+    else if (n == "tokens_per_s") *value = metric(m.tokens_per_s);
+    else if (n == "tflops_per_rank") *value = metric(m.tflops_per_rank);
+    else
+      ptdp::fail(ptdp::Status::invalid_argument, "unknown trainer value '", n,
+                 "'; known: iteration, consumed_samples, train_iters, num_parameters, "
+                 "padded_vocab_size, unigram_entropy, train_samples, valid_samples, "
+                 "peak_memory_bytes, lm_loss, lr, grad_norm, loss_scale, skipped_iters, "
+                 "nan_iters, elapsed_ms, tokens_per_s, tflops_per_rank");
+  });
+}
+
+ptdp_status ptdp_trainer_log_line(const ptdp_trainer *t, char *buf, size_t cap, size_t *out_len) {
+  return guard([&] {
+    require(t, "trainer");
+    if (t->trainer->iteration() == 0)
+      ptdp::fail(ptdp::Status::wrong_state, "no log line before the first ptdp_trainer_step");
+    copy_out(ptdp::format_log_line(t->trainer->last_metrics()), buf, cap, out_len);
+  });
+}
+
+ptdp_status ptdp_trainer_generate(ptdp_trainer *t, const char *prompt, int32_t max_new_tokens,
+                                  double temperature, uint64_t seed, char *buf, size_t cap,
+                                  size_t *out_len) {
+  return guard([&] {
+    require(t, "trainer");
+    require(prompt, "prompt");
+    copy_out(t->trainer->generate(prompt, max_new_tokens, temperature, seed), buf, cap, out_len);
+  });
+}
+
+ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs, const char *format,
+                          const char *tokenizer, const char *output_path, int64_t *num_docs,
+                          int64_t *num_tokens) {
+  return guard([&] {
+    require(inputs, "inputs");
+    require(format, "format");
+    require(tokenizer, "tokenizer");
+    require(output_path, "output_path");
+    if (num_inputs <= 0)
+      ptdp::fail(ptdp::Status::invalid_argument, "num_inputs must be positive, got ", num_inputs);
+    std::vector<std::string> in;
+    for (int32_t i = 0; i < num_inputs; i++) {
+      require(inputs[i], "inputs[i]");
+      in.emplace_back(inputs[i]);
+    }
+    auto tok = ptdp::make_tokenizer(tokenizer);
+    ptdp::CorpusStats st = ptdp::build_token_dataset(in, format, *tok, output_path);
+    if (num_docs) *num_docs = (int64_t)st.num_docs;
+    if (num_tokens) *num_tokens = (int64_t)st.num_tokens;
+  });
+}
+
+ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops) {
+  return guard([&] {
+    require(gflops, "gflops");
+    if (n <= 0 || n > 16384 || repeats <= 0)
+      ptdp::fail(ptdp::Status::invalid_argument, "need 0 < n <= 16384 and repeats > 0, got n=", n,
+                 " repeats=", repeats);
+    ptdp::Buffer<float> a((size_t)n * n), b((size_t)n * n), c((size_t)n * n);
+    for (size_t i = 0; i < a.size(); i++) {
+      a[i] = (float)((i * 7 + 3) % 13) * 0.01f;
+      b[i] = (float)((i * 5 + 1) % 11) * 0.01f;
+    }
+    ptdp::cpu::gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < repeats; r++)
+      ptdp::cpu::gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(),
+                             n);
+    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    *gflops = 2.0 * n * (double)n * n * repeats / sec / 1e9;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,111 @@
+/* ptdp — the stable C ABI (ARCHITECTURE §6).
+ *
+ * Conventions: every function returns ptdp_status (0 = PTDP_OK) except the
+ * string getters and destructors; on error, ptdp_last_error() (thread-local)
+ * says what was wrong and what is allowed. Handles are opaque; *_destroy
+ * accepts NULL. Strings returned by the library are owned by it. Output text
+ * goes to caller-owned buffers: pass the capacity, get the needed size (without
+ * the NUL) in *out_len; PTDP_ERR_BUFFER_TOO_SMALL means call again with more.
+ * No C++ exception or abort crosses this boundary. The declarations between
+ * the ffi markers contain no preprocessor lines, so LuaJIT's ffi.cdef and
+ * Python's ctypes bind them as they are. */
+#ifndef PTDP_H
+#define PTDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PTDP_VERSION_MAJOR 0
+#define PTDP_VERSION_MINOR 1
+#define PTDP_VERSION_PATCH 0
+
+#if defined(PTDP_BUILDING_LIBRARY)
+#define PTDP_API __attribute__((visibility("default")))
+#else
+#define PTDP_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ffi-begin */
+typedef int32_t ptdp_status;
+enum {
+  PTDP_OK = 0,
+  PTDP_ERR_INVALID_ARGUMENT = 1,
+  PTDP_ERR_UNKNOWN_OPTION = 2,
+  PTDP_ERR_BAD_VALUE = 3,
+  PTDP_ERR_INVALID_CONFIG = 4,
+  PTDP_ERR_WRONG_STATE = 5,
+  PTDP_ERR_IO = 6,
+  PTDP_ERR_CORRUPT_DATA = 7,
+  PTDP_ERR_BUFFER_TOO_SMALL = 8,
+  PTDP_ERR_OUT_OF_MEMORY = 9,
+  PTDP_ERR_INTERNAL = 10
+};
+
+typedef struct ptdp_config ptdp_config;
+typedef struct ptdp_trainer ptdp_trainer;
+
+/* Version string "MAJOR.MINOR.PATCH" and the packed number MAJOR*10000+MINOR*100+PATCH. */
+PTDP_API const char *ptdp_version(void);
+PTDP_API int32_t ptdp_version_number(void);
+PTDP_API const char *ptdp_status_string(ptdp_status status);
+/* Message of the last failed call on this thread ("" if none). */
+PTDP_API const char *ptdp_last_error(void);
+
+/* Configuration: option keys are Megatron's argument names (num_layers,
+ * hidden_size, micro_batch_size, lr, data_path, ...). Values are validated when set. */
+PTDP_API ptdp_status ptdp_config_create(ptdp_config **out);
+PTDP_API void ptdp_config_destroy(ptdp_config *config);
+PTDP_API ptdp_status ptdp_config_set(ptdp_config *config, const char *key, const char *value);
+PTDP_API ptdp_status ptdp_config_set_int(ptdp_config *config, const char *key, int64_t value);
+PTDP_API ptdp_status ptdp_config_set_double(ptdp_config *config, const char *key, double value);
+PTDP_API ptdp_status ptdp_config_get(const ptdp_config *config, const char *key, char *buf,
+                                     size_t cap, size_t *out_len);
+/* The schema: number of options, and each one's key, default and description. */
+PTDP_API int32_t ptdp_option_count(void);
+PTDP_API ptdp_status ptdp_option_info(int32_t index, const char **key, const char **default_value,
+                                      const char **help);
+
+/* A trainer reads the dataset, builds and initialises the model. The config
+ * is copied: it may be destroyed or changed afterwards. */
+PTDP_API ptdp_status ptdp_trainer_create(const ptdp_config *config, ptdp_trainer **out);
+PTDP_API void ptdp_trainer_destroy(ptdp_trainer *trainer);
+/* One optimizer step over the global batch; *loss (may be NULL) gets its mean lm loss. */
+PTDP_API ptdp_status ptdp_trainer_step(ptdp_trainer *trainer, double *loss);
+/* Mean validation loss over `iters` global batches (iters <= 0: the config's eval_iters). */
+PTDP_API ptdp_status ptdp_trainer_evaluate(ptdp_trainer *trainer, int64_t iters, double *loss);
+/* A named number: metrics of the last step (iteration, consumed_samples, lm_loss,
+ * lr, grad_norm, loss_scale, skipped_iters, nan_iters, elapsed_ms, tokens_per_s,
+ * tflops_per_rank) or facts of the run (num_parameters, padded_vocab_size,
+ * unigram_entropy, train_samples, valid_samples, train_iters, peak_memory_bytes). */
+PTDP_API ptdp_status ptdp_trainer_get(const ptdp_trainer *trainer, const char *name,
+                                      double *value);
+/* The log line of the last step (ARCHITECTURE §8). */
+PTDP_API ptdp_status ptdp_trainer_log_line(const ptdp_trainer *trainer, char *buf, size_t cap,
+                                           size_t *out_len);
+/* Continues `prompt` by up to max_new_tokens tokens (stops at end of document).
+ * temperature 0 = greedy; otherwise sampling keyed by `seed`, so a retry with a
+ * larger buffer returns the same text. */
+PTDP_API ptdp_status ptdp_trainer_generate(ptdp_trainer *trainer, const char *prompt,
+                                           int32_t max_new_tokens, double temperature,
+                                           uint64_t seed, char *buf, size_t cap,
+                                           size_t *out_len);
+
+/* Tokenizes text files (or every file of a directory) into a token dataset.
+ * format: fortune | lines | file; tokenizer: byte. Counts may be NULL. */
+PTDP_API ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs,
+                                   const char *format, const char *tokenizer,
+                                   const char *output_path, int64_t *num_docs,
+                                   int64_t *num_tokens);
+
+/* The machine's ceiling: GFLOP/s of an n x n x n fp32 GEMM (OpenBLAS, all threads). */
+PTDP_API ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops);
+/* ffi-end */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PTDP_H */

@@ -1,0 +1,73 @@
+// Philox4x32-10 counter-based RNG (Salmon et al., SC '11). Stateless: the
+// output is a pure function of (key, counter), which is what lets every
+// parallel layout draw exactly the numbers of the serial run (ARCHITECTURE §3).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+
+namespace ptdp {
+
+struct Philox4x32 {
+  uint32_t v[4];
+};
+
+inline Philox4x32 philox4x32(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1, uint32_t c2,
+                             uint32_t c3) {
+  const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;
+  const uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+  for (int r = 0; r < 10; r++) {
+    uint64_t p0 = (uint64_t)M0 * c0, p1 = (uint64_t)M1 * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+    uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p1;
+    c3 = (uint32_t)p0;
+    c0 = n0;
+    c2 = n2;
+    k0 += W0;
+    k1 += W1;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// Uniform in (0, 1]: never 0, so log() is safe.
+inline double uniform_from_u32(uint32_t x) { return ((double)x + 1.0) / 4294967296.0; }
+
+// 64-bit FNV-1a: stable across platforms, used to key RNG streams by name.
+inline uint64_t fnv1a64(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// Standard normal for element `index` of the stream keyed by (seed, stream):
+// one Philox call yields two normals (Box-Muller), shared by indices 2k, 2k+1.
+inline double normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint64_t pair = index >> 1;
+  Philox4x32 r = philox4x32((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)pair,
+                            (uint32_t)(pair >> 32), (uint32_t)stream, (uint32_t)(stream >> 32));
+  double u1 = uniform_from_u32(r.v[0]), u2 = uniform_from_u32(r.v[1]);
+  double rad = std::sqrt(-2.0 * std::log(u1));
+  double ang = 6.283185307179586 * u2;
+  return (index & 1) ? rad * std::sin(ang) : rad * std::cos(ang);
+}
+
+// Dropout keep-decision source: a 32-bit uniform for (seed, stream, sample, element).
+// Four consecutive elements share one Philox call.
+struct DropoutKey {
+  uint64_t seed;
+  uint32_t stream;     // hash of (iteration, layer, site)
+  uint32_t iteration;
+};
+
+inline uint32_t dropout_bits(const DropoutKey &k, uint32_t sample, uint64_t element) {
+  uint64_t quad = element >> 2;
+  Philox4x32 r = philox4x32((uint32_t)k.seed, (uint32_t)(k.seed >> 32), (uint32_t)quad, sample,
+                            k.stream, k.iteration ^ (uint32_t)(quad >> 32));
+  return r.v[element & 3];
+}
+
+}  // namespace ptdp

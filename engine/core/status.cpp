@@ -1,0 +1,22 @@
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+const char *status_string(Status s) {
+  switch (s) {
+    case Status::ok: return "ok";
+    case Status::invalid_argument: return "invalid argument";
+    case Status::unknown_option: return "unknown option";
+    case Status::bad_value: return "bad value";
+    case Status::invalid_config: return "invalid configuration";
+    case Status::wrong_state: return "wrong call order";
+    case Status::io_error: return "I/O error";
+    case Status::corrupt_data: return "corrupt data";
+    case Status::buffer_too_small: return "buffer too small";
+    case Status::out_of_memory: return "out of memory";
+    case Status::internal: return "internal error";
+  }
+  return "unknown status code";
+}
+
+}  // namespace ptdp

@@ -1,0 +1,44 @@
+// Status codes and the one exception type the engine throws. The C ABI turns
+// every ptdp::Error into its code plus ptdp_last_error() text (ARCHITECTURE §6).
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace ptdp {
+
+// Keep in sync with the PTDP_* status codes of capi/ptdp.h (checked by a test).
+enum class Status : int {
+  ok = 0,
+  invalid_argument = 1,   // NULL handle, bad pointer, nonsensical argument
+  unknown_option = 2,     // a config key that does not exist
+  bad_value = 3,          // a config value of the wrong type or out of range
+  invalid_config = 4,     // values that are fine alone but not together
+  wrong_state = 5,        // a call made in the wrong order
+  io_error = 6,           // a file could not be opened, read or written
+  corrupt_data = 7,       // a file is there but its content is not valid
+  buffer_too_small = 8,   // caller buffer too small; the needed size is returned
+  out_of_memory = 9,
+  internal = 10,
+};
+
+const char *status_string(Status s);
+
+class Error : public std::runtime_error {
+ public:
+  Error(Status code, const std::string &msg) : std::runtime_error(msg), code_(code) {}
+  Status code() const { return code_; }
+
+ private:
+  Status code_;
+};
+
+// Builds a message from any streamable pieces: fail(Status::bad_value, "x=", x).
+template <class... Args>
+[[noreturn]] void fail(Status code, const Args &...args) {
+  std::ostringstream os;
+  (os << ... << args);
+  throw Error(code, os.str());
+}
+
+}  // namespace ptdp

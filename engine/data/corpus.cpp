@@ -1,0 +1,94 @@
+#include "engine/data/corpus.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "engine/data/dataset.h"
+
+namespace ptdp {
+
+namespace fs = std::filesystem;
+
+const char *corpus_format_names() { return "fortune, lines, file"; }
+
+std::vector<std::string> read_documents(const std::string &path, const std::string &format) {
+  if (format != "fortune" && format != "lines" && format != "file")
+    fail(Status::bad_value, "unknown corpus format '", format,
+         "'; allowed: ", corpus_format_names());
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(Status::io_error, "cannot open corpus file '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  std::vector<std::string> docs;
+  if (format == "file") {
+    if (!text.empty()) docs.push_back(std::move(text));
+    return docs;
+  }
+  std::string cur, line;
+  std::istringstream lines(text);
+  while (std::getline(lines, line)) {
+    if (format == "lines") {
+      if (!line.empty()) docs.push_back(line + "\n");
+      continue;
+    }
+    if (line == "%") {
+      if (!cur.empty()) docs.push_back(std::move(cur));
+      cur.clear();
+    } else {
+      cur += line;
+      cur += '\n';
+    }
+  }
+  if (!cur.empty()) docs.push_back(std::move(cur));
+  return docs;
+}
+
+CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const std::string &format,
+                                const Tokenizer &tok, const std::string &out_path) {
+  if (inputs.empty()) fail(Status::invalid_argument, "no input files given to tokenize");
+  std::vector<std::string> files;
+  for (const auto &in : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      std::vector<std::string> found;
+      for (const auto &e : fs::directory_iterator(in, ec)) {
+        if (!e.is_regular_file() || e.is_symlink()) continue;  // fortunes has *.u8 symlinks
+        if (e.path().extension() == ".dat") continue;           // strfile indexes
+        found.push_back(e.path().string());
+      }
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::exists(in, ec)) {
+      files.push_back(in);
+    } else {
+      fail(Status::io_error, "corpus input '", in, "' does not exist");
+    }
+  }
+  std::vector<std::vector<int32_t>> docs;
+  CorpusStats st;
+  for (const auto &f : files) {
+    for (const auto &d : read_documents(f, format)) {
+      std::vector<int32_t> t = tok.encode(d);
+      t.push_back(tok.eod());
+      st.num_tokens += t.size();
+      docs.push_back(std::move(t));
+    }
+  }
+  if (docs.empty()) fail(Status::invalid_argument, "the corpus inputs hold no documents");
+  // Shuffle documents (fixed key) so that contiguous train/valid splits draw
+  // from every input file, not from the alphabetically last ones.
+  for (uint64_t i = docs.size() - 1; i > 0; i--) {
+    uint64_t j = philox4x32(0x5eed, 0xd0c5, (uint32_t)i, (uint32_t)(i >> 32), 0, 0).v[0] % (i + 1);
+    std::swap(docs[i], docs[j]);
+  }
+  st.num_docs = docs.size();
+  write_token_dataset(out_path, docs, tok.vocab_size());
+  return st;
+}
+
+}  // namespace ptdp

@@ -1,0 +1,25 @@
+// Reading raw text corpora into documents, and building a token dataset from them.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/data/tokenizer.h"
+
+namespace ptdp {
+
+// Formats: "fortune" (documents separated by lines holding only '%', as in
+// Debian's fortunes files), "lines" (one document per non-empty line),
+// "file" (each file is one document).
+const char *corpus_format_names();
+std::vector<std::string> read_documents(const std::string &path, const std::string &format);
+
+struct CorpusStats {
+  uint64_t num_docs = 0, num_tokens = 0;
+};
+// Reads every input (a file, or every regular file of a directory, sorted by
+// name, skipping fortune index files *.dat), tokenizes, appends EOD to each
+// document and writes the dataset atomically.
+CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const std::string &format,
+                                const Tokenizer &tok, const std::string &out_path);
+
+}  // namespace ptdp

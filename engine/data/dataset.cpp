@@ -1,0 +1,169 @@
+#include "engine/data/dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+namespace {
+const char kMagic[8] = {'P', 'T', 'D', 'P', 'T', 'O', 'K', '\0'};
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t token_bytes;
+  uint32_t vocab_size;
+  uint32_t reserved;
+  uint64_t num_docs;
+  uint64_t num_tokens;
+  uint8_t pad[24];
+};
+static_assert(sizeof(Header) == 64, "header must be 64 bytes");
+
+void write_all(int fd, const void *p, size_t n, const std::string &path) {
+  const char *c = static_cast<const char *>(p);
+  while (n) {
+    ssize_t w = ::write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) fail(Status::io_error, "cannot write '", path, "': ", std::strerror(errno));
+    c += w;
+    n -= (size_t)w;
+  }
+}
+}  // namespace
+
+void write_token_dataset(const std::string &path, const std::vector<std::vector<int32_t>> &docs,
+                         int vocab_size) {
+  if (vocab_size <= 0) fail(Status::invalid_argument, "vocab_size must be positive");
+  Header h{};
+  std::memcpy(h.magic, kMagic, 8);
+  h.version = kTokenDatasetVersion;
+  h.token_bytes = vocab_size <= 65536 ? 2 : 4;
+  h.vocab_size = (uint32_t)vocab_size;
+  h.num_docs = docs.size();
+  std::vector<uint64_t> offsets(docs.size() + 1, 0);
+  for (size_t d = 0; d < docs.size(); d++) {
+    for (int32_t t : docs[d])
+      if (t < 0 || t >= vocab_size)
+        fail(Status::invalid_argument, "token ", t, " in document ", d,
+             " is outside the vocabulary [0, ", vocab_size, ")");
+    offsets[d + 1] = offsets[d] + docs[d].size();
+  }
+  h.num_tokens = offsets.back();
+
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail(Status::io_error, "cannot create '", tmp, "': ", std::strerror(errno));
+  try {
+    write_all(fd, &h, sizeof h, tmp);
+    write_all(fd, offsets.data(), offsets.size() * sizeof(uint64_t), tmp);
+    std::vector<uint8_t> buf;
+    for (const auto &doc : docs) {
+      buf.resize(doc.size() * h.token_bytes);
+      for (size_t i = 0; i < doc.size(); i++) {
+        if (h.token_bytes == 2) {
+          uint16_t v = (uint16_t)doc[i];
+          std::memcpy(&buf[i * 2], &v, 2);
+        } else {
+          uint32_t v = (uint32_t)doc[i];
+          std::memcpy(&buf[i * 4], &v, 4);
+        }
+      }
+      write_all(fd, buf.data(), buf.size(), tmp);
+    }
+    if (::fsync(fd) != 0) fail(Status::io_error, "fsync '", tmp, "': ", std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    fail(Status::io_error, "cannot rename '", tmp, "' to '", path, "': ", std::strerror(e));
+  }
+}
+
+TokenDataset::TokenDataset(const std::string &path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    fail(Status::io_error, "cannot open dataset '", path, "': ", std::strerror(errno),
+         " (create one with `ptdp tokenize`)");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail(Status::io_error, "cannot stat '", path, "': ", std::strerror(errno));
+  }
+  map_size_ = (size_t)st.st_size;
+  if (map_size_ < sizeof(Header)) {
+    ::close(fd);
+    fail(Status::corrupt_data, "dataset '", path, "' is ", map_size_,
+         " bytes, shorter than its 64-byte header: truncated or not a ptdp dataset");
+  }
+  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    fail(Status::io_error, "cannot mmap '", path, "': ", std::strerror(errno));
+  }
+  try {
+    Header h;
+    std::memcpy(&h, map_, sizeof h);
+    if (std::memcmp(h.magic, kMagic, 8) != 0)
+      fail(Status::corrupt_data, "'", path, "' is not a ptdp token dataset (bad magic)");
+    if (h.version != kTokenDatasetVersion)
+      fail(Status::corrupt_data, "dataset '", path, "' has format version ", h.version,
+           "; this build reads version ", kTokenDatasetVersion);
+    if (h.token_bytes != 2 && h.token_bytes != 4)
+      fail(Status::corrupt_data, "dataset '", path, "' declares ", h.token_bytes,
+           "-byte tokens; allowed: 2 or 4");
+    if (h.vocab_size == 0)
+      fail(Status::corrupt_data, "dataset '", path, "' declares a vocabulary of size 0");
+    // Guard the size arithmetic against absurd counts before multiplying.
+    const uint64_t limit = (uint64_t)map_size_;
+    if (h.num_docs >= limit || h.num_tokens > limit)
+      fail(Status::corrupt_data, "dataset '", path, "' declares ", h.num_docs, " documents and ",
+           h.num_tokens, " tokens, more than its ", map_size_, " bytes can hold");
+    uint64_t expect = sizeof(Header) + (h.num_docs + 1) * 8 + h.num_tokens * h.token_bytes;
+    if (expect != map_size_)
+      fail(Status::corrupt_data, "dataset '", path, "' is ", map_size_, " bytes but its header (",
+           h.num_docs, " documents, ", h.num_tokens, " tokens) implies ", expect,
+           (expect > map_size_ ? ": truncated" : ": trailing bytes"));
+    vocab_size_ = (int)h.vocab_size;
+    token_bytes_ = h.token_bytes;
+    num_docs_ = h.num_docs;
+    num_tokens_ = h.num_tokens;
+    offsets_ = reinterpret_cast<const uint64_t *>(static_cast<const char *>(map_) + sizeof h);
+    tokens_ = static_cast<const char *>(map_) + sizeof h + (num_docs_ + 1) * 8;
+    if (offsets_[0] != 0 || offsets_[num_docs_] != num_tokens_)
+      fail(Status::corrupt_data, "dataset '", path, "': document index does not span the ",
+           num_tokens_, " tokens");
+    for (uint64_t d = 0; d < num_docs_; d++)
+      if (offsets_[d + 1] < offsets_[d])
+        fail(Status::corrupt_data, "dataset '", path, "': document index decreases at document ",
+             d);
+    for (uint64_t i = 0; i < num_tokens_; i++)
+      if ((uint32_t)token(i) >= h.vocab_size)
+        fail(Status::corrupt_data, "dataset '", path, "': token ", token(i), " at position ", i,
+             " is outside the vocabulary [0, ", h.vocab_size, ")");
+  } catch (...) {
+    ::munmap(map_, map_size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+TokenDataset::~TokenDataset() {
+  if (map_) ::munmap(map_, map_size_);
+}
+
+}  // namespace ptdp

@@ -1,0 +1,79 @@
+#include "engine/data/sampler.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+std::vector<SplitRange> parse_split(const std::string &spec, uint64_t num_docs) {
+  std::vector<double> w;
+  std::stringstream ss(spec);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    char *end = nullptr;
+    double v = std::strtod(part.c_str(), &end);
+    if (part.empty() || *end != '\0' || !(v >= 0))
+      fail(Status::bad_value, "split '", spec,
+           "' must be 2 or 3 non-negative numbers separated by commas, e.g. 98,2 or 949,50,1");
+    w.push_back(v);
+  }
+  if (w.size() < 2 || w.size() > 3 || w[0] <= 0 || w[1] <= 0)
+    fail(Status::bad_value, "split '", spec,
+         "' must give positive train and valid weights (and optionally test), e.g. 98,2");
+  double total = 0;
+  for (double v : w) total += v;
+  std::vector<SplitRange> out;
+  double acc = 0;
+  uint64_t start = 0;
+  for (size_t i = 0; i < w.size(); i++) {
+    acc += w[i];
+    uint64_t end = i + 1 == w.size() ? num_docs : (uint64_t)(acc / total * (double)num_docs + 0.5);
+    out.push_back({start, end});
+    start = end;
+  }
+  return out;
+}
+
+GptSampler::GptSampler(std::shared_ptr<const TokenDataset> ds, SplitRange range, int seq_length,
+                       uint64_t seed, bool shuffle)
+    : ds_(std::move(ds)), seq_(seq_length), seed_(seed), shuffle_(shuffle) {
+  begin_ = ds_->doc_offset(range.first_doc);
+  end_ = ds_->doc_offset(range.end_doc);
+  num_samples_ = end_ - begin_ > (uint64_t)seq_ ? (end_ - begin_ - 1) / (uint64_t)seq_ : 0;
+}
+
+uint64_t GptSampler::permuted(uint64_t index) {
+  uint64_t epoch = index / num_samples_, k = index % num_samples_;
+  if (!shuffle_) return k;
+  if (epoch != perm_epoch_) {
+    perm_.resize(num_samples_);
+    for (uint64_t i = 0; i < num_samples_; i++) perm_[i] = i;
+    for (uint64_t i = num_samples_ - 1; i > 0; i--) {
+      Philox4x32 r = philox4x32((uint32_t)seed_, (uint32_t)(seed_ >> 32), (uint32_t)i,
+                                (uint32_t)(i >> 32), (uint32_t)epoch, 0x5a3b1eu);
+      uint64_t j = (((uint64_t)r.v[0] << 32) | r.v[1]) % (i + 1);
+      std::swap(perm_[i], perm_[j]);
+    }
+    perm_epoch_ = epoch;
+  }
+  return perm_[k];
+}
+
+void GptSampler::get(uint64_t index, int32_t *out) {
+  if (num_samples_ == 0)
+    fail(Status::invalid_config, "the split has ", end_ - begin_,
+         " tokens, too few for one sample of seq_length+1 = ", seq_ + 1, " tokens");
+  uint64_t start = begin_ + permuted(index) * (uint64_t)seq_;
+  for (int i = 0; i <= seq_; i++) out[i] = ds_->token(start + (uint64_t)i);
+}
+
+std::vector<uint64_t> GptSampler::token_counts() const {
+  std::vector<uint64_t> c((size_t)ds_->vocab_size(), 0);
+  for (uint64_t i = begin_; i < end_; i++) c[(size_t)ds_->token(i)]++;
+  return c;
+}
+
+}  // namespace ptdp

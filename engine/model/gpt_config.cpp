@@ -1,0 +1,56 @@
+#include "engine/model/gpt_config.h"
+
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+int GptConfig::padded_vocab() const {
+  int m = make_vocab_size_divisible_by;
+  return (vocab_size + m - 1) / m * m;
+}
+
+void GptConfig::validate() const {
+  auto positive = [](const char *name, int v) {
+    if (v <= 0) fail(Status::invalid_config, name, " must be positive, got ", v);
+  };
+  positive("num_layers", num_layers);
+  positive("hidden_size", hidden_size);
+  positive("num_attention_heads", num_attention_heads);
+  positive("vocab_size", vocab_size);
+  positive("seq_length", seq_length);
+  positive("make_vocab_size_divisible_by", make_vocab_size_divisible_by);
+  if (hidden_size % num_attention_heads != 0)
+    fail(Status::invalid_config, "num_attention_heads (", num_attention_heads,
+         ") must divide hidden_size (", hidden_size, ")");
+  if (ffn_hidden_size < 0)
+    fail(Status::invalid_config, "ffn_hidden_size must be positive (or 0 for 4*hidden_size), got ",
+         ffn_hidden_size);
+  if (max_position_embeddings < 0)
+    fail(Status::invalid_config,
+         "max_position_embeddings must be positive (or 0 for seq_length), got ",
+         max_position_embeddings);
+  if (seq_length > max_positions())
+    fail(Status::invalid_config, "seq_length (", seq_length,
+         ") is longer than max_position_embeddings (", max_positions(), ")");
+  auto probability = [](const char *name, float p) {
+    if (!(p >= 0.f && p < 1.f)) fail(Status::invalid_config, name, " must be in [0, 1), got ", p);
+  };
+  probability("hidden_dropout", hidden_dropout);
+  probability("attention_dropout", attention_dropout);
+  if (!(init_method_std > 0.f))
+    fail(Status::invalid_config, "init_method_std must be > 0, got ", init_method_std);
+  if (!(layernorm_epsilon > 0.f))
+    fail(Status::invalid_config, "layernorm_epsilon must be > 0, got ", layernorm_epsilon);
+}
+
+double GptConfig::flops_per_batch(int64_t samples, bool recompute) const {
+  const double B = (double)samples, s = seq_length, h = hidden_size, f = ffn(),
+               V = padded_vocab(), l = num_layers;
+  // Forward FLOPs of one layer: QKV 6Bsh^2, scores+context 4Bs^2h, proj 2Bsh^2, MLP 4Bshf.
+  const double layer_fwd = 2 * B * s * h * (3 * h + h + 2 * f) + 4 * B * s * s * h;
+  const double head_fwd = 2 * B * s * h * V;
+  const double layer_passes = recompute ? 4.0 : 3.0;  // fwd + 2x bwd (+ recompute fwd)
+  return layer_passes * l * layer_fwd + 3.0 * head_fwd;
+}
+
+}  // namespace ptdp

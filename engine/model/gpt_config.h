@@ -1,0 +1,34 @@
+// Shape and regularisation of a GPT model (Megatron's argument names).
+#pragma once
+#include <cstdint>
+
+namespace ptdp {
+
+struct GptConfig {
+  int num_layers = 4;
+  int hidden_size = 256;
+  int num_attention_heads = 4;
+  int ffn_hidden_size = 0;          // 0 = 4 * hidden_size
+  int vocab_size = 257;             // real vocabulary; padded for the embedding
+  int make_vocab_size_divisible_by = 128;
+  int seq_length = 128;
+  int max_position_embeddings = 0;  // 0 = seq_length
+  float hidden_dropout = 0.1f;
+  float attention_dropout = 0.1f;
+  float init_method_std = 0.02f;
+  float layernorm_epsilon = 1e-5f;
+
+  int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int max_positions() const {
+    return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
+  }
+  int padded_vocab() const;
+  int head_dim() const { return hidden_size / num_attention_heads; }
+  // Throws Error(invalid_config) naming the first inconsistent field.
+  void validate() const;
+  // Training FLOPs of one global batch of `samples` sequences: the paper's Eq. 3
+  // generalised to any ffn size; recompute adds one more forward of every layer.
+  double flops_per_batch(int64_t samples, bool recompute) const;
+};
+
+}  // namespace ptdp

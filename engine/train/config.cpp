@@ -1,0 +1,124 @@
+#include "engine/train/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+namespace {
+constexpr double kBig = 1e18;
+}
+
+const std::vector<OptionSpec> &option_schema() {
+  using T = OptionSpec;
+  static const std::vector<OptionSpec> schema = {
+      // model
+      {"num_layers", T::Int, "4", 1, 4096, nullptr, "transformer layers"},
+      {"hidden_size", T::Int, "256", 1, 1 << 20, nullptr, "hidden size h"},
+      {"num_attention_heads", T::Int, "4", 1, 1 << 16, nullptr, "attention heads a"},
+      {"ffn_hidden_size", T::Int, "0", 0, 1 << 22, nullptr, "MLP hidden size (0 = 4h)"},
+      {"seq_length", T::Int, "128", 1, 1 << 20, nullptr, "tokens per sample s"},
+      {"max_position_embeddings", T::Int, "0", 0, 1 << 20, nullptr,
+       "learned positions (0 = seq_length)"},
+      {"make_vocab_size_divisible_by", T::Int, "128", 1, 1 << 16, nullptr, "vocabulary padding"},
+      {"hidden_dropout", T::Float, "0.1", 0, 0.999, nullptr, "dropout on the residual branches"},
+      {"attention_dropout", T::Float, "0.1", 0, 0.999, nullptr,
+       "dropout on attention probabilities"},
+      {"init_method_std", T::Float, "0.02", 1e-8, 10, nullptr, "std of the normal init"},
+      {"layernorm_epsilon", T::Float, "1e-5", 1e-12, 1, nullptr, "LayerNorm epsilon"},
+      // batch and schedule
+      {"micro_batch_size", T::Int, "8", 1, 1 << 20, nullptr, "samples per micro-batch b"},
+      {"global_batch_size", T::Int, "32", 1, 1 << 30, nullptr, "samples per optimizer step"},
+      {"train_iters", T::Int, "1000", 0, kBig, nullptr, "optimizer steps of the run"},
+      {"seed", T::Int, "1234", 0, kBig, nullptr, "RNG seed (init, dropout, data order)"},
+      // optimizer
+      {"lr", T::Float, "1e-3", 0, 10, nullptr, "peak learning rate"},
+      {"min_lr", T::Float, "1e-4", 0, 10, nullptr, "learning rate at the end of decay"},
+      {"lr_warmup_iters", T::Int, "0", 0, kBig, nullptr, "linear warmup steps"},
+      {"lr_decay_iters", T::Int, "0", 0, kBig, nullptr, "decay steps (0 = train_iters)"},
+      {"lr_decay_style", T::Choice, "cosine", 0, 0, "constant,linear,cosine", "decay shape"},
+      {"weight_decay", T::Float, "0.01", 0, 10, nullptr, "decoupled weight decay"},
+      {"adam_beta1", T::Float, "0.9", 0, 0.999999, nullptr, "Adam beta1"},
+      {"adam_beta2", T::Float, "0.95", 0, 0.999999999, nullptr, "Adam beta2"},
+      {"adam_eps", T::Float, "1e-8", 1e-30, 1, nullptr, "Adam epsilon"},
+      {"clip_grad", T::Float, "1.0", 0, 1e9, nullptr, "global gradient-norm clip (0 = off)"},
+      // data
+      {"data_path", T::String, "", 0, 0, nullptr, "token dataset file (ptdp tokenize)"},
+      {"split", T::String, "98,2", 0, 0, nullptr, "train,valid[,test] weights over documents"},
+      {"tokenizer_type", T::Choice, "byte", 0, 0, "byte", "tokenizer"},
+      {"eval_iters", T::Int, "10", 1, kBig, nullptr, "batches per evaluation"},
+      // machine
+      {"num_threads", T::Int, "0", 0, 4096, nullptr, "CPU threads (0 = all cores)"},
+  };
+  return schema;
+}
+
+const OptionSpec *find_option(const std::string &key) {
+  for (const auto &o : option_schema())
+    if (key == o.key) return &o;
+  return nullptr;
+}
+
+std::string option_keys_list() {
+  std::string s;
+  for (const auto &o : option_schema()) {
+    if (!s.empty()) s += ", ";
+    s += o.key;
+  }
+  return s;
+}
+
+namespace {
+void validate_value(const OptionSpec &o, const std::string &v) {
+  auto range = [&]() {
+    std::ostringstream os;
+    os << "[" << o.min << ", " << o.max << "]";
+    return os.str();
+  };
+  if (o.type == OptionSpec::Int) {
+    errno = 0;
+    char *end = nullptr;
+    long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno == ERANGE)
+      fail(Status::bad_value, o.key, " must be an integer in ", range(), ", got '", v, "'");
+    if ((double)x < o.min || (double)x > o.max)
+      fail(Status::bad_value, o.key, " must be in ", range(), ", got ", x);
+  } else if (o.type == OptionSpec::Float) {
+    char *end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !std::isfinite(x))
+      fail(Status::bad_value, o.key, " must be a number in ", range(), ", got '", v, "'");
+    if (x < o.min || x > o.max) fail(Status::bad_value, o.key, " must be in ", range(), ", got ", v);
+  } else if (o.type == OptionSpec::Choice) {
+    std::stringstream ss(o.choices);
+    std::string c;
+    while (std::getline(ss, c, ','))
+      if (c == v) return;
+    fail(Status::bad_value, o.key, " must be one of {", o.choices, "}, got '", v, "'");
+  }
+}
+}  // namespace
+
+void Config::set(const std::string &key, const std::string &value) {
+  const OptionSpec *o = find_option(key);
+  if (!o) fail(Status::unknown_option, "unknown option '", key, "'; known options: ", option_keys_list());
+  validate_value(*o, value);
+  values_[key] = value;
+}
+
+std::string Config::get(const std::string &key) const {
+  const OptionSpec *o = find_option(key);
+  if (!o) fail(Status::unknown_option, "unknown option '", key, "'; known options: ", option_keys_list());
+  auto it = values_.find(key);
+  return it != values_.end() ? it->second : std::string(o->default_value);
+}
+
+int64_t Config::get_int(const std::string &key) const { return std::strtoll(get(key).c_str(), nullptr, 10); }
+double Config::get_double(const std::string &key) const { return std::strtod(get(key).c_str(), nullptr); }
+
+}  // namespace ptdp

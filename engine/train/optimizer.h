@@ -1,0 +1,33 @@
+// AdamW over the model's flat fp32 parameters, with global-norm clipping.
+// Weight decay skips biases and LayerNorm parameters (ParamInfo::weight_decay).
+#pragma once
+#include <vector>
+
+#include "engine/core/allocator.h"
+#include "engine/model/gpt.h"
+
+namespace ptdp {
+
+struct AdamWConfig {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.01;
+};
+
+class AdamW {
+ public:
+  AdamW(size_t num_params, AdamWConfig cfg);
+  // One update with learning rate lr; `step` counts updates from 1.
+  void update(GPT<float> &model, double lr, int64_t step);
+  Buffer<float> &exp_avg() { return m_; }
+  Buffer<float> &exp_avg_sq() { return v_; }
+
+ private:
+  AdamWConfig cfg_;
+  Buffer<float> m_, v_;
+};
+
+// sqrt(sum of squared gradients); deterministic for any thread count.
+double grad_norm(GPT<float> &model);
+// Scales the gradients by clip / norm when norm > clip > 0; returns the factor.
+double clip_gradients(GPT<float> &model, double norm, double clip);
+
+}  // namespace ptdp

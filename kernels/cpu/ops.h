@@ -1,0 +1,121 @@
+// The op interface, CPU implementation. Every op is a plain function over
+// row-major arrays, templated on the element type (float for training, double
+// for the finite-difference tests). Shapes in comments; N = s*b rows in the
+// [s, b, h] activation layout. Ops named *_accumulate or documented as
+// "accumulates" add into their outputs (gradients summed over micro-batches).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/core/philox.h"
+
+namespace ptdp::cpu {
+
+// ---- GEMM (OpenBLAS) ---------------------------------------------------------
+// C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, row-major, op = transpose if t*.
+template <class T>
+void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T *A, int lda, const T *B,
+          int ldb, T beta, T *C, int ldc);
+// `batch` independent GEMMs; operand i starts at X + i*strideX.
+template <class T>
+void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, T alpha, const T *A, int lda,
+                          int64_t strideA, const T *B, int ldb, int64_t strideB, T beta, T *C,
+                          int ldc, int64_t strideC, int batch);
+
+// ---- LayerNorm over the last dim --------------------------------------------
+// out, x: [N, h]; mean, rstd: [N] (saved for backward).
+template <class T>
+void layernorm_forward(T *out, T *mean, T *rstd, const T *x, const T *w, const T *b, int N, int h,
+                       T eps);
+// Accumulates: dx += dL/dx, dw += dL/dw, db += dL/db.
+template <class T>
+void layernorm_backward(T *dx, T *dw, T *db, const T *dout, const T *x, const T *w,
+                        const T *mean, const T *rstd, int N, int h);
+
+// ---- bias + GeLU (tanh approximation, as Megatron's fused kernel) -----------
+// z = y + bias, out = gelu(z). y, z, out: [N, f]; z may alias y.
+template <class T>
+void bias_gelu_forward(T *z, T *out, const T *y, const T *bias, int N, int f);
+// dz = dout * gelu'(z) (dz may alias dout); dbias += colsum(dz).
+template <class T>
+void bias_gelu_backward(T *dz, T *dbias, const T *dout, const T *z, int N, int f);
+
+// ---- dropout keyed by global indices (ARCHITECTURE §3) ----------------------
+struct DropoutSpec {
+  DropoutKey key;
+  float p = 0.f;               // drop probability; 0 = identity
+  uint32_t sample_offset = 0;  // global index of this micro-batch's sample 0
+};
+inline bool dropout_keep(const DropoutSpec &d, uint32_t sample, uint64_t element) {
+  return dropout_bits(d.key, sample, element) >= (uint32_t)(d.p * 4294967296.0);
+}
+// out = residual + dropout(y + bias) over [s, b, h]; residual and bias may be null.
+// Element (si, bi, j) uses sample = sample_offset + bi, element = si*h + j.
+template <class T>
+void bias_dropout_add_forward(T *out, const T *residual, const T *y, const T *bias, int s, int b,
+                              int h, const DropoutSpec &d);
+// Backward of the above: dy = dropout(dout) (dy may alias dout); dbias += colsum(dy)
+// when dbias is not null. (dresidual = dout is the caller's business.)
+template <class T>
+void bias_dropout_add_backward(T *dy, T *dbias, const T *dout, int s, int b, int h,
+                               const DropoutSpec &d);
+// out = dropout(in) over attention probabilities [b, a, s_q, s_k]; linear, so the
+// same call is its own backward. Heads are numbered globally from head_offset.
+template <class T>
+void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int head_offset,
+                       const DropoutSpec &d);
+
+// ---- scale + mask + softmax over the last dim ------------------------------
+// P = softmax(scale * S + mask) for `batch` matrices [s_q, s_k]. causal masks
+// j > i; mask (optional, [s_q, s_k], nonzero = masked) applies to every batch.
+// P may alias S. Fully masked rows give zeros.
+template <class T>
+void scale_mask_softmax_forward(T *P, const T *S, int batch, int s_q, int s_k, T scale,
+                                bool causal, const uint8_t *mask);
+// dS = scale * P * (dP - rowsum(P * dP)); dS may alias dP.
+template <class T>
+void scale_mask_softmax_backward(T *dS, const T *P, const T *dP, int batch, int s_q, int s_k,
+                                 T scale);
+
+// ---- embedding ----------------------------------------------------------------
+// x[si*b+bi] = wte[tokens[si*b+bi]] + wpe[si]; tokens in [s, b] order.
+template <class T>
+void embedding_forward(T *x, const int32_t *tokens, const T *wte, const T *wpe, int s, int b,
+                       int h);
+// Accumulates dwte (scatter-add by token) and dwpe.
+template <class T>
+void embedding_backward(T *dwte, T *dwpe, const T *dx, const int32_t *tokens, int s, int b,
+                        int h);
+
+// ---- cross-entropy over a padded vocabulary -----------------------------------
+// logits: [N, Vp]; columns >= V are padding and never enter the softmax.
+// losses[i] = logsumexp(logits[i, :V]) - logits[i, targets[i]].
+template <class T>
+void cross_entropy_forward(T *losses, const T *logits, const int32_t *targets, int N, int Vp,
+                           int V);
+// dlogits = dloss * (softmax(logits) - onehot(target)), 0 on padding; may alias logits.
+template <class T>
+void cross_entropy_backward(T *dlogits, const T *logits, const int32_t *targets, int N, int Vp,
+                            int V, T dloss);
+
+// ---- AdamW (decoupled weight decay), one tensor --------------------------------
+struct AdamWParams {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t step;  // 1-based, for bias correction
+};
+template <class T>
+void adamw_update(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, size_t n,
+                  const AdamWParams &a);
+
+// ---- reductions ------------------------------------------------------------------
+// Sum of squares in double, in fixed-size chunks summed in order: the result does
+// not depend on the number of threads.
+template <class T>
+double sum_squares(const T *x, size_t n);
+template <class T>
+void scale_inplace(T *x, size_t n, T alpha);
+// out[j] += sum_i x[i, j] for x: [N, cols].
+template <class T>
+void colsum_accumulate(T *out, const T *x, int N, int cols);
+
+}  // namespace ptdp::cpu

@@ -1,0 +1,147 @@
+// `ptdp` — the launcher. `ptdp SCRIPT.lua [args]` runs a Lua experiment script in
+// an embedded LuaJIT (ARCHITECTURE §7); `ptdp tokenize ...` builds a token dataset.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "capi/ptdp.h"
+
+extern "C" {
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+}
+
+namespace {
+
+bool is_dir(const std::string &p) { return access((p + "/ptdp.lua").c_str(), R_OK) == 0; }
+
+std::string exe_dir() {
+  std::vector<char> buf(4096);
+  ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0) return ".";
+  std::string p(buf.data(), (size_t)n);
+  return p.substr(0, p.find_last_of('/'));
+}
+
+// The Lua module directory: $PTDP_LUA_PATH, the installed share/ptdp/lua, or
+// the source tree's lua/ next to the build directory.
+std::string lua_dir() {
+  if (const char *env = std::getenv("PTDP_LUA_PATH")) return env;
+  std::string exe = exe_dir();
+  for (std::string cand : {exe + "/../share/ptdp/lua", exe + "/../lua", std::string(PTDP_SOURCE_LUA_DIR)})
+    if (is_dir(cand)) return cand;
+  return PTDP_SOURCE_LUA_DIR;
+}
+
+int traceback(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) msg = "(error object is not a string)";
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+int run_script(int argc, char **argv) {
+  const char *script = argv[1];
+  lua_State *L = luaL_newstate();
+  if (!L) {
+    std::fprintf(stderr, "ptdp: cannot create a Lua state (out of memory)\n");
+    return 1;
+  }
+  luaL_openlibs(L);
+  // package.path: the ptdp module first, then the script's own directory.
+  std::string dir = lua_dir();
+  std::string sdir = script;
+  size_t slash = sdir.find_last_of('/');
+  sdir = slash == std::string::npos ? "." : sdir.substr(0, slash);
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "path");
+  std::string path = dir + "/?.lua;" + dir + "/?/init.lua;" + sdir + "/?.lua;" + lua_tostring(L, -1);
+  lua_pop(L, 1);
+  lua_pushstring(L, path.c_str());
+  lua_setfield(L, -2, "path");
+  lua_pop(L, 1);
+  // arg[0] = script, arg[1..n] = its arguments, as the standalone interpreter does.
+  lua_newtable(L);
+  for (int i = 1; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - 1);
+  }
+  lua_setglobal(L, "arg");
+
+  lua_pushcfunction(L, traceback);
+  int rc = luaL_loadfile(L, script);
+  if (rc == 0) {
+    for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
+    rc = lua_pcall(L, argc - 2, 0, -(argc - 2) - 2);
+  }
+  if (rc != 0) {
+    const char *msg = lua_tostring(L, -1);
+    std::fprintf(stderr, "ptdp: %s\n", msg ? msg : "(error object is not a string)");
+    lua_close(L);
+    return 1;
+  }
+  lua_close(L);
+  return 0;
+}
+
+int run_tokenize(int argc, char **argv) {
+  CLI::App app{"Tokenize text files into a ptdp token dataset", "ptdp tokenize"};
+  std::vector<std::string> inputs;
+  std::string output, format = "fortune", tokenizer = "byte";
+  app.add_option("inputs", inputs, "text files or directories")->required();
+  app.add_option("-o,--output", output, "dataset file to write")->required();
+  app.add_option("--format", format, "fortune | lines | file")->capture_default_str();
+  app.add_option("--tokenizer", tokenizer, "byte")->capture_default_str();
+  try {
+    app.parse(argc - 1, argv + 1);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  std::vector<const char *> in;
+  for (auto &s : inputs) in.push_back(s.c_str());
+  int64_t docs = 0, tokens = 0;
+  ptdp_status st = ptdp_tokenize(in.data(), (int32_t)in.size(), format.c_str(), tokenizer.c_str(),
+                                 output.c_str(), &docs, &tokens);
+  if (st != PTDP_OK) {
+    std::fprintf(stderr, "ptdp tokenize: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
+    return 1;
+  }
+  std::printf("wrote %s: %lld documents, %lld tokens\n", output.c_str(), (long long)docs,
+              (long long)tokens);
+  return 0;
+}
+
+void usage(FILE *f) {
+  std::fprintf(f,
+               "usage: ptdp SCRIPT.lua [script arguments]   run a Lua experiment script\n"
+               "       ptdp tokenize --output FILE INPUT... build a token dataset\n"
+               "       ptdp --version\n");
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "--version") {
+    std::printf("ptdp %s\n", ptdp_version());
+    return 0;
+  }
+  if (cmd == "--help" || cmd == "-h") {
+    usage(stdout);
+    return 0;
+  }
+  if (cmd == "tokenize") return run_tokenize(argc, argv);
+  if (cmd.size() > 4 && cmd.compare(cmd.size() - 4, 4, ".lua") == 0) return run_script(argc, argv);
+  std::fprintf(stderr, "ptdp: unknown command '%s'\n", cmd.c_str());
+  usage(stderr);
+  return 2;
+}

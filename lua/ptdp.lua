@@ -1,0 +1,179 @@
+-- The `ptdp` Lua module: a thin layer over the C ABI (capi/ptdp.h) through
+-- LuaJIT's FFI. Handles are freed by ffi.gc; failures raise Lua errors that
+-- carry the library's message, positioned at the calling script line.
+local ffi = require 'ffi'
+
+local M = {}
+
+-- Bind the declarations between the ffi markers of the header, which has no
+-- preprocessor lines inside them (ARCHITECTURE §6).
+local here = debug.getinfo(1, 'S').source:match('^@(.*)/[^/]*$') or '.'
+local function read_header()
+  for _, p in ipairs { os.getenv('PTDP_HEADER') or '', here .. '/../capi/ptdp.h' } do
+    local f = p ~= '' and io.open(p, 'r')
+    if f then
+      local text = f:read('*a')
+      f:close()
+      return text
+    end
+  end
+  error('ptdp: cannot find capi/ptdp.h next to ' .. here .. ' (set PTDP_HEADER)')
+end
+local decls = read_header():match('/%* ffi%-begin %*/(.-)/%* ffi%-end %*/')
+ffi.cdef((decls:gsub('PTDP_API ', '')))
+
+-- Inside the `ptdp` launcher the library is already loaded; elsewhere load it.
+local C
+do
+  local ok = pcall(function() return ffi.C.ptdp_version end)
+  C = ok and ffi.C or ffi.load(os.getenv('PTDP_LIBRARY') or 'ptdp')
+end
+M.C = C
+
+local function check(status)
+  if status ~= 0 then
+    error(ffi.string(C.ptdp_status_string(status)) .. ': ' ..
+          ffi.string(C.ptdp_last_error()), 3)
+  end
+end
+
+-- Calls fn(buf, cap, out_len) with a growing buffer until the text fits.
+local function read_text(fn)
+  local len = ffi.new('size_t[1]')
+  local cap = 256
+  while true do
+    local buf = ffi.new('char[?]', cap)
+    local st = fn(buf, cap, len)
+    if st == 0 then return ffi.string(buf, len[0]) end
+    if st ~= C.PTDP_ERR_BUFFER_TOO_SMALL then check(st) end
+    cap = tonumber(len[0]) + 1
+  end
+end
+
+function M.version() return ffi.string(C.ptdp_version()) end
+
+-- The option schema: { {key=, default=, help=}, ... }
+function M.options()
+  local out = {}
+  local k, d, h = ffi.new('const char*[1]'), ffi.new('const char*[1]'), ffi.new('const char*[1]')
+  for i = 0, C.ptdp_option_count() - 1 do
+    check(C.ptdp_option_info(i, k, d, h))
+    out[#out + 1] = { key = ffi.string(k[0]), default = ffi.string(d[0]), help = ffi.string(h[0]) }
+  end
+  return out
+end
+
+-- Short names used inside the grouped tables of ARCHITECTURE §7.
+local aliases = {
+  optimizer = { warmup_iters = 'lr_warmup_iters', decay_iters = 'lr_decay_iters',
+                decay = 'lr_decay_style', beta1 = 'adam_beta1', beta2 = 'adam_beta2',
+                eps = 'adam_eps' },
+  data = { path = 'data_path', tokenizer = 'tokenizer_type' },
+  model = {},
+}
+
+local function set_option(cfg, key, value)
+  local st
+  if type(value) == 'boolean' then value = value and 1 or 0 end
+  if type(value) == 'number' then
+    st = C.ptdp_config_set_double(cfg, key, value)
+    if st == C.PTDP_ERR_BAD_VALUE and value == math.floor(value) then
+      st = C.ptdp_config_set(cfg, key, string.format('%d', value))
+    end
+  else
+    st = C.ptdp_config_set(cfg, key, tostring(value))
+  end
+  return st
+end
+
+-- Builds a config from a table: flat option keys, or the groups model /
+-- optimizer / data holding option keys or their short aliases.
+function M.config(t)
+  local out = ffi.new('ptdp_config*[1]')
+  check(C.ptdp_config_create(out))
+  local cfg = ffi.gc(out[0], C.ptdp_config_destroy)
+  local function apply(tbl, group)
+    for k, v in pairs(tbl) do
+      if type(v) == 'table' and aliases[k] and not group then
+        apply(v, k)
+      else
+        local key = group and aliases[group][k] or k
+        check(set_option(cfg, key, v))
+      end
+    end
+  end
+  apply(t or {}, nil)
+  return cfg
+end
+
+local Trainer = {}
+Trainer.__index = Trainer
+
+function M.trainer(t)
+  local cfg = M.config(t)
+  local out = ffi.new('ptdp_trainer*[1]')
+  check(C.ptdp_trainer_create(cfg, out))
+  return setmetatable({ handle = ffi.gc(out[0], C.ptdp_trainer_destroy) }, Trainer)
+end
+
+local metric_names = { 'iteration', 'consumed_samples', 'lm_loss', 'lr', 'grad_norm',
+                       'loss_scale', 'skipped_iters', 'nan_iters', 'elapsed_ms',
+                       'tokens_per_s', 'tflops_per_rank' }
+
+function Trainer:get(name)
+  local v = ffi.new('double[1]')
+  check(C.ptdp_trainer_get(self.handle, name, v))
+  return v[0]
+end
+
+-- One optimizer step; returns a table of the step's metrics (loss = lm_loss).
+function Trainer:step()
+  local loss = ffi.new('double[1]')
+  check(C.ptdp_trainer_step(self.handle, loss))
+  local m = {}
+  local v = ffi.new('double[1]')
+  for _, n in ipairs(metric_names) do
+    check(C.ptdp_trainer_get(self.handle, n, v))
+    m[n] = v[0]
+  end
+  m.loss = m.lm_loss
+  return m
+end
+
+function Trainer:evaluate(iters)
+  local v = ffi.new('double[1]')
+  check(C.ptdp_trainer_evaluate(self.handle, iters or 0, v))
+  return v[0]
+end
+
+function Trainer:log_line()
+  return read_text(function(buf, cap, len) return C.ptdp_trainer_log_line(self.handle, buf, cap, len) end)
+end
+
+-- opts: max_new_tokens (default 200), temperature (0 = greedy), seed.
+function Trainer:generate(prompt, opts)
+  opts = opts or {}
+  return read_text(function(buf, cap, len)
+    return C.ptdp_trainer_generate(self.handle, prompt or '', opts.max_new_tokens or 200,
+                                   opts.temperature or 0, opts.seed or 0, buf, cap, len)
+  end)
+end
+
+-- ptdp.tokenize{ inputs = {...} or 'path', output = 'file', format = 'fortune', tokenizer = 'byte' }
+function M.tokenize(t)
+  local inputs = type(t.inputs) == 'table' and t.inputs or { t.inputs }
+  local arr = ffi.new('const char*[?]', #inputs)
+  for i, p in ipairs(inputs) do arr[i - 1] = p end
+  local docs, toks = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
+  check(C.ptdp_tokenize(arr, #inputs, t.format or 'fortune', t.tokenizer or 'byte',
+                        assert(t.output, 'tokenize needs output'), docs, toks))
+  return tonumber(docs[0]), tonumber(toks[0])
+end
+
+function M.benchmark_sgemm(n, repeats)
+  local v = ffi.new('double[1]')
+  check(C.ptdp_benchmark_sgemm(n or 2048, repeats or 5, v))
+  return v[0]
+end
+
+return M

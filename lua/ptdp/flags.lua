@@ -1,0 +1,89 @@
+-- Megatron-style command-line flags for ptdp scripts: `--num-layers 4` or
+-- `--num-layers=4`. Flags naming an engine option go to the trainer config;
+-- flags the script declares (with a default) go to the script's options; any
+-- other flag is an error listing what is allowed.
+local ptdp = require 'ptdp'
+
+local M = {}
+
+local function flag_name(key) return '--' .. key:gsub('_', '-') end
+
+-- script_spec: { log_interval = { default = 10, help = '...' }, ... }; the type
+-- of the default (number, string, boolean) is the type of the flag.
+-- Returns config (table of engine options) and opts (script options).
+function M.parse(argv, script_spec, config_defaults)
+  local engine = {}
+  for _, o in ipairs(ptdp.options()) do engine[o.key] = o end
+  local config, opts = {}, {}
+  for k, v in pairs(config_defaults or {}) do config[k] = v end
+  for k, s in pairs(script_spec) do opts[k] = s.default end
+
+  local function allowed()
+    local names = {}
+    for k in pairs(engine) do names[#names + 1] = flag_name(k) end
+    for k in pairs(script_spec) do names[#names + 1] = flag_name(k) end
+    table.sort(names)
+    return table.concat(names, ' ')
+  end
+
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == '--help' or a == '-h' then
+      local lines = { 'flags (engine options, then script options):' }
+      for _, o in ipairs(ptdp.options()) do
+        lines[#lines + 1] = string.format('  %-36s %s (default %s)', flag_name(o.key), o.help,
+                                          o.default == '' and 'none' or o.default)
+      end
+      local keys = {}
+      for k in pairs(script_spec) do keys[#keys + 1] = k end
+      table.sort(keys)
+      for _, k in ipairs(keys) do
+        lines[#lines + 1] = string.format('  %-36s %s (default %s)', flag_name(k),
+                                          script_spec[k].help or '', tostring(script_spec[k].default))
+      end
+      print(table.concat(lines, '\n'))
+      os.exit(0)
+    end
+    local name, value = a:match('^%-%-([%w%-]+)=(.*)$')
+    if not name then name = a:match('^%-%-([%w%-]+)$') end
+    if not name then
+      error(string.format("unexpected argument '%s': flags look like --name value", a), 0)
+    end
+    local key = name:gsub('%-', '_')
+    local spec = script_spec[key]
+    if not engine[key] and not spec then
+      error(string.format("unknown flag '--%s'; allowed flags: %s", name, allowed()), 0)
+    end
+    if value == nil then
+      if spec and type(spec.default) == 'boolean' then
+        value = 'true'
+      else
+        i = i + 1
+        value = argv[i]
+        if value == nil then error(string.format("flag '--%s' needs a value", name), 0) end
+      end
+    end
+    if spec then
+      local t = type(spec.default)
+      if t == 'number' then
+        local n = tonumber(value)
+        if not n then error(string.format("flag '--%s' must be a number, got '%s'", name, value), 0) end
+        opts[key] = n
+      elseif t == 'boolean' then
+        if value ~= 'true' and value ~= 'false' then
+          error(string.format("flag '--%s' must be true or false, got '%s'", name, value), 0)
+        end
+        opts[key] = value == 'true'
+      else
+        opts[key] = value
+      end
+    else
+      config[key] = value
+    end
+    i = i + 1
+  end
+  return config, opts
+end
+
+return M
