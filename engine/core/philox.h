@@ -63,11 +63,13 @@ struct DropoutKey {
   uint32_t iteration;
 };
 
+// The four draws of elements 4q .. 4q+3.
+inline Philox4x32 dropout_quad(const DropoutKey &k, uint32_t sample, uint64_t quad) {
+  return philox4x32((uint32_t)k.seed, (uint32_t)(k.seed >> 32), (uint32_t)quad, sample, k.stream,
+                    k.iteration ^ (uint32_t)(quad >> 32));
+}
 inline uint32_t dropout_bits(const DropoutKey &k, uint32_t sample, uint64_t element) {
-  uint64_t quad = element >> 2;
-  Philox4x32 r = philox4x32((uint32_t)k.seed, (uint32_t)(k.seed >> 32), (uint32_t)quad, sample,
-                            k.stream, k.iteration ^ (uint32_t)(quad >> 32));
-  return r.v[element & 3];
+  return dropout_quad(k, sample, element >> 2).v[element & 3];
 }
 
 }  // namespace ptdp

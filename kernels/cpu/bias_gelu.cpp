@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ptdp::cpu {
 
@@ -13,12 +14,13 @@ template <class T>
 void bias_gelu_forward(T *z, T *out, const T *y, const T *bias, int N, int f) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
+#pragma omp simd
     for (int j = 0; j < f; j++) {
       size_t k = (size_t)i * f + j;
       T v = y[k] + bias[j];
       z[k] = v;
       T u = T(kSqrt2OverPi) * (v + T(kCoeff) * v * v * v);
-      out[k] = T(0.5) * v * (T(1) + std::tanh(u));
+      out[k] = T(0.5) * v * (T(1) + vtanh(u));
     }
   }
 }
@@ -27,11 +29,12 @@ template <class T>
 void bias_gelu_backward(T *dz, T *dbias, const T *dout, const T *z, int N, int f) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
+#pragma omp simd
     for (int j = 0; j < f; j++) {
       size_t k = (size_t)i * f + j;
       T v = z[k];
       T u = T(kSqrt2OverPi) * (v + T(kCoeff) * v * v * v);
-      T th = std::tanh(u);
+      T th = vtanh(u);
       T du = T(kSqrt2OverPi) * (T(1) + T(3 * kCoeff) * v * v);
       T grad = T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * du;
       dz[k] = dout[k] * grad;

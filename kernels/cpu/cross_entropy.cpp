@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ptdp::cpu {
 
@@ -13,7 +14,8 @@ void cross_entropy_forward(T *losses, const T *logits, const int32_t *targets, i
     T mx = l[0];
     for (int j = 1; j < V; j++) mx = std::max(mx, l[j]);
     T sum = 0;
-    for (int j = 0; j < V; j++) sum += std::exp(l[j] - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; j++) sum += vexp(l[j] - mx);
     losses[i] = std::log(sum) + mx - l[targets[i]];
   }
 }
@@ -28,9 +30,11 @@ void cross_entropy_backward(T *dlogits, const T *logits, const int32_t *targets,
     T mx = l[0];
     for (int j = 1; j < V; j++) mx = std::max(mx, l[j]);
     T sum = 0;
-    for (int j = 0; j < V; j++) sum += std::exp(l[j] - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; j++) sum += vexp(l[j] - mx);
     T inv = T(1) / sum;
-    for (int j = 0; j < V; j++) d[j] = dloss * std::exp(l[j] - mx) * inv;
+#pragma omp simd
+    for (int j = 0; j < V; j++) d[j] = dloss * vexp(l[j] - mx) * inv;
     for (int j = V; j < Vp; j++) d[j] = 0;
     d[targets[i]] -= dloss;
   }

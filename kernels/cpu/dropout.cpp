@@ -10,10 +10,11 @@ void bias_dropout_add_forward(T *out, const T *residual, const T *y, const T *bi
   for (int r = 0; r < s * b; r++) {
     int si = r / b, bi = r % b;
     uint32_t sample = d.sample_offset + (uint32_t)bi;
+    DropoutStream mask(d, sample);
     for (int j = 0; j < h; j++) {
       size_t k = (size_t)r * h + j;
       T v = y[k] + (bias ? bias[j] : T(0));
-      if (d.p > 0) v = dropout_keep(d, sample, (uint64_t)si * h + j) ? v * keep_scale : T(0);
+      if (d.p > 0) v = mask.keep((uint64_t)si * h + j) ? v * keep_scale : T(0);
       out[k] = (residual ? residual[k] : T(0)) + v;
     }
   }
@@ -42,8 +43,10 @@ void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int 
       for (size_t k = 0; k < n; k++) dst[k] = src[k];
       continue;
     }
+    // Zeros (the causal mask's upper triangle) stay zero: skip their draws.
+    DropoutStream mask(d, sample);
     for (size_t k = 0; k < n; k++)
-      dst[k] = dropout_keep(d, sample, base + k) ? src[k] * keep_scale : T(0);
+      dst[k] = src[k] != T(0) && mask.keep(base + k) ? src[k] * keep_scale : T(0);
   }
 }
 

@@ -2,6 +2,7 @@
 #include <limits>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace ptdp::cpu {
 
@@ -24,8 +25,9 @@ void scale_mask_softmax_forward(T *P, const T *S, int batch, int s_q, int s_k, T
       continue;
     }
     T sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int j = 0; j < jend; j++) {
-      T e = (!mrow || !mrow[j]) ? std::exp(src[j] * scale - mx) : T(0);
+      T e = (!mrow || !mrow[j]) ? vexp(src[j] * scale - mx) : T(0);
       dst[j] = e;
       sum += e;
     }

@@ -1,0 +1,46 @@
+-- CPU benchmark: full training steps (forward, backward, AdamW) of the bench
+-- shape on all cores, and OpenBLAS's SGEMM ceiling on the same machine.
+--   build/ptdp scripts/bench_cpu.lua [--iters 10] [--warmup 2]
+local ptdp = require 'ptdp'
+local flags = require 'ptdp.flags'
+
+local config, opts = flags.parse(arg, {
+  iters = { default = 10, help = 'timed steps' },
+  warmup = { default = 2, help = 'untimed steps first' },
+  sgemm_n = { default = 2048, help = 'size of the square SGEMM' },
+}, {
+  num_layers = 6, hidden_size = 384, num_attention_heads = 6, seq_length = 256,
+  micro_batch_size = 8, global_batch_size = 8, train_iters = 1000000,
+  lr = 1e-4, min_lr = 1e-5, lr_decay_style = 'constant',
+  hidden_dropout = 0.1, attention_dropout = 0.1,
+  make_vocab_size_divisible_by = 8192,  -- vocab 8192: byte tokens padded to the bench size
+  data_path = 'data/fortunes.ptdp',
+})
+
+local f = io.open(config.data_path, 'rb')
+if f then f:close() else
+  os.execute('mkdir -p "$(dirname "' .. config.data_path .. '")"')
+  ptdp.tokenize { inputs = '/usr/share/games/fortunes', output = config.data_path }
+end
+
+local trainer = ptdp.trainer(config)
+local tokens = config.global_batch_size * config.seq_length
+print(string.format('bench shape: layers %d hidden %d heads %d seq %d micro-batch %d vocab %d (padded), fp32, %d params',
+  config.num_layers, config.hidden_size, config.num_attention_heads, config.seq_length,
+  config.micro_batch_size, trainer:get('padded_vocab_size'), trainer:get('num_parameters')))
+for _ = 1, opts.warmup do trainer:step() end
+local best, total, tflops = math.huge, 0, 0
+for _ = 1, opts.iters do
+  local m = trainer:step()
+  total = total + m.elapsed_ms
+  best = math.min(best, m.elapsed_ms)
+  tflops = tflops + m.tflops_per_rank * m.elapsed_ms  -- FLOPs of the step, in TFLOP*ms
+end
+local mean_ms = total / opts.iters
+local tokens_per_s = tokens / (mean_ms / 1e3)
+local gflops = tflops / total * 1e3
+local sgemm = ptdp.benchmark_sgemm(opts.sgemm_n, 5)
+print(string.format('step: mean %.1f ms, best %.1f ms over %d steps', mean_ms, best, opts.iters))
+print(string.format('model GFLOP/s %.1f = %.1f%% of SGEMM %.1f GFLOP/s (n=%d)', gflops,
+                    100 * gflops / sgemm, sgemm, opts.sgemm_n))
+print(string.format('tokens_per_s=%.1f gflops=%.1f sgemm_gflops=%.1f', tokens_per_s, gflops, sgemm))

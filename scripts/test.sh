@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite: install, build (Release, and ASan+UBSan for the unit
+# tests), then every ctest label. .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+bash scripts/build.sh
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTDP_SANITIZE=ON >/dev/null
+cmake --build build-asan -j2 --target test_kernels test_gpt test_data test_trainer
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+ctest --test-dir build-asan -L unit --output-on-failure -j2
+echo "== all tests (Release)"
+ctest --test-dir build --output-on-failure -j2

@@ -1,0 +1,653 @@
+/* test_capi — the C ABI of libptdp.so exercised from plain C99.
+ *
+ *   test_capi CORPUS.txt TMPDIR
+ *
+ * Tokenizes CORPUS (one document per line) into TMPDIR, trains a tiny GPT a few
+ * steps, reads metrics, log line, evaluation and generated text through the
+ * size-query protocol, and checks that every misuse (NULL handles and
+ * pointers, unknown options, bad values, inconsistent configs, missing or
+ * corrupt datasets, wrong call order) gives the documented status code and a
+ * message. Prints each check; exits 1 at the first failure. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "capi/ptdp.h"
+
+static int g_checks = 0;
+static const char *g_tmpdir = ".";
+
+static void fail_now(const char *file, int line, const char *what, const char *detail) {
+  fprintf(stderr, "FAIL %s:%d: %s\n", file, line, what);
+  if (detail && *detail) fprintf(stderr, "     %s\n", detail);
+  fprintf(stderr, "     ptdp_last_error(): \"%s\"\n", ptdp_last_error());
+  fflush(stdout);
+  exit(1);
+}
+
+#define CHECK(cond, what)                                         \
+  do {                                                            \
+    g_checks++;                                                   \
+    if (!(cond)) fail_now(__FILE__, __LINE__, what, #cond);       \
+    printf("ok   %s\n", what);                                    \
+  } while (0)
+
+/* The call returned `want`; when `want` is an error, ptdp_last_error() is
+ * non-empty and (if `needle` is not NULL) contains `needle`; on success it is "". */
+static void expect_status(const char *file, int line, ptdp_status got, ptdp_status want,
+                          const char *needle, const char *what) {
+  char detail[1024];
+  const char *msg = ptdp_last_error();
+  g_checks++;
+  if (msg == NULL) fail_now(file, line, what, "ptdp_last_error() returned NULL");
+  if (got != want) {
+    snprintf(detail, sizeof detail, "status %d (%s), expected %d (%s)", (int)got,
+             ptdp_status_string(got), (int)want, ptdp_status_string(want));
+    fail_now(file, line, what, detail);
+  }
+  if (want != PTDP_OK && msg[0] == '\0')
+    fail_now(file, line, what, "error status but ptdp_last_error() is empty");
+  if (want == PTDP_OK && msg[0] != '\0')
+    fail_now(file, line, what, "success but ptdp_last_error() is not empty");
+  if (needle && strstr(msg, needle) == NULL) {
+    snprintf(detail, sizeof detail, "message does not contain \"%s\"", needle);
+    fail_now(file, line, what, detail);
+  }
+  if (want == PTDP_OK)
+    printf("ok   %s\n", what);
+  else
+    printf("ok   %s -> %s: %.160s%s\n", what, ptdp_status_string(got), msg,
+           strlen(msg) > 160 ? "..." : "");
+}
+
+#define EXPECT(call, want, needle, what) expect_status(__FILE__, __LINE__, (call), (want), (needle), (what))
+#define EXPECT_OK(call, what) EXPECT(call, PTDP_OK, NULL, what)
+
+static void tmp_path(char *out, size_t cap, const char *name) {
+  int n = snprintf(out, cap, "%s/%s", g_tmpdir, name);
+  if (n < 0 || (size_t)n >= cap) {
+    fprintf(stderr, "FAIL: temp path too long\n");
+    exit(1);
+  }
+}
+
+/* Writes the first `keep` bytes of `src` to `dst` (keep < 0: all but -keep bytes). */
+static long copy_prefix(const char *src, const char *dst, long keep) {
+  FILE *in = fopen(src, "rb"), *out;
+  char *buf;
+  long size;
+  if (!in) return -1;
+  fseek(in, 0, SEEK_END);
+  size = ftell(in);
+  fseek(in, 0, SEEK_SET);
+  buf = (char *)malloc((size_t)size + 1);
+  if (!buf || fread(buf, 1, (size_t)size, in) != (size_t)size) {
+    fclose(in);
+    free(buf);
+    return -1;
+  }
+  fclose(in);
+  if (keep < 0) keep = size + keep;
+  if (keep < 0 || keep > size) keep = size;
+  out = fopen(dst, "wb");
+  if (!out || fwrite(buf, 1, (size_t)keep, out) != (size_t)keep) {
+    if (out) fclose(out);
+    free(buf);
+    return -1;
+  }
+  fclose(out);
+  free(buf);
+  return size;
+}
+
+static void put_u32(unsigned char *p, unsigned long v) {
+  int i;
+  for (i = 0; i < 4; i++) p[i] = (unsigned char)((v >> (8 * i)) & 0xff);
+}
+static void put_u64(unsigned char *p, unsigned long v) {
+  int i;
+  for (i = 0; i < 8; i++) p[i] = (unsigned char)(i < 4 ? (v >> (8 * i)) & 0xff : 0);
+}
+
+/* A well-formed dataset file (engine/data/dataset.h layout) of one document of
+ * `n` 2-byte tokens 0, 1, 2, ... declaring vocabulary `vocab`. */
+static int write_raw_dataset(const char *path, unsigned long vocab, unsigned long n,
+                             unsigned long first_token) {
+  unsigned char header[64], idx[16], tok[2];
+  unsigned long i;
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  memset(header, 0, sizeof header);
+  memcpy(header, "PTDPTOK", 8); /* includes the NUL */
+  put_u32(header + 8, 1);       /* version */
+  put_u32(header + 12, 2);      /* token bytes */
+  put_u32(header + 16, vocab);
+  put_u64(header + 24, 1); /* documents */
+  put_u64(header + 32, n); /* tokens */
+  put_u64(idx, 0);
+  put_u64(idx + 8, n);
+  fwrite(header, 1, sizeof header, f);
+  fwrite(idx, 1, sizeof idx, f);
+  for (i = 0; i < n; i++) {
+    unsigned long t = (first_token + i) % vocab;
+    tok[0] = (unsigned char)(t & 0xff);
+    tok[1] = (unsigned char)((t >> 8) & 0xff);
+    fwrite(tok, 1, 2, f);
+  }
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+/* The tiny model every trainer of this test uses. */
+static ptdp_config *tiny_config(const char *data_path) {
+  ptdp_config *c = NULL;
+  EXPECT_OK(ptdp_config_create(&c), "config_create");
+  CHECK(c != NULL, "config_create gives a handle");
+  EXPECT_OK(ptdp_config_set_int(c, "num_layers", 2), "set num_layers 2");
+  EXPECT_OK(ptdp_config_set(c, "hidden_size", "32"), "set hidden_size \"32\"");
+  EXPECT_OK(ptdp_config_set_int(c, "num_attention_heads", 2), "set num_attention_heads 2");
+  EXPECT_OK(ptdp_config_set_int(c, "seq_length", 32), "set seq_length 32");
+  EXPECT_OK(ptdp_config_set_int(c, "micro_batch_size", 2), "set micro_batch_size 2");
+  EXPECT_OK(ptdp_config_set_int(c, "global_batch_size", 4), "set global_batch_size 4");
+  EXPECT_OK(ptdp_config_set_int(c, "train_iters", 12), "set train_iters 12");
+  EXPECT_OK(ptdp_config_set_double(c, "lr", 1e-2), "set lr 1e-2");
+  EXPECT_OK(ptdp_config_set_double(c, "min_lr", 1e-3), "set min_lr 1e-3");
+  EXPECT_OK(ptdp_config_set_int(c, "lr_warmup_iters", 1), "set lr_warmup_iters 1");
+  EXPECT_OK(ptdp_config_set_double(c, "hidden_dropout", 0.0), "set hidden_dropout 0");
+  EXPECT_OK(ptdp_config_set_double(c, "attention_dropout", 0.0), "set attention_dropout 0");
+  EXPECT_OK(ptdp_config_set_int(c, "eval_iters", 2), "set eval_iters 2");
+  EXPECT_OK(ptdp_config_set_int(c, "num_threads", 1), "set num_threads 1");
+  if (data_path) EXPECT_OK(ptdp_config_set(c, "data_path", data_path), "set data_path");
+  return c;
+}
+
+/* trainer_create must fail with `want` and a message containing `needle`, and leave *out NULL. */
+static void expect_create_fails(ptdp_config *c, ptdp_status want, const char *needle,
+                                const char *what) {
+  ptdp_trainer *t = (ptdp_trainer *)&g_checks; /* poison: must be reset to NULL */
+  EXPECT(ptdp_trainer_create(c, &t), want, needle, what);
+  CHECK(t == NULL, "failed trainer_create leaves *out NULL");
+}
+
+static void test_status_strings(void) {
+  int s;
+  const char *seen[PTDP_ERR_INTERNAL + 1];
+  printf("-- status strings and version\n");
+  for (s = PTDP_OK; s <= PTDP_ERR_INTERNAL; s++) {
+    int k;
+    const char *str = ptdp_status_string(s);
+    CHECK(str != NULL && str[0] != '\0', "ptdp_status_string is non-empty for every code");
+    CHECK(strcmp(str, "unknown status code") != 0, "every defined code has its own name");
+    for (k = 0; k < s; k++) CHECK(strcmp(seen[k], str) != 0, "status strings are distinct");
+    seen[s] = str;
+  }
+  CHECK(strcmp(ptdp_status_string(PTDP_OK), "ok") == 0, "status 0 is \"ok\"");
+  CHECK(strcmp(ptdp_status_string(-1), "unknown status code") == 0, "status -1 is unknown");
+  CHECK(strcmp(ptdp_status_string(PTDP_ERR_INTERNAL + 1), "unknown status code") == 0,
+        "status INTERNAL+1 is unknown");
+  CHECK(strcmp(ptdp_status_string(2147483647), "unknown status code") == 0,
+        "status INT32_MAX is unknown");
+  CHECK(ptdp_version() != NULL && strcmp(ptdp_version(), "0.1.0") == 0, "version 0.1.0");
+  CHECK(ptdp_version_number() ==
+            PTDP_VERSION_MAJOR * 10000 + PTDP_VERSION_MINOR * 100 + PTDP_VERSION_PATCH,
+        "version number matches the header");
+  CHECK(ptdp_last_error() != NULL, "ptdp_last_error is never NULL");
+}
+
+static void test_null_arguments(const char *corpus, const char *data_path) {
+  ptdp_config *c = NULL;
+  size_t len = 12345;
+  char buf[64];
+  double v = 0;
+  const char *k = NULL, *d = NULL, *h = NULL;
+  const char *inputs[1], *null_inputs[1] = {NULL};
+  const ptdp_status BAD = PTDP_ERR_INVALID_ARGUMENT;
+  inputs[0] = corpus;
+  printf("-- NULL handles and pointers\n");
+  EXPECT(ptdp_config_create(NULL), BAD, "out", "config_create(NULL)");
+  ptdp_config_destroy(NULL);
+  ptdp_trainer_destroy(NULL);
+  CHECK(1, "config_destroy(NULL) and trainer_destroy(NULL) return");
+  EXPECT(ptdp_config_set(NULL, "num_layers", "2"), BAD, "config", "config_set(NULL config)");
+  EXPECT(ptdp_config_set_int(NULL, "num_layers", 2), BAD, "config", "config_set_int(NULL config)");
+  EXPECT(ptdp_config_set_double(NULL, "lr", 0.1), BAD, "config", "config_set_double(NULL config)");
+  EXPECT(ptdp_config_get(NULL, "num_layers", buf, sizeof buf, &len), BAD, "config",
+         "config_get(NULL config)");
+  EXPECT(ptdp_trainer_create(NULL, NULL), BAD, NULL, "trainer_create(NULL, NULL)");
+  {
+    ptdp_trainer *t = (ptdp_trainer *)&len;
+    EXPECT(ptdp_trainer_create(NULL, &t), BAD, "config", "trainer_create(NULL config)");
+    CHECK(t == NULL, "trainer_create(NULL config) sets *out to NULL");
+  }
+  EXPECT(ptdp_trainer_step(NULL, &v), BAD, "trainer", "trainer_step(NULL)");
+  EXPECT(ptdp_trainer_step(NULL, NULL), BAD, "trainer", "trainer_step(NULL, NULL)");
+  EXPECT(ptdp_trainer_evaluate(NULL, 1, &v), BAD, "trainer", "trainer_evaluate(NULL)");
+  EXPECT(ptdp_trainer_get(NULL, "iteration", &v), BAD, "trainer", "trainer_get(NULL)");
+  EXPECT(ptdp_trainer_log_line(NULL, buf, sizeof buf, &len), BAD, "trainer",
+         "trainer_log_line(NULL)");
+  EXPECT(ptdp_trainer_generate(NULL, "The ", 4, 0.0, 0, buf, sizeof buf, &len), BAD, "trainer",
+         "trainer_generate(NULL)");
+  EXPECT(ptdp_option_info(-1, &k, &d, &h), BAD, "outside", "option_info(-1)");
+  EXPECT(ptdp_option_info(ptdp_option_count(), &k, &d, &h), BAD, "outside",
+         "option_info(count)");
+  EXPECT(ptdp_tokenize(NULL, 1, "lines", "byte", data_path, NULL, NULL), BAD, "inputs",
+         "tokenize(NULL inputs)");
+  EXPECT(ptdp_tokenize(null_inputs, 1, "lines", "byte", data_path, NULL, NULL), BAD, "inputs",
+         "tokenize(inputs[0] NULL)");
+  EXPECT(ptdp_tokenize(inputs, 0, "lines", "byte", data_path, NULL, NULL), BAD, "num_inputs",
+         "tokenize(0 inputs)");
+  EXPECT(ptdp_tokenize(inputs, -3, "lines", "byte", data_path, NULL, NULL), BAD, "num_inputs",
+         "tokenize(-3 inputs)");
+  EXPECT(ptdp_tokenize(inputs, 1, NULL, "byte", data_path, NULL, NULL), BAD, "format",
+         "tokenize(NULL format)");
+  EXPECT(ptdp_tokenize(inputs, 1, "lines", NULL, data_path, NULL, NULL), BAD, "tokenizer",
+         "tokenize(NULL tokenizer)");
+  EXPECT(ptdp_tokenize(inputs, 1, "lines", "byte", NULL, NULL, NULL), BAD, "output_path",
+         "tokenize(NULL output)");
+  EXPECT(ptdp_benchmark_sgemm(16, 1, NULL), BAD, "gflops", "benchmark_sgemm(NULL gflops)");
+  EXPECT(ptdp_benchmark_sgemm(0, 1, &v), BAD, "n=", "benchmark_sgemm(n=0)");
+  EXPECT(ptdp_benchmark_sgemm(16, 0, &v), BAD, "repeats", "benchmark_sgemm(repeats=0)");
+  EXPECT_OK(ptdp_benchmark_sgemm(16, 1, &v), "benchmark_sgemm(16, 1)");
+  CHECK(v > 0 && isfinite(v), "benchmark_sgemm gives a positive GFLOP/s");
+
+  EXPECT_OK(ptdp_config_create(&c), "config_create");
+  EXPECT(ptdp_config_set(c, NULL, "2"), BAD, "key", "config_set(NULL key)");
+  EXPECT(ptdp_config_set(c, "num_layers", NULL), BAD, "value", "config_set(NULL value)");
+  EXPECT(ptdp_config_set_int(c, NULL, 2), BAD, "key", "config_set_int(NULL key)");
+  EXPECT(ptdp_config_set_double(c, NULL, 2.0), BAD, "key", "config_set_double(NULL key)");
+  EXPECT(ptdp_config_get(c, NULL, buf, sizeof buf, &len), BAD, "key", "config_get(NULL key)");
+  len = 0;
+  EXPECT(ptdp_config_get(c, "num_layers", NULL, 0, &len), PTDP_ERR_BUFFER_TOO_SMALL, "bytes",
+         "config_get(NULL buffer) asks for a buffer");
+  CHECK(len == 1, "config_get(NULL buffer) reports the length of \"4\"");
+  EXPECT(ptdp_config_get(c, "num_layers", NULL, 0, NULL), PTDP_ERR_BUFFER_TOO_SMALL, NULL,
+         "config_get(NULL buffer, NULL out_len)");
+  EXPECT_OK(ptdp_config_get(c, "num_layers", buf, sizeof buf, NULL), "config_get(NULL out_len)");
+  CHECK(strcmp(buf, "4") == 0, "num_layers defaults to 4");
+  EXPECT_OK(ptdp_option_info(0, NULL, NULL, NULL), "option_info(0, NULL, NULL, NULL)");
+  ptdp_config_destroy(c);
+}
+
+static void test_options(void) {
+  ptdp_config *c = NULL;
+  char buf[256];
+  size_t len = 0;
+  int32_t i, n = ptdp_option_count();
+  int saw_num_layers = 0;
+  printf("-- options: unknown keys and bad values\n");
+  CHECK(n >= 20, "the option schema has the Megatron options");
+  EXPECT_OK(ptdp_config_create(&c), "config_create");
+  for (i = 0; i < n; i++) {
+    const char *k = NULL, *d = NULL, *h = NULL;
+    EXPECT_OK(ptdp_option_info(i, &k, &d, &h), "option_info");
+    CHECK(k && d && h && k[0] && h[0], "option has a key, a default and help text");
+    if (strcmp(k, "num_layers") == 0) saw_num_layers = 1;
+    /* every default is a valid value of its option */
+    EXPECT_OK(ptdp_config_set(c, k, d), "setting an option to its default");
+    EXPECT_OK(ptdp_config_get(c, k, buf, sizeof buf, &len), "config_get of that option");
+    CHECK(strcmp(buf, d) == 0 && len == strlen(d), "config_get returns the value set");
+  }
+  CHECK(saw_num_layers, "num_layers is in the schema");
+
+  EXPECT(ptdp_config_set(c, "no_such_option", "1"), PTDP_ERR_UNKNOWN_OPTION, "no_such_option",
+         "unknown key");
+  CHECK(strstr(ptdp_last_error(), "num_layers") && strstr(ptdp_last_error(), "hidden_size") &&
+            strstr(ptdp_last_error(), "micro_batch_size"),
+        "the unknown-key message lists the known keys");
+  EXPECT(ptdp_config_set_int(c, "num-layers", 2), PTDP_ERR_UNKNOWN_OPTION, "num_layers",
+         "flag spelling is not a key");
+  EXPECT(ptdp_config_set_double(c, "learning_rate", 0.1), PTDP_ERR_UNKNOWN_OPTION, "lr",
+         "unknown key via set_double");
+  EXPECT(ptdp_config_get(c, "no_such_option", buf, sizeof buf, &len), PTDP_ERR_UNKNOWN_OPTION,
+         "known options", "config_get of an unknown key");
+
+  EXPECT_OK(ptdp_config_set_int(c, "num_layers", 3), "set num_layers 3");
+  EXPECT(ptdp_config_set(c, "num_layers", "abc"), PTDP_ERR_BAD_VALUE,
+         "num_layers must be an integer", "num_layers \"abc\"");
+  EXPECT(ptdp_config_set(c, "num_layers", "3.5"), PTDP_ERR_BAD_VALUE, "integer",
+         "num_layers \"3.5\"");
+  EXPECT(ptdp_config_set(c, "num_layers", "12abc"), PTDP_ERR_BAD_VALUE, "integer",
+         "num_layers \"12abc\"");
+  EXPECT(ptdp_config_set(c, "num_layers", ""), PTDP_ERR_BAD_VALUE, "integer", "num_layers \"\"");
+  EXPECT(ptdp_config_set(c, "num_layers", "99999999999999999999999"), PTDP_ERR_BAD_VALUE,
+         "integer", "num_layers overflowing int64");
+  EXPECT(ptdp_config_set_double(c, "num_layers", 2.5), PTDP_ERR_BAD_VALUE, "integer",
+         "set_double 2.5 on an integer option");
+  EXPECT(ptdp_config_set_int(c, "num_layers", 0), PTDP_ERR_BAD_VALUE, "[1, 4096]",
+         "num_layers 0 (out of range)");
+  EXPECT(ptdp_config_set_int(c, "num_layers", 5000), PTDP_ERR_BAD_VALUE, "[1, 4096]",
+         "num_layers 5000 (out of range)");
+  EXPECT(ptdp_config_set_int(c, "micro_batch_size", -2), PTDP_ERR_BAD_VALUE, "micro_batch_size",
+         "micro_batch_size -2");
+  EXPECT_OK(ptdp_config_get(c, "num_layers", buf, sizeof buf, &len), "config_get num_layers");
+  CHECK(strcmp(buf, "3") == 0, "a rejected value leaves the previous one in place");
+  EXPECT_OK(ptdp_config_set_double(c, "num_layers", 2.0), "set_double 2.0 on an integer option");
+
+  EXPECT(ptdp_config_set(c, "lr", "fast"), PTDP_ERR_BAD_VALUE, "lr must be a number", "lr \"fast\"");
+  EXPECT(ptdp_config_set_double(c, "lr", -1.0), PTDP_ERR_BAD_VALUE, "lr must be in", "lr -1");
+  EXPECT(ptdp_config_set_double(c, "lr", NAN), PTDP_ERR_BAD_VALUE, "lr", "lr NaN");
+  EXPECT(ptdp_config_set_double(c, "lr", HUGE_VAL), PTDP_ERR_BAD_VALUE, "lr", "lr inf");
+  EXPECT(ptdp_config_set_double(c, "hidden_dropout", 1.5), PTDP_ERR_BAD_VALUE, "hidden_dropout",
+         "hidden_dropout 1.5");
+  EXPECT(ptdp_config_set(c, "lr_decay_style", "exponential"), PTDP_ERR_BAD_VALUE,
+         "constant,linear,cosine", "lr_decay_style \"exponential\" (bad choice)");
+  EXPECT(ptdp_config_set(c, "tokenizer_type", "gpt2"), PTDP_ERR_BAD_VALUE, "byte",
+         "tokenizer_type \"gpt2\" (bad choice)");
+  EXPECT_OK(ptdp_config_set(c, "lr_decay_style", "linear"), "lr_decay_style \"linear\"");
+  ptdp_config_destroy(c);
+}
+
+static void test_bad_configs(const char *corpus, const char *data_path) {
+  ptdp_config *c;
+  char path[4096], trunc_path[4096];
+  const char *inputs[1];
+  long size;
+  printf("-- inconsistent configs, missing and corrupt datasets\n");
+
+  c = tiny_config(data_path);
+  EXPECT_OK(ptdp_config_set_int(c, "num_attention_heads", 3), "set num_attention_heads 3");
+  expect_create_fails(c, PTDP_ERR_INVALID_CONFIG, "must divide hidden_size",
+                      "3 heads do not divide hidden 32");
+  ptdp_config_destroy(c);
+
+  c = tiny_config(data_path);
+  EXPECT_OK(ptdp_config_set_int(c, "max_position_embeddings", 16), "set max_position_embeddings 16");
+  expect_create_fails(c, PTDP_ERR_INVALID_CONFIG, "max_position_embeddings",
+                      "seq_length 32 > max_position_embeddings 16");
+  ptdp_config_destroy(c);
+
+  c = tiny_config(data_path);
+  EXPECT_OK(ptdp_config_set_int(c, "global_batch_size", 5), "set global_batch_size 5");
+  expect_create_fails(c, PTDP_ERR_INVALID_CONFIG, "divisible by micro_batch_size",
+                      "global batch 5 with micro batch 2");
+  ptdp_config_destroy(c);
+
+  c = tiny_config(data_path);
+  EXPECT_OK(ptdp_config_set_double(c, "min_lr", 0.5), "set min_lr 0.5");
+  expect_create_fails(c, PTDP_ERR_INVALID_CONFIG, "min_lr", "min_lr > lr");
+  ptdp_config_destroy(c);
+
+  c = tiny_config(NULL);
+  expect_create_fails(c, PTDP_ERR_INVALID_CONFIG, "data_path", "data_path not set");
+  tmp_path(path, sizeof path, "capi_no_such_dataset.ptdp");
+  remove(path);
+  EXPECT_OK(ptdp_config_set(c, "data_path", path), "set data_path to a missing file");
+  expect_create_fails(c, PTDP_ERR_IO, "cannot open dataset", "missing dataset file");
+  ptdp_config_destroy(c);
+
+  tmp_path(trunc_path, sizeof trunc_path, "capi_truncated.ptdp");
+  size = copy_prefix(data_path, trunc_path, -7);
+  CHECK(size > 100, "made a truncated copy of the dataset");
+  c = tiny_config(trunc_path);
+  expect_create_fails(c, PTDP_ERR_CORRUPT_DATA, "truncated", "truncated dataset");
+  ptdp_config_destroy(c);
+
+  tmp_path(path, sizeof path, "capi_short.ptdp");
+  CHECK(copy_prefix(data_path, path, 20) > 0, "made a 20-byte dataset");
+  c = tiny_config(path);
+  expect_create_fails(c, PTDP_ERR_CORRUPT_DATA, "header", "dataset shorter than its header");
+  ptdp_config_destroy(c);
+
+  c = tiny_config(corpus);
+  expect_create_fails(c, PTDP_ERR_CORRUPT_DATA, "magic", "a text file as dataset");
+  ptdp_config_destroy(c);
+
+  tmp_path(path, sizeof path, "capi_bigvocab.ptdp");
+  CHECK(write_raw_dataset(path, 1000, 400, 0) == 0, "wrote a dataset with vocabulary 1000");
+  c = tiny_config(path);
+  expect_create_fails(c, PTDP_ERR_INVALID_CONFIG, "vocabulary size 1000",
+                      "dataset vocabulary larger than the model's");
+  ptdp_config_destroy(c);
+
+  tmp_path(path, sizeof path, "capi_badtoken.ptdp");
+  CHECK(write_raw_dataset(path, 300, 400, 0) == 0, "wrote a dataset with tokens up to 299");
+  {
+    /* Declare vocab 257 while tokens reach 299: the file no longer validates. */
+    FILE *f = fopen(path, "r+b");
+    unsigned char v[4];
+    put_u32(v, 257);
+    CHECK(f && fseek(f, 16, SEEK_SET) == 0 && fwrite(v, 1, 4, f) == 4, "patched vocab to 257");
+    fclose(f);
+  }
+  c = tiny_config(path);
+  expect_create_fails(c, PTDP_ERR_CORRUPT_DATA, "outside the vocabulary",
+                      "dataset tokens outside its declared vocabulary");
+  ptdp_config_destroy(c);
+
+  /* A dataset of one short line: the 98,2 split leaves nothing to validate on. */
+  {
+    FILE *f;
+    char txt[4096];
+    tmp_path(txt, sizeof txt, "capi_one_line.txt");
+    f = fopen(txt, "w");
+    CHECK(f != NULL, "wrote a one-line corpus");
+    fputs("A single short line.\n", f);
+    fclose(f);
+    inputs[0] = txt;
+    tmp_path(path, sizeof path, "capi_one_line.ptdp");
+    EXPECT_OK(ptdp_tokenize(inputs, 1, "lines", "byte", path, NULL, NULL), "tokenize one line");
+    c = tiny_config(path);
+    expect_create_fails(c, PTDP_ERR_INVALID_CONFIG, "seq_length+1", "dataset too small to split");
+    ptdp_config_destroy(c);
+  }
+
+  /* tokenize errors */
+  inputs[0] = corpus;
+  tmp_path(path, sizeof path, "capi_unused.ptdp");
+  EXPECT(ptdp_tokenize(inputs, 1, "csv", "byte", path, NULL, NULL), PTDP_ERR_BAD_VALUE, "lines",
+         "tokenize with an unknown format");
+  EXPECT(ptdp_tokenize(inputs, 1, "lines", "gpt2", path, NULL, NULL), PTDP_ERR_BAD_VALUE, "byte",
+         "tokenize with an unknown tokenizer");
+  tmp_path(trunc_path, sizeof trunc_path, "capi_no_such_corpus.txt");
+  remove(trunc_path);
+  inputs[0] = trunc_path;
+  EXPECT(ptdp_tokenize(inputs, 1, "lines", "byte", path, NULL, NULL), PTDP_ERR_IO,
+         "does not exist", "tokenize a missing corpus");
+}
+
+static void test_training(const char *data_path) {
+  ptdp_config *c = tiny_config(data_path);
+  ptdp_trainer *t = NULL;
+  double v = -1, loss0 = 0, eval0 = 0, eval1 = 0, eval1b = 0, losses[12];
+  char small[8], *buf;
+  size_t len = 0, len2 = 0;
+  int i;
+  const int steps = 12;
+  printf("-- training\n");
+
+  EXPECT_OK(ptdp_trainer_create(c, &t), "trainer_create");
+  CHECK(t != NULL, "trainer_create gives a handle");
+  /* The trainer copied the config: destroying or changing it has no effect. */
+  EXPECT_OK(ptdp_config_set_int(c, "micro_batch_size", 1), "change the config after create");
+  ptdp_config_destroy(c);
+
+  /* wrong call order: nothing of a step before the first step */
+  EXPECT(ptdp_trainer_log_line(t, small, sizeof small, &len), PTDP_ERR_WRONG_STATE,
+         "first ptdp_trainer_step", "log_line before the first step");
+  EXPECT(ptdp_trainer_get(t, "lm_loss", &v), PTDP_ERR_WRONG_STATE, "lm_loss",
+         "get lm_loss before the first step");
+  EXPECT(ptdp_trainer_get(t, "grad_norm", &v), PTDP_ERR_WRONG_STATE, NULL,
+         "get grad_norm before the first step");
+  EXPECT_OK(ptdp_trainer_get(t, "iteration", &v), "get iteration before the first step");
+  CHECK(v == 0, "iteration is 0 before the first step");
+  EXPECT(ptdp_trainer_get(t, "no_such_metric", &v), PTDP_ERR_INVALID_ARGUMENT, "lm_loss",
+         "get an unknown name (message lists the known ones)");
+  EXPECT(ptdp_trainer_get(t, NULL, &v), PTDP_ERR_INVALID_ARGUMENT, "name", "get(NULL name)");
+  EXPECT(ptdp_trainer_get(t, "iteration", NULL), PTDP_ERR_INVALID_ARGUMENT, "value",
+         "get(NULL value)");
+  EXPECT(ptdp_trainer_evaluate(t, 1, NULL), PTDP_ERR_INVALID_ARGUMENT, "loss",
+         "evaluate(NULL loss)");
+  EXPECT(ptdp_trainer_generate(t, NULL, 4, 0.0, 0, small, sizeof small, &len),
+         PTDP_ERR_INVALID_ARGUMENT, "prompt", "generate(NULL prompt)");
+  EXPECT(ptdp_trainer_generate(t, "x", -1, 0.0, 0, small, sizeof small, &len),
+         PTDP_ERR_INVALID_ARGUMENT, "max_new_tokens", "generate(max_new_tokens -1)");
+  EXPECT(ptdp_trainer_generate(t, "x", 4, -0.5, 0, small, sizeof small, &len),
+         PTDP_ERR_INVALID_ARGUMENT, "temperature", "generate(temperature -0.5)");
+  EXPECT(ptdp_trainer_generate(t, "x", 4, NAN, 0, small, sizeof small, &len),
+         PTDP_ERR_INVALID_ARGUMENT, "temperature", "generate(temperature NaN)");
+
+  EXPECT_OK(ptdp_trainer_get(t, "num_parameters", &v), "get num_parameters");
+  CHECK(v > 10000 && v < 1e6, "num_parameters of the tiny model");
+  EXPECT_OK(ptdp_trainer_get(t, "padded_vocab_size", &v), "get padded_vocab_size");
+  CHECK(v == 384, "257 byte tokens padded to 384");
+  EXPECT_OK(ptdp_trainer_get(t, "unigram_entropy", &v), "get unigram_entropy");
+  CHECK(v > 1.0 && v < log(257.0), "unigram entropy is between 1 and ln 257 nats");
+  EXPECT_OK(ptdp_trainer_get(t, "train_samples", &v), "get train_samples");
+  CHECK(v >= 4, "several train samples");
+  EXPECT_OK(ptdp_trainer_get(t, "valid_samples", &v), "get valid_samples");
+  CHECK(v >= 1, "at least one valid sample");
+  EXPECT_OK(ptdp_trainer_get(t, "train_iters", &v), "get train_iters");
+  CHECK(v == steps, "train_iters as configured");
+
+  EXPECT_OK(ptdp_trainer_evaluate(t, 1, &eval0), "evaluate before training");
+  CHECK(isfinite(eval0) && fabs(eval0 - log(257.0)) < 0.5,
+        "the untrained model's loss is about ln 257");
+
+  for (i = 0; i < steps; i++) {
+    losses[i] = -1;
+    EXPECT_OK(ptdp_trainer_step(t, &losses[i]), "trainer_step");
+    printf("     step %d loss %.4f\n", i + 1, losses[i]);
+    CHECK(isfinite(losses[i]) && losses[i] > 0, "the step loss is finite and positive");
+  }
+  loss0 = losses[0];
+  CHECK(fabs(loss0 - log(257.0)) < 0.5, "the first step's loss is about ln 257");
+  CHECK((losses[steps - 1] + losses[steps - 2]) / 2 < (losses[0] + losses[1]) / 2 - 0.5,
+        "the loss falls by more than 0.5 nats over the steps");
+
+  EXPECT_OK(ptdp_trainer_step(t, NULL), "trainer_step(t, NULL loss) is allowed");
+  EXPECT_OK(ptdp_trainer_get(t, "iteration", &v), "get iteration");
+  CHECK(v == steps + 1, "iteration counts the steps");
+  EXPECT_OK(ptdp_trainer_get(t, "consumed_samples", &v), "get consumed_samples");
+  CHECK(v == 4.0 * (steps + 1), "consumed_samples = steps * global batch");
+  EXPECT_OK(ptdp_trainer_get(t, "lm_loss", &v), "get lm_loss");
+  CHECK(isfinite(v) && v > 0 && v < loss0, "lm_loss of the last step is below the first");
+  EXPECT_OK(ptdp_trainer_get(t, "lr", &v), "get lr");
+  CHECK(v > 0 && v <= 1e-2, "lr within (0, lr]");
+  EXPECT_OK(ptdp_trainer_get(t, "grad_norm", &v), "get grad_norm");
+  CHECK(isfinite(v) && v > 0, "grad_norm positive");
+  EXPECT_OK(ptdp_trainer_get(t, "loss_scale", &v), "get loss_scale");
+  CHECK(isfinite(v) && v > 0, "loss_scale positive");
+  EXPECT_OK(ptdp_trainer_get(t, "skipped_iters", &v), "get skipped_iters");
+  CHECK(v == 0, "no skipped iterations");
+  EXPECT_OK(ptdp_trainer_get(t, "nan_iters", &v), "get nan_iters");
+  CHECK(v == 0, "no nan iterations");
+  EXPECT_OK(ptdp_trainer_get(t, "elapsed_ms", &v), "get elapsed_ms");
+  CHECK(v > 0, "elapsed_ms positive");
+  EXPECT_OK(ptdp_trainer_get(t, "tokens_per_s", &v), "get tokens_per_s");
+  CHECK(v > 0, "tokens_per_s positive");
+  EXPECT_OK(ptdp_trainer_get(t, "tflops_per_rank", &v), "get tflops_per_rank");
+  CHECK(v > 0, "tflops_per_rank positive");
+  EXPECT_OK(ptdp_trainer_get(t, "peak_memory_bytes", &v), "get peak_memory_bytes");
+  CHECK(v > 0, "peak_memory_bytes positive");
+
+  /* log line through the size-query protocol */
+  memset(small, 'X', sizeof small);
+  len = 0;
+  EXPECT(ptdp_trainer_log_line(t, small, sizeof small, &len), PTDP_ERR_BUFFER_TOO_SMALL,
+         "bytes needed", "log_line into 8 bytes");
+  CHECK(len > sizeof small, "the needed length is reported");
+  CHECK(memcmp(small, "XXXXXXXX", 8) == 0, "a too-small buffer is left untouched");
+  EXPECT(ptdp_trainer_log_line(t, NULL, 0, &len2), PTDP_ERR_BUFFER_TOO_SMALL, NULL,
+         "log_line size query with a NULL buffer");
+  CHECK(len2 == len, "both size queries agree");
+  buf = (char *)malloc(len + 1);
+  CHECK(buf != NULL, "malloc");
+  EXPECT(ptdp_trainer_log_line(t, buf, len, &len2), PTDP_ERR_BUFFER_TOO_SMALL, NULL,
+         "log_line without room for the NUL");
+  EXPECT_OK(ptdp_trainer_log_line(t, buf, len + 1, &len2), "log_line with len+1 bytes");
+  CHECK(len2 == len && strlen(buf) == len, "the text has the announced length");
+  printf("     %s\n", buf);
+  CHECK(strstr(buf, " iteration ") && strstr(buf, "lm loss:") && strstr(buf, "grad norm:") &&
+            strstr(buf, "consumed samples:"),
+        "the log line has the Megatron fields");
+  CHECK(strstr(buf, "/") && strstr(buf, "13/"), "the log line shows iteration 13");
+  free(buf);
+
+  /* evaluation */
+  EXPECT_OK(ptdp_trainer_evaluate(t, 0, &eval1), "evaluate (eval_iters from the config)");
+  EXPECT_OK(ptdp_trainer_evaluate(t, 2, &eval1b), "evaluate 2 batches");
+  CHECK(isfinite(eval1) && eval1 < eval0 - 0.5, "validation loss fell by more than 0.5 nats");
+  CHECK(eval1 == eval1b, "evaluate is deterministic (0 = eval_iters = 2)");
+  EXPECT_OK(ptdp_trainer_evaluate(t, -5, &eval1b), "evaluate(-5) uses eval_iters");
+  CHECK(eval1 == eval1b, "negative iters means eval_iters");
+  printf("     validation loss %.4f (untrained %.4f)\n", eval1, eval0);
+
+  /* generation through the size-query protocol */
+  {
+    char *a, *b;
+    size_t need = 0, got = 0;
+    EXPECT(ptdp_trainer_generate(t, "The ", 24, 0.0, 0, NULL, 0, &need),
+           PTDP_ERR_BUFFER_TOO_SMALL, NULL, "generate size query (greedy)");
+    CHECK(need >= 4 && need <= 4 + 24, "greedy text is the prompt plus at most 24 bytes");
+    a = (char *)malloc(need + 1);
+    CHECK(a != NULL, "malloc");
+    EXPECT_OK(ptdp_trainer_generate(t, "The ", 24, 0.0, 0, a, need + 1, &got),
+              "generate greedy into the announced size");
+    CHECK(got == need && strlen(a) == need, "same length on the retry");
+    CHECK(strncmp(a, "The ", 4) == 0, "the text starts with the prompt");
+    printf("     greedy: \"%s\"\n", a);
+    free(a);
+
+    EXPECT(ptdp_trainer_generate(t, "Anna ", 30, 0.8, 42, NULL, 0, &need),
+           PTDP_ERR_BUFFER_TOO_SMALL, NULL, "generate size query (sampled, seed 42)");
+    a = (char *)malloc(need + 1);
+    b = (char *)malloc(need + 1);
+    CHECK(a && b, "malloc");
+    EXPECT_OK(ptdp_trainer_generate(t, "Anna ", 30, 0.8, 42, a, need + 1, &got),
+              "generate sampled into the announced size (same seed)");
+    CHECK(got == need, "the retry with the same seed has the same length");
+    EXPECT_OK(ptdp_trainer_generate(t, "Anna ", 30, 0.8, 42, b, need + 1, &got),
+              "generate sampled again");
+    CHECK(strcmp(a, b) == 0, "sampling with the same seed repeats the text");
+    printf("     sampled: \"%s\"\n", a);
+    free(a);
+    free(b);
+
+    a = (char *)malloc(16);
+    CHECK(a != NULL, "malloc");
+    EXPECT_OK(ptdp_trainer_generate(t, "Hello", 0, 0.0, 0, a, 16, &got),
+              "generate 0 new tokens");
+    CHECK(strcmp(a, "Hello") == 0 && got == 5, "0 new tokens returns the prompt");
+    EXPECT_OK(ptdp_trainer_generate(t, "", 5, 0.0, 0, a, 16, &got), "generate from an empty prompt");
+    CHECK(got <= 5 && strlen(a) == got, "empty prompt gives at most 5 bytes");
+    free(a);
+  }
+
+  ptdp_trainer_destroy(t);
+  CHECK(1, "trainer_destroy");
+}
+
+int main(int argc, char **argv) {
+  const char *corpus;
+  char data_path[4096];
+  const char *inputs[1];
+  int64_t docs = -1, tokens = -1;
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s CORPUS.txt TMPDIR\n", argv[0]);
+    return 2;
+  }
+  corpus = argv[1];
+  g_tmpdir = argv[2];
+  setvbuf(stdout, NULL, _IOLBF, 0);
+
+  test_status_strings();
+
+  printf("-- tokenize\n");
+  tmp_path(data_path, sizeof data_path, "capi_test.ptdp");
+  inputs[0] = corpus;
+  EXPECT_OK(ptdp_tokenize(inputs, 1, "lines", "byte", data_path, &docs, &tokens),
+            "tokenize the corpus");
+  printf("     %lld documents, %lld tokens\n", (long long)docs, (long long)tokens);
+  CHECK(docs >= 100, "the corpus has at least 100 lines");
+  CHECK(tokens > docs * 10, "the corpus has tokens");
+  EXPECT_OK(ptdp_tokenize(inputs, 1, "lines", "byte", data_path, NULL, NULL),
+            "tokenize again with NULL counts (overwrites)");
+
+  test_null_arguments(corpus, data_path);
+  test_options();
+  test_bad_configs(corpus, data_path);
+  test_training(data_path);
+
+  printf("PASS: %d checks\n", g_checks);
+  return 0;
+}

@@ -1,0 +1,169 @@
+-- module_api.lua CORPUS TMPDIR — the `ptdp` Lua module used directly:
+-- tokenize, config errors, a tiny trainer stepped a few times, metrics, log
+-- line, evaluation and generation, each result asserted. Exits non-zero (with
+-- the failed check) on the first failure (tests/CMakeLists: lua_module_api).
+local ptdp = require 'ptdp'
+local util = require 'testutil'
+local check, expect_error = util.check, util.expect_error
+
+local corpus, tmpdir = util.args('module_api.lua')
+local ln257 = math.log(257)
+
+-- module facts
+check(ptdp.version() == '0.1.0', 'ptdp.version() is 0.1.0')
+local opts = ptdp.options()
+local by_key = {}
+for _, o in ipairs(opts) do by_key[o.key] = o end
+check(#opts >= 20, 'ptdp.options() lists the schema')
+check(by_key.num_layers and by_key.num_layers.default == '4' and by_key.num_layers.help ~= '',
+      'num_layers has default 4 and help text')
+check(by_key.lr_decay_style and by_key.data_path, 'lr_decay_style and data_path are options')
+
+-- tokenize
+local data = tmpdir .. '/module_api.ptdp'
+local docs, toks = ptdp.tokenize { inputs = { corpus }, output = data, format = 'lines' }
+check(type(docs) == 'number' and docs >= 100, 'tokenize returns the document count (' .. docs .. ')')
+check(type(toks) == 'number' and toks > 10 * docs, 'tokenize returns the token count (' .. toks .. ')')
+expect_error('does not exist', 'tokenize a missing corpus', ptdp.tokenize,
+             { inputs = tmpdir .. '/module_api_no_such.txt', output = tmpdir .. '/x.ptdp',
+               format = 'lines' })
+expect_error('unknown corpus format', 'tokenize with a bad format', ptdp.tokenize,
+             { inputs = corpus, output = tmpdir .. '/x.ptdp', format = 'csv' })
+
+-- config errors (through pcall: the message, not the position)
+expect_error("unknown option 'no_such_option'", 'unknown flat key', ptdp.config,
+             { no_such_option = 1 })
+expect_error('num_layers, hidden_size', 'unknown key lists the known keys', ptdp.config,
+             { model = { layers = 2 } })
+expect_error('num_layers must be an integer', 'non-integer num_layers', ptdp.config,
+             { num_layers = 2.5 })
+expect_error('num_layers must be in', 'num_layers out of range', ptdp.config, { num_layers = 0 })
+expect_error('lr_decay_style must be one of', 'bad decay choice', ptdp.config,
+             { optimizer = { decay = 'step' } })
+expect_error('lr must be a number', 'non-numeric lr', ptdp.config, { lr = 'fast' })
+check(ptdp.config { num_layers = 2, lr = 1e-3, optimizer = { beta2 = 0.99 }, data = { tokenizer = 'byte' } } ~= nil,
+      'a good config with groups and aliases builds')
+
+local base = {
+  model = { num_layers = 1, hidden_size = 32, num_attention_heads = 2, seq_length = 16,
+            hidden_dropout = 0, attention_dropout = 0 },
+  optimizer = { lr = 1e-2, min_lr = 1e-3, warmup_iters = 1, decay = 'cosine' },
+  data = { path = data, tokenizer = 'byte' },
+  micro_batch_size = 2, global_batch_size = 4, train_iters = 10, eval_iters = 2,
+  num_threads = 1, seed = 7,
+}
+local function with(changes)
+  local t = {}
+  for k, v in pairs(base) do
+    if type(v) == 'table' then
+      t[k] = {}
+      for k2, v2 in pairs(v) do t[k][k2] = v2 end
+    else
+      t[k] = v
+    end
+  end
+  for k, v in pairs(changes) do
+    if type(v) == 'table' then
+      for k2, v2 in pairs(v) do t[k][k2] = v2 end
+    else
+      t[k] = v
+    end
+  end
+  return t
+end
+
+-- Trainer errors are positioned at the calling line: call from this file.
+-- (Not a tail call: that would drop this frame and with it the position.)
+local function make(cfg)
+  local t = ptdp.trainer(cfg) -- errors point at this line
+  return t
+end
+local make_line = debug.getinfo(make, 'S').linedefined + 1
+local err = expect_error('must divide hidden_size', 'heads not dividing hidden', make,
+                         with { model = { num_attention_heads = 3 } })
+check(err:find('module_api.lua:' .. make_line .. ':', 1, true) ~= nil,
+      'the error is positioned at the calling script line')
+expect_error('longer than max_position_embeddings', 'seq_length > max_position_embeddings', make,
+             with { model = { max_position_embeddings = 8 } })
+expect_error('divisible by micro_batch_size', 'global batch not divisible', make,
+             with { global_batch_size = 6, micro_batch_size = 4 })
+expect_error('cannot open dataset', 'missing dataset', make,
+             with { data = { path = tmpdir .. '/module_api_missing.ptdp' } })
+util.truncated_copy(data, tmpdir .. '/module_api_truncated.ptdp', 3)
+expect_error('truncated', 'truncated dataset', make,
+             with { data = { path = tmpdir .. '/module_api_truncated.ptdp' } })
+
+-- a tiny run
+local trainer = make(base)
+check(getmetatable(trainer) ~= nil and trainer.handle ~= nil, 'ptdp.trainer returns a trainer')
+check(trainer:get('iteration') == 0, 'iteration 0 before the first step')
+check(trainer:get('train_iters') == 10, 'train_iters 10')
+check(trainer:get('padded_vocab_size') == 384, 'padded vocab 384')
+check(trainer:get('num_parameters') > 1000, 'num_parameters ' .. trainer:get('num_parameters'))
+local entropy = trainer:get('unigram_entropy')
+check(entropy > 1 and entropy < ln257, string.format('unigram entropy %.3f nats', entropy))
+check(trainer:get('train_samples') > 0 and trainer:get('valid_samples') > 0, 'both splits have samples')
+expect_error('wrong call order', 'lm_loss before the first step', trainer.get, trainer, 'lm_loss')
+expect_error('before the first', 'log_line before the first step', trainer.log_line, trainer)
+expect_error('unknown trainer value', 'unknown metric name', trainer.get, trainer, 'bogus')
+
+local e0 = trainer:evaluate()
+check(math.abs(e0 - ln257) < 0.5, string.format('untrained validation loss %.4f ~ ln 257', e0))
+
+local losses = {}
+for i = 1, 10 do
+  local m = trainer:step()
+  check(type(m) == 'table', 'step returns a metrics table')
+  check(m.iteration == i and m.consumed_samples == 4 * i, 'iteration and consumed samples of step ' .. i)
+  check(m.loss == m.lm_loss and m.loss > 0 and m.loss < math.huge,
+        string.format('step %d loss %.4f is finite', i, m.loss))
+  check(m.lr > 0 and m.lr <= 1e-2, 'lr within (0, 1e-2]')
+  check(m.grad_norm > 0 and m.grad_norm < math.huge, 'grad norm finite')
+  check(m.skipped_iters == 0 and m.nan_iters == 0, 'no skipped or nan iterations')
+  check(m.elapsed_ms > 0 and m.tokens_per_s > 0, 'timings positive')
+  losses[i] = m.loss
+end
+check(math.abs(losses[1] - ln257) < 0.5, 'first loss ~ ln 257')
+check((losses[9] + losses[10]) / 2 < (losses[1] + losses[2]) / 2 - 0.5,
+      string.format('loss falls: %.4f -> %.4f', losses[1], losses[10]))
+check(trainer:get('lm_loss') == losses[10], 'get lm_loss is the last step loss')
+
+local line = trainer:log_line()
+print('     ' .. line)
+check(type(line) == 'string' and line:match('^ iteration +10/ +10 |') ~= nil, 'log line starts with the iteration')
+check(line:find('lm loss: ', 1, true) and line:find('grad norm: ', 1, true), 'log line has the Megatron fields')
+
+local e1 = trainer:evaluate()
+check(e1 < e0 - 0.5, string.format('validation loss fell: %.4f -> %.4f', e0, e1))
+check(trainer:evaluate(2) == e1, 'evaluate() uses eval_iters = 2 and is deterministic')
+local e3 = trainer:evaluate(3)
+check(e3 > 0 and e3 < math.huge, 'evaluate(3)')
+
+local g1 = trainer:generate('The ', { max_new_tokens = 20 })
+local g2 = trainer:generate('The ', { max_new_tokens = 20, temperature = 0 })
+print(string.format('     greedy: %q', g1))
+check(g1:sub(1, 4) == 'The ' and #g1 <= 24, 'greedy text continues the prompt')
+check(g1 == g2, 'greedy generation is deterministic')
+local s1 = trainer:generate('Anna ', { max_new_tokens = 20, temperature = 0.9, seed = 11 })
+local s2 = trainer:generate('Anna ', { max_new_tokens = 20, temperature = 0.9, seed = 11 })
+print(string.format('     sampled: %q', s1))
+check(s1 == s2 and s1:sub(1, 5) == 'Anna ', 'sampling with a seed is reproducible')
+check(trainer:generate('Hello', { max_new_tokens = 0 }) == 'Hello', 'max_new_tokens 0 returns the prompt')
+-- A prompt longer than the position window and the module's first 256-byte buffer.
+local long = string.rep('The cat sleeps. ', 30)
+local g3 = trainer:generate(long, { max_new_tokens = 4 })
+check(#g3 >= #long and g3:sub(1, #long) == long, 'a 480-byte prompt comes back whole (buffer growth)')
+expect_error('max_new_tokens', 'negative max_new_tokens', trainer.generate, trainer, 'x',
+             { max_new_tokens = -1 })
+expect_error('temperature', 'negative temperature', trainer.generate, trainer, 'x',
+             { temperature = -1 })
+
+-- Stepping on after train_iters keeps counting; handles are freed by the GC.
+trainer:step()
+check(trainer:get('iteration') == 11, 'a step after train_iters still counts')
+trainer = nil
+collectgarbage()
+collectgarbage()
+check(true, 'trainer collected')
+
+print(string.format('module_api: PASS (%d checks)', util.checks))
