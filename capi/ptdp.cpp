@@ -2,6 +2,7 @@
 #include "capi/ptdp.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <string>
@@ -98,7 +99,10 @@ ptdp_status ptdp_config_set_int(ptdp_config *c, const char *key, int64_t value) 
 }
 ptdp_status ptdp_config_set_double(ptdp_config *c, const char *key, double value) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", value);
+  if (value == std::floor(value) && std::fabs(value) < 9.0e18)
+    std::snprintf(buf, sizeof buf, "%lld", (long long)value);  // whole numbers fit Int options
+  else
+    std::snprintf(buf, sizeof buf, "%.17g", value);
   return ptdp_config_set(c, key, buf);
 }
 ptdp_status ptdp_config_get(const ptdp_config *c, const char *key, char *buf, size_t cap,
@@ -148,6 +152,8 @@ ptdp_status ptdp_trainer_evaluate(ptdp_trainer *t, int64_t iters, double *loss) 
   return guard([&] {
     require(t, "trainer");
     require(loss, "loss");
+    if (iters > 1000000000)
+      ptdp::fail(ptdp::Status::invalid_argument, "iters must be at most 1e9, got ", iters);
     int64_t n = iters > 0 ? iters : t->trainer->options().eval_iters;
     *loss = t->trainer->evaluate((int)n);
   });

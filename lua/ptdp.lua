@@ -30,10 +30,17 @@ do
 end
 M.C = C
 
+-- Raises the library's error at the first stack level outside this module,
+-- so the message names the calling script line.
 local function check(status)
   if status ~= 0 then
-    error(ffi.string(C.ptdp_status_string(status)) .. ': ' ..
-          ffi.string(C.ptdp_last_error()), 3)
+    local here_src, level = debug.getinfo(1, 'S').source, 2
+    while true do
+      local info = debug.getinfo(level, 'S')
+      if not info or info.source ~= here_src then break end
+      level = level + 1
+    end
+    error(ffi.string(C.ptdp_status_string(status)) .. ': ' .. ffi.string(C.ptdp_last_error()), level)
   end
 end
 

@@ -16,8 +16,8 @@ local config, opts = flags.parse(arg, {
 }, {
   -- Defaults for the main job: about five minutes on 2 cores.
   num_layers = 4, hidden_size = 256, num_attention_heads = 4, seq_length = 128,
-  micro_batch_size = 8, global_batch_size = 32, train_iters = 600,
-  lr = 2e-3, min_lr = 2e-4, lr_warmup_iters = 30, lr_decay_style = 'cosine',
+  micro_batch_size = 8, global_batch_size = 32, train_iters = 300,
+  lr = 2e-3, min_lr = 2e-4, lr_warmup_iters = 20, lr_decay_style = 'cosine',
   weight_decay = 0.1, clip_grad = 1.0, hidden_dropout = 0.0, attention_dropout = 0.0,
   data_path = 'data/fortunes.ptdp', eval_iters = 10, seed = 1234,
 })

@@ -77,6 +77,7 @@ namespace {
 void validate_value(const OptionSpec &o, const std::string &v) {
   auto range = [&]() {
     std::ostringstream os;
+    os.precision(17);
     os << "[" << o.min << ", " << o.max << "]";
     return os.str();
   };

@@ -11,6 +11,7 @@
 --   token         a dataset with token ids outside its declared vocabulary
 --   unknown       an unknown option key inside the model group
 --   bad_value     num_layers = 'abc'
+--   position      the same as bad_value (its own dataset file, for a second test)
 --   bad_choice    optimizer.decay = 'exponential'
 --   ok            a valid config (control: must succeed)
 local ptdp = require 'ptdp'
@@ -54,7 +55,7 @@ elseif case == 'token' then
   util.write_dataset(cfg.data.path, 257, toks)
 elseif case == 'unknown' then
   cfg.model.num_layer = 2
-elseif case == 'bad_value' then
+elseif case == 'bad_value' or case == 'position' then
   cfg.model.num_layers = 'abc'
 elseif case == 'bad_choice' then
   cfg.optimizer.decay = 'exponential'

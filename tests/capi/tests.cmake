@@ -1,5 +1,5 @@
 # ---- C ABI (label capi) and Lua launcher/module (label lua) tests ----------
-# Paste into tests/CMakeLists.txt (CMAKE_CURRENT_SOURCE_DIR = <repo>/tests).
+# Included from tests/CMakeLists.txt (CMAKE_CURRENT_SOURCE_DIR = <repo>/tests).
 # Every test writes only under ${CMAKE_CURRENT_BINARY_DIR}/tmp/<test>; the Lua
 # and train_gpt.lua tests run with that folder as working directory. Python is
 # `python3` on PATH (standard library only).
@@ -57,7 +57,8 @@ ptdp_lua_test(lua_syntax_error --rc nonzero
 # (c) bad configs through ptdp.trainer{...}: clear messages, positioned at the
 # calling line of bad_config.lua ("ptdp: .../bad_config.lua:LINE: ...")
 # spec: "CASE|expected text|more expected text..." (no square brackets here:
-# they would stop CMake splitting the list)
+# they would stop CMake splitting the list). No ';' in any expected text below:
+# CMake would split the argument there.
 foreach(spec
     "heads|invalid configuration: num_attention_heads (3) must divide hidden_size (32)"
     "seq_length|invalid configuration: seq_length (32) is longer than max_position_embeddings (16)"
@@ -78,7 +79,7 @@ foreach(spec
 endforeach()
 # options rejected while the config is built: the message (position: see below)
 ptdp_lua_test(lua_bad_config_unknown --rc nonzero
-  --expect "unknown option 'num_layer'; known options: num_layers, hidden_size"
+  --expect "unknown option 'num_layer'" --expect "known options: num_layers, hidden_size"
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/bad_config.lua unknown ${PTDP_LUA_ARGS})
 ptdp_lua_test(lua_bad_config_bad_value --rc nonzero
   --expect "bad value: num_layers must be an integer in [1, 4096], got 'abc'"
@@ -90,7 +91,7 @@ ptdp_lua_test(lua_bad_config_bad_choice --rc nonzero
 # option rejected by ptdp_config_set must point at bad_config.lua too.
 ptdp_lua_test(lua_error_position_config_set --rc nonzero
   --match "^ptdp: [^ ]*bad_config\\.lua:[0-9]+: bad value: num_layers must be an integer"
-  -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/bad_config.lua bad_value ${PTDP_LUA_ARGS})
+  -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/bad_config.lua position ${PTDP_LUA_ARGS})
 # control: the same script with a good config succeeds
 ptdp_lua_test(lua_bad_config_ok --rc 0 --expect "trainer created"
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/bad_config.lua ok ${PTDP_LUA_ARGS})
@@ -99,7 +100,7 @@ ptdp_lua_test(lua_bad_config_ok --rc 0 --expect "trainer created"
 set(PTDP_TRAIN_GPT ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua)
 set(PTDP_TRAIN_GPT_DATA --corpus ${PTDP_TEST_CORPUS} --corpus-format lines)
 ptdp_lua_test(lua_train_gpt_unknown_flag --rc nonzero
-  --expect "unknown flag '--no-such-flag'; allowed flags:" --expect "--num-layers"
+  --expect "unknown flag '--no-such-flag'" --expect "allowed flags: " --expect "--num-layers"
   --expect "--log-interval"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --no-such-flag 1
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_unknown_flag.ptdp ${PTDP_TRAIN_GPT_DATA})
