@@ -56,9 +56,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--iters', type=int, default=10)
     ap.add_argument('--warmup', type=int, default=2)
+    ap.add_argument('--threads', type=int, default=os.cpu_count())
     args = ap.parse_args()
     L, h, a, s, b, V = 6, 384, 6, 256, 8, 8192
-    torch.set_num_threads(os.cpu_count())  # Debian's build defaults to 1 here
+    torch.set_num_threads(args.threads)  # Debian's build defaults to 1 here
     torch.manual_seed(0)
     model = GPT(L, h, a, s, V, 0.1)
     for name, w in model.named_parameters():  # GPT-2 init, as ptdp's

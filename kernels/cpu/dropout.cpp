@@ -1,21 +1,51 @@
+#include <vector>
+
 #include "kernels/cpu/ops.h"
 
 namespace ptdp::cpu {
+
+void dropout_keep_mask(const DropoutSpec &d, uint32_t sample, uint64_t first, int n,
+                       uint8_t *keep) {
+  const uint32_t threshold = (uint32_t)(d.p * 4294967296.0);
+  const int kBlock = 64;  // quads per vectorised batch
+  uint32_t bits[4][kBlock];
+  uint64_t q = first >> 2, end = first + (uint64_t)n;
+  while ((q << 2) < end) {
+    int cnt = (int)std::min<uint64_t>(kBlock, ((end + 3) >> 2) - q);
+#pragma omp simd
+    for (int i = 0; i < cnt; i++) {
+      Philox4x32 r = dropout_quad(d.key, sample, q + (uint64_t)i);
+      bits[0][i] = r.v[0];
+      bits[1][i] = r.v[1];
+      bits[2][i] = r.v[2];
+      bits[3][i] = r.v[3];
+    }
+    for (int i = 0; i < cnt; i++)
+      for (int lane = 0; lane < 4; lane++) {
+        uint64_t e = ((q + (uint64_t)i) << 2) + (uint64_t)lane;
+        if (e >= first && e < end) keep[e - first] = bits[lane][i] >= threshold;
+      }
+    q += (uint64_t)cnt;
+  }
+}
 
 template <class T>
 void bias_dropout_add_forward(T *out, const T *residual, const T *y, const T *bias, int s, int b,
                               int h, const DropoutSpec &d) {
   const T keep_scale = d.p > 0 ? T(1) / T(1 - d.p) : T(1);
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < s * b; r++) {
-    int si = r / b, bi = r % b;
-    uint32_t sample = d.sample_offset + (uint32_t)bi;
-    DropoutStream mask(d, sample);
-    for (int j = 0; j < h; j++) {
-      size_t k = (size_t)r * h + j;
-      T v = y[k] + (bias ? bias[j] : T(0));
-      if (d.p > 0) v = mask.keep((uint64_t)si * h + j) ? v * keep_scale : T(0);
-      out[k] = (residual ? residual[k] : T(0)) + v;
+#pragma omp parallel
+  {
+    std::vector<uint8_t> keep((size_t)h, 1);
+#pragma omp for schedule(static)
+    for (int r = 0; r < s * b; r++) {
+      int si = r / b, bi = r % b;
+      if (d.p > 0) dropout_keep_mask(d, d.sample_offset + (uint32_t)bi, (uint64_t)si * h, h, keep.data());
+      for (int j = 0; j < h; j++) {
+        size_t k = (size_t)r * h + j;
+        T v = y[k] + (bias ? bias[j] : T(0));
+        v = keep[j] ? v * keep_scale : T(0);
+        out[k] = (residual ? residual[k] : T(0)) + v;
+      }
     }
   }
 }
@@ -43,10 +73,18 @@ void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int 
       for (size_t k = 0; k < n; k++) dst[k] = src[k];
       continue;
     }
-    // Zeros (the causal mask's upper triangle) stay zero: skip their draws.
-    DropoutStream mask(d, sample);
-    for (size_t k = 0; k < n; k++)
-      dst[k] = src[k] != T(0) && mask.keep(base + k) ? src[k] * keep_scale : T(0);
+    // Row by row; a row's trailing zeros (the causal mask's upper triangle)
+    // stay zero, so their draws are skipped.
+    std::vector<uint8_t> keep((size_t)s_k);
+    for (int i = 0; i < s_q; i++) {
+      const T *srow = src + (size_t)i * s_k;
+      T *drow = dst + (size_t)i * s_k;
+      int len = s_k;
+      while (len > 0 && srow[len - 1] == T(0)) len--;
+      dropout_keep_mask(d, sample, base + (uint64_t)i * s_k, len, keep.data());
+      for (int j = 0; j < len; j++) drow[j] = keep[j] ? srow[j] * keep_scale : T(0);
+      for (int j = len; j < s_k; j++) drow[j] = T(0);
+    }
   }
 }
 

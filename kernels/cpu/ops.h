@@ -49,27 +49,10 @@ struct DropoutSpec {
 inline bool dropout_keep(const DropoutSpec &d, uint32_t sample, uint64_t element) {
   return dropout_bits(d.key, sample, element) >= (uint32_t)(d.p * 4294967296.0);
 }
-// dropout_keep for increasing elements of one sample, one Philox call per 4
-// elements (same decisions as dropout_keep).
-class DropoutStream {
- public:
-  DropoutStream(const DropoutSpec &d, uint32_t sample)
-      : d_(d), sample_(sample), threshold_((uint32_t)(d.p * 4294967296.0)) {}
-  bool keep(uint64_t element) {
-    uint64_t quad = element >> 2;
-    if (quad != quad_) {
-      bits_ = dropout_quad(d_.key, sample_, quad);
-      quad_ = quad;
-    }
-    return bits_.v[element & 3] >= threshold_;
-  }
-
- private:
-  const DropoutSpec &d_;
-  uint32_t sample_, threshold_;
-  uint64_t quad_ = UINT64_MAX;
-  Philox4x32 bits_{};
-};
+// keep[i] = dropout_keep(d, sample, first + i) for i < n, with the Philox rounds
+// vectorised over consecutive groups of four elements.
+void dropout_keep_mask(const DropoutSpec &d, uint32_t sample, uint64_t first, int n,
+                       uint8_t *keep);
 // out = residual + dropout(y + bias) over [s, b, h]; residual and bias may be null.
 // Element (si, bi, j) uses sample = sample_offset + bi, element = si*h + j.
 template <class T>
