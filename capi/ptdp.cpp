@@ -177,7 +177,7 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     if (n == "iteration") *value = (double)tr.iteration();
     else if (n == "consumed_samples") *value = (double)tr.consumed_samples();
     else if (n == "train_iters") *value = (double)tr.options().train_iters;
-    else if (n == "num_parameters") *value = (double)const_cast<ptdp::Trainer &>(tr).model().num_real_params();
+    else if (n == "num_parameters") *value = (double)tr.model().num_real_params();
     else if (n == "padded_vocab_size") *value = tr.options().model.padded_vocab();
     else if (n == "unigram_entropy") *value = tr.unigram_entropy();
     else if (n == "train_samples") *value = (double)tr.train_samples();

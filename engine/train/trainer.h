@@ -36,6 +36,7 @@ class Trainer {
   explicit Trainer(const TrainerOptions &opt);
   const TrainerOptions &options() const { return opt_; }
   GPT<float> &model() { return *model_; }
+  const GPT<float> &model() const { return *model_; }
   const Tokenizer &tokenizer() const { return *tok_; }
 
   StepMetrics step();

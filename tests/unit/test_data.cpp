@@ -8,6 +8,7 @@
 #include <set>
 
 #include "engine/core/status.h"
+#include "tests/unit/expect_error.h"
 #include "engine/data/corpus.h"
 #include "engine/data/dataset.h"
 #include "engine/data/sampler.h"
@@ -23,17 +24,6 @@ std::string temp_path(const std::string &name) {
   return (dir / name).string();
 }
 
-// Expects `f` to throw ptdp::Error with `code` and a message containing `text`.
-template <class F>
-void expect_error(F f, Status code, const std::string &text) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected: " << text;
-  } catch (const Error &e) {
-    EXPECT_EQ((int)e.code(), (int)code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-  }
-}
 
 std::string make_dataset(const std::string &name) {
   std::string p = temp_path(name);

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "engine/core/status.h"
+#include "tests/unit/expect_error.h"
 #include "engine/data/corpus.h"
 #include "engine/train/trainer.h"
 
@@ -45,16 +46,6 @@ Config tiny_config() {
   return c;
 }
 
-template <class F>
-void expect_error(F f, Status code, const std::string &text) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected: " << text;
-  } catch (const Error &e) {
-    EXPECT_EQ((int)e.code(), (int)code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-  }
-}
 
 }  // namespace
 
