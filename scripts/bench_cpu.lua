@@ -13,7 +13,7 @@ local config, opts = flags.parse(arg, {
   micro_batch_size = 8, global_batch_size = 8, train_iters = 1000000,
   lr = 1e-4, min_lr = 1e-5, lr_decay_style = 'constant',
   hidden_dropout = 0.1, attention_dropout = 0.1,
-  make_vocab_size_divisible_by = 8192,  -- vocab 8192: byte tokens padded to the bench size
+  vocab_size = 8192,  -- the bench vocabulary; byte tokens use ids 0..256 of it
   data_path = 'data/fortunes.ptdp',
 })
 
@@ -25,7 +25,7 @@ end
 
 local trainer = ptdp.trainer(config)
 local tokens = config.global_batch_size * config.seq_length
-print(string.format('bench shape: layers %d hidden %d heads %d seq %d micro-batch %d vocab %d (padded), fp32, %d params',
+print(string.format('bench shape: layers %d hidden %d heads %d seq %d micro-batch %d vocab %d, fp32, %d params',
   config.num_layers, config.hidden_size, config.num_attention_heads, config.seq_length,
   config.micro_batch_size, trainer:get('padded_vocab_size'), trainer:get('num_parameters')))
 for _ = 1, opts.warmup do trainer:step() end

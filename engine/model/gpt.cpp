@@ -208,8 +208,9 @@ double GPT<T>::forward(const int32_t *tokens, const int32_t *targets, int s, int
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(),
                     resid_.data() + cfg_.num_layers * Nh, lnf_w, lnf_b, N, h,
                     (T)cfg_.layernorm_epsilon);
-  // Tied LM head: logits = lnf @ wte^T over the padded vocabulary.
-  gemm<T>(false, true, N, Vp, h, 1, lnf_.data(), h, wte, h, 0, logits_.data(), Vp);
+  // Tied LM head: logits = lnf @ wte^T. Padded vocabulary rows are zero and
+  // masked out of the loss, so only the V real columns are computed.
+  gemm<T>(false, true, N, V, h, 1, lnf_.data(), h, wte, h, 0, logits_.data(), Vp);
   if (!targets) return 0.0;
   cross_entropy_forward(losses_.data(), logits_.data(), targets, N, Vp, V);
   double sum = 0;
@@ -290,8 +291,8 @@ void GPT<T>::backward(T dloss) {
   // LM head and final LayerNorm.
   T *dlogits = logits_.data();
   cross_entropy_backward(dlogits, logits_.data(), targets_.data(), N, Vp, V, dloss);
-  gemm<T>(true, false, Vp, h, N, 1, dlogits, Vp, lnf_.data(), h, 1, dwte, h);
-  gemm<T>(false, false, N, h, Vp, 1, dlogits, Vp, wte, h, 0, tmp_h_.data(), h);
+  gemm<T>(true, false, V, h, N, 1, dlogits, Vp, lnf_.data(), h, 1, dwte, h);
+  gemm<T>(false, false, N, h, V, 1, dlogits, Vp, wte, h, 0, tmp_h_.data(), h);
   T *dresid = dresid_.data();
   for (size_t i = 0; i < Nh; i++) dresid[i] = 0;
   layernorm_backward(dresid, grad("ln_f.weight"), grad("ln_f.bias"), tmp_h_.data(),

@@ -47,7 +47,8 @@ class GPT {
   // Backward of the last training forward; accumulates into grads(). dloss is the
   // weight of each token's loss in the objective (1 / tokens in the global batch).
   void backward(T dloss);
-  // Logits of the last forward: [s*b, padded_vocab].
+  // Logits of the last forward: [s*b, padded_vocab]; only the first vocab_size
+  // columns of each row are computed.
   const T *logits() const { return logits_.data(); }
 
  private:

@@ -45,7 +45,7 @@ void GptConfig::validate() const {
 
 double GptConfig::flops_per_batch(int64_t samples, bool recompute) const {
   const double B = (double)samples, s = seq_length, h = hidden_size, f = ffn(),
-               V = padded_vocab(), l = num_layers;
+               V = vocab_size, l = num_layers;  // the LM head skips padding
   // Forward FLOPs of one layer: QKV 6Bsh^2, scores+context 4Bs^2h, proj 2Bsh^2, MLP 4Bshf.
   const double layer_fwd = 2 * B * s * h * (3 * h + h + 2 * f) + 4 * B * s * s * h;
   const double head_fwd = 2 * B * s * h * V;

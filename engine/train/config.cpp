@@ -25,6 +25,8 @@ const std::vector<OptionSpec> &option_schema() {
       {"seq_length", T::Int, "128", 1, 1 << 20, nullptr, "tokens per sample s"},
       {"max_position_embeddings", T::Int, "0", 0, 1 << 20, nullptr,
        "learned positions (0 = seq_length)"},
+      {"vocab_size", T::Int, "0", 0, 1 << 24, nullptr,
+       "model vocabulary (0 = the tokenizer's; larger leaves ids unused)"},
       {"make_vocab_size_divisible_by", T::Int, "128", 1, 1 << 16, nullptr, "vocabulary padding"},
       {"hidden_dropout", T::Float, "0.1", 0, 0.999, nullptr, "dropout on the residual branches"},
       {"attention_dropout", T::Float, "0.1", 0, 0.999, nullptr,

@@ -28,7 +28,12 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   m.init_method_std = (float)c.get_double("init_method_std");
   m.layernorm_epsilon = (float)c.get_double("layernorm_epsilon");
   o.tokenizer = c.get("tokenizer_type");
-  m.vocab_size = make_tokenizer(o.tokenizer)->vocab_size();
+  const int tokenizer_vocab = make_tokenizer(o.tokenizer)->vocab_size();
+  m.vocab_size = (int)c.get_int("vocab_size");
+  if (m.vocab_size == 0) m.vocab_size = tokenizer_vocab;
+  if (m.vocab_size < tokenizer_vocab)
+    fail(Status::invalid_config, "vocab_size (", m.vocab_size, ") is smaller than the '",
+         o.tokenizer, "' tokenizer's vocabulary (", tokenizer_vocab, ")");
   o.micro_batch_size = (int)c.get_int("micro_batch_size");
   o.global_batch_size = (int)c.get_int("global_batch_size");
   o.train_iters = c.get_int("train_iters");
