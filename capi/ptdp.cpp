@@ -25,7 +25,9 @@ namespace {
 
 thread_local std::string g_last_error;
 
-static_assert(PTDP_ERR_INTERNAL == (int)ptdp::Status::internal, "status codes out of sync");
+static_assert(PTDP_ERR_INTERNAL == (int)ptdp::Status::internal &&
+                  PTDP_ERR_COMM == (int)ptdp::Status::comm_failure,
+              "status codes out of sync");
 
 ptdp_status set_error(ptdp::Status code, const std::string &msg) {
   g_last_error = msg;
@@ -72,7 +74,7 @@ int32_t ptdp_version_number(void) {
   return PTDP_VERSION_MAJOR * 10000 + PTDP_VERSION_MINOR * 100 + PTDP_VERSION_PATCH;
 }
 const char *ptdp_status_string(ptdp_status s) {
-  if (s < 0 || s > PTDP_ERR_INTERNAL) return "unknown status code";
+  if (s < 0 || s > PTDP_ERR_COMM) return "unknown status code";
   return ptdp::status_string((ptdp::Status)s);
 }
 const char *ptdp_last_error(void) { return g_last_error.c_str(); }

@@ -42,7 +42,8 @@ enum {
   PTDP_ERR_CORRUPT_DATA = 7,
   PTDP_ERR_BUFFER_TOO_SMALL = 8,
   PTDP_ERR_OUT_OF_MEMORY = 9,
-  PTDP_ERR_INTERNAL = 10
+  PTDP_ERR_INTERNAL = 10,
+  PTDP_ERR_COMM = 11
 };
 
 typedef struct ptdp_config ptdp_config;

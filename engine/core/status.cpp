@@ -15,6 +15,7 @@ const char *status_string(Status s) {
     case Status::buffer_too_small: return "buffer too small";
     case Status::out_of_memory: return "out of memory";
     case Status::internal: return "internal error";
+    case Status::comm_failure: return "communication failure";
   }
   return "unknown status code";
 }

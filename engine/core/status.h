@@ -20,6 +20,7 @@ enum class Status : int {
   buffer_too_small = 8,   // caller buffer too small; the needed size is returned
   out_of_memory = 9,
   internal = 10,
+  comm_failure = 11,      // a communicator timed out or a peer rank failed
 };
 
 const char *status_string(Status s);

@@ -4,12 +4,12 @@
 
 namespace ptdp {
 
-int GptConfig::padded_vocab() const {
-  int m = make_vocab_size_divisible_by;
+int GptConfig::padded_vocab(int t) const {
+  int m = make_vocab_size_divisible_by * t;
   return (vocab_size + m - 1) / m * m;
 }
 
-void GptConfig::validate() const {
+void GptConfig::validate(int t) const {
   auto positive = [](const char *name, int v) {
     if (v <= 0) fail(Status::invalid_config, name, " must be positive, got ", v);
   };
@@ -22,6 +22,16 @@ void GptConfig::validate() const {
   if (hidden_size % num_attention_heads != 0)
     fail(Status::invalid_config, "num_attention_heads (", num_attention_heads,
          ") must divide hidden_size (", hidden_size, ")");
+  if (t < 1) fail(Status::invalid_config, "tensor_model_parallel_size must be positive, got ", t);
+  if (num_attention_heads % t != 0)
+    fail(Status::invalid_config, "tensor_model_parallel_size (", t,
+         ") must divide num_attention_heads (", num_attention_heads, ")");
+  if (ffn() % t != 0)
+    fail(Status::invalid_config, "tensor_model_parallel_size (", t,
+         ") must divide ffn_hidden_size (", ffn(), ")");
+  if (padded_vocab(t) % t != 0)
+    fail(Status::invalid_config, "tensor_model_parallel_size (", t,
+         ") must divide the padded vocabulary (", padded_vocab(t), ")");
   if (ffn_hidden_size < 0)
     fail(Status::invalid_config, "ffn_hidden_size must be positive (or 0 for 4*hidden_size), got ",
          ffn_hidden_size);

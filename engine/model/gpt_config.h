@@ -22,10 +22,12 @@ struct GptConfig {
   int max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
   }
-  int padded_vocab() const;
+  // Padded to a multiple of make_vocab_size_divisible_by * t, so that every
+  // tensor-parallel rank holds the same number of rows.
+  int padded_vocab(int t = 1) const;
   int head_dim() const { return hidden_size / num_attention_heads; }
   // Throws Error(invalid_config) naming the first inconsistent field.
-  void validate() const;
+  void validate(int t = 1) const;
   // Training FLOPs of one global batch of `samples` sequences: the paper's Eq. 3
   // generalised to any ffn size; recompute adds one more forward of every layer.
   double flops_per_batch(int64_t samples, bool recompute) const;

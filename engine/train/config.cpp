@@ -54,8 +54,16 @@ const std::vector<OptionSpec> &option_schema() {
       {"split", T::String, "98,2", 0, 0, nullptr, "train,valid[,test] weights over documents"},
       {"tokenizer_type", T::Choice, "byte", 0, 0, "byte", "tokenizer"},
       {"eval_iters", T::Int, "10", 1, kBig, nullptr, "batches per evaluation"},
+      // parallelism
+      {"tensor_model_parallel_size", T::Int, "1", 1, 4096, nullptr, "tensor-parallel degree t"},
+      {"pipeline_model_parallel_size", T::Int, "1", 1, 4096, nullptr, "pipeline-parallel degree p"},
+      {"data_parallel_size", T::Int, "1", 1, 1 << 20, nullptr, "data-parallel degree d"},
+      {"ddp_bucket_size", T::Int, "1000000", 1, 1 << 30, nullptr,
+       "gradient elements per data-parallel all-reduce"},
+      {"comm_timeout", T::Float, "300", 0.001, 1e6, nullptr,
+       "seconds a rank waits in a communication before the job fails"},
       // machine
-      {"num_threads", T::Int, "0", 0, 4096, nullptr, "CPU threads (0 = all cores)"},
+      {"num_threads", T::Int, "0", 0, 4096, nullptr, "CPU threads of the process (0 = all cores)"},
   };
   return schema;
 }

@@ -17,8 +17,13 @@ void AdamW::update(GPT<float> &model, double lr, int64_t step) {
   }
 }
 
-double grad_norm(GPT<float> &model) {
-  return std::sqrt(cpu::sum_squares(model.grads(), model.num_params()));
+double grad_sum_squares(GPT<float> &model) {
+  const bool count_replicated = model.tensor_parallel().rank == 0;
+  double total = 0;
+  for (const ParamInfo &p : model.param_table())
+    if (p.split_axis >= 0 || count_replicated)
+      total += cpu::sum_squares(model.grads() + p.offset, p.numel);
+  return total;
 }
 
 double clip_gradients(GPT<float> &model, double norm, double clip) {

@@ -25,8 +25,10 @@ class AdamW {
   Buffer<float> m_, v_;
 };
 
-// sqrt(sum of squared gradients); deterministic for any thread count.
-double grad_norm(GPT<float> &model);
+// Sum of squared gradients of this rank's shards, each replicated tensor counted
+// on tensor rank 0 only, so that the sum over the tensor group is the serial sum.
+// Deterministic for any thread count.
+double grad_sum_squares(GPT<float> &model);
 // Scales the gradients by clip / norm when norm > clip > 0; returns the factor.
 double clip_gradients(GPT<float> &model, double norm, double clip);
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
@@ -12,6 +13,20 @@
 extern "C" void openblas_set_num_threads(int);
 
 namespace ptdp {
+
+struct Trainer::Rank {
+  int world_rank = 0;
+  RankCoord coord;
+  std::unique_ptr<Communicator> tp, dp;
+  std::unique_ptr<GPT<float>> model;
+  std::unique_ptr<AdamW> adam;
+  std::unique_ptr<GptSampler> train, valid;
+  std::vector<int32_t> sample, tokens, targets;
+  // Results of the last operation run on this rank.
+  StepMetrics metrics;
+  double value = 0;
+  std::string text;
+};
 
 TrainerOptions TrainerOptions::from_config(const Config &c) {
   TrainerOptions o;
@@ -34,6 +49,9 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   if (m.vocab_size < tokenizer_vocab)
     fail(Status::invalid_config, "vocab_size (", m.vocab_size, ") is smaller than the '",
          o.tokenizer, "' tokenizer's vocabulary (", tokenizer_vocab, ")");
+  o.parallel.t = (int)c.get_int("tensor_model_parallel_size");
+  o.parallel.p = (int)c.get_int("pipeline_model_parallel_size");
+  o.parallel.d = (int)c.get_int("data_parallel_size");
   o.micro_batch_size = (int)c.get_int("micro_batch_size");
   o.global_batch_size = (int)c.get_int("global_batch_size");
   o.train_iters = c.get_int("train_iters");
@@ -53,11 +71,18 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.split = c.get("split");
   o.eval_iters = (int)c.get_int("eval_iters");
   o.num_threads = (int)c.get_int("num_threads");
+  o.ddp_bucket_size = c.get_int("ddp_bucket_size");
+  o.comm_timeout_s = c.get_double("comm_timeout");
 
-  m.validate();
-  if (o.global_batch_size % o.micro_batch_size != 0)
+  m.validate(o.parallel.t);
+  if (o.parallel.p > 1)
+    fail(Status::invalid_config, "pipeline_model_parallel_size ", o.parallel.p,
+         " > 1 is not supported yet: pipeline parallelism is a later issue; use 1");
+  const int64_t bd = (int64_t)o.micro_batch_size * o.parallel.d;
+  if (o.global_batch_size % bd != 0)
     fail(Status::invalid_config, "global_batch_size (", o.global_batch_size,
-         ") must be divisible by micro_batch_size (", o.micro_batch_size, ")");
+         ") must be divisible by micro_batch_size x data_parallel_size (", o.micro_batch_size,
+         " x ", o.parallel.d, " = ", bd, ")");
   if (o.lr.min_lr > o.lr.max_lr)
     fail(Status::invalid_config, "min_lr (", o.lr.min_lr, ") must not exceed lr (", o.lr.max_lr, ")");
   if (o.lr.style != "constant" && o.lr.decay_iters <= o.lr.warmup_iters && o.train_iters > 0)
@@ -69,14 +94,13 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
 }
 
 Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
-  if (opt_.num_threads > 0) {
-    omp_set_num_threads(opt_.num_threads);
-    openblas_set_num_threads(opt_.num_threads);
-  }
-  // Flush denormals to zero on every worker thread: tiny attention probabilities
-  // and gradients otherwise drop the kernels onto the slow microcode path.
-#pragma omp parallel
-  _mm_setcsr(_mm_getcsr() | 0x8040);
+  grid_ = std::make_unique<RankGrid>(opt_.parallel);
+  const int n = opt_.parallel.world();
+  // CPU ranks share the cores (ARCHITECTURE §2): threads per rank = cores / ranks.
+  const int cores = opt_.num_threads > 0 ? opt_.num_threads : omp_get_num_procs();
+  threads_per_rank_ = std::max(1, cores / n);
+  omp_set_num_threads(threads_per_rank_);
+  openblas_set_num_threads(threads_per_rank_);
   tok_ = make_tokenizer(opt_.tokenizer);
   ds_ = std::make_shared<const TokenDataset>(opt_.data_path);
   if (ds_->vocab_size() > opt_.model.vocab_size)
@@ -84,111 +108,216 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
          ds_->vocab_size(), " but the '", opt_.tokenizer, "' tokenizer (and so the model) has ",
          opt_.model.vocab_size);
   auto ranges = parse_split(opt_.split, ds_->num_docs());
-  train_ = std::make_unique<GptSampler>(ds_, ranges[0], opt_.model.seq_length, opt_.seed, true);
-  valid_ = std::make_unique<GptSampler>(ds_, ranges[1], opt_.model.seq_length, opt_.seed, false);
-  if (train_->num_samples() == 0 || valid_->num_samples() == 0)
-    fail(Status::invalid_config, "dataset '", opt_.data_path, "' split ", opt_.split, " gives ",
-         train_->num_tokens(), " train and ", valid_->num_tokens(),
-         " valid tokens; each split needs at least seq_length+1 = ", opt_.model.seq_length + 1);
-  model_ = std::make_unique<GPT<float>>(opt_.model, opt_.seed);
-  adam_ = std::make_unique<AdamW>(model_->num_params(), opt_.adam);
-  sample_.resize((size_t)opt_.model.seq_length + 1);
+  world_ = std::make_unique<ThreadWorld>(n, opt_.comm_timeout_s);
+  for (int r = 0; r < n; r++) {
+    auto R = std::make_unique<Rank>();
+    R->world_rank = r;
+    R->coord = grid_->coord_of(r);
+    R->tp = world_->group("tp", grid_->tp_group(r), r);
+    R->dp = world_->group("dp", grid_->dp_group(r), r);
+    R->train = std::make_unique<GptSampler>(ds_, ranges[0], opt_.model.seq_length, opt_.seed, true);
+    R->valid = std::make_unique<GptSampler>(ds_, ranges[1], opt_.model.seq_length, opt_.seed, false);
+    if (r == 0 && (R->train->num_samples() == 0 || R->valid->num_samples() == 0))
+      fail(Status::invalid_config, "dataset '", opt_.data_path, "' split ", opt_.split, " gives ",
+           R->train->num_tokens(), " train and ", R->valid->num_tokens(),
+           " valid tokens; each split needs at least seq_length+1 = ", opt_.model.seq_length + 1);
+    R->model = std::make_unique<GPT<float>>(
+        opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp.get()});
+    R->adam = std::make_unique<AdamW>(R->model->num_params(), opt_.adam);
+    R->sample.resize((size_t)opt_.model.seq_length + 1);
+    ranks_.push_back(std::move(R));
+  }
+}
+
+Trainer::~Trainer() = default;
+
+GPT<float> &Trainer::model(int rank) { return *ranks_.at((size_t)rank)->model; }
+const GPT<float> &Trainer::model(int rank) const { return *ranks_.at((size_t)rank)->model; }
+
+const CommStats &Trainer::comm_stats(int rank, const std::string &group) const {
+  const Rank &r = *ranks_.at((size_t)rank);
+  if (group == "tp") return r.tp->stats();
+  if (group == "dp") return r.dp->stats();
+  fail(Status::invalid_argument, "unknown group '", group, "'; known: tp, dp");
+}
+
+// Runs fn on every rank, each on its own thread (inline when there is one rank).
+// A failure on any rank aborts the world, so that no rank waits forever, and
+// is rethrown here; the job cannot continue after it.
+void Trainer::run_on_ranks(const std::function<void(Rank &)> &fn) {
+  if (!failure_.empty())
+    fail(Status::wrong_state, "the job failed earlier and cannot continue: ", failure_);
+  auto guarded = [&](Rank &r) {
+    // Flush denormals to zero on every worker thread: tiny attention probabilities
+    // and gradients otherwise drop the kernels onto the slow microcode path.
+#pragma omp parallel
+    _mm_setcsr(_mm_getcsr() | 0x8040);
+    fn(r);
+  };
+  if (ranks_.size() == 1) {
+    guarded(*ranks_[0]);
+    return;
+  }
+  std::vector<std::exception_ptr> errors(ranks_.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ranks_.size(); i++) {
+    threads.emplace_back([&, i] {
+      omp_set_num_threads(threads_per_rank_);
+      try {
+        guarded(*ranks_[i]);
+      } catch (const std::exception &e) {
+        errors[i] = std::current_exception();
+        world_->abort("rank " + std::to_string(i) + " failed: " + e.what());
+      } catch (...) {
+        errors[i] = std::current_exception();
+        world_->abort("rank " + std::to_string(i) + " failed");
+      }
+    });
+  }
+  for (auto &t : threads) t.join();
+  // Report the root cause: a rank's own error before the others' aborts.
+  std::exception_ptr first;
+  for (auto &e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error &err) {
+      if (!first || err.code() != Status::comm_failure) first = e;
+      if (err.code() != Status::comm_failure) break;
+    } catch (...) {
+      first = e;
+      break;
+    }
+  }
+  if (first) {
+    failure_ = world_->abort_reason();
+    std::rethrow_exception(first);
+  }
 }
 
 // Lays out b samples starting at global index `first` as [s, b] tokens/targets.
-void Trainer::fill_batch(GptSampler &sampler, uint64_t first, int b) {
+void Trainer::fill_batch(Rank &r, GptSampler &sampler, uint64_t first, int b) {
   const int s = opt_.model.seq_length;
-  tokens_.resize((size_t)s * b);
-  targets_.resize((size_t)s * b);
+  r.tokens.resize((size_t)s * b);
+  r.targets.resize((size_t)s * b);
   for (int bi = 0; bi < b; bi++) {
-    sampler.get(first + (uint64_t)bi, sample_.data());
+    sampler.get(first + (uint64_t)bi, r.sample.data());
     for (int si = 0; si < s; si++) {
-      tokens_[(size_t)si * b + bi] = sample_[si];
-      targets_[(size_t)si * b + bi] = sample_[si + 1];
+      r.tokens[(size_t)si * b + bi] = r.sample[si];
+      r.targets[(size_t)si * b + bi] = r.sample[si + 1];
     }
+  }
+}
+
+void Trainer::rank_step(Rank &r, int64_t it) {
+  const int b = opt_.micro_batch_size, s = opt_.model.seq_length;
+  const int per_replica = opt_.global_batch_size / opt_.parallel.d, m = per_replica / b;
+  const double tokens = (double)opt_.global_batch_size * s;
+  GPT<float> &model = *r.model;
+  float *grads = model.grads();
+  for (size_t i = 0; i < model.num_params(); i++) grads[i] = 0.f;
+
+  // This replica's samples: [consumed + dp*per_replica, ... + per_replica).
+  double loss_sum = 0;
+  for (int j = 0; j < m; j++) {
+    uint64_t first = (uint64_t)consumed_ + (uint64_t)r.coord.dp * per_replica + (uint64_t)j * b;
+    fill_batch(r, *r.train, first, b);
+    StepContext ctx{true, (uint32_t)it, (uint32_t)first};
+    loss_sum += model.forward(r.tokens.data(), r.targets.data(), s, b, ctx) * b * s;
+    model.backward((float)(1.0 / tokens));
+  }
+  // Data parallel: one gradient reduction, in buckets.
+  if (opt_.parallel.d > 1) {
+    const size_t n = model.num_params(), bucket = (size_t)opt_.ddp_bucket_size;
+    for (size_t off = 0; off < n; off += bucket) r.dp->all_reduce(grads + off, std::min(bucket, n - off));
+    r.dp->all_reduce(&loss_sum, 1);
+  }
+  double sq = grad_sum_squares(model);
+  if (opt_.parallel.t > 1) r.tp->all_reduce(&sq, 1);
+
+  StepMetrics &res = r.metrics;
+  res = StepMetrics{};
+  res.lm_loss = loss_sum / tokens;
+  res.lr = opt_.lr.at(it);
+  res.grad_norm = std::sqrt(sq);
+  // Every rank sees the same loss and norm, so all take the same branch.
+  if (!std::isfinite(res.lm_loss) || !std::isfinite(res.grad_norm)) {
+    res.nan_iters = 1;  // no update: parameters and moments stay as they were
+  } else {
+    clip_gradients(model, res.grad_norm, opt_.clip_grad);
+    r.adam->update(model, res.lr, it - skipped_);
   }
 }
 
 StepMetrics Trainer::step() {
   auto t0 = std::chrono::steady_clock::now();
-  const int b = opt_.micro_batch_size, s = opt_.model.seq_length;
-  const int m = opt_.global_batch_size / b;
   const int64_t it = iteration_ + 1;
-  const double tokens = (double)opt_.global_batch_size * s;
-  GPT<float> &model = *model_;
-  for (size_t i = 0; i < model.num_params(); i++) model.grads()[i] = 0.f;
-
-  double loss_sum = 0;
-  for (int j = 0; j < m; j++) {
-    uint64_t first = (uint64_t)consumed_ + (uint64_t)j * b;
-    fill_batch(*train_, first, b);
-    StepContext ctx{true, (uint32_t)it, (uint32_t)first};
-    loss_sum += model.forward(tokens_.data(), targets_.data(), s, b, ctx) * b * s;
-    model.backward((float)(1.0 / tokens));
-  }
-
-  StepMetrics r;
-  r.iteration = it;
-  r.lm_loss = loss_sum / tokens;
-  r.lr = opt_.lr.at(it);
-  r.grad_norm = grad_norm(model);
-  if (!std::isfinite(r.lm_loss) || !std::isfinite(r.grad_norm)) {
+  run_on_ranks([&](Rank &r) { rank_step(r, it); });
+  StepMetrics res = ranks_[0]->metrics;
+  if (res.nan_iters) {
     nan_++;
-    skipped_++;  // no update: parameters and moments stay as they were
-  } else {
-    clip_gradients(model, r.grad_norm, opt_.clip_grad);
-    adam_->update(model, r.lr, it - skipped_);
+    skipped_++;
   }
   iteration_ = it;
   consumed_ += opt_.global_batch_size;
-
   double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.train_iters = opt_.train_iters;
-  r.consumed_samples = consumed_;
-  r.global_batch_size = opt_.global_batch_size;
-  r.skipped_iters = skipped_;
-  r.nan_iters = nan_;
-  r.elapsed_ms = sec * 1e3;
-  r.tokens_per_s = tokens / sec;
-  r.tflops_per_rank = opt_.model.flops_per_batch(opt_.global_batch_size, false) / sec / 1e12;
-  last_ = r;
-  return r;
+  const double tokens = (double)opt_.global_batch_size * opt_.model.seq_length;
+  res.iteration = it;
+  res.train_iters = opt_.train_iters;
+  res.consumed_samples = consumed_;
+  res.global_batch_size = opt_.global_batch_size;
+  res.skipped_iters = skipped_;
+  res.nan_iters = nan_;
+  res.elapsed_ms = sec * 1e3;
+  res.tokens_per_s = tokens / sec;
+  res.tflops_per_rank = opt_.model.flops_per_batch(opt_.global_batch_size, false) / sec / 1e12 /
+                        (double)ranks_.size();
+  last_ = res;
+  return res;
+}
+
+double Trainer::rank_evaluate(Rank &r, int iters) {
+  const int b = opt_.micro_batch_size, s = opt_.model.seq_length;
+  const int per_replica = opt_.global_batch_size / opt_.parallel.d, m = per_replica / b;
+  double sum = 0;
+  for (int k = 0; k < iters; k++) {
+    for (int j = 0; j < m; j++) {
+      uint64_t first = (uint64_t)k * opt_.global_batch_size + (uint64_t)r.coord.dp * per_replica +
+                       (uint64_t)j * b;
+      fill_batch(r, *r.valid, first, b);
+      StepContext ctx{false, 0, (uint32_t)first};
+      sum += r.model->forward(r.tokens.data(), r.targets.data(), s, b, ctx) * b * s;
+    }
+  }
+  if (opt_.parallel.d > 1) r.dp->all_reduce(&sum, 1);
+  return sum / ((double)iters * opt_.global_batch_size * s);
 }
 
 double Trainer::evaluate(int iters) {
   if (iters <= 0) fail(Status::invalid_argument, "evaluate needs iters > 0, got ", iters);
-  const int b = opt_.micro_batch_size, s = opt_.model.seq_length;
-  const int m = opt_.global_batch_size / b;
-  double sum = 0;
-  int64_t n = 0;
-  for (int k = 0; k < iters; k++) {
-    for (int j = 0; j < m; j++) {
-      uint64_t first = ((uint64_t)k * m + (uint64_t)j) * b;
-      fill_batch(*valid_, first, b);
-      StepContext ctx{false, 0, (uint32_t)first};
-      sum += model_->forward(tokens_.data(), targets_.data(), s, b, ctx) * b * s;
-      n += (int64_t)b * s;
-    }
-  }
-  return sum / (double)n;
+  run_on_ranks([&](Rank &r) { r.value = rank_evaluate(r, iters); });
+  return ranks_[0]->value;
 }
 
-std::string Trainer::generate(const std::string &prompt, int max_new_tokens, double temperature,
-                              uint64_t seed) {
-  if (max_new_tokens < 0) fail(Status::invalid_argument, "max_new_tokens must be >= 0");
-  if (!(temperature >= 0) || !std::isfinite(temperature))
-    fail(Status::invalid_argument, "temperature must be >= 0 (0 = greedy), got ", temperature);
+std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,
+                                   double temperature, uint64_t seed) {
   std::vector<int32_t> toks = tok_->encode(prompt);
   const size_t prompt_len = toks.size();
   if (toks.empty()) toks.push_back(tok_->eod());  // start of a new document
-  const int V = opt_.model.vocab_size, Vp = opt_.model.padded_vocab();
+  GPT<float> &model = *r.model;
+  const int V = opt_.model.vocab_size, Vl = model.local_vocab(), t = opt_.parallel.t;
   const int window = opt_.model.max_positions();
+  std::vector<float> row((size_t)Vl * t);
   std::vector<double> p((size_t)V);
   for (int k = 0; k < max_new_tokens; k++) {
     int n = (int)std::min<size_t>(toks.size(), (size_t)window);
-    const int32_t *ctx_toks = toks.data() + toks.size() - n;
-    model_->forward(ctx_toks, nullptr, n, 1, StepContext{false, 0, 0});
-    const float *row = model_->logits() + (size_t)(n - 1) * Vp;
+    model.forward(toks.data() + toks.size() - n, nullptr, n, 1, StepContext{false, 0, 0});
+    // The last position's logits, gathered over the vocabulary shards.
+    const float *mine = model.logits() + (size_t)(n - 1) * Vl;
+    if (t > 1)
+      r.tp->all_gather(mine, row.data(), (size_t)Vl);
+    else
+      std::copy(mine, mine + Vl, row.begin());
     int next = 0;
     if (temperature == 0) {
       for (int j = 1; j < V; j++)
@@ -215,13 +344,42 @@ std::string Trainer::generate(const std::string &prompt, int max_new_tokens, dou
   return tok_->decode(toks.data() + skip, toks.size() - skip);
 }
 
+std::string Trainer::generate(const std::string &prompt, int max_new_tokens, double temperature,
+                              uint64_t seed) {
+  if (max_new_tokens < 0) fail(Status::invalid_argument, "max_new_tokens must be >= 0");
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    fail(Status::invalid_argument, "temperature must be >= 0 (0 = greedy), got ", temperature);
+  run_on_ranks([&](Rank &r) { r.text = rank_generate(r, prompt, max_new_tokens, temperature, seed); });
+  return ranks_[0]->text;
+}
+
+std::vector<float> Trainer::gather_parameter(const std::string &name) const {
+  const ParamInfo &p0 = ranks_[0]->model->param(name);
+  const int t = opt_.parallel.t;
+  size_t total = 1;
+  for (int64_t d : p0.global_shape) total *= (size_t)d;
+  std::vector<float> out(total);
+  for (int tr = 0; tr < t; tr++) {
+    const GPT<float> &m = *ranks_[(size_t)grid_->rank_of({tr, 0, 0})]->model;
+    const ParamInfo &p = m.param(name);
+    const float *src = m.params() + p.offset;
+    if (p.split_axis < 0 && tr > 0) break;  // replicated: rank 0's copy
+    for (size_t i = 0; i < p.numel; i++) out[(size_t)m.global_index(p, i)] = src[i];
+  }
+  if (name == "wte.weight") out.resize((size_t)opt_.model.vocab_size * opt_.model.hidden_size);
+  return out;
+}
+
 double Trainer::unigram_entropy() const {
-  std::vector<uint64_t> c = train_->token_counts();
+  std::vector<uint64_t> c = ranks_[0]->train->token_counts();
   double total = 0, h = 0;
   for (uint64_t x : c) total += (double)x;
   for (uint64_t x : c)
     if (x) h -= (double)x / total * std::log((double)x / total);
   return h;
 }
+
+uint64_t Trainer::train_samples() const { return ranks_[0]->train->num_samples(); }
+uint64_t Trainer::valid_samples() const { return ranks_[0]->valid->num_samples(); }
 
 }  // namespace ptdp

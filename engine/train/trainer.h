@@ -1,11 +1,16 @@
-// The training loop of one run on one CPU rank: data, model, optimizer, LR schedule.
-// The global batch is m = global_batch_size / micro_batch_size micro-batches whose
-// gradients accumulate; the loss is the mean over every token of the global batch.
+// The training loop over n = t·p·d ranks hosted by this process as threads
+// (ARCHITECTURE §2: single controller within a process). step() runs the step
+// on every rank and returns the global metrics. The global batch is split by
+// global sample index over the d replicas; each replica accumulates its
+// micro-batches; the loss is the mean over every token of the global batch.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/comm/grid.h"
+#include "engine/comm/thread_comm.h"
 #include "engine/data/sampler.h"
 #include "engine/data/tokenizer.h"
 #include "engine/model/gpt.h"
@@ -18,6 +23,7 @@ namespace ptdp {
 
 struct TrainerOptions {
   GptConfig model;
+  ParallelDims parallel;
   int micro_batch_size = 8, global_batch_size = 32;
   int64_t train_iters = 1000;
   uint64_t seed = 1234;
@@ -27,6 +33,8 @@ struct TrainerOptions {
   std::string data_path, split = "98,2", tokenizer = "byte";
   int eval_iters = 10;
   int num_threads = 0;
+  int64_t ddp_bucket_size = 1000000;
+  double comm_timeout_s = 300;
   // Reads and cross-checks a Config; throws invalid_config naming the fields.
   static TrainerOptions from_config(const Config &c);
 };
@@ -34,13 +42,21 @@ struct TrainerOptions {
 class Trainer {
  public:
   explicit Trainer(const TrainerOptions &opt);
+  ~Trainer();
   const TrainerOptions &options() const { return opt_; }
-  GPT<float> &model() { return *model_; }
-  const GPT<float> &model() const { return *model_; }
   const Tokenizer &tokenizer() const { return *tok_; }
+  int world_size() const { return (int)ranks_.size(); }
+  // Rank r's model shard (tests, checkpoints).
+  GPT<float> &model(int rank = 0);
+  const GPT<float> &model(int rank = 0) const;
+  // A parameter of the whole model assembled from the shards: its global shape,
+  // with the vocabulary unpadded for wte.
+  std::vector<float> gather_parameter(const std::string &name) const;
+  // Communication counters of rank r's groups ("tp", "dp").
+  const CommStats &comm_stats(int rank, const std::string &group) const;
 
   StepMetrics step();
-  // Mean validation loss over eval_iters global batches (no dropout).
+  // Mean validation loss over `iters` global batches (no dropout).
   double evaluate(int iters);
   // Continues `prompt`; temperature 0 is greedy, else samples with a keyed RNG.
   std::string generate(const std::string &prompt, int max_new_tokens, double temperature,
@@ -51,21 +67,28 @@ class Trainer {
   const StepMetrics &last_metrics() const { return last_; }
   // Entropy (nats/token) of the unigram distribution of the training split.
   double unigram_entropy() const;
-  uint64_t train_samples() const { return train_->num_samples(); }
-  uint64_t valid_samples() const { return valid_->num_samples(); }
+  uint64_t train_samples() const;
+  uint64_t valid_samples() const;
 
  private:
-  void fill_batch(GptSampler &sampler, uint64_t first, int b);
+  struct Rank;
+  void run_on_ranks(const std::function<void(Rank &)> &fn);
+  void fill_batch(Rank &r, GptSampler &sampler, uint64_t first, int b);
+  void rank_step(Rank &r, int64_t it);
+  double rank_evaluate(Rank &r, int iters);
+  std::string rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,
+                            double temperature, uint64_t seed);
 
   TrainerOptions opt_;
   std::unique_ptr<Tokenizer> tok_;
   std::shared_ptr<const TokenDataset> ds_;
-  std::unique_ptr<GptSampler> train_, valid_;
-  std::unique_ptr<GPT<float>> model_;
-  std::unique_ptr<AdamW> adam_;
+  std::unique_ptr<RankGrid> grid_;
+  std::unique_ptr<ThreadWorld> world_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  int threads_per_rank_ = 1;
+  std::string failure_;  // set when a step failed on some rank: the job cannot go on
   int64_t iteration_ = 0, consumed_ = 0, skipped_ = 0, nan_ = 0;
   StepMetrics last_;
-  std::vector<int32_t> sample_, tokens_, targets_;
 };
 
 }  // namespace ptdp

@@ -81,18 +81,46 @@ template <class T>
 void scale_mask_softmax_backward(T *dS, const T *P, const T *dP, int batch, int s_q, int s_k,
                                  T scale);
 
-// ---- embedding ----------------------------------------------------------------
-// x[si*b+bi] = wte[tokens[si*b+bi]] + wpe[si]; tokens in [s, b] order.
+// ---- embedding (vocab-parallel) ------------------------------------------------
+// This rank holds rows [vocab_start, vocab_start + vocab_rows) of the embedding.
+// x[si*b+bi] = (token local ? wte[token - vocab_start] : 0) + (wpe ? wpe[si] : 0);
+// tokens in [s, b] order.
+template <class T>
+void embedding_forward(T *x, const int32_t *tokens, const T *wte, int vocab_start, int vocab_rows,
+                       const T *wpe, int s, int b, int h);
+// All tokens local (t = 1).
 template <class T>
 void embedding_forward(T *x, const int32_t *tokens, const T *wte, const T *wpe, int s, int b,
-                       int h);
-// Accumulates dwte (scatter-add by token) and dwpe.
+                       int h) {
+  embedding_forward(x, tokens, wte, 0, 1 << 30, wpe, s, b, h);
+}
+// x[si*b+bi] += wpe[si]
 template <class T>
-void embedding_backward(T *dwte, T *dwpe, const T *dx, const int32_t *tokens, int s, int b,
-                        int h);
+void add_position_embedding(T *x, const T *wpe, int s, int b, int h);
+// Accumulates dwte (scatter-add of local tokens) and dwpe (when not null).
+template <class T>
+void embedding_backward(T *dwte, T *dwpe, const T *dx, const int32_t *tokens, int s, int b, int h,
+                        int vocab_start = 0, int vocab_rows = 1 << 30);
 
-// ---- cross-entropy over a padded vocabulary -----------------------------------
-// logits: [N, Vp]; columns >= V are padding and never enter the softmax.
+// ---- cross-entropy over a vocab-parallel, padded vocabulary -----------------------
+// logits: [N, ld] holding this rank's vocabulary columns; the first `cols` are real
+// tokens vocab_start .. vocab_start+cols-1, the rest is padding and never read.
+// The loss of row i is log(sum_j exp(l_ij - M_i)) + M_i - l_i,target with M_i the
+// max over every rank's columns: three reductions over the tensor group.
+// Step 1: row max over the local columns (-inf when cols = 0).
+template <class T>
+void vocab_ce_local_max(T *row_max, const T *logits, int N, int ld, int cols);
+// Step 2, with the global max: local sum of exp(l - M) and the target's logit
+// (0 when the target is another rank's).
+template <class T>
+void vocab_ce_local_sums(T *sum_exp, T *target_logit, const T *logits, const T *row_max,
+                         const int32_t *targets, int N, int ld, int cols, int vocab_start);
+// Backward with the global max and sum: dlogits = dloss * (softmax - onehot) on the
+// local columns, 0 on padding; may alias logits.
+template <class T>
+void vocab_ce_backward(T *dlogits, const T *logits, const T *row_max, const T *sum_exp,
+                       const int32_t *targets, int N, int ld, int cols, int vocab_start, T dloss);
+// One rank (t = 1): logits [N, Vp], columns >= V padding.
 // losses[i] = logsumexp(logits[i, :V]) - logits[i, targets[i]].
 template <class T>
 void cross_entropy_forward(T *losses, const T *logits, const int32_t *targets, int N, int Vp,

@@ -62,7 +62,7 @@ ptdp_lua_test(lua_syntax_error --rc nonzero
 foreach(spec
     "heads|invalid configuration: num_attention_heads (3) must divide hidden_size (32)"
     "seq_length|invalid configuration: seq_length (32) is longer than max_position_embeddings (16)"
-    "batch|invalid configuration: global_batch_size (5) must be divisible by micro_batch_size (2)"
+    "batch|invalid configuration: global_batch_size (5) must be divisible by micro_batch_size x data_parallel_size (2 x 1 = 2)"
     "missing|I/O error: cannot open dataset|bad_config_does_not_exist.ptdp"
     "truncated|corrupt data: dataset|: truncated"
     "vocab|invalid configuration: dataset|has vocabulary size 1000 but the 'byte' tokenizer (and so the model) has 257"

@@ -1,0 +1,244 @@
+#include "engine/comm/thread_comm.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+const char *comm_op_name(CommOp op) {
+  switch (op) {
+    case CommOp::all_reduce: return "all_reduce";
+    case CommOp::all_gather: return "all_gather";
+    case CommOp::reduce_scatter: return "reduce_scatter";
+    case CommOp::broadcast: return "broadcast";
+    case CommOp::send: return "send";
+    case CommOp::recv: return "recv";
+    case CommOp::barrier: return "barrier";
+    case CommOp::count: break;
+  }
+  return "?";
+}
+
+// State shared by the members of one group.
+struct ThreadWorld::Group {
+  std::mutex mu;
+  std::condition_variable cv;
+  int size = 0;
+  uint64_t generation = 0;
+  int arrived = 0;
+  std::vector<char> present;          // who has reached the current rendezvous
+  std::vector<const void *> posted;   // each member's buffer for the current operation
+  std::vector<char> scratch;          // reduction result, shared
+  std::map<std::pair<int, int>, std::deque<std::vector<float>>> mailbox;  // (src, dst) -> messages
+};
+
+namespace {
+
+class ThreadComm final : public Communicator {
+ public:
+  ThreadComm(ThreadWorld *world, std::shared_ptr<ThreadWorld::Group> g, std::string name,
+             std::vector<int> members, int rank)
+      : Communicator(std::move(name), std::move(members), rank), world_(world), g_(std::move(g)) {}
+
+  void all_reduce(float *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
+  void all_reduce(double *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
+
+  void all_gather(const float *in, float *out, size_t n) override {
+    stats_.add(CommOp::all_gather, (int64_t)(n * sizeof(float)));
+    g_->posted[rank_] = in;
+    rendezvous(CommOp::all_gather);
+    for (int r = 0; r < size(); r++)
+      std::memcpy(out + (size_t)r * n, g_->posted[r], n * sizeof(float));
+    rendezvous(CommOp::all_gather);  // nobody reuses `in` while others still read it
+  }
+
+  void reduce_scatter(const float *in, float *out, size_t n) override {
+    stats_.add(CommOp::reduce_scatter, (int64_t)(n * size() * sizeof(float)));
+    g_->posted[rank_] = in;
+    rendezvous(CommOp::reduce_scatter);
+    for (size_t k = 0; k < n; k++) {
+      float acc = static_cast<const float *>(g_->posted[0])[(size_t)rank_ * n + k];
+      for (int r = 1; r < size(); r++)
+        acc += static_cast<const float *>(g_->posted[r])[(size_t)rank_ * n + k];
+      out[k] = acc;
+    }
+    rendezvous(CommOp::reduce_scatter);
+  }
+
+  void broadcast(float *buf, size_t n, int root) override {
+    check_peer(root, "broadcast root");
+    stats_.add(CommOp::broadcast, (int64_t)(n * sizeof(float)));
+    g_->posted[rank_] = buf;
+    rendezvous(CommOp::broadcast);
+    if (rank_ != root) std::memcpy(buf, g_->posted[root], n * sizeof(float));
+    rendezvous(CommOp::broadcast);
+  }
+
+  void send(const float *buf, size_t n, int peer) override {
+    check_peer(peer, "send peer");
+    stats_.add(CommOp::send, (int64_t)(n * sizeof(float)));
+    std::lock_guard<std::mutex> lk(g_->mu);
+    g_->mailbox[{rank_, peer}].emplace_back(buf, buf + n);
+    g_->cv.notify_all();
+  }
+
+  void recv(float *buf, size_t n, int peer) override {
+    check_peer(peer, "recv peer");
+    stats_.add(CommOp::recv, (int64_t)(n * sizeof(float)));
+    std::unique_lock<std::mutex> lk(g_->mu);
+    auto &q = g_->mailbox[{peer, rank_}];
+    wait(lk, [&] { return !q.empty(); }, CommOp::recv,
+         [&] { return "rank " + std::to_string(members_[peer]) + " has not sent"; });
+    std::vector<float> msg = std::move(q.front());
+    q.pop_front();
+    lk.unlock();
+    if (msg.size() != n)
+      fail(Status::comm_failure, "group '", name_, "': recv of ", n, " elements from rank ",
+           members_[peer], " got a message of ", msg.size());
+    std::memcpy(buf, msg.data(), n * sizeof(float));
+  }
+
+  void barrier() override {
+    stats_.add(CommOp::barrier, 0);
+    rendezvous(CommOp::barrier);
+  }
+
+ private:
+  template <class T>
+  void reduce_impl(T *buf, size_t n, ReduceOp op) {
+    stats_.add(CommOp::all_reduce, (int64_t)(n * sizeof(T)));
+    if (size() == 1) return;
+    g_->posted[rank_] = buf;
+    rendezvous(CommOp::all_reduce, [&] { g_->scratch.resize(n * sizeof(T)); });
+    // Each member reduces one slice, in member order: every rank gets the same bits.
+    size_t lo = n * rank_ / size(), hi = n * (rank_ + 1) / size();
+    T *res = reinterpret_cast<T *>(g_->scratch.data());
+    for (size_t k = lo; k < hi; k++) {
+      T acc = static_cast<const T *>(g_->posted[0])[k];
+      for (int r = 1; r < size(); r++) {
+        T v = static_cast<const T *>(g_->posted[r])[k];
+        acc = op == ReduceOp::sum ? acc + v : (v > acc ? v : acc);
+      }
+      res[k] = acc;
+    }
+    rendezvous(CommOp::all_reduce);
+    std::memcpy(buf, res, n * sizeof(T));
+    rendezvous(CommOp::all_reduce);  // the scratch is reused by the next operation
+  }
+
+  void check_peer(int peer, const char *what) const {
+    if (peer < 0 || peer >= size())
+      fail(Status::invalid_argument, "group '", name_, "': ", what, " ", peer,
+           " is outside [0, ", size(), ")");
+  }
+
+  // Waits until pred() holds, polling the world's abort flag; on timeout names the missing.
+  template <class Pred, class Missing>
+  void wait(std::unique_lock<std::mutex> &lk, Pred pred, CommOp op, Missing missing) {
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration<double>(world_->timeout_s());
+    while (!pred()) {
+      if (world_->aborted())
+        fail(Status::comm_failure, "group '", name_, "' ", comm_op_name(op), " on rank ",
+             members_[rank_], " stopped: ", world_->abort_reason());
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::string msg = "communicator timeout after " + std::to_string(world_->timeout_s()) +
+                          " s in group '" + name_ + "' during " + comm_op_name(op) +
+                          " on rank " + std::to_string(members_[rank_]) + ": " + missing();
+        lk.unlock();
+        world_->abort(msg);
+        throw Error(Status::comm_failure, msg);
+      }
+      g_->cv.wait_for(lk, std::chrono::milliseconds(50));
+    }
+  }
+
+  // All members meet; the last to arrive runs `last` before anyone leaves.
+  void rendezvous(CommOp op, const std::function<void()> &last = {}) {
+    std::unique_lock<std::mutex> lk(g_->mu);
+    uint64_t gen = g_->generation;
+    g_->present[rank_] = 1;
+    if (++g_->arrived == g_->size) {
+      if (last) last();
+      g_->arrived = 0;
+      std::fill(g_->present.begin(), g_->present.end(), 0);
+      g_->generation++;
+      g_->cv.notify_all();
+      return;
+    }
+    wait(lk, [&] { return g_->generation != gen; }, op, [&] {
+      std::string s = "ranks still missing:";
+      for (int r = 0; r < g_->size; r++)
+        if (!g_->present[r]) s += " " + std::to_string(members_[r]);
+      return s;
+    });
+  }
+
+  ThreadWorld *world_;
+  std::shared_ptr<ThreadWorld::Group> g_;
+};
+
+}  // namespace
+
+ThreadWorld::ThreadWorld(int size, double timeout_s) : size_(size), timeout_s_(timeout_s) {}
+ThreadWorld::~ThreadWorld() = default;
+
+std::unique_ptr<Communicator> ThreadWorld::group(const std::string &name,
+                                                 const std::vector<int> &members, int me) {
+  int rank = -1;
+  std::string key = name + ":";
+  for (size_t i = 0; i < members.size(); i++) {
+    if (members[i] < 0 || members[i] >= size_)
+      fail(Status::invalid_argument, "group '", name, "' names rank ", members[i],
+           " outside the world of ", size_);
+    if (members[i] == me) rank = (int)i;
+    key += std::to_string(members[i]) + ",";
+  }
+  if (rank < 0) fail(Status::invalid_argument, "rank ", me, " is not a member of group '", name, "'");
+  std::shared_ptr<Group> g;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto &slot = groups_[key];
+    if (!slot) {
+      slot = std::make_shared<Group>();
+      slot->size = (int)members.size();
+      slot->present.assign(members.size(), 0);
+      slot->posted.assign(members.size(), nullptr);
+    }
+    g = slot;
+  }
+  return std::make_unique<ThreadComm>(this, g, name, members, rank);
+}
+
+void ThreadWorld::abort(const std::string &why) {
+  std::vector<std::shared_ptr<Group>> all;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!aborted_) {
+      aborted_ = true;
+      abort_reason_ = why;
+    }
+    for (auto &kv : groups_) all.push_back(kv.second);
+  }
+  for (auto &g : all) {
+    std::lock_guard<std::mutex> lk(g->mu);
+    g->cv.notify_all();
+  }
+}
+
+bool ThreadWorld::aborted() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return aborted_;
+}
+
+std::string ThreadWorld::abort_reason() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return abort_reason_;
+}
+
+}  // namespace ptdp
