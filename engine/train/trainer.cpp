@@ -97,9 +97,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
   grid_ = std::make_unique<RankGrid>(opt_.parallel);
   const int n = opt_.parallel.world();
   // CPU ranks share the cores (ARCHITECTURE §2): threads per rank = cores / ranks.
-  const int cores = opt_.num_threads > 0 ? opt_.num_threads : omp_get_num_procs();
+  // All cores unless OMP_NUM_THREADS says otherwise, read before any trainer changed it.
+  static const int process_threads = omp_get_max_threads();
+  const int cores = opt_.num_threads > 0 ? opt_.num_threads : process_threads;
   threads_per_rank_ = std::max(1, cores / n);
-  omp_set_num_threads(threads_per_rank_);
   openblas_set_num_threads(threads_per_rank_);
   tok_ = make_tokenizer(opt_.tokenizer);
   ds_ = std::make_shared<const TokenDataset>(opt_.data_path);
@@ -148,6 +149,7 @@ void Trainer::run_on_ranks(const std::function<void(Rank &)> &fn) {
   if (!failure_.empty())
     fail(Status::wrong_state, "the job failed earlier and cannot continue: ", failure_);
   auto guarded = [&](Rank &r) {
+    omp_set_num_threads(threads_per_rank_);
     // Flush denormals to zero on every worker thread: tiny attention probabilities
     // and gradients otherwise drop the kernels onto the slow microcode path.
 #pragma omp parallel
@@ -162,7 +164,6 @@ void Trainer::run_on_ranks(const std::function<void(Rank &)> &fn) {
   std::vector<std::thread> threads;
   for (size_t i = 0; i < ranks_.size(); i++) {
     threads.emplace_back([&, i] {
-      omp_set_num_threads(threads_per_rank_);
       try {
         guarded(*ranks_[i]);
       } catch (const std::exception &e) {

@@ -1,0 +1,69 @@
+// The `mpi` backend (ARCHITECTURE §2): ranks in separate processes (one rank
+// per MPI process, world rank = MPI_COMM_WORLD rank), CPU buffers, OpenMPI.
+//
+// Every operation is an MPI nonblocking call followed by a polling loop
+// (MPI_Test plus a short sleep) that enforces the timeout. On expiry the rank
+// asks the other members of the group what they are doing, prints
+//   ptdp: rank R: communicator timeout after T s in group 'NAME' (world ranks ...)
+//   during OP on rank R: ranks still missing: ...
+// and calls MPI_Abort, so every process of the job exits non-zero instead of
+// hanging (an exception on one process would leave the others waiting).
+// Argument errors (a bad peer, a recv of the wrong size) throw ptdp::Error like
+// the threads backend.
+//
+// This header does not include <mpi.h>: code that only picks a backend needs
+// no MPI include path.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+
+namespace ptdp {
+
+class MpiWorld {
+ public:
+  // True when this process was started by mpirun/mpiexec/srun (OMPI_COMM_WORLD_SIZE,
+  // PMI_SIZE or PMIX_RANK is set).
+  static bool launched_by_mpirun();
+
+  // Initialises MPI (MPI_Init_thread asking for MPI_THREAD_MULTIPLE) unless it
+  // already is. Collective over MPI_COMM_WORLD: every process constructs one.
+  explicit MpiWorld(double timeout_s);
+  // Waits (with the timeout) until every process got here, then MPI_Finalize if
+  // this object initialised MPI. Destroy the communicators first. While an
+  // exception is propagating it does neither, so the process exits without
+  // finalising and mpirun terminates the job.
+  ~MpiWorld();
+  MpiWorld(const MpiWorld &) = delete;
+  MpiWorld &operator=(const MpiWorld &) = delete;
+
+  int rank() const;
+  int size() const;
+  double timeout_s() const;
+  // The thread support level MPI provided, e.g. "MPI_THREAD_MULTIPLE". Below
+  // MPI_THREAD_MULTIPLE this backend serialises its own MPI calls with a mutex.
+  std::string thread_level() const;
+  bool thread_multiple() const;
+  bool initialised_mpi() const;  // this object called MPI_Init_thread
+
+  // The communicator of this process in the group `members` (MPI world ranks,
+  // ordered by group rank); `me` must be this process's world rank. Collective
+  // over MPI_COMM_WORLD: every process calls group() for its own groups in the
+  // same order, with the same name in each call, and the groups of one call
+  // partition the world (tp groups, then dp groups, ...). Inconsistent calls throw
+  // ptdp::Error(invalid_argument) on every process.
+  std::unique_ptr<Communicator> group(const std::string &name, const std::vector<int> &members,
+                                      int me);
+
+  // Prints "ptdp: rank N: <why>" to stderr and terminates the whole job (MPI_Abort).
+  [[noreturn]] void abort(const std::string &why);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ptdp
