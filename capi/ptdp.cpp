@@ -185,6 +185,14 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     else if (n == "train_samples") *value = (double)tr.train_samples();
     else if (n == "valid_samples") *value = (double)tr.valid_samples();
     else if (n == "peak_memory_bytes") *value = (double)ptdp::CpuAllocator::instance().peak_bytes();
+    else if (n == "world_size") *value = tr.world_size();
+    else if (n == "local_ranks") *value = tr.world_size();  // every rank is a thread of this process
+    else if (n == "rank") *value = 0;                        // first rank hosted by this process
+    else if (n == "tensor_model_parallel_size") *value = tr.options().parallel.t;
+    else if (n == "pipeline_model_parallel_size") *value = tr.options().parallel.p;
+    else if (n == "data_parallel_size") *value = tr.options().parallel.d;
+    else if (n == "comm_seconds")
+      *value = tr.comm_stats(0, "tp").seconds + tr.comm_stats(0, "dp").seconds;
     else if (n == "lm_loss") *value = metric(m.lm_loss);
     else if (n == "lr") *value = metric(m.lr);
     else if (n == "grad_norm") *value = metric(m.grad_norm);
@@ -198,7 +206,8 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
       ptdp::fail(ptdp::Status::invalid_argument, "unknown trainer value '", n,
                  "'; known: iteration, consumed_samples, train_iters, num_parameters, "
                  "padded_vocab_size, unigram_entropy, train_samples, valid_samples, "
-                 "peak_memory_bytes, lm_loss, lr, grad_norm, loss_scale, skipped_iters, "
+                 "peak_memory_bytes, world_size, local_ranks, rank, tensor_model_parallel_size, "
+                 "pipeline_model_parallel_size, data_parallel_size, comm_seconds, lm_loss, lr, grad_norm, loss_scale, skipped_iters, "
                  "nan_iters, elapsed_ms, tokens_per_s, tflops_per_rank");
   });
 }

@@ -76,6 +76,8 @@ local aliases = {
                 decay = 'lr_decay_style', beta1 = 'adam_beta1', beta2 = 'adam_beta2',
                 eps = 'adam_eps' },
   data = { path = 'data_path', tokenizer = 'tokenizer_type' },
+  parallel = { t = 'tensor_model_parallel_size', p = 'pipeline_model_parallel_size',
+               d = 'data_parallel_size' },
   model = {},
 }
 
@@ -94,7 +96,7 @@ local function set_option(cfg, key, value)
 end
 
 -- Builds a config from a table: flat option keys, or the groups model /
--- optimizer / data holding option keys or their short aliases.
+-- optimizer / data / parallel holding option keys or their short aliases.
 function M.config(t)
   local out = ffi.new('ptdp_config*[1]')
   check(C.ptdp_config_create(out))
@@ -126,6 +128,19 @@ end
 local metric_names = { 'iteration', 'consumed_samples', 'lm_loss', 'lr', 'grad_norm',
                        'loss_scale', 'skipped_iters', 'nan_iters', 'elapsed_ms',
                        'tokens_per_s', 'tflops_per_rank' }
+
+-- This process's place in the job: rank (its first rank), world_size,
+-- local_ranks and the t, p, d degrees.
+function Trainer:layout()
+  local out = {}
+  for _, k in ipairs { 'rank', 'world_size', 'local_ranks', 'tensor_model_parallel_size',
+                       'pipeline_model_parallel_size', 'data_parallel_size' } do
+    out[k] = self:get(k)
+  end
+  out.t, out.p, out.d = out.tensor_model_parallel_size, out.pipeline_model_parallel_size,
+                        out.data_parallel_size
+  return out
+end
 
 function Trainer:get(name)
   local v = ffi.new('double[1]')

@@ -23,10 +23,22 @@ const char *comm_op_name(CommOp op);
 struct CommStats {
   int64_t calls[(int)CommOp::count] = {};
   int64_t bytes[(int)CommOp::count] = {};  // payload bytes this rank contributed
+  double seconds = 0;                      // wall time inside operations, waiting included
   void add(CommOp op, int64_t b) {
     calls[(int)op]++;
     bytes[(int)op] += b;
   }
+};
+
+// Adds the lifetime of the scope to stats.seconds.
+class CommTimer {
+ public:
+  explicit CommTimer(CommStats &s);
+  ~CommTimer();
+
+ private:
+  CommStats &s_;
+  int64_t start_ns_;
 };
 
 class Communicator {

@@ -24,6 +24,14 @@ const char *comm_op_name(CommOp op) {
   return "?";
 }
 
+static int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+CommTimer::CommTimer(CommStats &s) : s_(s), start_ns_(now_ns()) {}
+CommTimer::~CommTimer() { s_.seconds += (double)(now_ns() - start_ns_) * 1e-9; }
+
 // State shared by the members of one group.
 struct ThreadWorld::Group {
   std::mutex mu;
@@ -49,15 +57,21 @@ class ThreadComm final : public Communicator {
   void all_reduce(double *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
 
   void all_gather(const float *in, float *out, size_t n) override {
+    CommTimer timer(stats_);
     stats_.add(CommOp::all_gather, (int64_t)(n * sizeof(float)));
     g_->posted[rank_] = in;
     rendezvous(CommOp::all_gather);
-    for (int r = 0; r < size(); r++)
-      std::memcpy(out + (size_t)r * n, g_->posted[r], n * sizeof(float));
+    for (int r = 0; r < size(); r++) {
+      float *dst = out + (size_t)r * n;
+      // In place (in == out + rank*n): no self-copy, which would overlap and
+      // write the bytes that the other members are reading.
+      if (dst != g_->posted[r]) std::memcpy(dst, g_->posted[r], n * sizeof(float));
+    }
     rendezvous(CommOp::all_gather);  // nobody reuses `in` while others still read it
   }
 
   void reduce_scatter(const float *in, float *out, size_t n) override {
+    CommTimer timer(stats_);
     stats_.add(CommOp::reduce_scatter, (int64_t)(n * size() * sizeof(float)));
     g_->posted[rank_] = in;
     rendezvous(CommOp::reduce_scatter);
@@ -72,6 +86,7 @@ class ThreadComm final : public Communicator {
 
   void broadcast(float *buf, size_t n, int root) override {
     check_peer(root, "broadcast root");
+    CommTimer timer(stats_);
     stats_.add(CommOp::broadcast, (int64_t)(n * sizeof(float)));
     g_->posted[rank_] = buf;
     rendezvous(CommOp::broadcast);
@@ -81,6 +96,7 @@ class ThreadComm final : public Communicator {
 
   void send(const float *buf, size_t n, int peer) override {
     check_peer(peer, "send peer");
+    CommTimer timer(stats_);
     stats_.add(CommOp::send, (int64_t)(n * sizeof(float)));
     std::lock_guard<std::mutex> lk(g_->mu);
     g_->mailbox[{rank_, peer}].emplace_back(buf, buf + n);
@@ -89,6 +105,7 @@ class ThreadComm final : public Communicator {
 
   void recv(float *buf, size_t n, int peer) override {
     check_peer(peer, "recv peer");
+    CommTimer timer(stats_);
     stats_.add(CommOp::recv, (int64_t)(n * sizeof(float)));
     std::unique_lock<std::mutex> lk(g_->mu);
     auto &q = g_->mailbox[{peer, rank_}];
@@ -104,6 +121,7 @@ class ThreadComm final : public Communicator {
   }
 
   void barrier() override {
+    CommTimer timer(stats_);
     stats_.add(CommOp::barrier, 0);
     rendezvous(CommOp::barrier);
   }
@@ -111,6 +129,7 @@ class ThreadComm final : public Communicator {
  private:
   template <class T>
   void reduce_impl(T *buf, size_t n, ReduceOp op) {
+    CommTimer timer(stats_);
     stats_.add(CommOp::all_reduce, (int64_t)(n * sizeof(T)));
     if (size() == 1) return;
     g_->posted[rank_] = buf;

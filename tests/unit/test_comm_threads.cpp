@@ -181,6 +181,25 @@ TEST_P(Collectives, AllGather) {
   });
 }
 
+// In place: `in` is this rank's own slice of `out` (a received shard gathered
+// into the full tensor, as the scatter/gather optimization does).
+TEST_P(Collectives, AllGatherInPlace) {
+  const int w = world();
+  const size_t n = this->n();
+  std::vector<float> want((size_t)w * n);
+  for (int r = 0; r < w; r++)
+    for (size_t k = 0; k < n; k++) want[(size_t)r * n + k] = val(r, k);
+  run_ok(w, [&](ThreadWorld &world, int r) {
+    auto c = world.group("world", iota_ranks(w), r);
+    std::vector<float> out((size_t)w * n, -12345.0f);
+    std::copy(want.begin() + (ptrdiff_t)(r * n), want.begin() + (ptrdiff_t)((r + 1) * n),
+              out.begin() + (ptrdiff_t)(r * n));
+    c->all_gather(out.data() + (size_t)r * n, out.data(), n);
+    EXPECT_TRUE(same_bits(out.data(), want.data(), out.size()))
+        << "rank " << r << " " << first_diff(out.data(), want.data(), out.size());
+  });
+}
+
 TEST_P(Collectives, ReduceScatter) {
   const int w = world();
   const size_t n = this->n();
@@ -199,6 +218,28 @@ TEST_P(Collectives, ReduceScatter) {
     c->reduce_scatter(in.data(), out.data(), n);
     const float *mine = want.data() + (size_t)r * n;
     EXPECT_TRUE(same_bits(out.data(), mine, n)) << "rank " << r << " " << first_diff(out.data(), mine, n);
+  });
+}
+
+// In place: `out` is this rank's own slice of `in`.
+TEST_P(Collectives, ReduceScatterInPlace) {
+  const int w = world();
+  const size_t n = this->n();
+  const size_t total = (size_t)w * n;
+  std::vector<float> want(total);
+  for (size_t i = 0; i < total; i++) {
+    float acc = 0;
+    for (int r = 0; r < w; r++) acc += val(r, i);
+    want[i] = acc;
+  }
+  run_ok(w, [&](ThreadWorld &world, int r) {
+    auto c = world.group("world", iota_ranks(w), r);
+    std::vector<float> in(total);
+    for (size_t i = 0; i < total; i++) in[i] = val(r, i);
+    float *out = in.data() + (size_t)r * n;
+    c->reduce_scatter(in.data(), out, n);
+    const float *mine = want.data() + (size_t)r * n;
+    EXPECT_TRUE(same_bits(out, mine, n)) << "rank " << r << " " << first_diff(out, mine, n);
   });
 }
 

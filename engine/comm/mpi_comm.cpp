@@ -1,0 +1,840 @@
+// The `mpi` backend: see mpi_comm.h.
+//
+// Layout of the MPI objects:
+//   - one communicator per group (MPI_Comm_split of a duplicate of MPI_COMM_WORLD),
+//     so messages and collectives of different groups never match each other;
+//   - `ctl`, a duplicate of MPI_COMM_WORLD, for group creation and the shutdown barrier;
+//   - `diag`, another duplicate, for the timeout diagnostics: a rank that times out
+//     asks the members it waits for what they are doing (query/reply messages),
+//     and every rank answers such queries while it polls in any wait loop.
+//
+// Waiting: MPI_Test (or MPI_Improbe) in a loop; after a few quick polls the loop
+// sleeps 10 us, doubling up to 1 ms, so ranks that share cores do not starve each
+// other. OpenMPI has no asynchronous progress thread by default: a buffered send
+// of a large message moves on while the sender is inside any ptdp MPI call.
+#include "engine/comm/mpi_comm.h"
+
+// The C API only: no MPI C++ bindings (deprecated, and they need libmpi_cxx).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <list>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+constexpr int kTagP2P = 17;     // point to point, on the group's communicator
+constexpr int kTagQuery = 101;  // diagnostics, on diag
+constexpr int kTagReply = 102;
+// MPI counts are int: longer buffers go in pieces of at most this many elements.
+constexpr size_t kMaxCount = size_t(1) << 30;
+// all_reduce below this size (or on 2 ranks) works in place; above it the input is
+// copied to a scratch buffer in pieces of kScratchBytes, because with MPI_IN_PLACE
+// OpenMPI's libnbc always picks its binomial (reduce + broadcast) algorithm, which
+// moves log2(p) times more data than the reduce-scatter + all-gather one.
+constexpr size_t kInPlaceBytes = size_t(64) << 10;
+constexpr size_t kScratchBytes = size_t(64) << 20;
+const char *const kControl = "(control)";  // activities on ctl (group creation, shutdown)
+constexpr double kDiagnoseSeconds = 1.0;   // how long a timed-out rank waits for answers
+
+std::string fmt_seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", s);
+  return b;
+}
+
+std::string fmt_ranks(const std::vector<int> &r) {
+  std::string s;
+  auto add = [&](int v) { s += (s.empty() ? "" : " ") + std::to_string(v); };
+  if (r.size() <= 16) {
+    for (int v : r) add(v);
+  } else {
+    for (size_t i = 0; i < 8; i++) add(r[i]);
+    s += " ...";
+    for (size_t i = r.size() - 4; i < r.size(); i++) add(r[i]);
+    s += " (" + std::to_string(r.size()) + " ranks)";
+  }
+  return s;
+}
+
+std::string mpi_error_string(int rc) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(buf, (size_t)len);
+}
+
+uint64_t fnv1a(const void *p, size_t n, uint64_t h = 1469598103934665603ull) {
+  auto *c = static_cast<const unsigned char *>(p);
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+template <class T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <>
+MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+
+bool overlaps(const void *a, size_t abytes, const void *b, size_t bbytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return abytes && bbytes && pa < pb + bbytes && pb < pa + abytes;
+}
+
+const char *thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "unknown MPI thread level";
+}
+
+// One operation some thread of this process is waiting in; answers to
+// diagnostic queries are built from these.
+struct Activity {
+  std::string group;  // group name, or kControl
+  std::string op;     // comm_op_name(...) or "group creation" / "shutdown"
+  int64_t seq = 0;    // number of the operation (collectives per group, messages per peer)
+  std::string what;   // for people: "all_reduce #3 of group 'tp'"
+  Clock::time_point start = Clock::now();
+};
+
+class MpiComm;
+
+}  // namespace
+
+struct MpiWorld::Impl {
+  double timeout_s = 0;
+  int rank = 0, size = 1;
+  int provided = MPI_THREAD_SINGLE;
+  bool owns = false;       // this object initialised MPI
+  bool serialize = false;  // provided < MPI_THREAD_MULTIPLE: one MPI call at a time
+  std::recursive_mutex mpi_mu;
+  MPI_Comm ctl = MPI_COMM_NULL;
+  MPI_Comm diag = MPI_COMM_NULL;
+  int64_t ctl_seq = 0;
+
+  std::mutex mu;  // activities, comms
+  std::list<Activity> activities;
+  std::vector<MpiComm *> comms;
+
+  std::mutex serve_mu;  // one thread answers queries at a time
+  std::list<std::pair<std::string, MPI_Request>> replies;
+
+  // Holds the MPI lock for one MPI call when MPI is not MPI_THREAD_MULTIPLE.
+  struct Call {
+    std::unique_lock<std::recursive_mutex> lk;
+    explicit Call(Impl *w) {
+      if (w->serialize) lk = std::unique_lock<std::recursive_mutex>(w->mpi_mu);
+    }
+  };
+
+  [[noreturn]] void abort(const std::string &why) {
+    std::fprintf(stderr, "ptdp: rank %d: %s\n", rank, why.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);  // not reached
+  }
+
+  void check(int rc, const std::string &where) {
+    if (rc != MPI_SUCCESS) abort("MPI error " + where + ": " + mpi_error_string(rc));
+  }
+
+  // Polls done() until it returns true. After the first quick polls the activity
+  // is registered (so that queries see it), queries are answered, and the loop
+  // sleeps between polls. on_timeout() must not return.
+  template <class Done, class OnTimeout>
+  void wait(const Activity &act, Done done, OnTimeout on_timeout) {
+    auto deadline = act.start + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(timeout_s));
+    int spins = 0, sleep_us = 10;
+    bool registered = false;
+    std::list<Activity>::iterator it;
+    while (!done()) {
+      if (++spins < 32) continue;
+      if (!registered) {
+        std::lock_guard<std::mutex> lk(mu);
+        it = activities.insert(activities.end(), act);
+        registered = true;
+      }
+      serve();
+      if (Clock::now() > deadline) on_timeout();
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = std::min(sleep_us * 2, 1000);
+    }
+    if (registered) {
+      std::lock_guard<std::mutex> lk(mu);
+      activities.erase(it);
+    }
+  }
+
+  void wait_request(MPI_Request *req, const Activity &act, const std::string &where,
+                    const std::function<void()> &on_timeout) {
+    wait(act,
+         [&] {
+           int flag = 0;
+           Call g(this);
+           check(MPI_Test(req, &flag, MPI_STATUS_IGNORE), where);
+           return flag != 0;
+         },
+         [&] {
+           on_timeout();
+           std::abort();  // on_timeout never returns
+         });
+  }
+
+  // What this process tells a rank that timed out in `act_op` #seq of `group`:
+  // '1' or '0' (whether it waits in that very operation) followed by text.
+  std::string describe(int querier, const std::string &group, const std::string &op, int64_t seq);
+  // Answers pending diagnostic queries; cheap when there are none.
+  void serve();
+
+  struct Answer {
+    bool answered = false, present = false;
+    std::string text;
+  };
+  // Asks the world ranks `who` what they are doing about `act`; waits at most
+  // kDiagnoseSeconds for the answers (answering queries meanwhile).
+  std::vector<Answer> ask(const std::vector<int> &who, const Activity &act);
+
+  // "ranks still missing: 1 (...), 3 (...)" for a collective `act` over `others`.
+  std::string missing_ranks(const std::vector<int> &others, const Activity &act) {
+    auto ans = ask(others, act);
+    std::string s;
+    int listed = 0, missing = 0;
+    for (size_t i = 0; i < others.size(); i++) {
+      if (ans[i].present) continue;
+      missing++;
+      if (listed == 16) continue;
+      listed++;
+      s += (s.empty() ? "" : ", ") + std::to_string(others[i]) + " (" +
+           (ans[i].answered ? ans[i].text : no_answer()) + ")";
+    }
+    if (missing > listed) s += ", and " + std::to_string(missing - listed) + " more";
+    if (!missing)
+      return "every other member is waiting in this operation too (arguments that differ "
+             "between ranks, or MPI itself is stuck)";
+    return "ranks still missing: " + s;
+  }
+  static std::string no_answer() {
+    return "no answer: it is busy outside ptdp communication, hung or dead";
+  }
+};
+
+namespace {
+
+// A group's communicator. Used by one thread at a time, like every Communicator.
+class MpiComm final : public Communicator {
+ public:
+  MpiComm(MpiWorld::Impl *w, MPI_Comm comm, std::string name, std::vector<int> members, int rank)
+      : Communicator(std::move(name), std::move(members), rank),
+        w_(w),
+        comm_(comm),
+        sent_(new std::atomic<int64_t>[size()]),
+        received_(new std::atomic<int64_t>[size()]) {
+    for (int r = 0; r < size(); r++) sent_[r] = received_[r] = 0;
+    std::lock_guard<std::mutex> lk(w_->mu);
+    w_->comms.push_back(this);
+  }
+
+  ~MpiComm() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) {
+      if (!pending_.empty() && std::uncaught_exceptions() == 0) {
+        Activity act{name_, comm_op_name(CommOp::send), (int64_t)pending_.size(),
+                     "delivery of " + std::to_string(pending_.size()) +
+                         " buffered sends while destroying group '" + name_ + "'"};
+        w_->wait(act,
+                 [&] {
+                   reap_sends();
+                   return pending_.empty();
+                 },
+                 [&] { timeout_sends(act); });
+      }
+      for (auto &p : pending_) {  // only while an exception propagates
+        MPI_Request_free(&p.req);
+        p.data.release();  // MPI may still read it: leak rather than free under its feet
+      }
+      MPI_Comm_free(&comm_);
+    }
+    std::lock_guard<std::mutex> lk(w_->mu);
+    w_->comms.erase(std::find(w_->comms.begin(), w_->comms.end(), this));
+  }
+
+  void all_reduce(float *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
+  void all_reduce(double *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
+
+  void all_gather(const float *in, float *out, size_t n) override {
+    stats_.add(CommOp::all_gather, (int64_t)(n * sizeof(float)));
+    check_count(n, CommOp::all_gather);
+    const void *src = in;
+    if (n && in == out + (size_t)rank_ * n) {
+      src = MPI_IN_PLACE;
+    } else if (overlaps(in, n * sizeof(float), out, n * size() * sizeof(float))) {
+      scratch_.resize(n * sizeof(float));
+      std::memcpy(scratch_.data(), in, n * sizeof(float));
+      src = scratch_.data();
+    }
+    int64_t seq = ++coll_started_;
+    run(CommOp::all_gather, seq, [&](MPI_Request *req) {
+      return MPI_Iallgather(src, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, comm_, req);
+    });
+    coll_done_++;
+  }
+
+  void reduce_scatter(const float *in, float *out, size_t n) override {
+    stats_.add(CommOp::reduce_scatter, (int64_t)(n * size() * sizeof(float)));
+    check_count(n, CommOp::reduce_scatter);
+    const void *src = in;
+    if (n && static_cast<const void *>(in) == static_cast<void *>(out)) {
+      src = MPI_IN_PLACE;  // MPI: the input is in `out`, the result goes to its start
+    } else if (overlaps(in, n * size() * sizeof(float), out, n * sizeof(float))) {
+      scratch_.resize(n * size() * sizeof(float));
+      std::memcpy(scratch_.data(), in, n * size() * sizeof(float));
+      src = scratch_.data();
+    }
+    int64_t seq = ++coll_started_;
+    run(CommOp::reduce_scatter, seq, [&](MPI_Request *req) {
+      return MPI_Ireduce_scatter_block(src, out, (int)n, MPI_FLOAT, MPI_SUM, comm_, req);
+    });
+    coll_done_++;
+  }
+
+  void broadcast(float *buf, size_t n, int root) override {
+    check_peer(root, "broadcast root");
+    stats_.add(CommOp::broadcast, (int64_t)(n * sizeof(float)));
+    int64_t seq = ++coll_started_;
+    size_t off = 0;
+    do {
+      size_t c = std::min(n - off, kMaxCount);
+      run(CommOp::broadcast, seq, [&](MPI_Request *req) {
+        return MPI_Ibcast(buf + off, (int)c, MPI_FLOAT, root, comm_, req);
+      });
+      off += c;
+    } while (off < n);
+    coll_done_++;
+  }
+
+  void send(const float *buf, size_t n, int peer) override {
+    check_peer(peer, "send peer");
+    stats_.add(CommOp::send, (int64_t)(n * sizeof(float)));
+    reap_sends();
+    size_t off = 0;
+    do {  // a message of 0 elements is sent too
+      size_t c = std::min(n - off, kMaxCount);
+      Pending p;
+      p.data.reset(new float[c ? c : 1]);
+      if (c) std::memcpy(p.data.get(), buf + off, c * sizeof(float));
+      p.peer = peer;
+      {
+        MpiWorld::Impl::Call g(w_);
+        w_->check(MPI_Isend(p.data.get(), (int)c, MPI_FLOAT, peer, kTagP2P, comm_, &p.req),
+                  where(CommOp::send));
+      }
+      pending_.push_back(std::move(p));
+      off += c;
+    } while (off < n);
+    sent_[peer]++;
+    reap_sends();  // small (eager) messages are usually done already
+  }
+
+  void recv(float *buf, size_t n, int peer) override {
+    check_peer(peer, "recv peer");
+    stats_.add(CommOp::recv, (int64_t)(n * sizeof(float)));
+    reap_sends();
+    int64_t seq = received_[peer] + 1;
+    Activity act{name_, comm_op_name(CommOp::recv), seq,
+                 "recv of message #" + std::to_string(seq) + " from world rank " +
+                     std::to_string(members_[peer]) + " in group '" + name_ + "'"};
+    auto on_timeout = [&] { timeout_recv(act, peer); };
+    size_t off = 0;
+    do {
+      size_t c = std::min(n - off, kMaxCount);
+      MPI_Message msg = MPI_MESSAGE_NULL;
+      MPI_Status st;
+      w_->wait(act,
+               [&] {
+                 int flag = 0;
+                 MpiWorld::Impl::Call g(w_);
+                 w_->check(MPI_Improbe(peer, kTagP2P, comm_, &flag, &msg, &st),
+                           where(CommOp::recv));
+                 return flag != 0;
+               },
+               on_timeout);
+      int count = 0;
+      MPI_Get_count(&st, MPI_FLOAT, &count);
+      std::vector<float> wrong;
+      float *dst = buf + off;
+      if ((size_t)count != c) {  // take the message off the queue, then fail
+        wrong.resize((size_t)std::max(count, 1));
+        dst = wrong.data();
+      }
+      MPI_Request req;
+      {
+        MpiWorld::Impl::Call g(w_);
+        w_->check(MPI_Imrecv(dst, count, MPI_FLOAT, &msg, &req), where(CommOp::recv));
+      }
+      w_->wait_request(&req, act, where(CommOp::recv), on_timeout);
+      if ((size_t)count != c) {
+        received_[peer]++;
+        fail(Status::comm_failure, "group '", name_, "': recv of ", n, " elements from rank ",
+             members_[peer], " got a message of ", off + (size_t)count);
+      }
+      off += c;
+    } while (off < n);
+    received_[peer]++;
+  }
+
+  void barrier() override {
+    stats_.add(CommOp::barrier, 0);
+    int64_t seq = ++coll_started_;
+    run(CommOp::barrier, seq, [&](MPI_Request *req) { return MPI_Ibarrier(comm_, req); });
+    coll_done_++;
+  }
+
+  // For the answers to diagnostic queries (any thread).
+  int64_t collectives_done() const { return coll_done_; }
+  int64_t sent_to(int peer) const { return sent_[peer]; }
+  int64_t received_from(int peer) const { return received_[peer]; }
+
+ private:
+  struct Pending {
+    std::unique_ptr<float[]> data;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int peer = 0;
+  };
+
+  template <class T>
+  void reduce_impl(T *buf, size_t n, ReduceOp op) {
+    stats_.add(CommOp::all_reduce, (int64_t)(n * sizeof(T)));
+    if (size() == 1) return;
+    MPI_Op mop = op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
+    int64_t seq = ++coll_started_;
+    bool in_place = n * sizeof(T) < kInPlaceBytes || size() <= 2;
+    size_t piece = in_place ? kMaxCount : kScratchBytes / sizeof(T);
+    size_t off = 0;
+    do {
+      size_t c = std::min(n - off, piece);
+      const void *src = MPI_IN_PLACE;
+      if (!in_place) {
+        scratch_.resize(c * sizeof(T));
+        std::memcpy(scratch_.data(), buf + off, c * sizeof(T));
+        src = scratch_.data();
+      }
+      run(CommOp::all_reduce, seq, [&](MPI_Request *req) {
+        return MPI_Iallreduce(src, buf + off, (int)c, mpi_type<T>(), mop, comm_, req);
+      });
+      off += c;
+    } while (off < n);
+    coll_done_++;
+  }
+
+  // Starts one nonblocking collective and waits for it.
+  template <class Start>
+  void run(CommOp op, int64_t seq, Start start) {
+    reap_sends();
+    Activity act{name_, comm_op_name(op), seq,
+                 std::string(comm_op_name(op)) + " #" + std::to_string(seq) + " of group '" +
+                     name_ + "'"};
+    MPI_Request req;
+    {
+      MpiWorld::Impl::Call g(w_);
+      w_->check(start(&req), where(op));
+    }
+    w_->wait_request(&req, act, where(op), [&] { timeout_collective(act); });
+  }
+
+  // Completes the buffered sends that are done; keeps the others.
+  void reap_sends() {
+    if (pending_.empty()) return;
+    MpiWorld::Impl::Call g(w_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      int flag = 0;
+      w_->check(MPI_Test(&it->req, &flag, MPI_STATUS_IGNORE), where(CommOp::send));
+      it = flag ? pending_.erase(it) : std::next(it);
+    }
+  }
+
+  std::string where(CommOp op) const {
+    return "in group '" + name_ + "' during " + comm_op_name(op) + " on rank " +
+           std::to_string(members_[rank_]);
+  }
+
+  std::string timeout_head(const std::string &op) const {
+    return "communicator timeout after " + fmt_seconds(w_->timeout_s) + " s in group '" + name_ +
+           "' (world ranks " + fmt_ranks(members_) + ") during " + op + " on rank " +
+           std::to_string(members_[rank_]);
+  }
+
+  [[noreturn]] void timeout_collective(const Activity &act) {
+    std::vector<int> others;
+    for (int r = 0; r < size(); r++)
+      if (r != rank_) others.push_back(members_[r]);
+    w_->abort(timeout_head(act.op) + " (" + act.what + "): " + w_->missing_ranks(others, act));
+  }
+
+  [[noreturn]] void timeout_recv(const Activity &act, int peer) {
+    auto ans = w_->ask({members_[peer]}, act);
+    w_->abort(timeout_head(act.op) + " (" + act.what + "): rank " +
+              std::to_string(members_[peer]) + " has not sent (" +
+              (ans[0].answered ? "rank " + std::to_string(members_[peer]) + ": " + ans[0].text
+                               : MpiWorld::Impl::no_answer()) +
+              ")");
+  }
+
+  [[noreturn]] void timeout_sends(const Activity &act) {
+    std::vector<int> peers;
+    for (auto &p : pending_)
+      if (std::find(peers.begin(), peers.end(), members_[p.peer]) == peers.end())
+        peers.push_back(members_[p.peer]);
+    auto ans = w_->ask(peers, act);
+    std::string s;
+    for (size_t i = 0; i < peers.size(); i++)
+      s += "; rank " + std::to_string(peers[i]) + ": " +
+           (ans[i].answered ? ans[i].text : MpiWorld::Impl::no_answer());
+    w_->abort(timeout_head(act.op) + ": " + std::to_string(pending_.size()) +
+              " buffered messages to world rank(s) " + fmt_ranks(peers) +
+              " were never received before the communicator was destroyed" + s);
+  }
+
+  void check_peer(int peer, const char *what) const {
+    if (peer < 0 || peer >= size())
+      fail(Status::invalid_argument, "group '", name_, "': ", what, " ", peer,
+           " is outside [0, ", size(), ")");
+  }
+
+  void check_count(size_t n, CommOp op) const {
+    if (n > (size_t)INT_MAX)
+      fail(Status::invalid_argument, "group '", name_, "': ", comm_op_name(op), " of ", n,
+           " elements per rank exceeds the MPI limit of ", INT_MAX);
+  }
+
+  MpiWorld::Impl *w_;
+  MPI_Comm comm_;
+  std::atomic<int64_t> coll_started_{0}, coll_done_{0};
+  std::unique_ptr<std::atomic<int64_t>[]> sent_, received_;  // messages, per peer
+  std::deque<Pending> pending_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Diagnostics
+
+std::string MpiWorld::Impl::describe(int querier, const std::string &group, const std::string &op,
+                                     int64_t seq) {
+  std::lock_guard<std::mutex> lk(mu);
+  bool present = false;
+  std::string s;
+  for (auto &a : activities) {
+    if (a.group == group && a.op == op && a.seq == seq) present = true;
+    s += (s.empty() ? "" : "; ") + std::string("waiting in ") + a.what + " for " +
+         fmt_seconds(std::round(seconds_since(a.start) * 10) / 10) + " s";
+  }
+  if (s.empty()) s = "not waiting in any ptdp communication";
+  if (group != kControl) {
+    for (auto *c : comms) {
+      if (c->name() != group) continue;
+      s += "; has completed " + std::to_string(c->collectives_done()) + " collectives in '" +
+           group + "'";
+      const auto &m = c->members();
+      auto q = std::find(m.begin(), m.end(), querier);
+      bool p2p = op == comm_op_name(CommOp::send) || op == comm_op_name(CommOp::recv);
+      if (p2p && q != m.end()) {
+        int peer = (int)(q - m.begin());
+        s += ", sent " + std::to_string(c->sent_to(peer)) + " and received " +
+             std::to_string(c->received_from(peer)) + " messages to/from rank " +
+             std::to_string(querier);
+      }
+    }
+  }
+  return (present ? "1" : "0") + s;
+}
+
+void MpiWorld::Impl::serve() {
+  if (diag == MPI_COMM_NULL) return;
+  std::unique_lock<std::mutex> lk(serve_mu, std::try_to_lock);
+  if (!lk.owns_lock()) return;
+  for (;;) {
+    int flag = 0, count = 0;
+    MPI_Message msg;
+    MPI_Status st;
+    std::vector<char> q;
+    {
+      Call g(this);
+      if (MPI_Improbe(MPI_ANY_SOURCE, kTagQuery, diag, &flag, &msg, &st) != MPI_SUCCESS || !flag)
+        break;
+      MPI_Get_count(&st, MPI_CHAR, &count);
+      q.resize((size_t)count + 1);
+      MPI_Mrecv(q.data(), count, MPI_CHAR, &msg, MPI_STATUS_IGNORE);  // small: eager
+    }
+    // query: group \n op \n seq
+    std::string text(q.data(), (size_t)count);
+    size_t a = text.find('\n'), b = text.find('\n', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string reply = describe(st.MPI_SOURCE, text.substr(0, a), text.substr(a + 1, b - a - 1),
+                                 std::atoll(text.c_str() + b + 1));
+    replies.emplace_back(std::move(reply), MPI_REQUEST_NULL);
+    Call g(this);
+    auto &r = replies.back();
+    MPI_Isend(r.first.data(), (int)r.first.size(), MPI_CHAR, st.MPI_SOURCE, kTagReply, diag,
+              &r.second);
+  }
+  Call g(this);
+  for (auto it = replies.begin(); it != replies.end();) {
+    int flag = 0;
+    MPI_Test(&it->second, &flag, MPI_STATUS_IGNORE);
+    it = flag ? replies.erase(it) : std::next(it);
+  }
+}
+
+std::vector<MpiWorld::Impl::Answer> MpiWorld::Impl::ask(const std::vector<int> &who,
+                                                        const Activity &act) {
+  std::vector<Answer> ans(who.size());
+  if (diag == MPI_COMM_NULL || who.empty()) return ans;
+  std::string query = act.group + "\n" + act.op + "\n" + std::to_string(act.seq);
+  std::vector<MPI_Request> reqs(who.size(), MPI_REQUEST_NULL);
+  {
+    Call g(this);
+    for (size_t i = 0; i < who.size(); i++)
+      MPI_Isend(query.data(), (int)query.size(), MPI_CHAR, who[i], kTagQuery, diag, &reqs[i]);
+  }
+  auto t0 = Clock::now();
+  size_t left = who.size();
+  while (left && seconds_since(t0) < kDiagnoseSeconds) {
+    serve();  // ranks that timed out at the same time ask each other
+    for (size_t i = 0; i < who.size(); i++) {
+      if (ans[i].answered) continue;
+      int flag = 0, count = 0;
+      MPI_Message msg;
+      MPI_Status st;
+      Call g(this);
+      if (MPI_Improbe(who[i], kTagReply, diag, &flag, &msg, &st) != MPI_SUCCESS || !flag) continue;
+      MPI_Get_count(&st, MPI_CHAR, &count);
+      std::vector<char> r((size_t)count + 1);
+      MPI_Mrecv(r.data(), count, MPI_CHAR, &msg, MPI_STATUS_IGNORE);
+      ans[i].answered = true;
+      ans[i].present = count > 0 && r[0] == '1';
+      ans[i].text = count > 1 ? std::string(r.data() + 1, (size_t)count - 1) : "";
+      left--;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // The queries' buffers die with this frame: the caller aborts right away, and
+  // a query that was never delivered is harmless. Release the requests anyway.
+  Call g(this);
+  for (auto &r : reqs)
+    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  return ans;
+}
+
+// ---------------------------------------------------------------------------
+// MpiWorld
+
+bool MpiWorld::launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+         std::getenv("PMIX_RANK");
+}
+
+MpiWorld::MpiWorld(double timeout_s) : impl_(std::make_unique<Impl>()) {
+  if (!(timeout_s > 0))
+    fail(Status::bad_value, "communicator timeout must be positive, got ", timeout_s);
+  Impl &w = *impl_;
+  w.timeout_s = timeout_s;
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (finalized) fail(Status::wrong_state, "MPI has already been finalised");
+  if (!inited) {
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &w.provided);
+    if (rc != MPI_SUCCESS)
+      fail(Status::comm_failure, "MPI_Init_thread failed: ", mpi_error_string(rc));
+    w.owns = true;
+  } else {
+    MPI_Query_thread(&w.provided);
+  }
+  w.serialize = w.provided < MPI_THREAD_MULTIPLE;
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  // Two private duplicates of the world, made with the timeout (a process that
+  // never constructs its MpiWorld makes the others fail instead of hang).
+  for (MPI_Comm *dst : {&w.ctl, &w.diag}) {
+    MPI_Request req;
+    MPI_Comm c = MPI_COMM_NULL;  // usable once the request completes
+    w.check(MPI_Comm_idup(MPI_COMM_WORLD, &c, &req), "in MPI_Comm_idup");
+    Activity act{kControl, "startup", 0, "the startup of the MPI world (MpiWorld constructor)"};
+    w.wait_request(&req, act, "in MPI_Comm_idup", [&] {
+      w.abort("communicator timeout after " + fmt_seconds(timeout_s) +
+              " s in the MPI world during startup on rank " + std::to_string(w.rank) +
+              ": not every process constructed its MpiWorld");
+    });
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    *dst = c;
+  }
+}
+
+MpiWorld::~MpiWorld() {
+  Impl &w = *impl_;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (std::uncaught_exceptions() > 0) return;  // exit without MPI_Finalize: mpirun ends the job
+  if (w.owns) {
+    int64_t seq = ++w.ctl_seq;
+    Activity act{kControl, "shutdown", seq, "the shutdown barrier (MpiWorld destructor)"};
+    MPI_Request req;
+    w.check(MPI_Ibarrier(w.ctl, &req), "in the shutdown barrier");
+    w.wait_request(&req, act, "in the shutdown barrier", [&] {
+      std::vector<int> others;
+      for (int r = 0; r < w.size; r++)
+        if (r != w.rank) others.push_back(r);
+      w.abort("communicator timeout after " + fmt_seconds(w.timeout_s) +
+              " s in the MPI world during shutdown on rank " + std::to_string(w.rank) + ": " +
+              w.missing_ranks(others, act));
+    });
+  }
+  {
+    std::lock_guard<std::mutex> lk(w.serve_mu);
+    for (auto &r : w.replies) MPI_Request_free(&r.second);
+    w.replies.clear();
+  }
+  MPI_Comm_free(&w.diag);
+  MPI_Comm_free(&w.ctl);
+  if (w.owns) MPI_Finalize();
+}
+
+int MpiWorld::rank() const { return impl_->rank; }
+int MpiWorld::size() const { return impl_->size; }
+double MpiWorld::timeout_s() const { return impl_->timeout_s; }
+std::string MpiWorld::thread_level() const { return thread_level_name(impl_->provided); }
+bool MpiWorld::thread_multiple() const { return impl_->provided >= MPI_THREAD_MULTIPLE; }
+bool MpiWorld::initialised_mpi() const { return impl_->owns; }
+
+void MpiWorld::abort(const std::string &why) { impl_->abort(why); }
+
+std::unique_ptr<Communicator> MpiWorld::group(const std::string &name,
+                                              const std::vector<int> &members, int me) {
+  Impl &w = *impl_;
+  // 1. What this process asks for, checked locally.
+  std::string local_err;
+  int key = -1;
+  std::vector<char> seen((size_t)w.size, 0);
+  for (size_t i = 0; i < members.size() && local_err.empty(); i++) {
+    int m = members[i];
+    if (m < 0 || m >= w.size)
+      local_err = "names rank " + std::to_string(m) + " outside the world of " +
+                  std::to_string(w.size);
+    else if (seen[(size_t)m]++)
+      local_err = "names rank " + std::to_string(m) + " twice";
+    else if (m == me)
+      key = (int)i;
+  }
+  if (local_err.empty() && me != w.rank)
+    local_err = "was created with me = " + std::to_string(me) + " on the process of world rank " +
+                std::to_string(w.rank);
+  if (local_err.empty() && key < 0)
+    local_err = "does not contain rank " + std::to_string(me);
+
+  // 2. Everybody's request, gathered (with the timeout) so that every process
+  // reaches the same verdict: either all create the group or all throw.
+  enum { kColor, kKey, kCount, kMembersHash, kNameHash, kErr, kFields };
+  int64_t mine[kFields] = {local_err.empty() ? members[0] : -1,
+                           key,
+                           (int64_t)members.size(),
+                           (int64_t)fnv1a(members.data(), members.size() * sizeof(int)),
+                           (int64_t)fnv1a(name.data(), name.size()),
+                           local_err.empty() ? 0 : 1};
+  std::vector<int64_t> all((size_t)w.size * kFields);
+  int64_t seq = ++w.ctl_seq;
+  Activity act{kControl, "group creation", seq,
+               "the creation of group '" + name + "' (group call #" + std::to_string(seq) + ")"};
+  MPI_Request req;
+  w.check(MPI_Iallgather(mine, kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T, w.ctl, &req),
+          "while creating group '" + name + "'");
+  w.wait_request(&req, act, "while creating group '" + name + "'", [&] {
+    std::vector<int> others;
+    for (int r = 0; r < w.size; r++)
+      if (r != w.rank) others.push_back(r);
+    w.abort("communicator timeout after " + fmt_seconds(w.timeout_s) + " s in group '" + name +
+            "' (world ranks " + fmt_ranks(members) + ") during group creation on rank " +
+            std::to_string(w.rank) + ": " + w.missing_ranks(others, act));
+  });
+
+  auto at = [&](int r, int f) { return all[(size_t)r * kFields + f]; };
+  std::string err;
+  for (int r = 0; r < w.size && err.empty(); r++) {
+    if (at(r, kNameHash) != at(0, kNameHash))
+      err = "group creation out of step: world ranks 0 and " + std::to_string(r) +
+            " create groups of different names in the same call (every process must create "
+            "its groups in the same order)";
+    else if (at(r, kErr))
+      err = "world rank " + std::to_string(r) + " passed an invalid member list" +
+            (r == w.rank ? ": the group " + local_err : "");
+  }
+  std::map<int64_t, std::vector<int>> by_color;  // the processes of each group
+  if (err.empty())
+    for (int r = 0; r < w.size; r++) by_color[at(r, kColor)].push_back(r);
+  for (auto &kv : by_color) {
+    if (!err.empty()) break;
+    int lead = kv.second[0];
+    for (int q : kv.second)
+      if (err.empty() &&
+          (at(q, kMembersHash) != at(lead, kMembersHash) || at(q, kCount) != at(lead, kCount)))
+        err = "world ranks " + std::to_string(lead) + " and " + std::to_string(q) +
+              " passed different member lists for the group led by world rank " +
+              std::to_string(kv.first);
+    if (err.empty() && (int64_t)kv.second.size() != at(lead, kCount))
+      err = "the group led by world rank " + std::to_string(kv.first) + " lists " +
+            std::to_string(at(lead, kCount)) + " members but " +
+            std::to_string(kv.second.size()) +
+            " processes joined it (the groups of one call must partition the world)";
+  }
+  if (!err.empty()) fail(Status::invalid_argument, "group '", name, "': ", err);
+
+  // 3. The communicator.
+  MPI_Comm comm = MPI_COMM_NULL;
+  w.check(MPI_Comm_split(w.ctl, members[0], key, &comm), "in MPI_Comm_split for '" + name + "'");
+  int csize = 0, crank = -1;
+  MPI_Comm_size(comm, &csize);
+  MPI_Comm_rank(comm, &crank);
+  if (csize != (int)members.size() || crank != key) {
+    MPI_Comm_free(&comm);
+    fail(Status::comm_failure, "group '", name, "': MPI_Comm_split made a communicator of ", csize,
+         " ranks (rank ", crank, ") for a group of ", members.size(), " (rank ", key, ")");
+  }
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  MPI_Comm_set_name(comm, name.c_str());
+  return std::make_unique<MpiComm>(impl_.get(), comm, name, members, key);
+}
+
+}  // namespace ptdp

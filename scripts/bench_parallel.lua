@@ -1,0 +1,43 @@
+-- Tensor/data parallelism on thread ranks: the CPU bench shape at (t, d) =
+-- (1,1), (2,1), (1,2) with the same global batch; tokens/s and the share of
+-- the step rank 0 spends inside communication (waiting included).
+--   build/ptdp scripts/bench_parallel.lua [--iters 5]
+local ptdp = require 'ptdp'
+local flags = require 'ptdp.flags'
+
+local config, opts = flags.parse(arg, {
+  iters = { default = 5, help = 'timed steps per configuration' },
+  warmup = { default = 1, help = 'untimed steps first' },
+}, {
+  num_layers = 6, hidden_size = 384, num_attention_heads = 6, seq_length = 256,
+  micro_batch_size = 8, global_batch_size = 16, train_iters = 1000000,
+  lr = 1e-4, min_lr = 1e-5, lr_decay_style = 'constant', vocab_size = 8192,
+  hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
+})
+
+local f = io.open(config.data_path, 'rb')
+if f then f:close() else
+  os.execute('mkdir -p "$(dirname "' .. config.data_path .. '")"')
+  ptdp.tokenize { inputs = '/usr/share/games/fortunes', output = config.data_path }
+end
+
+local results = {}
+for _, layout in ipairs { { 1, 1 }, { 2, 1 }, { 1, 2 } } do
+  local t, d = layout[1], layout[2]
+  local c = {}
+  for k, v in pairs(config) do c[k] = v end
+  c.tensor_model_parallel_size, c.data_parallel_size = t, d
+  c.micro_batch_size = config.global_batch_size / (2 * d)  -- two micro-batches per replica
+  local trainer = ptdp.trainer(c)
+  for _ = 1, opts.warmup do trainer:step() end
+  local comm0, ms = trainer:get('comm_seconds'), 0
+  for _ = 1, opts.iters do ms = ms + trainer:step().elapsed_ms end
+  local comm = (trainer:get('comm_seconds') - comm0) * 1e3
+  local tps = config.global_batch_size * config.seq_length * opts.iters / (ms / 1e3)
+  results[#results + 1] = string.format('tokens_per_s_t%dd%d=%.1f', t, d, tps)
+  print(string.format('t=%d d=%d: %d ranks, micro-batch %d, step %.1f ms, %.1f tokens/s, communication %.1f%% of the step',
+                      t, d, t * d, c.micro_batch_size, ms / opts.iters, tps, 100 * comm / ms))
+  trainer = nil
+  collectgarbage()
+end
+print(table.concat(results, ' '))
