@@ -10,5 +10,7 @@ cmake --build build-asan -j2 --target test_kernels test_gpt test_data test_train
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 ctest --test-dir build-asan -L unit --output-on-failure -j2
+echo "== threads communicator under ThreadSanitizer"
+bash tests/run_tsan.sh build-tsan
 echo "== all tests (Release)"
 ctest --test-dir build --output-on-failure -j2

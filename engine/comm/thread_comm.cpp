@@ -146,8 +146,9 @@ class ThreadComm final : public Communicator {
       res[k] = acc;
     }
     rendezvous(CommOp::all_reduce);
+    // No rendezvous after the copy: the next operation writes the scratch only
+    // once every member has arrived there, i.e. finished copying.
     std::memcpy(buf, res, n * sizeof(T));
-    rendezvous(CommOp::all_reduce);  // the scratch is reused by the next operation
   }
 
   void check_peer(int peer, const char *what) const {

@@ -499,8 +499,10 @@ TEST(ThreadComm, StatsCountCallsAndBytes) {
     c->send(f.data(), 3, (r + 1) % w);                  // 12
     c->recv(out.data(), 3, (r + w - 1) % w);            // 12
     c->barrier();
+    EXPECT_EQ(o->stats().seconds, 0.0);
     c->barrier();
-    o->barrier();
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    o->barrier();  // ranks 1 and 2 wait here for rank 0's nap
     seen[r] = c->stats();
     other[r] = o->stats();
   });
@@ -522,7 +524,11 @@ TEST(ThreadComm, StatsCountCallsAndBytes) {
     EXPECT_EQ(bytes(CommOp::recv), 12);
     EXPECT_EQ(calls(CommOp::barrier), 2);
     EXPECT_EQ(bytes(CommOp::barrier), 0);
-    // Groups count separately.
+    EXPECT_GT(s.seconds, 0.0);
+    // Groups count separately; the time inside operations includes waiting.
+    if (r != 0) {
+      EXPECT_GE(other[r].seconds, 0.05) << "rank " << r;
+    }
     for (int op = 0; op < (int)CommOp::count; op++) {
       EXPECT_EQ(other[r].calls[op], op == (int)CommOp::barrier ? 1 : 0) << comm_op_name((CommOp)op);
       EXPECT_EQ(other[r].bytes[op], 0) << comm_op_name((CommOp)op);

@@ -132,7 +132,11 @@ TEST(RankGrid, GroupsOfOneKindPartitionTheWorld) {
     // Number of groups of each kind.
     const ParallelDims &dm = g.dims();
     std::set<std::vector<int>> tp, dp, pp;
-    for (int r = 0; r < world; r++) tp.insert(g.tp_group(r)), dp.insert(g.dp_group(r)), pp.insert(g.pp_group(r));
+    for (int r = 0; r < world; r++) {
+      tp.insert(g.tp_group(r));
+      dp.insert(g.dp_group(r));
+      pp.insert(g.pp_group(r));
+    }
     EXPECT_EQ((int)tp.size(), dm.p * dm.d);
     EXPECT_EQ((int)dp.size(), dm.t * dm.p);
     EXPECT_EQ((int)pp.size(), dm.t * dm.d);
@@ -221,9 +225,12 @@ TEST(RankGrid, KnownLayout) {
 
 TEST(RankGrid, InvalidSizesThrow) {
   for (int bad : {0, -1, -4}) {
-    expect_error([&] { RankGrid g(ParallelDims{bad, 1, 1}); }, Status::invalid_config, "t=" + std::to_string(bad));
-    expect_error([&] { RankGrid g(ParallelDims{1, bad, 1}); }, Status::invalid_config, "p=" + std::to_string(bad));
-    expect_error([&] { RankGrid g(ParallelDims{1, 1, bad}); }, Status::invalid_config, "d=" + std::to_string(bad));
+    expect_error([&] { RankGrid g(ParallelDims{bad, 1, 1}); }, Status::invalid_config,
+                 "t=" + std::to_string(bad));
+    expect_error([&] { RankGrid g(ParallelDims{1, bad, 1}); }, Status::invalid_config,
+                 "p=" + std::to_string(bad));
+    expect_error([&] { RankGrid g(ParallelDims{1, 1, bad}); }, Status::invalid_config,
+                 "d=" + std::to_string(bad));
     expect_error([&] { RankGrid g(ParallelDims{2, 2, 2}); RankGrid h(ParallelDims{bad, bad, bad}); },
                  Status::invalid_config, "must be positive");
   }
