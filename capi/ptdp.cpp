@@ -186,8 +186,8 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     else if (n == "valid_samples") *value = (double)tr.valid_samples();
     else if (n == "peak_memory_bytes") *value = (double)ptdp::CpuAllocator::instance().peak_bytes();
     else if (n == "world_size") *value = tr.world_size();
-    else if (n == "local_ranks") *value = tr.world_size();  // every rank is a thread of this process
-    else if (n == "rank") *value = 0;                        // first rank hosted by this process
+    else if (n == "local_ranks") *value = tr.local_ranks();
+    else if (n == "rank") *value = tr.first_local_rank();
     else if (n == "tensor_model_parallel_size") *value = tr.options().parallel.t;
     else if (n == "pipeline_model_parallel_size") *value = tr.options().parallel.p;
     else if (n == "data_parallel_size") *value = tr.options().parallel.d;

@@ -35,12 +35,14 @@ else
 end
 
 local trainer = ptdp.trainer(config)
+local layout = trainer:layout()
+-- Under mpirun every process runs this script: the first rank reports.
+local print = layout.rank == 0 and print or function() end
 local iters = trainer:get('train_iters')
 local entropy = trainer:get('unigram_entropy')
 print(string.format('ptdp %s | parameters: %d | padded vocab: %d | train samples: %d | valid samples: %d',
                     ptdp.version(), trainer:get('num_parameters'), trainer:get('padded_vocab_size'),
                     trainer:get('train_samples'), trainer:get('valid_samples')))
-local layout = trainer:layout()
 print(string.format('layout: t=%d p=%d d=%d, %d ranks (%d in this process)', layout.t, layout.p,
                     layout.d, layout.world_size, layout.local_ranks))
 print(string.format('unigram entropy of the training split: %.4f nats/token (%.4f bits)',

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,20 @@ class Communicator {
   std::vector<int> members_;
   int rank_;
   CommStats stats_;
+};
+
+// A job's ranks under one backend: it makes the groups and stops the job.
+class CommWorld {
+ public:
+  virtual ~CommWorld() = default;
+  // The communicator of world rank `me` in the group `members` (world ranks,
+  // ordered by group rank). Every member passes the same name and list.
+  virtual std::unique_ptr<Communicator> group(const std::string &name,
+                                              const std::vector<int> &members, int me) = 0;
+  // Stops every rank of the job: waiting ranks fail with `why` (threads), or
+  // the processes exit non-zero (mpi).
+  virtual void abort(const std::string &why) = 0;
+  virtual std::string abort_reason() const = 0;
 };
 
 }  // namespace ptdp

@@ -8,10 +8,12 @@
 //     asks the members it waits for what they are doing (query/reply messages),
 //     and every rank answers such queries while it polls in any wait loop.
 //
-// Waiting: MPI_Test (or MPI_Improbe) in a loop; after a few quick polls the loop
-// sleeps 10 us, doubling up to 1 ms, so ranks that share cores do not starve each
-// other. OpenMPI has no asynchronous progress thread by default: a buffered send
-// of a large message moves on while the sender is inside any ptdp MPI call.
+// Waiting: MPI_Test (or MPI_Improbe) in a loop that yields the core for the first
+// millisecond, then sleeps 20 us, doubling up to 1 ms, so that short waits are
+// answered quickly and long ones leave the cores to ranks that share them.
+// OpenMPI has no asynchronous progress thread by default: a buffered send of a
+// large message moves on only while the sender is inside some MPI call (any
+// ptdp operation, or the communicator's destructor, which waits for delivery).
 #include "engine/comm/mpi_comm.h"
 
 // The C API only: no MPI C++ bindings (deprecated, and they need libmpi_cxx).
@@ -61,6 +63,9 @@ constexpr size_t kInPlaceBytes = size_t(64) << 10;
 constexpr size_t kScratchBytes = size_t(64) << 20;
 const char *const kControl = "(control)";  // activities on ctl (group creation, shutdown)
 constexpr double kDiagnoseSeconds = 1.0;   // how long a timed-out rank waits for answers
+// Waiting: poll (yielding the core) for kSpinMicros, then sleep between polls,
+// kMinSleepMicros doubling up to kMaxSleepMicros.
+constexpr int kSpinMicros = 1000, kMinSleepMicros = 20, kMaxSleepMicros = 1000;
 
 std::string fmt_seconds(double s) {
   char b[32];
@@ -175,20 +180,26 @@ struct MpiWorld::Impl {
   void wait(const Activity &act, Done done, OnTimeout on_timeout) {
     auto deadline = act.start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(timeout_s));
-    int spins = 0, sleep_us = 10;
+    auto spin_until = Clock::now() + std::chrono::microseconds(kSpinMicros);
+    int polls = 0, sleep_us = 0;
     bool registered = false;
     std::list<Activity>::iterator it;
     while (!done()) {
-      if (++spins < 32) continue;
+      if (++polls < 16) continue;
+      auto now = Clock::now();
+      if (now < spin_until) {  // short waits: poll, letting ranks that share the core run
+        std::this_thread::yield();
+        continue;
+      }
       if (!registered) {
         std::lock_guard<std::mutex> lk(mu);
         it = activities.insert(activities.end(), act);
         registered = true;
       }
       serve();
-      if (Clock::now() > deadline) on_timeout();
+      if (now > deadline) on_timeout();
+      sleep_us = sleep_us ? std::min(sleep_us * 2, kMaxSleepMicros) : kMinSleepMicros;
       std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-      sleep_us = std::min(sleep_us * 2, 1000);
     }
     if (registered) {
       std::lock_guard<std::mutex> lk(mu);
@@ -622,12 +633,14 @@ std::vector<MpiWorld::Impl::Answer> MpiWorld::Impl::ask(const std::vector<int> &
                                                         const Activity &act) {
   std::vector<Answer> ans(who.size());
   if (diag == MPI_COMM_NULL || who.empty()) return ans;
-  std::string query = act.group + "\n" + act.op + "\n" + std::to_string(act.seq);
+  // Deliberately leaked: the caller aborts right after, and a query to a rank
+  // that never picks it up may stay in flight until then.
+  auto *query = new std::string(act.group + "\n" + act.op + "\n" + std::to_string(act.seq));
   std::vector<MPI_Request> reqs(who.size(), MPI_REQUEST_NULL);
   {
     Call g(this);
     for (size_t i = 0; i < who.size(); i++)
-      MPI_Isend(query.data(), (int)query.size(), MPI_CHAR, who[i], kTagQuery, diag, &reqs[i]);
+      MPI_Isend(query->data(), (int)query->size(), MPI_CHAR, who[i], kTagQuery, diag, &reqs[i]);
   }
   auto t0 = Clock::now();
   size_t left = who.size();
@@ -650,8 +663,6 @@ std::vector<MpiWorld::Impl::Answer> MpiWorld::Impl::ask(const std::vector<int> &
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  // The queries' buffers die with this frame: the caller aborts right away, and
-  // a query that was never delivered is harmless. Release the requests anyway.
   Call g(this);
   for (auto &r : reqs)
     if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
@@ -724,9 +735,11 @@ MpiWorld::~MpiWorld() {
     });
   }
   {
+    // Answers still in flight (to a rank that is aborting the job anyway): their
+    // buffers are leaked, not freed under MPI's feet.
     std::lock_guard<std::mutex> lk(w.serve_mu);
     for (auto &r : w.replies) MPI_Request_free(&r.second);
-    w.replies.clear();
+    if (!w.replies.empty()) new std::list<std::pair<std::string, MPI_Request>>(std::move(w.replies));
   }
   MPI_Comm_free(&w.diag);
   MPI_Comm_free(&w.ctl);

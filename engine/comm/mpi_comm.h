@@ -22,7 +22,7 @@
 
 namespace ptdp {
 
-class MpiWorld {
+class MpiWorld final : public CommWorld {
  public:
   // True when this process was started by mpirun/mpiexec/srun (OMPI_COMM_WORLD_SIZE,
   // PMI_SIZE or PMIX_RANK is set).
@@ -30,12 +30,14 @@ class MpiWorld {
 
   // Initialises MPI (MPI_Init_thread asking for MPI_THREAD_MULTIPLE) unless it
   // already is. Collective over MPI_COMM_WORLD: every process constructs one.
+  // MPI cannot start again after MPI_Finalize: once an MpiWorld that initialised
+  // MPI is destroyed, constructing another throws Status::wrong_state.
   explicit MpiWorld(double timeout_s);
   // Waits (with the timeout) until every process got here, then MPI_Finalize if
   // this object initialised MPI. Destroy the communicators first. While an
   // exception is propagating it does neither, so the process exits without
   // finalising and mpirun terminates the job.
-  ~MpiWorld();
+  ~MpiWorld() override;
   MpiWorld(const MpiWorld &) = delete;
   MpiWorld &operator=(const MpiWorld &) = delete;
 
@@ -52,13 +54,16 @@ class MpiWorld {
   // ordered by group rank); `me` must be this process's world rank. Collective
   // over MPI_COMM_WORLD: every process calls group() for its own groups in the
   // same order, with the same name in each call, and the groups of one call
-  // partition the world (tp groups, then dp groups, ...). Inconsistent calls throw
-  // ptdp::Error(invalid_argument) on every process.
+  // partition the world (tp groups, then dp groups, ...); a process outside every
+  // group of a call (e.g. a middle pipeline stage for the embedding groups) passes
+  // {me}. Inconsistent calls throw ptdp::Error(invalid_argument) on every process.
   std::unique_ptr<Communicator> group(const std::string &name, const std::vector<int> &members,
-                                      int me);
+                                      int me) override;
 
   // Prints "ptdp: rank N: <why>" to stderr and terminates the whole job (MPI_Abort).
-  [[noreturn]] void abort(const std::string &why);
+  [[noreturn]] void abort(const std::string &why) override;
+  // Always empty: a process that aborts does not come back to ask.
+  std::string abort_reason() const override { return {}; }
 
   struct Impl;
 

@@ -11,20 +11,20 @@
 
 namespace ptdp {
 
-class ThreadWorld {
+class ThreadWorld final : public CommWorld {
  public:
   ThreadWorld(int size, double timeout_s);
-  ~ThreadWorld();
+  ~ThreadWorld() override;
   int size() const { return size_; }
   double timeout_s() const { return timeout_s_; }
   // The communicator of world rank `me` in the group `members` (world ranks,
   // ordered by group rank). Every member passes the same name and list.
   std::unique_ptr<Communicator> group(const std::string &name, const std::vector<int> &members,
-                                      int me);
+                                      int me) override;
   // Wakes every rank waiting in any group with an error naming `why`.
-  void abort(const std::string &why);
+  void abort(const std::string &why) override;
   bool aborted() const;
-  std::string abort_reason() const;
+  std::string abort_reason() const override;
 
   struct Group;
 

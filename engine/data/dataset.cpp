@@ -59,7 +59,9 @@ void write_token_dataset(const std::string &path, const std::vector<std::vector<
   }
   h.num_tokens = offsets.back();
 
-  std::string tmp = path + ".tmp";
+  // A temporary name of this process's own: several processes (mpirun) may
+  // build the same dataset at once; each rename then installs a complete file.
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) fail(Status::io_error, "cannot create '", tmp, "': ", std::strerror(errno));
   try {

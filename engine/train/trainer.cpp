@@ -7,6 +7,8 @@
 #include <cmath>
 #include <thread>
 
+#include "engine/comm/mpi_comm.h"
+#include "engine/comm/thread_comm.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 
@@ -109,8 +111,24 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
          ds_->vocab_size(), " but the '", opt_.tokenizer, "' tokenizer (and so the model) has ",
          opt_.model.vocab_size);
   auto ranges = parse_split(opt_.split, ds_->num_docs());
-  world_ = std::make_unique<ThreadWorld>(n, opt_.comm_timeout_s);
-  for (int r = 0; r < n; r++) {
+  // Under mpirun each process hosts one rank; otherwise this process hosts all.
+  std::vector<int> local;
+  if (MpiWorld::launched_by_mpirun()) {
+    // MPI starts once per process and ends at exit: later trainers reuse it.
+    static MpiWorld process_world(opt_.comm_timeout_s);
+    MpiWorld *mpi = &process_world;
+    if (mpi->size() != n)
+      fail(Status::invalid_config, "the layout needs t*p*d = ", opt_.parallel.t, "*",
+           opt_.parallel.p, "*", opt_.parallel.d, " = ", n, " ranks but mpirun started ",
+           mpi->size(), " processes (one rank per process under MPI)");
+    local.push_back(mpi->rank());
+    world_ = mpi;
+  } else {
+    for (int r = 0; r < n; r++) local.push_back(r);
+    thread_world_ = std::make_unique<ThreadWorld>(n, opt_.comm_timeout_s);
+    world_ = thread_world_.get();
+  }
+  for (int r : local) {
     auto R = std::make_unique<Rank>();
     R->world_rank = r;
     R->coord = grid_->coord_of(r);
@@ -118,7 +136,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
     R->dp = world_->group("dp", grid_->dp_group(r), r);
     R->train = std::make_unique<GptSampler>(ds_, ranges[0], opt_.model.seq_length, opt_.seed, true);
     R->valid = std::make_unique<GptSampler>(ds_, ranges[1], opt_.model.seq_length, opt_.seed, false);
-    if (r == 0 && (R->train->num_samples() == 0 || R->valid->num_samples() == 0))
+    if (R->train->num_samples() == 0 || R->valid->num_samples() == 0)
       fail(Status::invalid_config, "dataset '", opt_.data_path, "' split ", opt_.split, " gives ",
            R->train->num_tokens(), " train and ", R->valid->num_tokens(),
            " valid tokens; each split needs at least seq_length+1 = ", opt_.model.seq_length + 1);
@@ -131,6 +149,8 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
 }
 
 Trainer::~Trainer() = default;
+
+int Trainer::first_local_rank() const { return ranks_[0]->world_rank; }
 
 GPT<float> &Trainer::model(int rank) { return *ranks_.at((size_t)rank)->model; }
 const GPT<float> &Trainer::model(int rank) const { return *ranks_.at((size_t)rank)->model; }
@@ -157,7 +177,13 @@ void Trainer::run_on_ranks(const std::function<void(Rank &)> &fn) {
     fn(r);
   };
   if (ranks_.size() == 1) {
-    guarded(*ranks_[0]);
+    try {
+      guarded(*ranks_[0]);
+    } catch (const std::exception &e) {
+      // Other processes may be waiting for this rank: stop them (mpi exits here).
+      if (world_size() > 1) world_->abort(std::string("rank ") + std::to_string(ranks_[0]->world_rank) + " failed: " + e.what());
+      throw;
+    }
     return;
   }
   std::vector<std::exception_ptr> errors(ranks_.size());
@@ -355,6 +381,9 @@ std::string Trainer::generate(const std::string &prompt, int max_new_tokens, dou
 }
 
 std::vector<float> Trainer::gather_parameter(const std::string &name) const {
+  if ((int)ranks_.size() != world_size())
+    fail(Status::wrong_state, "gather_parameter needs every rank in this process; under mpirun "
+         "this process holds ", ranks_.size(), " of ", world_size());
   const ParamInfo &p0 = ranks_[0]->model->param(name);
   const int t = opt_.parallel.t;
   size_t total = 1;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/comm/grid.h"
-#include "engine/comm/thread_comm.h"
+#include "engine/comm/communicator.h"
 #include "engine/data/sampler.h"
 #include "engine/data/tokenizer.h"
 #include "engine/model/gpt.h"
@@ -45,14 +45,16 @@ class Trainer {
   ~Trainer();
   const TrainerOptions &options() const { return opt_; }
   const Tokenizer &tokenizer() const { return *tok_; }
-  int world_size() const { return (int)ranks_.size(); }
-  // Rank r's model shard (tests, checkpoints).
+  int world_size() const { return opt_.parallel.world(); }
+  int local_ranks() const { return (int)ranks_.size(); }
+  int first_local_rank() const;
+  // The model shard of this process's r-th rank (tests, checkpoints).
   GPT<float> &model(int rank = 0);
   const GPT<float> &model(int rank = 0) const;
   // A parameter of the whole model assembled from the shards: its global shape,
-  // with the vocabulary unpadded for wte.
+  // with the vocabulary unpadded for wte. Needs every rank in this process.
   std::vector<float> gather_parameter(const std::string &name) const;
-  // Communication counters of rank r's groups ("tp", "dp").
+  // Communication counters of this process's r-th rank's groups ("tp", "dp").
   const CommStats &comm_stats(int rank, const std::string &group) const;
 
   StepMetrics step();
@@ -83,7 +85,9 @@ class Trainer {
   std::unique_ptr<Tokenizer> tok_;
   std::shared_ptr<const TokenDataset> ds_;
   std::unique_ptr<RankGrid> grid_;
-  std::unique_ptr<ThreadWorld> world_;
+  // threads (owned), or the process's mpi world under mpirun (one rank per process)
+  std::unique_ptr<CommWorld> thread_world_;
+  CommWorld *world_ = nullptr;
   std::vector<std::unique_ptr<Rank>> ranks_;
   int threads_per_rank_ = 1;
   std::string failure_;  // set when a step failed on some rank: the job cannot go on

@@ -106,7 +106,7 @@ TEST(Dataset, WriterRejectsTokensOutsideVocabulary) {
   expect_error([] { write_token_dataset(temp_path("bad.ptdp"), {{1, 9}}, 5); },
                Status::invalid_argument, "outside the vocabulary");
   EXPECT_FALSE(fs::exists(temp_path("bad.ptdp")));
-  EXPECT_FALSE(fs::exists(temp_path("bad.ptdp.tmp")));
+  EXPECT_FALSE(fs::exists(temp_path("bad.ptdp.tmp." + std::to_string(getpid()))));
 }
 
 TEST(Corpus, FortuneFormatAndBuild) {
