@@ -24,6 +24,11 @@ const char *comm_op_name(CommOp op) {
   return "?";
 }
 
+// memcpy that accepts empty ranges with null pointers (an n = 0 operation).
+static void copy_bytes(void *dst, const void *src, size_t n) {
+  if (n) std::memcpy(dst, src, n);
+}
+
 static int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -65,7 +70,7 @@ class ThreadComm final : public Communicator {
       float *dst = out + (size_t)r * n;
       // In place (in == out + rank*n): no self-copy, which would overlap and
       // write the bytes that the other members are reading.
-      if (dst != g_->posted[r]) std::memcpy(dst, g_->posted[r], n * sizeof(float));
+      if (dst != g_->posted[r]) copy_bytes(dst, g_->posted[r], n * sizeof(float));
     }
     rendezvous(CommOp::all_gather);  // nobody reuses `in` while others still read it
   }
@@ -90,7 +95,7 @@ class ThreadComm final : public Communicator {
     stats_.add(CommOp::broadcast, (int64_t)(n * sizeof(float)));
     g_->posted[rank_] = buf;
     rendezvous(CommOp::broadcast);
-    if (rank_ != root) std::memcpy(buf, g_->posted[root], n * sizeof(float));
+    if (rank_ != root) copy_bytes(buf, g_->posted[root], n * sizeof(float));
     rendezvous(CommOp::broadcast);
   }
 
@@ -117,7 +122,7 @@ class ThreadComm final : public Communicator {
     if (msg.size() != n)
       fail(Status::comm_failure, "group '", name_, "': recv of ", n, " elements from rank ",
            members_[peer], " got a message of ", msg.size());
-    std::memcpy(buf, msg.data(), n * sizeof(float));
+    copy_bytes(buf, msg.data(), n * sizeof(float));
   }
 
   void barrier() override {
@@ -148,7 +153,7 @@ class ThreadComm final : public Communicator {
     rendezvous(CommOp::all_reduce);
     // No rendezvous after the copy: the next operation writes the scratch only
     // once every member has arrived there, i.e. finished copying.
-    std::memcpy(buf, res, n * sizeof(T));
+    copy_bytes(buf, res, n * sizeof(T));
   }
 
   void check_peer(int peer, const char *what) const {
