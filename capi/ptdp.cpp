@@ -188,6 +188,9 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     else if (n == "world_size") *value = tr.world_size();
     else if (n == "local_ranks") *value = tr.local_ranks();
     else if (n == "rank") *value = tr.first_local_rank();
+    else if (n == "tp_rank") *value = tr.first_local_coord().tp;
+    else if (n == "dp_rank") *value = tr.first_local_coord().dp;
+    else if (n == "pp_rank") *value = tr.first_local_coord().pp;
     else if (n == "tensor_model_parallel_size") *value = tr.options().parallel.t;
     else if (n == "pipeline_model_parallel_size") *value = tr.options().parallel.p;
     else if (n == "data_parallel_size") *value = tr.options().parallel.d;
@@ -206,7 +209,8 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
       ptdp::fail(ptdp::Status::invalid_argument, "unknown trainer value '", n,
                  "'; known: iteration, consumed_samples, train_iters, num_parameters, "
                  "padded_vocab_size, unigram_entropy, train_samples, valid_samples, "
-                 "peak_memory_bytes, world_size, local_ranks, rank, tensor_model_parallel_size, "
+                 "peak_memory_bytes, world_size, local_ranks, rank, tp_rank, dp_rank, pp_rank, "
+                 "tensor_model_parallel_size, "
                  "pipeline_model_parallel_size, data_parallel_size, comm_seconds, lm_loss, lr, grad_norm, loss_scale, skipped_iters, "
                  "nan_iters, elapsed_ms, tokens_per_s, tflops_per_rank");
   });

@@ -129,11 +129,12 @@ local metric_names = { 'iteration', 'consumed_samples', 'lm_loss', 'lr', 'grad_n
                        'loss_scale', 'skipped_iters', 'nan_iters', 'elapsed_ms',
                        'tokens_per_s', 'tflops_per_rank' }
 
--- This process's place in the job: rank (its first rank), world_size,
--- local_ranks and the t, p, d degrees.
+-- This process's place in the job: rank (its first rank) and that rank's
+-- tp_rank, dp_rank, pp_rank; world_size, local_ranks and the t, p, d degrees.
 function Trainer:layout()
   local out = {}
-  for _, k in ipairs { 'rank', 'world_size', 'local_ranks', 'tensor_model_parallel_size',
+  for _, k in ipairs { 'rank', 'tp_rank', 'dp_rank', 'pp_rank', 'world_size', 'local_ranks',
+                       'tensor_model_parallel_size',
                        'pipeline_model_parallel_size', 'data_parallel_size' } do
     out[k] = self:get(k)
   end

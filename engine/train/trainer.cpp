@@ -151,6 +151,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
 Trainer::~Trainer() = default;
 
 int Trainer::first_local_rank() const { return ranks_[0]->world_rank; }
+RankCoord Trainer::first_local_coord() const { return ranks_[0]->coord; }
 
 GPT<float> &Trainer::model(int rank) { return *ranks_.at((size_t)rank)->model; }
 const GPT<float> &Trainer::model(int rank) const { return *ranks_.at((size_t)rank)->model; }

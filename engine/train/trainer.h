@@ -48,6 +48,7 @@ class Trainer {
   int world_size() const { return opt_.parallel.world(); }
   int local_ranks() const { return (int)ranks_.size(); }
   int first_local_rank() const;
+  RankCoord first_local_coord() const;
   // The model shard of this process's r-th rank (tests, checkpoints).
   GPT<float> &model(int rank = 0);
   const GPT<float> &model(int rank = 0) const;

@@ -100,3 +100,15 @@ foreach(layout "2;2;1" "4;2;2" "4;1;4")
   set_tests_properties(mpi_train_np${np}_t${t}d${d} PROPERTIES LABELS mpi TIMEOUT 180
                        PROCESSORS ${np} ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
+
+# A layout whose t*p*d does not match the processes: every process says so and exits non-zero.
+set(mismatch_dir ${CMAKE_CURRENT_BINARY_DIR}/tmp/mpi_world_size_mismatch)
+file(MAKE_DIRECTORY ${mismatch_dir})
+add_test(NAME mpi_world_size_mismatch
+         COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
+                 --expect "the layout needs t*p*d = 2*1*2 = 4 ranks but mpirun started 3 processes"
+                 -- bash -c "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && ${MPIEXEC_EXECUTABLE} -np 3 --allow-run-as-root --oversubscribe \"$1\" \"$3\" --data-path data.ptdp --tensor-model-parallel-size 2 --data-parallel-size 2"
+                 mismatch $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
+set_tests_properties(mpi_world_size_mismatch PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 3
+                     WORKING_DIRECTORY ${mismatch_dir} ENVIRONMENT "OMP_NUM_THREADS=1")
