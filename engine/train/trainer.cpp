@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/comm/mpi_comm.h"
+#include "engine/comm/mpi_threads_comm.h"
 #include "engine/comm/thread_comm.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
@@ -117,16 +118,22 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
     // MPI starts once per process and ends at exit: later trainers reuse it.
     static MpiWorld process_world(opt_.comm_timeout_s);
     MpiWorld *mpi = &process_world;
-    if (mpi->size() != n)
+    if (n % mpi->size() != 0)
       fail(Status::invalid_config, "the layout needs t*p*d = ", opt_.parallel.t, "*",
            opt_.parallel.p, "*", opt_.parallel.d, " = ", n, " ranks but mpirun started ",
-           mpi->size(), " processes (one rank per process under MPI)");
-    local.push_back(mpi->rank());
-    world_ = mpi;
+           mpi->size(), " processes, which do not divide them evenly");
+    const int k = n / mpi->size();  // ranks per process
+    for (int i = 0; i < k; i++) local.push_back(mpi->rank() * k + i);
+    if (k == 1) {
+      world_ = mpi;
+    } else {
+      owned_world_ = std::make_unique<MpiThreadsWorld>(*mpi, k, opt_.comm_timeout_s);
+      world_ = owned_world_.get();
+    }
   } else {
     for (int r = 0; r < n; r++) local.push_back(r);
-    thread_world_ = std::make_unique<ThreadWorld>(n, opt_.comm_timeout_s);
-    world_ = thread_world_.get();
+    owned_world_ = std::make_unique<ThreadWorld>(n, opt_.comm_timeout_s);
+    world_ = owned_world_.get();
   }
   for (int r : local) {
     auto R = std::make_unique<Rank>();

@@ -86,8 +86,9 @@ class Trainer {
   std::unique_ptr<Tokenizer> tok_;
   std::shared_ptr<const TokenDataset> ds_;
   std::unique_ptr<RankGrid> grid_;
-  // threads (owned), or the process's mpi world under mpirun (one rank per process)
-  std::unique_ptr<CommWorld> thread_world_;
+  // threads; under mpirun the process's mpi world (one rank per process) or
+  // mpi messages between thread ranks (several per process)
+  std::unique_ptr<CommWorld> owned_world_;
   CommWorld *world_ = nullptr;
   std::vector<std::unique_ptr<Rank>> ranks_;
   int threads_per_rank_ = 1;

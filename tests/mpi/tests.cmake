@@ -86,8 +86,10 @@ endforeach()
 set_tests_properties(${PTDP_MPI_TESTS} PROPERTIES
                      LABELS mpi TIMEOUT 90 ENVIRONMENT "OMP_NUM_THREADS=1")
 
-# Training under mpirun with the mpi backend equals the serial run.
-foreach(layout "2;2;1" "4;2;2" "4;1;4")
+# Training under mpirun equals the serial run: one rank per process (mpi
+# collectives), and two ranks per process (np 2 with 4 ranks: mpi messages
+# between thread ranks).
+foreach(layout "2;2;1" "4;2;2" "4;1;4" "2;2;2" "2;4;1")
   list(GET layout 0 np)
   list(GET layout 1 t)
   list(GET layout 2 d)
