@@ -114,3 +114,17 @@ add_test(NAME mpi_world_size_mismatch
                  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
 set_tests_properties(mpi_world_size_mismatch PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 3
                      WORKING_DIRECTORY ${mismatch_dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# A rank killed between steps while the others go on into the next step's
+# collectives: every process ends, non-zero, and mpirun names the dead rank.
+set(kill_dir ${CMAKE_CURRENT_BINARY_DIR}/tmp/mpi_train_rank_killed)
+file(MAKE_DIRECTORY ${kill_dir})
+add_test(NAME mpi_train_rank_killed
+         COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
+                 --expect "process rank 1"
+                 --expect "signal 9"
+                 -- bash -c "\\"$1\\" tokenize --output data.ptdp \\"$2\\" >/dev/null && ${MPIEXEC_EXECUTABLE} -np 2 --allow-run-as-root --oversubscribe \\"$1\\" \\"$3\\" --data-path data.ptdp --tensor-model-parallel-size 2 --die-rank 1 --die-step 3"
+                 killed $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
+set_tests_properties(mpi_train_rank_killed PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
+                     WORKING_DIRECTORY ${kill_dir} ENVIRONMENT "OMP_NUM_THREADS=1")
