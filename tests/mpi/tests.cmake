@@ -123,7 +123,7 @@ add_test(NAME mpi_train_rank_killed
          COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
                  --expect "process rank 1"
                  --expect "signal 9"
-                 -- bash -c "\\"$1\\" tokenize --output data.ptdp \\"$2\\" >/dev/null && ${MPIEXEC_EXECUTABLE} -np 2 --allow-run-as-root --oversubscribe \\"$1\\" \\"$3\\" --data-path data.ptdp --tensor-model-parallel-size 2 --die-rank 1 --die-step 3"
+                 -- bash -c "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && ${MPIEXEC_EXECUTABLE} -np 2 --allow-run-as-root --oversubscribe \"$1\" \"$3\" --data-path data.ptdp --tensor-model-parallel-size 2 --die-rank 1 --die-step 3"
                  killed $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
                  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
 set_tests_properties(mpi_train_rank_killed PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
