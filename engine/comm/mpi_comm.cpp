@@ -305,6 +305,7 @@ class MpiComm final : public Communicator {
   void all_reduce(double *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
 
   void all_gather(const float *in, float *out, size_t n) override {
+    CommTimer timer(stats_);
     stats_.add(CommOp::all_gather, (int64_t)(n * sizeof(float)));
     check_count(n, CommOp::all_gather);
     const void *src = in;
@@ -323,6 +324,7 @@ class MpiComm final : public Communicator {
   }
 
   void reduce_scatter(const float *in, float *out, size_t n) override {
+    CommTimer timer(stats_);
     stats_.add(CommOp::reduce_scatter, (int64_t)(n * size() * sizeof(float)));
     check_count(n, CommOp::reduce_scatter);
     const void *src = in;
@@ -342,6 +344,7 @@ class MpiComm final : public Communicator {
 
   void broadcast(float *buf, size_t n, int root) override {
     check_peer(root, "broadcast root");
+    CommTimer timer(stats_);
     stats_.add(CommOp::broadcast, (int64_t)(n * sizeof(float)));
     int64_t seq = ++coll_started_;
     size_t off = 0;
@@ -357,6 +360,7 @@ class MpiComm final : public Communicator {
 
   void send(const float *buf, size_t n, int peer) override {
     check_peer(peer, "send peer");
+    CommTimer timer(stats_);
     stats_.add(CommOp::send, (int64_t)(n * sizeof(float)));
     reap_sends();
     size_t off = 0;
@@ -380,6 +384,7 @@ class MpiComm final : public Communicator {
 
   void recv(float *buf, size_t n, int peer) override {
     check_peer(peer, "recv peer");
+    CommTimer timer(stats_);
     stats_.add(CommOp::recv, (int64_t)(n * sizeof(float)));
     reap_sends();
     int64_t seq = received_[peer] + 1;
@@ -426,6 +431,7 @@ class MpiComm final : public Communicator {
   }
 
   void barrier() override {
+    CommTimer timer(stats_);
     stats_.add(CommOp::barrier, 0);
     int64_t seq = ++coll_started_;
     run(CommOp::barrier, seq, [&](MPI_Request *req) { return MPI_Ibarrier(comm_, req); });
@@ -446,6 +452,7 @@ class MpiComm final : public Communicator {
 
   template <class T>
   void reduce_impl(T *buf, size_t n, ReduceOp op) {
+    CommTimer timer(stats_);
     stats_.add(CommOp::all_reduce, (int64_t)(n * sizeof(T)));
     if (size() == 1) return;
     MPI_Op mop = op == ReduceOp::sum ? MPI_SUM : MPI_MAX;

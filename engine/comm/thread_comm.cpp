@@ -10,32 +10,12 @@
 
 namespace ptdp {
 
-const char *comm_op_name(CommOp op) {
-  switch (op) {
-    case CommOp::all_reduce: return "all_reduce";
-    case CommOp::all_gather: return "all_gather";
-    case CommOp::reduce_scatter: return "reduce_scatter";
-    case CommOp::broadcast: return "broadcast";
-    case CommOp::send: return "send";
-    case CommOp::recv: return "recv";
-    case CommOp::barrier: return "barrier";
-    case CommOp::count: break;
-  }
-  return "?";
-}
 
 // memcpy that accepts empty ranges with null pointers (an n = 0 operation).
 static void copy_bytes(void *dst, const void *src, size_t n) {
   if (n) std::memcpy(dst, src, n);
 }
 
-static int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-CommTimer::CommTimer(CommStats &s) : s_(s), start_ns_(now_ns()) {}
-CommTimer::~CommTimer() { s_.seconds += (double)(now_ns() - start_ns_) * 1e-9; }
 
 // State shared by the members of one group.
 struct ThreadWorld::Group {

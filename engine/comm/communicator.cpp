@@ -1,0 +1,29 @@
+#include "engine/comm/communicator.h"
+
+#include <chrono>
+
+namespace ptdp {
+
+const char *comm_op_name(CommOp op) {
+  switch (op) {
+    case CommOp::all_reduce: return "all_reduce";
+    case CommOp::all_gather: return "all_gather";
+    case CommOp::reduce_scatter: return "reduce_scatter";
+    case CommOp::broadcast: return "broadcast";
+    case CommOp::send: return "send";
+    case CommOp::recv: return "recv";
+    case CommOp::barrier: return "barrier";
+    case CommOp::count: break;
+  }
+  return "?";
+}
+
+static int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+CommTimer::CommTimer(CommStats &s) : s_(s), start_ns_(now_ns()) {}
+CommTimer::~CommTimer() { s_.seconds += (double)(now_ns() - start_ns_) * 1e-9; }
+
+}  // namespace ptdp
