@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/comm/mpi_comm.h"
 #include "engine/core/allocator.h"
 #include "engine/core/status.h"
 #include "engine/data/corpus.h"
@@ -180,7 +181,7 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     else if (n == "consumed_samples") *value = (double)tr.consumed_samples();
     else if (n == "train_iters") *value = (double)tr.options().train_iters;
     else if (n == "num_parameters") *value = (double)tr.model().num_real_params();
-    else if (n == "padded_vocab_size") *value = tr.options().model.padded_vocab();
+    else if (n == "padded_vocab_size") *value = tr.options().model.padded_vocab(tr.options().parallel.t);
     else if (n == "unigram_entropy") *value = tr.unigram_entropy();
     else if (n == "train_samples") *value = (double)tr.train_samples();
     else if (n == "valid_samples") *value = (double)tr.valid_samples();
@@ -255,6 +256,10 @@ ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs, const c
     if (num_docs) *num_docs = (int64_t)st.num_docs;
     if (num_tokens) *num_tokens = (int64_t)st.num_tokens;
   });
+}
+
+ptdp_status ptdp_abort_job(const char *reason) {
+  return guard([&] { ptdp::abort_mpi_job_if_running(reason ? reason : "job aborted"); });
 }
 
 ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops) {

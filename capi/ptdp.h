@@ -106,6 +106,11 @@ PTDP_API ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs
                                    const char *output_path, int64_t *num_docs,
                                    int64_t *num_tokens);
 
+/* Under mpirun: prints `reason` and stops every process of the job at once, so
+ * that the others do not wait for this one until their communication timeout
+ * (the launcher calls it when a script fails). Without MPI it does nothing. */
+PTDP_API ptdp_status ptdp_abort_job(const char *reason);
+
 /* The machine's ceiling: GFLOP/s of an n x n x n fp32 GEMM (OpenBLAS, all threads). */
 PTDP_API ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops);
 /* ffi-end */

@@ -82,6 +82,9 @@ int run_script(int argc, char **argv) {
   if (rc != 0) {
     const char *msg = lua_tostring(L, -1);
     std::fprintf(stderr, "ptdp: %s\n", msg ? msg : "(error object is not a string)");
+    std::fflush(stderr);
+    // Under mpirun the other processes may be waiting for this one: stop them now.
+    ptdp_abort_job("the script failed (see above)");
     lua_close(L);
     return 1;
   }

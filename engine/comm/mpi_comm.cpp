@@ -679,6 +679,18 @@ std::vector<MpiWorld::Impl::Answer> MpiWorld::Impl::ask(const std::vector<int> &
 // ---------------------------------------------------------------------------
 // MpiWorld
 
+void abort_mpi_job_if_running(const std::string &why) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "ptdp: rank %d: %s\n", rank, why.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 bool MpiWorld::launched_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
          std::getenv("PMIX_RANK");

@@ -22,6 +22,10 @@
 
 namespace ptdp {
 
+// When MPI is running in this process: prints "ptdp: <why>" and stops every
+// process of the job (MPI_Abort). Otherwise does nothing and returns.
+void abort_mpi_job_if_running(const std::string &why);
+
 class MpiWorld final : public CommWorld {
  public:
   // True when this process was started by mpirun/mpiexec/srun (OMPI_COMM_WORLD_SIZE,

@@ -254,6 +254,9 @@ class MpiThreadsComm final : public Communicator {
 
 MpiThreadsWorld::MpiThreadsWorld(MpiWorld &mpi, int ranks_per_process, double timeout_s)
     : mpi_(mpi), impl_(std::make_unique<Impl>()) {
+  if (!mpi.thread_multiple())
+    fail(Status::invalid_config, "several ranks per process need MPI_THREAD_MULTIPLE; this MPI "
+         "provides ", mpi.thread_level(), ": start one process per rank");
   impl_->k = ranks_per_process;
   impl_->timeout_s = timeout_s;
   const int world = mpi.size() * ranks_per_process;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <vector>
 
 #include "engine/core/status.h"
 
@@ -60,13 +61,16 @@ class ThreadComm final : public Communicator {
     stats_.add(CommOp::reduce_scatter, (int64_t)(n * size() * sizeof(float)));
     g_->posted[rank_] = in;
     rendezvous(CommOp::reduce_scatter);
+    // Into a private buffer first: `out` may overlap `in`, which others still read.
+    std::vector<float> sum(n);
     for (size_t k = 0; k < n; k++) {
       float acc = static_cast<const float *>(g_->posted[0])[(size_t)rank_ * n + k];
       for (int r = 1; r < size(); r++)
         acc += static_cast<const float *>(g_->posted[r])[(size_t)rank_ * n + k];
-      out[k] = acc;
+      sum[k] = acc;
     }
     rendezvous(CommOp::reduce_scatter);
+    copy_bytes(out, sum.data(), n * sizeof(float));
   }
 
   void broadcast(float *buf, size_t n, int root) override {

@@ -128,8 +128,9 @@ TokenDataset::TokenDataset(const std::string &path) : path_(path) {
     if (h.token_bytes != 2 && h.token_bytes != 4)
       fail(Status::corrupt_data, "dataset '", path, "' declares ", h.token_bytes,
            "-byte tokens; allowed: 2 or 4");
-    if (h.vocab_size == 0)
-      fail(Status::corrupt_data, "dataset '", path, "' declares a vocabulary of size 0");
+    if (h.vocab_size == 0 || h.vocab_size > (1u << 30))
+      fail(Status::corrupt_data, "dataset '", path, "' declares a vocabulary of ", h.vocab_size,
+           " tokens; allowed: 1 to 2^30");
     // Guard the size arithmetic against absurd counts before multiplying.
     const uint64_t limit = (uint64_t)map_size_;
     if (h.num_docs >= limit || h.num_tokens > limit)

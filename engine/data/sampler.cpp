@@ -1,5 +1,6 @@
 #include "engine/data/sampler.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -15,7 +16,7 @@ std::vector<SplitRange> parse_split(const std::string &spec, uint64_t num_docs) 
   while (std::getline(ss, part, ',')) {
     char *end = nullptr;
     double v = std::strtod(part.c_str(), &end);
-    if (part.empty() || *end != '\0' || !(v >= 0))
+    if (part.empty() || *end != '\0' || !(v >= 0) || !std::isfinite(v))
       fail(Status::bad_value, "split '", spec,
            "' must be 2 or 3 non-negative numbers separated by commas, e.g. 98,2 or 949,50,1");
     w.push_back(v);

@@ -53,7 +53,7 @@ const std::vector<OptionSpec> &option_schema() {
       {"data_path", T::String, "", 0, 0, nullptr, "token dataset file (ptdp tokenize)"},
       {"split", T::String, "98,2", 0, 0, nullptr, "train,valid[,test] weights over documents"},
       {"tokenizer_type", T::Choice, "byte", 0, 0, "byte", "tokenizer"},
-      {"eval_iters", T::Int, "10", 1, kBig, nullptr, "batches per evaluation"},
+      {"eval_iters", T::Int, "10", 1, 1e9, nullptr, "batches per evaluation"},
       // parallelism
       {"tensor_model_parallel_size", T::Int, "1", 1, 4096, nullptr, "tensor-parallel degree t"},
       {"pipeline_model_parallel_size", T::Int, "1", 1, 4096, nullptr, "pipeline-parallel degree p"},

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <system_error>
 #include <thread>
 
 #include "engine/comm/mpi_comm.h"
@@ -16,6 +17,10 @@
 extern "C" void openblas_set_num_threads(int);
 
 namespace ptdp {
+
+namespace {
+constexpr int64_t kMaxRanks = 4096;  // keeps every rank count and index comfortably in an int
+}
 
 struct Trainer::Rank {
   int world_rank = 0;
@@ -77,6 +82,10 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.ddp_bucket_size = c.get_int("ddp_bucket_size");
   o.comm_timeout_s = c.get_double("comm_timeout");
 
+  const int64_t world = (int64_t)o.parallel.t * o.parallel.p * o.parallel.d;
+  if (world > kMaxRanks)
+    fail(Status::invalid_config, "t*p*d = ", o.parallel.t, "*", o.parallel.p, "*", o.parallel.d,
+         " = ", world, " ranks; at most ", kMaxRanks, " are supported");
   m.validate(o.parallel.t);
   if (o.parallel.p > 1)
     fail(Status::invalid_config, "pipeline_model_parallel_size ", o.parallel.p,
@@ -185,6 +194,17 @@ void Trainer::run_on_ranks(const std::function<void(Rank &)> &fn) {
     fn(r);
   };
   if (ranks_.size() == 1) {
+    // Runs on the caller's thread: leave its FP mode and OpenMP setting as found.
+    const unsigned csr = _mm_getcsr();
+    const int omp_threads = omp_get_max_threads();
+    struct Restore {
+      unsigned csr;
+      int omp;
+      ~Restore() {
+        _mm_setcsr(csr);
+        omp_set_num_threads(omp);
+      }
+    } restore{csr, omp_threads};
     try {
       guarded(*ranks_[0]);
     } catch (const std::exception &e) {
@@ -196,20 +216,31 @@ void Trainer::run_on_ranks(const std::function<void(Rank &)> &fn) {
   }
   std::vector<std::exception_ptr> errors(ranks_.size());
   std::vector<std::thread> threads;
+  auto join_all = [&] {
+    for (auto &t : threads) t.join();
+  };
   for (size_t i = 0; i < ranks_.size(); i++) {
-    threads.emplace_back([&, i] {
-      try {
-        guarded(*ranks_[i]);
-      } catch (const std::exception &e) {
-        errors[i] = std::current_exception();
-        world_->abort("rank " + std::to_string(i) + " failed: " + e.what());
-      } catch (...) {
-        errors[i] = std::current_exception();
-        world_->abort("rank " + std::to_string(i) + " failed");
-      }
-    });
+    const std::string who = "rank " + std::to_string(ranks_[i]->world_rank);
+    try {
+      threads.emplace_back([&, i, who] {
+        try {
+          guarded(*ranks_[i]);
+        } catch (const std::exception &e) {
+          errors[i] = std::current_exception();
+          world_->abort(who + " failed: " + e.what());
+        } catch (...) {
+          errors[i] = std::current_exception();
+          world_->abort(who + " failed");
+        }
+      });
+    } catch (const std::system_error &e) {  // no thread for this rank: stop the others
+      world_->abort("cannot start a thread for " + who + ": " + e.what());
+      join_all();
+      failure_ = "cannot start a thread for " + who;
+      fail(Status::internal, "cannot start a thread for ", who, ": ", e.what());
+    }
   }
-  for (auto &t : threads) t.join();
+  join_all();
   // Report the root cause: a rank's own error before the others' aborts.
   std::exception_ptr first;
   for (auto &e : errors) {
@@ -306,7 +337,7 @@ StepMetrics Trainer::step() {
   res.elapsed_ms = sec * 1e3;
   res.tokens_per_s = tokens / sec;
   res.tflops_per_rank = opt_.model.flops_per_batch(opt_.global_batch_size, false) / sec / 1e12 /
-                        (double)ranks_.size();
+                        (double)world_size();
   last_ = res;
   return res;
 }

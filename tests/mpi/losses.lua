@@ -6,6 +6,7 @@ local config, opts = flags.parse(arg, {
   steps = { default = 10, help = 'steps' },
   die_rank = { default = -1, help = 'this rank kills itself (SIGKILL) before step --die-step' },
   die_step = { default = 3, help = 'see --die-rank' },
+  error_rank = { default = -1, help = 'this rank raises a Lua error before step --die-step' },
 }, {
   num_layers = 2, hidden_size = 48, num_attention_heads = 12, seq_length = 16,
   micro_batch_size = 2, global_batch_size = 8, lr = 3e-3, min_lr = 3e-4, lr_warmup_iters = 2,
@@ -18,6 +19,9 @@ ffi.cdef 'int getpid(void); int kill(int pid, int sig);'
 for step = 1, opts.steps do
   if step == opts.die_step and trainer:layout().rank == opts.die_rank then
     ffi.C.kill(ffi.C.getpid(), 9)  -- the other ranks are now waiting in this step
+  end
+  if step == opts.die_step and trainer:layout().rank == opts.error_rank then
+    error('script error on rank ' .. opts.error_rank)
   end
   local m = trainer:step()
   if rank0 then print(string.format('%.17g %.17g', m.loss, m.grad_norm)) end

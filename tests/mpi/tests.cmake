@@ -128,3 +128,17 @@ add_test(NAME mpi_train_rank_killed
                  ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
 set_tests_properties(mpi_train_rank_killed PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
                      WORKING_DIRECTORY ${kill_dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# A script error on one process stops the job at once (not after the 300 s
+# communication timeout): the launcher aborts the MPI job.
+set(error_dir ${CMAKE_CURRENT_BINARY_DIR}/tmp/mpi_script_error)
+file(MAKE_DIRECTORY ${error_dir})
+add_test(NAME mpi_script_error
+         COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
+                 --expect "script error on rank 1"
+                 --expect "ptdp: rank 1: the script failed"
+                 -- bash -c "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && ${MPIEXEC_EXECUTABLE} -np 2 --allow-run-as-root --oversubscribe \"$1\" \"$3\" --data-path data.ptdp --tensor-model-parallel-size 2 --error-rank 1 --die-step 3"
+                 error $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
+set_tests_properties(mpi_script_error PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
+                     WORKING_DIRECTORY ${error_dir} ENVIRONMENT "OMP_NUM_THREADS=1")

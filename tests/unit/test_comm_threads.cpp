@@ -243,6 +243,27 @@ TEST_P(Collectives, ReduceScatterInPlace) {
   });
 }
 
+// The result written over the start of the input, which the others still read.
+TEST_P(Collectives, ReduceScatterOverTheInputStart) {
+  const int w = world();
+  const size_t n = this->n();
+  const size_t total = (size_t)w * n;
+  std::vector<float> want(total);
+  for (size_t i = 0; i < total; i++) {
+    float acc = 0;
+    for (int r = 0; r < w; r++) acc += val(r, i);
+    want[i] = acc;
+  }
+  run_ok(w, [&](ThreadWorld &world, int r) {
+    auto c = world.group("world", iota_ranks(w), r);
+    std::vector<float> in(total);
+    for (size_t i = 0; i < total; i++) in[i] = val(r, i);
+    c->reduce_scatter(in.data(), in.data(), n);
+    const float *mine = want.data() + (size_t)r * n;
+    EXPECT_TRUE(same_bits(in.data(), mine, n)) << "rank " << r << " " << first_diff(in.data(), mine, n);
+  });
+}
+
 TEST_P(Collectives, BroadcastFromEachRoot) {
   const int w = world();
   const size_t n = this->n();
