@@ -174,7 +174,11 @@ void GPT<T>::ensure_activations(int s, int b) {
   losses_.resize(N);
   ce_max_.resize(N);
   ce_sums_.resize(2 * N);
-  probs_drop_.resize((size_t)b * a * s * s);
+  // Dropped attention probabilities are kept per layer: backward reads them
+  // instead of regenerating the mask twice.
+  const bool keep_dropped = cfg_.attention_dropout > 0;
+  probs_drop_.resize(keep_dropped ? L * b * a * s * s : 0);
+  dprobs_.resize((size_t)b * a * s * s);
   tmp_h_.resize(N * h);
   tmp_h2_.resize(N * h);
   dresid_.resize(N * h);
@@ -290,6 +294,7 @@ void GPT<T>::attention_forward(int l, int s, int b, const StepContext &ctx) {
   T *probs = probs_.data() + (size_t)l * b * a * ss;
   T *ctxv = ctxv_.data() + (size_t)l * N * w;
   // Batch i = bi*a + head: its Q, K, V rows start at qkv + i*3hd with row stride b*3w.
+  // (Skipping the causal upper-right blocks was measured: smaller GEMMs ate the gain.)
   gemm_strided_batched<T>(false, true, s, s, hd, 1, qkv, ld_qkv, 3 * hd, qkv + hd, ld_qkv, 3 * hd,
                           0, probs, s, ss, b * a);
   scale_mask_softmax_forward<T>(probs, probs, b * a, s, s, T(1) / std::sqrt((T)hd), true, nullptr);
@@ -297,8 +302,9 @@ void GPT<T>::attention_forward(int l, int s, int b, const StepContext &ctx) {
   if (ctx.training && cfg_.attention_dropout > 0) {
     DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
                   cfg_.attention_dropout, ctx.sample_offset};
-    dropout_attention(probs_drop_.data(), probs, b, a, s, s, tp_.rank * a, d);
-    pd = probs_drop_.data();
+    T *dropped = probs_drop_.data() + (size_t)l * b * a * ss;
+    dropout_attention(dropped, probs, b, a, s, s, tp_.rank * a, d);
+    pd = dropped;
   }
   gemm_strided_batched<T>(false, false, s, hd, s, 1, pd, s, ss, qkv + 2 * hd, ld_qkv, 3 * hd, 0,
                           ctxv, ld_ctx, hd, b * a);
@@ -314,22 +320,16 @@ void GPT<T>::attention_backward(int l, int s, int b) {
   const T *probs = probs_.data() + (size_t)l * b * a * ss;
   const T *dctx = dctx_.data();
   T *dqkv = dqkv_.data();
-  T *dp = probs_drop_.data();  // reused: holds dropped probs, then dP
-  DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx_.iteration},
-                ctx_.training ? cfg_.attention_dropout : 0.f, ctx_.sample_offset};
-  const int head_offset = tp_.rank * a;
-  // dV = dropout(P)^T @ dctx (the dropped probabilities are regenerated from the key)
-  const T *pd = probs;
-  if (d.p > 0) {
-    dropout_attention(dp, probs, b, a, s, s, head_offset, d);
-    pd = dp;
-  }
+  T *dp = dprobs_.data();
+  const float p = ctx_.training ? cfg_.attention_dropout : 0.f;
+  // dV = dropout(P)^T @ dctx, with the dropped probabilities of the forward
+  const T *pd = p > 0 ? probs_drop_.data() + (size_t)l * b * a * ss : probs;
   gemm_strided_batched<T>(true, false, s, hd, s, 1, pd, s, ss, dctx, ld_ctx, hd, 0, dqkv + 2 * hd,
                           ld_qkv, 3 * hd, b * a);
-  // dP = dropout(dctx @ V^T)
+  // dP = dropout'(dctx @ V^T), the mask read back from the dropped probabilities
   gemm_strided_batched<T>(false, true, s, s, hd, 1, dctx, ld_ctx, hd, qkv + 2 * hd, ld_qkv, 3 * hd,
                           0, dp, s, ss, b * a);
-  if (d.p > 0) dropout_attention(dp, dp, b, a, s, s, head_offset, d);
+  if (p > 0) dropout_backward_from_output(dp, dp, pd, (size_t)b * a * ss, p);
   const T scale = T(1) / std::sqrt((T)hd);
   scale_mask_softmax_backward<T>(dp, probs, dp, b * a, s, s, scale);  // dp = dL/d(QK^T)
   // dQ = dS @ K, dK = dS^T @ Q

@@ -107,7 +107,8 @@ class GPT {
   Buffer<T> losses_;                         // [N]
   Buffer<T> ce_max_, ce_sums_;               // [N], [2, N] vocab-parallel loss reductions
   // Scratch shared by all layers.
-  Buffer<T> probs_drop_;                     // [b, a/t, s, s]
+  Buffer<T> probs_drop_;                     // [L, b, a/t, s, s] after dropout (training with it)
+  Buffer<T> dprobs_;                         // [b, a/t, s, s]
   Buffer<T> tmp_h_, tmp_h2_, dresid_;        // [N, h]
   Buffer<T> dctx_;                           // [N, w]
   Buffer<T> dqkv_, dfc_;                     // [N, 3w], [N, f/t]

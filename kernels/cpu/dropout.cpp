@@ -88,12 +88,20 @@ void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int 
   }
 }
 
+template <class T>
+void dropout_backward_from_output(T *dx, const T *dy, const T *y, size_t n, float p) {
+  const T keep_scale = T(1) / T(1 - p);
+#pragma omp parallel for simd schedule(static)
+  for (size_t k = 0; k < n; k++) dx[k] = y[k] != T(0) ? dy[k] * keep_scale : T(0);
+}
+
 #define PTDP_INSTANTIATE(T)                                                                  \
   template void bias_dropout_add_forward<T>(T *, const T *, const T *, const T *, int, int, int, \
                                             const DropoutSpec &);                            \
   template void bias_dropout_add_backward<T>(T *, T *, const T *, int, int, int,            \
                                              const DropoutSpec &);                           \
-  template void dropout_attention<T>(T *, const T *, int, int, int, int, int, const DropoutSpec &);
+  template void dropout_attention<T>(T *, const T *, int, int, int, int, int, const DropoutSpec &); \
+  template void dropout_backward_from_output<T>(T *, const T *, const T *, size_t, float);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)
 

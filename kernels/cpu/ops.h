@@ -69,6 +69,13 @@ template <class T>
 void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int head_offset,
                        const DropoutSpec &d);
 
+// Backward of dropout from its own output: dx = y != 0 ? dy / (1 - p) : 0 over n
+// elements (dx may alias dy). Where the input was 0 the mask is not recovered,
+// which is exact for attention probabilities: the softmax backward multiplies
+// those entries by the probability, 0.
+template <class T>
+void dropout_backward_from_output(T *dx, const T *dy, const T *y, size_t n, float p);
+
 // ---- scale + mask + softmax over the last dim ------------------------------
 // P = softmax(scale * S + mask) for `batch` matrices [s_q, s_k]. causal masks
 // j > i; mask (optional, [s_q, s_k], nonzero = masked) applies to every batch.

@@ -198,6 +198,20 @@ void check_softmax_grad(bool causal, const uint8_t *mask, uint64_t seed) {
   }
 }
 
+// The model's attention backward reads the mask back from the forward's output:
+// for inputs that are never 0 it must equal applying the mask again.
+TEST(KernelDropout, BackwardFromOutputEqualsTheMask) {
+  const int b = 2, a = 3, sq = 8, sk = 8, n = b * a * sq * sk;
+  const DropoutSpec d = make_spec(0.3f, 7, 3);
+  Rng rng(9);
+  Vec x = rng.vec(n), dy = rng.vec(n), y(n), want(n), got(n);
+  for (double &v : x) v = std::fabs(v) + 0.01;  // probabilities: positive
+  dropout_attention(y.data(), x.data(), b, a, sq, sk, 1, d);
+  dropout_attention(want.data(), dy.data(), b, a, sq, sk, 1, d);
+  dropout_backward_from_output(got.data(), dy.data(), y.data(), (size_t)n, d.p);
+  for (int i = 0; i < n; i++) ASSERT_EQ(got[i], want[i]) << i;
+}
+
 TEST(KernelGrad, ScaleMaskSoftmaxCausal) { check_softmax_grad(true, nullptr, 5); }
 
 TEST(KernelGrad, ScaleMaskSoftmaxGeneralMask) {
