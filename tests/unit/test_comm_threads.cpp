@@ -160,6 +160,17 @@ void check_all_reduce(int w, size_t n, ReduceOp op) {
   });
 }
 
+// want[i] = sum over ranks r of val(r, i), summed in rank order.
+std::vector<float> sums_over_ranks(int w, size_t total) {
+  std::vector<float> want(total);
+  for (size_t i = 0; i < total; i++) {
+    float acc = 0;
+    for (int r = 0; r < w; r++) acc += val(r, i);
+    want[i] = acc;
+  }
+  return want;
+}
+
 TEST_P(Collectives, AllReduceFloatSum) { check_all_reduce<float>(world(), n(), ReduceOp::sum); }
 TEST_P(Collectives, AllReduceFloatMax) { check_all_reduce<float>(world(), n(), ReduceOp::max); }
 TEST_P(Collectives, AllReduceDoubleSum) { check_all_reduce<double>(world(), n(), ReduceOp::sum); }
@@ -226,12 +237,7 @@ TEST_P(Collectives, ReduceScatterInPlace) {
   const int w = world();
   const size_t n = this->n();
   const size_t total = (size_t)w * n;
-  std::vector<float> want(total);
-  for (size_t i = 0; i < total; i++) {
-    float acc = 0;
-    for (int r = 0; r < w; r++) acc += val(r, i);
-    want[i] = acc;
-  }
+  const std::vector<float> want = sums_over_ranks(w, total);
   run_ok(w, [&](ThreadWorld &world, int r) {
     auto c = world.group("world", iota_ranks(w), r);
     std::vector<float> in(total);
@@ -248,12 +254,7 @@ TEST_P(Collectives, ReduceScatterOverTheInputStart) {
   const int w = world();
   const size_t n = this->n();
   const size_t total = (size_t)w * n;
-  std::vector<float> want(total);
-  for (size_t i = 0; i < total; i++) {
-    float acc = 0;
-    for (int r = 0; r < w; r++) acc += val(r, i);
-    want[i] = acc;
-  }
+  const std::vector<float> want = sums_over_ranks(w, total);
   run_ok(w, [&](ThreadWorld &world, int r) {
     auto c = world.group("world", iota_ranks(w), r);
     std::vector<float> in(total);

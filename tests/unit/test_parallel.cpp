@@ -2,10 +2,8 @@
 // (ARCHITECTURE §3): same losses, same parameters, and exactly the
 // communication the Megatron split prescribes.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
 #include <thread>
 
 #include "engine/comm/grid.h"
@@ -14,8 +12,8 @@
 #include "engine/data/corpus.h"
 #include "engine/train/trainer.h"
 #include "tests/unit/expect_error.h"
+#include "tests/unit/tiny_dataset.h"
 
-namespace fs = std::filesystem;
 using namespace ptdp;
 
 namespace {
@@ -115,18 +113,6 @@ TEST(TensorParallel, ModelMatchesSerialInDouble) {
 
 namespace {
 
-std::string dataset_path() {
-  static std::string p = [] {
-    fs::path dir = fs::temp_directory_path() / ("ptdp_test_parallel_" + std::to_string(getpid()));
-    fs::create_directories(dir);
-    std::string out = (dir / "tiny.ptdp").string();
-    ByteTokenizer tok;
-    build_token_dataset({std::string(PTDP_TEST_DATA_DIR) + "/tiny_corpus.txt"}, "fortune", tok, out);
-    return out;
-  }();
-  return p;
-}
-
 TrainerOptions run_options(int t, int d) {
   Config c;
   c.set("num_layers", "2");
@@ -142,7 +128,7 @@ TrainerOptions run_options(int t, int d) {
   c.set("hidden_dropout", "0.1");
   c.set("attention_dropout", "0.1");
   c.set("split", "80,20");
-  c.set("data_path", dataset_path());
+  c.set("data_path", tiny_dataset_path());
   c.set("tensor_model_parallel_size", std::to_string(t));
   c.set("data_parallel_size", std::to_string(d));
   c.set("ddp_bucket_size", "5000");  // several buckets

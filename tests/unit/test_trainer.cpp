@@ -1,32 +1,18 @@
 // The training loop: learning, determinism, gradient accumulation, schedule,
 // configuration errors.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include "engine/core/status.h"
 #include "tests/unit/expect_error.h"
+#include "tests/unit/tiny_dataset.h"
 #include "engine/data/corpus.h"
 #include "engine/train/trainer.h"
 
-namespace fs = std::filesystem;
 using namespace ptdp;
 
 namespace {
-
-std::string dataset_path() {
-  static std::string p = [] {
-    fs::path dir = fs::temp_directory_path() / ("ptdp_test_trainer_" + std::to_string(getpid()));
-    fs::create_directories(dir);
-    std::string out = (dir / "tiny.ptdp").string();
-    ByteTokenizer tok;
-    build_token_dataset({std::string(PTDP_TEST_DATA_DIR) + "/tiny_corpus.txt"}, "fortune", tok, out);
-    return out;
-  }();
-  return p;
-}
 
 Config tiny_config() {
   Config c;
@@ -42,7 +28,7 @@ Config tiny_config() {
   c.set("lr_warmup_iters", "5");
   c.set("split", "80,20");
   c.set("eval_iters", "2");
-  c.set("data_path", dataset_path());
+  c.set("data_path", tiny_dataset_path());
   return c;
 }
 
