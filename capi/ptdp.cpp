@@ -211,9 +211,9 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
                  "'; known: iteration, consumed_samples, train_iters, num_parameters, "
                  "padded_vocab_size, unigram_entropy, train_samples, valid_samples, "
                  "peak_memory_bytes, world_size, local_ranks, rank, tp_rank, dp_rank, pp_rank, "
-                 "tensor_model_parallel_size, "
-                 "pipeline_model_parallel_size, data_parallel_size, comm_seconds, lm_loss, lr, grad_norm, loss_scale, skipped_iters, "
-                 "nan_iters, elapsed_ms, tokens_per_s, tflops_per_rank");
+                 "tensor_model_parallel_size, pipeline_model_parallel_size, data_parallel_size, "
+                 "comm_seconds, lm_loss, lr, grad_norm, loss_scale, skipped_iters, nan_iters, "
+                 "elapsed_ms, tokens_per_s, tflops_per_rank");
   });
 }
 

@@ -209,7 +209,8 @@ void Trainer::run_on_ranks(const std::function<void(Rank &)> &fn) {
       guarded(*ranks_[0]);
     } catch (const std::exception &e) {
       // Other processes may be waiting for this rank: stop them (mpi exits here).
-      if (world_size() > 1) world_->abort(std::string("rank ") + std::to_string(ranks_[0]->world_rank) + " failed: " + e.what());
+      if (world_size() > 1)
+        world_->abort("rank " + std::to_string(ranks_[0]->world_rank) + " failed: " + e.what());
       throw;
     }
     return;
