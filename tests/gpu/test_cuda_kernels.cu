@@ -1,0 +1,139 @@
+// CUDA kernels against the CPU kernels on fresh random inputs. Needs only the
+// CUDA runtime (the CPU references are compiled in), so it runs on a GPU
+// machine without the rest of ptdp's dependencies. Exits 77 (skipped) when
+// there is no usable device. Outputs are poisoned with NaN before every run, so
+// an element a kernel forgets to write fails the comparison.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/ops_cuda.h"
+
+namespace {
+
+int failures = 0;
+
+#define CUDA_OK(call)                                                              \
+  do {                                                                             \
+    cudaError_t e_ = (call);                                                       \
+    if (e_ != cudaSuccess) {                                                       \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+std::vector<float> randn(size_t n, unsigned seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto &x : v) x = d(rng);
+  return v;
+}
+
+struct Dev {
+  float *p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t n_) : n(n_) {
+    CUDA_OK(cudaMalloc(&p, n * sizeof(float) + 16));
+    CUDA_OK(cudaMemset(p, 0xff, n * sizeof(float)));  // NaN poison
+  }
+  Dev(const std::vector<float> &v) : Dev(v.size()) {
+    CUDA_OK(cudaMemcpy(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  ~Dev() { cudaFree(p); }
+  std::vector<float> get() const {
+    std::vector<float> v(n);
+    CUDA_OK(cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+// |gpu - cpu| <= atol + rtol * |cpu| everywhere (NaN fails).
+void compare(const char *what, const std::vector<float> &gpu, const std::vector<float> &cpu,
+             float atol, float rtol) {
+  double worst = 0;
+  size_t bad = 0, at = 0;
+  for (size_t i = 0; i < cpu.size(); i++) {
+    double d = std::fabs((double)gpu[i] - cpu[i]);
+    if (!(d <= atol + rtol * std::fabs(cpu[i]))) {
+      if (!bad) at = i;
+      bad++;
+    }
+    if (d > worst || std::isnan(d)) worst = d;
+  }
+  std::printf("%-40s max abs err %.3g %s\n", what, worst, bad ? "FAIL" : "ok");
+  if (bad) {
+    std::printf("  %zu of %zu elements out of tolerance; first at %zu: gpu %g cpu %g\n", bad,
+                cpu.size(), at, gpu[at], cpu[at]);
+    failures++;
+  }
+}
+
+void test_layernorm(int N, int h) {
+  auto x = randn((size_t)N * h, 1, 3.f), w = randn(h, 2), b = randn(h, 3);
+  std::vector<float> y(x.size()), m(N), r(N);
+  ptdp::cpu::layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), b.data(), N, h,
+                               1e-5f);
+  Dev dx(x), dw(w), db(b), dy(x.size()), dm(N), dr(N);
+  ptdp::cuda::layernorm_forward(dy.p, dm.p, dr.p, dx.p, dw.p, db.p, N, h, 1e-5f, 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  // fp32, sums in another order over h <= 4096 terms: 1e-5 relative.
+  std::string tag = "layernorm N=" + std::to_string(N) + " h=" + std::to_string(h);
+  compare((tag + " out").c_str(), dy.get(), y, 1e-5f, 1e-5f);
+  compare((tag + " rstd").c_str(), dr.get(), r, 1e-6f, 1e-5f);
+}
+
+void test_bias_gelu(int N, int f) {
+  auto y = randn((size_t)N * f, 4, 2.f), bias = randn(f, 5);
+  std::vector<float> z(y.size()), out(y.size());
+  ptdp::cpu::bias_gelu_forward(z.data(), out.data(), y.data(), bias.data(), N, f);
+  Dev dy(y), db(bias), dz(y.size()), dout(y.size());
+  ptdp::cuda::bias_gelu_forward(dz.p, dout.p, dy.p, db.p, N, f, 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  // CPU tanh is a polynomial-exp form accurate to ~2e-7; tanhf to a few ulp.
+  std::string tag = "bias_gelu N=" + std::to_string(N) + " f=" + std::to_string(f);
+  compare((tag + " z").c_str(), dz.get(), z, 0.f, 0.f);
+  compare((tag + " out").c_str(), dout.get(), out, 2e-6f, 1e-5f);
+}
+
+void test_softmax(int batch, int s, bool causal) {
+  auto S = randn((size_t)batch * s * s, 6, 4.f);
+  std::vector<float> P(S.size());
+  const float scale = 0.125f;
+  ptdp::cpu::scale_mask_softmax_forward(P.data(), S.data(), batch, s, s, scale, causal, nullptr);
+  Dev dS(S), dP(S.size());
+  ptdp::cuda::scale_mask_softmax_forward(dP.p, dS.p, batch, s, s, scale, causal, 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  // exp in both, sums of <= s terms in another order: 1e-6 absolute on probabilities.
+  std::string tag = "softmax batch=" + std::to_string(batch) + " s=" + std::to_string(s) +
+                    (causal ? " causal" : "");
+  compare(tag.c_str(), dP.get(), P, 1e-6f, 1e-5f);
+}
+
+}  // namespace
+
+int main() {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    std::printf("SKIPPED: no CUDA device (%s)\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  for (int h : {1, 7, 384, 1000, 4096}) test_layernorm(37, h);
+  for (int f : {1, 6, 1536, 1003}) test_bias_gelu(29, f);
+  for (int s : {1, 5, 64, 257, 1024}) {
+    test_softmax(3, s, true);
+    test_softmax(3, s, false);
+  }
+  std::printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
+  return failures ? 1 : 0;
+}
