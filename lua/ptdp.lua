@@ -81,9 +81,12 @@ local aliases = {
   model = {},
 }
 
+-- Numbers go through set_double, which writes whole numbers as integers.
 local function set_option(cfg, key, value)
-  local st
   if type(value) == 'boolean' then value = value and 1 or 0 end
+  if type(value) == 'number' then return C.ptdp_config_set_double(cfg, key, value) end
+  return C.ptdp_config_set(cfg, key, tostring(value))
+end
   if type(value) == 'number' then
     st = C.ptdp_config_set_double(cfg, key, value)
     if st == C.PTDP_ERR_BAD_VALUE and value == math.floor(value) then
