@@ -87,16 +87,6 @@ local function set_option(cfg, key, value)
   if type(value) == 'number' then return C.ptdp_config_set_double(cfg, key, value) end
   return C.ptdp_config_set(cfg, key, tostring(value))
 end
-  if type(value) == 'number' then
-    st = C.ptdp_config_set_double(cfg, key, value)
-    if st == C.PTDP_ERR_BAD_VALUE and value == math.floor(value) then
-      st = C.ptdp_config_set(cfg, key, string.format('%d', value))
-    end
-  else
-    st = C.ptdp_config_set(cfg, key, tostring(value))
-  end
-  return st
-end
 
 -- Builds a config from a table: flat option keys, or the groups model /
 -- optimizer / data / parallel holding option keys or their short aliases.
