@@ -96,7 +96,7 @@ foreach(layout "2;2;1" "4;2;2" "4;1;4" "2;2;2" "2;4;1")
   add_test(NAME mpi_train_np${np}_t${t}d${d}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/train_equivalence.sh
                    $<TARGET_FILE:ptdp_launcher> ${MPIEXEC_EXECUTABLE} ${np}
-                   ${CMAKE_CURRENT_BINARY_DIR}/tmp/mpi_train_np${np}_t${t}d${d}
+                   ${PTDP_TEST_TMP}/mpi_train_np${np}_t${t}d${d}
                    ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
                    --tensor-model-parallel-size ${t} --data-parallel-size ${d})
   set_tests_properties(mpi_train_np${np}_t${t}d${d} PROPERTIES LABELS mpi TIMEOUT 180
@@ -104,7 +104,7 @@ foreach(layout "2;2;1" "4;2;2" "4;1;4" "2;2;2" "2;4;1")
 endforeach()
 
 # A layout whose t*p*d does not match the processes: every process says so and exits non-zero.
-set(mismatch_dir ${CMAKE_CURRENT_BINARY_DIR}/tmp/mpi_world_size_mismatch)
+set(mismatch_dir ${PTDP_TEST_TMP}/mpi_world_size_mismatch)
 file(MAKE_DIRECTORY ${mismatch_dir})
 add_test(NAME mpi_world_size_mismatch
          COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
@@ -117,7 +117,7 @@ set_tests_properties(mpi_world_size_mismatch PROPERTIES LABELS mpi TIMEOUT 60 PR
 
 # A rank killed between steps while the others go on into the next step's
 # collectives: every process ends, non-zero, and mpirun names the dead rank.
-set(kill_dir ${CMAKE_CURRENT_BINARY_DIR}/tmp/mpi_train_rank_killed)
+set(kill_dir ${PTDP_TEST_TMP}/mpi_train_rank_killed)
 file(MAKE_DIRECTORY ${kill_dir})
 add_test(NAME mpi_train_rank_killed
          COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
@@ -131,7 +131,7 @@ set_tests_properties(mpi_train_rank_killed PROPERTIES LABELS mpi TIMEOUT 60 PROC
 
 # A script error on one process stops the job at once (not after the 300 s
 # communication timeout): the launcher aborts the MPI job.
-set(error_dir ${CMAKE_CURRENT_BINARY_DIR}/tmp/mpi_script_error)
+set(error_dir ${PTDP_TEST_TMP}/mpi_script_error)
 file(MAKE_DIRECTORY ${error_dir})
 add_test(NAME mpi_script_error
          COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
