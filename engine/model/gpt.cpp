@@ -138,10 +138,10 @@ void GPT<T>::init_parameters(uint64_t seed) {
 }
 
 template <class T>
-typename GPT<T>::Layer GPT<T>::layer(int l) {
+typename GPT<T>::Layer GPT<T>::layer(T *base, int l) {
   T *g[kParamsPerLayer];
   for (int k = 0; k < kParamsPerLayer; k++)
-    g[k] = params_.data() + table_[(size_t)l * kParamsPerLayer + k].offset;
+    g[k] = base + table_[(size_t)l * kParamsPerLayer + k].offset;
   return {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11]};
 }
 
@@ -242,7 +242,7 @@ double GPT<T>::forward(const int32_t *tokens, const int32_t *targets, int s, int
   bias_dropout_add_forward<T>(resid_.data(), nullptr, tmp_h_.data(), nullptr, s, b, h, hid);
 
   for (int l = 0; l < cfg_.num_layers; l++) {
-    Layer P = layer(l);
+    Layer P = layer(params_.data(), l);
     T *x = resid_.data() + l * Nh, *out = resid_.data() + (l + 1) * Nh;
     T *ln1 = ln1_.data() + l * Nh, *mid = mid_.data() + l * Nh, *ln2 = ln2_.data() + l * Nh;
     T *qkv = qkv_.data() + (size_t)l * N * 3 * w;
@@ -369,14 +369,8 @@ void GPT<T>::backward(T dloss) {
   DropoutSpec hid{{seed_, 0, ctx_.iteration}, ctx_.training ? cfg_.hidden_dropout : 0.f,
                   ctx_.sample_offset};
   for (int l = cfg_.num_layers - 1; l >= 0; l--) {
-    Layer P = layer(l);
-    Layer G;
-    {
-      T *g[kParamsPerLayer];
-      for (int k = 0; k < kParamsPerLayer; k++)
-        g[k] = grads_.data() + table_[(size_t)l * kParamsPerLayer + k].offset;
-      G = {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11]};
-    }
+    Layer P = layer(params_.data(), l);
+    Layer G = layer(grads_.data(), l);
     const T *x = resid_.data() + l * Nh, *ln1 = ln1_.data() + l * Nh, *mid = mid_.data() + l * Nh,
             *ln2 = ln2_.data() + l * Nh, *ctxv = ctxv_.data() + (size_t)l * N * w;
     const T *z = fc1_z_.data() + (size_t)l * N * f, *g = fc1_g_.data() + (size_t)l * N * f;

@@ -71,7 +71,8 @@ class GPT {
  private:
   struct Layer;
   struct Acts;
-  Layer layer(int l);
+  // Layer l's tensors inside `base` (params() or grads()).
+  Layer layer(T *base, int l);
   void init_parameters(uint64_t seed);
   void ensure_activations(int s, int b);
   void attention_forward(int l, int s, int b, const StepContext &ctx);

@@ -29,9 +29,8 @@ void GptConfig::validate(int t) const {
   if (ffn() % t != 0)
     fail(Status::invalid_config, "tensor_model_parallel_size (", t,
          ") must divide ffn_hidden_size (", ffn(), ")");
-  if (padded_vocab(t) % t != 0)
-    fail(Status::invalid_config, "tensor_model_parallel_size (", t,
-         ") must divide the padded vocabulary (", padded_vocab(t), ")");
+  // The vocabulary is padded to a multiple of make_vocab_size_divisible_by * t,
+  // so t always divides it: no check needed.
   if (ffn_hidden_size < 0)
     fail(Status::invalid_config, "ffn_hidden_size must be positive (or 0 for 4*hidden_size), got ",
          ffn_hidden_size);

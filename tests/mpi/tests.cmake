@@ -103,42 +103,38 @@ foreach(layout "2;2;1" "4;2;2" "4;1;4" "2;2;2" "2;4;1")
                        PROCESSORS ${np} ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
 
-# A layout whose t*p*d does not match the processes: every process says so and exits non-zero.
-set(mismatch_dir ${PTDP_TEST_TMP}/mpi_world_size_mismatch)
-file(MAKE_DIRECTORY ${mismatch_dir})
-add_test(NAME mpi_world_size_mismatch
-         COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
-                 --expect "the layout needs t*p*d = 2*1*2 = 4 ranks but mpirun started 3 processes"
-                 -- bash -c "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && ${MPIEXEC_EXECUTABLE} -np 3 --allow-run-as-root --oversubscribe \"$1\" \"$3\" --data-path data.ptdp --tensor-model-parallel-size 2 --data-parallel-size 2"
-                 mismatch $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
-                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
-set_tests_properties(mpi_world_size_mismatch PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 3
-                     WORKING_DIRECTORY ${mismatch_dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+# A training run under mpirun that must fail: the corpus is tokenized in the
+# test's own folder, then `np` processes run losses.lua with ARGS; every
+# EXPECT text must appear and the job must end non-zero within 30 s.
+function(ptdp_mpi_training_failure name np)
+  cmake_parse_arguments(F "" "" "EXPECT;ARGS" ${ARGN})
+  set(dir ${PTDP_TEST_TMP}/${name})
+  file(MAKE_DIRECTORY ${dir})
+  set(expects)
+  foreach(text IN LISTS F_EXPECT)
+    list(APPEND expects --expect "${text}")
+  endforeach()
+  list(JOIN F_ARGS " " args)
+  add_test(NAME ${name}
+           COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30 ${expects}
+                   -- bash -c "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && ${MPIEXEC_EXECUTABLE} -np ${np} --allow-run-as-root --oversubscribe \"$1\" \"$3\" --data-path data.ptdp ${args}"
+                   ${name} $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                   ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS ${np}
+                       WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+endfunction()
 
+# A layout whose t*p*d does not match the processes: every process says so.
+ptdp_mpi_training_failure(mpi_world_size_mismatch 3
+  EXPECT "the layout needs t*p*d = 2*1*2 = 4 ranks but mpirun started 3 processes"
+  ARGS --tensor-model-parallel-size 2 --data-parallel-size 2)
 # A rank killed between steps while the others go on into the next step's
-# collectives: every process ends, non-zero, and mpirun names the dead rank.
-set(kill_dir ${PTDP_TEST_TMP}/mpi_train_rank_killed)
-file(MAKE_DIRECTORY ${kill_dir})
-add_test(NAME mpi_train_rank_killed
-         COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
-                 --expect "process rank 1"
-                 --expect "signal 9"
-                 -- bash -c "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && ${MPIEXEC_EXECUTABLE} -np 2 --allow-run-as-root --oversubscribe \"$1\" \"$3\" --data-path data.ptdp --tensor-model-parallel-size 2 --die-rank 1 --die-step 3"
-                 killed $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
-                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
-set_tests_properties(mpi_train_rank_killed PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
-                     WORKING_DIRECTORY ${kill_dir} ENVIRONMENT "OMP_NUM_THREADS=1")
-
+# collectives: every process ends and mpirun names the dead rank.
+ptdp_mpi_training_failure(mpi_train_rank_killed 2
+  EXPECT "process rank 1" "signal 9"
+  ARGS --tensor-model-parallel-size 2 --die-rank 1 --die-step 3)
 # A script error on one process stops the job at once (not after the 300 s
 # communication timeout): the launcher aborts the MPI job.
-set(error_dir ${PTDP_TEST_TMP}/mpi_script_error)
-file(MAKE_DIRECTORY ${error_dir})
-add_test(NAME mpi_script_error
-         COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
-                 --expect "script error on rank 1"
-                 --expect "ptdp: rank 1: the script failed"
-                 -- bash -c "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && ${MPIEXEC_EXECUTABLE} -np 2 --allow-run-as-root --oversubscribe \"$1\" \"$3\" --data-path data.ptdp --tensor-model-parallel-size 2 --error-rank 1 --die-step 3"
-                 error $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
-                 ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
-set_tests_properties(mpi_script_error PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
-                     WORKING_DIRECTORY ${error_dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+ptdp_mpi_training_failure(mpi_script_error 2
+  EXPECT "script error on rank 1" "ptdp: rank 1: the script failed"
+  ARGS --tensor-model-parallel-size 2 --error-rank 1 --die-step 3)
