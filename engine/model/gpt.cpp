@@ -1,6 +1,8 @@
 #include "engine/model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
@@ -12,12 +14,17 @@ using namespace cpu;
 
 namespace {
 constexpr int kParamsPerLayer = 12;
+constexpr int kSerialSlot = -1;  // the micro-batch id of forward()/backward()
 // Dropout sites; the stream of (layer, site) keys the mask (ARCHITECTURE §3).
 enum Site : uint32_t { kEmbedding = 0, kAttentionProbs = 1, kAttentionOut = 2, kMlpOut = 3 };
 uint32_t dropout_stream(int layer, Site site) { return (uint32_t)(layer + 1) * 4u + site; }
 bool ends_with(const std::string &n, const char *suf) {
   size_t k = std::char_traits<char>::length(suf);
   return n.size() >= k && n.compare(n.size() - k, k, suf) == 0;
+}
+template <class T>
+void copy(T *dst, const T *src, size_t n) {
+  std::memcpy(dst, src, n * sizeof(T));
 }
 }  // namespace
 
@@ -27,14 +34,66 @@ struct GPT<T>::Layer {
       *fc2_b;
 };
 
+// One layer's activations. x is its input; the rest is empty for a layer whose
+// unit is recomputed (only the unit's first x is kept then).
+// Shapes with w, a, f meaning this rank's share (h/t, a/t, f/t); N = s*b.
 template <class T>
-GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp)
-    : cfg_(cfg), seed_(seed), tp_(tp) {
+struct GPT<T>::LayerActs {
+  Buffer<T> x;                              // [N, h]
+  Buffer<T> ln1, ln1_mean, ln1_rstd;        // [N, h], [N]
+  Buffer<T> qkv;                            // [N, 3w]  ordered [s, b, a, 3, hd]
+  Buffer<T> probs, probs_drop;              // [b, a, s, s] softmax output, after dropout
+  Buffer<T> ctxv;                           // [N, w]  attention context
+  Buffer<T> mid;                            // [N, h]  residual after attention
+  Buffer<T> ln2, ln2_mean, ln2_rstd;        // [N, h], [N]
+  Buffer<T> fc1_z, fc1_g;                   // [N, f]  pre-GeLU (with bias), post-GeLU
+  int64_t bytes() const {
+    size_t n = 0;
+    for (const Buffer<T> *b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &probs, &probs_drop, &ctxv,
+                               &mid, &ln2, &ln2_mean, &ln2_rstd, &fc1_z, &fc1_g})
+      n += b->size();
+    return (int64_t)(n * sizeof(T));
+  }
+};
+
+// Everything one (chunk, micro-batch) forward keeps for its backward.
+template <class T>
+struct GPT<T>::ChunkActs {
+  int s = 0, b = 0;
+  StepContext ctx;
+  std::vector<int32_t> tokens, targets;          // [N] embedding chunk, head chunk
+  std::vector<LayerActs> layers;                 // per layer of the chunk
+  Buffer<T> final_x;                             // [N, h] head input (last layer's output)
+  Buffer<T> lnf, lnf_mean, lnf_rstd;             // [N, h], [N]
+  Buffer<T> logits;                              // [N, Vp/t]
+  Buffer<T> losses, ce_max, ce_sums;             // [N], [N], [2, N]
+  int64_t bytes() const {
+    int64_t n = (int64_t)((tokens.size() + targets.size()) * sizeof(int32_t));
+    for (auto &l : layers) n += l.bytes();
+    for (const Buffer<T> *x : {&final_x, &lnf, &lnf_mean, &lnf_rstd, &logits, &losses, &ce_max,
+                               &ce_sums})
+      n += (int64_t)(x->size() * sizeof(T));
+    return n;
+  }
+};
+
+template <class T>
+GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStage pp,
+            Recompute rc)
+    : cfg_(cfg), seed_(seed), tp_(tp), pp_(pp), rc_(rc) {
   const int t = tp_.size;
   cfg_.validate(t);
   if (tp_.rank < 0 || tp_.rank >= t || (t > 1 && (!tp_.comm || tp_.comm->size() != t)))
     fail(Status::invalid_argument, "tensor-parallel rank ", tp_.rank, " of ", t,
          " needs a communicator of that size");
+  cfg_.validate_pipeline(pp_.size, pp_.chunks);
+  if (pp_.rank < 0 || pp_.rank >= pp_.size)
+    fail(Status::invalid_argument, "pipeline rank ", pp_.rank, " is outside [0, ", pp_.size, ")");
+  layers_per_chunk_ = cfg_.num_layers / (pp_.size * pp_.chunks);
+  if (rc_.enabled && (rc_.num_layers < 1 || rc_.num_layers > layers_per_chunk_))
+    fail(Status::invalid_config, "recompute_num_layers (", rc_.num_layers,
+         ") must be between 1 and the layers per model chunk (", layers_per_chunk_,
+         " = num_layers / (pipeline_model_parallel_size x virtual stages))");
   const int64_t h = cfg_.hidden_size, f = cfg_.ffn(), V = cfg_.padded_vocab(t),
                 P = cfg_.max_positions();
   heads_ = cfg_.num_attention_heads / t;
@@ -57,25 +116,33 @@ GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp)
     p.weight_decay = decay;
     table_.push_back(std::move(p));
   };
-  for (int l = 0; l < cfg_.num_layers; l++) {
-    std::string pre = "h." + std::to_string(l) + ".";
-    add(pre + "ln_1.weight", {h}, -1, false);
-    add(pre + "ln_1.bias", {h}, -1, false);
-    add(pre + "attn.c_attn.weight", {3 * h, h}, 0, true);  // rows ordered [a, 3, hd]
-    add(pre + "attn.c_attn.bias", {3 * h}, 0, false);
-    add(pre + "attn.c_proj.weight", {h, h}, 1, true);
-    add(pre + "attn.c_proj.bias", {h}, -1, false);
-    add(pre + "ln_2.weight", {h}, -1, false);
-    add(pre + "ln_2.bias", {h}, -1, false);
-    add(pre + "mlp.c_fc.weight", {f, h}, 0, true);
-    add(pre + "mlp.c_fc.bias", {f}, 0, false);
-    add(pre + "mlp.c_proj.weight", {h, f}, 1, true);
-    add(pre + "mlp.c_proj.bias", {h}, -1, false);
+  for (int c = 0; c < pp_.chunks; c++) {
+    for (int j = 0; j < layers_per_chunk_; j++) {
+      std::string pre = "h." + std::to_string(first_layer(c) + j) + ".";
+      add(pre + "ln_1.weight", {h}, -1, false);
+      add(pre + "ln_1.bias", {h}, -1, false);
+      add(pre + "attn.c_attn.weight", {3 * h, h}, 0, true);  // rows ordered [a, 3, hd]
+      add(pre + "attn.c_attn.bias", {3 * h}, 0, false);
+      add(pre + "attn.c_proj.weight", {h, h}, 1, true);
+      add(pre + "attn.c_proj.bias", {h}, -1, false);
+      add(pre + "ln_2.weight", {h}, -1, false);
+      add(pre + "ln_2.bias", {h}, -1, false);
+      add(pre + "mlp.c_fc.weight", {f, h}, 0, true);
+      add(pre + "mlp.c_fc.bias", {f}, 0, false);
+      add(pre + "mlp.c_proj.weight", {h, f}, 1, true);
+      add(pre + "mlp.c_proj.bias", {h}, -1, false);
+    }
   }
-  add("ln_f.weight", {h}, -1, false);
-  add("ln_f.bias", {h}, -1, false);
-  add("wte.weight", {V, h}, 0, true);
-  add("wpe.weight", {P, h}, -1, true);
+  const bool embedding = has_embedding(0), head = has_head(pp_.chunks - 1);
+  if (head) {
+    add("ln_f.weight", {h}, -1, false);
+    add("ln_f.bias", {h}, -1, false);
+  }
+  if (embedding || head) {
+    add("wte.weight", {V, h}, 0, true);
+    table_.back().tied_copy = !embedding;
+  }
+  if (embedding) add("wpe.weight", {P, h}, -1, true);
   size_t total = 0;
   for (auto &p : table_) {
     p.offset = total;
@@ -83,25 +150,38 @@ GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp)
   }
   params_.resize(total);
   grads_.resize(total);
+  pool_.resize((size_t)pp_.chunks);
   init_parameters(seed);
 }
 
 template <class T>
-const ParamInfo &GPT<T>::param(const std::string &name) const {
+GPT<T>::~GPT() = default;
+
+template <class T>
+int GPT<T>::first_layer(int chunk) const {
+  return (chunk * pp_.size + pp_.rank) * layers_per_chunk_;
+}
+
+template <class T>
+const ParamInfo *GPT<T>::find_param(const std::string &name) const {
   for (auto &p : table_)
-    if (p.name == name) return p;
-  fail(Status::invalid_argument, "no parameter named '", name, "'");
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+template <class T>
+const ParamInfo &GPT<T>::param(const std::string &name) const {
+  if (const ParamInfo *p = find_param(name)) return *p;
+  fail(Status::invalid_argument, "no parameter named '", name, "' on this rank (pipeline stage ",
+       pp_.rank, " of ", pp_.size, ")");
 }
 
 template <class T>
 int64_t GPT<T>::num_real_params() const {
-  int64_t n = 0;
-  for (auto &p : table_) {
-    int64_t g = 1;
-    for (int64_t d : p.global_shape) g *= d;
-    n += g;
-  }
-  return n - (int64_t)(cfg_.padded_vocab(tp_.size) - cfg_.vocab_size) * cfg_.hidden_size;
+  const int64_t h = cfg_.hidden_size, f = cfg_.ffn();
+  const int64_t per_layer = 4 * h + 3 * h * h + 3 * h + h * h + h + f * h + f + h * f + h;
+  return cfg_.num_layers * per_layer + 2 * h + (int64_t)cfg_.vocab_size * h +
+         (int64_t)cfg_.max_positions() * h;
 }
 
 template <class T>
@@ -138,10 +218,10 @@ void GPT<T>::init_parameters(uint64_t seed) {
 }
 
 template <class T>
-typename GPT<T>::Layer GPT<T>::layer(T *base, int l) {
+typename GPT<T>::Layer GPT<T>::layer(T *base, int li) {
   T *g[kParamsPerLayer];
   for (int k = 0; k < kParamsPerLayer; k++)
-    g[k] = base + table_[(size_t)l * kParamsPerLayer + k].offset;
+    g[k] = base + table_[(size_t)li * kParamsPerLayer + k].offset;
   return {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11]};
 }
 
@@ -150,263 +230,450 @@ void GPT<T>::tp_all_reduce(T *buf, size_t n) {
   if (tp_.size > 1) tp_.comm->all_reduce(buf, n);
 }
 
+// ---- activation stash and recomputation units ----
+
 template <class T>
-void GPT<T>::ensure_activations(int s, int b) {
-  const size_t L = cfg_.num_layers, N = (size_t)s * b, h = cfg_.hidden_size, w = width_,
-               f = ffn_, a = heads_, Vl = local_vocab_;
-  resid_.resize((L + 1) * N * h);
-  ln1_.resize(L * N * h);
-  ln1_mean_.resize(L * N);
-  ln1_rstd_.resize(L * N);
-  qkv_.resize(L * N * 3 * w);
-  probs_.resize(L * b * a * s * s);
-  ctxv_.resize(L * N * w);
-  mid_.resize(L * N * h);
-  ln2_.resize(L * N * h);
-  ln2_mean_.resize(L * N);
-  ln2_rstd_.resize(L * N);
-  fc1_z_.resize(L * N * f);
-  fc1_g_.resize(L * N * f);
-  lnf_.resize(N * h);
-  lnf_mean_.resize(N);
-  lnf_rstd_.resize(N);
-  logits_.resize(N * Vl);
-  losses_.resize(N);
-  ce_max_.resize(N);
-  ce_sums_.resize(2 * N);
-  // Dropped attention probabilities are kept per layer: backward reads them
-  // instead of regenerating the mask twice.
-  const bool keep_dropped = cfg_.attention_dropout > 0;
-  probs_drop_.resize(keep_dropped ? L * b * a * s * s : 0);
-  dprobs_.resize((size_t)b * a * s * s);
+bool GPT<T>::keeps_all(int j) const {
+  if (!rc_.enabled) return true;
+  return rc_.method == RecomputeMethod::block && j >= rc_.num_layers;
+}
+
+template <class T>
+int GPT<T>::unit_start(int j) const {
+  if (keeps_all(j) || rc_.method == RecomputeMethod::block) return j;  // block: units of one
+  return j / rc_.num_layers * rc_.num_layers;
+}
+
+// Sizes a layer's buffers: everything (full) or its input only.
+template <class T>
+void GPT<T>::size_layer(LayerActs &a, int s, int b, bool full) {
+  const size_t N = (size_t)s * b, h = cfg_.hidden_size, w = width_, f = ffn_, A = heads_;
+  const size_t probs = (size_t)b * A * s * s;
+  auto sz = [&](Buffer<T> &buf, size_t n) { buf.resize(full ? n : 0); };
+  a.x.resize(N * h);
+  sz(a.ln1, N * h);
+  sz(a.ln1_mean, N);
+  sz(a.ln1_rstd, N);
+  sz(a.qkv, N * 3 * w);
+  sz(a.probs, probs);
+  // Dropped attention probabilities are kept: backward reads the mask back
+  // from them instead of regenerating it.
+  sz(a.probs_drop, cfg_.attention_dropout > 0 ? probs : 0);
+  sz(a.ctxv, N * w);
+  sz(a.mid, N * h);
+  sz(a.ln2, N * h);
+  sz(a.ln2_mean, N);
+  sz(a.ln2_rstd, N);
+  sz(a.fc1_z, N * f);
+  sz(a.fc1_g, N * f);
+}
+
+template <class T>
+typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
+  auto key = std::make_pair(chunk, mb);
+  if (live_.count(key))
+    fail(Status::wrong_state, "forward of micro-batch ", mb, " chunk ", chunk,
+         " again before its backward");
+  auto &pool = pool_[(size_t)chunk];
+  std::unique_ptr<ChunkActs> A;
+  if (!pool.empty()) {
+    A = std::move(pool.back());
+    pool.pop_back();
+  } else {
+    A = std::make_unique<ChunkActs>();
+    A->layers.resize((size_t)layers_per_chunk_);
+  }
+  const size_t N = (size_t)s * b, h = cfg_.hidden_size;
+  for (int j = 0; j < layers_per_chunk_; j++) {
+    const bool full = keeps_all(j);
+    size_layer(A->layers[(size_t)j], s, b, full);
+    if (!full && unit_start(j) != j) A->layers[(size_t)j].x.resize(0);  // inside a unit
+  }
+  const bool head = has_head(chunk);
+  A->final_x.resize(head ? N * h : 0);
+  A->lnf.resize(head ? N * h : 0);
+  A->lnf_mean.resize(head ? N : 0);
+  A->lnf_rstd.resize(head ? N : 0);
+  A->logits.resize(head ? N * (size_t)local_vocab_ : 0);
+  A->losses.resize(head ? N : 0);
+  A->ce_max.resize(head ? N : 0);
+  A->ce_sums.resize(head ? 2 * N : 0);
+  A->s = s;
+  A->b = b;
+  // Scratch shared by every chunk.
+  const size_t w = width_, f = ffn_;
+  dprobs_.resize((size_t)b * heads_ * s * s);
   tmp_h_.resize(N * h);
   tmp_h2_.resize(N * h);
   dresid_.resize(N * h);
+  x_ping_.resize(N * h);
+  x_pong_.resize(N * h);
   dctx_.resize(N * w);
   dqkv_.resize(N * 3 * w);
   dfc_.resize(N * f);
+  return *(live_[key] = std::move(A));
+}
+
+template <class T>
+void GPT<T>::release(int chunk, int mb) {
+  auto it = live_.find(std::make_pair(chunk, mb));
+  if (it == live_.end()) return;
+  if (it->second->ctx.training) stashed_bytes_ -= it->second->bytes();
+  pool_[(size_t)chunk].push_back(std::move(it->second));
+  live_.erase(it);
+}
+
+// ---- forward ----
+
+template <class T>
+void GPT<T>::embedding_forward_into(T *out, const int32_t *tokens, int s, int b,
+                                    const StepContext &ctx) {
+  const int h = cfg_.hidden_size;
+  const T *wte = params_.data() + param("wte.weight").offset;
+  const T *wpe = params_.data() + param("wpe.weight").offset;
+  // Vocab-parallel embedding: each rank looks up its rows, the sum completes it.
+  if (tp_.size == 1) {
+    embedding_forward(tmp_h_.data(), tokens, wte, wpe, s, b, h);
+  } else {
+    embedding_forward<T>(tmp_h_.data(), tokens, wte, vocab_start_, local_vocab_, nullptr, s, b, h);
+    tp_all_reduce(tmp_h_.data(), (size_t)s * b * h);
+    add_position_embedding(tmp_h_.data(), wpe, s, b, h);
+  }
+  DropoutSpec hid{{seed_, dropout_stream(-1, kEmbedding), ctx.iteration},
+                  ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
+  bias_dropout_add_forward<T>(out, nullptr, tmp_h_.data(), nullptr, s, b, h, hid);
+}
+
+// One transformer layer: out = x + attention(x), then + MLP; fills a.
+template <class T>
+void GPT<T>::layer_forward(int li, const T *x, T *out, LayerActs &a, int s, int b,
+                           const StepContext &ctx) {
+  const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_;
+  const int l = first_layer(li / layers_per_chunk_) + li % layers_per_chunk_;  // global
+  const size_t Nh = (size_t)N * h;
+  Layer P = layer(params_.data(), li);
+  DropoutSpec hid{{seed_, dropout_stream(l, kAttentionOut), ctx.iteration},
+                  ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
+  // Attention block: mid = x + dropout(g(proj(attn(f(ln1(x))))) + proj_b)
+  layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, P.ln1_w, P.ln1_b, N, h,
+                    (T)cfg_.layernorm_epsilon);
+  gemm<T>(false, true, N, 3 * w, h, 1, a.ln1.data(), h, P.qkv_w, h, 0, a.qkv.data(), 3 * w);
+  bias_dropout_add_forward<T>(a.qkv.data(), nullptr, a.qkv.data(), P.qkv_b, s, b, 3 * w,
+                              DropoutSpec{});
+  attention_forward(l, a, s, b, ctx);
+  gemm<T>(false, true, N, h, w, 1, a.ctxv.data(), w, P.proj_w, w, 0, tmp_h_.data(), h);
+  tp_all_reduce(tmp_h_.data(), Nh);  // g: row-parallel partial sums
+  bias_dropout_add_forward<T>(a.mid.data(), x, tmp_h_.data(), P.proj_b, s, b, h, hid);
+  // MLP block: out = mid + dropout(g(fc2(gelu(fc1(f(ln2(mid)))))) + fc2_b)
+  layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), P.ln2_w,
+                    P.ln2_b, N, h, (T)cfg_.layernorm_epsilon);
+  gemm<T>(false, true, N, f, h, 1, a.ln2.data(), h, P.fc1_w, h, 0, a.fc1_z.data(), f);
+  bias_gelu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.fc1_b, N, f);
+  gemm<T>(false, true, N, h, f, 1, a.fc1_g.data(), f, P.fc2_w, f, 0, tmp_h_.data(), h);
+  tp_all_reduce(tmp_h_.data(), Nh);  // g
+  hid.key.stream = dropout_stream(l, kMlpOut);
+  bias_dropout_add_forward<T>(out, a.mid.data(), tmp_h_.data(), P.fc2_b, s, b, h, hid);
+}
+
+template <class T>
+void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx) {
+  const int w = width_, A = heads_, hd = cfg_.head_dim();
+  const int ld_qkv = b * 3 * w, ld_ctx = b * w;
+  const int64_t ss = (int64_t)s * s;
+  const T *qkv = a.qkv.data();
+  T *probs = a.probs.data();
+  // Batch i = bi*a + head: its Q, K, V rows start at qkv + i*3hd with row stride b*3w.
+  // (Skipping the causal upper-right blocks was measured: smaller GEMMs ate the gain.)
+  gemm_strided_batched<T>(false, true, s, s, hd, 1, qkv, ld_qkv, 3 * hd, qkv + hd, ld_qkv, 3 * hd,
+                          0, probs, s, ss, b * A);
+  scale_mask_softmax_forward<T>(probs, probs, b * A, s, s, T(1) / std::sqrt((T)hd), true, nullptr);
+  const T *pd = probs;
+  if (ctx.training && cfg_.attention_dropout > 0) {
+    DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
+                  cfg_.attention_dropout, ctx.sample_offset};
+    dropout_attention(a.probs_drop.data(), probs, b, A, s, s, tp_.rank * A, d);
+    pd = a.probs_drop.data();
+  }
+  gemm_strided_batched<T>(false, false, s, hd, s, 1, pd, s, ss, qkv + 2 * hd, ld_qkv, 3 * hd, 0,
+                          a.ctxv.data(), ld_ctx, hd, b * A);
 }
 
 // Cross-entropy over the vocabulary shards without gathering logits: the row
 // max (all-reduce max), then the sum of exponentials and the target logit
 // (one all-reduce sum of both) — ARCHITECTURE §4.
 template <class T>
-void GPT<T>::vocab_parallel_loss(const int32_t *targets, int N) {
-  const int cols = local_real_vocab_, ld = local_vocab_;
-  T *mx = ce_max_.data(), *sum = ce_sums_.data(), *tl = ce_sums_.data() + N;
-  vocab_ce_local_max(mx, logits_.data(), N, ld, cols);
+void GPT<T>::vocab_parallel_loss(ChunkActs &A) {
+  const int N = A.s * A.b, cols = local_real_vocab_, ld = local_vocab_;
+  T *mx = A.ce_max.data(), *sum = A.ce_sums.data(), *tl = A.ce_sums.data() + N;
+  vocab_ce_local_max(mx, A.logits.data(), N, ld, cols);
   if (tp_.size > 1) tp_.comm->all_reduce(mx, (size_t)N, ReduceOp::max);
-  vocab_ce_local_sums(sum, tl, logits_.data(), mx, targets, N, ld, cols, vocab_start_);
-  tp_all_reduce(ce_sums_.data(), 2 * (size_t)N);
-  for (int i = 0; i < N; i++) losses_[i] = std::log(sum[i]) + mx[i] - tl[i];
+  vocab_ce_local_sums(sum, tl, A.logits.data(), mx, A.targets.data(), N, ld, cols, vocab_start_);
+  tp_all_reduce(A.ce_sums.data(), 2 * (size_t)N);
+  for (int i = 0; i < N; i++) A.losses[i] = std::log(sum[i]) + mx[i] - tl[i];
+}
+
+// Final LayerNorm and the tied, vocab-parallel LM head: logits = lnf @ wte_shard^T.
+// Padding rows are zero and masked out of the loss, so only the real columns
+// are computed.
+template <class T>
+void GPT<T>::head_forward(ChunkActs &A, const int32_t *targets) {
+  const int N = A.s * A.b, h = cfg_.hidden_size;
+  layernorm_forward(A.lnf.data(), A.lnf_mean.data(), A.lnf_rstd.data(), A.final_x.data(),
+                    params_.data() + param("ln_f.weight").offset,
+                    params_.data() + param("ln_f.bias").offset, N, h, (T)cfg_.layernorm_epsilon);
+  gemm<T>(false, true, N, local_real_vocab_, h, 1, A.lnf.data(), h,
+          params_.data() + param("wte.weight").offset, h, 0, A.logits.data(), local_vocab_);
+  if (targets) vocab_parallel_loss(A);
+}
+
+template <class T>
+double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int32_t *targets,
+                             const T *input, T *output, int s, int b, const StepContext &ctx) {
+  if (chunk < 0 || chunk >= pp_.chunks)
+    fail(Status::invalid_argument, "model chunk ", chunk, " is outside [0, ", pp_.chunks, ")");
+  if (s <= 0 || b <= 0) fail(Status::invalid_argument, "forward needs s > 0 and b > 0");
+  if (s > cfg_.max_positions())
+    fail(Status::invalid_argument, "sequence of ", s,
+         " tokens is longer than max_position_embeddings (", cfg_.max_positions(), ")");
+  const bool embedding = has_embedding(chunk), head = has_head(chunk);
+  const int N = s * b, h = cfg_.hidden_size, V = cfg_.vocab_size;
+  if (embedding && !tokens) fail(Status::invalid_argument, "the embedding chunk needs tokens");
+  if (!embedding && !input) fail(Status::invalid_argument, "chunk ", chunk, " needs an input");
+  if (!head && !output) fail(Status::invalid_argument, "chunk ", chunk, " needs an output");
+  for (int i = 0; embedding && i < N; i++)
+    if (tokens[i] < 0 || tokens[i] >= V)
+      fail(Status::invalid_argument, "token ", tokens[i], " at position ", i,
+           " is outside the vocabulary [0, ", V, ")");
+  for (int i = 0; head && targets && i < N; i++)
+    if (targets[i] < 0 || targets[i] >= V)
+      fail(Status::invalid_argument, "target ", targets[i], " at position ", i,
+           " is outside the vocabulary [0, ", V, ")");
+  if (ctx.training && head && !targets)
+    fail(Status::invalid_argument, "a training forward of the head chunk needs targets");
+
+  ChunkActs &A = acquire(chunk, mb, s, b);
+  A.ctx = ctx;
+  const bool stash = ctx.training;
+  A.tokens.assign(embedding && stash ? tokens : nullptr, embedding && stash ? tokens + N : nullptr);
+  A.targets.assign(head && targets ? targets : nullptr, head && targets ? targets + N : nullptr);
+  const size_t Nh = (size_t)N * h;
+
+  T *x = A.layers[0].x.data();
+  if (embedding)
+    embedding_forward_into(x, tokens, s, b, ctx);
+  else
+    copy(x, input, Nh);
+  for (int j = 0; j < layers_per_chunk_; j++) {
+    const int li = chunk * layers_per_chunk_ + j;
+    const bool full = keeps_all(j);
+    // Layers of a recomputed unit run on scratch; only the unit's input is kept.
+    LayerActs *a = &A.layers[(size_t)j];
+    if (!full) {
+      if (recompute_.empty()) recompute_.push_back(std::make_unique<LayerActs>());
+      a = recompute_[0].get();
+      size_layer(*a, s, b, true);
+    }
+    T *out;
+    if (j + 1 == layers_per_chunk_)
+      out = head ? A.final_x.data() : output;
+    else if (A.layers[(size_t)j + 1].x.size())
+      out = A.layers[(size_t)j + 1].x.data();
+    else
+      out = x == x_ping_.data() ? x_pong_.data() : x_ping_.data();
+    layer_forward(li, x, out, *a, s, b, ctx);
+    x = out;
+  }
+  double loss = 0;
+  if (head) {
+    head_forward(A, targets);
+    if (targets) {
+      for (int i = 0; i < N; i++) loss += (double)A.losses[i];
+      loss /= N;
+    }
+    last_head_ = &A;
+  }
+  if (stash) {
+    stashed_bytes_ += A.bytes();
+    peak_stashed_bytes_ = std::max(peak_stashed_bytes_, stashed_bytes_);
+  } else {
+    release(chunk, mb);  // nothing to keep; the pooled buffers still hold the logits
+  }
+  return loss;
 }
 
 template <class T>
 double GPT<T>::forward(const int32_t *tokens, const int32_t *targets, int s, int b,
                        const StepContext &ctx) {
-  if (s <= 0 || b <= 0) fail(Status::invalid_argument, "forward needs s > 0 and b > 0");
-  if (s > cfg_.max_positions())
-    fail(Status::invalid_argument, "sequence of ", s,
-         " tokens is longer than max_position_embeddings (", cfg_.max_positions(), ")");
-  const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_, V = cfg_.vocab_size;
-  for (int i = 0; i < N; i++) {
-    if (tokens[i] < 0 || tokens[i] >= V)
-      fail(Status::invalid_argument, "token ", tokens[i], " at position ", i,
-           " is outside the vocabulary [0, ", V, ")");
-    if (targets && (targets[i] < 0 || targets[i] >= V))
-      fail(Status::invalid_argument, "target ", targets[i], " at position ", i,
-           " is outside the vocabulary [0, ", V, ")");
-  }
-  ensure_activations(s, b);
-  s_ = s;
-  b_ = b;
-  ctx_ = ctx;
-  tokens_.assign(tokens, tokens + N);
-  if (targets) targets_.assign(targets, targets + N);
-  have_backward_state_ = ctx.training && targets;
-
-  const T *wte = params_.data() + param("wte.weight").offset;
-  const T *wpe = params_.data() + param("wpe.weight").offset;
-  const size_t Nh = (size_t)N * h;
-  DropoutSpec hid{{seed_, dropout_stream(-1, kEmbedding), ctx.iteration},
-                  ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
-
-  // Vocab-parallel embedding: each rank looks up its rows, the sum completes it.
-  if (tp_.size == 1) {
-    embedding_forward(tmp_h_.data(), tokens, wte, wpe, s, b, h);
-  } else {
-    embedding_forward<T>(tmp_h_.data(), tokens, wte, vocab_start_, local_vocab_, nullptr, s, b, h);
-    tp_all_reduce(tmp_h_.data(), Nh);
-    add_position_embedding(tmp_h_.data(), wpe, s, b, h);
-  }
-  bias_dropout_add_forward<T>(resid_.data(), nullptr, tmp_h_.data(), nullptr, s, b, h, hid);
-
-  for (int l = 0; l < cfg_.num_layers; l++) {
-    Layer P = layer(params_.data(), l);
-    T *x = resid_.data() + l * Nh, *out = resid_.data() + (l + 1) * Nh;
-    T *ln1 = ln1_.data() + l * Nh, *mid = mid_.data() + l * Nh, *ln2 = ln2_.data() + l * Nh;
-    T *qkv = qkv_.data() + (size_t)l * N * 3 * w;
-    T *z = fc1_z_.data() + (size_t)l * N * f, *g = fc1_g_.data() + (size_t)l * N * f;
-    // Attention block: mid = x + dropout(g(proj(attn(f(ln1(x))))) + proj_b)
-    layernorm_forward(ln1, ln1_mean_.data() + l * N, ln1_rstd_.data() + l * N, x, P.ln1_w, P.ln1_b,
-                      N, h, (T)cfg_.layernorm_epsilon);
-    gemm<T>(false, true, N, 3 * w, h, 1, ln1, h, P.qkv_w, h, 0, qkv, 3 * w);  // column-parallel
-    bias_dropout_add_forward<T>(qkv, nullptr, qkv, P.qkv_b, s, b, 3 * w, DropoutSpec{});
-    attention_forward(l, s, b, ctx);
-    gemm<T>(false, true, N, h, w, 1, ctxv_.data() + (size_t)l * N * w, w, P.proj_w, w, 0,
-            tmp_h_.data(), h);  // row-parallel: partial sums
-    tp_all_reduce(tmp_h_.data(), Nh);  // g
-    hid.key.stream = dropout_stream(l, kAttentionOut);
-    bias_dropout_add_forward<T>(mid, x, tmp_h_.data(), P.proj_b, s, b, h, hid);
-    // MLP block: out = mid + dropout(g(fc2(gelu(fc1(f(ln2(mid)))))) + fc2_b)
-    layernorm_forward(ln2, ln2_mean_.data() + l * N, ln2_rstd_.data() + l * N, mid, P.ln2_w,
-                      P.ln2_b, N, h, (T)cfg_.layernorm_epsilon);
-    gemm<T>(false, true, N, f, h, 1, ln2, h, P.fc1_w, h, 0, z, f);
-    bias_gelu_forward(z, g, z, P.fc1_b, N, f);
-    gemm<T>(false, true, N, h, f, 1, g, f, P.fc2_w, f, 0, tmp_h_.data(), h);
-    tp_all_reduce(tmp_h_.data(), Nh);  // g
-    hid.key.stream = dropout_stream(l, kMlpOut);
-    bias_dropout_add_forward<T>(out, mid, tmp_h_.data(), P.fc2_b, s, b, h, hid);
-  }
-
-  const T *lnf_w = params_.data() + param("ln_f.weight").offset;
-  const T *lnf_b = params_.data() + param("ln_f.bias").offset;
-  layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(),
-                    resid_.data() + cfg_.num_layers * Nh, lnf_w, lnf_b, N, h,
-                    (T)cfg_.layernorm_epsilon);
-  // Tied, vocab-parallel LM head: logits = lnf @ wte_shard^T. Padding rows are
-  // zero and masked out of the loss, so only the real columns are computed.
-  gemm<T>(false, true, N, local_real_vocab_, h, 1, lnf_.data(), h, wte, h, 0, logits_.data(),
-          local_vocab_);
-  if (!targets) return 0.0;
-  vocab_parallel_loss(targets, N);
-  double sum = 0;
-  for (int i = 0; i < N; i++) sum += (double)losses_[i];
-  return sum / N;
+  if (pp_.size > 1)
+    fail(Status::wrong_state, "forward() runs the whole model; with pipeline_model_parallel_size ",
+         pp_.size, " use forward_chunk()");
+  release(0, kSerialSlot);  // a previous forward without backward
+  StepContext c = ctx;
+  if (!targets) c.training = false;  // nothing to differentiate
+  return forward_chunk(0, kSerialSlot, tokens, targets, nullptr, nullptr, s, b, c);
 }
 
 template <class T>
-void GPT<T>::attention_forward(int l, int s, int b, const StepContext &ctx) {
-  const int w = width_, a = heads_, hd = cfg_.head_dim();
-  const int N = s * b, ld_qkv = b * 3 * w, ld_ctx = b * w;
-  const int64_t ss = (int64_t)s * s;
-  const T *qkv = qkv_.data() + (size_t)l * N * 3 * w;
-  T *probs = probs_.data() + (size_t)l * b * a * ss;
-  T *ctxv = ctxv_.data() + (size_t)l * N * w;
-  // Batch i = bi*a + head: its Q, K, V rows start at qkv + i*3hd with row stride b*3w.
-  // (Skipping the causal upper-right blocks was measured: smaller GEMMs ate the gain.)
-  gemm_strided_batched<T>(false, true, s, s, hd, 1, qkv, ld_qkv, 3 * hd, qkv + hd, ld_qkv, 3 * hd,
-                          0, probs, s, ss, b * a);
-  scale_mask_softmax_forward<T>(probs, probs, b * a, s, s, T(1) / std::sqrt((T)hd), true, nullptr);
-  const T *pd = probs;
-  if (ctx.training && cfg_.attention_dropout > 0) {
-    DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
-                  cfg_.attention_dropout, ctx.sample_offset};
-    T *dropped = probs_drop_.data() + (size_t)l * b * a * ss;
-    dropout_attention(dropped, probs, b, a, s, s, tp_.rank * a, d);
-    pd = dropped;
-  }
-  gemm_strided_batched<T>(false, false, s, hd, s, 1, pd, s, ss, qkv + 2 * hd, ld_qkv, 3 * hd, 0,
-                          ctxv, ld_ctx, hd, b * a);
+const T *GPT<T>::logits() const {
+  if (!last_head_) fail(Status::wrong_state, "logits() needs a forward of the head chunk first");
+  return last_head_->logits.data();
 }
 
+// ---- backward ----
+
 template <class T>
-void GPT<T>::attention_backward(int l, int s, int b) {
+void GPT<T>::attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx) {
   // In: dctx_ = dL/dctx [N, w]. Out: dqkv_ [N, 3w].
-  const int w = width_, a = heads_, hd = cfg_.head_dim();
-  const int N = s * b, ld_qkv = b * 3 * w, ld_ctx = b * w;
+  const int w = width_, A = heads_, hd = cfg_.head_dim();
+  const int ld_qkv = b * 3 * w, ld_ctx = b * w;
   const int64_t ss = (int64_t)s * s;
-  const T *qkv = qkv_.data() + (size_t)l * N * 3 * w;
-  const T *probs = probs_.data() + (size_t)l * b * a * ss;
-  const T *dctx = dctx_.data();
-  T *dqkv = dqkv_.data();
-  T *dp = dprobs_.data();
-  const float p = ctx_.training ? cfg_.attention_dropout : 0.f;
+  const T *qkv = a.qkv.data(), *probs = a.probs.data(), *dctx = dctx_.data();
+  T *dqkv = dqkv_.data(), *dp = dprobs_.data();
+  const float p = ctx.training ? cfg_.attention_dropout : 0.f;
+  (void)l;
   // dV = dropout(P)^T @ dctx, with the dropped probabilities of the forward
-  const T *pd = p > 0 ? probs_drop_.data() + (size_t)l * b * a * ss : probs;
+  const T *pd = p > 0 ? a.probs_drop.data() : probs;
   gemm_strided_batched<T>(true, false, s, hd, s, 1, pd, s, ss, dctx, ld_ctx, hd, 0, dqkv + 2 * hd,
-                          ld_qkv, 3 * hd, b * a);
+                          ld_qkv, 3 * hd, b * A);
   // dP = dropout'(dctx @ V^T), the mask read back from the dropped probabilities
   gemm_strided_batched<T>(false, true, s, s, hd, 1, dctx, ld_ctx, hd, qkv + 2 * hd, ld_qkv, 3 * hd,
-                          0, dp, s, ss, b * a);
-  if (p > 0) dropout_backward_from_output(dp, dp, pd, (size_t)b * a * ss, p);
+                          0, dp, s, ss, b * A);
+  if (p > 0) dropout_backward_from_output(dp, dp, pd, (size_t)b * A * ss, p);
   const T scale = T(1) / std::sqrt((T)hd);
-  scale_mask_softmax_backward<T>(dp, probs, dp, b * a, s, s, scale);  // dp = dL/d(QK^T)
+  scale_mask_softmax_backward<T>(dp, probs, dp, b * A, s, s, scale);  // dp = dL/d(QK^T)
   // dQ = dS @ K, dK = dS^T @ Q
   gemm_strided_batched<T>(false, false, s, hd, s, 1, dp, s, ss, qkv + hd, ld_qkv, 3 * hd, 0, dqkv,
-                          ld_qkv, 3 * hd, b * a);
+                          ld_qkv, 3 * hd, b * A);
   gemm_strided_batched<T>(true, false, s, hd, s, 1, dp, s, ss, qkv, ld_qkv, 3 * hd, 0, dqkv + hd,
-                          ld_qkv, 3 * hd, b * a);
+                          ld_qkv, 3 * hd, b * A);
+}
+
+// dresid [N, h]: in, the gradient of the layer's output; out, of its input x.
+template <class T>
+void GPT<T>::layer_backward(int li, const T *x, LayerActs &a, T *dresid, int s, int b,
+                            const StepContext &ctx) {
+  const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_;
+  const int l = first_layer(li / layers_per_chunk_) + li % layers_per_chunk_;
+  const size_t Nh = (size_t)N * h;
+  Layer P = layer(params_.data(), li);
+  Layer G = layer(grads_.data(), li);
+  T *dy = tmp_h_.data(), *dln = tmp_h2_.data(), *dfc = dfc_.data(), *dqkv = dqkv_.data();
+  DropoutSpec hid{{seed_, dropout_stream(l, kMlpOut), ctx.iteration},
+                  ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
+
+  // MLP block; the input's gradient is a partial sum over tensor ranks (f backward).
+  bias_dropout_add_backward<T>(dy, G.fc2_b, dresid, s, b, h, hid);
+  gemm<T>(true, false, h, f, N, 1, dy, h, a.fc1_g.data(), f, 1, G.fc2_w, f);
+  gemm<T>(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dfc, f);
+  bias_gelu_backward(dfc, G.fc1_b, dfc, a.fc1_z.data(), N, f);
+  gemm<T>(true, false, f, h, N, 1, dfc, f, a.ln2.data(), h, 1, G.fc1_w, h);
+  gemm<T>(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
+  tp_all_reduce(dln, Nh);
+  layernorm_backward(dresid, G.ln2_w, G.ln2_b, dln, a.mid.data(), P.ln2_w, a.ln2_mean.data(),
+                     a.ln2_rstd.data(), N, h);
+
+  // Attention block.
+  hid.key.stream = dropout_stream(l, kAttentionOut);
+  bias_dropout_add_backward<T>(dy, G.proj_b, dresid, s, b, h, hid);
+  gemm<T>(true, false, h, w, N, 1, dy, h, a.ctxv.data(), w, 1, G.proj_w, w);
+  gemm<T>(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
+  attention_backward(l, a, s, b, ctx);
+  colsum_accumulate(G.qkv_b, dqkv, N, 3 * w);
+  gemm<T>(true, false, 3 * w, h, N, 1, dqkv, 3 * w, a.ln1.data(), h, 1, G.qkv_w, h);
+  gemm<T>(false, false, N, h, 3 * w, 1, dqkv, 3 * w, P.qkv_w, h, 0, dln, h);
+  tp_all_reduce(dln, Nh);
+  layernorm_backward(dresid, G.ln1_w, G.ln1_b, dln, x, P.ln1_w, a.ln1_mean.data(),
+                     a.ln1_rstd.data(), N, h);
+}
+
+// LM head (vocab-parallel) and final LayerNorm; f's backward all-reduces dlnf.
+template <class T>
+void GPT<T>::head_backward(ChunkActs &A, T *dresid, T dloss) {
+  const int N = A.s * A.b, h = cfg_.hidden_size;
+  const size_t Nh = (size_t)N * h;
+  const ParamInfo &wte = param("wte.weight"), &lw = param("ln_f.weight"), &lb = param("ln_f.bias");
+  T *dlogits = A.logits.data();
+  vocab_ce_backward(dlogits, A.logits.data(), A.ce_max.data(), A.ce_sums.data(), A.targets.data(),
+                    N, local_vocab_, local_real_vocab_, vocab_start_, dloss);
+  gemm<T>(true, false, local_real_vocab_, h, N, 1, dlogits, local_vocab_, A.lnf.data(), h, 1,
+          grads_.data() + wte.offset, h);
+  gemm<T>(false, false, N, h, local_real_vocab_, 1, dlogits, local_vocab_,
+          params_.data() + wte.offset, h, 0, tmp_h_.data(), h);
+  tp_all_reduce(tmp_h_.data(), Nh);
+  for (size_t i = 0; i < Nh; i++) dresid[i] = 0;
+  layernorm_backward(dresid, grads_.data() + lw.offset, grads_.data() + lb.offset, tmp_h_.data(),
+                     A.final_x.data(), params_.data() + lw.offset, A.lnf_mean.data(),
+                     A.lnf_rstd.data(), N, h);
+}
+
+template <class T>
+void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dloss) {
+  auto it = live_.find(std::make_pair(chunk, mb));
+  if (it == live_.end() || !it->second->ctx.training)
+    fail(Status::wrong_state, "backward of micro-batch ", mb, " chunk ", chunk,
+         " needs a preceding training forward of it");
+  ChunkActs &A = *it->second;
+  const bool embedding = has_embedding(chunk), head = has_head(chunk);
+  if (!head && !doutput) fail(Status::invalid_argument, "chunk ", chunk, " backward needs doutput");
+  if (!embedding && !dinput) fail(Status::invalid_argument, "chunk ", chunk, " backward needs dinput");
+  const int s = A.s, b = A.b, h = cfg_.hidden_size;
+  const size_t Nh = (size_t)s * b * h;
+  const StepContext &ctx = A.ctx;
+  T *dresid = dresid_.data();
+  if (head)
+    head_backward(A, dresid, dloss);
+  else
+    copy(dresid, doutput, Nh);
+
+  const int base = chunk * layers_per_chunk_;
+  for (int j = layers_per_chunk_ - 1; j >= 0;) {
+    if (keeps_all(j)) {
+      LayerActs &a = A.layers[(size_t)j];
+      layer_backward(base + j, a.x.data(), a, dresid, s, b, ctx);
+      j--;
+      continue;
+    }
+    // Recompute the unit [u, j] from its kept input, then back through it.
+    const int u = unit_start(j), n = j - u + 1;
+    while ((int)recompute_.size() < n + 1) recompute_.push_back(std::make_unique<LayerActs>());
+    // recompute_[k] holds layer u+k; recompute_[n] only the unit's output (not needed).
+    for (int k = 0; k <= n; k++) size_layer(*recompute_[(size_t)k], s, b, k < n);
+    const T *x = A.layers[(size_t)u].x.data();
+    for (int k = 0; k < n; k++) {
+      T *out = recompute_[(size_t)k + 1]->x.data();
+      layer_forward(base + u + k, x, out, *recompute_[(size_t)k], s, b, ctx);
+      x = out;
+    }
+    for (int k = n - 1; k >= 0; k--) {
+      const T *xin = k == 0 ? A.layers[(size_t)u].x.data() : recompute_[(size_t)k]->x.data();
+      layer_backward(base + u + k, xin, *recompute_[(size_t)k], dresid, s, b, ctx);
+    }
+    j = u - 1;
+  }
+
+  if (embedding) {
+    // Embedding (with its dropout): each rank scatters into its vocabulary rows.
+    DropoutSpec hid{{seed_, dropout_stream(-1, kEmbedding), ctx.iteration},
+                    ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
+    bias_dropout_add_backward<T>(tmp_h_.data(), nullptr, dresid, s, b, h, hid);
+    embedding_backward(grads_.data() + param("wte.weight").offset,
+                       grads_.data() + param("wpe.weight").offset, tmp_h_.data(), A.tokens.data(),
+                       s, b, h, vocab_start_, local_vocab_);
+  } else {
+    copy(dinput, dresid, Nh);
+  }
+  if (last_head_ == &A) last_head_ = nullptr;  // its logits now hold gradients
+  release(chunk, mb);
 }
 
 template <class T>
 void GPT<T>::backward(T dloss) {
-  if (!have_backward_state_)
+  if (pp_.size > 1)
+    fail(Status::wrong_state, "backward() runs the whole model; with pipeline_model_parallel_size ",
+         pp_.size, " use backward_chunk()");
+  if (!live_.count(std::make_pair(0, kSerialSlot)))
     fail(Status::wrong_state, "backward() needs a preceding training forward() with targets");
-  have_backward_state_ = false;  // activations are consumed (logits overwritten)
-  const int s = s_, b = b_, N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_;
-  const size_t Nh = (size_t)N * h;
-  auto grad = [&](const char *name) { return grads_.data() + param(name).offset; };
-  auto prm = [&](const char *name) { return params_.data() + param(name).offset; };
-  T *dwte = grad("wte.weight");
-  const T *wte = prm("wte.weight");
-
-  // LM head (vocab-parallel) and final LayerNorm; f's backward all-reduces dlnf.
-  T *dlogits = logits_.data();
-  vocab_ce_backward(dlogits, logits_.data(), ce_max_.data(), ce_sums_.data(), targets_.data(), N,
-                    local_vocab_, local_real_vocab_, vocab_start_, dloss);
-  gemm<T>(true, false, local_real_vocab_, h, N, 1, dlogits, local_vocab_, lnf_.data(), h, 1, dwte,
-          h);
-  gemm<T>(false, false, N, h, local_real_vocab_, 1, dlogits, local_vocab_, wte, h, 0,
-          tmp_h_.data(), h);
-  tp_all_reduce(tmp_h_.data(), Nh);
-  T *dresid = dresid_.data();
-  for (size_t i = 0; i < Nh; i++) dresid[i] = 0;
-  layernorm_backward(dresid, grad("ln_f.weight"), grad("ln_f.bias"), tmp_h_.data(),
-                     resid_.data() + cfg_.num_layers * Nh, prm("ln_f.weight"), lnf_mean_.data(),
-                     lnf_rstd_.data(), N, h);
-
-  DropoutSpec hid{{seed_, 0, ctx_.iteration}, ctx_.training ? cfg_.hidden_dropout : 0.f,
-                  ctx_.sample_offset};
-  for (int l = cfg_.num_layers - 1; l >= 0; l--) {
-    Layer P = layer(params_.data(), l);
-    Layer G = layer(grads_.data(), l);
-    const T *x = resid_.data() + l * Nh, *ln1 = ln1_.data() + l * Nh, *mid = mid_.data() + l * Nh,
-            *ln2 = ln2_.data() + l * Nh, *ctxv = ctxv_.data() + (size_t)l * N * w;
-    const T *z = fc1_z_.data() + (size_t)l * N * f, *g = fc1_g_.data() + (size_t)l * N * f;
-    T *dy = tmp_h_.data(), *dln = tmp_h2_.data(), *dfc = dfc_.data(), *dqkv = dqkv_.data();
-
-    // MLP block; the input's gradient is a partial sum over tensor ranks (f backward).
-    hid.key.stream = dropout_stream(l, kMlpOut);
-    bias_dropout_add_backward<T>(dy, G.fc2_b, dresid, s, b, h, hid);
-    gemm<T>(true, false, h, f, N, 1, dy, h, g, f, 1, G.fc2_w, f);
-    gemm<T>(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dfc, f);
-    bias_gelu_backward(dfc, G.fc1_b, dfc, z, N, f);
-    gemm<T>(true, false, f, h, N, 1, dfc, f, ln2, h, 1, G.fc1_w, h);
-    gemm<T>(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
-    tp_all_reduce(dln, Nh);
-    layernorm_backward(dresid, G.ln2_w, G.ln2_b, dln, mid, P.ln2_w, ln2_mean_.data() + l * N,
-                       ln2_rstd_.data() + l * N, N, h);
-
-    // Attention block.
-    hid.key.stream = dropout_stream(l, kAttentionOut);
-    bias_dropout_add_backward<T>(dy, G.proj_b, dresid, s, b, h, hid);
-    gemm<T>(true, false, h, w, N, 1, dy, h, ctxv, w, 1, G.proj_w, w);
-    gemm<T>(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
-    attention_backward(l, s, b);
-    colsum_accumulate(G.qkv_b, dqkv, N, 3 * w);
-    gemm<T>(true, false, 3 * w, h, N, 1, dqkv, 3 * w, ln1, h, 1, G.qkv_w, h);
-    gemm<T>(false, false, N, h, 3 * w, 1, dqkv, 3 * w, P.qkv_w, h, 0, dln, h);
-    tp_all_reduce(dln, Nh);
-    layernorm_backward(dresid, G.ln1_w, G.ln1_b, dln, x, P.ln1_w, ln1_mean_.data() + l * N,
-                       ln1_rstd_.data() + l * N, N, h);
-  }
-
-  // Embedding (with its dropout): each rank scatters into its vocabulary rows.
-  hid.key.stream = dropout_stream(-1, kEmbedding);
-  bias_dropout_add_backward<T>(tmp_h_.data(), nullptr, dresid, s, b, h, hid);
-  embedding_backward(dwte, grad("wpe.weight"), tmp_h_.data(), tokens_.data(), s, b, h,
-                     vocab_start_, local_vocab_);
+  backward_chunk(0, kSerialSlot, nullptr, nullptr, dloss);
 }
 
 template class GPT<float>;

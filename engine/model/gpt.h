@@ -1,9 +1,19 @@
 // GPT forward and backward written by hand (no autograd), pre-LayerNorm,
 // learned positions, GeLU MLP, tied input/output embedding, [s, b, h] layout.
 // T = float for training, double for the finite-difference tests.
+//
+// A GPT object is one rank's share of the model: its tensor-parallel shard of
+// the layers of its pipeline model chunks (ARCHITECTURE §4). Chunk c of
+// pipeline rank r is virtual stage c*p + r and holds num_layers / (p*v)
+// consecutive layers; the embedding sits on virtual stage 0, the LM head on the
+// last. Activations are kept per (micro-batch, chunk) until that backward, so
+// any pipeline schedule can interleave them.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/comm/communicator.h"
@@ -21,12 +31,31 @@ struct ParamInfo {
   size_t offset = 0;                 // into params() / grads()
   size_t numel = 0;
   bool weight_decay = true;          // false for biases and LayerNorm parameters
+  // The last stage's copy of the tied embedding (p > 1): the first stage's copy
+  // is the one counted in the gradient norm.
+  bool tied_copy = false;
 };
 
 // This rank's place in its tensor-parallel group; comm is null when size = 1.
 struct TensorParallel {
   int rank = 0, size = 1;
   Communicator *comm = nullptr;
+};
+
+// This rank's place in the pipeline: rank of size (p), with `chunks` (v) model chunks.
+struct PipelineStage {
+  int rank = 0, size = 1, chunks = 1;
+};
+
+// Megatron's --recompute-granularity full: only the input of each recomputed
+// unit is kept; backward runs the unit's forward again. uniform: the chunk's
+// layers in units of num_layers; block: the first num_layers layers of each
+// chunk one by one, the rest keep everything.
+enum class RecomputeMethod { uniform, block };
+struct Recompute {
+  bool enabled = false;
+  RecomputeMethod method = RecomputeMethod::uniform;
+  int num_layers = 1;
 };
 
 struct StepContext {
@@ -38,9 +67,12 @@ struct StepContext {
 template <class T>
 class GPT {
  public:
-  GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp = {});
+  GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp = {}, PipelineStage pp = {},
+      Recompute rc = {});
+  ~GPT();
   const GptConfig &config() const { return cfg_; }
   const TensorParallel &tensor_parallel() const { return tp_; }
+  const PipelineStage &pipeline_stage() const { return pp_; }
   // Global index of local element i of parameter p (the init RNG's counter).
   int64_t global_index(const ParamInfo &p, size_t i) const;
 
@@ -50,70 +82,97 @@ class GPT {
   const T *grads() const { return grads_.data(); }
   size_t num_params() const { return params_.size(); }
   const std::vector<ParamInfo> &param_table() const { return table_; }
-  const ParamInfo &param(const std::string &name) const;
-  // Parameters of the whole (unsharded) model, padding rows excluded.
+  const ParamInfo &param(const std::string &name) const;  // throws if not on this rank
+  const ParamInfo *find_param(const std::string &name) const;  // null if not on this rank
+  // Parameters of the whole (unsharded, unpipelined) model, padding rows excluded.
   int64_t num_real_params() const;
 
+  // ---- pipeline interface: one model chunk of one micro-batch ----
+  int num_chunks() const { return pp_.chunks; }
+  int layers_per_chunk() const { return layers_per_chunk_; }
+  int first_layer(int chunk) const;  // global index of the chunk's first layer
+  bool has_embedding(int chunk) const { return chunk == 0 && pp_.rank == 0; }
+  bool has_head(int chunk) const { return chunk == pp_.chunks - 1 && pp_.rank == pp_.size - 1; }
+  // Forward of chunk `chunk` for micro-batch `mb` (any id unique among those in
+  // flight). The embedding chunk reads tokens [s, b], the others `input`
+  // [s, b, h]. The head chunk returns the mean cross-entropy (0 without
+  // targets); the others write [s, b, h] to `output` and return 0. In training,
+  // the chunk's activations are stashed until backward_chunk of the same pair.
+  double forward_chunk(int chunk, int mb, const int32_t *tokens, const int32_t *targets,
+                       const T *input, T *output, int s, int b, const StepContext &ctx);
+  // Backward of a stashed forward; accumulates into grads(). The head chunk
+  // starts from the loss, each token weighted by dloss (1 / tokens in the
+  // global batch); the others from `doutput`. Writes d(input) to `dinput`
+  // except on the embedding chunk.
+  void backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dloss);
+  // Bytes of activations stashed for backward now, and the peak since reset.
+  int64_t stashed_bytes() const { return stashed_bytes_; }
+  int64_t peak_stashed_bytes() const { return peak_stashed_bytes_; }
+  void reset_peak_stashed_bytes() { peak_stashed_bytes_ = stashed_bytes_; }
+
+  // ---- whole model (p = 1) ----
   // tokens, targets: [s, b] in row order si*b + bi; targets may be null (no loss).
   // Returns the mean cross-entropy over the s*b tokens (0 without targets).
   double forward(const int32_t *tokens, const int32_t *targets, int s, int b,
                  const StepContext &ctx);
-  // Backward of the last training forward; accumulates into grads(). dloss is the
-  // weight of each token's loss in the objective (1 / tokens in the global batch).
+  // Backward of the last training forward; accumulates into grads().
   void backward(T dloss);
-  // Logits of the last forward: [s*b, local_vocab()], this rank's vocabulary
+  // Logits of the last head forward: [s*b, local_vocab()], this rank's vocabulary
   // shard; only its first local_real_vocab() columns (real tokens) are computed.
-  const T *logits() const { return logits_.data(); }
+  const T *logits() const;
   int vocab_start() const { return vocab_start_; }
   int local_vocab() const { return local_vocab_; }
   int local_real_vocab() const { return local_real_vocab_; }
 
  private:
   struct Layer;
-  struct Acts;
-  // Layer l's tensors inside `base` (params() or grads()).
-  Layer layer(T *base, int l);
+  struct LayerActs;
+  struct ChunkActs;
+  // Layer li's (local index) tensors inside `base` (params() or grads()).
+  Layer layer(T *base, int li);
   void init_parameters(uint64_t seed);
-  void ensure_activations(int s, int b);
-  void attention_forward(int l, int s, int b, const StepContext &ctx);
-  void attention_backward(int l, int s, int b);
+  bool keeps_all(int j) const;       // layer j of a chunk keeps all its activations
+  int unit_start(int j) const;       // first layer of the recomputed unit holding j
+  void size_layer(LayerActs &a, int s, int b, bool full);
+  ChunkActs &acquire(int chunk, int mb, int s, int b);
+  void release(int chunk, int mb);
+  void layer_forward(int li, const T *x, T *out, LayerActs &a, int s, int b,
+                     const StepContext &ctx);
+  void layer_backward(int li, const T *x, LayerActs &a, T *dresid, int s, int b,
+                      const StepContext &ctx);
+  void attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx);
+  void attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx);
+  void embedding_forward_into(T *out, const int32_t *tokens, int s, int b, const StepContext &ctx);
+  void head_forward(ChunkActs &A, const int32_t *targets);
+  void head_backward(ChunkActs &A, T *dresid, T dloss);
 
   void tp_all_reduce(T *buf, size_t n);
-  void vocab_parallel_loss(const int32_t *targets, int N);
+  void vocab_parallel_loss(ChunkActs &A);
 
   GptConfig cfg_;
   uint64_t seed_;
   TensorParallel tp_;
+  PipelineStage pp_;
+  Recompute rc_;
+  int layers_per_chunk_ = 0;
   // Local sizes: heads, attention width, MLP width, vocabulary shard.
   int heads_ = 0, width_ = 0, ffn_ = 0;
   int vocab_start_ = 0, local_vocab_ = 0, local_real_vocab_ = 0;
   std::vector<ParamInfo> table_;
   Buffer<T> params_, grads_;
 
-  // Activations of the last forward, kept for backward.
-  int s_ = 0, b_ = 0;
-  StepContext ctx_;
-  std::vector<int32_t> tokens_, targets_;
-  Buffer<T> resid_;                          // [L+1, N, h] residual stream at each layer input
-  // Shapes below with h, a, f, 3h meaning this rank's share (w = h/t, a/t, f/t).
-  Buffer<T> ln1_, ln1_mean_, ln1_rstd_;      // [L, N, h], [L, N]
-  Buffer<T> qkv_;                            // [L, N, 3w]  ordered [s, b, a/t, 3, hd]
-  Buffer<T> probs_;                          // [L, b, a/t, s, s] softmax output (pre-dropout)
-  Buffer<T> ctxv_;                           // [L, N, w]  attention context
-  Buffer<T> mid_;                            // [L, N, h]  residual after attention
-  Buffer<T> ln2_, ln2_mean_, ln2_rstd_;      // [L, N, h], [L, N]
-  Buffer<T> fc1_z_, fc1_g_;                  // [L, N, f/t]  pre-GeLU (with bias), post-GeLU
-  Buffer<T> lnf_, lnf_mean_, lnf_rstd_;      // [N, h], [N]
-  Buffer<T> logits_;                         // [N, Vp/t]
-  Buffer<T> losses_;                         // [N]
-  Buffer<T> ce_max_, ce_sums_;               // [N], [2, N] vocab-parallel loss reductions
-  // Scratch shared by all layers.
-  Buffer<T> probs_drop_;                     // [L, b, a/t, s, s] after dropout (training with it)
+  // Stashed activations per (chunk, micro-batch), and finished ones kept for reuse.
+  std::map<std::pair<int, int>, std::unique_ptr<ChunkActs>> live_;
+  std::vector<std::vector<std::unique_ptr<ChunkActs>>> pool_;  // per chunk
+  const ChunkActs *last_head_ = nullptr;
+  int64_t stashed_bytes_ = 0, peak_stashed_bytes_ = 0;
+  // Scratch shared by all layers (never stashed).
+  std::vector<std::unique_ptr<LayerActs>> recompute_;  // a recomputed unit's layers
+  Buffer<T> x_ping_, x_pong_;                // [N, h] inputs inside a recomputed unit
   Buffer<T> dprobs_;                         // [b, a/t, s, s]
   Buffer<T> tmp_h_, tmp_h2_, dresid_;        // [N, h]
   Buffer<T> dctx_;                           // [N, w]
   Buffer<T> dqkv_, dfc_;                     // [N, 3w], [N, f/t]
-  bool have_backward_state_ = false;
 };
 
 extern template class GPT<float>;

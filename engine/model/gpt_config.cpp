@@ -62,4 +62,20 @@ double GptConfig::flops_per_batch(int64_t samples, bool recompute) const {
   return layer_passes * l * layer_fwd + 3.0 * head_fwd;
 }
 
+void GptConfig::validate_pipeline(int p, int v) const {
+  if (p < 1) fail(Status::invalid_config, "pipeline_model_parallel_size must be positive, got ", p);
+  if (v < 1) fail(Status::invalid_config, "virtual pipeline stages per rank must be positive, got ", v);
+  if (v > 1 && p == 1)
+    fail(Status::invalid_config, "virtual pipeline stages (v = ", v,
+         ") need pipeline_model_parallel_size > 1; with p = 1 leave "
+         "num_layers_per_virtual_pipeline_stage unset");
+  if ((int64_t)p * v > num_layers)
+    fail(Status::invalid_config, "p x v = ", p, " x ", v, " = ", (int64_t)p * v,
+         " pipeline stages but only ", num_layers, " layers: each model chunk needs a layer");
+  if (num_layers % (p * v) != 0)
+    fail(Status::invalid_config, "num_layers (", num_layers,
+         ") must be divisible by pipeline_model_parallel_size x virtual stages (", p, " x ", v,
+         " = ", p * v, ")");
+}
+
 }  // namespace ptdp

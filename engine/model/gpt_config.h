@@ -28,6 +28,9 @@ struct GptConfig {
   int head_dim() const { return hidden_size / num_attention_heads; }
   // Throws Error(invalid_config) naming the first inconsistent field.
   void validate(int t = 1) const;
+  // Checks that num_layers splits into p*v model chunks (p stages, v chunks
+  // each); throws invalid_config saying what would be valid.
+  void validate_pipeline(int p, int v) const;
   // Training FLOPs of one global batch of `samples` sequences: the paper's Eq. 3
   // generalised to any ffn size; recompute adds one more forward of every layer.
   double flops_per_batch(int64_t samples, bool recompute) const;
