@@ -1,5 +1,7 @@
 #include "engine/comm/communicator.h"
 
+#include "engine/trace/timeline.h"
+
 #include <chrono>
 
 namespace ptdp {
@@ -24,6 +26,14 @@ static int64_t now_ns() {
       .count();
 }
 CommTimer::CommTimer(CommStats &s) : s_(s), start_ns_(now_ns()) {}
-CommTimer::~CommTimer() { s_.seconds += (double)(now_ns() - start_ns_) * 1e-9; }
+CommTimer::~CommTimer() {
+  const int64_t end = now_ns();
+  s_.seconds += (double)(end - start_ns_) * 1e-9;
+  if (s_.timeline && s_.timeline->enabled()) {
+    const char *op = comm_op_name(s_.last_op);
+    const bool p2p = s_.last_op == CommOp::send || s_.last_op == CommOp::recv;
+    s_.timeline->add(Span{op, p2p ? op : "comm", start_ns_, end, -1, -1, s_.group, s_.last_bytes});
+  }
+}
 
 }  // namespace ptdp

@@ -21,17 +21,26 @@ enum class ReduceOp { sum, max };
 enum class CommOp { all_reduce, all_gather, reduce_scatter, broadcast, send, recv, barrier, count };
 const char *comm_op_name(CommOp op);
 
+class Timeline;
+
 struct CommStats {
   int64_t calls[(int)CommOp::count] = {};
   int64_t bytes[(int)CommOp::count] = {};  // payload bytes this rank contributed
   double seconds = 0;                      // wall time inside operations, waiting included
+  // Optional: each operation also becomes a span on this rank's timeline.
+  Timeline *timeline = nullptr;
+  std::string group;
+  CommOp last_op = CommOp::barrier;
+  int64_t last_bytes = 0;
   void add(CommOp op, int64_t b) {
     calls[(int)op]++;
     bytes[(int)op] += b;
+    last_op = op;
+    last_bytes = b;
   }
 };
 
-// Adds the lifetime of the scope to stats.seconds.
+// Adds the lifetime of the scope to stats.seconds (and to the timeline).
 class CommTimer {
  public:
   explicit CommTimer(CommStats &s);
@@ -68,7 +77,9 @@ class Communicator {
 
  protected:
   Communicator(std::string name, std::vector<int> members, int rank)
-      : name_(std::move(name)), members_(std::move(members)), rank_(rank) {}
+      : name_(std::move(name)), members_(std::move(members)), rank_(rank) {
+    stats_.group = name_;
+  }
   std::string name_;
   std::vector<int> members_;
   int rank_;

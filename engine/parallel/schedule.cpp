@@ -106,8 +106,24 @@ std::vector<PipeOp> pipeline_schedule(ScheduleKind kind, int p, int v, int m, in
   return b.ops;
 }
 
+std::vector<PipeOp> forward_only_schedule(int p, int v, int m, int stage) {
+  validate_schedule(ScheduleKind::gpipe, p, v, m);
+  Builder b{p, v, stage, {}};
+  for (int c = 0; c < v; c++)
+    for (int mb = 0; mb < m; mb++) b.forward(mb, c);
+  return b.ops;
+}
+
 double replay_makespan(const std::vector<std::vector<PipeOp>> &ranks, int p, int v,
                        double forward_cost, double backward_cost) {
+  (void)v;
+  return replay_makespan(ranks, p, [&](int r, size_t i) {
+    return ranks[(size_t)r][i].kind == PipeOpKind::forward ? forward_cost : backward_cost;
+  });
+}
+
+double replay_makespan(const std::vector<std::vector<PipeOp>> &ranks, int p,
+                       const std::function<double(int, size_t)> &cost) {
   // Messages in flight: (kind, mb, chunk of receiver, from, to) -> time sent.
   std::map<std::tuple<int, int, int, int, int>, double> sent;
   std::vector<size_t> next(ranks.size(), 0);
@@ -137,7 +153,7 @@ double replay_makespan(const std::vector<std::vector<PipeOp>> &ranks, int p, int
           int c = receiver_chunk((int)s, op.chunk, fwd);
           sent[std::make_tuple(fwd ? 0 : 1, op.microbatch, c, (int)s, op.peer)] = clock[s];
         } else {
-          clock[s] += op.kind == PipeOpKind::forward ? forward_cost : backward_cost;
+          clock[s] += cost((int)s, next[s]);
         }
         next[s]++;
         remaining--;
@@ -146,7 +162,6 @@ double replay_makespan(const std::vector<std::vector<PipeOp>> &ranks, int p, int
     }
     if (!progressed) fail(Status::internal, "pipeline schedule deadlocks: no rank can proceed");
   }
-  (void)v;
   return *std::max_element(clock.begin(), clock.end());
 }
 

@@ -5,6 +5,7 @@
 //
 // Model chunk c of pipeline rank s is virtual stage c*p + s of the p*v stages.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,9 +36,16 @@ void validate_schedule(ScheduleKind kind, int p, int v, int m);
 // Operations of pipeline rank `stage` (0..p-1), in execution order.
 std::vector<PipeOp> pipeline_schedule(ScheduleKind kind, int p, int v, int m, int stage);
 
+// Forward passes only (evaluation): every chunk's forwards in micro-batch
+// order, with their transfers — the first half of GPipe.
+std::vector<PipeOp> forward_only_schedule(int p, int v, int m, int stage);
+
 // Replays every rank's list with the given costs per chunk operation (transfers
 // free, sends buffered) and returns the makespan; throws internal on a deadlock.
 double replay_makespan(const std::vector<std::vector<PipeOp>> &ranks, int p, int v,
                        double forward_cost, double backward_cost);
+// The same with each compute op's own cost: cost(rank, index into ranks[rank]).
+double replay_makespan(const std::vector<std::vector<PipeOp>> &ranks, int p,
+                       const std::function<double(int, size_t)> &cost);
 
 }  // namespace ptdp

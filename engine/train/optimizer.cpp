@@ -21,7 +21,7 @@ double grad_sum_squares(GPT<float> &model) {
   const bool count_replicated = model.tensor_parallel().rank == 0;
   double total = 0;
   for (const ParamInfo &p : model.param_table())
-    if (p.split_axis >= 0 || count_replicated)
+    if (!p.tied_copy && (p.split_axis >= 0 || count_replicated))
       total += cpu::sum_squares(model.grads() + p.offset, p.numel);
   return total;
 }

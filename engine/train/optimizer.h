@@ -26,7 +26,8 @@ class AdamW {
 };
 
 // Sum of squared gradients of this rank's shards, each replicated tensor counted
-// on tensor rank 0 only, so that the sum over the tensor group is the serial sum.
+// on tensor rank 0 only and the tied embedding on the first stage only, so that
+// the sum over the tensor and pipeline groups is the serial sum.
 // Deterministic for any thread count.
 double grad_sum_squares(GPT<float> &model);
 // Scales the gradients by clip / norm when norm > clip > 0; returns the factor.

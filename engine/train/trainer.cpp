@@ -13,6 +13,7 @@
 #include "engine/comm/thread_comm.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/trace/timeline.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -20,13 +21,41 @@ namespace ptdp {
 
 namespace {
 constexpr int64_t kMaxRanks = 4096;  // keeps every rank count and index comfortably in an int
+
+// The next token from one position's logits over the real vocabulary [0, V):
+// greedy at temperature 0, else sampled with a Philox draw keyed by (seed, k).
+int pick_token(const float *row, int V, double temperature, uint64_t seed, int k,
+               std::vector<double> &prob) {
+  int next = 0;
+  if (temperature == 0) {
+    for (int j = 1; j < V; j++)
+      if (row[j] > row[next]) next = j;
+    return next;
+  }
+  double mx = row[0], sum = 0;
+  for (int j = 1; j < V; j++) mx = std::max(mx, (double)row[j]);
+  for (int j = 0; j < V; j++) sum += prob[j] = std::exp(((double)row[j] - mx) / temperature);
+  double u = uniform_from_u32(philox4x32((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)k, 0,
+                                         0x6e6, 0).v[0]) * sum;
+  for (int j = 0; j < V; j++) {
+    u -= prob[j];
+    if (u <= 0) return j;
+  }
+  return V - 1;
 }
+}  // namespace
 
 struct Trainer::Rank {
   int world_rank = 0;
   RankCoord coord;
-  std::unique_ptr<Communicator> tp, dp;
+  std::unique_ptr<Communicator> tp, dp, pp;
+  std::unique_ptr<Communicator> embedding;  // first and last stage when p > 1, else null
   std::unique_ptr<GPT<float>> model;
+  std::unique_ptr<PipelineRuntime> pipeline;
+  std::vector<PipeOp> schedule, eval_schedule;
+  std::vector<OpTiming> timings;
+  Timeline timeline;
+  double step_seconds = 0, compute_seconds = 0;
   std::unique_ptr<AdamW> adam;
   std::unique_ptr<GptSampler> train, valid;
   std::vector<int32_t> sample, tokens, targets;
@@ -81,20 +110,47 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.num_threads = (int)c.get_int("num_threads");
   o.ddp_bucket_size = c.get_int("ddp_bucket_size");
   o.comm_timeout_s = c.get_double("comm_timeout");
+  o.scatter_gather = c.get_int("scatter_gather_tensors_in_pipeline") != 0;
+  o.timeline_path = c.get("timeline");
 
   const int64_t world = (int64_t)o.parallel.t * o.parallel.p * o.parallel.d;
   if (world > kMaxRanks)
     fail(Status::invalid_config, "t*p*d = ", o.parallel.t, "*", o.parallel.p, "*", o.parallel.d,
          " = ", world, " ranks; at most ", kMaxRanks, " are supported");
   m.validate(o.parallel.t);
-  if (o.parallel.p > 1)
-    fail(Status::invalid_config, "pipeline_model_parallel_size ", o.parallel.p,
-         " > 1 is not supported yet: pipeline parallelism is a later issue; use 1");
+  // Pipeline: p stages of v model chunks each (ARCHITECTURE §4).
+  const int p = o.parallel.p;
+  const int64_t per_chunk = c.get_int("num_layers_per_virtual_pipeline_stage");
+  if (per_chunk > 0) {
+    if (m.num_layers % (p * per_chunk) != 0)
+      fail(Status::invalid_config, "num_layers (", m.num_layers,
+           ") must be divisible by pipeline_model_parallel_size x "
+           "num_layers_per_virtual_pipeline_stage (", p, " x ", per_chunk, " = ", p * per_chunk,
+           ")");
+    o.virtual_stages = (int)(m.num_layers / (p * per_chunk));
+  }
+  m.validate_pipeline(p, o.virtual_stages);
   const int64_t bd = (int64_t)o.micro_batch_size * o.parallel.d;
   if (o.global_batch_size % bd != 0)
     fail(Status::invalid_config, "global_batch_size (", o.global_batch_size,
          ") must be divisible by micro_batch_size x data_parallel_size (", o.micro_batch_size,
          " x ", o.parallel.d, " = ", bd, ")");
+  const std::string schedule = c.get("pipeline_schedule");
+  if (schedule == "auto")
+    o.schedule = o.virtual_stages > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+  else
+    o.schedule = parse_schedule(schedule);
+  validate_schedule(o.schedule, p, o.virtual_stages, o.microbatches());
+  const std::string granularity = c.get("recompute_granularity");
+  o.recompute.enabled = granularity == "full";
+  o.recompute.method =
+      c.get("recompute_method") == "block" ? RecomputeMethod::block : RecomputeMethod::uniform;
+  o.recompute.num_layers = (int)c.get_int("recompute_num_layers");
+  const int layers_per_chunk = m.num_layers / (p * o.virtual_stages);
+  if (o.recompute.enabled && o.recompute.num_layers > layers_per_chunk)
+    fail(Status::invalid_config, "recompute_num_layers (", o.recompute.num_layers,
+         ") exceeds the layers per model chunk (", layers_per_chunk, " = num_layers / (p x v) = ",
+         m.num_layers, " / (", p, " x ", o.virtual_stages, "))");
   if (o.lr.min_lr > o.lr.max_lr)
     fail(Status::invalid_config, "min_lr (", o.lr.min_lr, ") must not exceed lr (", o.lr.max_lr, ")");
   if (o.lr.style != "constant" && o.lr.decay_iters <= o.lr.warmup_iters && o.train_iters > 0)
@@ -150,6 +206,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
     R->coord = grid_->coord_of(r);
     R->tp = world_->group("tp", grid_->tp_group(r), r);
     R->dp = world_->group("dp", grid_->dp_group(r), r);
+    R->pp = world_->group("pp", grid_->pp_group(r), r);
+    const int p = opt_.parallel.p;
+    if (p > 1 && (R->coord.pp == 0 || R->coord.pp == p - 1))
+      R->embedding = world_->group("embedding", grid_->embedding_group(r), r);
     R->train = std::make_unique<GptSampler>(ds_, ranges[0], opt_.model.seq_length, opt_.seed, true);
     R->valid = std::make_unique<GptSampler>(ds_, ranges[1], opt_.model.seq_length, opt_.seed, false);
     if (R->train->num_samples() == 0 || R->valid->num_samples() == 0)
@@ -157,7 +217,17 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
            R->train->num_tokens(), " train and ", R->valid->num_tokens(),
            " valid tokens; each split needs at least seq_length+1 = ", opt_.model.seq_length + 1);
     R->model = std::make_unique<GPT<float>>(
-        opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp.get()});
+        opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp.get()},
+        PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute);
+    R->pipeline = std::make_unique<PipelineRuntime>(
+        *R->model, p > 1 ? R->pp.get() : nullptr, opt_.parallel.t > 1 ? R->tp.get() : nullptr,
+        opt_.scatter_gather);
+    const int m = opt_.microbatches();
+    R->schedule = pipeline_schedule(opt_.schedule, p, opt_.virtual_stages, m, R->coord.pp);
+    R->eval_schedule = forward_only_schedule(p, opt_.virtual_stages, m, R->coord.pp);
+    R->timeline.set_enabled(!opt_.timeline_path.empty());
+    for (Communicator *c : {R->tp.get(), R->dp.get(), R->pp.get(), R->embedding.get()})
+      if (c) c->stats().timeline = &R->timeline;
     R->adam = std::make_unique<AdamW>(R->model->num_params(), opt_.adam);
     R->sample.resize((size_t)opt_.model.seq_length + 1);
     ranks_.push_back(std::move(R));
@@ -176,7 +246,14 @@ const CommStats &Trainer::comm_stats(int rank, const std::string &group) const {
   const Rank &r = *ranks_.at((size_t)rank);
   if (group == "tp") return r.tp->stats();
   if (group == "dp") return r.dp->stats();
-  fail(Status::invalid_argument, "unknown group '", group, "'; known: tp, dp");
+  if (group == "pp") return r.pp->stats();
+  if (group == "embedding") {
+    if (!r.embedding)
+      fail(Status::invalid_argument, "rank ", r.world_rank,
+           " is in no embedding group (only the first and last stages are, when p > 1)");
+    return r.embedding->stats();
+  }
+  fail(Status::invalid_argument, "unknown group '", group, "'; known: tp, pp, dp, embedding");
 }
 
 // Runs fn on every rank, each on its own thread (inline when there is one rank).
@@ -277,30 +354,51 @@ void Trainer::fill_batch(Rank &r, GptSampler &sampler, uint64_t first, int b) {
 }
 
 void Trainer::rank_step(Rank &r, int64_t it) {
+  const int64_t t_start = Timeline::now_ns();
   const int b = opt_.micro_batch_size, s = opt_.model.seq_length;
-  const int per_replica = opt_.global_batch_size / opt_.parallel.d, m = per_replica / b;
+  const int per_replica = opt_.global_batch_size / opt_.parallel.d;
   const double tokens = (double)opt_.global_batch_size * s;
   GPT<float> &model = *r.model;
   float *grads = model.grads();
   for (size_t i = 0; i < model.num_params(); i++) grads[i] = 0.f;
+  r.timeline.clear();
+  r.timings.clear();
+  model.reset_peak_stashed_bytes();
 
-  // This replica's samples: [consumed + dp*per_replica, ... + per_replica).
-  double loss_sum = 0;
-  for (int j = 0; j < m; j++) {
+  // The schedule's forwards and backwards; micro-batch j of this replica holds
+  // the samples [consumed + dp*per_replica + j*b, ... + b).
+  auto batch = [&](int j, bool data) {
     uint64_t first = (uint64_t)consumed_ + (uint64_t)r.coord.dp * per_replica + (uint64_t)j * b;
-    fill_batch(r, *r.train, first, b);
-    StepContext ctx{true, (uint32_t)it, (uint32_t)first};
-    loss_sum += model.forward(r.tokens.data(), r.targets.data(), s, b, ctx) * b * s;
-    model.backward((float)(1.0 / tokens));
+    if (data) fill_batch(r, *r.train, first, b);
+    return MicroBatch{r.tokens.data(), r.targets.data(), (uint32_t)first};
+  };
+  double loss_sum = r.pipeline->run(r.schedule, s, b, (uint32_t)it, true, (float)(1.0 / tokens),
+                                    batch, &r.timings);
+  double compute_ns = 0;
+  for (const OpTiming &t : r.timings) {
+    compute_ns += (double)(t.end_ns - t.start_ns);
+    const bool fwd = t.op.kind == PipeOpKind::forward;
+    r.timeline.add(Span{fwd ? "F" : "B", fwd ? "forward" : "backward", t.start_ns, t.end_ns,
+                        t.op.microbatch, t.op.chunk, "", -1});
+  }
+
+  // The tied embedding: the first stage's lookup gradient and the last
+  // stage's LM-head gradient add up to the serial one.
+  if (r.embedding) {
+    const ParamInfo &wte = model.param("wte.weight");
+    r.embedding->all_reduce(grads + wte.offset, wte.numel);
   }
   // Data parallel: one gradient reduction, in buckets.
   if (opt_.parallel.d > 1) {
     const size_t n = model.num_params(), bucket = (size_t)opt_.ddp_bucket_size;
     for (size_t off = 0; off < n; off += bucket) r.dp->all_reduce(grads + off, std::min(bucket, n - off));
-    r.dp->all_reduce(&loss_sum, 1);
   }
+  // The loss lives on the last stage, the gradients on every stage.
+  if (opt_.parallel.p > 1) r.pp->all_reduce(&loss_sum, 1);
+  if (opt_.parallel.d > 1) r.dp->all_reduce(&loss_sum, 1);
   double sq = grad_sum_squares(model);
   if (opt_.parallel.t > 1) r.tp->all_reduce(&sq, 1);
+  if (opt_.parallel.p > 1) r.pp->all_reduce(&sq, 1);
 
   StepMetrics &res = r.metrics;
   res = StepMetrics{};
@@ -311,15 +409,79 @@ void Trainer::rank_step(Rank &r, int64_t it) {
   if (!std::isfinite(res.lm_loss) || !std::isfinite(res.grad_norm)) {
     res.nan_iters = 1;  // no update: parameters and moments stay as they were
   } else {
+    const int64_t t0 = Timeline::now_ns();
     clip_gradients(model, res.grad_norm, opt_.clip_grad);
     r.adam->update(model, res.lr, it - skipped_);
+    const int64_t t1 = Timeline::now_ns();
+    compute_ns += (double)(t1 - t0);
+    r.timeline.add(Span{"optimizer", "optimizer", t0, t1, -1, -1, "", -1});
   }
+  r.compute_seconds = compute_ns * 1e-9;
+  r.step_seconds = (double)(Timeline::now_ns() - t_start) * 1e-9;
+}
+
+void Trainer::write_timeline() const {
+  std::vector<RankTimeline> tracks;
+  for (auto &r : ranks_) {
+    const RankCoord &c = r->coord;
+    tracks.push_back({r->world_rank,
+                      "tp " + std::to_string(c.tp) + ", pp " + std::to_string(c.pp) + ", dp " +
+                          std::to_string(c.dp),
+                      &r->timeline});
+  }
+  // Under mpirun each process writes its own ranks' tracks.
+  std::string path = opt_.timeline_path;
+  if (local_ranks() < world_size()) path += ".rank" + std::to_string(first_local_rank());
+  write_chrome_trace(path, tracks, step_origin_ns_);
+}
+
+Trainer::RankReport Trainer::rank_report(int rank) const {
+  const Rank &r = *ranks_.at((size_t)rank);
+  RankReport rep;
+  rep.world_rank = r.world_rank;
+  rep.coord = r.coord;
+  rep.step_seconds = r.step_seconds;
+  rep.compute_seconds = r.compute_seconds;
+  rep.peak_activation_bytes = r.model->peak_stashed_bytes();
+  rep.schedule = r.schedule;
+  rep.timings = r.timings;
+  return rep;
+}
+
+double Trainer::replayed_bubble() const {
+  if ((int)ranks_.size() != world_size())
+    fail(Status::wrong_state, "replayed_bubble needs every rank in this process");
+  const int p = opt_.parallel.p;
+  std::vector<std::vector<PipeOp>> ops((size_t)p);
+  std::vector<std::vector<double>> cost((size_t)p);  // per op of ops[stage]; transfers free
+  double busiest = 0;
+  for (int st = 0; st < p; st++) {
+    const Rank &r = *ranks_[(size_t)grid_->rank_of({0, 0, st})];
+    if (r.timings.empty()) fail(Status::wrong_state, "replayed_bubble needs a training step first");
+    ops[(size_t)st] = r.schedule;
+    size_t k = 0;
+    double busy = 0;
+    for (const PipeOp &op : r.schedule) {
+      double c = 0;
+      if (op.kind == PipeOpKind::forward || op.kind == PipeOpKind::backward) {
+        const OpTiming &t = r.timings.at(k++);
+        c = (double)(t.end_ns - t.start_ns) * 1e-9;
+      }
+      cost[(size_t)st].push_back(c);
+      busy += c;
+    }
+    busiest = std::max(busiest, busy);
+  }
+  double makespan = replay_makespan(ops, p, [&](int st, size_t i) { return cost[(size_t)st][i]; });
+  return makespan / busiest - 1.0;
 }
 
 StepMetrics Trainer::step() {
   auto t0 = std::chrono::steady_clock::now();
   const int64_t it = iteration_ + 1;
+  step_origin_ns_ = Timeline::now_ns();
   run_on_ranks([&](Rank &r) { rank_step(r, it); });
+  if (!opt_.timeline_path.empty()) write_timeline();
   StepMetrics res = ranks_[0]->metrics;
   if (res.nan_iters) {
     nan_++;
@@ -345,17 +507,18 @@ StepMetrics Trainer::step() {
 
 double Trainer::rank_evaluate(Rank &r, int iters) {
   const int b = opt_.micro_batch_size, s = opt_.model.seq_length;
-  const int per_replica = opt_.global_batch_size / opt_.parallel.d, m = per_replica / b;
+  const int per_replica = opt_.global_batch_size / opt_.parallel.d;
   double sum = 0;
   for (int k = 0; k < iters; k++) {
-    for (int j = 0; j < m; j++) {
+    auto batch = [&](int j, bool data) {
       uint64_t first = (uint64_t)k * opt_.global_batch_size + (uint64_t)r.coord.dp * per_replica +
                        (uint64_t)j * b;
-      fill_batch(r, *r.valid, first, b);
-      StepContext ctx{false, 0, (uint32_t)first};
-      sum += r.model->forward(r.tokens.data(), r.targets.data(), s, b, ctx) * b * s;
-    }
+      if (data) fill_batch(r, *r.valid, first, b);
+      return MicroBatch{r.tokens.data(), r.targets.data(), (uint32_t)first};
+    };
+    sum += r.pipeline->run(r.eval_schedule, s, b, 0, false, 0.f, batch);
   }
+  if (opt_.parallel.p > 1) r.pp->all_reduce(&sum, 1);
   if (opt_.parallel.d > 1) r.dp->all_reduce(&sum, 1);
   return sum / ((double)iters * opt_.global_batch_size * s);
 }
@@ -373,36 +536,31 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
   if (toks.empty()) toks.push_back(tok_->eod());  // start of a new document
   GPT<float> &model = *r.model;
   const int V = opt_.model.vocab_size, Vl = model.local_vocab(), t = opt_.parallel.t;
-  const int window = opt_.model.max_positions();
+  const int p = opt_.parallel.p, window = opt_.model.max_positions();
+  // One micro-batch of one sequence through every stage; the last picks the
+  // token and tells the others.
+  const std::vector<PipeOp> ops = forward_only_schedule(p, opt_.virtual_stages, 1, r.coord.pp);
   std::vector<float> row((size_t)Vl * t);
-  std::vector<double> p((size_t)V);
+  std::vector<double> prob((size_t)V);
   for (int k = 0; k < max_new_tokens; k++) {
     int n = (int)std::min<size_t>(toks.size(), (size_t)window);
-    model.forward(toks.data() + toks.size() - n, nullptr, n, 1, StepContext{false, 0, 0});
-    // The last position's logits, gathered over the vocabulary shards.
-    const float *mine = model.logits() + (size_t)(n - 1) * Vl;
-    if (t > 1)
-      r.tp->all_gather(mine, row.data(), (size_t)Vl);
-    else
-      std::copy(mine, mine + Vl, row.begin());
+    const int32_t *context = toks.data() + toks.size() - n;
+    r.pipeline->run(ops, n, 1, 0, false, 0.f,
+                    [&](int, bool) { return MicroBatch{context, nullptr, 0}; });
     int next = 0;
-    if (temperature == 0) {
-      for (int j = 1; j < V; j++)
-        if (row[j] > row[next]) next = j;
-    } else {
-      double mx = row[0], sum = 0;
-      for (int j = 1; j < V; j++) mx = std::max(mx, (double)row[j]);
-      for (int j = 0; j < V; j++) sum += p[j] = std::exp(((double)row[j] - mx) / temperature);
-      double u = uniform_from_u32(philox4x32((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)k,
-                                             0, 0x6e6, 0).v[0]) * sum;
-      next = V - 1;
-      for (int j = 0; j < V; j++) {
-        u -= p[j];
-        if (u <= 0) {
-          next = j;
-          break;
-        }
-      }
+    if (r.coord.pp == p - 1) {
+      // The last position's logits, gathered over the vocabulary shards.
+      const float *mine = model.logits() + (size_t)(n - 1) * Vl;
+      if (t > 1)
+        r.tp->all_gather(mine, row.data(), (size_t)Vl);
+      else
+        std::copy(mine, mine + Vl, row.begin());
+      next = pick_token(row.data(), V, temperature, seed, k, prob);
+    }
+    if (p > 1) {
+      float f = (float)next;  // exact: token ids are far below 2^24
+      r.pp->broadcast(&f, 1, p - 1);
+      next = (int)f;
     }
     if (next == tok_->eod()) break;
     toks.push_back(next);
@@ -424,16 +582,23 @@ std::vector<float> Trainer::gather_parameter(const std::string &name) const {
   if ((int)ranks_.size() != world_size())
     fail(Status::wrong_state, "gather_parameter needs every rank in this process; under mpirun "
          "this process holds ", ranks_.size(), " of ", world_size());
-  const ParamInfo &p0 = ranks_[0]->model->param(name);
+  // The stage holding it (the first stage's wte, not the last stage's tied copy).
+  int stage = -1;
+  for (int st = 0; st < opt_.parallel.p && stage < 0; st++) {
+    const ParamInfo *p = ranks_[(size_t)grid_->rank_of({0, 0, st})]->model->find_param(name);
+    if (p && !p->tied_copy) stage = st;
+  }
+  if (stage < 0) fail(Status::invalid_argument, "no parameter named '", name, "'");
   const int t = opt_.parallel.t;
+  const GPT<float> &m0 = *ranks_[(size_t)grid_->rank_of({0, 0, stage})]->model;
   size_t total = 1;
-  for (int64_t d : p0.global_shape) total *= (size_t)d;
+  for (int64_t d : m0.param(name).global_shape) total *= (size_t)d;
   std::vector<float> out(total);
   for (int tr = 0; tr < t; tr++) {
-    const GPT<float> &m = *ranks_[(size_t)grid_->rank_of({tr, 0, 0})]->model;
+    const GPT<float> &m = *ranks_[(size_t)grid_->rank_of({tr, 0, stage})]->model;
     const ParamInfo &p = m.param(name);
     const float *src = m.params() + p.offset;
-    if (p.split_axis < 0 && tr > 0) break;  // replicated: rank 0's copy
+    if (p.split_axis < 0 && tr > 0) break;  // replicated: tensor rank 0's copy
     for (size_t i = 0; i < p.numel; i++) out[(size_t)m.global_index(p, i)] = src[i];
   }
   if (name == "wte.weight") out.resize((size_t)opt_.model.vocab_size * opt_.model.hidden_size);

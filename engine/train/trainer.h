@@ -14,6 +14,8 @@
 #include "engine/data/sampler.h"
 #include "engine/data/tokenizer.h"
 #include "engine/model/gpt.h"
+#include "engine/parallel/pipeline_runtime.h"
+#include "engine/parallel/schedule.h"
 #include "engine/train/config.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/metrics.h"
@@ -35,6 +37,12 @@ struct TrainerOptions {
   int num_threads = 0;
   int64_t ddp_bucket_size = 1000000;
   double comm_timeout_s = 300;
+  int virtual_stages = 1;  // v: model chunks per pipeline rank
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  bool scatter_gather = true;  // only matters when t > 1 and p > 1
+  Recompute recompute;
+  std::string timeline_path;  // Chrome trace of each step, rewritten after it
+  int microbatches() const { return global_batch_size / (micro_batch_size * parallel.d); }
   // Reads and cross-checks a Config; throws invalid_config naming the fields.
   static TrainerOptions from_config(const Config &c);
 };
@@ -55,8 +63,25 @@ class Trainer {
   // A parameter of the whole model assembled from the shards: its global shape,
   // with the vocabulary unpadded for wte. Needs every rank in this process.
   std::vector<float> gather_parameter(const std::string &name) const;
-  // Communication counters of this process's r-th rank's groups ("tp", "dp").
+  // Communication counters of this process's r-th rank's groups ("tp", "pp",
+  // "dp", "embedding"; the last only on the first and last stages when p > 1).
   const CommStats &comm_stats(int rank, const std::string &group) const;
+  // Where this process's r-th rank spent the last training step.
+  struct RankReport {
+    int world_rank = 0;
+    RankCoord coord;
+    double step_seconds = 0;     // the whole step on this rank
+    double compute_seconds = 0;  // forward, backward and optimizer: the rest is idle
+    int64_t peak_activation_bytes = 0;  // stashed for backward, peak of the step
+    std::vector<PipeOp> schedule;       // this rank's operations
+    std::vector<OpTiming> timings;      // its compute ops as they ran
+  };
+  RankReport rank_report(int rank) const;
+  // The last step's bubble from replaying the executed schedules of the
+  // pipeline ranks of (tp 0, dp 0) with each op's measured duration, as if
+  // each rank had its own device: makespan / busiest stage - 1. Needs every
+  // pipeline rank in this process.
+  double replayed_bubble() const;
 
   StepMetrics step();
   // Mean validation loss over `iters` global batches (no dropout).
@@ -78,6 +103,7 @@ class Trainer {
   void run_on_ranks(const std::function<void(Rank &)> &fn);
   void fill_batch(Rank &r, GptSampler &sampler, uint64_t first, int b);
   void rank_step(Rank &r, int64_t it);
+  void write_timeline() const;
   double rank_evaluate(Rank &r, int iters);
   std::string rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,
                             double temperature, uint64_t seed);
@@ -92,6 +118,7 @@ class Trainer {
   CommWorld *world_ = nullptr;
   std::vector<std::unique_ptr<Rank>> ranks_;
   int threads_per_rank_ = 1;
+  int64_t step_origin_ns_ = 0;  // the timeline's time zero
   std::string failure_;  // set when a step failed on some rank: the job cannot go on
   int64_t iteration_ = 0, consumed_ = 0, skipped_ = 0, nan_ = 0;
   StepMetrics last_;

@@ -212,9 +212,5 @@ TEST(Parallel, BadLayoutsAreClearErrors) {
   c.set("global_batch_size", "8");
   expect_error([&] { TrainerOptions::from_config(c); }, Status::invalid_config,
                "must be divisible by micro_batch_size x data_parallel_size (2 x 3 = 6)");
-  c.set("data_parallel_size", "1");
-  c.set("pipeline_model_parallel_size", "2");
-  expect_error([&] { TrainerOptions::from_config(c); }, Status::invalid_config,
-               "pipeline_model_parallel_size 2 > 1 is not supported yet");
 }
 

@@ -1,0 +1,125 @@
+#include "engine/parallel/pipeline_runtime.h"
+
+#include <chrono>
+
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+namespace {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+// The tensor stored under `key`, which must exist: its absence means the
+// schedule consumes something it never produced.
+std::vector<float> &take(std::map<std::pair<int, int>, std::vector<float>> &m,
+                         std::pair<int, int> key, const char *what) {
+  auto it = m.find(key);
+  if (it == m.end())
+    fail(Status::internal, "pipeline schedule uses the ", what, " of micro-batch ", key.first,
+         " chunk ", key.second, " before producing it");
+  return it->second;
+}
+}  // namespace
+
+PipelineRuntime::PipelineRuntime(GPT<float> &model, Communicator *pp, Communicator *tp,
+                                 bool scatter_gather)
+    : model_(model), pp_(pp), tp_(tp), scatter_gather_(scatter_gather && tp && tp->size() > 1) {}
+
+size_t PipelineRuntime::transfer_elements(int s, int b) const {
+  size_t n = (size_t)s * b * model_.config().hidden_size;
+  return scatter_gather_ ? n / (size_t)tp_->size() : n;
+}
+
+void PipelineRuntime::send_boundary(const std::vector<float> &x, int peer) {
+  if (!pp_) fail(Status::internal, "pipeline send without a pipeline group");
+  const size_t n = scatter_gather_ ? x.size() / (size_t)tp_->size() : x.size();
+  const size_t first = scatter_gather_ ? (size_t)tp_->rank() * n : 0;
+  pp_->send(x.data() + first, n, peer);
+}
+
+void PipelineRuntime::recv_boundary(std::vector<float> &x, int peer) {
+  if (!pp_) fail(Status::internal, "pipeline recv without a pipeline group");
+  if (!scatter_gather_) {
+    pp_->recv(x.data(), x.size(), peer);
+    return;
+  }
+  const size_t n = x.size() / (size_t)tp_->size();
+  slice_.resize(n);
+  pp_->recv(slice_.data(), n, peer);
+  tp_->all_gather(slice_.data(), x.data(), n);
+}
+
+double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32_t iteration,
+                            bool training, float dloss,
+                            const std::function<MicroBatch(int, bool)> &batch,
+                            std::vector<OpTiming> *timings) {
+  const size_t Nh = (size_t)s * b * model_.config().hidden_size;
+  double loss_sum = 0;
+  for (const PipeOp &op : ops) {
+    const auto key = std::make_pair(op.microbatch, op.chunk);
+    switch (op.kind) {
+      case PipeOpKind::recv_forward: {
+        auto &x = inputs_[key];
+        x.resize(Nh);
+        recv_boundary(x, op.peer);
+        break;
+      }
+      case PipeOpKind::forward: {
+        const bool head = model_.has_head(op.chunk), embedding = model_.has_embedding(op.chunk);
+        MicroBatch mbd = batch(op.microbatch, head || embedding);
+        const float *in = embedding ? nullptr : take(inputs_, key, "input").data();
+        float *out = nullptr;
+        if (!head) {
+          auto &o = outputs_[key];
+          o.resize(Nh);
+          out = o.data();
+        }
+        StepContext ctx{training, iteration, mbd.sample_offset};
+        int64_t t0 = now_ns();
+        double loss = model_.forward_chunk(op.chunk, op.microbatch, mbd.tokens, mbd.targets, in,
+                                           out, s, b, ctx);
+        if (timings) timings->push_back({op, t0, now_ns()});
+        if (head) loss_sum += loss * b * s;
+        if (!embedding) inputs_.erase(key);
+        break;
+      }
+      case PipeOpKind::send_forward:
+        send_boundary(take(outputs_, key, "output"), op.peer);
+        outputs_.erase(key);
+        break;
+      case PipeOpKind::recv_backward: {
+        auto &d = doutputs_[key];
+        d.resize(Nh);
+        recv_boundary(d, op.peer);
+        break;
+      }
+      case PipeOpKind::backward: {
+        const bool head = model_.has_head(op.chunk), embedding = model_.has_embedding(op.chunk);
+        const float *dout = head ? nullptr : take(doutputs_, key, "output gradient").data();
+        float *din = nullptr;
+        if (!embedding) {
+          auto &d = dinputs_[key];
+          d.resize(Nh);
+          din = d.data();
+        }
+        int64_t t0 = now_ns();
+        model_.backward_chunk(op.chunk, op.microbatch, dout, din, dloss);
+        if (timings) timings->push_back({op, t0, now_ns()});
+        if (!head) doutputs_.erase(key);
+        break;
+      }
+      case PipeOpKind::send_backward:
+        send_boundary(take(dinputs_, key, "input gradient"), op.peer);
+        dinputs_.erase(key);
+        break;
+    }
+  }
+  if (!inputs_.empty() || !outputs_.empty() || !doutputs_.empty() || !dinputs_.empty())
+    fail(Status::internal, "pipeline schedule left boundary tensors unconsumed");
+  return loss_sum;
+}
+
+}  // namespace ptdp
