@@ -1,5 +1,6 @@
 // `ptdp` — the launcher. `ptdp SCRIPT.lua [args]` runs a Lua experiment script in
-// an embedded LuaJIT (ARCHITECTURE §7); `ptdp tokenize ...` builds a token dataset.
+// an embedded LuaJIT (ARCHITECTURE §7); `ptdp tokenize ...` builds a token dataset;
+// `ptdp timeline-png ...` draws a timeline trace as a picture.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "capi/ptdp.h"
+#include "engine/trace/timeline_png.h"
 
 extern "C" {
 #include <lauxlib.h>
@@ -119,10 +121,33 @@ int run_tokenize(int argc, char **argv) {
   return 0;
 }
 
+int run_timeline_png(int argc, char **argv) {
+  CLI::App app{"Draw a timeline trace (Chrome trace JSON) as a PNG", "ptdp timeline-png"};
+  std::string trace, png;
+  int width = 1600;
+  app.add_option("trace", trace, "Chrome trace JSON (the trainer's `timeline` option)")->required();
+  app.add_option("png", png, "PNG file to write")->required();
+  app.add_option("--width", width, "picture width in pixels")->capture_default_str();
+  try {
+    app.parse(argc - 1, argv + 1);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  try {
+    ptdp::render_timeline_png(trace, png, width);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "ptdp: %s\n", e.what());
+    return 1;
+  }
+  std::printf("wrote %s\n", png.c_str());
+  return 0;
+}
+
 void usage(FILE *f) {
   std::fprintf(f,
                "usage: ptdp SCRIPT.lua [script arguments]   run a Lua experiment script\n"
                "       ptdp tokenize --output FILE INPUT... build a token dataset\n"
+               "       ptdp timeline-png TRACE.json OUT.png [--width N]  draw a timeline\n"
                "       ptdp --version\n");
 }
 
@@ -143,6 +168,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (cmd == "tokenize") return run_tokenize(argc, argv);
+  if (cmd == "timeline-png") return run_timeline_png(argc, argv);
   if (cmd.size() > 4 && cmd.compare(cmd.size() - 4, 4, ".lua") == 0) return run_script(argc, argv);
   std::fprintf(stderr, "ptdp: unknown command '%s'\n", cmd.c_str());
   usage(stderr);

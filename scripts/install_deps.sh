@@ -9,6 +9,6 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake ninja-build pkg-config git ca-certificates python3 \
   libopenblas-openmp-dev libluajit-5.1-dev luajit \
   libhdf5-openmpi-dev hdf5-tools openmpi-bin libopenmpi-dev \
-  libgtest-dev googletest nlohmann-json3-dev libxxhash-dev libcli11-dev \
+  libgtest-dev googletest nlohmann-json3-dev libxxhash-dev libcli11-dev zlib1g-dev \
   binutils fortunes >/dev/null
 echo "install_deps: done"

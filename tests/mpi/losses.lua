@@ -8,7 +8,7 @@ local config, opts = flags.parse(arg, {
   die_step = { default = 3, help = 'see --die-rank' },
   error_rank = { default = -1, help = 'this rank raises a Lua error before step --die-step' },
 }, {
-  num_layers = 2, hidden_size = 48, num_attention_heads = 12, seq_length = 16,
+  num_layers = 4, hidden_size = 48, num_attention_heads = 12, seq_length = 16,
   micro_batch_size = 2, global_batch_size = 8, lr = 3e-3, min_lr = 3e-4, lr_warmup_iters = 2,
   train_iters = 10, hidden_dropout = 0.1, attention_dropout = 0.1, split = '80,20',
 })

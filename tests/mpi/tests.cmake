@@ -103,6 +103,26 @@ foreach(layout "2;2;1" "4;2;2" "4;1;4" "2;2;2" "2;4;1")
                        PROCESSORS ${np} ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
 
+# PTD-P under mpirun: 8 processes, (t, p, d) = (2, 2, 2) with v = 2 interleaved,
+# scatter/gather on, full recomputation; and 2 processes hosting 4 pipeline
+# ranks each, over mpi messages between thread ranks.
+foreach(layout "8;2;2;2" "2;2;4;1")
+  list(GET layout 0 np)
+  list(GET layout 1 t)
+  list(GET layout 2 p)
+  list(GET layout 3 d)
+  set(name mpi_train_np${np}_t${t}p${p}d${d})
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/train_equivalence.sh
+                   $<TARGET_FILE:ptdp_launcher> ${MPIEXEC_EXECUTABLE} ${np}
+                   ${PTDP_TEST_TMP}/${name} ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                   --tensor-model-parallel-size ${t} --pipeline-model-parallel-size ${p}
+                   --data-parallel-size ${d} --num-layers-per-virtual-pipeline-stage 1
+                   --recompute-granularity full)
+  set_tests_properties(${name} PROPERTIES LABELS "mpi;pipeline" TIMEOUT 240
+                       PROCESSORS ${np} ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
+
 # A training run under mpirun that must fail: the corpus is tokenized in the
 # test's own folder, then `np` processes run losses.lua with ARGS; every
 # EXPECT text must appear and the job must end non-zero within 30 s.
