@@ -454,8 +454,10 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
   ChunkActs &A = acquire(chunk, mb, s, b);
   A.ctx = ctx;
   const bool stash = ctx.training;
-  A.tokens.assign(embedding && stash ? tokens : nullptr, embedding && stash ? tokens + N : nullptr);
-  A.targets.assign(head && targets ? targets : nullptr, head && targets ? targets + N : nullptr);
+  A.tokens.clear();  // the embedding's backward needs the tokens, the head's the targets
+  A.targets.clear();
+  if (embedding && stash) A.tokens.assign(tokens, tokens + N);
+  if (head && targets) A.targets.assign(targets, targets + N);
   const size_t Nh = (size_t)N * h;
 
   T *x = A.layers[0].x.data();
@@ -522,7 +524,7 @@ const T *GPT<T>::logits() const {
 // ---- backward ----
 
 template <class T>
-void GPT<T>::attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx) {
+void GPT<T>::attention_backward(const LayerActs &a, int s, int b, const StepContext &ctx) {
   // In: dctx_ = dL/dctx [N, w]. Out: dqkv_ [N, 3w].
   const int w = width_, A = heads_, hd = cfg_.head_dim();
   const int ld_qkv = b * 3 * w, ld_ctx = b * w;
@@ -530,7 +532,6 @@ void GPT<T>::attention_backward(int l, const LayerActs &a, int s, int b, const S
   const T *qkv = a.qkv.data(), *probs = a.probs.data(), *dctx = dctx_.data();
   T *dqkv = dqkv_.data(), *dp = dprobs_.data();
   const float p = ctx.training ? cfg_.attention_dropout : 0.f;
-  (void)l;
   // dV = dropout(P)^T @ dctx, with the dropped probabilities of the forward
   const T *pd = p > 0 ? a.probs_drop.data() : probs;
   gemm_strided_batched<T>(true, false, s, hd, s, 1, pd, s, ss, dctx, ld_ctx, hd, 0, dqkv + 2 * hd,
@@ -577,7 +578,7 @@ void GPT<T>::layer_backward(int li, const T *x, LayerActs &a, T *dresid, int s, 
   bias_dropout_add_backward<T>(dy, G.proj_b, dresid, s, b, h, hid);
   gemm<T>(true, false, h, w, N, 1, dy, h, a.ctxv.data(), w, 1, G.proj_w, w);
   gemm<T>(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
-  attention_backward(l, a, s, b, ctx);
+  attention_backward(a, s, b, ctx);
   colsum_accumulate(G.qkv_b, dqkv, N, 3 * w);
   gemm<T>(true, false, 3 * w, h, N, 1, dqkv, 3 * w, a.ln1.data(), h, 1, G.qkv_w, h);
   gemm<T>(false, false, N, h, 3 * w, 1, dqkv, 3 * w, P.qkv_w, h, 0, dln, h);

@@ -141,7 +141,7 @@ class GPT {
   void layer_backward(int li, const T *x, LayerActs &a, T *dresid, int s, int b,
                       const StepContext &ctx);
   void attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx);
-  void attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx);
+  void attention_backward(const LayerActs &a, int s, int b, const StepContext &ctx);
   void embedding_forward_into(T *out, const int32_t *tokens, int s, int b, const StepContext &ctx);
   void head_forward(ChunkActs &A, const int32_t *targets);
   void head_backward(ChunkActs &A, T *dresid, T dloss);

@@ -499,8 +499,13 @@ StepMetrics Trainer::step() {
   res.nan_iters = nan_;
   res.elapsed_ms = sec * 1e3;
   res.tokens_per_s = tokens / sec;
-  res.tflops_per_rank = opt_.model.flops_per_batch(opt_.global_batch_size, false) / sec / 1e12 /
-                        (double)world_size();
+  // The paper's Eq. 3 counts the recomputed forward when every layer is recomputed.
+  const Recompute &rc = opt_.recompute;
+  const bool all_recomputed =
+      rc.enabled && (rc.method == RecomputeMethod::uniform ||
+                     rc.num_layers * opt_.parallel.p * opt_.virtual_stages == opt_.model.num_layers);
+  res.tflops_per_rank = opt_.model.flops_per_batch(opt_.global_batch_size, all_recomputed) / sec /
+                        1e12 / (double)world_size();
   last_ = res;
   return res;
 }

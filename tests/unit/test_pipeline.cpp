@@ -286,7 +286,9 @@ TEST(Pipeline, InterleavingSendsPerChunk) {
   for (int st = 0; st < 4; st++) {
     total_plain += pp_send_bytes(plain, st);
     total_inter += pp_send_bytes(inter, st);
-    if (st > 0 && st < 3) EXPECT_EQ(pp_send_bytes(inter, st), 2 * pp_send_bytes(plain, st));
+    if (st > 0 && st < 3) {
+      EXPECT_EQ(pp_send_bytes(inter, st), 2 * pp_send_bytes(plain, st)) << "stage " << st;
+    }
   }
   // p*v - 1 boundaries each way against p - 1.
   EXPECT_EQ(total_plain, 2 * 3 * m * bsh * f);
