@@ -13,6 +13,7 @@
 #include "engine/train/trainer.h"
 #include "tests/unit/expect_error.h"
 #include "tests/unit/tiny_dataset.h"
+#include "tests/unit/trained_run.h"
 
 using namespace ptdp;
 
@@ -135,18 +136,7 @@ TrainerOptions run_options(int t, int d) {
   return TrainerOptions::from_config(c);
 }
 
-struct TrainedRun {
-  std::vector<double> losses;
-  std::vector<std::vector<float>> params;
-};
-
-TrainedRun train(int t, int d) {
-  Trainer tr(run_options(t, d));
-  TrainedRun r;
-  for (int i = 0; i < 10; i++) r.losses.push_back(tr.step().lm_loss);
-  for (const ParamInfo &p : tr.model(0).param_table()) r.params.push_back(tr.gather_parameter(p.name));
-  return r;
-}
+TrainedRun train(int t, int d) { return train_run(run_options(t, d), 10); }
 
 }  // namespace
 
@@ -156,21 +146,7 @@ class Equivalence : public ::testing::TestWithParam<std::pair<int, int>> {};
 TEST_P(Equivalence, TenStepsMatchSerial) {
   static const TrainedRun serial = train(1, 1);
   auto [t, d] = GetParam();
-  TrainedRun run = train(t, d);
-  for (int i = 0; i < 10; i++)
-    // fp32 with sums reordered (row-parallel partial sums, replica sums): ~1e-7
-    // relative per step; 1e-5 leaves room for ten steps of Adam.
-    EXPECT_NEAR(run.losses[i], serial.losses[i], 1e-5 * serial.losses[i]) << "step " << i;
-  for (size_t k = 0; k < run.params.size(); k++) {
-    double diff = 0;
-    for (size_t i = 0; i < run.params[k].size(); i++)
-      diff = std::max(diff, (double)std::abs(run.params[k][i] - serial.params[k][i]));
-    // Adam divides each gradient by its RMS, so rounding differences of relative
-    // size ~1e-6 in a near-zero gradient (biases) move that update by up to a few
-    // 1e-6 (observed: 6e-6). A real bug moves parameters by O(lr) = 3e-3 per step;
-    // the bound is 1% of one step.
-    EXPECT_LT(diff, 3e-5) << "parameter tensor " << k;
-  }
+  expect_matches_serial(train(t, d), serial);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Equivalence,

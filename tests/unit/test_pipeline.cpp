@@ -15,6 +15,7 @@
 #include "engine/train/trainer.h"
 #include "tests/unit/expect_error.h"
 #include "tests/unit/tiny_dataset.h"
+#include "tests/unit/trained_run.h"
 
 using namespace ptdp;
 
@@ -181,18 +182,8 @@ Config run_config(const Layout &l) {
 
 constexpr int kSteps = 3;
 
-struct TrainedRun {
-  std::vector<double> losses;
-  std::vector<std::vector<float>> params;
-};
-
 TrainedRun train(const Layout &l) {
-  Trainer tr(TrainerOptions::from_config(run_config(l)));
-  TrainedRun r;
-  for (int i = 0; i < kSteps; i++) r.losses.push_back(tr.step().lm_loss);
-  GPT<float> serial_shape(TrainerOptions::from_config(run_config({1, 1, 1, 1, "1f1b", true, false})).model, 1);
-  for (const ParamInfo &p : serial_shape.param_table()) r.params.push_back(tr.gather_parameter(p.name));
-  return r;
+  return train_run(TrainerOptions::from_config(run_config(l)), kSteps);
 }
 
 std::vector<Layout> matrix() {
@@ -219,20 +210,7 @@ class PipelineEquivalence : public ::testing::TestWithParam<Layout> {};
 // Training steps with dropout give the serial losses and parameters.
 TEST_P(PipelineEquivalence, MatchesSerial) {
   static const TrainedRun serial = train({1, 1, 1, 1, "1f1b", true, false});
-  const Layout l = GetParam();
-  TrainedRun run = train(l);
-  for (int i = 0; i < kSteps; i++)
-    // fp32, sums reordered (the tied embedding's two halves, tensor-parallel
-    // partial sums, replicas): ~1e-7 relative per step; as in test_parallel.
-    EXPECT_NEAR(run.losses[i], serial.losses[i], 1e-5 * serial.losses[i]) << "step " << i;
-  for (size_t k = 0; k < run.params.size(); k++) {
-    double diff = 0;
-    for (size_t i = 0; i < run.params[k].size(); i++)
-      diff = std::max(diff, (double)std::abs(run.params[k][i] - serial.params[k][i]));
-    // Rounding differences move Adam updates of near-zero gradients by a few
-    // 1e-6 (see test_parallel); a bug moves parameters by O(lr) = 3e-3.
-    EXPECT_LT(diff, 3e-5) << "parameter tensor " << k;
-  }
+  expect_matches_serial(train(GetParam()), serial);
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, PipelineEquivalence, ::testing::ValuesIn(matrix()),
