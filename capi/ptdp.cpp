@@ -1,6 +1,7 @@
 // The C ABI: argument checks, exception-to-status translation, nothing else.
 #include "capi/ptdp.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "engine/core/allocator.h"
 #include "engine/core/status.h"
 #include "engine/data/corpus.h"
+#include "engine/trace/timeline_png.h"
 #include "engine/train/trainer.h"
 #include "kernels/cpu/ops.h"
 
@@ -195,9 +197,15 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     else if (n == "tensor_model_parallel_size") *value = tr.options().parallel.t;
     else if (n == "pipeline_model_parallel_size") *value = tr.options().parallel.p;
     else if (n == "data_parallel_size") *value = tr.options().parallel.d;
-    else if (n == "comm_seconds")
-      *value = tr.comm_stats(0, "tp").seconds + tr.comm_stats(0, "dp").seconds;
-    else if (n == "lm_loss") *value = metric(m.lm_loss);
+    else if (n == "virtual_pipeline_stages") *value = tr.options().virtual_stages;
+    else if (n == "comm_seconds") {
+      *value = 0;
+      for (const char *g : {"tp", "pp", "dp", "embedding"})
+        if (tr.has_group(0, g)) *value += tr.comm_stats(0, g).seconds;
+    } else if (n == "replayed_bubble") {
+      metric(0);  // wrong_state before the first step
+      *value = tr.replayed_bubble();
+    } else if (n == "lm_loss") *value = metric(m.lm_loss);
     else if (n == "lr") *value = metric(m.lr);
     else if (n == "grad_norm") *value = metric(m.grad_norm);
     else if (n == "loss_scale") *value = metric(m.loss_scale);
@@ -212,8 +220,56 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
                  "padded_vocab_size, unigram_entropy, train_samples, valid_samples, "
                  "peak_memory_bytes, world_size, local_ranks, rank, tp_rank, dp_rank, pp_rank, "
                  "tensor_model_parallel_size, pipeline_model_parallel_size, data_parallel_size, "
-                 "comm_seconds, lm_loss, lr, grad_norm, loss_scale, skipped_iters, nan_iters, "
-                 "elapsed_ms, tokens_per_s, tflops_per_rank");
+                 "virtual_pipeline_stages, comm_seconds, replayed_bubble, lm_loss, lr, grad_norm, "
+                 "loss_scale, skipped_iters, nan_iters, elapsed_ms, tokens_per_s, "
+                 "tflops_per_rank");
+  });
+}
+
+ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *t, int32_t local_rank, const char *name,
+                                  double *value) {
+  return guard([&] {
+    require(t, "trainer");
+    require(name, "name");
+    require(value, "value");
+    const ptdp::Trainer &tr = *t->trainer;
+    const int n = tr.local_ranks();
+    if (local_rank < 0 || local_rank >= n)
+      ptdp::fail(ptdp::Status::invalid_argument, "local_rank ", local_rank, " is outside [0, ", n,
+                 "): this process hosts ", n, " rank", n == 1 ? "" : "s");
+    const std::string key = name;
+    // The rank's place is known from the start; the rest describes the last step.
+    const ptdp::Trainer::RankReport &r = tr.rank_report(local_rank);
+    std::string group;  // of bytes_<group>, seconds_<group>, calls_<group>
+    for (const char *prefix : {"bytes_", "seconds_", "calls_"})
+      if (key.rfind(prefix, 0) == 0) group = key.substr(std::strlen(prefix));
+    const bool known_group = group == "tp" || group == "pp" || group == "dp" || group == "embedding";
+    const bool step_value = known_group || key == "step_seconds" || key == "compute_seconds" ||
+                            key == "idle_fraction" || key == "peak_activation_bytes";
+    if (step_value && tr.iteration() == 0)
+      ptdp::fail(ptdp::Status::wrong_state, "rank value '", key,
+                 "' is not available before the first ptdp_trainer_step");
+    // A group the rank is not in (embedding off the first and last stages) moved nothing.
+    const auto it = known_group ? r.comm.find(group) : r.comm.end();
+    const ptdp::CommStats none;
+    const ptdp::CommStats &c = it == r.comm.end() ? none : it->second;
+    if (key == "world_rank") *value = r.world_rank;
+    else if (key == "tp_rank") *value = r.coord.tp;
+    else if (key == "pp_rank") *value = r.coord.pp;
+    else if (key == "dp_rank") *value = r.coord.dp;
+    else if (known_group && key[0] == 'b') *value = (double)c.total_bytes();
+    else if (known_group && key[0] == 's') *value = c.seconds;
+    else if (known_group && key[0] == 'c') *value = (double)c.total_calls();
+    else if (key == "step_seconds") *value = r.step_seconds;
+    else if (key == "compute_seconds") *value = r.compute_seconds;
+    else if (key == "idle_fraction") *value = r.idle_fraction();
+    else if (key == "peak_activation_bytes") *value = (double)r.peak_activation_bytes;
+    else
+      ptdp::fail(ptdp::Status::invalid_argument, "unknown rank value '", key,
+                 "'; known: world_rank, tp_rank, pp_rank, dp_rank, step_seconds, "
+                 "compute_seconds, idle_fraction, peak_activation_bytes, bytes_tp, bytes_pp, "
+                 "bytes_dp, bytes_embedding, seconds_tp, seconds_pp, seconds_dp, "
+                 "seconds_embedding, calls_tp, calls_pp, calls_dp, calls_embedding");
   });
 }
 
@@ -255,6 +311,14 @@ ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs, const c
     ptdp::CorpusStats st = ptdp::build_token_dataset(in, format, *tok, output_path);
     if (num_docs) *num_docs = (int64_t)st.num_docs;
     if (num_tokens) *num_tokens = (int64_t)st.num_tokens;
+  });
+}
+
+ptdp_status ptdp_render_timeline(const char *trace_json, const char *png, int32_t width) {
+  return guard([&] {
+    require(trace_json, "trace_json");
+    require(png, "png");
+    ptdp::render_timeline_png(trace_json, png, width == 0 ? 1600 : width);
   });
 }
 

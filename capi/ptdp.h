@@ -85,9 +85,28 @@ PTDP_API ptdp_status ptdp_trainer_evaluate(ptdp_trainer *trainer, int64_t iters,
  * world_size, local_ranks, rank (this process's first rank) and its coordinates
  * tp_rank, dp_rank, pp_rank,
  * tensor_model_parallel_size, pipeline_model_parallel_size, data_parallel_size,
- * comm_seconds (rank 0's time inside tensor- and data-parallel communication)). */
+ * virtual_pipeline_stages (v, model chunks per pipeline rank),
+ * comm_seconds (the first local rank's time inside communication of its tp, pp,
+ * dp and embedding groups since the trainer was created, waiting included),
+ * replayed_bubble (the last step's pipeline bubble: the executed schedules of
+ * the pipeline ranks of tp 0, dp 0 replayed with each operation's measured
+ * time as if every rank had its own device, makespan / busiest stage - 1; needs
+ * every rank in this process, so not under mpirun with several processes)).
+ * Metrics and replayed_bubble before the first step: PTDP_ERR_WRONG_STATE. */
 PTDP_API ptdp_status ptdp_trainer_get(const ptdp_trainer *trainer, const char *name,
                                       double *value);
+/* A named number of one rank hosted by this process: local_rank is in
+ * [0, local_ranks) (without mpirun this process hosts every rank and
+ * local_rank is the world rank). Its place: world_rank, tp_rank, pp_rank,
+ * dp_rank. Its last step (PTDP_ERR_WRONG_STATE before the first): step_seconds,
+ * compute_seconds (forward, backward, optimizer), idle_fraction
+ * (1 - compute/step), peak_activation_bytes (stashed for backward), and for
+ * each group g of tp, pp, dp, embedding: bytes_g (payload bytes the rank
+ * contributed), seconds_g (time inside the group's operations, waiting
+ * included), calls_g (operations); 0 for embedding on ranks outside an
+ * embedding group (it joins the first and last pipeline stages when p > 1). */
+PTDP_API ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *trainer, int32_t local_rank,
+                                           const char *name, double *value);
 /* The log line of the last step (ARCHITECTURE §8). */
 PTDP_API ptdp_status ptdp_trainer_log_line(const ptdp_trainer *trainer, char *buf, size_t cap,
                                            size_t *out_len);
@@ -105,6 +124,12 @@ PTDP_API ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs
                                    const char *format, const char *tokenizer,
                                    const char *output_path, int64_t *num_docs,
                                    int64_t *num_tokens);
+
+/* Draws a Chrome trace written by the `timeline` option as a PNG, one lane per
+ * rank, time left to right: forward spans light and backward spans dark in a
+ * colour per micro-batch, communication as a grey band. width in pixels
+ * (0 = 1600; otherwise 140 to 8192). */
+PTDP_API ptdp_status ptdp_render_timeline(const char *trace_json, const char *png, int32_t width);
 
 /* Under mpirun: prints `reason` and stops every process of the job at once, so
  * that the others do not wait for this one until their communication timeout

@@ -30,17 +30,22 @@ do
 end
 M.C = C
 
--- Raises the library's error at the first stack level outside this module,
--- so the message names the calling script line.
+-- Raises msg at the first stack level outside this module, so the message
+-- names the calling script line.
+local function raise(msg)
+  local here_src, level = debug.getinfo(1, 'S').source, 2
+  while true do
+    local info = debug.getinfo(level, 'S')
+    if not info or info.source ~= here_src then break end
+    level = level + 1
+  end
+  error(msg, level)
+end
+
+-- Raises the library's error for a failed status.
 local function check(status)
   if status ~= 0 then
-    local here_src, level = debug.getinfo(1, 'S').source, 2
-    while true do
-      local info = debug.getinfo(level, 'S')
-      if not info or info.source ~= here_src then break end
-      level = level + 1
-    end
-    error(ffi.string(C.ptdp_status_string(status)) .. ': ' .. ffi.string(C.ptdp_last_error()), level)
+    raise(ffi.string(C.ptdp_status_string(status)) .. ': ' .. ffi.string(C.ptdp_last_error()))
   end
 end
 
@@ -77,7 +82,10 @@ local aliases = {
                 eps = 'adam_eps' },
   data = { path = 'data_path', tokenizer = 'tokenizer_type' },
   parallel = { t = 'tensor_model_parallel_size', p = 'pipeline_model_parallel_size',
-               d = 'data_parallel_size' },
+               d = 'data_parallel_size', schedule = 'pipeline_schedule',
+               scatter_gather = 'scatter_gather_tensors_in_pipeline' },
+  recompute = { granularity = 'recompute_granularity', method = 'recompute_method',
+                num_layers = 'recompute_num_layers' },
   model = {},
 }
 
@@ -88,23 +96,51 @@ local function set_option(cfg, key, value)
   return C.ptdp_config_set(cfg, key, tostring(value))
 end
 
+local function config_get(cfg, key)
+  return read_text(function(buf, cap, len) return C.ptdp_config_get(cfg, key, buf, cap, len) end)
+end
+
 -- Builds a config from a table: flat option keys, or the groups model /
--- optimizer / data / parallel holding option keys or their short aliases.
+-- optimizer / data / parallel / recompute holding option keys or their short
+-- aliases. parallel.v is the paper's v, model chunks per pipeline rank: it
+-- becomes num_layers_per_virtual_pipeline_stage = num_layers / (p x v), with
+-- the table's num_layers and p (or their defaults).
 function M.config(t)
   local out = ffi.new('ptdp_config*[1]')
   check(C.ptdp_config_create(out))
   local cfg = ffi.gc(out[0], C.ptdp_config_destroy)
+  local v, per_chunk_set
   local function apply(tbl, group)
-    for k, v in pairs(tbl) do
-      if type(v) == 'table' and aliases[k] and not group then
-        apply(v, k)
+    for k, val in pairs(tbl) do
+      if type(val) == 'table' and aliases[k] and not group then
+        apply(val, k)
+      elseif group == 'parallel' and k == 'v' then
+        v = val
       else
         local key = group and aliases[group][k] or k
-        check(set_option(cfg, key, v))
+        if key == 'num_layers_per_virtual_pipeline_stage' then per_chunk_set = true end
+        check(set_option(cfg, key, val))
       end
     end
   end
   apply(t or {}, nil)
+  if v ~= nil then
+    local n, p = tonumber(config_get(cfg, 'num_layers')),
+                 tonumber(config_get(cfg, 'pipeline_model_parallel_size'))
+    local nv = tonumber(v)
+    if per_chunk_set then
+      raise('parallel.v and num_layers_per_virtual_pipeline_stage both set: give one of them')
+    end
+    if not nv or nv < 1 or nv % 1 ~= 0 then
+      raise(string.format("parallel.v (model chunks per pipeline rank) must be a whole number " ..
+                          ">= 1, got '%s'", tostring(v)))
+    end
+    if n % (p * nv) ~= 0 then
+      raise(string.format('parallel.v = %d: num_layers (%d) must be divisible by p x v ' ..
+                          '(%d x %d = %d)', nv, n, p, nv, p * nv))
+    end
+    check(set_option(cfg, 'num_layers_per_virtual_pipeline_stage', nv == 1 and 0 or n / (p * nv)))
+  end
   return cfg
 end
 
@@ -123,16 +159,18 @@ local metric_names = { 'iteration', 'consumed_samples', 'lm_loss', 'lr', 'grad_n
                        'tokens_per_s', 'tflops_per_rank' }
 
 -- This process's place in the job: rank (its first rank) and that rank's
--- tp_rank, dp_rank, pp_rank; world_size, local_ranks and the t, p, d degrees.
+-- tp_rank, dp_rank, pp_rank; world_size, local_ranks and the t, p, d degrees
+-- and v (virtual_pipeline_stages, model chunks per pipeline rank).
 function Trainer:layout()
   local out = {}
   for _, k in ipairs { 'rank', 'tp_rank', 'dp_rank', 'pp_rank', 'world_size', 'local_ranks',
-                       'tensor_model_parallel_size',
-                       'pipeline_model_parallel_size', 'data_parallel_size' } do
+                       'tensor_model_parallel_size', 'pipeline_model_parallel_size',
+                       'data_parallel_size', 'virtual_pipeline_stages' } do
     out[k] = self:get(k)
   end
   out.t, out.p, out.d = out.tensor_model_parallel_size, out.pipeline_model_parallel_size,
                         out.data_parallel_size
+  out.v = out.virtual_pipeline_stages
   return out
 end
 
@@ -141,6 +179,38 @@ function Trainer:get(name)
   check(C.ptdp_trainer_get(self.handle, name, v))
   return v[0]
 end
+
+local rank_names = { 'world_rank', 'tp_rank', 'pp_rank', 'dp_rank', 'step_seconds',
+                     'compute_seconds', 'idle_fraction', 'peak_activation_bytes' }
+local groups = { 'tp', 'pp', 'dp', 'embedding' }
+
+-- One rank hosted by this process, after a step: local_rank counts from 0 like
+-- every rank number of the module (default 0; up to layout().local_ranks - 1;
+-- without mpirun it is the world rank). Returns { world_rank, tp_rank,
+-- pp_rank, dp_rank, step_seconds, compute_seconds, idle_fraction,
+-- peak_activation_bytes, bytes = {tp=, pp=, dp=, embedding=}, seconds = {...},
+-- calls = {...} } of the last step (embedding is 0 off the first and last
+-- pipeline stages).
+function Trainer:rank_report(local_rank)
+  local i = local_rank or 0
+  local v = ffi.new('double[1]')
+  local out = { bytes = {}, seconds = {}, calls = {} }
+  for _, n in ipairs(rank_names) do
+    check(C.ptdp_trainer_rank_get(self.handle, i, n, v))
+    out[n] = v[0]
+  end
+  for _, g in ipairs(groups) do
+    for _, kind in ipairs { 'bytes', 'seconds', 'calls' } do
+      check(C.ptdp_trainer_rank_get(self.handle, i, kind .. '_' .. g, v))
+      out[kind][g] = v[0]
+    end
+  end
+  return out
+end
+
+-- The last step's pipeline bubble replayed from measured op times
+-- (ptdp_trainer_get 'replayed_bubble'; not under mpirun with several processes).
+function Trainer:replayed_bubble() return self:get('replayed_bubble') end
 
 -- One optimizer step; returns a table of the step's metrics (loss = lm_loss).
 function Trainer:step()
@@ -184,6 +254,13 @@ function M.tokenize(t)
   check(C.ptdp_tokenize(arr, #inputs, t.format or 'fortune', t.tokenizer or 'byte',
                         assert(t.output, 'tokenize needs output'), docs, toks))
   return tonumber(docs[0]), tonumber(toks[0])
+end
+
+-- Draws a trace written by the `timeline` option as a PNG (width in pixels,
+-- default 1600); returns png.
+function M.render_timeline(trace, png, width)
+  check(C.ptdp_render_timeline(trace, png, width or 0))
+  return png
 end
 
 function M.benchmark_sgemm(n, repeats)

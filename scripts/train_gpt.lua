@@ -21,6 +21,12 @@ local config, opts = flags.parse(arg, {
   weight_decay = 0.1, clip_grad = 1.0, hidden_dropout = 0.0, attention_dropout = 0.0,
   data_path = 'data/fortunes.ptdp', eval_iters = 10, seed = 1234,
 })
+-- A short run (--train-iters 3) without its own --lr-warmup-iters warms up for
+-- a tenth of it: the default 20 steps would outlast the run. (Flag values are
+-- strings, so a number here is the default.)
+if type(config.lr_warmup_iters) == 'number' and tonumber(config.train_iters) <= config.lr_warmup_iters then
+  config.lr_warmup_iters = math.floor(tonumber(config.train_iters) / 10)
+end
 
 -- Tokenize the corpus on first use.
 local f = io.open(config.data_path, 'rb')
@@ -60,6 +66,19 @@ for it = 1, iters do
   trainer:step()
   if it % opts.log_interval == 0 or it == iters then print(trainer:log_line()) end
   if opts.eval_interval > 0 and it % opts.eval_interval == 0 and it ~= iters then validate(it) end
+end
+-- Where each rank of this process spent the last step (every process reports
+-- its own ranks, one line each).
+if layout.world_size > 1 then
+  for i = 0, layout.local_ranks - 1 do
+    local r = trainer:rank_report(i)
+    local mb = function(g) return r.bytes[g] / 1e6 end
+    io.stdout:write(string.format(
+      ' rank %d (tp %d, pp %d, dp %d) | idle: %.1f%% of the last step | peak activations: %.1f MB | ' ..
+      'MB sent: tp %.2f, pp %.2f, dp %.2f, embedding %.2f\n', r.world_rank, r.tp_rank, r.pp_rank,
+      r.dp_rank, 100 * r.idle_fraction, r.peak_activation_bytes / 1e6, mb('tp'), mb('pp'), mb('dp'),
+      mb('embedding')))
+  end
 end
 loss = validate(iters)
 print(string.format('final validation loss %.4f nats/token vs unigram entropy %.4f nats/token (%.1f%% of it)',

@@ -38,6 +38,26 @@ struct CommStats {
     last_op = op;
     last_bytes = b;
   }
+  // The counts since `before` was taken (same group).
+  CommStats since(const CommStats &before) const {
+    CommStats d = *this;
+    for (int i = 0; i < (int)CommOp::count; i++) {
+      d.calls[i] -= before.calls[i];
+      d.bytes[i] -= before.bytes[i];
+    }
+    d.seconds -= before.seconds;
+    return d;
+  }
+  int64_t total_bytes() const {
+    int64_t n = 0;
+    for (int64_t b : bytes) n += b;
+    return n;
+  }
+  int64_t total_calls() const {
+    int64_t n = 0;
+    for (int64_t c : calls) n += c;
+    return n;
+  }
 };
 
 // Adds the lifetime of the scope to stats.seconds (and to the timeline).

@@ -1,5 +1,7 @@
 #include "engine/parallel/pipeline_runtime.h"
 
+#include <time.h>
+
 #include <chrono>
 
 #include "engine/core/status.h"
@@ -11,6 +13,11 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+int64_t thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 // The tensor stored under `key`, which must exist: its absence means the
 // schedule consumes something it never produced.
@@ -78,10 +85,10 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
           out = o.data();
         }
         StepContext ctx{training, iteration, mbd.sample_offset};
-        int64_t t0 = now_ns();
+        const int64_t t0 = now_ns(), c0 = thread_cpu_ns();
         double loss = model_.forward_chunk(op.chunk, op.microbatch, mbd.tokens, mbd.targets, in,
                                            out, s, b, ctx);
-        if (timings) timings->push_back({op, t0, now_ns()});
+        if (timings) timings->push_back({op, t0, now_ns(), thread_cpu_ns() - c0});
         if (head) loss_sum += loss * b * s;
         if (!embedding) inputs_.erase(key);
         break;
@@ -105,9 +112,9 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
           d.resize(Nh);
           din = d.data();
         }
-        int64_t t0 = now_ns();
+        const int64_t t0 = now_ns(), c0 = thread_cpu_ns();
         model_.backward_chunk(op.chunk, op.microbatch, dout, din, dloss);
-        if (timings) timings->push_back({op, t0, now_ns()});
+        if (timings) timings->push_back({op, t0, now_ns(), thread_cpu_ns() - c0});
         if (!head) doutputs_.erase(key);
         break;
       }

@@ -28,10 +28,13 @@ struct MicroBatch {
   uint32_t sample_offset = 0;        // global index of its first sample (keys dropout)
 };
 
-// When one compute op (forward or backward) ran, by steady_clock ns.
+// When one compute op (forward or backward) ran, by steady_clock ns, and the
+// CPU time of the calling thread meanwhile: with one thread per rank, that is
+// what the op costs on a core of its own, whatever else shares the cores.
 struct OpTiming {
   PipeOp op;
   int64_t start_ns = 0, end_ns = 0;
+  int64_t cpu_ns = 0;
 };
 
 class PipelineRuntime {

@@ -53,9 +53,15 @@ struct Trainer::Rank {
   std::unique_ptr<GPT<float>> model;
   std::unique_ptr<PipelineRuntime> pipeline;
   std::vector<PipeOp> schedule, eval_schedule;
-  std::vector<OpTiming> timings;
   Timeline timeline;
-  double step_seconds = 0, compute_seconds = 0;
+  Trainer::RankReport report;  // of the last step
+  // This rank's communicators by group name.
+  std::vector<std::pair<std::string, Communicator *>> groups() {
+    std::vector<std::pair<std::string, Communicator *>> g{
+        {"tp", tp.get()}, {"pp", pp.get()}, {"dp", dp.get()}};
+    if (embedding) g.push_back({"embedding", embedding.get()});
+    return g;
+  }
   std::unique_ptr<AdamW> adam;
   std::unique_ptr<GptSampler> train, valid;
   std::vector<int32_t> sample, tokens, targets;
@@ -226,6 +232,9 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
     R->schedule = pipeline_schedule(opt_.schedule, p, opt_.virtual_stages, m, R->coord.pp);
     R->eval_schedule = forward_only_schedule(p, opt_.virtual_stages, m, R->coord.pp);
     R->timeline.set_enabled(!opt_.timeline_path.empty());
+    R->report.world_rank = r;
+    R->report.coord = R->coord;
+    R->report.schedule = R->schedule;
     for (Communicator *c : {R->tp.get(), R->dp.get(), R->pp.get(), R->embedding.get()})
       if (c) c->stats().timeline = &R->timeline;
     R->adam = std::make_unique<AdamW>(R->model->num_params(), opt_.adam);
@@ -254,6 +263,11 @@ const CommStats &Trainer::comm_stats(int rank, const std::string &group) const {
     return r.embedding->stats();
   }
   fail(Status::invalid_argument, "unknown group '", group, "'; known: tp, pp, dp, embedding");
+}
+
+bool Trainer::has_group(int rank, const std::string &group) const {
+  const Rank &r = *ranks_.at((size_t)rank);
+  return group == "tp" || group == "pp" || group == "dp" || (group == "embedding" && r.embedding);
 }
 
 // Runs fn on every rank, each on its own thread (inline when there is one rank).
@@ -362,8 +376,10 @@ void Trainer::rank_step(Rank &r, int64_t it) {
   float *grads = model.grads();
   for (size_t i = 0; i < model.num_params(); i++) grads[i] = 0.f;
   r.timeline.clear();
-  r.timings.clear();
+  r.report.timings.clear();
   model.reset_peak_stashed_bytes();
+  std::map<std::string, CommStats> comm_before;
+  for (auto &[name, c] : r.groups()) comm_before[name] = c->stats();
 
   // The schedule's forwards and backwards; micro-batch j of this replica holds
   // the samples [consumed + dp*per_replica + j*b, ... + b).
@@ -373,9 +389,9 @@ void Trainer::rank_step(Rank &r, int64_t it) {
     return MicroBatch{r.tokens.data(), r.targets.data(), (uint32_t)first};
   };
   double loss_sum = r.pipeline->run(r.schedule, s, b, (uint32_t)it, true, (float)(1.0 / tokens),
-                                    batch, &r.timings);
+                                    batch, &r.report.timings);
   double compute_ns = 0;
-  for (const OpTiming &t : r.timings) {
+  for (const OpTiming &t : r.report.timings) {
     compute_ns += (double)(t.end_ns - t.start_ns);
     const bool fwd = t.op.kind == PipeOpKind::forward;
     r.timeline.add(Span{fwd ? "F" : "B", fwd ? "forward" : "backward", t.start_ns, t.end_ns,
@@ -416,8 +432,11 @@ void Trainer::rank_step(Rank &r, int64_t it) {
     compute_ns += (double)(t1 - t0);
     r.timeline.add(Span{"optimizer", "optimizer", t0, t1, -1, -1, "", -1});
   }
-  r.compute_seconds = compute_ns * 1e-9;
-  r.step_seconds = (double)(Timeline::now_ns() - t_start) * 1e-9;
+  RankReport &rep = r.report;
+  rep.compute_seconds = compute_ns * 1e-9;
+  rep.step_seconds = (double)(Timeline::now_ns() - t_start) * 1e-9;
+  rep.peak_activation_bytes = model.peak_stashed_bytes();
+  for (auto &[name, c] : r.groups()) rep.comm[name] = c->stats().since(comm_before[name]);
 }
 
 void Trainer::write_timeline() const {
@@ -435,17 +454,8 @@ void Trainer::write_timeline() const {
   write_chrome_trace(path, tracks, step_origin_ns_);
 }
 
-Trainer::RankReport Trainer::rank_report(int rank) const {
-  const Rank &r = *ranks_.at((size_t)rank);
-  RankReport rep;
-  rep.world_rank = r.world_rank;
-  rep.coord = r.coord;
-  rep.step_seconds = r.step_seconds;
-  rep.compute_seconds = r.compute_seconds;
-  rep.peak_activation_bytes = r.model->peak_stashed_bytes();
-  rep.schedule = r.schedule;
-  rep.timings = r.timings;
-  return rep;
+const Trainer::RankReport &Trainer::rank_report(int rank) const {
+  return ranks_.at((size_t)rank)->report;
 }
 
 double Trainer::replayed_bubble() const {
@@ -456,7 +466,7 @@ double Trainer::replayed_bubble() const {
   std::vector<std::vector<double>> cost((size_t)p);  // per op of ops[stage]; transfers free
   double busiest = 0;
   for (int st = 0; st < p; st++) {
-    const Rank &r = *ranks_[(size_t)grid_->rank_of({0, 0, st})];
+    const RankReport &r = ranks_[(size_t)grid_->rank_of({0, 0, st})]->report;
     if (r.timings.empty()) fail(Status::wrong_state, "replayed_bubble needs a training step first");
     ops[(size_t)st] = r.schedule;
     size_t k = 0;
@@ -465,7 +475,9 @@ double Trainer::replayed_bubble() const {
       double c = 0;
       if (op.kind == PipeOpKind::forward || op.kind == PipeOpKind::backward) {
         const OpTiming &t = r.timings.at(k++);
-        c = (double)(t.end_ns - t.start_ns) * 1e-9;
+        // Ranks sharing cores run slower while more of them are busy; with one
+        // thread per rank its CPU time is the op's cost on a core of its own.
+        c = (double)(threads_per_rank_ == 1 ? t.cpu_ns : t.end_ns - t.start_ns) * 1e-9;
       }
       cost[(size_t)st].push_back(c);
       busy += c;
@@ -481,7 +493,6 @@ StepMetrics Trainer::step() {
   const int64_t it = iteration_ + 1;
   step_origin_ns_ = Timeline::now_ns();
   run_on_ranks([&](Rank &r) { rank_step(r, it); });
-  if (!opt_.timeline_path.empty()) write_timeline();
   StepMetrics res = ranks_[0]->metrics;
   if (res.nan_iters) {
     nan_++;
@@ -507,6 +518,7 @@ StepMetrics Trainer::step() {
   res.tflops_per_rank = opt_.model.flops_per_batch(opt_.global_batch_size, all_recomputed) / sec /
                         1e12 / (double)world_size();
   last_ = res;
+  if (!opt_.timeline_path.empty()) write_timeline();  // not counted in the step's time
   return res;
 }
 

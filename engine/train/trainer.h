@@ -4,7 +4,9 @@
 // global sample index over the d replicas; each replica accumulates its
 // micro-batches; the loss is the mean over every token of the global batch.
 #pragma once
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +68,7 @@ class Trainer {
   // Communication counters of this process's r-th rank's groups ("tp", "pp",
   // "dp", "embedding"; the last only on the first and last stages when p > 1).
   const CommStats &comm_stats(int rank, const std::string &group) const;
+  bool has_group(int rank, const std::string &group) const;
   // Where this process's r-th rank spent the last training step.
   struct RankReport {
     int world_rank = 0;
@@ -75,12 +78,18 @@ class Trainer {
     int64_t peak_activation_bytes = 0;  // stashed for backward, peak of the step
     std::vector<PipeOp> schedule;       // this rank's operations
     std::vector<OpTiming> timings;      // its compute ops as they ran
+    // The step's traffic per group this rank belongs to (tp, pp, dp, embedding).
+    std::map<std::string, CommStats> comm;
+    double idle_fraction() const {
+      return step_seconds > 0 ? std::max(0.0, 1.0 - compute_seconds / step_seconds) : 0.0;
+    }
   };
-  RankReport rank_report(int rank) const;
+  // Filled by each training step (coordinates only before the first).
+  const RankReport &rank_report(int rank) const;
   // The last step's bubble from replaying the executed schedules of the
-  // pipeline ranks of (tp 0, dp 0) with each op's measured duration, as if
-  // each rank had its own device: makespan / busiest stage - 1. Needs every
-  // pipeline rank in this process.
+  // pipeline ranks of (tp 0, dp 0) with each op's measured duration (its CPU
+  // time when each rank has one thread), as if each rank had its own device:
+  // makespan / busiest stage - 1. Needs every pipeline rank in this process.
   double replayed_bubble() const;
 
   StepMetrics step();

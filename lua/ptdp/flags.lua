@@ -1,12 +1,20 @@
 -- Megatron-style command-line flags for ptdp scripts: `--num-layers 4` or
 -- `--num-layers=4`. Flags naming an engine option go to the trainer config;
--- flags the script declares (with a default) go to the script's options; any
--- other flag is an error listing what is allowed.
+-- flags the script declares (with a default) go to the script's options;
+-- Megatron's value-less switches (--no-scatter-gather-tensors-in-pipeline) set
+-- their engine option; any other flag is an error listing what is allowed.
 local ptdp = require 'ptdp'
 
 local M = {}
 
 local function flag_name(key) return '--' .. key:gsub('_', '-') end
+
+-- Megatron's value-less switches that set an engine option.
+local switches = {
+  no_scatter_gather_tensors_in_pipeline = {
+    key = 'scatter_gather_tensors_in_pipeline', value = 0,
+    help = 'send whole boundary tensors between pipeline stages (= --scatter-gather-tensors-in-pipeline 0)' },
+}
 
 -- script_spec: { log_interval = { default = 10, help = '...' }, ... }; the type
 -- of the default (number, string, boolean) is the type of the flag.
@@ -22,6 +30,7 @@ function M.parse(argv, script_spec, config_defaults)
     local names = {}
     for k in pairs(engine) do names[#names + 1] = flag_name(k) end
     for k in pairs(script_spec) do names[#names + 1] = flag_name(k) end
+    for k in pairs(switches) do names[#names + 1] = flag_name(k) end
     table.sort(names)
     return table.concat(names, ' ')
   end
@@ -34,6 +43,9 @@ function M.parse(argv, script_spec, config_defaults)
       for _, o in ipairs(ptdp.options()) do
         lines[#lines + 1] = string.format('  %-36s %s (default %s)', flag_name(o.key), o.help,
                                           o.default == '' and 'none' or o.default)
+      end
+      for k, sw in pairs(switches) do
+        lines[#lines + 1] = string.format('  %-36s %s', flag_name(k), sw.help)
       end
       local keys = {}
       for k in pairs(script_spec) do keys[#keys + 1] = k end
@@ -52,10 +64,15 @@ function M.parse(argv, script_spec, config_defaults)
     end
     local key = name:gsub('%-', '_')
     local spec = script_spec[key]
-    if not engine[key] and not spec then
+    local switch = switches[key]
+    if not engine[key] and not spec and not switch then
       error(string.format("unknown flag '--%s'; allowed flags: %s", name, allowed()), 0)
     end
-    if value == nil then
+    if switch then
+      if value ~= nil then
+        error(string.format("flag '--%s' takes no value, got '%s'", name, value), 0)
+      end
+    elseif value == nil then
       if spec and type(spec.default) == 'boolean' then
         value = 'true'
       else
@@ -64,7 +81,9 @@ function M.parse(argv, script_spec, config_defaults)
         if value == nil then error(string.format("flag '--%s' needs a value", name), 0) end
       end
     end
-    if spec then
+    if switch then
+      config[switch.key] = switch.value
+    elseif spec then
       local t = type(spec.default)
       if t == 'number' then
         local n = tonumber(value)

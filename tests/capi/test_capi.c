@@ -539,6 +539,17 @@ static void test_training(const char *data_path) {
   CHECK(v > 0, "tflops_per_rank positive");
   EXPECT_OK(ptdp_trainer_get(t, "peak_memory_bytes", &v), "get peak_memory_bytes");
   CHECK(v > 0, "peak_memory_bytes positive");
+  EXPECT_OK(ptdp_trainer_get(t, "virtual_pipeline_stages", &v), "get virtual_pipeline_stages");
+  CHECK(v == 1, "one model chunk without pipelining");
+  EXPECT_OK(ptdp_trainer_get(t, "replayed_bubble", &v), "get replayed_bubble (p = 1)");
+  CHECK(fabs(v) < 1e-9, "no bubble with a single stage");
+  EXPECT_OK(ptdp_trainer_rank_get(t, 0, "idle_fraction", &v), "rank_get idle_fraction (1 rank)");
+  CHECK(v >= 0 && v < 1, "idle_fraction in [0, 1)");
+  EXPECT(ptdp_trainer_rank_get(t, 0, "bytes_embedding", &v), PTDP_OK, NULL,
+         "rank_get bytes_embedding without an embedding group");
+  CHECK(v == 0, "0 bytes for a rank in no embedding group");
+  EXPECT(ptdp_trainer_rank_get(t, 1, "idle_fraction", &v), PTDP_ERR_INVALID_ARGUMENT,
+         "outside [0, 1)", "rank_get local_rank 1 of a single-rank trainer");
 
   /* log line through the size-query protocol */
   memset(small, 'X', sizeof small);
@@ -617,6 +628,150 @@ static void test_training(const char *data_path) {
   CHECK(1, "trainer_destroy");
 }
 
+/* The first 8 bytes of the file are the PNG signature. */
+static int is_png(const char *path) {
+  static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  unsigned char head[8];
+  FILE *f = fopen(path, "rb");
+  size_t n;
+  if (!f) return 0;
+  n = fread(head, 1, sizeof head, f);
+  fclose(f);
+  return n == sizeof head && memcmp(head, sig, sizeof sig) == 0;
+}
+
+/* Two pipeline stages of two model chunks each (interleaved schedule): the
+ * per-rank values of ptdp_trainer_rank_get, the pipeline values of
+ * ptdp_trainer_get, and the step's timeline drawn by ptdp_render_timeline. */
+static void test_pipeline(const char *data_path) {
+  ptdp_config *c = tiny_config(data_path);
+  ptdp_trainer *t = NULL;
+  char trace[4096], png[4096], missing[4096];
+  double v = -1, step = 0, compute = 0, sum_comm = 0;
+  int r;
+  printf("-- pipeline: per-rank values, replayed bubble, timeline picture\n");
+  tmp_path(trace, sizeof trace, "capi_pipeline_trace.json");
+  tmp_path(png, sizeof png, "capi_pipeline_timeline.png");
+  remove(trace);
+  remove(png);
+  EXPECT_OK(ptdp_config_set_int(c, "num_layers", 4), "set num_layers 4");
+  EXPECT_OK(ptdp_config_set_int(c, "pipeline_model_parallel_size", 2),
+            "set pipeline_model_parallel_size 2");
+  EXPECT_OK(ptdp_config_set_int(c, "num_layers_per_virtual_pipeline_stage", 1),
+            "set num_layers_per_virtual_pipeline_stage 1 (v = 4 / (2 x 1) = 2)");
+  EXPECT_OK(ptdp_config_set_int(c, "micro_batch_size", 1), "set micro_batch_size 1 (m = 4)");
+  EXPECT_OK(ptdp_config_set(c, "timeline", trace), "set timeline");
+  EXPECT_OK(ptdp_trainer_create(c, &t), "trainer_create with p = 2, v = 2");
+  ptdp_config_destroy(c);
+
+  EXPECT_OK(ptdp_trainer_get(t, "virtual_pipeline_stages", &v), "get virtual_pipeline_stages");
+  CHECK(v == 2, "v = 2 model chunks per pipeline rank");
+  EXPECT_OK(ptdp_trainer_get(t, "local_ranks", &v), "get local_ranks");
+  CHECK(v == 2, "this process hosts both pipeline ranks");
+  EXPECT(ptdp_trainer_get(t, "replayed_bubble", &v), PTDP_ERR_WRONG_STATE,
+         "first ptdp_trainer_step", "replayed_bubble before the first step");
+  EXPECT_OK(ptdp_trainer_rank_get(t, 1, "pp_rank", &v), "rank_get pp_rank before the first step");
+  CHECK(v == 1, "local rank 1 is pipeline stage 1");
+  EXPECT_OK(ptdp_trainer_rank_get(t, 1, "world_rank", &v), "rank_get world_rank");
+  CHECK(v == 1, "local rank 1 is world rank 1 (one process hosts all)");
+  EXPECT(ptdp_trainer_rank_get(t, 0, "idle_fraction", &v), PTDP_ERR_WRONG_STATE,
+         "first ptdp_trainer_step", "rank_get idle_fraction before the first step");
+  EXPECT(ptdp_trainer_rank_get(t, 0, "bytes_pp", &v), PTDP_ERR_WRONG_STATE, "bytes_pp",
+         "rank_get bytes_pp before the first step");
+
+  EXPECT_OK(ptdp_trainer_step(t, NULL), "pipeline step 1");
+  EXPECT_OK(ptdp_trainer_step(t, NULL), "pipeline step 2");
+
+  for (r = 0; r < 2; r++) {
+    printf("     local rank %d\n", r);
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "tp_rank", &v), "rank_get tp_rank");
+    CHECK(v == 0, "tp_rank 0");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "dp_rank", &v), "rank_get dp_rank");
+    CHECK(v == 0, "dp_rank 0");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "pp_rank", &v), "rank_get pp_rank");
+    CHECK(v == r, "pp_rank is the local rank");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "step_seconds", &step), "rank_get step_seconds");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "compute_seconds", &compute), "rank_get compute_seconds");
+    CHECK(step > 0 && compute > 0 && compute <= step, "0 < compute_seconds <= step_seconds");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "idle_fraction", &v), "rank_get idle_fraction");
+    printf("     step %.4f s, compute %.4f s, idle %.3f\n", step, compute, v);
+    CHECK(v >= 0 && v < 1, "idle_fraction in [0, 1)");
+    CHECK(fabs(v - (1 - compute / step)) < 1e-12, "idle_fraction = 1 - compute / step");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "peak_activation_bytes", &v),
+              "rank_get peak_activation_bytes");
+    CHECK(v > 0, "activations were stashed for backward");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "bytes_pp", &v), "rank_get bytes_pp");
+    /* Each stage sends 4 micro-batches x 2 chunks x (1 x 32 x 32 floats) at
+     * least once (activations forward or gradients backward). */
+    CHECK(v >= 4.0 * 2 * 32 * 32 * 4, "stage sent its boundary tensors over the pp group");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "calls_pp", &v), "rank_get calls_pp");
+    CHECK(v >= 8, "pp group: at least one operation per micro-batch and chunk");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "seconds_pp", &v), "rank_get seconds_pp");
+    CHECK(v >= 0 && v <= step, "seconds_pp within the step");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "bytes_embedding", &v), "rank_get bytes_embedding");
+    CHECK(v > 0, "first and last stages reduce the tied embedding's gradient");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "calls_embedding", &v), "rank_get calls_embedding");
+    CHECK(v == 1, "one embedding all-reduce per step");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "bytes_dp", &v), "rank_get bytes_dp");
+    CHECK(v == 0, "d = 1: nothing over the dp group");
+    EXPECT_OK(ptdp_trainer_rank_get(t, r, "calls_tp", &v), "rank_get calls_tp");
+    CHECK(v == 0, "t = 1: no tp operations");
+  }
+
+  EXPECT(ptdp_trainer_rank_get(t, 2, "idle_fraction", &v), PTDP_ERR_INVALID_ARGUMENT,
+         "outside [0, 2)", "rank_get local_rank 2 (two local ranks)");
+  EXPECT(ptdp_trainer_rank_get(t, -1, "idle_fraction", &v), PTDP_ERR_INVALID_ARGUMENT,
+         "outside [0, 2)", "rank_get local_rank -1");
+  EXPECT(ptdp_trainer_rank_get(t, 0, "bubble", &v), PTDP_ERR_INVALID_ARGUMENT,
+         "known: world_rank", "rank_get an unknown name (lists the known ones)");
+  EXPECT(ptdp_trainer_rank_get(t, 0, "bytes_ep", &v), PTDP_ERR_INVALID_ARGUMENT,
+         "bytes_embedding", "rank_get bytes of an unknown group");
+  EXPECT(ptdp_trainer_rank_get(NULL, 0, "idle_fraction", &v), PTDP_ERR_INVALID_ARGUMENT,
+         "trainer", "rank_get(NULL trainer)");
+  EXPECT(ptdp_trainer_rank_get(t, 0, NULL, &v), PTDP_ERR_INVALID_ARGUMENT, "name",
+         "rank_get(NULL name)");
+  EXPECT(ptdp_trainer_rank_get(t, 0, "idle_fraction", NULL), PTDP_ERR_INVALID_ARGUMENT, "value",
+         "rank_get(NULL value)");
+
+  EXPECT_OK(ptdp_trainer_get(t, "replayed_bubble", &v), "get replayed_bubble");
+  printf("     replayed bubble %.4f (formula (p-1)/(v m) = 0.125)\n", v);
+  CHECK(isfinite(v) && v >= 0 && v < 2, "replayed bubble is finite and non-negative");
+  EXPECT_OK(ptdp_trainer_get(t, "comm_seconds", &sum_comm), "get comm_seconds");
+  CHECK(sum_comm > 0, "comm_seconds counts pipeline communication");
+
+  /* The values describe the last step even after an evaluation. */
+  EXPECT_OK(ptdp_trainer_rank_get(t, 0, "calls_pp", &v), "rank_get calls_pp");
+  {
+    double after = -1, loss = 0;
+    EXPECT_OK(ptdp_trainer_evaluate(t, 1, &loss), "evaluate between step and rank_get");
+    EXPECT_OK(ptdp_trainer_rank_get(t, 0, "calls_pp", &after), "rank_get calls_pp again");
+    CHECK(after == v, "rank values stay those of the last step");
+  }
+
+  /* The trace of the last step as a picture. */
+  EXPECT_OK(ptdp_render_timeline(trace, png, 0), "render_timeline (width 0 = 1600)");
+  CHECK(is_png(png), "render_timeline wrote a PNG");
+  remove(png);
+  EXPECT_OK(ptdp_render_timeline(trace, png, 800), "render_timeline width 800");
+  CHECK(is_png(png), "render_timeline wrote a PNG 800 px wide");
+  EXPECT(ptdp_render_timeline(trace, png, -5), PTDP_ERR_INVALID_ARGUMENT, "width",
+         "render_timeline width -5");
+  EXPECT(ptdp_render_timeline(trace, png, 100000), PTDP_ERR_INVALID_ARGUMENT, "width",
+         "render_timeline width 100000");
+  tmp_path(missing, sizeof missing, "capi_no_such_trace.json");
+  remove(missing);
+  EXPECT(ptdp_render_timeline(missing, png, 0), PTDP_ERR_IO, "capi_no_such_trace.json",
+         "render_timeline of a missing trace");
+  EXPECT(ptdp_render_timeline(data_path, png, 0), PTDP_ERR_CORRUPT_DATA, NULL,
+         "render_timeline of a file that is not JSON");
+  EXPECT(ptdp_render_timeline(NULL, png, 0), PTDP_ERR_INVALID_ARGUMENT, "trace_json",
+         "render_timeline(NULL trace)");
+  EXPECT(ptdp_render_timeline(trace, NULL, 0), PTDP_ERR_INVALID_ARGUMENT, "png",
+         "render_timeline(NULL png)");
+
+  ptdp_trainer_destroy(t);
+}
+
 int main(int argc, char **argv) {
   const char *corpus;
   char data_path[4096];
@@ -647,6 +802,7 @@ int main(int argc, char **argv) {
   test_options();
   test_bad_configs(corpus, data_path);
   test_training(data_path);
+  test_pipeline(data_path);
 
   printf("PASS: %d checks\n", g_checks);
   return 0;

@@ -56,6 +56,9 @@ def bind(path):
         "ptdp_trainer_step": (C.c_int32, [tr_p, C.POINTER(C.c_double)]),
         "ptdp_trainer_evaluate": (C.c_int32, [tr_p, C.c_int64, C.POINTER(C.c_double)]),
         "ptdp_trainer_get": (C.c_int32, [tr_p, C.c_char_p, C.POINTER(C.c_double)]),
+        "ptdp_trainer_rank_get": (C.c_int32, [tr_p, C.c_int32, C.c_char_p,
+                                              C.POINTER(C.c_double)]),
+        "ptdp_render_timeline": (C.c_int32, [C.c_char_p, C.c_char_p, C.c_int32]),
         "ptdp_trainer_log_line": (C.c_int32, [tr_p, C.c_char_p, C.c_size_t,
                                               C.POINTER(C.c_size_t)]),
         "ptdp_trainer_generate": (C.c_int32, [tr_p, C.c_char_p, C.c_int32, C.c_double,
@@ -198,6 +201,19 @@ def main():
         check(test(v.value), f"{name} = {v.value}")
     expect(lib.ptdp_trainer_get(tr, b"bogus", C.byref(v)), INVALID_ARGUMENT, "lm_loss",
            "unknown metric name")
+    for name, test in [("world_rank", lambda x: x == 0), ("pp_rank", lambda x: x == 0),
+                       ("idle_fraction", lambda x: 0 <= x < 1),
+                       ("peak_activation_bytes", lambda x: x > 0),
+                       ("calls_embedding", lambda x: x == 0)]:
+        ok(lib.ptdp_trainer_rank_get(tr, 0, name.encode(), C.byref(v)), f"rank_get {name}")
+        check(test(v.value), f"{name} = {v.value}")
+    expect(lib.ptdp_trainer_rank_get(tr, 1, b"idle_fraction", C.byref(v)), INVALID_ARGUMENT,
+           "outside [0, 1)", "rank_get of local rank 1 with one rank")
+    expect(lib.ptdp_trainer_rank_get(tr, 0, b"bogus", C.byref(v)), INVALID_ARGUMENT,
+           "idle_fraction", "unknown rank value lists the known names")
+    expect(lib.ptdp_render_timeline(os.path.join(tmpdir, "ctypes_no_trace.json").encode(),
+                                    os.path.join(tmpdir, "ctypes.png").encode(), 0),
+           IO, "ctypes_no_trace.json", "render_timeline of a missing trace")
 
     line = read_text(lambda b, c, n: lib.ptdp_trainer_log_line(tr, b, c, n), "log_line")
     print("     " + line.decode())

@@ -109,6 +109,7 @@ ptdp_lua_test(lua_train_gpt_bad_value --rc nonzero
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --num-layers abc
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_value.ptdp ${PTDP_TRAIN_GPT_DATA})
 ptdp_lua_test(lua_train_gpt_help --rc 0 --expect "--num-layers" --expect "--sample-tokens"
+  --expect "--no-scatter-gather-tensors-in-pipeline"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --help)
 # (e) a tiny successful run (tokenizes the corpus afresh)
 ptdp_lua_test(lua_train_gpt_tiny --rc 0
@@ -123,9 +124,26 @@ ptdp_lua_test(lua_train_gpt_tiny --rc 0
      --train-iters 5 --lr-warmup-iters 1 --log-interval 1 --eval-iters 1 --eval-interval 0
      --sample-tokens 10 --num-threads 1
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_tiny.ptdp ${PTDP_TRAIN_GPT_DATA})
+# a pipelined run (t = 2, p = 2, v = 2, recomputation, Megatron's switch):
+# one line per rank on where it spent the last step
+ptdp_lua_test(lua_train_gpt_pipeline --rc 0
+  --match "^ iteration +2/ +2 \\| consumed samples: +8 \\|"
+  --match "^ rank 0 \\(tp 0, pp 0, dp 0\\) \\| idle: [0-9.]+% of the last step \\| peak activations: [0-9.]+ MB \\| MB sent: tp [0-9.]+, pp [0-9.]+, dp 0\\.00, embedding [0-9.]+$"
+  --match "^ rank 3 \\(tp 1, pp 1, dp 0\\) \\| idle: "
+  --expect "final validation loss"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --num-layers 4 --hidden-size 32
+     --num-attention-heads 2 --seq-length 16 --micro-batch-size 1 --global-batch-size 4
+     --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+     --num-layers-per-virtual-pipeline-stage 1 --recompute-granularity full
+     --no-scatter-gather-tensors-in-pipeline
+     --train-iters 2 --log-interval 1 --eval-iters 1 --eval-interval 0 --sample-tokens 0
+     --num-threads 1
+     --data-path ${PTDP_TEST_TMP}/lua/train_gpt_pipeline.ptdp ${PTDP_TRAIN_GPT_DATA})
 # (f) the module API used directly, every result asserted inside the script
 ptdp_lua_test(lua_module_api --rc 0 --expect "module_api: PASS"
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/module_api.lua ${PTDP_LUA_ARGS})
+ptdp_lua_test(lua_pipeline_api --rc 0 --expect "pipeline_api: PASS"
+  -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/pipeline_api.lua ${PTDP_LUA_ARGS})
 # the launcher's own commands
 ptdp_lua_test(lua_launcher_version --rc 0 --expect "ptdp 0.1.0" -- ${PTDP_LAUNCHER} --version)
 ptdp_lua_test(lua_launcher_unknown_command --rc 2 --expect "unknown command 'frobnicate'"

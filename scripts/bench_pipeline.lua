@@ -1,0 +1,82 @@
+-- Pipeline schedules on thread ranks: an 8-layer model over p = 4 stages with
+-- the same global batch, run with GPipe, 1F1B and the interleaved 1F1B (one
+-- layer per model chunk: v = 2). For each: tokens/s, the share of the step the
+-- ranks sit idle (wall clock, mean over ranks), the bubble replayed from the
+-- measured op times of the last step, and the paper's formula: (p-1)/m, and
+-- (p-1)/(v m) interleaved. Then draws the timeline of an interleaved step.
+--   build/ptdp scripts/bench_pipeline.lua [--iters 3] [--png pipeline_timeline.png]
+-- The byte vocabulary keeps the LM head small, so the last stage is not much
+-- heavier than the others. On few cores the ranks share them: in the warm-up
+-- and cool-down, where fewer ranks are busy, their ops run faster, so both the
+-- replayed bubble and the idle share come out below the formula (which
+-- assumes one device per rank and ops of equal length).
+local ptdp = require 'ptdp'
+local flags = require 'ptdp.flags'
+
+local config, opts = flags.parse(arg, {
+  iters = { default = 3, help = 'timed steps per schedule' },
+  warmup = { default = 2, help = 'untimed steps first' },
+  png = { default = 'pipeline_timeline.png', help = 'picture of an interleaved step' },
+  trace = { default = 'pipeline_timeline.json', help = 'Chrome trace of that step (Perfetto)' },
+  width = { default = 1600, help = 'width of the picture in pixels' },
+}, {
+  num_layers = 8, hidden_size = 384, num_attention_heads = 6, seq_length = 256,
+  micro_batch_size = 2, global_batch_size = 16, train_iters = 1000000,
+  pipeline_model_parallel_size = 4, vocab_size = 0,
+  lr = 1e-4, min_lr = 1e-5, lr_decay_style = 'constant',
+  hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
+})
+
+local f = io.open(config.data_path, 'rb')
+if f then f:close() else
+  os.execute('mkdir -p "$(dirname "' .. config.data_path .. '")"')
+  ptdp.tokenize { inputs = '/usr/share/games/fortunes', output = config.data_path }
+end
+
+local p = tonumber(config.pipeline_model_parallel_size)
+local gbs, seq = tonumber(config.global_batch_size), tonumber(config.seq_length)
+
+local function run(name, changes)
+  local c = {}
+  for k, v in pairs(config) do c[k] = v end
+  for k, v in pairs(changes) do c[k] = v end
+  local trainer = ptdp.trainer(c)
+  local layout = trainer:layout()
+  local v = layout.v
+  local m = gbs / (tonumber(c.micro_batch_size) * layout.d)
+  for _ = 1, opts.warmup do trainer:step() end
+  local ms, idle, peak = 0, 0, 0
+  for _ = 1, opts.iters do
+    ms = ms + trainer:step().elapsed_ms
+    for i = 0, layout.local_ranks - 1 do
+      local r = trainer:rank_report(i)
+      idle = idle + r.idle_fraction / (layout.local_ranks * opts.iters)
+      peak = math.max(peak, r.peak_activation_bytes)
+    end
+  end
+  local res = {
+    tokens_per_s = gbs * seq * opts.iters / (ms / 1e3), idle = idle,
+    bubble = trainer:replayed_bubble(), formula = (p - 1) / (v * m), peak = peak,
+  }
+  print(string.format('%-11s p=%d v=%d m=%d: step %.0f ms, %.1f tokens/s, idle %.1f%% of the step ' ..
+                      '(wall clock, mean over ranks), replayed bubble %.3f, formula %.3f, ' ..
+                      'peak activations %.1f MB', name, p, v, m, ms / opts.iters, res.tokens_per_s,
+                      100 * res.idle, res.bubble, res.formula, res.peak / 1e6))
+  return res
+end
+
+local gpipe = run('gpipe', { pipeline_schedule = 'gpipe' })
+collectgarbage()
+local one_f_one_b = run('1f1b', { pipeline_schedule = '1f1b' })
+collectgarbage()
+-- The interleaved run also writes each step's timeline: the file ends up with the last one.
+os.remove(opts.trace)
+local interleaved = run('interleaved', { pipeline_schedule = 'interleaved',
+                                         num_layers_per_virtual_pipeline_stage = 1,
+                                         timeline = opts.trace })
+collectgarbage()
+ptdp.render_timeline(opts.trace, opts.png, opts.width)
+print(string.format('timeline of the last interleaved step: %s (trace %s)', opts.png, opts.trace))
+print(string.format('bubble_1f1b=%.4f formula_1f1b=%.4f bubble_interleaved=%.4f formula_interleaved=%.4f',
+                    one_f_one_b.bubble, one_f_one_b.formula, interleaved.bubble,
+                    interleaved.formula))
