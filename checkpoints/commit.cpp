@@ -1,0 +1,279 @@
+// The checkpoint commit protocol: POSIX calls for everything whose ordering
+// matters (open/write/fsync/rename), std::filesystem only to list and remove.
+#include "checkpoints/commit.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/core/status.h"
+
+namespace fs = std::filesystem;
+
+namespace ptdp {
+namespace {
+
+const char *kManifest = "manifest.json";
+const char *kTracker = "latest";
+
+[[noreturn]] void os_fail(const char *what, const std::string &path, int err) {
+  fail(Status::io_error, "cannot ", what, " '", path, "': ", std::strerror(err));
+}
+
+std::string join(const std::string &dir, const std::string &name) {
+  return (fs::path(dir) / name).string();
+}
+
+bool exists(const std::string &path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+bool is_dir(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool has_manifest(const std::string &dir) {
+  struct stat st;
+  return ::stat(join(dir, kManifest).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void fsync_path(const std::string &path, bool dir) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+  if (fd < 0) os_fail("open (to fsync)", path, errno);
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    os_fail("fsync", path, e);
+  }
+  if (::close(fd) != 0) os_fail("close", path, errno);
+}
+
+// Creates/truncates path, writes bytes and fsyncs before returning.
+void write_synced(const std::string &path, const std::string &bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) os_fail("create", path, errno);
+  auto bail = [&](const char *what) {
+    int e = errno;
+    ::close(fd);
+    os_fail(what, path, e);
+  };
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) bail("write");
+    done += (size_t)n;
+  }
+  if (::fsync(fd) != 0) bail("fsync");
+  if (::close(fd) != 0) os_fail("close", path, errno);
+}
+
+void remove_tree(const std::string &path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) fail(Status::io_error, "cannot remove '", path, "': ", ec.message());
+}
+
+void rename_or_fail(const std::string &from, const std::string &to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0)
+    fail(Status::io_error, "cannot rename '", from, "' to '", to, "': ", std::strerror(errno));
+}
+
+// The iteration a directory name stands for ("iter_0001000" or, with *tmp set,
+// "iter_0001000.tmp"); -1 for any other name. One spelling per iteration.
+int64_t parse_name(std::string name, bool *tmp) {
+  *tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+  if (*tmp) name.resize(name.size() - 4);
+  if (name.compare(0, 5, "iter_") != 0) return -1;
+  std::string digits = name.substr(5);
+  if (digits.size() < 7 || digits.size() > 18 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  int64_t it = std::stoll(digits);
+  return checkpoint_name(it) == name ? it : -1;
+}
+
+struct Entry {
+  int64_t iter;
+  std::string name;
+  bool tmp, complete;
+};
+
+// The iter_* directories of root, newest first (a final before its .tmp).
+std::vector<Entry> scan(const std::string &root) {
+  std::vector<Entry> out;
+  std::error_code ec;
+  fs::directory_iterator it(root, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    Entry e{0, name, false, false};
+    e.iter = parse_name(name, &e.tmp);
+    if (e.iter < 0 || !is_dir(it->path().string())) continue;
+    e.complete = !e.tmp && has_manifest(it->path().string());
+    out.push_back(e);
+  }
+  if (ec) fail(Status::io_error, "cannot list checkpoint directory '", root, "': ", ec.message());
+  std::sort(out.begin(), out.end(), [](const Entry &a, const Entry &b) {
+    return a.iter != b.iter ? a.iter > b.iter : a.tmp < b.tmp;
+  });
+  return out;
+}
+
+std::string describe(const Entry &e) {
+  if (e.tmp) return e.name + " is an unfinished save";
+  return e.complete ? e.name + " is complete" : e.name + " has no " + kManifest + " (damaged)";
+}
+
+// The complete checkpoint the tracker names, or "" with *stale saying why not.
+std::string tracked(const std::string &root, std::string *stale) {
+  std::string path = join(root, kTracker);
+  std::ifstream in(path);
+  if (!in) {
+    *stale = ::access(path.c_str(), F_OK) == 0 ? "stale: cannot read '" + path + "'" : "missing";
+    return "";
+  }
+  std::string name;
+  std::getline(in, name);
+  while (!name.empty() && std::isspace((unsigned char)name.back())) name.pop_back();
+  bool tmp;
+  if (parse_name(name, &tmp) < 0 || tmp) {
+    *stale = "stale: it holds '" + name + "', which is not a checkpoint name like iter_0001000";
+    return "";
+  }
+  std::string dir = join(root, name);
+  if (!is_dir(dir)) *stale = "stale: it names '" + name + "', which does not exist";
+  else if (!has_manifest(dir)) *stale = "stale: it names '" + name + "', which has no " + kManifest;
+  else return name;
+  return "";
+}
+
+// Puts the complete tmp directory in place as final. Returns the path that
+// now holds a replaced older copy (to be removed), or "" if there was none.
+std::string put_in_place(const std::string &tmp, const std::string &final_dir) {
+  if (!exists(final_dir)) {
+    rename_or_fail(tmp, final_dir);
+    return "";
+  }
+  // Swapping the two names in one step means no moment without final_dir.
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0)
+    return tmp;
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+    fail(Status::io_error, "cannot swap '", tmp, "' with '", final_dir, "': ", std::strerror(errno));
+  // The file system cannot swap: move the old copy aside first, then rename.
+  // A crash between the two leaves <name>.old, which the next commit removes.
+  std::string aside = final_dir + ".old";
+  remove_tree(aside);
+  rename_or_fail(final_dir, aside);
+  rename_or_fail(tmp, final_dir);
+  return aside;
+}
+
+}  // namespace
+
+std::string checkpoint_name(int64_t iteration) {
+  if (iteration < 0)
+    fail(Status::bad_value, "checkpoint iteration must be >= 0, got ", iteration);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "iter_%07lld", (long long)iteration);
+  return buf;
+}
+
+std::string begin_checkpoint(const std::string &root, int64_t iteration) {
+  std::string tmp = join(root, checkpoint_name(iteration) + ".tmp");
+  if (exists(root) && !is_dir(root))
+    fail(Status::io_error, "checkpoint directory '", root, "' exists but is not a directory");
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) fail(Status::io_error, "cannot create checkpoint directory '", root, "': ", ec.message());
+  if (::access(root.c_str(), W_OK) != 0) os_fail("write into checkpoint directory", root, errno);
+  remove_tree(tmp);  // the leftover of a save that crashed
+  if (::mkdir(tmp.c_str(), 0755) != 0) os_fail("create", tmp, errno);
+  return tmp;
+}
+
+std::string commit_checkpoint(const std::string &root, int64_t iteration,
+                              const std::string &manifest_json) {
+  std::string name = checkpoint_name(iteration);
+  std::string tmp = join(root, name + ".tmp"), final_dir = join(root, name);
+  if (!is_dir(tmp))
+    fail(Status::wrong_state, "cannot commit checkpoint '", final_dir, "': '", tmp,
+         "' does not exist; call begin_checkpoint first");
+  // Data first, manifest last: a manifest on disk means all before it is too.
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
+    fs::file_status st = it->symlink_status(ec);
+    if (ec) break;
+    if (fs::is_regular_file(st)) fsync_path(it->path().string(), false);
+    else if (fs::is_directory(st)) fsync_path(it->path().string(), true);
+  }
+  if (ec) fail(Status::io_error, "cannot list '", tmp, "': ", ec.message());
+  write_synced(join(tmp, kManifest), manifest_json);
+  fsync_path(tmp, true);
+  std::string old = put_in_place(tmp, final_dir);
+  fsync_path(root, true);  // makes the rename durable
+  if (!old.empty()) remove_tree(old);
+  // The tracker is only a hint (the loader falls back to scanning), but it is
+  // still replaced atomically so it never holds half a name.
+  std::string tracker = join(root, kTracker), tracker_tmp = tracker + ".tmp";
+  write_synced(tracker_tmp, name + "\n");
+  rename_or_fail(tracker_tmp, tracker);
+  fsync_path(root, true);
+  return final_dir;
+}
+
+std::string find_latest_checkpoint(const std::string &root, std::string *why) {
+  std::vector<Entry> entries = scan(root);
+  std::string stale, name = tracked(root, &stale);
+  if (!name.empty()) {
+    if (why) *why = "from the tracker 'latest'";
+    return join(root, name);
+  }
+  std::string skipped;
+  for (const Entry &e : entries) {
+    if (e.complete) {
+      if (why) {
+        *why = "newest complete directory; the tracker was " + stale;
+        if (!skipped.empty()) *why += "; skipped: " + skipped;
+      }
+      return join(root, e.name);
+    }
+    skipped += (skipped.empty() ? "" : ", ") + describe(e);
+  }
+  fail(Status::io_error, "no complete checkpoint in '", root,
+       "' (one is an iter_NNNNNNN directory with a ", kManifest, "); found: ",
+       skipped.empty() ? "no iter_* directories" : skipped);
+}
+
+std::vector<std::string> prune_checkpoints(const std::string &root, int keep_last) {
+  if (keep_last < 1)
+    fail(Status::bad_value, "keep_last must be >= 1 (the newest checkpoint is always kept), got ",
+         keep_last);
+  std::vector<Entry> entries = scan(root);
+  std::string stale, keep_tracked = tracked(root, &stale);
+  int64_t newest = -1;
+  for (const Entry &e : entries)
+    if (e.complete) newest = std::max(newest, e.iter);
+  std::vector<std::string> removed;
+  int kept = 0;
+  for (const Entry &e : entries) {
+    bool drop = false;
+    if (e.tmp) drop = e.iter < newest;  // a newer .tmp may be a save under way
+    else if (e.complete) drop = ++kept > keep_last && e.name != keep_tracked;
+    if (!drop) continue;
+    std::string path = join(root, e.name);
+    remove_tree(path);
+    removed.push_back(path);
+  }
+  return removed;
+}
+
+}  // namespace ptdp

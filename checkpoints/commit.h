@@ -1,0 +1,49 @@
+// The checkpoint commit protocol (ARCHITECTURE §5). A save goes into
+// <root>/iter_XXXXXXX.tmp/; commit fsyncs its files, writes manifest.json last,
+// renames the directory to <root>/iter_XXXXXXX and then points the tracker
+// <root>/latest at it. A crash at any point leaves the previous checkpoint
+// loadable: a directory counts as complete only once it has its manifest.
+// One process (rank 0) runs begin/commit/prune for a root; the others only
+// write their data into the directory begin_checkpoint returned.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ptdp {
+
+// Name of the checkpoint directory of an iteration: "iter_0001000" (7 digits,
+// more if needed). Throws bad_value for iteration < 0.
+std::string checkpoint_name(int64_t iteration);
+
+// Starts a checkpoint: creates root if needed, removes any leftover of a
+// crashed save, creates <root>/iter_XXXXXXX.tmp/ and returns its path.
+// Throws io_error naming the path and the OS reason when root is not a
+// writable directory.
+std::string begin_checkpoint(const std::string &root, int64_t iteration);
+
+// Completes it: fsyncs every file in the tmp directory, writes manifest_json as
+// manifest.json (last, fsynced), fsyncs the directory, renames it to
+// <root>/iter_XXXXXXX (an existing one of that name is swapped out, then
+// removed), fsyncs root, then atomically writes the tracker <root>/latest
+// ("iter_XXXXXXX\n"). Returns the final path. Throws wrong_state if
+// begin_checkpoint was not called, io_error on any OS failure.
+std::string commit_checkpoint(const std::string &root, int64_t iteration,
+                              const std::string &manifest_json);
+
+// The newest complete checkpoint under root: the directory `latest` names if
+// it has a manifest.json, else the highest-iteration iter_* directory (not
+// *.tmp) that has one. `why` (optional) says which rule chose it:
+// "from the tracker 'latest'" or "newest complete directory; the tracker was
+// missing" / "... was stale: ...". Throws io_error naming root and listing what
+// is there (e.g. "iter_0000200.tmp is an unfinished save") when there is none.
+std::string find_latest_checkpoint(const std::string &root, std::string *why = nullptr);
+
+// Keep-last-K retention (keep_last >= 1, else bad_value): removes complete
+// iter_* directories older than the newest keep_last, never the one `latest`
+// names, and *.tmp directories older than the newest complete checkpoint.
+// Directories without a manifest are left for a person to look at.
+// Returns the removed paths.
+std::vector<std::string> prune_checkpoints(const std::string &root, int keep_last);
+
+}  // namespace ptdp
