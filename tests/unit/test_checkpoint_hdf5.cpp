@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 
@@ -13,18 +14,24 @@
 using namespace ptdp;
 
 namespace {
-std::string temp_dir() {
-  char tmpl[] = "/tmp/ptdp_h5_XXXXXX";
-  const char *d = mkdtemp(tmpl);
-  if (!d) std::abort();
-  return d;
-}
+// A fresh directory, removed with everything in it when the test ends.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/ptdp_h5_XXXXXX";
+    const char *d = mkdtemp(tmpl);
+    if (!d) std::abort();
+    path = d;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
 }  // namespace
 
 // A [6, 4] matrix written as two row shards and a [4, 6] one as three column
 // shards (as tensor ranks do), then read back whole and in another split.
 TEST(Hdf5File, ShardsWrittenInOneSplitReadInAnother) {
-  const std::string path = temp_dir() + "/model.h5";
+  TempDir tmp;
+  const std::string path = tmp.path + "/model.h5";
   std::vector<float> rows(24), cols(24);
   std::iota(rows.begin(), rows.end(), 0.5f);
   std::iota(cols.begin(), cols.end(), -10.f);
@@ -72,7 +79,8 @@ TEST(Hdf5File, ShardsWrittenInOneSplitReadInAnother) {
 }
 
 TEST(Hdf5File, BadFilesAndBlocksAreClearErrors) {
-  const std::string dir = temp_dir();
+  TempDir tmp;
+  const std::string &dir = tmp.path;
   expect_error([&] { H5File::open_read(dir + "/missing.h5"); }, Status::corrupt_data,
                "missing.h5' is missing or not an HDF5 file");
   { std::ofstream(dir + "/text.h5") << "not hdf5"; }
