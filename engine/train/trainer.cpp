@@ -52,7 +52,7 @@ struct Trainer::Rank {
   std::unique_ptr<Communicator> embedding;  // first and last stage when p > 1, else null
   std::unique_ptr<GPT<float>> model;
   std::unique_ptr<PipelineRuntime> pipeline;
-  std::vector<PipeOp> schedule, eval_schedule;
+  std::vector<PipeOp> eval_schedule;  // the training schedule is report.schedule
   Timeline timeline;
   Trainer::RankReport report;  // of the last step
   // This rank's communicators by group name.
@@ -229,12 +229,11 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
         *R->model, p > 1 ? R->pp.get() : nullptr, opt_.parallel.t > 1 ? R->tp.get() : nullptr,
         opt_.scatter_gather);
     const int m = opt_.microbatches();
-    R->schedule = pipeline_schedule(opt_.schedule, p, opt_.virtual_stages, m, R->coord.pp);
     R->eval_schedule = forward_only_schedule(p, opt_.virtual_stages, m, R->coord.pp);
     R->timeline.set_enabled(!opt_.timeline_path.empty());
     R->report.world_rank = r;
     R->report.coord = R->coord;
-    R->report.schedule = R->schedule;
+    R->report.schedule = pipeline_schedule(opt_.schedule, p, opt_.virtual_stages, m, R->coord.pp);
     for (Communicator *c : {R->tp.get(), R->dp.get(), R->pp.get(), R->embedding.get()})
       if (c) c->stats().timeline = &R->timeline;
     R->adam = std::make_unique<AdamW>(R->model->num_params(), opt_.adam);
@@ -388,7 +387,7 @@ void Trainer::rank_step(Rank &r, int64_t it) {
     if (data) fill_batch(r, *r.train, first, b);
     return MicroBatch{r.tokens.data(), r.targets.data(), (uint32_t)first};
   };
-  double loss_sum = r.pipeline->run(r.schedule, s, b, (uint32_t)it, true, (float)(1.0 / tokens),
+  double loss_sum = r.pipeline->run(r.report.schedule, s, b, (uint32_t)it, true, (float)(1.0 / tokens),
                                     batch, &r.report.timings);
   double compute_ns = 0;
   for (const OpTiming &t : r.report.timings) {

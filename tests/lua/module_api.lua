@@ -52,25 +52,7 @@ local base = {
   micro_batch_size = 2, global_batch_size = 4, train_iters = 10, eval_iters = 2,
   num_threads = 1, seed = 7,
 }
-local function with(changes)
-  local t = {}
-  for k, v in pairs(base) do
-    if type(v) == 'table' then
-      t[k] = {}
-      for k2, v2 in pairs(v) do t[k][k2] = v2 end
-    else
-      t[k] = v
-    end
-  end
-  for k, v in pairs(changes) do
-    if type(v) == 'table' then
-      for k2, v2 in pairs(v) do t[k][k2] = v2 end
-    else
-      t[k] = v
-    end
-  end
-  return t
-end
+local function with(changes) return util.merged(base, changes) end
 
 -- Trainer errors are positioned at the calling line: call from this file.
 -- (Not a tail call: that would drop this frame and with it the position.)

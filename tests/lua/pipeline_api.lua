@@ -29,14 +29,7 @@ local function config(changes)
     micro_batch_size = 1, global_batch_size = 4, train_iters = 10, eval_iters = 1,
     num_threads = 1, seed = 3, timeline = trace,
   }
-  for k, v in pairs(changes or {}) do
-    if type(v) == 'table' and type(t[k]) == 'table' then
-      for k2, v2 in pairs(v) do t[k][k2] = v2 end
-    else
-      t[k] = v
-    end
-  end
-  return t
+  return util.merged(t, changes)
 end
 
 -- parallel.v: model chunks per pipeline rank, mapped to

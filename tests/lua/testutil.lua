@@ -79,4 +79,26 @@ function M.args(name, first)
   return corpus, tmpdir
 end
 
+-- A copy of config table `base` (groups copied one level deep) with `changes`
+-- applied: a group in changes overrides only the keys it names.
+function M.merged(base, changes)
+  local t = {}
+  for k, v in pairs(base) do
+    if type(v) == 'table' then
+      t[k] = {}
+      for k2, v2 in pairs(v) do t[k][k2] = v2 end
+    else
+      t[k] = v
+    end
+  end
+  for k, v in pairs(changes or {}) do
+    if type(v) == 'table' and type(t[k]) == 'table' then
+      for k2, v2 in pairs(v) do t[k][k2] = v2 end
+    else
+      t[k] = v
+    end
+  end
+  return t
+end
+
 return M

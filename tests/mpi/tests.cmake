@@ -29,98 +29,98 @@ target_link_libraries(test_mpi_failure PRIVATE ptdp_mpi Threads::Threads)
 
 set(PTDP_MPI_TESTS)
 set(PTDP_EXPECT_FAILURE bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/expect_failure.sh)
-foreach(np 2 4)
-  set(mpirun ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --allow-run-as-root
-      --oversubscribe ${MPIEXEC_PREFLAGS})
 
+# test_mpi_failure MODE on np processes must fail within 20 s, printing every EXPECT text.
+function(ptdp_mpi_comm_failure mode np)
+  cmake_parse_arguments(F "" "" "EXPECT" ${ARGN})
+  set(expects)
+  foreach(text IN LISTS F_EXPECT)
+    list(APPEND expects --expect "${text}")
+  endforeach()
+  add_test(NAME mpi_fail_${mode}_np${np}
+           COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 20 ${expects}
+                   -- ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --allow-run-as-root
+                   --oversubscribe ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_mpi_failure>
+                   ${MPIEXEC_POSTFLAGS} ${mode})
+  set_tests_properties(mpi_fail_${mode}_np${np} PROPERTIES PROCESSORS ${np})
+  set(PTDP_MPI_TESTS ${PTDP_MPI_TESTS} mpi_fail_${mode}_np${np} PARENT_SCOPE)
+endfunction()
+
+foreach(np 2 4)
   # Every collective and point-to-point operation, several groups, counters.
   add_test(NAME mpi_comm_np${np}
-           COMMAND ${mpirun} $<TARGET_FILE:test_comm_mpi> ${MPIEXEC_POSTFLAGS})
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --allow-run-as-root
+                   --oversubscribe ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_comm_mpi>
+                   ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi_comm_np${np} PROPERTIES PROCESSORS ${np})
+  list(APPEND PTDP_MPI_TESTS mpi_comm_np${np})
 
   # (a) a rank skips a collective: rank 0 times out after 3 s and says what rank 1 does
-  add_test(NAME mpi_fail_skip_np${np}
-           COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 20
-                   --expect "communicator timeout after 3 s in group 'tp'"
-                   --expect "during all_reduce on rank 0 (all_reduce #2 of group 'tp')"
-                   --expect "ranks still missing: 1 (waiting in barrier #2 of group 'world'"
-                   --expect "has completed 1 collectives in 'tp'"
-                   -- ${mpirun} $<TARGET_FILE:test_mpi_failure> ${MPIEXEC_POSTFLAGS} skip)
+  ptdp_mpi_comm_failure(skip ${np} EXPECT
+    "communicator timeout after 3 s in group 'tp'"
+    "during all_reduce on rank 0 (all_reduce #2 of group 'tp')"
+    "ranks still missing: 1 (waiting in barrier #2 of group 'world'"
+    "has completed 1 collectives in 'tp'")
   # ... or sleeps instead, so it cannot answer
-  add_test(NAME mpi_fail_skip_sleep_np${np}
-           COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 20
-                   --expect "communicator timeout after 3 s in group 'tp'"
-                   --expect "ranks still missing: 1 (no answer: it is busy outside ptdp communication, hung or dead)"
-                   -- ${mpirun} $<TARGET_FILE:test_mpi_failure> ${MPIEXEC_POSTFLAGS} skip_sleep)
+  ptdp_mpi_comm_failure(skip_sleep ${np} EXPECT
+    "communicator timeout after 3 s in group 'tp'"
+    "ranks still missing: 1 (no answer: it is busy outside ptdp communication, hung or dead)")
   # a message that is never sent
-  add_test(NAME mpi_fail_nosend_np${np}
-           COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 20
-                   --expect "communicator timeout after 3 s in group 'pp' (world ranks 0 1) during recv on rank 0"
-                   --expect "rank 1 has not sent (rank 1: waiting in barrier #2 of group 'world'"
-                   -- ${mpirun} $<TARGET_FILE:test_mpi_failure> ${MPIEXEC_POSTFLAGS} nosend)
+  ptdp_mpi_comm_failure(nosend ${np} EXPECT
+    "communicator timeout after 3 s in group 'pp' (world ranks 0 1) during recv on rank 0"
+    "rank 1 has not sent (rank 1: waiting in barrier #2 of group 'world'")
   # a large message that is never received: the sender's communicator destructor times out
-  add_test(NAME mpi_fail_unreceived_np${np}
-           COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 20
-                   --expect "communicator timeout after 3 s in group 'pp' (world ranks 0 1) during send on rank 0"
-                   --expect "1 buffered messages to world rank(s) 1 were never received"
-                   --expect "rank 1: waiting in barrier #2 of group 'world'"
-                   -- ${mpirun} $<TARGET_FILE:test_mpi_failure> ${MPIEXEC_POSTFLAGS} unreceived)
+  ptdp_mpi_comm_failure(unreceived ${np} EXPECT
+    "communicator timeout after 3 s in group 'pp' (world ranks 0 1) during send on rank 0"
+    "1 buffered messages to world rank(s) 1 were never received"
+    "rank 1: waiting in barrier #2 of group 'world'")
   # (b) a rank dies in the middle of a collective: mpirun ends the job
-  add_test(NAME mpi_fail_kill_np${np}
-           COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 20
-                   --expect "rank 1: raising SIGKILL"
-                   --expect "process rank 1 with PID"
-                   --expect "signal 9"
-                   -- ${mpirun} $<TARGET_FILE:test_mpi_failure> ${MPIEXEC_POSTFLAGS} kill)
+  ptdp_mpi_comm_failure(kill ${np} EXPECT
+    "rank 1: raising SIGKILL"
+    "process rank 1 with PID"
+    "signal 9")
   # a rank leaves with an exception (no MPI_Finalize): mpirun ends the job
-  add_test(NAME mpi_fail_throw_np${np}
-           COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 20
-                   --expect "error: rank 1 fails on purpose"
-                   -- ${mpirun} $<TARGET_FILE:test_mpi_failure> ${MPIEXEC_POSTFLAGS} throw)
-  set(tests mpi_comm_np${np} mpi_fail_skip_np${np} mpi_fail_skip_sleep_np${np}
-      mpi_fail_nosend_np${np} mpi_fail_unreceived_np${np} mpi_fail_kill_np${np}
-      mpi_fail_throw_np${np})
-  set_tests_properties(${tests} PROPERTIES PROCESSORS ${np})
-  list(APPEND PTDP_MPI_TESTS ${tests})
+  ptdp_mpi_comm_failure(throw ${np} EXPECT
+    "error: rank 1 fails on purpose")
 endforeach()
 
 set_tests_properties(${PTDP_MPI_TESTS} PROPERTIES
                      LABELS mpi TIMEOUT 90 ENVIRONMENT "OMP_NUM_THREADS=1")
 
-# Training under mpirun equals the serial run: one rank per process (mpi
-# collectives), and two ranks per process (np 2 with 4 ranks: mpi messages
-# between thread ranks).
+# Training under mpirun equals the serial run (train_equivalence.sh): np
+# processes run losses.lua with ARGS; the test carries LABELS.
+function(ptdp_mpi_training_equivalence name np)
+  cmake_parse_arguments(F "" "" "LABELS;ARGS" ${ARGN})
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/train_equivalence.sh
+                   $<TARGET_FILE:ptdp_launcher> ${MPIEXEC_EXECUTABLE} ${np}
+                   ${PTDP_TEST_TMP}/${name} ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                   ${F_ARGS})
+  set_tests_properties(${name} PROPERTIES LABELS "${F_LABELS}" TIMEOUT 240
+                       PROCESSORS ${np} ENVIRONMENT "OMP_NUM_THREADS=1")
+endfunction()
+
+# Tensor and data parallel: one rank per process (mpi collectives), and two
+# ranks per process (np 2 with 4 ranks: mpi messages between thread ranks).
 foreach(layout "2;2;1" "4;2;2" "4;1;4" "2;2;2" "2;4;1")
   list(GET layout 0 np)
   list(GET layout 1 t)
   list(GET layout 2 d)
-  add_test(NAME mpi_train_np${np}_t${t}d${d}
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/train_equivalence.sh
-                   $<TARGET_FILE:ptdp_launcher> ${MPIEXEC_EXECUTABLE} ${np}
-                   ${PTDP_TEST_TMP}/mpi_train_np${np}_t${t}d${d}
-                   ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
-                   --tensor-model-parallel-size ${t} --data-parallel-size ${d})
-  set_tests_properties(mpi_train_np${np}_t${t}d${d} PROPERTIES LABELS mpi TIMEOUT 180
-                       PROCESSORS ${np} ENVIRONMENT "OMP_NUM_THREADS=1")
+  ptdp_mpi_training_equivalence(mpi_train_np${np}_t${t}d${d} ${np} LABELS mpi
+    ARGS --tensor-model-parallel-size ${t} --data-parallel-size ${d})
 endforeach()
 
-# PTD-P under mpirun: 8 processes, (t, p, d) = (2, 2, 2) with v = 2 interleaved,
-# scatter/gather on, full recomputation; and 2 processes hosting 4 pipeline
-# ranks each, over mpi messages between thread ranks.
+# PTD-P: 8 processes, (t, p, d) = (2, 2, 2) with v = 2 interleaved, scatter/gather
+# on, full recomputation; and 2 processes hosting 4 pipeline ranks each.
 foreach(layout "8;2;2;2" "2;2;4;1")
   list(GET layout 0 np)
   list(GET layout 1 t)
   list(GET layout 2 p)
   list(GET layout 3 d)
-  set(name mpi_train_np${np}_t${t}p${p}d${d})
-  add_test(NAME ${name}
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/train_equivalence.sh
-                   $<TARGET_FILE:ptdp_launcher> ${MPIEXEC_EXECUTABLE} ${np}
-                   ${PTDP_TEST_TMP}/${name} ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
-                   --tensor-model-parallel-size ${t} --pipeline-model-parallel-size ${p}
-                   --data-parallel-size ${d} --num-layers-per-virtual-pipeline-stage 1
-                   --recompute-granularity full)
-  set_tests_properties(${name} PROPERTIES LABELS "mpi;pipeline" TIMEOUT 240
-                       PROCESSORS ${np} ENVIRONMENT "OMP_NUM_THREADS=1")
+  ptdp_mpi_training_equivalence(mpi_train_np${np}_t${t}p${p}d${d} ${np} LABELS mpi pipeline
+    ARGS --tensor-model-parallel-size ${t} --pipeline-model-parallel-size ${p}
+         --data-parallel-size ${d} --num-layers-per-virtual-pipeline-stage 1
+         --recompute-granularity full)
 endforeach()
 
 # A training run under mpirun that must fail: the corpus is tokenized in the

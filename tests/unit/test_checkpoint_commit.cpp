@@ -14,6 +14,7 @@
 #include "checkpoints/crc32c.h"
 #include "engine/core/status.h"
 #include "tests/unit/expect_error.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace ptdp;
 namespace fs = std::filesystem;
@@ -32,23 +33,16 @@ void spit(const std::string &path, const std::string &text) { std::ofstream(path
 // A fresh directory per test, removed afterwards.
 class Commit : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ptdp_commit_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir = tmpl;
-    root = dir + "/ckpt";
-  }
-  void TearDown() override {
-    ::chmod(dir.c_str(), 0700);
-    fs::remove_all(dir);
-  }
+  void SetUp() override { root = scratch.path + "/ckpt"; }
   // A whole save: a data file, then the commit.
   std::string save(int64_t iteration, const std::string &manifest = "{}") {
     std::string tmp = begin_checkpoint(root, iteration);
     spit(tmp + "/model.h5", "weights " + std::to_string(iteration));
     return commit_checkpoint(root, iteration, manifest);
   }
-  std::string dir, root;
+  TempDir scratch{"ptdp_commit"};
+  const std::string &dir = scratch.path;
+  std::string root;
 };
 
 }  // namespace

@@ -10,27 +10,15 @@
 
 #include "checkpoints/hdf5_file.h"
 #include "tests/unit/expect_error.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace ptdp;
 
-namespace {
-// A fresh directory, removed with everything in it when the test ends.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/ptdp_h5_XXXXXX";
-    const char *d = mkdtemp(tmpl);
-    if (!d) std::abort();
-    path = d;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-}  // namespace
 
 // A [6, 4] matrix written as two row shards and a [4, 6] one as three column
 // shards (as tensor ranks do), then read back whole and in another split.
 TEST(Hdf5File, ShardsWrittenInOneSplitReadInAnother) {
-  TempDir tmp;
+  TempDir tmp("ptdp_h5");
   const std::string path = tmp.path + "/model.h5";
   std::vector<float> rows(24), cols(24);
   std::iota(rows.begin(), rows.end(), 0.5f);
@@ -79,7 +67,7 @@ TEST(Hdf5File, ShardsWrittenInOneSplitReadInAnother) {
 }
 
 TEST(Hdf5File, BadFilesAndBlocksAreClearErrors) {
-  TempDir tmp;
+  TempDir tmp("ptdp_h5");
   const std::string &dir = tmp.path;
   expect_error([&] { H5File::open_read(dir + "/missing.h5"); }, Status::corrupt_data,
                "missing.h5' is missing or not an HDF5 file");

@@ -1,0 +1,28 @@
+// A fresh directory under the system's temporary folder ($TMPDIR), removed
+// with everything in it when the object goes.
+#pragma once
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string &prefix = "ptdp_test") {
+    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (!mkdtemp(buf.data())) std::abort();
+    path = buf.data();
+  }
+  ~TempDir() {
+    ::chmod(path.c_str(), 0700);  // a test may have made it read-only
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir &) = delete;
+  TempDir &operator=(const TempDir &) = delete;
+};
