@@ -200,6 +200,13 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   return tmp;
 }
 
+void abandon_checkpoint(const std::string &root, int64_t iteration) noexcept {
+  try {
+    remove_tree(join(root, checkpoint_name(iteration) + ".tmp"));
+  } catch (...) {
+  }
+}
+
 std::string commit_checkpoint(const std::string &root, int64_t iteration,
                               const std::string &manifest_json) {
   std::string name = checkpoint_name(iteration);

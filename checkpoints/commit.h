@@ -22,6 +22,10 @@ std::string checkpoint_name(int64_t iteration);
 // writable directory.
 std::string begin_checkpoint(const std::string &root, int64_t iteration);
 
+// Removes the unfinished <root>/iter_XXXXXXX.tmp/ of a failed save (best
+// effort, never throws), so that a full disk gets its space back.
+void abandon_checkpoint(const std::string &root, int64_t iteration) noexcept;
+
 // Completes it: fsyncs every file in the tmp directory, writes manifest_json as
 // manifest.json (last, fsynced), fsyncs the directory, renames it to
 // <root>/iter_XXXXXXX (an existing one of that name is swapped out, then

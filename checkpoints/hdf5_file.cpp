@@ -31,6 +31,11 @@ std::string hdf5_reason() {
         return 0;
       },
       &msg);
+  // A failed system call's description is a long dump (time, descriptor,
+  // buffer address...): keep its OS message.
+  const std::string os = "error message = '";
+  const size_t at = msg.find(os);
+  if (at != std::string::npos) msg = msg.substr(at + os.size(), msg.find('\'', at + os.size()) - at - os.size());
   return msg.empty() ? "" : " (" + msg + ")";
 }
 
@@ -54,9 +59,17 @@ std::string dims_text(const std::vector<int64_t> &d) {
 
 }  // namespace
 
-H5File H5File::create(const std::string &path) {
+H5File H5File::create(const std::string &path, bool mpi_io) {
   silence_hdf5();
   Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
+  if (mpi_io) {
+#ifdef H5_HAVE_PARALLEL
+    H5Pset_fapl_mpio(fapl.id, MPI_COMM_WORLD, MPI_INFO_NULL);
+#else
+    fail(Status::invalid_config, "cannot write '", path, "' with MPI-IO: this HDF5 is not the "
+         "parallel build (install libhdf5-openmpi-dev)");
+#endif
+  }
   // Large datasets start on 4 KiB boundaries: page-aligned extents for the OS and MPI-IO.
   H5Pset_alignment(fapl.id, 4096, 4096);
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id);

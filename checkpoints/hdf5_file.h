@@ -15,7 +15,10 @@ enum class H5Type { f32, i64 };
 class H5File {
  public:
   // Creates (truncating) or opens a file; throws io_error naming the path.
-  static H5File create(const std::string &path);
+  // mpi_io: every MPI process of MPI_COMM_WORLD creates it together (parallel
+  // HDF5); then create_dataset, set_attribute and close are collective (same
+  // calls in the same order on every process) and block writes independent.
+  static H5File create(const std::string &path, bool mpi_io = false);
   static H5File open_read(const std::string &path);
   H5File(H5File &&o) noexcept;
   H5File &operator=(H5File &&o) noexcept;

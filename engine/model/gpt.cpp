@@ -77,6 +77,59 @@ struct GPT<T>::ChunkActs {
   }
 };
 
+std::vector<ParamInfo> gpt_param_table(const GptConfig &cfg, int t, const PipelineStage &pp) {
+  const int64_t h = cfg.hidden_size, f = cfg.ffn(), V = cfg.padded_vocab(t),
+                P = cfg.max_positions();
+  const int per_chunk = cfg.num_layers / (pp.size * pp.chunks);
+  std::vector<ParamInfo> table;
+  // global shape, split axis (-1 replicated, 0 rows, 1 columns), weight decay
+  auto add = [&](std::string name, std::vector<int64_t> global, int axis, bool decay) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.global_shape = global;
+    p.shape = global;
+    if (axis >= 0) p.shape[axis] /= t;
+    p.split_axis = axis;
+    p.numel = 1;
+    for (int64_t d : p.shape) p.numel *= (size_t)d;
+    p.weight_decay = decay;
+    table.push_back(std::move(p));
+  };
+  for (int c = 0; c < pp.chunks; c++) {
+    for (int j = 0; j < per_chunk; j++) {
+      std::string pre = "h." + std::to_string((c * pp.size + pp.rank) * per_chunk + j) + ".";
+      add(pre + "ln_1.weight", {h}, -1, false);
+      add(pre + "ln_1.bias", {h}, -1, false);
+      add(pre + "attn.c_attn.weight", {3 * h, h}, 0, true);  // rows ordered [a, 3, hd]
+      add(pre + "attn.c_attn.bias", {3 * h}, 0, false);
+      add(pre + "attn.c_proj.weight", {h, h}, 1, true);
+      add(pre + "attn.c_proj.bias", {h}, -1, false);
+      add(pre + "ln_2.weight", {h}, -1, false);
+      add(pre + "ln_2.bias", {h}, -1, false);
+      add(pre + "mlp.c_fc.weight", {f, h}, 0, true);
+      add(pre + "mlp.c_fc.bias", {f}, 0, false);
+      add(pre + "mlp.c_proj.weight", {h, f}, 1, true);
+      add(pre + "mlp.c_proj.bias", {h}, -1, false);
+    }
+  }
+  const bool embedding = pp.rank == 0, head = pp.rank == pp.size - 1;
+  if (head) {
+    add("ln_f.weight", {h}, -1, false);
+    add("ln_f.bias", {h}, -1, false);
+  }
+  if (embedding || head) {
+    add("wte.weight", {V, h}, 0, true);
+    table.back().tied_copy = !embedding;
+  }
+  if (embedding) add("wpe.weight", {P, h}, -1, true);
+  size_t total = 0;
+  for (auto &p : table) {
+    p.offset = total;
+    total += (p.numel + 15) / 16 * 16;  // keep each tensor 64-byte aligned
+  }
+  return table;
+}
+
 template <class T>
 GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStage pp,
             Recompute rc)
@@ -94,8 +147,7 @@ GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStag
     fail(Status::invalid_config, "recompute_num_layers (", rc_.num_layers,
          ") must be between 1 and the layers per model chunk (", layers_per_chunk_,
          " = num_layers / (pipeline_model_parallel_size x virtual stages))");
-  const int64_t h = cfg_.hidden_size, f = cfg_.ffn(), V = cfg_.padded_vocab(t),
-                P = cfg_.max_positions();
+  const int64_t h = cfg_.hidden_size, f = cfg_.ffn(), V = cfg_.padded_vocab(t);
   heads_ = cfg_.num_attention_heads / t;
   width_ = (int)h / t;
   ffn_ = (int)f / t;
@@ -103,51 +155,9 @@ GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStag
   vocab_start_ = tp_.rank * local_vocab_;
   local_real_vocab_ = std::max(0, std::min(local_vocab_, cfg_.vocab_size - vocab_start_));
 
-  // global shape, split axis (-1 replicated, 0 rows, 1 columns), weight decay
-  auto add = [&](std::string name, std::vector<int64_t> global, int axis, bool decay) {
-    ParamInfo p;
-    p.name = std::move(name);
-    p.global_shape = global;
-    p.shape = global;
-    if (axis >= 0) p.shape[axis] /= t;
-    p.split_axis = axis;
-    p.numel = 1;
-    for (int64_t d : p.shape) p.numel *= (size_t)d;
-    p.weight_decay = decay;
-    table_.push_back(std::move(p));
-  };
-  for (int c = 0; c < pp_.chunks; c++) {
-    for (int j = 0; j < layers_per_chunk_; j++) {
-      std::string pre = "h." + std::to_string(first_layer(c) + j) + ".";
-      add(pre + "ln_1.weight", {h}, -1, false);
-      add(pre + "ln_1.bias", {h}, -1, false);
-      add(pre + "attn.c_attn.weight", {3 * h, h}, 0, true);  // rows ordered [a, 3, hd]
-      add(pre + "attn.c_attn.bias", {3 * h}, 0, false);
-      add(pre + "attn.c_proj.weight", {h, h}, 1, true);
-      add(pre + "attn.c_proj.bias", {h}, -1, false);
-      add(pre + "ln_2.weight", {h}, -1, false);
-      add(pre + "ln_2.bias", {h}, -1, false);
-      add(pre + "mlp.c_fc.weight", {f, h}, 0, true);
-      add(pre + "mlp.c_fc.bias", {f}, 0, false);
-      add(pre + "mlp.c_proj.weight", {h, f}, 1, true);
-      add(pre + "mlp.c_proj.bias", {h}, -1, false);
-    }
-  }
-  const bool embedding = has_embedding(0), head = has_head(pp_.chunks - 1);
-  if (head) {
-    add("ln_f.weight", {h}, -1, false);
-    add("ln_f.bias", {h}, -1, false);
-  }
-  if (embedding || head) {
-    add("wte.weight", {V, h}, 0, true);
-    table_.back().tied_copy = !embedding;
-  }
-  if (embedding) add("wpe.weight", {P, h}, -1, true);
-  size_t total = 0;
-  for (auto &p : table_) {
-    p.offset = total;
-    total += (p.numel + 15) / 16 * 16;  // keep each tensor 64-byte aligned
-  }
+  table_ = gpt_param_table(cfg_, t, pp_);
+  const ParamInfo &last = table_.back();
+  const size_t total = last.offset + (last.numel + 15) / 16 * 16;
   params_.resize(total);
   grads_.resize(total);
   pool_.resize((size_t)pp_.chunks);

@@ -58,6 +58,11 @@ struct Recompute {
   int num_layers = 1;
 };
 
+// The parameter table of one rank's share (tensor rank of t, pipeline stage
+// pp): names, local and global shapes, split axes and offsets in the flat
+// buffer. gpt_param_table(cfg, 1, {}) lists the whole model.
+std::vector<ParamInfo> gpt_param_table(const GptConfig &cfg, int t, const PipelineStage &pp);
+
 struct StepContext {
   bool training = true;          // dropout on, activations kept for backward
   uint32_t iteration = 0;        // keys the dropout masks

@@ -73,6 +73,18 @@ const std::vector<OptionSpec> &option_schema() {
        "gradient elements per data-parallel all-reduce"},
       {"comm_timeout", T::Float, "300", 0.001, 1e6, nullptr,
        "seconds a rank waits in a communication before the job fails"},
+      // checkpoints
+      {"save", T::String, "", 0, 0, nullptr, "directory to save checkpoints into (iter_N/ under it)"},
+      {"save_interval", T::Int, "0", 0, kBig, nullptr,
+       "iterations between checkpoints when save is set (0 = only after the last iteration)"},
+      {"load", T::String, "", 0, 0, nullptr,
+       "checkpoint to start from: a save directory (its newest complete checkpoint) or one iter_N"},
+      {"keep_last_checkpoints", T::Int, "0", 0, 1e9, nullptr,
+       "keep only the newest N complete checkpoints (0 = keep all)"},
+      {"verify_checkpoint", T::Int, "1", 0, 1, nullptr,
+       "check every block loaded against its manifest checksum (1 = on)"},
+      {"override_opt_param_scheduler", T::Int, "0", 0, 1, nullptr,
+       "1 = take the LR schedule of this run even when the loaded checkpoint's differs"},
       // metrics
       {"timeline", T::String, "", 0, 0, nullptr,
        "write each step's per-rank timeline to this Chrome trace JSON file (Perfetto)"},

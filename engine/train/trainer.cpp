@@ -8,6 +8,7 @@
 #include <system_error>
 #include <thread>
 
+#include "checkpoints/sharded_checkpoint.h"
 #include "engine/comm/mpi_comm.h"
 #include "engine/comm/mpi_threads_comm.h"
 #include "engine/comm/thread_comm.h"
@@ -118,6 +119,12 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.comm_timeout_s = c.get_double("comm_timeout");
   o.scatter_gather = c.get_int("scatter_gather_tensors_in_pipeline") != 0;
   o.timeline_path = c.get("timeline");
+  o.save_path = c.get("save");
+  o.load_path = c.get("load");
+  o.save_interval = c.get_int("save_interval");
+  o.keep_last_checkpoints = (int)c.get_int("keep_last_checkpoints");
+  o.verify_checkpoint = c.get_int("verify_checkpoint") != 0;
+  o.override_opt_param_scheduler = c.get_int("override_opt_param_scheduler") != 0;
 
   const int64_t world = (int64_t)o.parallel.t * o.parallel.p * o.parallel.d;
   if (world > kMaxRanks)
@@ -240,6 +247,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
     R->sample.resize((size_t)opt_.model.seq_length + 1);
     ranks_.push_back(std::move(R));
   }
+  if (!opt_.load_path.empty()) load(opt_.load_path);
 }
 
 Trainer::~Trainer() = default;
@@ -249,6 +257,7 @@ RankCoord Trainer::first_local_coord() const { return ranks_[0]->coord; }
 
 GPT<float> &Trainer::model(int rank) { return *ranks_.at((size_t)rank)->model; }
 const GPT<float> &Trainer::model(int rank) const { return *ranks_.at((size_t)rank)->model; }
+AdamW &Trainer::optimizer(int rank) { return *ranks_.at((size_t)rank)->adam; }
 
 const CommStats &Trainer::comm_stats(int rank, const std::string &group) const {
   const Rank &r = *ranks_.at((size_t)rank);
@@ -518,9 +527,112 @@ StepMetrics Trainer::step() {
                         1e12 / (double)world_size();
   last_ = res;
   if (!opt_.timeline_path.empty()) write_timeline();  // not counted in the step's time
+  const bool at_interval = opt_.save_interval > 0 && it % opt_.save_interval == 0;
+  if (!opt_.save_path.empty() && (at_interval || it == opt_.train_iters)) {
+    // A failed save must not end the run: report it, keep training, and the
+    // previous checkpoint stays the newest.
+    try {
+      save(opt_.save_path);
+      last_save_error_.clear();
+    } catch (const Error &e) {
+      last_save_error_ = e.what();
+      if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", e.what());
+    }
+  }
   return res;
 }
 
+namespace {
+// The options a resumed run must share with the saved one, as text.
+std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
+  auto num = [](double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", x);
+    return std::string(buf);
+  };
+  return {{"seed", std::to_string(o.seed)},
+          {"split", o.split},
+          {"data_path", o.data_path},
+          {"global_batch_size", std::to_string(o.global_batch_size)},
+          {"micro_batch_size", std::to_string(o.micro_batch_size)},
+          {"train_iters", std::to_string(o.train_iters)},
+          {"lr", num(o.lr.max_lr)},
+          {"min_lr", num(o.lr.min_lr)},
+          {"lr_warmup_iters", std::to_string(o.lr.warmup_iters)},
+          {"lr_decay_iters", std::to_string(o.lr.decay_iters)},
+          {"lr_decay_style", o.lr.style},
+          {"weight_decay", num(o.adam.weight_decay)},
+          {"adam_beta1", num(o.adam.beta1)},
+          {"adam_beta2", num(o.adam.beta2)},
+          {"adam_eps", num(o.adam.eps)},
+          {"clip_grad", num(o.clip_grad)},
+          {"tokenizer_type", o.tokenizer}};
+}
+}  // namespace
+
+std::vector<RankShard> Trainer::local_shards() {
+  std::vector<RankShard> shards;
+  for (auto &r : ranks_)
+    shards.push_back({r->coord, &r->model->param_table(), r->model->params(),
+                      r->adam->exp_avg().data(), r->adam->exp_avg_sq().data()});
+  return shards;
+}
+
+std::string Trainer::save(const std::string &root) {
+  if (!failure_.empty())
+    fail(Status::wrong_state, "the job failed earlier; its state is not saved: ", failure_);
+  if (root.empty()) fail(Status::invalid_argument, "save needs a directory");
+  SaveRequest req;
+  req.root = root;
+  req.keep_last = opt_.keep_last_checkpoints;
+  req.model = opt_.model;
+  req.layout = {opt_.parallel.t, opt_.parallel.p, opt_.parallel.d, opt_.virtual_stages};
+  req.state = {iteration_, consumed_, skipped_, nan_};
+  req.training = resumption_options(opt_);
+  return save_checkpoint(req, local_shards());
+}
+
+std::string Trainer::load(const std::string &path) {
+  if (!failure_.empty()) fail(Status::wrong_state, "the job failed earlier: ", failure_);
+  if (path.empty()) fail(Status::invalid_argument, "load needs a checkpoint directory");
+  const CheckpointRef ckpt = open_checkpoint(path);
+  // The options that decide the data order and dropout (seed, split) and the
+  // LR schedule must be the saved ones, or the run would not continue the same
+  // way. Checked before anything is read, so a refused load changes nothing.
+  const std::map<std::string, std::string> now = resumption_options(opt_);
+  std::vector<std::string> keys = {"seed", "split"};
+  if (!opt_.override_opt_param_scheduler)
+    for (const char *k : {"lr", "min_lr", "lr_warmup_iters", "lr_decay_iters", "lr_decay_style"})
+      keys.push_back(k);
+  std::string diff;
+  for (const std::string &k : keys) {
+    auto it = ckpt.manifest.training.find(k);
+    if (it != ckpt.manifest.training.end() && it->second != now.at(k))
+      diff += (diff.empty() ? "" : "; ") + k + ": checkpoint " + it->second + ", this run " + now.at(k);
+  }
+  if (!diff.empty())
+    fail(Status::invalid_config, "checkpoint '", ckpt.dir, "' was trained with other options (",
+         diff, "); give the checkpoint's values",
+         opt_.override_opt_param_scheduler ? "" : " (or override_opt_param_scheduler = 1 for the LR schedule)");
+  TrainingState st;
+  try {
+    st = load_checkpoint(ckpt, opt_.model, local_shards(), opt_.verify_checkpoint);
+  } catch (const Error &e) {
+    // A different model shape is refused before anything is read; after that,
+    // some tensors may already hold the checkpoint's values: the model is a mix.
+    if (e.code() != Status::invalid_config)
+      failure_ = std::string("loading '") + ckpt.dir + "' failed part-way: " + e.what();
+    throw;
+  }
+  iteration_ = st.iteration;
+  consumed_ = st.consumed_samples;
+  skipped_ = st.skipped_iterations;
+  nan_ = st.nan_iterations;
+  return "loaded " + ckpt.dir + " (" + ckpt.why + "), iteration " + std::to_string(iteration_) +
+         ", saved with " + ckpt.manifest.layout.text() + ", loaded into (t=" +
+         std::to_string(opt_.parallel.t) + ", p=" + std::to_string(opt_.parallel.p) + ", d=" +
+         std::to_string(opt_.parallel.d) + ", v=" + std::to_string(opt_.virtual_stages) + ")";
+}
 double Trainer::rank_evaluate(Rank &r, int iters) {
   const int b = opt_.micro_batch_size, s = opt_.model.seq_length;
   const int per_replica = opt_.global_batch_size / opt_.parallel.d;

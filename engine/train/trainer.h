@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoints/sharded_checkpoint.h"
 #include "engine/comm/grid.h"
 #include "engine/comm/communicator.h"
 #include "engine/data/sampler.h"
@@ -44,6 +45,12 @@ struct TrainerOptions {
   bool scatter_gather = true;  // only matters when t > 1 and p > 1
   Recompute recompute;
   std::string timeline_path;  // Chrome trace of each step, rewritten after it
+  // Checkpoints (ARCHITECTURE §5)
+  std::string save_path, load_path;
+  int64_t save_interval = 0;  // 0 = only after the last iteration
+  int keep_last_checkpoints = 0;
+  bool verify_checkpoint = true;
+  bool override_opt_param_scheduler = false;
   int microbatches() const { return global_batch_size / (micro_batch_size * parallel.d); }
   // Reads and cross-checks a Config; throws invalid_config naming the fields.
   static TrainerOptions from_config(const Config &c);
@@ -62,6 +69,8 @@ class Trainer {
   // The model shard of this process's r-th rank (tests, checkpoints).
   GPT<float> &model(int rank = 0);
   const GPT<float> &model(int rank = 0) const;
+  // Its optimizer (Adam's moments, laid out like the model's parameters).
+  AdamW &optimizer(int rank = 0);
   // A parameter of the whole model assembled from the shards: its global shape,
   // with the vocabulary unpadded for wte. Needs every rank in this process.
   std::vector<float> gather_parameter(const std::string &name) const;
@@ -99,6 +108,17 @@ class Trainer {
   std::string generate(const std::string &prompt, int max_new_tokens, double temperature,
                        uint64_t seed);
 
+  // Saves the whole training state (parameters, Adam moments, iteration,
+  // consumed samples, skip counters) as <root>/iter_N, committed atomically;
+  // under mpirun every process calls it. Returns the checkpoint's directory.
+  std::string save(const std::string &root);
+  // Loads a checkpoint saved under any layout: `path` is a save directory (its
+  // newest complete checkpoint) or one iter_N directory. Returns a line saying
+  // which checkpoint was taken, why, and the layout it was saved with.
+  std::string load(const std::string &path);
+  // The message of the last save that step() attempted and that failed ("" if none).
+  const std::string &last_save_error() const { return last_save_error_; }
+
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_; }
   const StepMetrics &last_metrics() const { return last_; }
@@ -113,6 +133,7 @@ class Trainer {
   void fill_batch(Rank &r, GptSampler &sampler, uint64_t first, int b);
   void rank_step(Rank &r, int64_t it);
   void write_timeline() const;
+  std::vector<RankShard> local_shards();
   double rank_evaluate(Rank &r, int iters);
   std::string rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,
                             double temperature, uint64_t seed);
@@ -130,6 +151,7 @@ class Trainer {
   int64_t step_origin_ns_ = 0;  // the timeline's time zero
   std::string failure_;  // set when a step failed on some rank: the job cannot go on
   int64_t iteration_ = 0, consumed_ = 0, skipped_ = 0, nan_ = 0;
+  std::string last_save_error_;
   StepMetrics last_;
 };
 

@@ -1,0 +1,204 @@
+#include "checkpoints/manifest.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+using nlohmann::json;
+
+int64_t ManifestBlock::numel() const {
+  int64_t n = 1;
+  for (int64_t c : count) n *= c;
+  return n;
+}
+
+int64_t ManifestDataset::numel() const {
+  int64_t n = 1;
+  for (int64_t c : shape) n *= c;
+  return n;
+}
+
+int64_t ManifestDataset::bytes() const { return numel() * (dtype == "int64" ? 8 : 4); }
+
+std::string CheckpointLayout::text() const {
+  return "(t=" + std::to_string(t) + ", p=" + std::to_string(p) + ", d=" + std::to_string(d) +
+         ", v=" + std::to_string(v) + ")";
+}
+
+namespace {
+
+json model_json(const GptConfig &m) {
+  return json{{"num_layers", m.num_layers},
+              {"hidden_size", m.hidden_size},
+              {"num_attention_heads", m.num_attention_heads},
+              {"ffn_hidden_size", m.ffn()},
+              {"vocab_size", m.vocab_size},
+              {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
+              {"seq_length", m.seq_length},
+              {"max_position_embeddings", m.max_positions()},
+              {"hidden_dropout", m.hidden_dropout},
+              {"attention_dropout", m.attention_dropout},
+              {"init_method_std", m.init_method_std},
+              {"layernorm_epsilon", m.layernorm_epsilon}};
+}
+
+std::string crc_text(uint32_t c) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", c);
+  return buf;
+}
+
+// Reads field `key` of object `o` as T, or fails naming where it is.
+template <class T>
+T field(const json &o, const std::string &key, const std::string &where) {
+  if (!o.is_object() || !o.contains(key))
+    fail(Status::corrupt_data, where, ": field '", key, "' is missing");
+  try {
+    return o.at(key).get<T>();
+  } catch (const json::exception &) {
+    fail(Status::corrupt_data, where, ": field '", key, "' has the wrong type (", o.at(key).dump(),
+         ")");
+  }
+}
+
+}  // namespace
+
+std::string Manifest::to_json() const {
+  json ds = json::array();
+  for (const ManifestDataset &d : datasets) {
+    json blocks = json::array();
+    for (const ManifestBlock &b : d.blocks)
+      blocks.push_back({{"offset", b.offset}, {"count", b.count}, {"crc32c", crc_text(b.crc32c)}});
+    ds.push_back({{"name", d.name}, {"dtype", d.dtype}, {"shape", d.shape}, {"blocks", blocks}});
+  }
+  json j{{"format", "ptdp-checkpoint"},
+         {"format_version", kFormatVersion},
+         {"iteration", iteration},
+         {"file", file},
+         {"file_bytes", file_bytes},
+         {"model", model_json(model)},
+         {"layout", {{"t", layout.t}, {"p", layout.p}, {"d", layout.d}, {"v", layout.v}}},
+         {"training", training},
+         {"datasets", ds}};
+  return j.dump(1) + "\n";
+}
+
+Manifest Manifest::parse(const std::string &text, const std::string &where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception &e) {
+    fail(Status::corrupt_data, where, " is not valid JSON: ", e.what());
+  }
+  if (field<std::string>(j, "format", where) != "ptdp-checkpoint")
+    fail(Status::corrupt_data, where, ": format is not 'ptdp-checkpoint'");
+  const int version = field<int>(j, "format_version", where);
+  if (version != kFormatVersion)
+    fail(Status::corrupt_data, where, ": format_version ", version, " is not supported (this ptdp reads ",
+         kFormatVersion, ")");
+  Manifest m;
+  m.iteration = field<int64_t>(j, "iteration", where);
+  m.file = field<std::string>(j, "file", where);
+  m.file_bytes = field<int64_t>(j, "file_bytes", where);
+  const json model = j.contains("model") ? j["model"] : json();
+  const std::string mw = where + " model";
+  GptConfig &g = m.model;
+  g.num_layers = field<int>(model, "num_layers", mw);
+  g.hidden_size = field<int>(model, "hidden_size", mw);
+  g.num_attention_heads = field<int>(model, "num_attention_heads", mw);
+  g.ffn_hidden_size = field<int>(model, "ffn_hidden_size", mw);
+  g.vocab_size = field<int>(model, "vocab_size", mw);
+  g.make_vocab_size_divisible_by = field<int>(model, "make_vocab_size_divisible_by", mw);
+  g.seq_length = field<int>(model, "seq_length", mw);
+  g.max_position_embeddings = field<int>(model, "max_position_embeddings", mw);
+  g.hidden_dropout = field<float>(model, "hidden_dropout", mw);
+  g.attention_dropout = field<float>(model, "attention_dropout", mw);
+  g.init_method_std = field<float>(model, "init_method_std", mw);
+  g.layernorm_epsilon = field<float>(model, "layernorm_epsilon", mw);
+  const json layout = j.contains("layout") ? j["layout"] : json();
+  m.layout.t = field<int>(layout, "t", where + " layout");
+  m.layout.p = field<int>(layout, "p", where + " layout");
+  m.layout.d = field<int>(layout, "d", where + " layout");
+  m.layout.v = field<int>(layout, "v", where + " layout");
+  m.training = field<std::map<std::string, std::string>>(j, "training", where);
+  const json ds = j.contains("datasets") ? j["datasets"] : json();
+  if (!ds.is_array()) fail(Status::corrupt_data, where, ": field 'datasets' is missing or not a list");
+  for (const json &d : ds) {
+    ManifestDataset out;
+    out.name = field<std::string>(d, "name", where + " dataset");
+    const std::string dw = where + " dataset '" + out.name + "'";
+    out.dtype = field<std::string>(d, "dtype", dw);
+    if (out.dtype != "float32" && out.dtype != "int64")
+      fail(Status::corrupt_data, dw, ": dtype '", out.dtype, "' is not float32 or int64");
+    out.shape = field<std::vector<int64_t>>(d, "shape", dw);
+    const json blocks = d.contains("blocks") ? d["blocks"] : json();
+    if (!blocks.is_array()) fail(Status::corrupt_data, dw, ": field 'blocks' is missing");
+    int64_t covered = 0;
+    for (const json &b : blocks) {
+      ManifestBlock mb;
+      mb.offset = field<std::vector<int64_t>>(b, "offset", dw + " block");
+      mb.count = field<std::vector<int64_t>>(b, "count", dw + " block");
+      const std::string crc = field<std::string>(b, "crc32c", dw + " block");
+      char *end = nullptr;
+      mb.crc32c = (uint32_t)std::strtoul(crc.c_str(), &end, 16);
+      if (crc.size() != 8 || *end != '\0')
+        fail(Status::corrupt_data, dw, ": crc32c '", crc, "' is not 8 hex digits");
+      if (mb.offset.size() != out.shape.size() || mb.count.size() != out.shape.size())
+        fail(Status::corrupt_data, dw, ": a block's offset/count do not have ", out.shape.size(),
+             " dimensions");
+      for (size_t k = 0; k < out.shape.size(); k++)
+        if (mb.offset[k] < 0 || mb.count[k] < 0 || mb.offset[k] + mb.count[k] > out.shape[k])
+          fail(Status::corrupt_data, dw, ": a block lies outside the dataset's shape");
+      covered += mb.numel();
+      out.blocks.push_back(std::move(mb));
+    }
+    // Blocks never overlap (one writer per element), so they cover the dataset
+    // exactly when their sizes add up to it.
+    if (covered != out.numel())
+      fail(Status::corrupt_data, dw, ": its blocks cover ", covered, " of ", out.numel(),
+           " elements");
+    m.datasets.push_back(std::move(out));
+  }
+  std::sort(m.datasets.begin(), m.datasets.end(),
+            [](const ManifestDataset &a, const ManifestDataset &b) { return a.name < b.name; });
+  return m;
+}
+
+Manifest Manifest::read(const std::string &dir) {
+  const std::string path = dir + "/manifest.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(Status::io_error, "cannot read '", path, "' (no such file or not readable)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse(ss.str(), "'" + path + "'");
+}
+
+const ManifestDataset *Manifest::find(const std::string &name) const {
+  auto it = std::lower_bound(datasets.begin(), datasets.end(), name,
+                             [](const ManifestDataset &d, const std::string &n) { return d.name < n; });
+  return it != datasets.end() && it->name == name ? &*it : nullptr;
+}
+
+std::string model_shape_mismatch(const GptConfig &saved, const GptConfig &wanted) {
+  std::string out;
+  auto check = [&](const char *name, int64_t a, int64_t b) {
+    if (a != b)
+      out += std::string(out.empty() ? "" : "; ") + name + ": checkpoint " + std::to_string(a) +
+             ", this run " + std::to_string(b);
+  };
+  check("num_layers", saved.num_layers, wanted.num_layers);
+  check("hidden_size", saved.hidden_size, wanted.hidden_size);
+  check("num_attention_heads", saved.num_attention_heads, wanted.num_attention_heads);
+  check("ffn_hidden_size", saved.ffn(), wanted.ffn());
+  check("vocab_size", saved.vocab_size, wanted.vocab_size);
+  check("max_position_embeddings", saved.max_positions(), wanted.max_positions());
+  return out;
+}
+
+}  // namespace ptdp

@@ -1,0 +1,384 @@
+#include "checkpoints/sharded_checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <nlohmann/json.hpp>
+
+#include "checkpoints/commit.h"
+#include "checkpoints/crc32c.h"
+#include "checkpoints/hdf5_file.h"
+#include "checkpoints/io_world.h"
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+namespace {
+
+const char *kFile = "model.h5";
+
+// The three tensors stored per parameter, and the shard buffer each lives in.
+struct Section {
+  const char *prefix;
+  float *RankShard::*buffer;
+};
+const Section kSections[] = {{"/model/", &RankShard::params},
+                             {"/optim/exp_avg/", &RankShard::exp_avg},
+                             {"/optim/exp_avg_sq/", &RankShard::exp_avg_sq}};
+
+struct StateField {
+  const char *name;
+  int64_t TrainingState::*value;
+};
+const StateField kState[] = {{"iteration", &TrainingState::iteration},
+                             {"consumed_samples", &TrainingState::consumed_samples},
+                             {"skipped_iterations", &TrainingState::skipped_iterations},
+                             {"nan_iterations", &TrainingState::nan_iterations}};
+
+// A rectangle of a dataset in global coordinates; a 1-D tensor is [n, 1].
+// `ld` is the length of a row of the rank's local shard in memory.
+struct Region {
+  int64_t row0 = 0, rows = 0, col0 = 0, cols = 1, ld = 1;
+};
+
+bool is_wte(const ParamInfo &p) { return p.name == "wte.weight"; }
+
+// The dataset's shape: the global one, with the vocabulary unpadded.
+std::vector<int64_t> dataset_shape(const ParamInfo &p, int vocab) {
+  std::vector<int64_t> s = p.global_shape;
+  if (is_wte(p)) s[0] = vocab;
+  return s;
+}
+
+// What tensor rank `tp` holds of p: its split of the global tensor, without
+// the vocabulary padding rows.
+Region held_region(const ParamInfo &p, int tp, int vocab) {
+  Region r;
+  r.rows = p.shape[0];
+  r.cols = r.ld = p.shape.size() > 1 ? p.shape[1] : 1;
+  if (p.split_axis == 0) r.row0 = tp * r.rows;
+  if (p.split_axis == 1) r.col0 = tp * r.cols;
+  if (is_wte(p)) r.rows = std::max<int64_t>(0, std::min<int64_t>(r.rows, vocab - r.row0));
+  return r;
+}
+
+std::vector<int64_t> dims(const ParamInfo &p, int64_t row, int64_t col) {
+  return p.shape.size() > 1 ? std::vector<int64_t>{row, col} : std::vector<int64_t>{row};
+}
+
+Region block_region(const ManifestBlock &b) {
+  Region r;
+  r.row0 = b.offset.empty() ? 0 : b.offset[0];
+  r.rows = b.count.empty() ? 1 : b.count[0];
+  r.col0 = b.offset.size() > 1 ? b.offset[1] : 0;
+  r.cols = r.ld = b.count.size() > 1 ? b.count[1] : 1;
+  return r;
+}
+
+std::string dims_text(const std::vector<int64_t> &d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); i++) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+struct WriteBlock {
+  std::string dataset;
+  std::vector<int64_t> offset, count;
+  const float *data;  // count's elements, row-major
+};
+
+// The blocks this process writes: per parameter the tensor ranks' shards (a
+// replicated tensor only from tensor rank 0, the tied embedding only from the
+// first stage), the rows of each shard split over the d data-parallel replicas.
+std::vector<WriteBlock> blocks_to_write(const std::vector<RankShard> &local, int d, int vocab) {
+  std::vector<WriteBlock> out;
+  for (const RankShard &s : local) {
+    for (const ParamInfo &p : *s.table) {
+      if (p.tied_copy || (p.split_axis < 0 && s.coord.tp != 0)) continue;
+      const Region r = held_region(p, s.coord.tp, vocab);
+      const int64_t a = r.rows * s.coord.dp / d, b = r.rows * (s.coord.dp + 1) / d;
+      if (b <= a) continue;
+      for (const Section &sec : kSections)
+        out.push_back({sec.prefix + p.name, dims(p, r.row0 + a, r.col0), dims(p, b - a, r.cols),
+                       s.*sec.buffer + p.offset + a * r.ld});
+    }
+  }
+  return out;
+}
+
+int64_t file_size(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? (int64_t)st.st_size : -1;
+}
+
+// Runs fn, returning its error message ("" when it succeeded).
+template <class F>
+std::string attempt(F &&fn) {
+  try {
+    fn();
+  } catch (const std::exception &e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard> &local) {
+  const IoWorld io = IoWorld::current();
+  const int64_t it = req.state.iteration;
+  const int vocab = req.model.vocab_size;
+  std::string dir;
+  std::string err = io.rank() == 0 ? attempt([&] { dir = begin_checkpoint(req.root, it); }) : "";
+  err = io.first_error(err);
+  if (!err.empty()) fail(Status::io_error, "checkpoint not saved: ", err);
+  dir = io.broadcast(dir);
+  const std::string file = dir + "/" + kFile;
+  const std::vector<ParamInfo> all = gpt_param_table(req.model, 1, {});
+
+  // Datasets and attributes are made by every process together (collective
+  // under MPI-IO); each then writes its own blocks independently.
+  nlohmann::json mine = nlohmann::json::array();
+  err = attempt([&] {
+    H5File f = H5File::create(file, io.parallel());
+    for (const Section &sec : kSections)
+      for (const ParamInfo &p : all) f.create_dataset(sec.prefix + p.name, H5Type::f32, dataset_shape(p, vocab));
+    for (const StateField &s : kState) f.create_dataset(std::string("/state/") + s.name, H5Type::i64, {1});
+    f.set_attribute("format", "ptdp-checkpoint 1 (datasets have global shapes; see manifest.json)");
+    f.set_attribute("iteration", std::to_string(it));
+    f.set_attribute("layout", req.layout.text());
+    std::string write_err = attempt([&] {
+      for (const WriteBlock &b : blocks_to_write(local, req.layout.d, vocab)) {
+        f.write_block(b.dataset, b.offset, b.count, b.data);
+        int64_t n = 1;
+        for (int64_t c : b.count) n *= c;
+        mine.push_back({b.dataset, b.offset, b.count, crc32c(0, b.data, (size_t)n * sizeof(float))});
+      }
+      if (io.rank() == 0)
+        for (const StateField &s : kState) {
+          const int64_t v = req.state.*s.value;
+          const std::string name = std::string("/state/") + s.name;
+          f.write_block(name, {0}, {1}, &v);
+          mine.push_back({name, {0}, {1}, crc32c(0, &v, sizeof v)});
+        }
+    });
+    f.close();  // collective: every process gets here even after a failed write
+    if (!write_err.empty()) fail(Status::io_error, write_err);
+  });
+  err = io.first_error(err);
+  const std::vector<std::string> gathered = io.all_gather(err.empty() ? mine.dump() : "[]");
+
+  // Process 0 writes the manifest and commits; the others wait for its word.
+  if (io.rank() == 0 && err.empty()) {
+    err = attempt([&] {
+      Manifest m;
+      m.iteration = it;
+      m.file = kFile;
+      m.file_bytes = file_size(file);
+      m.model = req.model;
+      m.layout = req.layout;
+      m.training = req.training;
+      std::map<std::string, ManifestDataset> ds;
+      for (const Section &sec : kSections)
+        for (const ParamInfo &p : all)
+          ds[sec.prefix + p.name] = {sec.prefix + p.name, "float32", dataset_shape(p, vocab), {}};
+      for (const StateField &s : kState)
+        ds[std::string("/state/") + s.name] = {std::string("/state/") + s.name, "int64", {1}, {}};
+      for (const std::string &g : gathered)
+        for (const auto &b : nlohmann::json::parse(g))
+          ds.at(b[0].get<std::string>())
+              .blocks.push_back({b[1].get<std::vector<int64_t>>(), b[2].get<std::vector<int64_t>>(),
+                                 b[3].get<uint32_t>()});
+      for (auto &[name, d] : ds) {
+        std::sort(d.blocks.begin(), d.blocks.end(),
+                  [](const ManifestBlock &a, const ManifestBlock &b) { return a.offset < b.offset; });
+        m.datasets.push_back(std::move(d));
+      }
+      commit_checkpoint(req.root, it, m.to_json());
+      if (req.keep_last > 0) prune_checkpoints(req.root, req.keep_last);
+    });
+  }
+  err = io.first_error(err);
+  if (!err.empty()) {
+    if (io.rank() == 0) abandon_checkpoint(req.root, it);
+    fail(Status::io_error, "checkpoint of iteration ", it, " not saved (the previous one is kept): ",
+         err);
+  }
+  return req.root + "/" + checkpoint_name(it);
+}
+
+namespace {
+
+// Where a loaded tensor goes: a rank's region of a dataset and its memory.
+struct Target {
+  Region region;
+  float *mem;
+  int64_t copied = 0;
+};
+
+void check_block_crc(const H5File &f, const std::string &name, const ManifestBlock &b,
+                     const void *data, size_t bytes) {
+  const uint32_t crc = crc32c(0, data, bytes);
+  if (crc != b.crc32c) {
+    char msg[64];
+    std::snprintf(msg, sizeof msg, "%08x, the manifest says %08x", crc, b.crc32c);
+    fail(Status::corrupt_data, "'", f.path(), "' dataset '", name, "' block at ",
+         dims_text(b.offset), " of ", dims_text(b.count), ": checksum ", msg,
+         " (the file is damaged; load with verification off only to salvage it)");
+  }
+}
+
+std::string resolve_checkpoint(const std::string &path, std::string *why) {
+  if (file_size(path + "/manifest.json") >= 0) {
+    *why = "the checkpoint directory given";
+    return path;
+  }
+  const std::string base = path.substr(path.find_last_of('/') + 1);
+  if (base.rfind("iter_", 0) == 0)
+    fail(Status::io_error, "'", path, "' is not a complete checkpoint: it has no manifest.json "
+         "(an unfinished or damaged save); give its parent directory to load the newest complete one");
+  return find_latest_checkpoint(path, why);
+}
+
+}  // namespace
+
+CheckpointRef open_checkpoint(const std::string &path) {
+  const IoWorld io = IoWorld::current();
+  CheckpointRef ref;
+  std::string err = io.rank() == 0 ? attempt([&] { ref.dir = resolve_checkpoint(path, &ref.why); }) : "";
+  err = io.first_error(err);
+  if (!err.empty()) fail(Status::io_error, "nothing loaded: ", err);
+  ref.dir = io.broadcast(ref.dir);
+  ref.why = io.broadcast(ref.why);
+  ref.manifest = Manifest::read(ref.dir);
+  return ref;
+}
+
+TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
+                              const std::vector<RankShard> &local, bool verify) {
+  const Manifest &m = ckpt.manifest;
+  const std::string mismatch = model_shape_mismatch(m.model, model);
+  if (!mismatch.empty())
+    fail(Status::invalid_config, "checkpoint '", ckpt.dir, "' holds a different model (", mismatch,
+         "); give the checkpoint's model shape to load it");
+  const std::string file = ckpt.dir + "/" + m.file;
+  const int64_t size = file_size(file);
+  if (size < 0) fail(Status::corrupt_data, "'", file, "' is missing (the manifest names it)");
+  if (size != m.file_bytes)
+    fail(Status::corrupt_data, "'", file, "' is ", size, " bytes but the manifest says ",
+         m.file_bytes, ": the file was truncated or replaced");
+  H5File f = H5File::open_read(file);
+  const int vocab = model.vocab_size;
+
+  // Every dataset this process needs, with the ranks' regions in it.
+  std::map<std::string, std::vector<Target>> wanted;
+  for (const RankShard &s : local)
+    for (const ParamInfo &p : *s.table) {
+      const Region r = held_region(p, s.coord.tp, vocab);
+      for (const Section &sec : kSections) {
+        float *mem = s.*sec.buffer + p.offset;
+        std::fill(mem + r.rows * r.ld, mem + p.numel, 0.f);  // vocabulary padding rows
+        wanted[sec.prefix + p.name].push_back({r, mem});
+      }
+    }
+  std::vector<float> buf;
+  for (auto &[name, targets] : wanted) {
+    const ManifestDataset *md = m.find(name);
+    if (!md) fail(Status::corrupt_data, "the manifest of '", ckpt.dir, "' has no dataset '", name, "'");
+    const std::vector<int64_t> in_file = f.shape(name);
+    if (in_file != md->shape)
+      fail(Status::corrupt_data, "'", file, "' dataset '", name, "' is ", dims_text(in_file),
+           " but the manifest says ", dims_text(md->shape));
+    for (const ManifestBlock &b : md->blocks) {
+      const Region br = block_region(b);
+      auto overlaps = [&](const Region &r) {
+        return std::max(r.row0, br.row0) < std::min(r.row0 + r.rows, br.row0 + br.rows) &&
+               std::max(r.col0, br.col0) < std::min(r.col0 + r.cols, br.col0 + br.cols);
+      };
+      if (std::none_of(targets.begin(), targets.end(), [&](const Target &t) { return overlaps(t.region); }))
+        continue;  // another process's part
+      buf.resize((size_t)b.numel());
+      f.read_block(name, b.offset, b.count, buf.data());
+      if (verify) check_block_crc(f, name, b, buf.data(), buf.size() * sizeof(float));
+      for (Target &t : targets) {
+        if (!overlaps(t.region)) continue;
+        const Region &r = t.region;
+        const int64_t r0 = std::max(r.row0, br.row0), r1 = std::min(r.row0 + r.rows, br.row0 + br.rows);
+        const int64_t c0 = std::max(r.col0, br.col0), c1 = std::min(r.col0 + r.cols, br.col0 + br.cols);
+        for (int64_t i = r0; i < r1; i++)
+          std::memcpy(t.mem + (i - r.row0) * r.ld + (c0 - r.col0),
+                      buf.data() + (i - br.row0) * br.ld + (c0 - br.col0),
+                      (size_t)(c1 - c0) * sizeof(float));
+        t.copied += (r1 - r0) * (c1 - c0);
+      }
+    }
+    for (const Target &t : targets)
+      if (t.copied != t.region.rows * t.region.cols)
+        fail(Status::corrupt_data, "the blocks of '", name, "' in '", ckpt.dir,
+             "' do not cover the part this layout needs");
+  }
+  TrainingState state;
+  for (const StateField &s : kState) {
+    const std::string name = std::string("/state/") + s.name;
+    const ManifestDataset *md = m.find(name);
+    if (!md || md->blocks.size() != 1)
+      fail(Status::corrupt_data, "the manifest of '", ckpt.dir, "' has no block of '", name, "'");
+    int64_t v = 0;
+    f.read_block(name, {0}, {1}, &v);
+    if (verify) check_block_crc(f, name, md->blocks[0], &v, sizeof v);
+    state.*s.value = v;
+  }
+  return state;
+}
+
+std::vector<std::string> checkpoint_faults(const std::string &dir) {
+  std::vector<std::string> faults;
+  Manifest m;
+  std::string err = attempt([&] { m = Manifest::read(dir); });
+  if (!err.empty()) return {err};
+  const std::string file = dir + "/" + m.file;
+  const int64_t size = file_size(file);
+  if (size < 0) return {"'" + file + "' is missing"};
+  if (size != m.file_bytes)
+    faults.push_back("'" + file + "' is " + std::to_string(size) + " bytes but the manifest says " +
+                     std::to_string(m.file_bytes) + " (truncated or replaced)");
+  std::optional<H5File> opened;
+  err = attempt([&] { opened.emplace(H5File::open_read(file)); });
+  if (!err.empty()) {
+    faults.push_back(err);
+    return faults;
+  }
+  const H5File &f = *opened;
+  std::vector<float> fbuf;
+  std::vector<int64_t> ibuf;
+  for (const ManifestDataset &d : m.datasets) {
+    err = attempt([&] {
+      if (f.shape(d.name) != d.shape)
+        fail(Status::corrupt_data, "dataset '", d.name, "' is ", dims_text(f.shape(d.name)),
+             " but the manifest says ", dims_text(d.shape));
+      for (const ManifestBlock &b : d.blocks) {
+        std::string block_err = attempt([&] {
+          if (d.dtype == "int64") {
+            ibuf.resize((size_t)b.numel());
+            f.read_block(d.name, b.offset, b.count, ibuf.data());
+            check_block_crc(f, d.name, b, ibuf.data(), ibuf.size() * sizeof(int64_t));
+          } else {
+            fbuf.resize((size_t)b.numel());
+            f.read_block(d.name, b.offset, b.count, fbuf.data());
+            check_block_crc(f, d.name, b, fbuf.data(), fbuf.size() * sizeof(float));
+          }
+        });
+        if (!block_err.empty()) faults.push_back(block_err);
+      }
+    });
+    if (!err.empty()) faults.push_back(err);
+  }
+  for (const std::string &name : f.datasets())
+    if (!m.find(name)) faults.push_back("dataset '" + name + "' in '" + file + "' is not in the manifest");
+  return faults;
+}
+
+}  // namespace ptdp

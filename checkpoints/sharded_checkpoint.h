@@ -1,0 +1,77 @@
+// Saving and loading the training state of any (t, p, d, v) layout as one HDF5
+// file of global-shape datasets (ARCHITECTURE §5):
+//   /model/<name>                 parameters (wte unpadded: [vocab_size, h])
+//   /optim/exp_avg/<name>         Adam's moments, at parameter shape, so they
+//   /optim/exp_avg_sq/<name>      reshard like the parameters
+//   /state/<field>                int64 [1]: iteration, consumed_samples, ...
+// Save: every rank writes only its own hyperslabs, each replicated or
+// data-parallel-replicated block once, its rows spread over the d replicas.
+// Load: every rank reads the hyperslabs its own layout needs, so loading under
+// another layout is resharding. Collective over IoWorld::current(): under
+// mpirun every process calls with its own ranks' shards.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "checkpoints/manifest.h"
+#include "engine/comm/grid.h"
+#include "engine/model/gpt.h"
+
+namespace ptdp {
+
+// One rank's share: its parameter table and the flat buffers it lays out.
+struct RankShard {
+  RankCoord coord;
+  const std::vector<ParamInfo> *table = nullptr;
+  float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
+};
+
+// Everything else resumption needs. The RNG needs no state of its own: dropout
+// and data order are keyed by (seed, iteration, global sample index).
+struct TrainingState {
+  int64_t iteration = 0, consumed_samples = 0, skipped_iterations = 0, nan_iterations = 0;
+};
+
+struct SaveRequest {
+  std::string root;   // checkpoints go to <root>/iter_XXXXXXX
+  int keep_last = 0;  // > 0: keep only the newest keep_last complete checkpoints
+  GptConfig model;
+  CheckpointLayout layout;
+  TrainingState state;
+  std::map<std::string, std::string> training;  // recorded in the manifest
+};
+
+// Saves and commits; returns the checkpoint's directory. On any failure on any
+// process, nothing is committed, the unfinished directory is removed and the
+// previous checkpoint stays the newest; throws io_error saying what failed.
+std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard> &local);
+
+// A complete checkpoint found on disk, with its parsed manifest.
+struct CheckpointRef {
+  std::string dir;  // the checkpoint taken
+  std::string why;  // how it was chosen
+  Manifest manifest;
+};
+
+// `path` is a save directory (its newest complete checkpoint is taken) or one
+// checkpoint directory. Collective under mpirun (process 0 chooses). Throws
+// io_error when there is nothing complete to load, corrupt_data when the
+// manifest is damaged.
+CheckpointRef open_checkpoint(const std::string &path);
+
+// Fills every local shard (any layout) for `model` from the checkpoint and
+// returns its training state. verify: check each block read against its
+// manifest checksum. Throws invalid_config naming the mismatching fields when
+// the model shapes differ (before anything is read), corrupt_data naming the
+// file, dataset and block on damage (the shards may then hold a mix).
+TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
+                              const std::vector<RankShard> &local, bool verify);
+
+// Every fault of a checkpoint directory: unreadable or inconsistent manifest,
+// a missing or truncated file, datasets that disagree with the manifest, and
+// blocks whose checksum does not match. Empty when it is sound.
+std::vector<std::string> checkpoint_faults(const std::string &dir);
+
+}  // namespace ptdp

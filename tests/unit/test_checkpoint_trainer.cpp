@@ -1,0 +1,404 @@
+// Trainer checkpoints (ARCHITECTURE §5): round trips for every pipeline
+// layout, bit-exact resumption, resharding between layouts, retention, and
+// every bad input and fault named by the issue, each asserting its message.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "checkpoints/commit.h"
+#include "checkpoints/sharded_checkpoint.h"
+#include "engine/train/config.h"
+#include "engine/train/trainer.h"
+#include "expect_error.h"
+#include "temp_dir.h"
+#include "tiny_dataset.h"
+
+using namespace ptdp;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Layout {
+  int t, p, d, v;
+};
+
+std::string name_of(const Layout &l) {
+  return "t" + std::to_string(l.t) + "p" + std::to_string(l.p) + "d" + std::to_string(l.d) + "v" +
+         std::to_string(l.v);
+}
+
+Config config(const Layout &l) {
+  Config c;
+  c.set("num_layers", "8");
+  c.set("hidden_size", "32");
+  c.set("num_attention_heads", "4");
+  c.set("seq_length", "16");
+  c.set("micro_batch_size", "2");
+  c.set("global_batch_size", "16");
+  c.set("train_iters", "10");
+  c.set("lr", "3e-3");
+  c.set("min_lr", "3e-4");
+  c.set("lr_warmup_iters", "2");
+  c.set("hidden_dropout", "0.1");
+  c.set("attention_dropout", "0.1");
+  c.set("split", "80,20");
+  c.set("data_path", tiny_dataset_path());
+  c.set("tensor_model_parallel_size", std::to_string(l.t));
+  c.set("pipeline_model_parallel_size", std::to_string(l.p));
+  c.set("data_parallel_size", std::to_string(l.d));
+  c.set("num_layers_per_virtual_pipeline_stage", std::to_string(8 / (l.p * l.v)));
+  return c;
+}
+
+TrainerOptions options(const Layout &l) { return TrainerOptions::from_config(config(l)); }
+
+std::vector<std::string> param_names(const TrainerOptions &o) {
+  std::vector<std::string> names;
+  for (const ParamInfo &p : gpt_param_table(o.model, 1, {})) names.push_back(p.name);
+  return names;
+}
+
+// Every rank's flat parameter and moment buffers, exactly.
+void expect_same_state(Trainer &a, Trainer &b) {
+  ASSERT_EQ(a.local_ranks(), b.local_ranks());
+  for (int r = 0; r < a.local_ranks(); r++) {
+    const size_t n = a.model(r).num_params();
+    ASSERT_EQ(n, b.model(r).num_params());
+    for (auto pick : {0, 1, 2}) {
+      const float *x = pick == 0 ? a.model(r).params()
+                       : pick == 1 ? a.optimizer(r).exp_avg().data()
+                                   : a.optimizer(r).exp_avg_sq().data();
+      const float *y = pick == 0 ? b.model(r).params()
+                       : pick == 1 ? b.optimizer(r).exp_avg().data()
+                                   : b.optimizer(r).exp_avg_sq().data();
+      size_t bad = 0;
+      for (size_t i = 0; i < n; i++) bad += x[i] != y[i];
+      EXPECT_EQ(bad, 0u) << "rank " << r << " buffer " << pick;
+    }
+  }
+  EXPECT_EQ(a.iteration(), b.iteration());
+  EXPECT_EQ(a.consumed_samples(), b.consumed_samples());
+}
+
+std::string read_file(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string &path, const std::string &bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+const std::vector<Layout> kLayouts = {{1, 1, 1, 1}, {1, 2, 1, 1}, {1, 4, 1, 1}, {2, 2, 1, 1},
+                                      {1, 2, 1, 2}, {1, 4, 1, 2}, {2, 2, 2, 2}, {2, 4, 1, 2},
+                                      {4, 1, 2, 1}};
+
+}  // namespace
+
+// Save after two steps, load into a fresh trainer of the same layout: every
+// parameter and moment of every rank comes back bit for bit, and so do the
+// iteration and consumed samples.
+class RoundTrip : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(RoundTrip, RestoresEveryRankExactly) {
+  TempDir dir;
+  Trainer a(options(GetParam()));
+  a.step();
+  a.step();
+  const std::string saved = a.save(dir.path);
+  EXPECT_EQ(saved, dir.path + "/iter_0000002");
+  Trainer b(options(GetParam()));
+  const std::string msg = b.load(dir.path);
+  EXPECT_NE(msg.find("iter_0000002"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("from the tracker"), std::string::npos) << msg;
+  expect_same_state(a, b);
+  EXPECT_TRUE(checkpoint_faults(saved).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, RoundTrip, ::testing::ValuesIn(kLayouts),
+                         [](const auto &info) { return name_of(info.param); });
+
+// Training 3 steps, saving, and resuming for 3 more in a new trainer gives
+// bit-identical losses and grad norms to 6 uninterrupted steps (dropout on).
+class Resume : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(Resume, IsBitExact) {
+  TempDir dir;
+  std::vector<StepMetrics> straight;
+  {
+    Trainer tr(options(GetParam()));
+    for (int i = 0; i < 6; i++) straight.push_back(tr.step());
+  }
+  {
+    Trainer first(options(GetParam()));
+    for (int i = 0; i < 3; i++) first.step();
+    first.save(dir.path);
+  }
+  TrainerOptions o = options(GetParam());
+  o.load_path = dir.path;  // as --load does
+  Trainer resumed(o);
+  EXPECT_EQ(resumed.iteration(), 3);
+  for (int i = 3; i < 6; i++) {
+    StepMetrics m = resumed.step();
+    EXPECT_EQ(m.lm_loss, straight[(size_t)i].lm_loss) << "step " << i + 1;
+    EXPECT_EQ(m.grad_norm, straight[(size_t)i].grad_norm) << "step " << i + 1;
+    EXPECT_EQ(m.lr, straight[(size_t)i].lr);
+    EXPECT_EQ(m.consumed_samples, straight[(size_t)i].consumed_samples);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Resume,
+                         ::testing::Values(Layout{1, 1, 1, 1}, Layout{2, 2, 2, 2}, Layout{1, 4, 1, 2}),
+                         [](const auto &info) { return name_of(info.param); });
+
+// Loading under another layout is resharding: right after the load every
+// parameter, assembled from the new shards, equals the saved one bit for bit,
+// and the next steps' losses equal those of continuing in the saved layout up
+// to summation order (the tolerance of trained_run.h: 1e-5 relative).
+struct Reshard {
+  Layout from, to;
+};
+class Resharding : public ::testing::TestWithParam<Reshard> {};
+
+TEST_P(Resharding, ContinuesLikeTheSavedLayout) {
+  TempDir dir;
+  const Reshard rs = GetParam();
+  Trainer a(options(rs.from));
+  a.step();
+  a.step();
+  a.save(dir.path);
+  std::vector<std::vector<float>> saved;
+  for (const std::string &n : param_names(a.options())) saved.push_back(a.gather_parameter(n));
+  Trainer b(options(rs.to));
+  const std::string msg = b.load(dir.path);
+  EXPECT_NE(msg.find("saved with (t=" + std::to_string(rs.from.t)), std::string::npos) << msg;
+  const std::vector<std::string> names = param_names(b.options());
+  for (size_t k = 0; k < names.size(); k++)
+    EXPECT_EQ(b.gather_parameter(names[k]), saved[k]) << names[k];
+  for (int i = 0; i < 2; i++) {
+    const double la = a.step().lm_loss, lb = b.step().lm_loss;
+    EXPECT_NEAR(lb, la, 1e-5 * la) << "step " << i + 3;
+  }
+  EXPECT_EQ(b.iteration(), 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pairs, Resharding,
+    ::testing::Values(Reshard{{2, 2, 2, 2}, {1, 4, 1, 1}}, Reshard{{2, 2, 2, 2}, {4, 1, 2, 1}},
+                      Reshard{{2, 2, 2, 2}, {1, 1, 1, 1}}, Reshard{{1, 1, 1, 1}, {2, 4, 1, 2}},
+                      Reshard{{4, 1, 2, 1}, {1, 2, 2, 2}}, Reshard{{1, 4, 1, 2}, {2, 1, 4, 1}},
+                      Reshard{{2, 4, 1, 2}, {4, 2, 1, 1}}),
+    [](const auto &info) { return name_of(info.param.from) + "_to_" + name_of(info.param.to); });
+
+TEST(CheckpointRetention, SaveIntervalAndKeepLast) {
+  TempDir dir;
+  TrainerOptions o = options({1, 2, 1, 1});
+  o.save_path = dir.path;
+  o.save_interval = 1;
+  o.keep_last_checkpoints = 2;
+  Trainer tr(o);
+  for (int i = 0; i < 4; i++) tr.step();
+  std::vector<std::string> names;
+  for (auto &e : fs::directory_iterator(dir.path)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"iter_0000003", "iter_0000004", "latest"}));
+}
+
+// ---- bad input and faults ----
+
+class CheckpointFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Trainer tr(options({2, 2, 1, 1}));
+    tr.step();
+    ckpt = tr.save(dir.path);
+    file = ckpt + "/model.h5";
+  }
+  std::string load_error(const TrainerOptions &o, const std::string &path) {
+    try {
+      Trainer tr(o);
+      tr.load(path);
+    } catch (const Error &e) {
+      return e.what();
+    }
+    return "";
+  }
+  TempDir dir;
+  std::string ckpt, file;
+};
+
+TEST_F(CheckpointFaults, NothingToLoad) {
+  TempDir empty;
+  Trainer tr(options({1, 1, 1, 1}));
+  expect_error([&] { tr.load(empty.path); }, Status::io_error, "nothing loaded");
+  expect_error([&] { tr.load(empty.path + "/absent"); }, Status::io_error, "nothing loaded");
+}
+
+TEST_F(CheckpointFaults, UnfinishedSaveIsNeverTaken) {
+  // What a save killed before its commit leaves: a .tmp directory, no manifest.
+  fs::rename(ckpt, ckpt + ".tmp");
+  fs::remove(ckpt + ".tmp/manifest.json");
+  fs::remove(dir.path + "/latest");
+  Trainer tr(options({1, 1, 1, 1}));
+  expect_error([&] { tr.load(dir.path); }, Status::io_error, "unfinished save");
+  expect_error([&] { tr.load(ckpt + ".tmp"); }, Status::io_error, "no manifest.json");
+}
+
+TEST_F(CheckpointFaults, MissingFile) {
+  fs::remove(file);
+  Trainer tr(options({1, 1, 1, 1}));
+  expect_error([&] { tr.load(dir.path); }, Status::corrupt_data, "model.h5' is missing");
+}
+
+TEST_F(CheckpointFaults, TruncatedFile) {
+  fs::resize_file(file, fs::file_size(file) / 2);
+  Trainer tr(options({1, 1, 1, 1}));
+  expect_error([&] { tr.load(dir.path); }, Status::corrupt_data, "truncated");
+  EXPECT_FALSE(checkpoint_faults(ckpt).empty());
+}
+
+// One flipped bit inside a dataset's data: the load names the dataset and the
+// block, and `verify` finds it; with verification off the load goes through.
+TEST_F(CheckpointFaults, BitFlip) {
+  std::string bytes = read_file(file);
+  // The largest dataset fills most of the file: flip a bit in the middle of it.
+  // Find its bytes by value: the first 16 bytes of the tensor as saved.
+  Trainer src(options({1, 1, 1, 1}));
+  src.load(dir.path);
+  const std::vector<float> wte = src.gather_parameter("wte.weight");
+  const std::string needle(reinterpret_cast<const char *>(wte.data() + 1000), 16);
+  const size_t at = bytes.find(needle);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 2] ^= 0x10;
+  write_file(file, bytes);
+  Trainer tr(options({1, 1, 1, 1}));
+  expect_error([&] { tr.load(dir.path); }, Status::corrupt_data,
+               "dataset '/model/wte.weight' block at [");
+  // The trainer that failed part-way refuses to train on a mixed model.
+  expect_error([&] { tr.step(); }, Status::wrong_state, "failed part-way");
+  const std::vector<std::string> faults = checkpoint_faults(ckpt);
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_NE(faults[0].find("checksum"), std::string::npos) << faults[0];
+  TrainerOptions o = options({1, 1, 1, 1});
+  o.verify_checkpoint = false;
+  Trainer unchecked(o);
+  EXPECT_NO_THROW(unchecked.load(dir.path));
+}
+
+// A manifest whose shape, or a checksum, disagrees with the file.
+TEST_F(CheckpointFaults, ManifestDisagreesWithData) {
+  const std::string original = read_file(ckpt + "/manifest.json");
+  auto edit = [&](const std::function<void(nlohmann::json &)> &fn) {
+    nlohmann::json j = nlohmann::json::parse(original);
+    for (auto &d : j["datasets"])
+      if (d["name"] == "/model/wpe.weight") fn(d);
+    write_file(ckpt + "/manifest.json", j.dump(1));
+  };
+  edit([](nlohmann::json &d) {
+    d["shape"][1] = 33;
+    d["blocks"][0]["count"][1] = 33;
+  });
+  Trainer tr(options({1, 1, 1, 1}));
+  expect_error([&] { tr.load(dir.path); }, Status::corrupt_data,
+               "dataset '/model/wpe.weight' is [16, 32] but the manifest says [16, 33]");
+  EXPECT_FALSE(checkpoint_faults(ckpt).empty());
+  edit([](nlohmann::json &d) { d["blocks"][0]["crc32c"] = "00000000"; });
+  Trainer tr2(options({1, 1, 1, 1}));
+  expect_error([&] { tr2.load(dir.path); }, Status::corrupt_data, "the manifest says 00000000");
+}
+
+TEST_F(CheckpointFaults, ManifestNotJson) {
+  write_file(ckpt + "/manifest.json", "{\"format\": \"ptdp-checkpoint\", ");
+  Trainer tr(options({1, 1, 1, 1}));
+  expect_error([&] { tr.load(ckpt); }, Status::corrupt_data, "is not valid JSON");
+}
+
+TEST_F(CheckpointFaults, DifferentModelNamesTheFields) {
+  Config c = config({1, 1, 1, 1});
+  c.set("hidden_size", "64");
+  c.set("num_layers", "4");
+  c.set("num_layers_per_virtual_pipeline_stage", "4");
+  Trainer tr(TrainerOptions::from_config(c));
+  expect_error([&] { tr.load(dir.path); }, Status::invalid_config,
+               "num_layers: checkpoint 8, this run 4; hidden_size: checkpoint 32, this run 64");
+  EXPECT_NO_THROW(tr.step());  // refused before anything was read
+}
+
+TEST_F(CheckpointFaults, LayoutThatCannotHoldTheModel) {
+  Config c = config({1, 1, 1, 1});
+  c.set("tensor_model_parallel_size", "3");
+  expect_error([&] { TrainerOptions::from_config(c); }, Status::invalid_config,
+               "num_attention_heads");
+  c = config({1, 1, 1, 1});
+  c.set("pipeline_model_parallel_size", "16");
+  c.set("num_layers_per_virtual_pipeline_stage", "0");
+  expect_error([&] { TrainerOptions::from_config(c); }, Status::invalid_config,
+               "16 pipeline stages but only 8 layers");
+}
+
+TEST_F(CheckpointFaults, OtherSeedOrSchedule) {
+  TrainerOptions o = options({1, 1, 1, 1});
+  o.seed = 7;
+  EXPECT_NE(load_error(o, dir.path).find("seed: checkpoint 1234, this run 7"), std::string::npos)
+      << load_error(o, dir.path);
+  o = options({1, 1, 1, 1});
+  o.lr.max_lr = 1e-2;
+  EXPECT_NE(load_error(o, dir.path).find("lr: checkpoint 0.0030000000000000001, this run 0.01"),
+            std::string::npos)
+      << load_error(o, dir.path);
+  o.override_opt_param_scheduler = true;
+  EXPECT_EQ(load_error(o, dir.path), "");
+}
+
+TEST_F(CheckpointFaults, UnwritableDirectoryKeepsThePrevious) {
+  write_file(dir.path + "/a_file", "x");
+  Trainer tr(options({2, 2, 1, 1}));
+  tr.step();
+  tr.step();
+  expect_error([&] { tr.save(dir.path + "/a_file/sub"); }, Status::io_error, "not saved");
+  EXPECT_EQ(find_latest_checkpoint(dir.path), ckpt);
+}
+
+// A full disk during the save (the file-size limit makes every write past it
+// fail with EFBIG): the error names the file, the unfinished directory is
+// removed, the previous checkpoint stays the newest, and training goes on
+// with the failure reported.
+TEST_F(CheckpointFaults, FullDiskKeepsThePrevious) {
+  TrainerOptions o = options({2, 2, 1, 1});
+  o.save_path = dir.path;
+  o.save_interval = 2;
+  Trainer tr(o);
+  tr.step();
+  struct rlimit old;
+  getrlimit(RLIMIT_FSIZE, &old);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 64 * 1024;
+  setrlimit(RLIMIT_FSIZE, &small);
+  StepMetrics m = tr.step();  // iteration 2: its save fails
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_TRUE(std::isfinite(m.lm_loss));
+  EXPECT_NE(tr.last_save_error().find("checkpoint of iteration 2 not saved"), std::string::npos)
+      << tr.last_save_error();
+  EXPECT_NE(tr.last_save_error().find("model.h5"), std::string::npos) << tr.last_save_error();
+  EXPECT_FALSE(fs::exists(dir.path + "/iter_0000002.tmp"));
+  EXPECT_EQ(find_latest_checkpoint(dir.path), ckpt);
+  EXPECT_TRUE(checkpoint_faults(ckpt).empty());
+  tr.step();
+  tr.step();  // iteration 4 saves again, now that there is room
+  EXPECT_EQ(tr.last_save_error(), "");
+  EXPECT_EQ(find_latest_checkpoint(dir.path), dir.path + "/iter_0000004");
+}
