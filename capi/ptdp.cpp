@@ -172,7 +172,7 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     const ptdp::Trainer &tr = *t->trainer;
     const ptdp::StepMetrics &m = tr.last_metrics();
     std::string n = name;
-    const bool stepped = tr.iteration() > 0;
+    const bool stepped = m.iteration > 0;  // a step ran (a load alone gives no metrics)
     auto metric = [&](double v) {
       if (!stepped)
         ptdp::fail(ptdp::Status::wrong_state, "metric '", n,
@@ -289,6 +289,37 @@ ptdp_status ptdp_trainer_generate(ptdp_trainer *t, const char *prompt, int32_t m
     require(t, "trainer");
     require(prompt, "prompt");
     copy_out(t->trainer->generate(prompt, max_new_tokens, temperature, seed), buf, cap, out_len);
+  });
+}
+
+ptdp_status ptdp_trainer_get_text(const ptdp_trainer *t, const char *name, char *buf, size_t cap,
+                                  size_t *out_len) {
+  return guard([&] {
+    require(t, "trainer");
+    require(name, "name");
+    const std::string n = name;
+    const ptdp::Trainer &tr = *t->trainer;
+    if (n == "loaded_checkpoint") return copy_out(tr.last_loaded(), buf, cap, out_len);
+    if (n == "last_checkpoint") return copy_out(tr.last_saved(), buf, cap, out_len);
+    if (n == "last_save_error") return copy_out(tr.last_save_error(), buf, cap, out_len);
+    ptdp::fail(ptdp::Status::invalid_argument, "unknown text '", n,
+               "'; known: loaded_checkpoint, last_checkpoint, last_save_error");
+  });
+}
+
+ptdp_status ptdp_trainer_save(ptdp_trainer *t, const char *dir) {
+  return guard([&] {
+    require(t, "trainer");
+    require(dir, "dir");
+    t->trainer->save(dir);
+  });
+}
+
+ptdp_status ptdp_trainer_load(ptdp_trainer *t, const char *dir) {
+  return guard([&] {
+    require(t, "trainer");
+    require(dir, "dir");
+    t->trainer->load(dir);
   });
 }
 

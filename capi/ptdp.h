@@ -107,6 +107,26 @@ PTDP_API ptdp_status ptdp_trainer_get(const ptdp_trainer *trainer, const char *n
  * embedding group (it joins the first and last pipeline stages when p > 1). */
 PTDP_API ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *trainer, int32_t local_rank,
                                            const char *name, double *value);
+/* A named text of the run: loaded_checkpoint (which checkpoint the last load
+ * took, why, and the layouts it was saved with and loaded into), last_checkpoint
+ * (directory of the last checkpoint saved), last_save_error (why the last save
+ * made by a step at save_interval failed; training goes on), each "" if none. */
+PTDP_API ptdp_status ptdp_trainer_get_text(const ptdp_trainer *trainer, const char *name,
+                                           char *buf, size_t cap, size_t *out_len);
+/* Saves the whole training state (parameters, Adam moments, iteration,
+ * consumed samples, skipped iterations) as <dir>/iter_N in one HDF5 file with
+ * a checksummed manifest, committed atomically (ARCHITECTURE §5); older ones
+ * beyond keep_last_checkpoints are removed. Under mpirun every process calls
+ * it. A failure (PTDP_ERR_IO) leaves the previous checkpoint the newest. */
+PTDP_API ptdp_status ptdp_trainer_save(ptdp_trainer *trainer, const char *dir);
+/* Loads a checkpoint saved under any (t, p, d, v): dir is a save directory
+ * (its newest complete checkpoint is taken) or one iter_N directory. The model
+ * shape, seed, split and LR schedule must be the checkpoint's
+ * (PTDP_ERR_INVALID_CONFIG names the fields that differ; nothing is changed).
+ * Checksums are verified unless verify_checkpoint = 0 (PTDP_ERR_CORRUPT_DATA
+ * names the file, dataset and block; the trainer is then unusable). */
+PTDP_API ptdp_status ptdp_trainer_load(ptdp_trainer *trainer, const char *dir);
+
 /* The log line of the last step (ARCHITECTURE §8). */
 PTDP_API ptdp_status ptdp_trainer_log_line(const ptdp_trainer *trainer, char *buf, size_t cap,
                                            size_t *out_len);
@@ -117,6 +137,18 @@ PTDP_API ptdp_status ptdp_trainer_generate(ptdp_trainer *trainer, const char *pr
                                            int32_t max_new_tokens, double temperature,
                                            uint64_t seed, char *buf, size_t cap,
                                            size_t *out_len);
+
+/* Checkpoint tools (`ptdp ckpt`); dir is a save directory (newest complete
+ * checkpoint) or one iter_N directory. inspect: iteration, config, saved
+ * layout, every dataset with shape, dtype and size. verify: every block against
+ * its manifest checksum; the report lists each fault and the status is
+ * PTDP_ERR_CORRUPT_DATA when there is one (the report is still written).
+ * export_safetensors: the parameters with Hugging Face GPT-2 names and layouts. */
+PTDP_API ptdp_status ptdp_checkpoint_inspect(const char *dir, char *buf, size_t cap,
+                                             size_t *out_len);
+PTDP_API ptdp_status ptdp_checkpoint_verify(const char *dir, char *buf, size_t cap,
+                                            size_t *out_len);
+PTDP_API ptdp_status ptdp_checkpoint_export_safetensors(const char *dir, const char *out_path);
 
 /* Tokenizes text files (or every file of a directory) into a token dataset.
  * format: fortune | lines | file; tokenizer: byte. Counts may be NULL. */

@@ -245,6 +245,50 @@ function Trainer:generate(prompt, opts)
   end)
 end
 
+-- Saves the training state as dir/iter_N (atomic; see ARCHITECTURE §5) and
+-- returns that directory.
+function Trainer:save(dir)
+  check(C.ptdp_trainer_save(self.handle, assert(dir, 'save needs a directory')))
+  return self:text('last_checkpoint')
+end
+
+-- Loads a checkpoint saved under any layout (dir: a save directory, whose
+-- newest complete checkpoint is taken, or one iter_N); returns the line saying
+-- which was taken, why, and the layouts it was saved with and loaded into.
+function Trainer:load(dir)
+  check(C.ptdp_trainer_load(self.handle, assert(dir, 'load needs a directory')))
+  return self:text('loaded_checkpoint')
+end
+
+-- loaded_checkpoint, last_checkpoint or last_save_error ('' if none).
+function Trainer:text(name)
+  return read_text(function(buf, cap, len) return C.ptdp_trainer_get_text(self.handle, name, buf, cap, len) end)
+end
+
+-- Checkpoint tools, as `ptdp ckpt` runs them: inspect returns the report;
+-- verify returns ok, report (every fault listed); export writes safetensors.
+function M.checkpoint_inspect(dir)
+  return read_text(function(buf, cap, len) return C.ptdp_checkpoint_inspect(dir, buf, cap, len) end)
+end
+
+function M.checkpoint_verify(dir)
+  local ok = true
+  local report = read_text(function(buf, cap, len)
+    local st = C.ptdp_checkpoint_verify(dir, buf, cap, len)
+    if st == C.PTDP_ERR_CORRUPT_DATA then
+      ok = false
+      return 0
+    end
+    return st
+  end)
+  return ok, report
+end
+
+function M.export_safetensors(dir, out)
+  check(C.ptdp_checkpoint_export_safetensors(dir, out))
+  return out
+end
+
 -- ptdp.tokenize{ inputs = {...} or 'path', output = 'file', format = 'fortune', tokenizer = 'byte' }
 function M.tokenize(t)
   local inputs = type(t.inputs) == 'table' and t.inputs or { t.inputs }

@@ -54,6 +54,10 @@ print(string.format('layout: t=%d p=%d d=%d, %d ranks (%d in this process)', lay
 print(string.format('unigram entropy of the training split: %.4f nats/token (%.4f bits)',
                     entropy, entropy / math.log(2)))
 
+local loaded = trainer:text('loaded_checkpoint')
+if loaded ~= '' then print(loaded) end
+local save_dir = trainer:text('last_checkpoint')
+
 local function validate(it)
   local loss = trainer:evaluate()
   print(string.format(' validation loss at iteration %d | lm loss: %.6E | lm loss PPL: %.3f | unigram entropy: %.4f',
@@ -62,9 +66,16 @@ local function validate(it)
 end
 
 local loss
-for it = 1, iters do
+-- A resumed run (--load) goes on from the checkpoint's iteration; with --save
+-- the trainer saves every --save-interval iterations and after the last.
+for it = trainer:get('iteration') + 1, iters do
   trainer:step()
   if it % opts.log_interval == 0 or it == iters then print(trainer:log_line()) end
+  local saved = trainer:text('last_checkpoint')
+  if saved ~= save_dir then
+    save_dir = saved
+    print(string.format(' saved checkpoint %s', saved))
+  end
   if opts.eval_interval > 0 and it % opts.eval_interval == 0 and it ~= iters then validate(it) end
 end
 -- Where each rank of this process spent the last step (every process reports

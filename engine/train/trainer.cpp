@@ -589,7 +589,8 @@ std::string Trainer::save(const std::string &root) {
   req.layout = {opt_.parallel.t, opt_.parallel.p, opt_.parallel.d, opt_.virtual_stages};
   req.state = {iteration_, consumed_, skipped_, nan_};
   req.training = resumption_options(opt_);
-  return save_checkpoint(req, local_shards());
+  last_saved_ = save_checkpoint(req, local_shards());
+  return last_saved_;
 }
 
 std::string Trainer::load(const std::string &path) {
@@ -625,13 +626,16 @@ std::string Trainer::load(const std::string &path) {
     throw;
   }
   iteration_ = st.iteration;
+  last_ = StepMetrics{};  // metrics belong to steps of this trainer
   consumed_ = st.consumed_samples;
   skipped_ = st.skipped_iterations;
   nan_ = st.nan_iterations;
-  return "loaded " + ckpt.dir + " (" + ckpt.why + "), iteration " + std::to_string(iteration_) +
-         ", saved with " + ckpt.manifest.layout.text() + ", loaded into (t=" +
-         std::to_string(opt_.parallel.t) + ", p=" + std::to_string(opt_.parallel.p) + ", d=" +
-         std::to_string(opt_.parallel.d) + ", v=" + std::to_string(opt_.virtual_stages) + ")";
+  const CheckpointLayout now_layout{opt_.parallel.t, opt_.parallel.p, opt_.parallel.d,
+                                   opt_.virtual_stages};
+  last_loaded_ = "loaded " + ckpt.dir + " (" + ckpt.why + "), iteration " +
+                 std::to_string(iteration_) + ", saved with " + ckpt.manifest.layout.text() +
+                 ", loaded into " + now_layout.text();
+  return last_loaded_;
 }
 double Trainer::rank_evaluate(Rank &r, int iters) {
   const int b = opt_.micro_batch_size, s = opt_.model.seq_length;

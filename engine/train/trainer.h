@@ -118,6 +118,9 @@ class Trainer {
   std::string load(const std::string &path);
   // The message of the last save that step() attempted and that failed ("" if none).
   const std::string &last_save_error() const { return last_save_error_; }
+  // The directory of the last checkpoint saved, and the line of the last load ("" if none).
+  const std::string &last_saved() const { return last_saved_; }
+  const std::string &last_loaded() const { return last_loaded_; }
 
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_; }
@@ -151,7 +154,7 @@ class Trainer {
   int64_t step_origin_ns_ = 0;  // the timeline's time zero
   std::string failure_;  // set when a step failed on some rank: the job cannot go on
   int64_t iteration_ = 0, consumed_ = 0, skipped_ = 0, nan_ = 0;
-  std::string last_save_error_;
+  std::string last_save_error_, last_saved_, last_loaded_;
   StepMetrics last_;
 };
 
