@@ -223,6 +223,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
     const int p = opt_.parallel.p;
     if (p > 1 && (R->coord.pp == 0 || R->coord.pp == p - 1))
       R->embedding = world_->group("embedding", grid_->embedding_group(r), r);
+    else if (p > 1)
+      // Making groups is collective over the mpi world: a middle stage takes
+      // part with a group of its own, which it then has no use for.
+      world_->group("embedding", {r}, r);
     R->train = std::make_unique<GptSampler>(ds_, ranges[0], opt_.model.seq_length, opt_.seed, true);
     R->valid = std::make_unique<GptSampler>(ds_, ranges[1], opt_.model.seq_length, opt_.seed, false);
     if (R->train->num_samples() == 0 || R->valid->num_samples() == 0)

@@ -158,3 +158,12 @@ ptdp_mpi_training_failure(mpi_train_rank_killed 2
 ptdp_mpi_training_failure(mpi_script_error 2
   EXPECT "script error on rank 1" "ptdp: rank 1: the script failed"
   ARGS --tensor-model-parallel-size 2 --error-rank 1 --die-step 3)
+
+# Checkpoints written with parallel HDF5 under mpirun and loaded into other
+# layouts (mpirun and thread ranks): the continued runs equal the serial run.
+add_test(NAME mpi_checkpoint_reshard
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/checkpoint_reshard.sh
+                 $<TARGET_FILE:ptdp_launcher> ${MPIEXEC_EXECUTABLE}
+                 ${PTDP_TEST_TMP}/mpi_checkpoint_reshard ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt)
+set_tests_properties(mpi_checkpoint_reshard PROPERTIES LABELS "mpi;checkpoint" TIMEOUT 300
+                     PROCESSORS 8 ENVIRONMENT "OMP_NUM_THREADS=1")
