@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoints/disk_bandwidth.h"
 #include "engine/comm/mpi_comm.h"
 #include "engine/core/allocator.h"
 #include "engine/core/status.h"
@@ -355,6 +356,18 @@ ptdp_status ptdp_render_timeline(const char *trace_json, const char *png, int32_
 
 ptdp_status ptdp_abort_job(const char *reason) {
   return guard([&] { ptdp::abort_mpi_job_if_running(reason ? reason : "job aborted"); });
+}
+
+ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double *write_gbps,
+                                double *read_gbps) {
+  return guard([&] {
+    require(dir, "dir");
+    require(write_gbps, "write_gbps");
+    require(read_gbps, "read_gbps");
+    const ptdp::DiskBandwidth bw = ptdp::measure_disk_bandwidth(dir, bytes);
+    *write_gbps = bw.write_gbps;
+    *read_gbps = bw.read_gbps;
+  });
 }
 
 ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops) {

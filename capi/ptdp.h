@@ -170,6 +170,10 @@ PTDP_API ptdp_status ptdp_abort_job(const char *reason);
 
 /* The machine's ceiling: GFLOP/s of an n x n x n fp32 GEMM (OpenBLAS, all threads). */
 PTDP_API ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops);
+/* The disk's raw sequential bandwidth under dir, in GB/s (1e9 bytes/s): a file
+ * of `bytes` written with fsync, dropped from the page cache, read back, removed. */
+PTDP_API ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double *write_gbps,
+                                         double *read_gbps);
 /* ffi-end */
 
 #ifdef __cplusplus

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoints/disk_bandwidth.h"
 #include "engine/core/status.h"
 
 namespace fs = std::filesystem;
@@ -219,7 +220,12 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
   for (fs::recursive_directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
     fs::file_status st = it->symlink_status(ec);
     if (ec) break;
-    if (fs::is_regular_file(st)) fsync_path(it->path().string(), false);
+    if (fs::is_regular_file(st)) {
+      fsync_path(it->path().string(), false);
+      // Now clean: let the page cache go, so a large checkpoint does not push
+      // out the pages training uses (it is rarely read back soon).
+      release_page_cache(it->path().string());
+    }
     else if (fs::is_directory(st)) fsync_path(it->path().string(), true);
   }
   if (ec) fail(Status::io_error, "cannot list '", tmp, "': ", ec.message());

@@ -151,11 +151,19 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
     f.set_attribute("iteration", std::to_string(it));
     f.set_attribute("layout", req.layout.text());
     std::string write_err = attempt([&] {
-      for (const WriteBlock &b : blocks_to_write(local, req.layout.d, vocab)) {
-        f.write_block(b.dataset, b.offset, b.count, b.data);
+      const std::vector<WriteBlock> blocks = blocks_to_write(local, req.layout.d, vocab);
+      // Checksums on every core first (HDF5 calls stay on this thread).
+      std::vector<uint32_t> crc(blocks.size());
+#pragma omp parallel for schedule(dynamic)
+      for (size_t i = 0; i < blocks.size(); i++) {
         int64_t n = 1;
-        for (int64_t c : b.count) n *= c;
-        mine.push_back({b.dataset, b.offset, b.count, crc32c(0, b.data, (size_t)n * sizeof(float))});
+        for (int64_t c : blocks[i].count) n *= c;
+        crc[i] = crc32c(0, blocks[i].data, (size_t)n * sizeof(float));
+      }
+      for (size_t i = 0; i < blocks.size(); i++) {
+        const WriteBlock &b = blocks[i];
+        f.write_block(b.dataset, b.offset, b.count, b.data);
+        mine.push_back({b.dataset, b.offset, b.count, crc[i]});
       }
       if (io.rank() == 0)
         for (const StateField &s : kState) {

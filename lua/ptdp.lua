@@ -248,7 +248,8 @@ end
 -- Saves the training state as dir/iter_N (atomic; see ARCHITECTURE §5) and
 -- returns that directory.
 function Trainer:save(dir)
-  check(C.ptdp_trainer_save(self.handle, assert(dir, 'save needs a directory')))
+  if type(dir) ~= 'string' then raise('save needs a directory') end
+  check(C.ptdp_trainer_save(self.handle, dir))
   return self:text('last_checkpoint')
 end
 
@@ -256,7 +257,8 @@ end
 -- newest complete checkpoint is taken, or one iter_N); returns the line saying
 -- which was taken, why, and the layouts it was saved with and loaded into.
 function Trainer:load(dir)
-  check(C.ptdp_trainer_load(self.handle, assert(dir, 'load needs a directory')))
+  if type(dir) ~= 'string' then raise('load needs a directory') end
+  check(C.ptdp_trainer_load(self.handle, dir))
   return self:text('loaded_checkpoint')
 end
 
@@ -305,6 +307,14 @@ end
 function M.render_timeline(trace, png, width)
   check(C.ptdp_render_timeline(trace, png, width or 0))
   return png
+end
+
+-- The disk's raw sequential write (fsync included) and cold read bandwidth
+-- under dir, in GB/s, with a file of `bytes`.
+function M.benchmark_disk(dir, bytes)
+  local w, r = ffi.new('double[1]'), ffi.new('double[1]')
+  check(C.ptdp_benchmark_disk(dir, bytes, w, r))
+  return w[0], r[0]
 end
 
 function M.benchmark_sgemm(n, repeats)

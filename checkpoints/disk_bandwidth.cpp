@@ -1,0 +1,76 @@
+#include "checkpoints/disk_bandwidth.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+namespace {
+constexpr size_t kChunk = 16 << 20;  // bytes per write()/read()
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+void release_page_cache(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+DiskBandwidth measure_disk_bandwidth(const std::string &dir, int64_t bytes) {
+  if (bytes < (1 << 20))
+    fail(Status::invalid_argument, "measure_disk_bandwidth needs at least 1 MiB, got ", bytes);
+  const std::string path = dir + "/ptdp_disk_bandwidth.tmp";
+  std::vector<char> buf(kChunk);
+  for (size_t i = 0; i < buf.size(); i++) buf[i] = (char)(i * 2654435761u >> 13);  // not zeros
+  auto io_fail = [&](const char *what) {
+    const int e = errno;
+    ::unlink(path.c_str());
+    fail(Status::io_error, "cannot ", what, " '", path, "': ", std::strerror(e));
+  };
+  DiskBandwidth bw;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) io_fail("create");
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t left = bytes; left > 0;) {
+    const ssize_t n = ::write(fd, buf.data(), (size_t)std::min<int64_t>(left, kChunk));
+    if (n <= 0) {
+      ::close(fd);
+      io_fail("write");
+    }
+    left -= n;
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    io_fail("fsync");
+  }
+  ::close(fd);
+  bw.write_gbps = (double)bytes / seconds_since(t0) / 1e9;
+  release_page_cache(path);
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) io_fail("open");
+  t0 = std::chrono::steady_clock::now();
+  int64_t got = 0;
+  for (ssize_t n; (n = ::read(fd, buf.data(), kChunk)) != 0; got += n)
+    if (n < 0) {
+      ::close(fd);
+      io_fail("read");
+    }
+  bw.read_gbps = (double)got / seconds_since(t0) / 1e9;
+  ::close(fd);
+  ::unlink(path.c_str());
+  if (got != bytes) fail(Status::io_error, "read back ", got, " of ", bytes, " bytes of '", path, "'");
+  return bw;
+}
+
+}  // namespace ptdp
