@@ -3,6 +3,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -227,17 +231,135 @@ struct Target {
   int64_t copied = 0;
 };
 
-void check_block_crc(const H5File &f, const std::string &name, const ManifestBlock &b,
-                     const void *data, size_t bytes) {
-  const uint32_t crc = crc32c(0, data, bytes);
+// Fails naming the file, dataset and block when `crc` is not the manifest's.
+void check_crc(const std::string &file, const std::string &name, const ManifestBlock &b,
+               uint32_t crc) {
   if (crc != b.crc32c) {
     char msg[64];
     std::snprintf(msg, sizeof msg, "%08x, the manifest says %08x", crc, b.crc32c);
-    fail(Status::corrupt_data, "'", f.path(), "' dataset '", name, "' block at ",
+    fail(Status::corrupt_data, "'", file, "' dataset '", name, "' block at ",
          dims_text(b.offset), " of ", dims_text(b.count), ": checksum ", msg,
          " (the file is damaged; load with verification off only to salvage it)");
   }
 }
+
+void check_block_crc(const H5File &f, const std::string &name, const ManifestBlock &b,
+                     const void *data, size_t bytes) {
+  check_crc(f.path(), name, b, crc32c(0, data, bytes));
+}
+
+// Copies the overlap of `src` (a rectangle of a dataset, row-major in `data`)
+// into a target region.
+void copy_overlap(const Region &src, const float *data, Target &t) {
+  const Region &r = t.region;
+  const int64_t r0 = std::max(r.row0, src.row0), r1 = std::min(r.row0 + r.rows, src.row0 + src.rows);
+  const int64_t c0 = std::max(r.col0, src.col0), c1 = std::min(r.col0 + r.cols, src.col0 + src.cols);
+  if (r1 <= r0 || c1 <= c0) return;
+  for (int64_t i = r0; i < r1; i++)
+    std::memcpy(t.mem + (i - r.row0) * r.ld + (c0 - r.col0),
+                data + (i - src.row0) * src.ld + (c0 - src.col0), (size_t)(c1 - c0) * sizeof(float));
+  t.copied += (r1 - r0) * (c1 - c0);
+}
+
+bool overlaps(const Region &a, const Region &b) {
+  return std::max(a.row0, b.row0) < std::min(a.row0 + a.rows, b.row0 + b.rows) &&
+         std::max(a.col0, b.col0) < std::min(a.col0 + a.cols, b.col0 + b.cols);
+}
+
+// Rows of one block, read by the I/O thread, to verify and scatter.
+struct Piece {
+  const std::string *name;
+  const ManifestBlock *block;
+  std::vector<Target> *targets;
+  Region rows;         // the piece in dataset coordinates (whole rows of the block)
+  bool first, last;    // of its block: the block's checksum runs over its pieces in order
+  std::vector<float> *buf;
+};
+
+// Verifies checksums and copies pieces into the shards on a worker thread, in
+// order, while the I/O thread reads the next pieces (HDF5 calls stay on the
+// I/O thread): loading then takes about as long as reading alone.
+class Scatter {
+ public:
+  Scatter(std::string file, bool verify) : file_(std::move(file)), verify_(verify) {
+    for (auto &b : pool_) free_.push_back(&b);
+    worker_ = std::thread([this] { run(); });
+  }
+  ~Scatter() { finish(); }
+  // A free buffer (waits for one); null once the worker has failed.
+  std::vector<float> *buffer() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return !free_.empty() || !error_.empty(); });
+    if (!error_.empty()) return nullptr;
+    std::vector<float> *b = free_.back();
+    free_.pop_back();
+    return b;
+  }
+  void push(const Piece &p) {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back(p);
+    cv_.notify_all();
+  }
+  // Waits until every piece pushed is done; returns the worker's first error.
+  std::string finish() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    return error_;
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      Piece p;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return !queue_.empty() || done_; });
+        if (queue_.empty()) return;
+        p = queue_.front();
+        queue_.pop_front();
+      }
+      std::string err;
+      if (error_.empty()) {
+        try {
+          process(p);
+        } catch (const std::exception &e) {
+          err = e.what();
+        }
+      }
+      std::lock_guard<std::mutex> lk(mu_);
+      if (error_.empty()) error_ = err;
+      free_.push_back(p.buf);
+      cv_.notify_all();
+    }
+  }
+  void process(const Piece &p) {
+    const size_t n = (size_t)(p.rows.rows * p.rows.cols);
+    if (verify_) {
+      if (p.first) crc_ = 0;
+      crc_ = crc32c(crc_, p.buf->data(), n * sizeof(float));
+      if (p.last) check_crc(file_, *p.name, *p.block, crc_);
+    }
+    for (Target &t : *p.targets) copy_overlap(p.rows, p.buf->data(), t);
+  }
+
+  const std::string file_;
+  const bool verify_;
+  uint32_t crc_ = 0;
+  std::vector<float> pool_[3];
+  std::vector<std::vector<float> *> free_;
+  std::deque<Piece> queue_;
+  bool done_ = false;
+  std::string error_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread worker_;
+};
+
+constexpr int64_t kPieceBytes = 8 << 20;
 
 std::string resolve_checkpoint(const std::string &path, std::string *why) {
   if (file_size(path + "/manifest.json") >= 0) {
@@ -292,42 +414,47 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
         wanted[sec.prefix + p.name].push_back({r, mem});
       }
     }
-  std::vector<float> buf;
-  for (auto &[name, targets] : wanted) {
-    const ManifestDataset *md = m.find(name);
-    if (!md) fail(Status::corrupt_data, "the manifest of '", ckpt.dir, "' has no dataset '", name, "'");
-    const std::vector<int64_t> in_file = f.shape(name);
-    if (in_file != md->shape)
-      fail(Status::corrupt_data, "'", file, "' dataset '", name, "' is ", dims_text(in_file),
-           " but the manifest says ", dims_text(md->shape));
-    for (const ManifestBlock &b : md->blocks) {
-      const Region br = block_region(b);
-      auto overlaps = [&](const Region &r) {
-        return std::max(r.row0, br.row0) < std::min(r.row0 + r.rows, br.row0 + br.rows) &&
-               std::max(r.col0, br.col0) < std::min(r.col0 + r.cols, br.col0 + br.cols);
-      };
-      if (std::none_of(targets.begin(), targets.end(), [&](const Target &t) { return overlaps(t.region); }))
-        continue;  // another process's part
-      buf.resize((size_t)b.numel());
-      f.read_block(name, b.offset, b.count, buf.data());
-      if (verify) check_block_crc(f, name, b, buf.data(), buf.size() * sizeof(float));
-      for (Target &t : targets) {
-        if (!overlaps(t.region)) continue;
-        const Region &r = t.region;
-        const int64_t r0 = std::max(r.row0, br.row0), r1 = std::min(r.row0 + r.rows, br.row0 + br.rows);
-        const int64_t c0 = std::max(r.col0, br.col0), c1 = std::min(r.col0 + r.cols, br.col0 + br.cols);
-        for (int64_t i = r0; i < r1; i++)
-          std::memcpy(t.mem + (i - r.row0) * r.ld + (c0 - r.col0),
-                      buf.data() + (i - br.row0) * br.ld + (c0 - br.col0),
-                      (size_t)(c1 - c0) * sizeof(float));
-        t.copied += (r1 - r0) * (c1 - c0);
+  {
+    Scatter scatter(file, verify);
+    for (auto &[name, targets] : wanted) {
+      const ManifestDataset *md = m.find(name);
+      if (!md)
+        fail(Status::corrupt_data, "the manifest of '", ckpt.dir, "' has no dataset '", name, "'");
+      const std::vector<int64_t> in_file = f.shape(name);
+      if (in_file != md->shape)
+        fail(Status::corrupt_data, "'", file, "' dataset '", name, "' is ", dims_text(in_file),
+             " but the manifest says ", dims_text(md->shape));
+      for (const ManifestBlock &b : md->blocks) {
+        const Region br = block_region(b);
+        if (std::none_of(targets.begin(), targets.end(),
+                         [&](const Target &t) { return overlaps(t.region, br); }))
+          continue;  // another process's part
+        // In pieces of whole rows, so the worker starts on a block while the rest is read.
+        const int64_t rows_per = std::max<int64_t>(1, kPieceBytes / (br.cols * (int64_t)sizeof(float)));
+        for (int64_t r = 0; r < br.rows; r += rows_per) {
+          const int64_t nr = std::min(rows_per, br.rows - r);
+          std::vector<float> *buf = scatter.buffer();
+          if (!buf) break;  // the worker failed: finish() reports it
+          buf->resize((size_t)(nr * br.cols));
+          std::vector<int64_t> offset = b.offset, count = b.count;
+          offset[0] += r;
+          count[0] = nr;
+          f.read_block(name, offset, count, buf->data());
+          Region piece = br;
+          piece.row0 += r;
+          piece.rows = nr;
+          scatter.push({&name, &b, &targets, piece, r == 0, r + nr == br.rows, buf});
+        }
       }
     }
+    const std::string err = scatter.finish();
+    if (!err.empty()) fail(Status::corrupt_data, err);
+  }
+  for (auto &[name, targets] : wanted)
     for (const Target &t : targets)
       if (t.copied != t.region.rows * t.region.cols)
         fail(Status::corrupt_data, "the blocks of '", name, "' in '", ckpt.dir,
              "' do not cover the part this layout needs");
-  }
   TrainingState state;
   for (const StateField &s : kState) {
     const std::string name = std::string("/state/") + s.name;
