@@ -283,6 +283,10 @@ std::vector<std::string> prune_checkpoints(const std::string &root, int keep_las
     else if (e.complete) drop = ++kept > keep_last && e.name != keep_tracked;
     if (!drop) continue;
     std::string path = join(root, e.name);
+    // The manifest goes first: a removal cut short leaves an incomplete
+    // directory, which no loader takes, never a complete-looking one with data missing.
+    if (e.complete && std::remove(join(path, kManifest).c_str()) != 0)
+      os_fail("remove", join(path, kManifest), errno);
     remove_tree(path);
     removed.push_back(path);
   }

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "engine/core/status.h"
@@ -12,9 +13,13 @@ namespace ptdp {
 
 namespace {
 
-// HDF5 prints its error stack by default; ptdp reports errors itself.
+// HDF5 prints its error stack by default; ptdp reports errors itself. And it
+// closes every file still open at exit, which crashes on a file whose close
+// already failed (a full disk): ptdp closes its files itself, so HDF5's exit
+// handler is turned off (this must come before any other HDF5 call).
 void silence_hdf5() {
   static const bool done = [] {
+    H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();
@@ -104,7 +109,11 @@ H5File::~H5File() {
 void H5File::close() {
   if (id_ < 0) return;
   hid_t id = std::exchange(id_, -1);
-  if (H5Fclose(id) < 0) fail(Status::io_error, "cannot close HDF5 file '", path_, "'", hdf5_reason());
+  if (H5Fclose(id) < 0) {
+    // A close that cannot flush (full disk) leaves the file open inside
+    // HDF5; it is abandoned (see silence_hdf5: no clean-up at exit).
+    fail(Status::io_error, "cannot close HDF5 file '", path_, "'", hdf5_reason());
+  }
 }
 
 void H5File::create_dataset(const std::string &name, H5Type type,
