@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "checkpoints/disk_bandwidth.h"
+#include "checkpoints/inspect.h"
+#include "checkpoints/safetensors_export.h"
 #include "engine/comm/mpi_comm.h"
 #include "engine/core/allocator.h"
 #include "engine/core/status.h"
@@ -321,6 +323,31 @@ ptdp_status ptdp_trainer_load(ptdp_trainer *t, const char *dir) {
     require(t, "trainer");
     require(dir, "dir");
     t->trainer->load(dir);
+  });
+}
+
+ptdp_status ptdp_checkpoint_inspect(const char *dir, char *buf, size_t cap, size_t *out_len) {
+  return guard([&] {
+    require(dir, "dir");
+    copy_out(ptdp::inspect_checkpoint(dir), buf, cap, out_len);
+  });
+}
+
+ptdp_status ptdp_checkpoint_verify(const char *dir, char *buf, size_t cap, size_t *out_len) {
+  return guard([&] {
+    require(dir, "dir");
+    bool ok = false;
+    const std::string report = ptdp::verify_checkpoint(dir, &ok);
+    copy_out(report, buf, cap, out_len);
+    if (!ok) ptdp::fail(ptdp::Status::corrupt_data, "checkpoint '", dir, "' has faults:\n", report);
+  });
+}
+
+ptdp_status ptdp_checkpoint_export_safetensors(const char *dir, const char *out_path) {
+  return guard([&] {
+    require(dir, "dir");
+    require(out_path, "out_path");
+    ptdp::export_safetensors(dir, out_path);
   });
 }
 

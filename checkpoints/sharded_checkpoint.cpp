@@ -380,7 +380,7 @@ CheckpointRef open_checkpoint(const std::string &path) {
   CheckpointRef ref;
   std::string err = io.rank() == 0 ? attempt([&] { ref.dir = resolve_checkpoint(path, &ref.why); }) : "";
   err = io.first_error(err);
-  if (!err.empty()) fail(Status::io_error, "nothing loaded: ", err);
+  if (!err.empty()) fail(Status::io_error, "no checkpoint to open: ", err);
   ref.dir = io.broadcast(ref.dir);
   ref.why = io.broadcast(ref.why);
   ref.manifest = Manifest::read(ref.dir);

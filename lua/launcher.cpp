@@ -143,11 +143,64 @@ int run_timeline_png(int argc, char **argv) {
   return 0;
 }
 
+// ptdp ckpt inspect|verify|export-safetensors: checkpoints without training.
+int run_ckpt(int argc, char **argv) {
+  CLI::App app{"Look into, check and convert checkpoints", "ptdp ckpt"};
+  app.require_subcommand(1);
+  std::string dir, out;
+  CLI::App *inspect = app.add_subcommand("inspect", "iteration, config, saved layout, every dataset");
+  inspect->add_option("dir", dir, "a save directory (its newest checkpoint) or one iter_N")->required();
+  CLI::App *verify = app.add_subcommand("verify", "manifest and every block's checksum; exit 1 on a fault");
+  verify->add_option("dir", dir, "a save directory (its newest checkpoint) or one iter_N")->required();
+  CLI::App *exp = app.add_subcommand("export-safetensors",
+                                     "the parameters with Hugging Face GPT-2 names and layouts");
+  exp->add_option("dir", dir, "a save directory (its newest checkpoint) or one iter_N")->required();
+  exp->add_option("out", out, "the .safetensors file to write")->required();
+  if (argc < 3) {  // no subcommand: say which there are
+    std::fputs(app.help().c_str(), stderr);
+    return 2;
+  }
+  try {
+    app.parse(argc - 1, argv + 1);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  // Through the C ABI, whose report calls take a buffer: grow it until it fits.
+  auto report = [](auto call) {
+    std::vector<char> buf(1 << 16);
+    size_t len = 0;
+    ptdp_status st = call(buf.data(), buf.size(), &len);
+    if (st == PTDP_ERR_BUFFER_TOO_SMALL) {
+      buf.resize(len + 1);
+      st = call(buf.data(), buf.size(), &len);
+    }
+    if (st == PTDP_OK || st == PTDP_ERR_CORRUPT_DATA) std::fputs(buf.data(), stdout);
+    return st;
+  };
+  ptdp_status st;
+  if (inspect->parsed()) {
+    st = report([&](char *b, size_t cap, size_t *len) { return ptdp_checkpoint_inspect(dir.c_str(), b, cap, len); });
+  } else if (verify->parsed()) {
+    st = report([&](char *b, size_t cap, size_t *len) { return ptdp_checkpoint_verify(dir.c_str(), b, cap, len); });
+    if (st == PTDP_ERR_CORRUPT_DATA) return 1;  // the report lists the faults
+  } else {
+    st = ptdp_checkpoint_export_safetensors(dir.c_str(), out.c_str());
+    if (st == PTDP_OK) std::printf("wrote %s\n", out.c_str());
+  }
+  if (st != PTDP_OK) {
+    std::fprintf(stderr, "ptdp: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
+    return 1;
+  }
+  return 0;
+}
+
 void usage(FILE *f) {
   std::fprintf(f,
                "usage: ptdp SCRIPT.lua [script arguments]   run a Lua experiment script\n"
                "       ptdp tokenize --output FILE INPUT... build a token dataset\n"
                "       ptdp timeline-png TRACE.json OUT.png [--width N]  draw a timeline\n"
+               "       ptdp ckpt inspect|verify DIR       look into / check a checkpoint\n"
+               "       ptdp ckpt export-safetensors DIR OUT.safetensors\n"
                "       ptdp --version\n");
 }
 
@@ -169,6 +222,7 @@ int main(int argc, char **argv) {
   }
   if (cmd == "tokenize") return run_tokenize(argc, argv);
   if (cmd == "timeline-png") return run_timeline_png(argc, argv);
+  if (cmd == "ckpt") return run_ckpt(argc, argv);
   if (cmd.size() > 4 && cmd.compare(cmd.size() - 4, 4, ".lua") == 0) return run_script(argc, argv);
   std::fprintf(stderr, "ptdp: unknown command '%s'\n", cmd.c_str());
   usage(stderr);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <system_error>
 #include <thread>
 
@@ -549,9 +550,12 @@ StepMetrics Trainer::step() {
 namespace {
 // The options a resumed run must share with the saved one, as text.
 std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
-  auto num = [](double x) {
+  auto num = [](double x) {  // the shortest text that reads back as x
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.17g", x);
+    for (int digits = 15; digits <= 17; digits++) {
+      std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+      if (std::strtod(buf, nullptr) == x) break;
+    }
     return std::string(buf);
   };
   return {{"seed", std::to_string(o.seed)},

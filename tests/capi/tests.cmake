@@ -144,6 +144,8 @@ ptdp_lua_test(lua_module_api --rc 0 --expect "module_api: PASS"
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/module_api.lua ${PTDP_LUA_ARGS})
 ptdp_lua_test(lua_pipeline_api --rc 0 --expect "pipeline_api: PASS"
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/pipeline_api.lua ${PTDP_LUA_ARGS})
+ptdp_lua_test(lua_checkpoint_api --rc 0 --expect "checkpoint_api: PASS"
+  -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/checkpoint_api.lua ${PTDP_LUA_ARGS} ${PTDP_LAUNCHER})
 # the launcher's own commands
 ptdp_lua_test(lua_launcher_version --rc 0 --expect "ptdp 0.1.0" -- ${PTDP_LAUNCHER} --version)
 ptdp_lua_test(lua_launcher_unknown_command --rc 2 --expect "unknown command 'frobnicate'"
@@ -156,6 +158,11 @@ ptdp_lua_test(lua_tokenize_cli --rc 0 --expect "200 documents, 7670 tokens"
 ptdp_lua_test(lua_tokenize_cli_missing --rc nonzero --expect "does not exist"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/tokenize_cli_missing.ptdp
      --format lines ${PTDP_TEST_TMP}/lua/no_such_corpus.txt)
+
+ptdp_lua_test(lua_ckpt_cli_usage --rc nonzero --expect "inspect" --expect "export-safetensors"
+  -- ${PTDP_LAUNCHER} ckpt)
+ptdp_lua_test(lua_ckpt_cli_missing --rc nonzero --expect "no checkpoint to open"
+  -- ${PTDP_LAUNCHER} ckpt verify ${PTDP_TEST_TMP}/lua/no_such_checkpoint)
 
 set_tests_properties(${PTDP_LUA_TESTS} PROPERTIES
                      LABELS lua TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")
