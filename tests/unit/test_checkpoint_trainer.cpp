@@ -20,7 +20,7 @@
 #include "engine/train/trainer.h"
 #include "expect_error.h"
 #include "temp_dir.h"
-#include "tiny_dataset.h"
+#include "pipeline_config.h"
 
 using namespace ptdp;
 namespace fs = std::filesystem;
@@ -36,26 +36,10 @@ std::string name_of(const Layout &l) {
          std::to_string(l.v);
 }
 
+// lr_warmup_iters 2: the resumed steps are still in warmup (LR restored exactly).
 Config config(const Layout &l) {
-  Config c;
-  c.set("num_layers", "8");
-  c.set("hidden_size", "32");
-  c.set("num_attention_heads", "4");
-  c.set("seq_length", "16");
-  c.set("micro_batch_size", "2");
-  c.set("global_batch_size", "16");
-  c.set("train_iters", "10");
-  c.set("lr", "3e-3");
-  c.set("min_lr", "3e-4");
+  Config c = pipeline_test_config(l.t, l.p, l.d, l.v);
   c.set("lr_warmup_iters", "2");
-  c.set("hidden_dropout", "0.1");
-  c.set("attention_dropout", "0.1");
-  c.set("split", "80,20");
-  c.set("data_path", tiny_dataset_path());
-  c.set("tensor_model_parallel_size", std::to_string(l.t));
-  c.set("pipeline_model_parallel_size", std::to_string(l.p));
-  c.set("data_parallel_size", std::to_string(l.d));
-  c.set("num_layers_per_virtual_pipeline_stage", std::to_string(8 / (l.p * l.v)));
   return c;
 }
 
