@@ -210,8 +210,15 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
         m.datasets.push_back(std::move(d));
       }
       commit_checkpoint(req.root, it, m.to_json());
-      if (req.keep_last > 0) prune_checkpoints(req.root, req.keep_last);
     });
+    // The new checkpoint is committed whatever happens to the old ones.
+    const std::string prune_err =
+        req.keep_last > 0 && err.empty()
+            ? attempt([&] { prune_checkpoints(req.root, req.keep_last); })
+            : "";
+    if (!prune_err.empty())
+      std::fprintf(stderr, "ptdp: saved %s/%s but could not remove older checkpoints: %s\n",
+                   req.root.c_str(), checkpoint_name(it).c_str(), prune_err.c_str());
   }
   err = io.first_error(err);
   if (!err.empty()) {
