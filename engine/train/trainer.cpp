@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <system_error>
 #include <thread>
@@ -252,7 +253,25 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
     R->sample.resize((size_t)opt_.model.seq_length + 1);
     ranks_.push_back(std::move(R));
   }
-  if (!opt_.load_path.empty()) load(opt_.load_path);
+  if (!opt_.load_path.empty()) {
+    // As in Megatron, --load naming a place with no complete checkpoint yet
+    // starts a fresh run (the first run of `--save X --load X`), and says so.
+    std::string why;
+    bool found = true;
+    try {
+      open_checkpoint(opt_.load_path);
+    } catch (const Error &e) {
+      if (e.code() != Status::io_error) throw;  // a damaged manifest is an error
+      found = false;
+      why = e.what();
+    }
+    if (found) {
+      load(opt_.load_path);
+    } else {
+      last_loaded_ = "load: " + why + "; starting from iteration 0";
+      if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", last_loaded_.c_str());
+    }
+  }
 }
 
 Trainer::~Trainer() = default;

@@ -186,6 +186,26 @@ INSTANTIATE_TEST_SUITE_P(
                       Reshard{{2, 4, 1, 2}, {4, 2, 1, 1}}),
     [](const auto &info) { return name_of(info.param.from) + "_to_" + name_of(info.param.to); });
 
+// The first run of `--save X --load X`: nothing to load yet, so it starts
+// from iteration 0 and says so; the second run resumes.
+TEST(CheckpointRetention, LoadFromAnEmptySaveDirectoryStartsFresh) {
+  TempDir dir;
+  TrainerOptions o = options({1, 2, 1, 1});
+  o.save_path = o.load_path = dir.path;
+  o.save_interval = 2;
+  {
+    Trainer first(o);
+    EXPECT_EQ(first.iteration(), 0);
+    EXPECT_NE(first.last_loaded().find("starting from iteration 0"), std::string::npos)
+        << first.last_loaded();
+    first.step();
+    first.step();
+  }
+  Trainer second(o);
+  EXPECT_EQ(second.iteration(), 2);
+  EXPECT_NE(second.last_loaded().find("iter_0000002"), std::string::npos) << second.last_loaded();
+}
+
 TEST(CheckpointRetention, SaveIntervalAndKeepLast) {
   TempDir dir;
   TrainerOptions o = options({1, 2, 1, 1});
