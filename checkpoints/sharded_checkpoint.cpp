@@ -280,7 +280,9 @@ struct Piece {
   std::vector<Target> *targets;
   Region rows;         // the piece in dataset coordinates (whole rows of the block)
   bool first, last;    // of its block: the block's checksum runs over its pieces in order
-  std::vector<float> *buf;
+  std::vector<float> *buf;  // the pool buffer it was read into, or null when read
+  Target *direct;           // straight into this target's memory
+  const float *data;        // the piece's values, row-major
 };
 
 // Verifies checksums and copies pieces into the shards on a worker thread, in
@@ -339,7 +341,7 @@ class Scatter {
       }
       std::lock_guard<std::mutex> lk(mu_);
       if (error_.empty()) error_ = err;
-      free_.push_back(p.buf);
+      if (p.buf) free_.push_back(p.buf);
       cv_.notify_all();
     }
   }
@@ -347,10 +349,15 @@ class Scatter {
     const size_t n = (size_t)(p.rows.rows * p.rows.cols);
     if (verify_) {
       if (p.first) crc_ = 0;
-      crc_ = crc32c(crc_, p.buf->data(), n * sizeof(float));
+      crc_ = crc32c(crc_, p.data, n * sizeof(float));
       if (p.last) check_crc(file_, *p.name, *p.block, crc_);
     }
-    for (Target &t : *p.targets) copy_overlap(p.rows, p.buf->data(), t);
+    for (Target &t : *p.targets) {
+      if (&t == p.direct)
+        t.copied += (int64_t)n;
+      else
+        copy_overlap(p.rows, p.data, t);  // other replicas, other layouts
+    }
   }
 
   const std::string file_;
@@ -440,17 +447,35 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
         const int64_t rows_per = std::max<int64_t>(1, kPieceBytes / (br.cols * (int64_t)sizeof(float)));
         for (int64_t r = 0; r < br.rows; r += rows_per) {
           const int64_t nr = std::min(rows_per, br.rows - r);
-          std::vector<float> *buf = scatter.buffer();
-          if (!buf) break;  // the worker failed: finish() reports it
-          buf->resize((size_t)(nr * br.cols));
-          std::vector<int64_t> offset = b.offset, count = b.count;
-          offset[0] += r;
-          count[0] = nr;
-          f.read_block(name, offset, count, buf->data());
           Region piece = br;
           piece.row0 += r;
           piece.rows = nr;
-          scatter.push({&name, &b, &targets, piece, r == 0, r + nr == br.rows, buf});
+          // Read straight into a shard when the piece is a run of whole rows
+          // of its region (the same split as saved); else into a pool buffer.
+          Target *direct = nullptr;
+          for (Target &t : targets) {
+            const Region &g = t.region;
+            if (g.col0 == piece.col0 && g.cols == piece.cols && g.ld == piece.cols &&
+                g.row0 <= piece.row0 && piece.row0 + nr <= g.row0 + g.rows) {
+              direct = &t;
+              break;
+            }
+          }
+          std::vector<float> *buf = nullptr;
+          float *into = nullptr;
+          if (direct) {
+            into = direct->mem + (piece.row0 - direct->region.row0) * direct->region.ld;
+          } else {
+            buf = scatter.buffer();
+            if (!buf) break;  // the worker failed: finish() reports it
+            buf->resize((size_t)(nr * br.cols));
+            into = buf->data();
+          }
+          std::vector<int64_t> offset = b.offset, count = b.count;
+          offset[0] += r;
+          count[0] = nr;
+          f.read_block(name, offset, count, into);
+          scatter.push({&name, &b, &targets, piece, r == 0, r + nr == br.rows, buf, direct, into});
         }
       }
     }
