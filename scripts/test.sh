@@ -10,6 +10,7 @@ cmake --build build-asan -j2 --target test_kernels test_gpt test_data test_train
   test_comm_threads test_parallel test_schedule test_pipeline test_timeline \
   test_checkpoint_hdf5 test_checkpoint_commit test_checkpoint_trainer test_checkpoint_export
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp
 echo "== unit, multirank, pipeline and checkpoint tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # (not the crash test: it kills the launcher, which the Release run covers)
 ctest --test-dir build-asan -L "unit|multirank|pipeline|checkpoint" -LE mpi \
