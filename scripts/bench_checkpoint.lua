@@ -62,8 +62,9 @@ for r = 1, opts.repeats do
   local w, rd = ptdp.benchmark_disk(opts.dir, bytes)
   best_save, best_load = math.min(best_save, t1 - t0), math.min(best_load, t2 - t1)
   raw_w, raw_r = math.max(raw_w, w), math.max(raw_r, rd)
-  print(string.format('round %d: save %.2f GB/s, load %.2f GB/s | raw write %.2f GB/s, raw read %.2f GB/s (%.2f GB)',
-                      r, bytes / (t1 - t0) / 1e9, bytes / (t2 - t1) / 1e9, w, rd, bytes / 1e9))
+  local sg, lg = bytes / (t1 - t0) / 1e9, bytes / (t2 - t1) / 1e9
+  print(string.format('round %d: save %.2f GB/s (%.0f%% of raw write %.2f), load %.2f GB/s (%.0f%% of raw read %.2f), %.2f GB',
+                      r, sg, 100 * sg / w, w, lg, 100 * lg / rd, rd, bytes / 1e9))
   os.execute('rm -rf "' .. opts.dir .. '/round' .. r .. '"')
 end
 os.execute('rm -rf "' .. opts.dir .. '"')
