@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -273,16 +274,16 @@ bool overlaps(const Region &a, const Region &b) {
          std::max(a.col0, b.col0) < std::min(a.col0 + a.cols, b.col0 + b.cols);
 }
 
-// Rows of one block, read by the I/O thread, to verify and scatter.
+// A rectangle of one dataset read by the I/O thread (whole rows of a block,
+// or whole rows of the dataset), to verify and scatter.
 struct Piece {
   const std::string *name;
-  const ManifestBlock *block;
+  const std::vector<const ManifestBlock *> *blocks;  // the dataset's blocks being read
   std::vector<Target> *targets;
-  Region rows;         // the piece in dataset coordinates (whole rows of the block)
-  bool first, last;    // of its block: the block's checksum runs over its pieces in order
+  Region rows;              // where it lies in the dataset; row-major, rows.cols wide
   std::vector<float> *buf;  // the pool buffer it was read into, or null when read
   Target *direct;           // straight into this target's memory
-  const float *data;        // the piece's values, row-major
+  const float *data;        // the piece's values
 };
 
 // Verifies checksums and copies pieces into the shards on a worker thread, in
@@ -346,23 +347,32 @@ class Scatter {
     }
   }
   void process(const Piece &p) {
-    const size_t n = (size_t)(p.rows.rows * p.rows.cols);
+    const Region &pr = p.rows;
     if (verify_) {
-      if (p.first) crc_ = 0;
-      crc_ = crc32c(crc_, p.data, n * sizeof(float));
-      if (p.last) check_crc(file_, *p.name, *p.block, crc_);
+      // Each block's checksum runs over its rows in order; pieces come in row order.
+      for (const ManifestBlock *b : *p.blocks) {
+        const Region br = block_region(*b);
+        const int64_t r0 = std::max(br.row0, pr.row0), r1 = std::min(br.row0 + br.rows, pr.row0 + pr.rows);
+        if (r1 <= r0) continue;
+        uint32_t &crc = crc_[b];
+        if (r0 == br.row0) crc = 0;
+        for (int64_t i = r0; i < r1; i++)
+          crc = crc32c(crc, p.data + (i - pr.row0) * pr.cols + (br.col0 - pr.col0),
+                       (size_t)br.cols * sizeof(float));
+        if (r1 == br.row0 + br.rows) check_crc(file_, *p.name, *b, crc);
+      }
     }
     for (Target &t : *p.targets) {
       if (&t == p.direct)
-        t.copied += (int64_t)n;
+        t.copied += pr.rows * pr.cols;
       else
-        copy_overlap(p.rows, p.data, t);  // other replicas, other layouts
+        copy_overlap(pr, p.data, t);  // other replicas, other layouts
     }
   }
 
   const std::string file_;
   const bool verify_;
-  uint32_t crc_ = 0;
+  std::map<const ManifestBlock *, uint32_t> crc_;  // running checksums of blocks being read
   std::vector<float> pool_[3];
   std::vector<std::vector<float> *> free_;
   std::deque<Piece> queue_;
@@ -428,9 +438,17 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
         wanted[sec.prefix + p.name].push_back({r, mem});
       }
     }
+  std::map<std::string, std::vector<const ManifestBlock *>> needed;  // outlives the worker
   {
     Scatter scatter(file, verify);
-    for (auto &[name, targets] : wanted) {
+    // In the order the save created the datasets, which is their order in the
+    // file: the reads then go front to back and the OS reads ahead.
+    std::vector<std::string> order;
+    for (const Section &sec : kSections)
+      for (const ParamInfo &p : gpt_param_table(model, 1, {})) order.push_back(sec.prefix + p.name);
+    for (const std::string &name : order) {
+      if (!wanted.count(name)) continue;
+      std::vector<Target> &targets = wanted.at(name);
       const ManifestDataset *md = m.find(name);
       if (!md)
         fail(Status::corrupt_data, "the manifest of '", ckpt.dir, "' has no dataset '", name, "'");
@@ -438,25 +456,52 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
       if (in_file != md->shape)
         fail(Status::corrupt_data, "'", file, "' dataset '", name, "' is ", dims_text(in_file),
              " but the manifest says ", dims_text(md->shape));
+      // The blocks this process needs. When together they span whole rows of
+      // the dataset (all of a layer's tensor shards are here), the rows are
+      // read whole: one extent each, no gaps read; else block by block.
+      std::vector<const ManifestBlock *> &blocks = needed[name];
+      std::vector<std::pair<int64_t, int64_t>> cols;
+      int64_t row_begin = INT64_MAX, row_end = 0;
       for (const ManifestBlock &b : md->blocks) {
         const Region br = block_region(b);
         if (std::none_of(targets.begin(), targets.end(),
                          [&](const Target &t) { return overlaps(t.region, br); }))
           continue;  // another process's part
-        // In pieces of whole rows, so the worker starts on a block while the rest is read.
-        const int64_t rows_per = std::max<int64_t>(1, kPieceBytes / (br.cols * (int64_t)sizeof(float)));
-        for (int64_t r = 0; r < br.rows; r += rows_per) {
-          const int64_t nr = std::min(rows_per, br.rows - r);
-          Region piece = br;
+        blocks.push_back(&b);
+        cols.push_back({br.col0, br.col0 + br.cols});
+        row_begin = std::min(row_begin, br.row0);
+        row_end = std::max(row_end, br.row0 + br.rows);
+      }
+      if (blocks.empty()) continue;
+      const int64_t width = md->shape.size() > 1 ? md->shape[1] : 1;
+      std::sort(cols.begin(), cols.end());
+      int64_t covered = 0;
+      for (auto &c : cols)
+        if (c.first <= covered) covered = std::max(covered, c.second);
+      std::vector<Region> reads;
+      if (covered >= width) {
+        Region whole;
+        whole.row0 = row_begin;
+        whole.rows = row_end - row_begin;
+        whole.cols = whole.ld = width;
+        reads.push_back(whole);
+      } else {
+        for (const ManifestBlock *b : blocks) reads.push_back(block_region(*b));
+      }
+      for (const Region &rd : reads) {
+        // In pieces of whole rows, so the worker starts while the rest is read.
+        const int64_t rows_per = std::max<int64_t>(1, kPieceBytes / (rd.cols * (int64_t)sizeof(float)));
+        for (int64_t r = 0; r < rd.rows; r += rows_per) {
+          Region piece = rd;
           piece.row0 += r;
-          piece.rows = nr;
+          piece.rows = std::min(rows_per, rd.rows - r);
           // Read straight into a shard when the piece is a run of whole rows
           // of its region (the same split as saved); else into a pool buffer.
           Target *direct = nullptr;
           for (Target &t : targets) {
             const Region &g = t.region;
             if (g.col0 == piece.col0 && g.cols == piece.cols && g.ld == piece.cols &&
-                g.row0 <= piece.row0 && piece.row0 + nr <= g.row0 + g.rows) {
+                g.row0 <= piece.row0 && piece.row0 + piece.rows <= g.row0 + g.rows) {
               direct = &t;
               break;
             }
@@ -468,14 +513,14 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
           } else {
             buf = scatter.buffer();
             if (!buf) break;  // the worker failed: finish() reports it
-            buf->resize((size_t)(nr * br.cols));
+            buf->resize((size_t)(piece.rows * piece.cols));
             into = buf->data();
           }
-          std::vector<int64_t> offset = b.offset, count = b.count;
-          offset[0] += r;
-          count[0] = nr;
-          f.read_block(name, offset, count, into);
-          scatter.push({&name, &b, &targets, piece, r == 0, r + nr == br.rows, buf, direct, into});
+          const bool two_d = md->shape.size() > 1;
+          f.read_block(name, two_d ? std::vector<int64_t>{piece.row0, piece.col0} : std::vector<int64_t>{piece.row0},
+                       two_d ? std::vector<int64_t>{piece.rows, piece.cols} : std::vector<int64_t>{piece.rows},
+                       into);
+          scatter.push({&name, &blocks, &targets, piece, buf, direct, into});
         }
       }
     }
