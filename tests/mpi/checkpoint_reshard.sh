@@ -6,6 +6,7 @@
 # 2. np 8 at (t, p, d, v) = (2, 2, 2, 2): 5 steps, saves iteration 5
 #    -> np 4 at (1, 4, 1) loads it and runs steps 6-10
 #    -> one process at (4, 1, 2) (thread ranks) loads it and runs steps 6-10
+#    -> np 2 at (2, 1, 1) loads it and runs steps 6-10
 # 3. np 2 hosting (2, 2, 2) as 4 thread ranks each: 5 steps, saves
 #    -> one serial process loads it and runs steps 6-10
 # Each continued run equals the serial run's steps 6-10 up to summation order.
@@ -24,6 +25,8 @@ mpi 8 --steps 5 --save ck8 --save-interval 5 --tensor-model-parallel-size 2 \
 mpi 4 --steps 5 --load ck8 --pipeline-model-parallel-size 4 > b.txt
 "$ptdp" "$here/losses.lua" --data-path data.ptdp --steps 5 --load ck8 \
   --tensor-model-parallel-size 4 --data-parallel-size 2 > c.txt
+# each process one tensor rank: it reads only its column blocks (strided)
+mpi 2 --steps 5 --load ck8 --tensor-model-parallel-size 2 > f.txt
 mpi 2 --steps 5 --save ck2 --save-interval 5 --tensor-model-parallel-size 2 \
   --pipeline-model-parallel-size 2 --data-parallel-size 2 > d.txt
 "$ptdp" "$here/losses.lua" --data-path data.ptdp --steps 5 --load ck2 > e.txt
@@ -40,4 +43,5 @@ compare() {
 }
 compare a.txt b.txt "np8 (2,2,2,v2) -> np4 (1,4,1)"
 compare a.txt c.txt "np8 (2,2,2,v2) -> threads (4,1,2)"
+compare a.txt f.txt "np8 (2,2,2,v2) -> np2 (2,1,1)"
 compare d.txt e.txt "np2 x 4 threads (2,2,2) -> serial"
