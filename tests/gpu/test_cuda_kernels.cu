@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -52,6 +53,24 @@ struct Dev {
     return v;
   }
 };
+
+// Token ids on the device.
+struct DevI {
+  int32_t *p = nullptr;
+  explicit DevI(const std::vector<int32_t> &v) {
+    CUDA_OK(cudaMalloc(&p, v.size() * sizeof(int32_t) + 16));
+    CUDA_OK(cudaMemcpy(p, v.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
+  ~DevI() { cudaFree(p); }
+};
+
+std::vector<int32_t> random_ids(size_t n, int below, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, below - 1);
+  std::vector<int32_t> v(n);
+  for (auto &x : v) x = d(rng);
+  return v;
+}
 
 // |gpu - cpu| <= atol + rtol * |cpu| everywhere (NaN fails).
 void compare(const char *what, const std::vector<float> &gpu, const std::vector<float> &cpu,
@@ -115,6 +134,55 @@ void test_softmax(int batch, int s, bool causal) {
   compare(tag.c_str(), dP.get(), P, 1e-6f, 1e-5f);
 }
 
+// A vocab-parallel shard (rows [start, start + rows)) with and without positions.
+void test_embedding(int s, int b, int h, int vocab, int start, int rows, bool positions) {
+  auto wte = randn((size_t)rows * h, 7), wpe = randn((size_t)s * h, 8);
+  auto tokens = random_ids((size_t)s * b, vocab, 9);
+  std::vector<float> x((size_t)s * b * h);
+  ptdp::cpu::embedding_forward(x.data(), tokens.data(), wte.data(), start, rows,
+                               positions ? wpe.data() : nullptr, s, b, h);
+  Dev dwte(wte), dwpe(wpe), dx(x.size());
+  DevI dt(tokens);
+  ptdp::cuda::embedding_forward(dx.p, dt.p, dwte.p, start, rows, positions ? dwpe.p : nullptr, s, b,
+                                h, 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  // One addition per element in both: exact.
+  std::string tag = "embedding h=" + std::to_string(h) + " rows " + std::to_string(start) + "+" +
+                    std::to_string(rows) + (positions ? " +wpe" : "");
+  compare(tag.c_str(), dx.get(), x, 0.f, 0.f);
+}
+
+void test_cross_entropy(int N, int Vp, int V) {
+  auto logits = randn((size_t)N * Vp, 10, 3.f);
+  auto targets = random_ids((size_t)N, V, 11);
+  std::vector<float> loss(N);
+  ptdp::cpu::cross_entropy_forward(loss.data(), logits.data(), targets.data(), N, Vp, V);
+  Dev dl(logits), dloss(N);
+  DevI dt(targets);
+  ptdp::cuda::cross_entropy_forward(dloss.p, dl.p, dt.p, N, Vp, V, 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  // fp32 sums of V exp terms in another order: 1e-5 relative on a loss of ~log V.
+  std::string tag = "cross_entropy V=" + std::to_string(V) + " Vp=" + std::to_string(Vp);
+  compare(tag.c_str(), dloss.get(), loss, 1e-5f, 1e-5f);
+}
+
+void test_adamw(size_t n, int64_t step) {
+  auto p = randn(n, 12), g = randn(n, 13, 0.1f), m = randn(n, 14, 0.01f), v = randn(n, 15, 0.01f);
+  for (auto &x : v) x = x * x;  // second moments are non-negative
+  Dev dp(p), dg(g), dm(m), dv(v);
+  ptdp::cpu::AdamWParams a{3e-4, 0.9, 0.95, 1e-8, 0.1, step};
+  ptdp::cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
+  ptdp::cuda::adamw_update(dp.p, dg.p, dm.p, dv.p, n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
+                           a.step, 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  // The same float arithmetic per element; sqrtf and fused multiply-adds may
+  // differ in the last bit: 1e-6 relative.
+  std::string tag = "adamw n=" + std::to_string(n) + " step " + std::to_string(step);
+  compare((tag + " param").c_str(), dp.get(), p, 1e-7f, 1e-6f);
+  compare((tag + " exp_avg").c_str(), dm.get(), m, 1e-9f, 1e-6f);
+  compare((tag + " exp_avg_sq").c_str(), dv.get(), v, 1e-12f, 1e-6f);
+}
+
 }  // namespace
 
 int main() {
@@ -134,6 +202,12 @@ int main() {
     test_softmax(3, s, true);
     test_softmax(3, s, false);
   }
-  std::printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
+  for (int h : {5, 64, 768}) {
+    test_embedding(17, 3, h, 1000, 0, 1000, true);
+    test_embedding(17, 3, h, 1000, 500, 500, false);  // tensor rank 1 of 2: half the ids are others'
+  }
+  for (int V : {1, 257, 50257}) test_cross_entropy(23, (V + 127) / 128 * 128, V);
+  for (size_t n : {1, 7, 4096, 1000003}) test_adamw(n, 1 + (int64_t)(n % 5));
+  std::printf("%d checks failed\n", failures);
   return failures ? 1 : 0;
 }
