@@ -4,6 +4,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoints/sharded_checkpoint.h"
@@ -14,12 +15,17 @@ namespace {
 
 std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string format(const char *fmt, ...) {
-  char buf[512];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_list again;
+  va_copy(again, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
   va_end(ap);
-  return buf;
+  std::string s((size_t)std::max(n, 0) + 1, '\0');  // names and paths have no length limit
+  std::vsnprintf(s.data(), s.size(), fmt, again);
+  va_end(again);
+  s.pop_back();
+  return s;
 }
 
 std::string shape_text(const std::vector<int64_t> &s) {
@@ -28,59 +34,106 @@ std::string shape_text(const std::vector<int64_t> &s) {
   return t + "]";
 }
 
+std::string mb(int64_t bytes) { return format("%.3f MB", (double)bytes / 1e6); }
+
+using Rows = std::vector<std::pair<std::string, std::string>>;
+
+// Titled sections of "key   value" lines, every value in one column.
+std::string sections(const std::vector<std::pair<std::string, Rows>> &secs) {
+  size_t width = 0;
+  for (const auto &sec : secs)
+    for (const auto &r : sec.second) width = std::max(width, r.first.size());
+  std::string out;
+  for (const auto &[title, rows] : secs) {
+    out += title + "\n";
+    if (rows.empty()) out += "  (none recorded)\n";
+    for (const auto &[k, v] : rows) out += format("  %-*s  %s\n", (int)width, k.c_str(), v.c_str());
+  }
+  return out;
+}
+
+std::string num(int64_t v) { return std::to_string(v); }
+std::string num(float v) { return format("%g", (double)v); }
+
+struct Totals {
+  int64_t bytes = 0, blocks = 0, params = 0;
+};
+
+Totals totals(const Manifest &m) {
+  Totals t;
+  for (const ManifestDataset &d : m.datasets) {
+    t.bytes += d.bytes();
+    t.blocks += (int64_t)d.blocks.size();
+    if (d.name.rfind("/model/", 0) == 0) t.params += d.numel();
+  }
+  return t;
+}
+
 }  // namespace
 
 std::string inspect_checkpoint(const std::string &path) {
   const CheckpointRef ref = open_checkpoint(path);
   const Manifest &m = ref.manifest;
   const GptConfig &g = m.model;
-  std::string out;
-  out += "checkpoint  " + ref.dir + " (" + ref.why + ")\n";
-  out += format("iteration   %lld\n", (long long)m.iteration);
-  out += format("format      ptdp-checkpoint %d, %s (%.1f MB)\n", Manifest::kFormatVersion,
-                m.file.c_str(), (double)m.file_bytes / 1e6);
-  out += "saved with  " + m.layout.text() + "\n";
-  out += format("model       num_layers %d, hidden_size %d, num_attention_heads %d, "
-                "ffn_hidden_size %d, vocab_size %d, max_position_embeddings %d, seq_length %d\n",
-                g.num_layers, g.hidden_size, g.num_attention_heads, g.ffn(), g.vocab_size,
-                g.max_positions(), g.seq_length);
-  out += "training   ";
-  for (const auto &[k, v] : m.training) out += " " + k + "=" + v;
-  out += "\n";
-  int64_t bytes = 0, params = 0, blocks = 0;
-  size_t width = 0;
-  for (const ManifestDataset &d : m.datasets) {
-    bytes += d.bytes();
-    blocks += (int64_t)d.blocks.size();
-    if (d.name.rfind("/model/", 0) == 0) params += d.numel();
-    width = std::max(width, d.name.size());
-  }
-  out += format("datasets    %zu, %lld blocks, %.1f MB; %lld parameters\n", m.datasets.size(),
-                (long long)blocks, (double)bytes / 1e6, (long long)params);
+  const Totals tot = totals(m);
+  std::string out =
+      sections({{"checkpoint",
+                 {{"directory", ref.dir},
+                  {"chosen", ref.why},
+                  {"iteration", num(m.iteration)},
+                  {"format", format("ptdp-checkpoint version %d", Manifest::kFormatVersion)},
+                  {"file", m.file + ", " + num(m.file_bytes) + " bytes"},
+                  {"saved with", m.layout.text()}}},
+                {"model",
+                 {{"num_layers", num((int64_t)g.num_layers)},
+                  {"hidden_size", num((int64_t)g.hidden_size)},
+                  {"num_attention_heads", num((int64_t)g.num_attention_heads)},
+                  {"ffn_hidden_size", num((int64_t)g.ffn())},
+                  {"vocab_size", num((int64_t)g.vocab_size)},
+                  {"make_vocab_size_divisible_by", num((int64_t)g.make_vocab_size_divisible_by)},
+                  {"seq_length", num((int64_t)g.seq_length)},
+                  {"max_position_embeddings", num((int64_t)g.max_positions())},
+                  {"hidden_dropout", num(g.hidden_dropout)},
+                  {"attention_dropout", num(g.attention_dropout)},
+                  {"init_method_std", num(g.init_method_std)},
+                  {"layernorm_epsilon", num(g.layernorm_epsilon)}}},
+                {"training", Rows(m.training.begin(), m.training.end())},
+                {"totals",
+                 {{"datasets", num((int64_t)m.datasets.size())},
+                  {"blocks", num(tot.blocks)},
+                  {"bytes", num(tot.bytes) + " (" + mb(tot.bytes) + ")"},
+                  {"parameters", num(tot.params) + " (elements of /model/*)"}}}});
+
+  // One line per dataset, in columns sized to their widest entry.
+  std::vector<std::vector<std::string>> rows = {
+      {"name", "dtype", "shape", "bytes", "MB", "blocks"}};
   for (const ManifestDataset &d : m.datasets)
-    out += format("  %-*s  %-7s  %-14s  %10.3f MB  %3zu blocks\n", (int)width, d.name.c_str(),
-                  d.dtype.c_str(), shape_text(d.shape).c_str(), (double)d.bytes() / 1e6,
-                  d.blocks.size());
+    rows.push_back({d.name, d.dtype, shape_text(d.shape), num(d.bytes()),
+                    format("%.3f", (double)d.bytes() / 1e6), num((int64_t)d.blocks.size())});
+  std::vector<size_t> w(rows[0].size(), 0);
+  for (const auto &r : rows)
+    for (size_t c = 0; c < r.size(); c++) w[c] = std::max(w[c], r[c].size());
+  out += "datasets\n";
+  for (const auto &r : rows)  // text columns to the left, numbers to the right
+    out += format("  %-*s  %-*s  %-*s  %*s  %*s  %*s\n", (int)w[0], r[0].c_str(), (int)w[1],
+                  r[1].c_str(), (int)w[2], r[2].c_str(), (int)w[3], r[3].c_str(), (int)w[4],
+                  r[4].c_str(), (int)w[5], r[5].c_str());
   return out;
 }
 
 std::string verify_checkpoint(const std::string &path, bool *ok) {
   const CheckpointRef ref = open_checkpoint(path);
   const std::vector<std::string> faults = checkpoint_faults(ref.dir);
-  *ok = faults.empty();
+  if (ok) *ok = faults.empty();
   if (faults.empty()) {
-    int64_t bytes = 0, blocks = 0;
-    for (const ManifestDataset &d : ref.manifest.datasets) {
-      bytes += d.bytes();
-      blocks += (int64_t)d.blocks.size();
-    }
+    const Totals tot = totals(ref.manifest);
     return format("OK: %s: %zu datasets, %lld blocks, %lld bytes checked against their checksums\n",
-                  ref.dir.c_str(), ref.manifest.datasets.size(), (long long)blocks,
-                  (long long)bytes);
+                  ref.dir.c_str(), ref.manifest.datasets.size(), (long long)tot.blocks,
+                  (long long)tot.bytes);
   }
   std::string out = "FAULTY: " + ref.dir + "\n";
   for (const std::string &f : faults) out += "  " + f + "\n";
-  return out + format("%zu fault(s)\n", faults.size());
+  return out + format("%zu fault%s\n", faults.size(), faults.size() == 1 ? "" : "s");
 }
 
 }  // namespace ptdp

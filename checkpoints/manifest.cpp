@@ -1,6 +1,7 @@
 #include "checkpoints/manifest.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -121,6 +122,11 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
   g.attention_dropout = field<float>(model, "attention_dropout", mw);
   g.init_method_std = field<float>(model, "init_method_std", mw);
   g.layernorm_epsilon = field<float>(model, "layernorm_epsilon", mw);
+  try {
+    g.validate();
+  } catch (const Error &e) {
+    fail(Status::corrupt_data, mw, " is not a valid model: ", e.what());
+  }
   const json layout = j.contains("layout") ? j["layout"] : json();
   m.layout.t = field<int>(layout, "t", where + " layout");
   m.layout.p = field<int>(layout, "p", where + " layout");
@@ -147,7 +153,7 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
       const std::string crc = field<std::string>(b, "crc32c", dw + " block");
       char *end = nullptr;
       mb.crc32c = (uint32_t)std::strtoul(crc.c_str(), &end, 16);
-      if (crc.size() != 8 || *end != '\0')
+      if (crc.size() != 8 || *end != '\0' || !std::isxdigit((unsigned char)crc[0]))
         fail(Status::corrupt_data, dw, ": crc32c '", crc, "' is not 8 hex digits");
       if (mb.offset.size() != out.shape.size() || mb.count.size() != out.shape.size())
         fail(Status::corrupt_data, dw, ": a block's offset/count do not have ", out.shape.size(),
@@ -158,8 +164,16 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
       covered += mb.numel();
       out.blocks.push_back(std::move(mb));
     }
-    // Blocks never overlap (one writer per element), so they cover the dataset
-    // exactly when their sizes add up to it.
+    // One writer per element: blocks that overlap are damage. Without overlap
+    // they cover the dataset exactly when their sizes add up to it.
+    for (size_t i = 0; i < out.blocks.size(); i++)
+      for (size_t j = i + 1; j < out.blocks.size(); j++) {
+        const ManifestBlock &a = out.blocks[i], &b = out.blocks[j];
+        bool apart = a.numel() == 0 || b.numel() == 0;
+        for (size_t k = 0; k < a.offset.size() && !apart; k++)
+          apart = a.offset[k] + a.count[k] <= b.offset[k] || b.offset[k] + b.count[k] <= a.offset[k];
+        if (!apart) fail(Status::corrupt_data, dw, ": two of its blocks overlap");
+      }
     if (covered != out.numel())
       fail(Status::corrupt_data, dw, ": its blocks cover ", covered, " of ", out.numel(),
            " elements");

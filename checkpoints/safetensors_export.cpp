@@ -1,14 +1,18 @@
 #include "checkpoints/safetensors_export.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "checkpoints/crc32c.h"
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/status.h"
@@ -21,45 +25,98 @@ bool ends_with(const std::string &s, const std::string &tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// One tensor in GPT-2's layout: its shape and row-major values.
-struct Tensor {
-  std::vector<int64_t> shape;
-  std::vector<float> data;
-};
-
-// w: [rows, cols] row-major -> [cols, rows].
-std::vector<float> transpose(const std::vector<float> &w, int64_t rows, int64_t cols) {
-  std::vector<float> t(w.size());
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < cols; c++) t[(size_t)(c * rows + r)] = w[(size_t)(r * cols + c)];
-  return t;
+std::string dims_text(const std::vector<int64_t> &d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); i++) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
 }
 
-// ptdp's c_attn output index a*3*hd + q*hd + e (q: 0 query, 1 key, 2 value)
-// is GPT-2's q*h + a*hd + e.
-int64_t gpt2_qkv_index(int64_t i, int64_t h, int64_t hd) {
-  const int64_t a = i / (3 * hd), q = i / hd % 3, e = i % hd;
+// How one parameter goes from the checkpoint to GPT-2. In the file it is
+// [rows, cols] = [out, in] (a 1-D tensor is [rows] with cols = 1).
+struct Conversion {
+  std::string dataset;              // "/model/h.0.attn.c_attn.weight"
+  std::vector<int64_t> shape;       // in the file: global, wte unpadded
+  std::vector<int64_t> gpt2_shape;  // in the export
+  int64_t rows = 0, cols = 1;
+  bool transpose = false;  // a linear weight: [out, in] -> Conv1D's [in, out]
+  bool qkv = false;        // c_attn: outputs [a, 3, hd] -> [3, a, hd]
+};
+
+Conversion conversion(const ParamInfo &p, const GptConfig &cfg) {
+  Conversion c;
+  c.dataset = "/model/" + p.name;
+  c.shape = p.global_shape;
+  if (p.name == "wte.weight") c.shape[0] = cfg.vocab_size;
+  c.rows = c.shape[0];
+  c.cols = c.shape.size() > 1 ? c.shape[1] : 1;
+  for (const char *w :
+       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+    c.transpose = c.transpose || ends_with(p.name, w);
+  c.qkv = ends_with(p.name, ".attn.c_attn.weight") || ends_with(p.name, ".attn.c_attn.bias");
+  c.gpt2_shape = c.transpose ? std::vector<int64_t>{c.cols, c.rows} : c.shape;
+  return c;
+}
+
+// Where ptdp's output row r goes in GPT-2's order. c_attn's row a*3*hd + q*hd + e
+// (head a; q: 0 query, 1 key, 2 value) is GPT-2's q*h + a*hd + e.
+int64_t gpt2_row(const Conversion &c, int64_t r, int64_t h, int64_t hd) {
+  if (!c.qkv) return r;
+  const int64_t a = r / (3 * hd), q = r / hd % 3, e = r % hd;
   return q * h + a * hd + e;
 }
 
-Tensor to_gpt2(const std::string &name, const std::vector<int64_t> &shape, std::vector<float> w,
-               const GptConfig &cfg) {
-  const int64_t h = cfg.hidden_size, hd = cfg.head_dim();
-  if (ends_with(name, "attn.c_attn.weight")) {  // [3h, h] -> reorder rows -> [h, 3h]
-    std::vector<float> r(w.size());
-    for (int64_t i = 0; i < 3 * h; i++)
-      std::memcpy(&r[(size_t)(gpt2_qkv_index(i, h, hd) * h)], &w[(size_t)(i * h)],
-                  (size_t)h * sizeof(float));
-    return {{h, 3 * h}, transpose(r, 3 * h, h)};
+// Puts a block of the checkpoint's tensor (rows r0.., columns c0.., nr x nc
+// row-major in blk) where it belongs in GPT-2's tensor `out`.
+void place(const Conversion &c, int64_t r0, int64_t nr, int64_t c0, int64_t nc, const float *blk,
+           int64_t h, int64_t hd, float *out) {
+  if (!c.transpose) {
+    for (int64_t i = 0; i < nr; i++)
+      std::memcpy(out + gpt2_row(c, r0 + i, h, hd) * c.cols + c0, blk + i * nc,
+                  (size_t)nc * sizeof(float));
+    return;
   }
-  if (ends_with(name, "attn.c_attn.bias")) {
-    std::vector<float> r(w.size());
-    for (int64_t i = 0; i < 3 * h; i++) r[(size_t)gpt2_qkv_index(i, h, hd)] = w[(size_t)i];
-    return {shape, r};
+  // out[column][gpt2_row(row)], in tiles of rows: the rows being read stay in
+  // cache while their columns are written one by one.
+  const int64_t tile = 64;
+  for (int64_t i0 = 0; i0 < nr; i0 += tile) {
+    const int64_t i1 = std::min(nr, i0 + tile);
+    for (int64_t j = 0; j < nc; j++) {
+      float *col = out + (c0 + j) * c.rows;
+      for (int64_t i = i0; i < i1; i++) col[gpt2_row(c, r0 + i, h, hd)] = blk[i * nc + j];
+    }
   }
-  if (ends_with(name, "c_proj.weight") || ends_with(name, "c_fc.weight"))
-    return {{shape[1], shape[0]}, transpose(w, shape[0], shape[1])};
-  return {shape, std::move(w)};
+}
+
+// The shortest decimal text that reads back as x, as a JSON number (1e-05, not
+// 9.999999747378752e-06).
+double shortest(float x) {
+  char buf[32];
+  for (int digits = 6; digits <= 9; digits++) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
+    if ((float)std::strtod(buf, nullptr) == x) break;
+  }
+  return std::strtod(buf, nullptr);
+}
+
+// The transformers GPT2Config that matches the model (recorded in the
+// metadata so that a config.json can be written from it). ptdp's GeLU is the
+// tanh approximation, GPT-2's "gelu_new"; Megatron's embedding dropout is the
+// hidden dropout.
+nlohmann::json gpt2_config(const GptConfig &g) {
+  return {{"model_type", "gpt2"},
+          {"vocab_size", g.vocab_size},
+          {"n_positions", g.max_positions()},
+          {"n_embd", g.hidden_size},
+          {"n_layer", g.num_layers},
+          {"n_head", g.num_attention_heads},
+          {"n_inner", g.ffn()},
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", shortest(g.layernorm_epsilon)},
+          {"resid_pdrop", shortest(g.hidden_dropout)},
+          {"embd_pdrop", shortest(g.hidden_dropout)},
+          {"attn_pdrop", shortest(g.attention_dropout)},
+          {"initializer_range", shortest(g.init_method_std)},
+          {"tie_word_embeddings", true}};
 }
 
 void write_all(int fd, const void *p, size_t n, const std::string &path) {
@@ -67,70 +124,140 @@ void write_all(int fd, const void *p, size_t n, const std::string &path) {
   while (n > 0) {
     const ssize_t k = ::write(fd, c, n);
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) fail(Status::io_error, "cannot write '", path, "': ", std::strerror(errno));
+    if (k <= 0)
+      fail(Status::io_error, "cannot write '", path, "': ", std::strerror(k < 0 ? errno : ENOSPC));
     c += k;
     n -= (size_t)k;
   }
 }
 
+template <class... Args>
+[[noreturn]] void damaged(const std::string &dir, const Args &...why) {
+  fail(Status::corrupt_data, "checkpoint '", dir, "' is damaged, not exported: ", why...);
+}
+
+bool same_file(const std::string &a, const std::string &b) {
+  struct stat sa, sb;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
 }  // namespace
 
 void export_safetensors(const std::string &path, const std::string &out_file) {
+  if (out_file.empty()) fail(Status::invalid_argument, "export_safetensors: no output file given");
   const CheckpointRef ref = open_checkpoint(path);
+  const Manifest &m = ref.manifest;
+  const std::string file = ref.dir + "/" + m.file;
+  if (same_file(out_file, file) || same_file(out_file, ref.dir + "/manifest.json"))
+    fail(Status::invalid_argument, "export_safetensors: '", out_file,
+         "' is a file of the checkpoint itself");
+  const GptConfig &cfg = m.model;
+  // Any fault, in the optimizer state too, means the checkpoint is not to be
+  // trusted: everything `ptdp ckpt verify` checks is checked before the output
+  // is created. The parameters' checksums are checked again as they are read
+  // for the export, in case the file changes in between.
   const std::vector<std::string> faults = checkpoint_faults(ref.dir);
-  if (!faults.empty())
-    fail(Status::corrupt_data, "checkpoint '", ref.dir, "' is damaged, not exported (",
-         faults.size(), " fault(s); first: ", faults[0], ")");
-  const GptConfig &cfg = ref.manifest.model;
-  const H5File f = H5File::open_read(ref.dir + "/" + ref.manifest.file);
+  if (faults.size() == 1) damaged(ref.dir, faults[0]);
+  if (faults.size() > 1)
+    damaged(ref.dir, faults[0], " (and ", faults.size() - 1,
+            " more faults; `ptdp ckpt verify` lists them all)");
+  const H5File f = H5File::open_read(file);
 
-  // Header: every tensor's dtype, shape and byte range in the data that follows.
-  std::vector<std::string> names;
-  std::vector<Tensor> tensors;
-  nlohmann::json header;
-  header["__metadata__"] = {{"format", "pt"},
-                            {"source", "ptdp checkpoint " + ref.dir},
-                            {"iteration", std::to_string(ref.manifest.iteration)}};
-  int64_t offset = 0;
+  // verify (above) checked the manifest's shapes against its model; these
+  // checks keep the conversion below from ever reading out of bounds.
+  std::vector<Conversion> convs;
   for (const ParamInfo &p : gpt_param_table(cfg, 1, {})) {
-    const std::string ds = "/model/" + p.name;
-    const std::vector<int64_t> shape = f.shape(ds);
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<float> w((size_t)n);
-    std::vector<int64_t> zero(shape.size(), 0);
-    f.read_block(ds, zero, shape, w.data());
-    tensors.push_back(to_gpt2(p.name, shape, std::move(w), cfg));
-    const int64_t bytes = (int64_t)tensors.back().data.size() * (int64_t)sizeof(float);
-    header[p.name] = {{"dtype", "F32"}, {"shape", tensors.back().shape},
-                      {"data_offsets", {offset, offset + bytes}}};
+    Conversion c = conversion(p, cfg);
+    const ManifestDataset *md = m.find(c.dataset);
+    if (!md) damaged(ref.dir, "the manifest has no dataset '", c.dataset, "'");
+    if (md->dtype != "float32")
+      damaged(ref.dir, "dataset '", c.dataset, "' is ", md->dtype, ", not float32");
+    if (f.shape(c.dataset) != c.shape)
+      damaged(ref.dir, "dataset '", c.dataset, "' in '", file, "' is ",
+              dims_text(f.shape(c.dataset)), " but the manifest says ", dims_text(c.shape));
+    convs.push_back(std::move(c));
+  }
+
+  // Header: every tensor's dtype, shape and byte range in the data that
+  // follows, in the order they are written.
+  nlohmann::json header = nlohmann::json::object();
+  header["__metadata__"] = {{"format", "pt"},
+                            {"producer", "ptdp"},
+                            {"checkpoint", ref.dir},
+                            {"iteration", std::to_string(m.iteration)},
+                            {"gpt2_config", gpt2_config(cfg).dump()}};
+  int64_t offset = 0;
+  for (const Conversion &c : convs) {
+    const int64_t bytes = c.rows * c.cols * (int64_t)sizeof(float);
+    header[c.dataset.substr(7)] = {
+        {"dtype", "F32"}, {"shape", c.gpt2_shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-  const uint64_t len = text.size();
-  unsigned char le[8];
-  for (int i = 0; i < 8; i++) le[i] = (unsigned char)(len >> (8 * i));
+  unsigned char len[8];
+  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)text.size() >> (8 * i));
 
+  // The data, one tensor at a time: its blocks read, checked against their
+  // checksums and placed in GPT-2's layout, then written.
   const std::string tmp = out_file + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(Status::io_error, "cannot create '", tmp, "': ", std::strerror(errno));
+  if (fd < 0)
+    fail(Status::io_error, "cannot create '", tmp, "' to export to '", out_file,
+         "': ", std::strerror(errno));
+  bool closed = false;
   try {
-    write_all(fd, le, 8, tmp);
+    write_all(fd, len, 8, tmp);
     write_all(fd, text.data(), text.size(), tmp);
-    for (const Tensor &t : tensors) write_all(fd, t.data.data(), t.data.size() * sizeof(float), tmp);
-    if (::fsync(fd) != 0) fail(Status::io_error, "cannot fsync '", tmp, "': ", std::strerror(errno));
+    const int64_t h = cfg.hidden_size, hd = cfg.head_dim();
+    std::vector<float> out, blk;
+    for (const Conversion &c : convs) {
+      out.assign((size_t)(c.rows * c.cols), 0.f);
+      for (const ManifestBlock &b : m.find(c.dataset)->blocks) {
+        blk.resize((size_t)b.numel());
+        f.read_block(c.dataset, b.offset, b.count, blk.data());
+        const uint32_t crc = crc32c(0, blk.data(), blk.size() * sizeof(float));
+        if (crc != b.crc32c) {
+          char msg[64];
+          std::snprintf(msg, sizeof msg, "%08x, the manifest says %08x", crc, b.crc32c);
+          damaged(ref.dir, "'", file, "' dataset '", c.dataset, "' block at ", dims_text(b.offset),
+                  " of ", dims_text(b.count), ": checksum ", msg);
+        }
+        const bool two_d = b.offset.size() > 1;
+        place(c, b.offset[0], b.count[0], two_d ? b.offset[1] : 0, two_d ? b.count[1] : 1,
+              blk.data(), h, hd, out.data());
+      }
+      write_all(fd, out.data(), out.size() * sizeof(float), tmp);
+    }
+    if (::fsync(fd) != 0)
+      fail(Status::io_error, "cannot fsync '", tmp, "': ", std::strerror(errno));
+    closed = true;  // even when close fails: the descriptor is gone
+    if (::close(fd) != 0)
+      fail(Status::io_error, "cannot close '", tmp, "': ", std::strerror(errno));
   } catch (...) {
-    ::close(fd);
+    if (!closed) ::close(fd);
     ::unlink(tmp.c_str());
     throw;
   }
-  ::close(fd);
   if (std::rename(tmp.c_str(), out_file.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
     fail(Status::io_error, "cannot rename '", tmp, "' to '", out_file, "': ", std::strerror(e));
   }
+  // The rename is durable once the directory is synced.
+  const size_t slash = out_file.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "."
+                             : slash == 0               ? "/"
+                                                        : out_file.substr(0, slash);
+  const int dfd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || ::fsync(dfd) != 0) {
+    const int e = errno;
+    if (dfd >= 0) ::close(dfd);
+    fail(Status::io_error, "wrote '", out_file, "' but cannot fsync its directory '", parent,
+         "': ", std::strerror(e));
+  }
+  ::close(dfd);
 }
 
 }  // namespace ptdp

@@ -3,14 +3,21 @@
 // safetensors reader: h.{i}.ln_1.weight, ..., wte.weight, wpe.weight, ln_f.*.
 // The four linear weights become Conv1D's [in, out], and c_attn's outputs go
 // from ptdp's per-head [a, 3, hd] order (Megatron's) to GPT-2's [3, a, hd].
+// All float32; the metadata holds "format": "pt" and the matching GPT2Config
+// fields as JSON text ("gpt2_config", activation gelu_new like ptdp's GeLU).
 #pragma once
 #include <string>
 
 namespace ptdp {
 
 // path: a save directory (its newest complete checkpoint) or one iter_N.
-// Refuses (corrupt_data) a checkpoint with any fault; writes out_file
-// atomically (a temporary file, fsync, rename), so a failure leaves no file.
+// Refuses (corrupt_data, "is damaged, not exported: <the fault>") a
+// checkpoint with any fault `ptdp ckpt verify` would report, in the optimizer
+// state too, or whose datasets disagree with its manifest's model; the
+// parameters' checksums are checked again as they are read for the export.
+// Writes out_file atomically (out_file.tmp, fsync, rename, fsync of its
+// directory), so a failure leaves no file; io_error names the path that
+// could not be written.
 void export_safetensors(const std::string &path, const std::string &out_file);
 
 }  // namespace ptdp

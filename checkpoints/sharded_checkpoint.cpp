@@ -552,6 +552,18 @@ std::vector<std::string> checkpoint_faults(const std::string &dir) {
   std::string err = attempt([&] { m = Manifest::read(dir); });
   if (!err.empty()) return {err};
   const std::string file = dir + "/" + m.file;
+  // Every dataset the manifest's own model needs, at the shape it gives it.
+  for (const Section &sec : kSections)
+    for (const ParamInfo &p : gpt_param_table(m.model, 1, {})) {
+      const std::string name = sec.prefix + p.name;
+      const ManifestDataset *md = m.find(name);
+      const std::vector<int64_t> want = dataset_shape(p, m.model.vocab_size);
+      if (!md)
+        faults.push_back("the manifest has no dataset '" + name + "'");
+      else if (md->shape != want)
+        faults.push_back("the manifest says '" + md->name + "' is " + dims_text(md->shape) +
+                         " but its model makes it " + dims_text(want));
+    }
   const int64_t size = file_size(file);
   if (size < 0) return {"'" + file + "' is missing"};
   if (size != m.file_bytes)
