@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <mutex>
 #include <cstdio>
 #include <utility>
 
@@ -44,6 +45,13 @@ std::string hdf5_reason() {
   return msg.empty() ? "" : " (" + msg + ")";
 }
 
+// Debian's parallel HDF5 is not thread-safe: every call into it, from any
+// H5File in the process, holds this lock (recursive: methods call methods).
+std::unique_lock<std::recursive_mutex> lock_hdf5() {
+  static std::recursive_mutex m;
+  return std::unique_lock<std::recursive_mutex>(m);
+}
+
 // Closes an HDF5 handle at the end of a scope.
 struct Handle {
   hid_t id;
@@ -65,6 +73,7 @@ std::string dims_text(const std::vector<int64_t> &d) {
 }  // namespace
 
 H5File H5File::create(const std::string &path, bool mpi_io) {
+  const auto lock = lock_hdf5();
   silence_hdf5();
   Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
   if (mpi_io) {
@@ -83,6 +92,7 @@ H5File H5File::create(const std::string &path, bool mpi_io) {
 }
 
 H5File H5File::open_read(const std::string &path) {
+  const auto lock = lock_hdf5();
   silence_hdf5();
   if (H5Fis_hdf5(path.c_str()) <= 0)
     fail(Status::corrupt_data, "'", path, "' is missing or not an HDF5 file", hdf5_reason());
@@ -94,6 +104,7 @@ H5File H5File::open_read(const std::string &path) {
 H5File::H5File(H5File &&o) noexcept : id_(std::exchange(o.id_, -1)), path_(std::move(o.path_)) {}
 
 H5File &H5File::operator=(H5File &&o) noexcept {
+  const auto lock = lock_hdf5();
   if (this != &o) {
     if (id_ >= 0) H5Fclose(id_);
     id_ = std::exchange(o.id_, -1);
@@ -103,10 +114,12 @@ H5File &H5File::operator=(H5File &&o) noexcept {
 }
 
 H5File::~H5File() {
+  const auto lock = lock_hdf5();
   if (id_ >= 0) H5Fclose(id_);
 }
 
 void H5File::close() {
+  const auto lock = lock_hdf5();
   if (id_ < 0) return;
   hid_t id = std::exchange(id_, -1);
   if (H5Fclose(id) < 0) {
@@ -118,6 +131,7 @@ void H5File::close() {
 
 void H5File::create_dataset(const std::string &name, H5Type type,
                             const std::vector<int64_t> &shape) {
+  const auto lock = lock_hdf5();
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   for (int64_t d : shape)
     if (d < 0) fail(Status::invalid_argument, "dataset '", name, "' has a negative dimension");
@@ -136,6 +150,7 @@ void H5File::create_dataset(const std::string &name, H5Type type,
 }
 
 bool H5File::has_dataset(const std::string &name) const {
+  const auto lock = lock_hdf5();
   // Each link on the path must exist before the next can be asked about.
   for (size_t pos = name.find('/', 1); ; pos = name.find('/', pos + 1)) {
     std::string prefix = name.substr(0, pos);
@@ -148,6 +163,7 @@ bool H5File::has_dataset(const std::string &name) const {
 }
 
 std::vector<int64_t> H5File::shape(const std::string &name) const {
+  const auto lock = lock_hdf5();
   if (!has_dataset(name)) fail(Status::corrupt_data, "'", path_, "' has no dataset '", name, "'");
   Handle ds{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};
   Handle space{H5Dget_space(ds.id), H5Sclose};
@@ -158,6 +174,7 @@ std::vector<int64_t> H5File::shape(const std::string &name) const {
 }
 
 H5Type H5File::type(const std::string &name) const {
+  const auto lock = lock_hdf5();
   if (!has_dataset(name)) fail(Status::corrupt_data, "'", path_, "' has no dataset '", name, "'");
   Handle ds{H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose};
   Handle t{H5Dget_type(ds.id), H5Tclose};
@@ -168,6 +185,7 @@ H5Type H5File::type(const std::string &name) const {
 }
 
 std::vector<std::string> H5File::datasets() const {
+  const auto lock = lock_hdf5();
   std::vector<std::string> out;
   H5Ovisit2(
       id_, H5_INDEX_NAME, H5_ITER_INC,
@@ -184,6 +202,7 @@ std::vector<std::string> H5File::datasets() const {
 void H5File::block_io(const std::string &name, const std::vector<int64_t> &offset,
                       const std::vector<int64_t> &count, void *data, H5Type type,
                       bool write) const {
+  const auto lock = lock_hdf5();
   const std::vector<int64_t> dims = shape(name);
   if (offset.size() != dims.size() || count.size() != dims.size())
     fail(Status::invalid_argument, "block of dataset '", name, "': offset ", dims_text(offset),
@@ -229,6 +248,7 @@ void H5File::read_block(const std::string &name, const std::vector<int64_t> &off
 }
 
 void H5File::set_attribute(const std::string &key, const std::string &value) {
+  const auto lock = lock_hdf5();
   if (H5Aexists(id_, key.c_str()) > 0) H5Adelete(id_, key.c_str());
   Handle t{H5Tcopy(H5T_C_S1), H5Tclose};
   H5Tset_size(t.id, std::max<size_t>(value.size(), 1));
@@ -238,9 +258,13 @@ void H5File::set_attribute(const std::string &key, const std::string &value) {
     fail(Status::io_error, "cannot write attribute '", key, "' in '", path_, "'", hdf5_reason());
 }
 
-bool H5File::has_attribute(const std::string &key) const { return H5Aexists(id_, key.c_str()) > 0; }
+bool H5File::has_attribute(const std::string &key) const {
+  const auto lock = lock_hdf5();
+  return H5Aexists(id_, key.c_str()) > 0;
+}
 
 std::string H5File::attribute(const std::string &key) const {
+  const auto lock = lock_hdf5();
   if (!has_attribute(key)) fail(Status::corrupt_data, "'", path_, "' has no attribute '", key, "'");
   Handle a{H5Aopen(id_, key.c_str(), H5P_DEFAULT), H5Aclose};
   Handle t{H5Aget_type(a.id), H5Tclose};

@@ -2,7 +2,8 @@
 // datasets with global shapes written and read one block (hyperslab) at a
 // time, string attributes, and HDF5's errors turned into ptdp errors that
 // name the file and the dataset. Debian's parallel HDF5 is not thread-safe:
-// all calls on all files must come from one thread at a time.
+// every method holds one process-wide lock, so files may be used from several
+// threads (their calls run one at a time).
 #pragma once
 #include <cstdint>
 #include <string>
