@@ -64,13 +64,13 @@ struct Handle {
 hid_t mem_type(H5Type t) { return t == H5Type::f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64; }
 hid_t file_type(H5Type t) { return t == H5Type::f32 ? H5T_IEEE_F32LE : H5T_STD_I64LE; }
 
+}  // namespace
+
 std::string dims_text(const std::vector<int64_t> &d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); i++) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
 }
-
-}  // namespace
 
 H5File H5File::create(const std::string &path, bool mpi_io) {
   const auto lock = lock_hdf5();

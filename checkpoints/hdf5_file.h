@@ -13,6 +13,9 @@ namespace ptdp {
 
 enum class H5Type { f32, i64 };
 
+// A shape or an offset as text, "[768, 256]", for messages and reports.
+std::string dims_text(const std::vector<int64_t> &d);
+
 class H5File {
  public:
   // Creates (truncating) or opens a file; throws io_error naming the path.

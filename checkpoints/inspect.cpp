@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoints/hdf5_file.h"
 #include "checkpoints/sharded_checkpoint.h"
 
 namespace ptdp {
@@ -26,12 +27,6 @@ std::string format(const char *fmt, ...) {
   va_end(again);
   s.pop_back();
   return s;
-}
-
-std::string shape_text(const std::vector<int64_t> &s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); i++) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
 }
 
 std::string mb(int64_t bytes) { return format("%.3f MB", (double)bytes / 1e6); }
@@ -108,7 +103,7 @@ std::string inspect_checkpoint(const std::string &path) {
   std::vector<std::vector<std::string>> rows = {
       {"name", "dtype", "shape", "bytes", "MB", "blocks"}};
   for (const ManifestDataset &d : m.datasets)
-    rows.push_back({d.name, d.dtype, shape_text(d.shape), num(d.bytes()),
+    rows.push_back({d.name, d.dtype, dims_text(d.shape), num(d.bytes()),
                     format("%.3f", (double)d.bytes() / 1e6), num((int64_t)d.blocks.size())});
   std::vector<size_t> w(rows[0].size(), 0);
   for (const auto &r : rows)

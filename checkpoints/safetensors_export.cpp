@@ -25,12 +25,6 @@ bool ends_with(const std::string &s, const std::string &tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-std::string dims_text(const std::vector<int64_t> &d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); i++) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
 // How one parameter goes from the checkpoint to GPT-2. In the file it is
 // [rows, cols] = [out, in] (a 1-D tensor is [rows] with cols = 1).
 struct Conversion {

@@ -83,12 +83,6 @@ Region block_region(const ManifestBlock &b) {
   return r;
 }
 
-std::string dims_text(const std::vector<int64_t> &d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); i++) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
 struct WriteBlock {
   std::string dataset;
   std::vector<int64_t> offset, count;

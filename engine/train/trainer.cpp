@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -256,21 +257,15 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
   if (!opt_.load_path.empty()) {
     // As in Megatron, --load naming a place with no complete checkpoint yet
     // starts a fresh run (the first run of `--save X --load X`), and says so.
-    std::string why;
-    bool found = true;
+    std::optional<CheckpointRef> ckpt;
     try {
-      open_checkpoint(opt_.load_path);
+      ckpt = open_checkpoint(opt_.load_path);
     } catch (const Error &e) {
       if (e.code() != Status::io_error) throw;  // a damaged manifest is an error
-      found = false;
-      why = e.what();
-    }
-    if (found) {
-      load(opt_.load_path);
-    } else {
-      last_loaded_ = "load: " + why + "; starting from iteration 0";
+      last_loaded_ = "load: " + std::string(e.what()) + "; starting from iteration 0";
       if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", last_loaded_.c_str());
     }
+    if (ckpt) load(*ckpt);
   }
 }
 
@@ -623,7 +618,10 @@ std::string Trainer::save(const std::string &root) {
 std::string Trainer::load(const std::string &path) {
   if (!failure_.empty()) fail(Status::wrong_state, "the job failed earlier: ", failure_);
   if (path.empty()) fail(Status::invalid_argument, "load needs a checkpoint directory");
-  const CheckpointRef ckpt = open_checkpoint(path);
+  return load(open_checkpoint(path));
+}
+
+std::string Trainer::load(const CheckpointRef &ckpt) {
   // The options that decide the data order and dropout (seed, split) and the
   // LR schedule must be the saved ones, or the run would not continue the same
   // way. Checked before anything is read, so a refused load changes nothing.

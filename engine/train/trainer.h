@@ -137,6 +137,7 @@ class Trainer {
   void rank_step(Rank &r, int64_t it);
   void write_timeline() const;
   std::vector<RankShard> local_shards();
+  std::string load(const CheckpointRef &ckpt);
   double rank_evaluate(Rank &r, int iters);
   std::string rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,
                             double temperature, uint64_t seed);
