@@ -30,9 +30,15 @@ struct Section {
   const char *prefix;
   float *RankShard::*buffer;
 };
+// In file order; the master section only in 16-bit runs' checkpoints.
+const char *kMasterPrefix = "/optim/master/";
 const Section kSections[] = {{"/model/", &RankShard::params},
                              {"/optim/exp_avg/", &RankShard::exp_avg},
-                             {"/optim/exp_avg_sq/", &RankShard::exp_avg_sq}};
+                             {"/optim/exp_avg_sq/", &RankShard::exp_avg_sq},
+                             {kMasterPrefix, &RankShard::master}};
+bool is_master(const Section &sec) { return sec.buffer == &RankShard::master; }
+bool has_master(const Manifest &m) { return m.find(std::string(kMasterPrefix) + "wte.weight"); }
+
 
 struct StateField {
   const char *name;
@@ -42,6 +48,12 @@ const StateField kState[] = {{"iteration", &TrainingState::iteration},
                              {"consumed_samples", &TrainingState::consumed_samples},
                              {"skipped_iterations", &TrainingState::skipped_iterations},
                              {"nan_iterations", &TrainingState::nan_iterations}};
+
+// The loss scaler's state, saved by fp16 runs.
+const char *kLossScale = "/state/loss_scale";
+const StateField kScalerState[] = {
+    {"loss_scale_growth_tracker", &TrainingState::loss_scale_growth_tracker},
+    {"loss_scale_hysteresis_tracker", &TrainingState::loss_scale_hysteresis_tracker}};
 
 // A rectangle of a dataset in global coordinates; a 1-D tensor is [n, 1].
 // `ld` is the length of a row of the rank's local shard in memory.
@@ -101,8 +113,9 @@ std::vector<WriteBlock> blocks_to_write(const std::vector<RankShard> &local, int
       const int64_t a = r.rows * s.coord.dp / d, b = r.rows * (s.coord.dp + 1) / d;
       if (b <= a) continue;
       for (const Section &sec : kSections)
-        out.push_back({sec.prefix + p.name, dims(p, r.row0 + a, r.col0), dims(p, b - a, r.cols),
-                       s.*sec.buffer + p.offset + a * r.ld});
+        if (s.*sec.buffer)
+          out.push_back({sec.prefix + p.name, dims(p, r.row0 + a, r.col0), dims(p, b - a, r.cols),
+                         s.*sec.buffer + p.offset + a * r.ld});
     }
   }
   return out;
@@ -137,6 +150,9 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
   dir = io.broadcast(dir);
   const std::string file = dir + "/" + kFile;
   const std::vector<ParamInfo> all = gpt_param_table(req.model, 1, {});
+  // Every process's shards are of one precision: all have a master or none.
+  const bool with_master = !local.empty() && local[0].master;
+  auto saved = [&](const Section &sec) { return !is_master(sec) || with_master; };
 
   // Datasets and attributes are made by every process together (collective
   // under MPI-IO); each then writes its own blocks independently.
@@ -144,8 +160,14 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
   err = attempt([&] {
     H5File f = H5File::create(file, io.parallel());
     for (const Section &sec : kSections)
-      for (const ParamInfo &p : all) f.create_dataset(sec.prefix + p.name, H5Type::f32, dataset_shape(p, vocab));
+      for (const ParamInfo &p : all)
+        if (saved(sec)) f.create_dataset(sec.prefix + p.name, H5Type::f32, dataset_shape(p, vocab));
     for (const StateField &s : kState) f.create_dataset(std::string("/state/") + s.name, H5Type::i64, {1});
+    if (req.state.has_loss_scale) {
+      f.create_dataset(kLossScale, H5Type::f32, {1});
+      for (const StateField &s : kScalerState)
+        f.create_dataset(std::string("/state/") + s.name, H5Type::i64, {1});
+    }
     f.set_attribute("format", "ptdp-checkpoint 1 (datasets have global shapes; see manifest.json)");
     f.set_attribute("iteration", std::to_string(it));
     f.set_attribute("layout", req.layout.text());
@@ -164,13 +186,21 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
         f.write_block(b.dataset, b.offset, b.count, b.data);
         mine.push_back({b.dataset, b.offset, b.count, crc[i]});
       }
-      if (io.rank() == 0)
-        for (const StateField &s : kState) {
+      if (io.rank() == 0) {
+        auto write_state = [&](const StateField &s) {
           const int64_t v = req.state.*s.value;
           const std::string name = std::string("/state/") + s.name;
           f.write_block(name, {0}, {1}, &v);
           mine.push_back({name, {0}, {1}, crc32c(0, &v, sizeof v)});
+        };
+        for (const StateField &s : kState) write_state(s);
+        if (req.state.has_loss_scale) {
+          for (const StateField &s : kScalerState) write_state(s);
+          const float v = req.state.loss_scale;
+          f.write_block(kLossScale, {0}, {1}, &v);
+          mine.push_back({kLossScale, {0}, {1}, crc32c(0, &v, sizeof v)});
         }
+      }
     });
     f.close();  // collective: every process gets here even after a failed write
     if (!write_err.empty()) fail(Status::io_error, write_err);
@@ -191,9 +221,15 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
       std::map<std::string, ManifestDataset> ds;
       for (const Section &sec : kSections)
         for (const ParamInfo &p : all)
-          ds[sec.prefix + p.name] = {sec.prefix + p.name, "float32", dataset_shape(p, vocab), {}};
+          if (saved(sec))
+            ds[sec.prefix + p.name] = {sec.prefix + p.name, "float32", dataset_shape(p, vocab), {}};
       for (const StateField &s : kState)
         ds[std::string("/state/") + s.name] = {std::string("/state/") + s.name, "int64", {1}, {}};
+      if (req.state.has_loss_scale) {
+        for (const StateField &s : kScalerState)
+          ds[std::string("/state/") + s.name] = {std::string("/state/") + s.name, "int64", {1}, {}};
+        ds[kLossScale] = {kLossScale, "float32", {1}, {}};
+      }
       for (const std::string &g : gathered)
         for (const auto &b : nlohmann::json::parse(g))
           ds.at(b[0].get<std::string>())
@@ -421,15 +457,26 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
   H5File f = H5File::open_read(file);
   const int vocab = model.vocab_size;
 
-  // Every dataset this process needs, with the ranks' regions in it.
+  // Every dataset this process needs, with the ranks' regions in it. The
+  // weights come from the master section when the file has one, and go to
+  // the shard's master when it has one (see the header).
+  const char *weights_from = has_master(m) ? kMasterPrefix : "/model/";
   std::map<std::string, std::vector<Target>> wanted;
   for (const RankShard &s : local)
     for (const ParamInfo &p : *s.table) {
       const Region r = held_region(p, s.coord.tp, vocab);
       for (const Section &sec : kSections) {
-        float *mem = s.*sec.buffer + p.offset;
+        std::string from = sec.prefix;
+        float *into = s.*sec.buffer;
+        if (sec.buffer == &RankShard::params) {
+          from = weights_from;
+          if (s.master) into = s.master;
+        } else if (is_master(sec)) {
+          continue;  // filled as the weights, above
+        }
+        float *mem = into + p.offset;
         std::fill(mem + r.rows * r.ld, mem + p.numel, 0.f);  // vocabulary padding rows
-        wanted[sec.prefix + p.name].push_back({r, mem});
+        wanted[from + p.name].push_back({r, mem});
       }
     }
   std::map<std::string, std::vector<const ManifestBlock *>> needed;  // outlives the worker
@@ -537,6 +584,22 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
     if (verify) check_block_crc(f, name, md->blocks[0], &v, sizeof v);
     state.*s.value = v;
   }
+  if (m.find(kLossScale)) {
+    state.has_loss_scale = true;
+    for (const StateField &s : kScalerState) {
+      const std::string name = std::string("/state/") + s.name;
+      const ManifestDataset *md = m.find(name);
+      if (!md || md->blocks.size() != 1)
+        fail(Status::corrupt_data, "the manifest of '", ckpt.dir, "' has no block of '", name, "'");
+      f.read_block(name, {0}, {1}, &(state.*s.value));
+      if (verify) check_block_crc(f, name, md->blocks[0], &(state.*s.value), sizeof(int64_t));
+    }
+    const ManifestDataset *md = m.find(kLossScale);
+    if (md->blocks.size() != 1)
+      fail(Status::corrupt_data, "the manifest of '", ckpt.dir, "' has no block of '", kLossScale, "'");
+    f.read_block(kLossScale, {0}, {1}, &state.loss_scale);
+    if (verify) check_block_crc(f, kLossScale, md->blocks[0], &state.loss_scale, sizeof(float));
+  }
   return state;
 }
 
@@ -549,6 +612,7 @@ std::vector<std::string> checkpoint_faults(const std::string &dir) {
   // Every dataset the manifest's own model needs, at the shape it gives it.
   for (const Section &sec : kSections)
     for (const ParamInfo &p : gpt_param_table(m.model, 1, {})) {
+      if (is_master(sec) && !has_master(m)) break;  // an fp32 run's checkpoint
       const std::string name = sec.prefix + p.name;
       const ManifestDataset *md = m.find(name);
       const std::vector<int64_t> want = dataset_shape(p, m.model.vocab_size);

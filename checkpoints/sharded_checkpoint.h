@@ -3,7 +3,10 @@
 //   /model/<name>                 parameters (wte unpadded: [vocab_size, h])
 //   /optim/exp_avg/<name>         Adam's moments, at parameter shape, so they
 //   /optim/exp_avg_sq/<name>      reshard like the parameters
-//   /state/<field>                int64 [1]: iteration, consumed_samples, ...
+//   /optim/master/<name>          fp32 master weights of a 16-bit run (then
+//                                 /model holds them rounded to its dtype)
+//   /state/<field>                int64 [1]: iteration, consumed_samples, ...;
+//                                 fp16 runs add the loss scaler's state
 // Save: every rank writes only its own hyperslabs, each replicated or
 // data-parallel-replicated block once, its rows spread over the d replicas.
 // Load: every rank reads the hyperslabs its own layout needs, so loading under
@@ -26,12 +29,19 @@ struct RankShard {
   RankCoord coord;
   const std::vector<ParamInfo> *table = nullptr;
   float *params = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
+  // fp32 master weights of a 16-bit model; null when params are their own master.
+  float *master = nullptr;
 };
 
 // Everything else resumption needs. The RNG needs no state of its own: dropout
 // and data order are keyed by (seed, iteration, global sample index).
 struct TrainingState {
   int64_t iteration = 0, consumed_samples = 0, skipped_iterations = 0, nan_iterations = 0;
+  // The dynamic loss scaler of an fp16 run (/state/loss_scale float32, as
+  // Megatron's scale tensor, and its two trackers).
+  bool has_loss_scale = false;
+  float loss_scale = 1.f;
+  int64_t loss_scale_growth_tracker = 0, loss_scale_hysteresis_tracker = 0;
 };
 
 struct SaveRequest {
@@ -62,6 +72,10 @@ struct CheckpointRef {
 CheckpointRef open_checkpoint(const std::string &path);
 
 // Fills every local shard (any layout) for `model` from the checkpoint and
+// The weights go to each shard's master when it has one, else to its params,
+// and come from /optim/master when the checkpoint has it (a 16-bit run's),
+// else from /model: so 16-bit and fp32 checkpoints load into either kind of
+// run. A shard with a master gets no params: the caller rounds the master.
 // returns its training state. verify: check each block read against its
 // manifest checksum. Throws invalid_config naming the mismatching fields when
 // the model shapes differ (before anything is read), corrupt_data naming the

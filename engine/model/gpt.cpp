@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
@@ -132,8 +133,13 @@ std::vector<ParamInfo> gpt_param_table(const GptConfig &cfg, int t, const Pipeli
 
 template <class T>
 GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStage pp,
-            Recompute rc)
-    : cfg_(cfg), seed_(seed), tp_(tp), pp_(pp), rc_(rc) {
+            Recompute rc, Precision prec)
+    : cfg_(cfg), seed_(seed), tp_(tp), pp_(pp), rc_(rc), prec_(prec) {
+  if (!std::is_same_v<T, float> && prec_.dtype != DType::f32)
+    fail(Status::invalid_argument, "a ", dtype_name(prec_.dtype),
+         " model computes in float: GPT<double> (the finite-difference reference) is f32 only");
+  if (prec_.dtype == DType::f64)
+    fail(Status::invalid_argument, "the model's dtype must be f32, bf16 or f16, not f64");
   const int t = tp_.size;
   cfg_.validate(t);
   if (tp_.rank < 0 || tp_.rank >= t || (t > 1 && (!tp_.comm || tp_.comm->size() != t)))
@@ -225,6 +231,7 @@ void GPT<T>::init_parameters(uint64_t seed) {
       w[i] = is_wte && g >= real_wte ? T(0) : T(sd * normal_at(seed, stream, (uint64_t)g));
     }
   }
+  to_storage(params_.data(), params_.size());
 }
 
 template <class T>
@@ -236,8 +243,15 @@ typename GPT<T>::Layer GPT<T>::layer(T *base, int li) {
 }
 
 template <class T>
+void GPT<T>::to_storage(T *x, size_t n) const {
+  if constexpr (std::is_same_v<T, float>) round_to(prec_.dtype, x, n);
+}
+
+template <class T>
 void GPT<T>::tp_all_reduce(T *buf, size_t n) {
-  if (tp_.size > 1) tp_.comm->all_reduce(buf, n);
+  if (tp_.size == 1) return;
+  tp_.comm->all_reduce(buf, n);
+  to_storage(buf, n);
 }
 
 // ---- activation stash and recomputation units ----
@@ -349,9 +363,12 @@ void GPT<T>::embedding_forward_into(T *out, const int32_t *tokens, int s, int b,
     tp_all_reduce(tmp_h_.data(), (size_t)s * b * h);
     add_position_embedding(tmp_h_.data(), wpe, s, b, h);
   }
+  const size_t Nh = (size_t)s * b * h;
+  to_storage(tmp_h_.data(), Nh);
   DropoutSpec hid{{seed_, dropout_stream(-1, kEmbedding), ctx.iteration},
                   ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
   bias_dropout_add_forward<T>(out, nullptr, tmp_h_.data(), nullptr, s, b, h, hid);
+  to_storage(out, Nh);
 }
 
 // One transformer layer: out = x + attention(x), then + MLP; fills a.
@@ -365,24 +382,36 @@ void GPT<T>::layer_forward(int li, const T *x, T *out, LayerActs &a, int s, int 
   DropoutSpec hid{{seed_, dropout_stream(l, kAttentionOut), ctx.iteration},
                   ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
   // Attention block: mid = x + dropout(g(proj(attn(f(ln1(x))))) + proj_b)
+  // (Every op's output is rounded to the storage type: to_storage.)
   layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, P.ln1_w, P.ln1_b, N, h,
                     (T)cfg_.layernorm_epsilon);
+  to_storage(a.ln1.data(), Nh);
   gemm<T>(false, true, N, 3 * w, h, 1, a.ln1.data(), h, P.qkv_w, h, 0, a.qkv.data(), 3 * w);
+  to_storage(a.qkv.data(), (size_t)N * 3 * w);
   bias_dropout_add_forward<T>(a.qkv.data(), nullptr, a.qkv.data(), P.qkv_b, s, b, 3 * w,
                               DropoutSpec{});
+  to_storage(a.qkv.data(), (size_t)N * 3 * w);
   attention_forward(l, a, s, b, ctx);
   gemm<T>(false, true, N, h, w, 1, a.ctxv.data(), w, P.proj_w, w, 0, tmp_h_.data(), h);
+  to_storage(tmp_h_.data(), Nh);
   tp_all_reduce(tmp_h_.data(), Nh);  // g: row-parallel partial sums
   bias_dropout_add_forward<T>(a.mid.data(), x, tmp_h_.data(), P.proj_b, s, b, h, hid);
+  to_storage(a.mid.data(), Nh);
   // MLP block: out = mid + dropout(g(fc2(gelu(fc1(f(ln2(mid)))))) + fc2_b)
   layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), P.ln2_w,
                     P.ln2_b, N, h, (T)cfg_.layernorm_epsilon);
+  to_storage(a.ln2.data(), Nh);
   gemm<T>(false, true, N, f, h, 1, a.ln2.data(), h, P.fc1_w, h, 0, a.fc1_z.data(), f);
+  to_storage(a.fc1_z.data(), (size_t)N * f);
   bias_gelu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.fc1_b, N, f);
+  to_storage(a.fc1_z.data(), (size_t)N * f);
+  to_storage(a.fc1_g.data(), (size_t)N * f);
   gemm<T>(false, true, N, h, f, 1, a.fc1_g.data(), f, P.fc2_w, f, 0, tmp_h_.data(), h);
+  to_storage(tmp_h_.data(), Nh);
   tp_all_reduce(tmp_h_.data(), Nh);  // g
   hid.key.stream = dropout_stream(l, kMlpOut);
   bias_dropout_add_forward<T>(out, a.mid.data(), tmp_h_.data(), P.fc2_b, s, b, h, hid);
+  to_storage(out, Nh);
 }
 
 template <class T>
@@ -396,16 +425,20 @@ void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepCont
   // (Skipping the causal upper-right blocks was measured: smaller GEMMs ate the gain.)
   gemm_strided_batched<T>(false, true, s, s, hd, 1, qkv, ld_qkv, 3 * hd, qkv + hd, ld_qkv, 3 * hd,
                           0, probs, s, ss, b * A);
+  to_storage(probs, (size_t)(b * A * ss));
   scale_mask_softmax_forward<T>(probs, probs, b * A, s, s, T(1) / std::sqrt((T)hd), true, nullptr);
+  to_storage(probs, (size_t)(b * A * ss));
   const T *pd = probs;
   if (ctx.training && cfg_.attention_dropout > 0) {
     DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
                   cfg_.attention_dropout, ctx.sample_offset};
     dropout_attention(a.probs_drop.data(), probs, b, A, s, s, tp_.rank * A, d);
+    to_storage(a.probs_drop.data(), (size_t)(b * A * ss));
     pd = a.probs_drop.data();
   }
   gemm_strided_batched<T>(false, false, s, hd, s, 1, pd, s, ss, qkv + 2 * hd, ld_qkv, 3 * hd, 0,
                           a.ctxv.data(), ld_ctx, hd, b * A);
+  to_storage(a.ctxv.data(), (size_t)s * ld_ctx);
 }
 
 // Cross-entropy over the vocabulary shards without gathering logits: the row
@@ -418,7 +451,7 @@ void GPT<T>::vocab_parallel_loss(ChunkActs &A) {
   vocab_ce_local_max(mx, A.logits.data(), N, ld, cols);
   if (tp_.size > 1) tp_.comm->all_reduce(mx, (size_t)N, ReduceOp::max);
   vocab_ce_local_sums(sum, tl, A.logits.data(), mx, A.targets.data(), N, ld, cols, vocab_start_);
-  tp_all_reduce(A.ce_sums.data(), 2 * (size_t)N);
+  if (tp_.size > 1) tp_.comm->all_reduce(A.ce_sums.data(), 2 * (size_t)N);  // fp32 statistics
   for (int i = 0; i < N; i++) A.losses[i] = std::log(sum[i]) + mx[i] - tl[i];
 }
 
@@ -431,8 +464,10 @@ void GPT<T>::head_forward(ChunkActs &A, const int32_t *targets) {
   layernorm_forward(A.lnf.data(), A.lnf_mean.data(), A.lnf_rstd.data(), A.final_x.data(),
                     params_.data() + param("ln_f.weight").offset,
                     params_.data() + param("ln_f.bias").offset, N, h, (T)cfg_.layernorm_epsilon);
+  to_storage(A.lnf.data(), (size_t)N * h);
   gemm<T>(false, true, N, local_real_vocab_, h, 1, A.lnf.data(), h,
           params_.data() + param("wte.weight").offset, h, 0, A.logits.data(), local_vocab_);
+  to_storage(A.logits.data(), A.logits.size());  // the loss reads them in fp32
   if (targets) vocab_parallel_loss(A);
 }
 
@@ -549,14 +584,19 @@ void GPT<T>::attention_backward(const LayerActs &a, int s, int b, const StepCont
   // dP = dropout'(dctx @ V^T), the mask read back from the dropped probabilities
   gemm_strided_batched<T>(false, true, s, s, hd, 1, dctx, ld_ctx, hd, qkv + 2 * hd, ld_qkv, 3 * hd,
                           0, dp, s, ss, b * A);
-  if (p > 0) dropout_backward_from_output(dp, dp, pd, (size_t)b * A * ss, p);
+  const size_t nprobs = (size_t)b * A * ss;
+  to_storage(dp, nprobs);
+  if (p > 0) dropout_backward_from_output(dp, dp, pd, nprobs, p);
+  to_storage(dp, nprobs);
   const T scale = T(1) / std::sqrt((T)hd);
   scale_mask_softmax_backward<T>(dp, probs, dp, b * A, s, s, scale);  // dp = dL/d(QK^T)
+  to_storage(dp, nprobs);
   // dQ = dS @ K, dK = dS^T @ Q
   gemm_strided_batched<T>(false, false, s, hd, s, 1, dp, s, ss, qkv + hd, ld_qkv, 3 * hd, 0, dqkv,
                           ld_qkv, 3 * hd, b * A);
   gemm_strided_batched<T>(true, false, s, hd, s, 1, dp, s, ss, qkv, ld_qkv, 3 * hd, 0, dqkv + hd,
                           ld_qkv, 3 * hd, b * A);
+  to_storage(dqkv, (size_t)s * ld_qkv);  // dQ, dK, dV, each written by one GEMM
 }
 
 // dresid [N, h]: in, the gradient of the layer's output; out, of its input x.
@@ -573,28 +613,39 @@ void GPT<T>::layer_backward(int li, const T *x, LayerActs &a, T *dresid, int s, 
                   ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
 
   // MLP block; the input's gradient is a partial sum over tensor ranks (f backward).
+  // Activation gradients are rounded to the storage type; the weight gradients
+  // accumulate into grads() in fp32 (rounded per chunk when grads are 16-bit).
   bias_dropout_add_backward<T>(dy, G.fc2_b, dresid, s, b, h, hid);
+  to_storage(dy, Nh);
   gemm<T>(true, false, h, f, N, 1, dy, h, a.fc1_g.data(), f, 1, G.fc2_w, f);
   gemm<T>(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dfc, f);
+  to_storage(dfc, (size_t)N * f);
   bias_gelu_backward(dfc, G.fc1_b, dfc, a.fc1_z.data(), N, f);
+  to_storage(dfc, (size_t)N * f);
   gemm<T>(true, false, f, h, N, 1, dfc, f, a.ln2.data(), h, 1, G.fc1_w, h);
   gemm<T>(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
+  to_storage(dln, Nh);
   tp_all_reduce(dln, Nh);
   layernorm_backward(dresid, G.ln2_w, G.ln2_b, dln, a.mid.data(), P.ln2_w, a.ln2_mean.data(),
                      a.ln2_rstd.data(), N, h);
+  to_storage(dresid, Nh);
 
   // Attention block.
   hid.key.stream = dropout_stream(l, kAttentionOut);
   bias_dropout_add_backward<T>(dy, G.proj_b, dresid, s, b, h, hid);
+  to_storage(dy, Nh);
   gemm<T>(true, false, h, w, N, 1, dy, h, a.ctxv.data(), w, 1, G.proj_w, w);
   gemm<T>(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
+  to_storage(dctx_.data(), (size_t)N * w);
   attention_backward(a, s, b, ctx);
   colsum_accumulate(G.qkv_b, dqkv, N, 3 * w);
   gemm<T>(true, false, 3 * w, h, N, 1, dqkv, 3 * w, a.ln1.data(), h, 1, G.qkv_w, h);
   gemm<T>(false, false, N, h, 3 * w, 1, dqkv, 3 * w, P.qkv_w, h, 0, dln, h);
+  to_storage(dln, Nh);
   tp_all_reduce(dln, Nh);
   layernorm_backward(dresid, G.ln1_w, G.ln1_b, dln, x, P.ln1_w, a.ln1_mean.data(),
                      a.ln1_rstd.data(), N, h);
+  to_storage(dresid, Nh);
 }
 
 // LM head (vocab-parallel) and final LayerNorm; f's backward all-reduces dlnf.
@@ -606,15 +657,18 @@ void GPT<T>::head_backward(ChunkActs &A, T *dresid, T dloss) {
   T *dlogits = A.logits.data();
   vocab_ce_backward(dlogits, A.logits.data(), A.ce_max.data(), A.ce_sums.data(), A.targets.data(),
                     N, local_vocab_, local_real_vocab_, vocab_start_, dloss);
+  to_storage(dlogits, A.logits.size());
   gemm<T>(true, false, local_real_vocab_, h, N, 1, dlogits, local_vocab_, A.lnf.data(), h, 1,
           grads_.data() + wte.offset, h);
   gemm<T>(false, false, N, h, local_real_vocab_, 1, dlogits, local_vocab_,
           params_.data() + wte.offset, h, 0, tmp_h_.data(), h);
+  to_storage(tmp_h_.data(), Nh);
   tp_all_reduce(tmp_h_.data(), Nh);
   for (size_t i = 0; i < Nh; i++) dresid[i] = 0;
   layernorm_backward(dresid, grads_.data() + lw.offset, grads_.data() + lb.offset, tmp_h_.data(),
                      A.final_x.data(), params_.data() + lw.offset, A.lnf_mean.data(),
                      A.lnf_rstd.data(), N, h);
+  to_storage(dresid, Nh);
 }
 
 template <class T>
@@ -667,12 +721,15 @@ void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dl
     DropoutSpec hid{{seed_, dropout_stream(-1, kEmbedding), ctx.iteration},
                     ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
     bias_dropout_add_backward<T>(tmp_h_.data(), nullptr, dresid, s, b, h, hid);
+    to_storage(tmp_h_.data(), Nh);
     embedding_backward(grads_.data() + param("wte.weight").offset,
                        grads_.data() + param("wpe.weight").offset, tmp_h_.data(), A.tokens.data(),
                        s, b, h, vocab_start_, local_vocab_);
   } else {
     copy(dinput, dresid, Nh);
   }
+  // 16-bit gradient accumulation: the sum so far is stored in the 16-bit type.
+  if (!prec_.grads_in_fp32) to_storage(grads_.data(), grads_.size());
   if (last_head_ == &A) last_head_ = nullptr;  // its logits now hold gradients
   release(chunk, mb);
 }

@@ -18,6 +18,7 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/core/allocator.h"
+#include "engine/core/dtype.h"
 #include "engine/model/gpt_config.h"
 
 namespace ptdp {
@@ -58,6 +59,17 @@ struct Recompute {
   int num_layers = 1;
 };
 
+// Mixed precision (ARCHITECTURE §3): parameters and activations held in
+// `dtype`, gradients accumulated in fp32 (Megatron's
+// --accumulate-allreduce-grads-in-fp32) or in `dtype`. On the CPU a 16-bit
+// tensor is an fp32 array whose every value is rounded (to nearest even) to
+// the 16-bit type wherever a GPU run stores one, so an op reads 16-bit inputs
+// and computes in fp32 as the GPU does; memory stays that of fp32.
+struct Precision {
+  DType dtype = DType::f32;
+  bool grads_in_fp32 = true;
+};
+
 // The parameter table of one rank's share (tensor rank of t, pipeline stage
 // pp): names, local and global shapes, split axes and offsets in the flat
 // buffer. gpt_param_table(cfg, 1, {}) lists the whole model.
@@ -73,11 +85,12 @@ template <class T>
 class GPT {
  public:
   GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp = {}, PipelineStage pp = {},
-      Recompute rc = {});
+      Recompute rc = {}, Precision prec = {});
   ~GPT();
   const GptConfig &config() const { return cfg_; }
   const TensorParallel &tensor_parallel() const { return tp_; }
   const PipelineStage &pipeline_stage() const { return pp_; }
+  const Precision &precision() const { return prec_; }
   // Global index of local element i of parameter p (the init RNG's counter).
   int64_t global_index(const ParamInfo &p, size_t i) const;
 
@@ -151,7 +164,8 @@ class GPT {
   void head_forward(ChunkActs &A, const int32_t *targets);
   void head_backward(ChunkActs &A, T *dresid, T dloss);
 
-  void tp_all_reduce(T *buf, size_t n);
+  void tp_all_reduce(T *buf, size_t n);  // and rounds the sum to the storage type
+  void to_storage(T *x, size_t n) const;  // rounds to prec_.dtype (16-bit only)
   void vocab_parallel_loss(ChunkActs &A);
 
   GptConfig cfg_;
@@ -159,6 +173,7 @@ class GPT {
   TensorParallel tp_;
   PipelineStage pp_;
   Recompute rc_;
+  Precision prec_;
   int layers_per_chunk_ = 0;
   // Local sizes: heads, attention width, MLP width, vocabulary shard.
   int heads_ = 0, width_ = 0, ffn_ = 0;

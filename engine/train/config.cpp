@@ -86,6 +86,19 @@ const std::vector<OptionSpec> &option_schema() {
       {"override_opt_param_scheduler", T::Int, "0", 0, 1, nullptr,
        "1 = take the LR schedule of this run even when the loaded checkpoint's differs"},
       // metrics
+      // Mixed precision (Megatron's flags; ARCHITECTURE §3)
+      {"bf16", T::Int, "0", 0, 1, nullptr, "bfloat16 parameters, activations and gradients (fp32 master weights)"},
+      {"fp16", T::Int, "0", 0, 1, nullptr, "float16 parameters, activations and gradients, with loss scaling"},
+      {"accumulate_allreduce_grads_in_fp32", T::Int, "1", 0, 1, nullptr,
+       "16-bit runs: accumulate and all-reduce gradients in fp32 (0 = in the 16-bit type)"},
+      {"loss_scale", T::Float, "1", 1e-30, 1e30, nullptr,
+       "static loss scale for a 16-bit run (unset: dynamic scaling in fp16, none in bf16)"},
+      {"initial_loss_scale", T::Float, "4294967296", 1e-30, 1e30, nullptr, "fp16: the dynamic loss scale to start from"},
+      {"min_loss_scale", T::Float, "1", 1e-30, 1e30, nullptr, "fp16: the dynamic loss scale's floor"},
+      {"loss_scale_window", T::Int, "1000", 1, kBig, nullptr,
+       "fp16: clean steps in a row after which the loss scale doubles"},
+      {"hysteresis", T::Int, "2", 1, kBig, nullptr,
+       "fp16: overflows after which the loss scale halves (refilled when it grows)"},
       {"timeline", T::String, "", 0, 0, nullptr,
        "write each step's per-rank timeline to this Chrome trace JSON file (Perfetto)"},
       // machine

@@ -1,20 +1,35 @@
 #include "engine/train/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/ops.h"
 
 namespace ptdp {
 
-AdamW::AdamW(size_t num_params, AdamWConfig cfg) : cfg_(cfg), m_(num_params), v_(num_params) {}
+AdamW::AdamW(const GPT<float> &model, AdamWConfig cfg)
+    : cfg_(cfg), m_(model.num_params()), v_(model.num_params()) {
+  if (model.precision().dtype != DType::f32) {
+    master_.resize(model.num_params());
+    std::memcpy(master_.data(), model.params(), model.num_params() * sizeof(float));
+  }
+}
 
 void AdamW::update(GPT<float> &model, double lr, int64_t step) {
+  float *weights = master_.size() ? master_.data() : model.params();
   for (const ParamInfo &p : model.param_table()) {
     cpu::AdamWParams a{lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
                        p.weight_decay ? cfg_.weight_decay : 0.0, step};
-    cpu::adamw_update(model.params() + p.offset, model.grads() + p.offset, m_.data() + p.offset,
+    cpu::adamw_update(weights + p.offset, model.grads() + p.offset, m_.data() + p.offset,
                       v_.data() + p.offset, p.numel, a);
   }
+  if (master_.size()) master_to_model(model);
+}
+
+void AdamW::master_to_model(GPT<float> &model) const {
+  if (!master_.size()) return;
+  std::memcpy(model.params(), master_.data(), model.num_params() * sizeof(float));
+  round_to(model.precision().dtype, model.params(), model.num_params());
 }
 
 double grad_sum_squares(GPT<float> &model) {
@@ -26,11 +41,13 @@ double grad_sum_squares(GPT<float> &model) {
   return total;
 }
 
-double clip_gradients(GPT<float> &model, double norm, double clip) {
+double clip_factor(double norm, double clip) {
   if (clip <= 0 || !(norm > clip)) return 1.0;
-  double factor = clip / (norm + 1e-6);
-  cpu::scale_inplace(model.grads(), model.num_params(), (float)factor);
-  return factor;
+  return clip / (norm + 1e-6);
+}
+
+void scale_gradients(GPT<float> &model, double factor) {
+  if (factor != 1.0) cpu::scale_inplace(model.grads(), model.num_params(), (float)factor);
 }
 
 }  // namespace ptdp

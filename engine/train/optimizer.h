@@ -1,5 +1,8 @@
-// AdamW over the model's flat fp32 parameters, with global-norm clipping.
+// AdamW over the model's flat parameters, with global-norm clipping.
 // Weight decay skips biases and LayerNorm parameters (ParamInfo::weight_decay).
+// Mixed precision (Megatron's Float16 optimizer): a 16-bit model gets fp32
+// master weights here; the update runs on them and the model receives them
+// rounded to its dtype. Adam's moments are fp32 either way.
 #pragma once
 #include <vector>
 
@@ -14,15 +17,21 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(size_t num_params, AdamWConfig cfg);
+  // Master weights start as the model's (already rounded) parameters.
+  AdamW(const GPT<float> &model, AdamWConfig cfg);
   // One update with learning rate lr; `step` counts updates from 1.
   void update(GPT<float> &model, double lr, int64_t step);
   Buffer<float> &exp_avg() { return m_; }
   Buffer<float> &exp_avg_sq() { return v_; }
+  // fp32 master weights, laid out like the model's parameters; null for an fp32
+  // model, whose parameters are their own master.
+  float *master() { return master_.size() ? master_.data() : nullptr; }
+  // The model's parameters = the master weights rounded to its dtype (after a load).
+  void master_to_model(GPT<float> &model) const;
 
  private:
   AdamWConfig cfg_;
-  Buffer<float> m_, v_;
+  Buffer<float> m_, v_, master_;
 };
 
 // Sum of squared gradients of this rank's shards, each replicated tensor counted
@@ -30,7 +39,9 @@ class AdamW {
 // the sum over the tensor and pipeline groups is the serial sum.
 // Deterministic for any thread count.
 double grad_sum_squares(GPT<float> &model);
-// Scales the gradients by clip / norm when norm > clip > 0; returns the factor.
-double clip_gradients(GPT<float> &model, double norm, double clip);
+// The factor that clips the gradient norm to `clip` (1 when norm <= clip or clip = 0).
+double clip_factor(double norm, double clip);
+// Multiplies every gradient by `factor` (unscaling and clipping in one pass).
+void scale_gradients(GPT<float> &model, double factor);
 
 }  // namespace ptdp

@@ -128,6 +128,32 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.keep_last_checkpoints = (int)c.get_int("keep_last_checkpoints");
   o.verify_checkpoint = c.get_int("verify_checkpoint") != 0;
   o.override_opt_param_scheduler = c.get_int("override_opt_param_scheduler") != 0;
+  const bool bf16 = c.get_int("bf16") != 0, fp16 = c.get_int("fp16") != 0;
+  if (bf16 && fp16)
+    fail(Status::invalid_config, "bf16 and fp16 are both set; choose one 16-bit type (or neither for fp32)");
+  o.precision.dtype = bf16 ? DType::bf16 : fp16 ? DType::f16 : DType::f32;
+  o.precision.grads_in_fp32 = c.get_int("accumulate_allreduce_grads_in_fp32") != 0;
+  LossScalerConfig &ls = o.loss_scaler;
+  ls.initial_scale = c.get_double("initial_loss_scale");
+  ls.min_scale = c.get_double("min_loss_scale");
+  ls.window = c.get_int("loss_scale_window");
+  ls.hysteresis = c.get_int("hysteresis");
+  ls.dynamic = !c.is_set("loss_scale");
+  ls.static_scale = c.get_double("loss_scale");
+  // As Megatron: a static --loss-scale for either 16-bit type, else dynamic
+  // scaling for fp16 and none for bf16 (its range is fp32's).
+  o.use_loss_scaler = fp16 || (bf16 && !ls.dynamic);
+  if (!bf16 && !fp16) {
+    for (const char *k : {"loss_scale", "initial_loss_scale", "min_loss_scale", "loss_scale_window",
+                          "hysteresis"})
+      if (c.is_set(k))
+        fail(Status::invalid_config, k, " is set but the run is fp32: loss scaling needs fp16 (or bf16 with a static loss_scale)");
+    if (c.is_set("accumulate_allreduce_grads_in_fp32") && !o.precision.grads_in_fp32)
+      fail(Status::invalid_config, "accumulate_allreduce_grads_in_fp32 = 0 needs bf16 or fp16: an fp32 run's gradients are fp32");
+  }
+  if (ls.min_scale > ls.initial_scale && ls.dynamic && fp16)
+    fail(Status::invalid_config, "min_loss_scale (", ls.min_scale, ") exceeds initial_loss_scale (",
+         ls.initial_scale, ")");
 
   const int64_t world = (int64_t)o.parallel.t * o.parallel.p * o.parallel.d;
   if (world > kMaxRanks)
@@ -177,7 +203,7 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   return o;
 }
 
-Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
+Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler) {
   grid_ = std::make_unique<RankGrid>(opt_.parallel);
   const int n = opt_.parallel.world();
   // CPU ranks share the cores (ARCHITECTURE §2): threads per rank = cores / ranks.
@@ -238,7 +264,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
            " valid tokens; each split needs at least seq_length+1 = ", opt_.model.seq_length + 1);
     R->model = std::make_unique<GPT<float>>(
         opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp.get()},
-        PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute);
+        PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute, opt_.precision);
     R->pipeline = std::make_unique<PipelineRuntime>(
         *R->model, p > 1 ? R->pp.get() : nullptr, opt_.parallel.t > 1 ? R->tp.get() : nullptr,
         opt_.scatter_gather);
@@ -250,7 +276,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt) {
     R->report.schedule = pipeline_schedule(opt_.schedule, p, opt_.virtual_stages, m, R->coord.pp);
     for (Communicator *c : {R->tp.get(), R->dp.get(), R->pp.get(), R->embedding.get()})
       if (c) c->stats().timeline = &R->timeline;
-    R->adam = std::make_unique<AdamW>(R->model->num_params(), opt_.adam);
+    R->adam = std::make_unique<AdamW>(*R->model, opt_.adam);
     R->sample.resize((size_t)opt_.model.seq_length + 1);
     ranks_.push_back(std::move(R));
   }
@@ -415,8 +441,13 @@ void Trainer::rank_step(Rank &r, int64_t it) {
     if (data) fill_batch(r, *r.train, first, b);
     return MicroBatch{r.tokens.data(), r.targets.data(), (uint32_t)first};
   };
-  double loss_sum = r.pipeline->run(r.report.schedule, s, b, (uint32_t)it, true, (float)(1.0 / tokens),
-                                    batch, &r.report.timings);
+  // The loss's gradient carries the loss scale (1 without a scaler); the
+  // gradients are unscaled before clipping and the update.
+  const double scale = loss_scale();
+  double loss_sum = r.pipeline->run(r.report.schedule, s, b, (uint32_t)it, true,
+                                    (float)(scale / tokens), batch, &r.report.timings);
+  if (it == opt_.inject_overflow_iteration && r.world_rank == 0 && model.num_params())
+    grads[0] = INFINITY;
   double compute_ns = 0;
   for (const OpTiming &t : r.report.timings) {
     compute_ns += (double)(t.end_ns - t.start_ns);
@@ -447,13 +478,18 @@ void Trainer::rank_step(Rank &r, int64_t it) {
   res = StepMetrics{};
   res.lm_loss = loss_sum / tokens;
   res.lr = opt_.lr.at(it);
-  res.grad_norm = std::sqrt(sq);
-  // Every rank sees the same loss and norm, so all take the same branch.
-  if (!std::isfinite(res.lm_loss) || !std::isfinite(res.grad_norm)) {
-    res.nan_iters = 1;  // no update: parameters and moments stay as they were
+  res.grad_norm = std::sqrt(sq) / scale;
+  // Every rank sees the same loss and norm, so all take the same branch. No
+  // update on a skipped step: parameters and moments stay as they were.
+  const bool loss_bad = !std::isfinite(res.lm_loss), grads_bad = !std::isfinite(res.grad_norm);
+  if (loss_bad || grads_bad) {
+    res.skipped_iters = 1;
+    // An fp16 gradient overflow is the loss scaler's business (a skipped
+    // step); a NaN loss, or bad gradients without a scaler, is a NaN iteration.
+    res.nan_iters = loss_bad || !opt_.use_loss_scaler ? 1 : 0;
   } else {
     const int64_t t0 = Timeline::now_ns();
-    clip_gradients(model, res.grad_norm, opt_.clip_grad);
+    scale_gradients(model, (1.0 / scale) * clip_factor(res.grad_norm, opt_.clip_grad));
     r.adam->update(model, res.lr, it - skipped_);
     const int64_t t1 = Timeline::now_ns();
     compute_ns += (double)(t1 - t0);
@@ -521,10 +557,10 @@ StepMetrics Trainer::step() {
   step_origin_ns_ = Timeline::now_ns();
   run_on_ranks([&](Rank &r) { rank_step(r, it); });
   StepMetrics res = ranks_[0]->metrics;
-  if (res.nan_iters) {
-    nan_++;
-    skipped_++;
-  }
+  if (res.nan_iters) nan_++;
+  if (res.skipped_iters) skipped_++;
+  if (opt_.use_loss_scaler) scaler_.update(res.skipped_iters != 0);
+  res.loss_scale = loss_scale();  // after the update, as Megatron logs it
   iteration_ = it;
   consumed_ += opt_.global_batch_size;
   double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -588,7 +624,8 @@ std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
           {"adam_beta2", num(o.adam.beta2)},
           {"adam_eps", num(o.adam.eps)},
           {"clip_grad", num(o.clip_grad)},
-          {"tokenizer_type", o.tokenizer}};
+          {"tokenizer_type", o.tokenizer},
+          {"params_dtype", dtype_name(o.precision.dtype)}};
 }
 }  // namespace
 
@@ -596,7 +633,7 @@ std::vector<RankShard> Trainer::local_shards() {
   std::vector<RankShard> shards;
   for (auto &r : ranks_)
     shards.push_back({r->coord, &r->model->param_table(), r->model->params(),
-                      r->adam->exp_avg().data(), r->adam->exp_avg_sq().data()});
+                      r->adam->exp_avg().data(), r->adam->exp_avg_sq().data(), r->adam->master()});
   return shards;
 }
 
@@ -610,6 +647,13 @@ std::string Trainer::save(const std::string &root) {
   req.model = opt_.model;
   req.layout = {opt_.parallel.t, opt_.parallel.p, opt_.parallel.d, opt_.virtual_stages};
   req.state = {iteration_, consumed_, skipped_, nan_};
+  if (opt_.use_loss_scaler && opt_.loss_scaler.dynamic) {
+    const LossScalerState &ls = scaler_.state();
+    req.state.has_loss_scale = true;
+    req.state.loss_scale = (float)ls.scale;
+    req.state.loss_scale_growth_tracker = ls.growth_tracker;
+    req.state.loss_scale_hysteresis_tracker = ls.hysteresis_tracker;
+  }
   req.training = resumption_options(opt_);
   last_saved_ = save_checkpoint(req, local_shards());
   return last_saved_;
@@ -650,6 +694,11 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
       failure_ = std::string("loading '") + ckpt.dir + "' failed part-way: " + e.what();
     throw;
   }
+  for (auto &r : ranks_) r->adam->master_to_model(*r->model);  // 16-bit: params = round(master)
+  // An fp16 run continues its scaler; one starting from another run's
+  // checkpoint (fp32, bf16) starts from the initial scale.
+  if (st.has_loss_scale && opt_.use_loss_scaler && opt_.loss_scaler.dynamic)
+    scaler_.set_state({st.loss_scale, st.loss_scale_growth_tracker, st.loss_scale_hysteresis_tracker});
   iteration_ = st.iteration;
   last_ = StepMetrics{};  // metrics belong to steps of this trainer
   consumed_ = st.consumed_samples;

@@ -20,6 +20,7 @@
 #include "engine/parallel/pipeline_runtime.h"
 #include "engine/parallel/schedule.h"
 #include "engine/train/config.h"
+#include "engine/train/loss_scaler.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/metrics.h"
 #include "engine/train/optimizer.h"
@@ -51,6 +52,15 @@ struct TrainerOptions {
   int keep_last_checkpoints = 0;
   bool verify_checkpoint = true;
   bool override_opt_param_scheduler = false;
+  // Mixed precision (--bf16, --fp16): the model's dtype and where gradients
+  // accumulate; the loss scaler is used by fp16 (dynamic) or by any 16-bit
+  // run given a static --loss-scale.
+  Precision precision;
+  LossScalerConfig loss_scaler;
+  bool use_loss_scaler = false;
+  // Fault injection for tests: at this iteration (0 = never) the first
+  // gradient of world rank 0 becomes inf after backward, as an fp16 overflow would.
+  int64_t inject_overflow_iteration = 0;
   int microbatches() const { return global_batch_size / (micro_batch_size * parallel.d); }
   // Reads and cross-checks a Config; throws invalid_config naming the fields.
   static TrainerOptions from_config(const Config &c);
@@ -125,6 +135,8 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_; }
   const StepMetrics &last_metrics() const { return last_; }
+  // The loss scale the next step uses (1 without a loss scaler).
+  double loss_scale() const { return opt_.use_loss_scaler ? scaler_.scale() : 1.0; }
   // Entropy (nats/token) of the unigram distribution of the training split.
   double unigram_entropy() const;
   uint64_t train_samples() const;
@@ -155,6 +167,7 @@ class Trainer {
   int64_t step_origin_ns_ = 0;  // the timeline's time zero
   std::string failure_;  // set when a step failed on some rank: the job cannot go on
   int64_t iteration_ = 0, consumed_ = 0, skipped_ = 0, nan_ = 0;
+  LossScaler scaler_;
   std::string last_save_error_, last_saved_, last_loaded_;
   StepMetrics last_;
 };

@@ -9,12 +9,12 @@ namespace ptdp::cuda {
 namespace {
 
 struct AdamConsts {
-  float b1, b2, bc1, bc2, lr, eps, wd;
+  float b1, b2, omb1, omb2, bc1, bc2, lr, eps, wd;
 };
 
 __device__ __forceinline__ void adam_one(float &p, float g, float &m, float &v, const AdamConsts &c) {
-  m = c.b1 * m + (1.f - c.b1) * g;
-  v = c.b2 * v + (1.f - c.b2) * g * g;
+  m = c.b1 * m + c.omb1 * g;
+  v = c.b2 * v + c.omb2 * g * g;
   p -= c.lr * ((m * c.bc1) / (sqrtf(v * c.bc2) + c.eps) + c.wd * p);
 }
 
@@ -48,8 +48,11 @@ void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_av
                   int64_t step, cudaStream_t stream) {
   if (n == 0) return;
   // Bias corrections on the host, rounded as the CPU kernel rounds them.
+  // 1 - beta in double before the cast, as the CPU kernel.
   const AdamConsts c{(float)beta1,
                      (float)beta2,
+                     (float)(1.0 - beta1),
+                     (float)(1.0 - beta2),
                      1.f / (float)(1.0 - std::pow(beta1, (double)step)),
                      1.f / (float)(1.0 - std::pow(beta2, (double)step)),
                      (float)lr,

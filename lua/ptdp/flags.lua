@@ -14,7 +14,14 @@ local switches = {
   no_scatter_gather_tensors_in_pipeline = {
     key = 'scatter_gather_tensors_in_pipeline', value = 0,
     help = 'send whole boundary tensors between pipeline stages (= --scatter-gather-tensors-in-pipeline 0)' },
+  no_accumulate_allreduce_grads_in_fp32 = {
+    key = 'accumulate_allreduce_grads_in_fp32', value = 0,
+    help = '16-bit runs: accumulate and all-reduce gradients in the 16-bit type' },
 }
+
+-- Engine options that Megatron spells as value-less switches: `--bf16` alone
+-- means 1; `--bf16 0` or `--bf16=0` still work.
+local bare_means_one = { bf16 = true, fp16 = true, accumulate_allreduce_grads_in_fp32 = true }
 
 -- script_spec: { log_interval = { default = 10, help = '...' }, ... }; the type
 -- of the default (number, string, boolean) is the type of the flag.
@@ -75,6 +82,8 @@ function M.parse(argv, script_spec, config_defaults)
     elseif value == nil then
       if spec and type(spec.default) == 'boolean' then
         value = 'true'
+      elseif bare_means_one[key] and (argv[i + 1] == nil or argv[i + 1]:match('^%-%-')) then
+        value = '1'
       else
         i = i + 1
         value = argv[i]

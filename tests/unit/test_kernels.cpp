@@ -410,6 +410,33 @@ TEST(KernelAdamW, ThreeStepsMatchFormula) {
   }
 }
 
+// The fp32 kernel against torch.optim.AdamW's formula in double, with the betas
+// of GPT training (0.9, 0.999): 1 - beta must be formed in double. Rounding beta2
+// to float first makes (1 - beta2) 1.3e-5 too small and every update 6.4e-6 too
+// large, well outside the 1e-6 bound (float arithmetic itself stays below 5e-7).
+TEST(KernelAdamW, FloatMatchesDoubleFormulaWithBeta2Near1) {
+  const int n = 64;
+  AdamWParams a{1e-3, 0.9, 0.999, 1e-8, 0.0, 0};
+  Rng rng(11);
+  std::vector<float> p(n, 0.f), m(n, 0.f), v(n, 0.f);
+  std::vector<double> rm(n, 0.0), rv(n, 0.0), rp(n, 0.0);
+  for (int step = 1; step <= 3; step++) {
+    std::vector<float> g(n);
+    for (auto &x : g) x = (float)rng.nonzero();
+    a.step = step;
+    adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
+    for (int i = 0; i < n; i++) {
+      const double gi = g[i];
+      rm[i] = a.beta1 * rm[i] + (1 - a.beta1) * gi;
+      rv[i] = a.beta2 * rv[i] + (1 - a.beta2) * gi * gi;
+      rp[i] -= a.lr / (1 - std::pow(a.beta1, step)) * rm[i] /
+               (std::sqrt(rv[i]) / std::sqrt(1 - std::pow(a.beta2, step)) + a.eps);
+      EXPECT_NEAR(v[i], rv[i], 5e-7 * rv[i]) << "step " << step << " element " << i;
+      EXPECT_NEAR(p[i], rp[i], 1e-6 * std::abs(rp[i])) << "step " << step << " element " << i;
+    }
+  }
+}
+
 // ---- reductions ---------------------------------------------------------------
 
 TEST(KernelReduce, SumSquaresIndependentOfThreads) {
