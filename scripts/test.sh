@@ -6,14 +6,15 @@ cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 bash scripts/build.sh
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTDP_SANITIZE=ON >/dev/null
-cmake --build build-asan -j2 --target test_kernels test_gpt test_data test_trainer test_grid \
+cmake --build build-asan -j2 --target test_kernels test_dtype test_gpt test_data test_trainer test_grid \
   test_comm_threads test_parallel test_schedule test_pipeline test_timeline \
-  test_checkpoint_hdf5 test_checkpoint_commit test_checkpoint_trainer test_checkpoint_export
+  test_checkpoint_hdf5 test_checkpoint_commit test_checkpoint_trainer test_checkpoint_export \
+  test_mixed_precision
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp
-echo "== unit, multirank, pipeline and checkpoint tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+echo "== unit, multirank, pipeline, checkpoint and precision tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # (not the crash test: it kills the launcher, which the Release run covers)
-ctest --test-dir build-asan -L "unit|multirank|pipeline|checkpoint" -LE mpi \
+ctest --test-dir build-asan -L "unit|multirank|pipeline|checkpoint|precision" -LE mpi \
   -E "CheckpointCrash|test_checkpoint_crash" --output-on-failure -j2
 echo "== threads communicator under ThreadSanitizer"
 bash tests/run_tsan.sh build-tsan
