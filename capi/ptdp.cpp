@@ -75,7 +75,13 @@ void copy_out(const std::string &s, char *buf, size_t cap, size_t *out_len) {
 
 extern "C" {
 
-const char *ptdp_version(void) { return "0.1.0"; }
+// The version text is made from the header's macros: there is no second copy.
+#define PTDP_STR_(x) #x
+#define PTDP_STR(x) PTDP_STR_(x)
+const char *ptdp_version(void) {
+  return PTDP_STR(PTDP_VERSION_MAJOR) "." PTDP_STR(PTDP_VERSION_MINOR) "." PTDP_STR(
+      PTDP_VERSION_PATCH);
+}
 int32_t ptdp_version_number(void) {
   return PTDP_VERSION_MAJOR * 10000 + PTDP_VERSION_MINOR * 100 + PTDP_VERSION_PATCH;
 }
@@ -348,6 +354,15 @@ ptdp_status ptdp_checkpoint_export_safetensors(const char *dir, const char *out_
     require(dir, "dir");
     require(out_path, "out_path");
     ptdp::export_safetensors(dir, out_path);
+  });
+}
+
+ptdp_status ptdp_checkpoint_export_safetensors_dtype(const char *dir, const char *out_path,
+                                                     const char *dtype) {
+  return guard([&] {
+    require(dir, "dir");
+    require(out_path, "out_path");
+    ptdp::export_safetensors(dir, out_path, dtype ? dtype : "f32");
   });
 }
 

@@ -143,12 +143,21 @@ PTDP_API ptdp_status ptdp_trainer_generate(ptdp_trainer *trainer, const char *pr
  * layout, every dataset with shape, dtype and size. verify: every block against
  * its manifest checksum; the report lists each fault and the status is
  * PTDP_ERR_CORRUPT_DATA when there is one (the report is still written).
- * export_safetensors: the parameters with Hugging Face GPT-2 names and layouts. */
+ * export_safetensors: the parameters with Hugging Face GPT-2 names and layouts,
+ * as float32. */
 PTDP_API ptdp_status ptdp_checkpoint_inspect(const char *dir, char *buf, size_t cap,
                                              size_t *out_len);
 PTDP_API ptdp_status ptdp_checkpoint_verify(const char *dir, char *buf, size_t cap,
                                             size_t *out_len);
 PTDP_API ptdp_status ptdp_checkpoint_export_safetensors(const char *dir, const char *out_path);
+/* The same export with its tensors in `dtype`: "f32" (NULL means it too),
+ * "bf16" or "f16", rounded to nearest even. Another name is PTDP_ERR_BAD_VALUE
+ * listing the allowed ones. An f16 export of a parameter beyond f16's range
+ * (magnitude over 65504, which would become inf) is PTDP_ERR_BAD_VALUE naming
+ * the tensor and the value, and writes nothing. */
+PTDP_API ptdp_status ptdp_checkpoint_export_safetensors_dtype(const char *dir,
+                                                              const char *out_path,
+                                                              const char *dtype);
 
 /* Tokenizes text files (or every file of a directory) into a token dataset.
  * format: fortune | lines | file; tokenizer: byte. Counts may be NULL. */

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "checkpoints/crc32c.h"
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/sharded_checkpoint.h"
+#include "engine/core/dtype.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -130,6 +132,30 @@ template <class... Args>
   fail(Status::corrupt_data, "checkpoint '", dir, "' is damaged, not exported: ", why...);
 }
 
+// The element type asked for: f32 or one of the 16-bit types (no f64: the
+// checkpoint holds nothing more precise than float32).
+DType export_dtype(const std::string &name) {
+  DType t = DType::f32;
+  if (!parse_dtype(name, &t) || t == DType::f64)
+    fail(Status::bad_value, "export_safetensors: unknown dtype '", name,
+         "'; allowed: f32, bf16, f16");
+  return t;
+}
+
+const char *safetensors_dtype(DType t) {
+  return t == DType::bf16 ? "BF16" : t == DType::f16 ? "F16" : "F32";
+}
+
+// f16's largest finite value; anything larger would be written as inf.
+constexpr float kF16Max = 65504.f;
+
+void check_f16_range(const std::string &tensor, const std::vector<float> &x) {
+  for (size_t i = 0; i < x.size(); i++)
+    if (std::fabs(x[i]) > kF16Max)
+      fail(Status::bad_value, "export_safetensors: '", tensor, "' element ", i, " is ", x[i],
+           ", beyond f16's largest value 65504 (it would become inf): export as bf16 or f32");
+}
+
 bool same_file(const std::string &a, const std::string &b) {
   struct stat sa, sb;
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
@@ -138,8 +164,10 @@ bool same_file(const std::string &a, const std::string &b) {
 
 }  // namespace
 
-void export_safetensors(const std::string &path, const std::string &out_file) {
+void export_safetensors(const std::string &path, const std::string &out_file,
+                        const std::string &dtype) {
   if (out_file.empty()) fail(Status::invalid_argument, "export_safetensors: no output file given");
+  const DType type = export_dtype(dtype);
   const CheckpointRef ref = open_checkpoint(path);
   const Manifest &m = ref.manifest;
   const std::string file = ref.dir + "/" + m.file;
@@ -183,9 +211,10 @@ void export_safetensors(const std::string &path, const std::string &out_file) {
                             {"gpt2_config", gpt2_config(cfg).dump()}};
   int64_t offset = 0;
   for (const Conversion &c : convs) {
-    const int64_t bytes = c.rows * c.cols * (int64_t)sizeof(float);
-    header[c.dataset.substr(7)] = {
-        {"dtype", "F32"}, {"shape", c.gpt2_shape}, {"data_offsets", {offset, offset + bytes}}};
+    const int64_t bytes = c.rows * c.cols * (int64_t)dtype_size(type);
+    header[c.dataset.substr(7)] = {{"dtype", safetensors_dtype(type)},
+                                   {"shape", c.gpt2_shape},
+                                   {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -194,7 +223,7 @@ void export_safetensors(const std::string &path, const std::string &out_file) {
   for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)text.size() >> (8 * i));
 
   // The data, one tensor at a time: its blocks read, checked against their
-  // checksums and placed in GPT-2's layout, then written.
+  // checksums and placed in GPT-2's layout, then converted and written.
   const std::string tmp = out_file + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
@@ -206,6 +235,7 @@ void export_safetensors(const std::string &path, const std::string &out_file) {
     write_all(fd, text.data(), text.size(), tmp);
     const int64_t h = cfg.hidden_size, hd = cfg.head_dim();
     std::vector<float> out, blk;
+    std::vector<uint16_t> half;
     for (const Conversion &c : convs) {
       out.assign((size_t)(c.rows * c.cols), 0.f);
       for (const ManifestBlock &b : m.find(c.dataset)->blocks) {
@@ -222,7 +252,14 @@ void export_safetensors(const std::string &path, const std::string &out_file) {
         place(c, b.offset[0], b.count[0], two_d ? b.offset[1] : 0, two_d ? b.count[1] : 1,
               blk.data(), h, hd, out.data());
       }
-      write_all(fd, out.data(), out.size() * sizeof(float), tmp);
+      if (type == DType::f32) {
+        write_all(fd, out.data(), out.size() * sizeof(float), tmp);
+        continue;
+      }
+      if (type == DType::f16) check_f16_range(c.dataset.substr(7), out);
+      half.resize(out.size());
+      to_16bit(type, out.data(), half.data(), out.size());
+      write_all(fd, half.data(), half.size() * sizeof(uint16_t), tmp);
     }
     if (::fsync(fd) != 0)
       fail(Status::io_error, "cannot fsync '", tmp, "': ", std::strerror(errno));

@@ -1,6 +1,7 @@
 // `ptdp` — the launcher. `ptdp SCRIPT.lua [args]` runs a Lua experiment script in
 // an embedded LuaJIT (ARCHITECTURE §7); `ptdp tokenize ...` builds a token dataset;
-// `ptdp timeline-png ...` draws a timeline trace as a picture.
+// `ptdp timeline-png ...` draws a timeline trace as a picture. Everything goes
+// through the C ABI (capi/ptdp.h), as any other program of the library's would.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -10,7 +11,6 @@
 #include <vector>
 
 #include "capi/ptdp.h"
-#include "engine/trace/timeline_png.h"
 
 extern "C" {
 #include <lauxlib.h>
@@ -133,10 +133,9 @@ int run_timeline_png(int argc, char **argv) {
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
-  try {
-    ptdp::render_timeline_png(trace, png, width);
-  } catch (const std::exception &e) {
-    std::fprintf(stderr, "ptdp: %s\n", e.what());
+  ptdp_status st = ptdp_render_timeline(trace.c_str(), png.c_str(), width);
+  if (st != PTDP_OK) {
+    std::fprintf(stderr, "ptdp: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
     return 1;
   }
   std::printf("wrote %s\n", png.c_str());
@@ -147,7 +146,7 @@ int run_timeline_png(int argc, char **argv) {
 int run_ckpt(int argc, char **argv) {
   CLI::App app{"Look into, check and convert checkpoints", "ptdp ckpt"};
   app.require_subcommand(1);
-  std::string dir, out;
+  std::string dir, out, dtype = "f32";
   CLI::App *inspect = app.add_subcommand("inspect", "iteration, config, saved layout, every dataset");
   inspect->add_option("dir", dir, "a save directory (its newest checkpoint) or one iter_N")->required();
   CLI::App *verify = app.add_subcommand("verify", "manifest and every block's checksum; exit 1 on a fault");
@@ -156,6 +155,7 @@ int run_ckpt(int argc, char **argv) {
                                      "the parameters with Hugging Face GPT-2 names and layouts");
   exp->add_option("dir", dir, "a save directory (its newest checkpoint) or one iter_N")->required();
   exp->add_option("out", out, "the .safetensors file to write")->required();
+  exp->add_option("--dtype", dtype, "f32 | bf16 | f16")->capture_default_str();
   if (argc < 3) {  // no subcommand: say which there are
     std::fputs(app.help().c_str(), stderr);
     return 2;
@@ -184,8 +184,8 @@ int run_ckpt(int argc, char **argv) {
     st = report([&](char *b, size_t cap, size_t *len) { return ptdp_checkpoint_verify(dir.c_str(), b, cap, len); });
     if (st == PTDP_ERR_CORRUPT_DATA) return 1;  // the report lists the faults
   } else {
-    st = ptdp_checkpoint_export_safetensors(dir.c_str(), out.c_str());
-    if (st == PTDP_OK) std::printf("wrote %s\n", out.c_str());
+    st = ptdp_checkpoint_export_safetensors_dtype(dir.c_str(), out.c_str(), dtype.c_str());
+    if (st == PTDP_OK) std::printf("wrote %s (%s)\n", out.c_str(), dtype.c_str());
   }
   if (st != PTDP_OK) {
     std::fprintf(stderr, "ptdp: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
@@ -200,7 +200,7 @@ void usage(FILE *f) {
                "       ptdp tokenize --output FILE INPUT... build a token dataset\n"
                "       ptdp timeline-png TRACE.json OUT.png [--width N]  draw a timeline\n"
                "       ptdp ckpt inspect|verify DIR       look into / check a checkpoint\n"
-               "       ptdp ckpt export-safetensors DIR OUT.safetensors\n"
+               "       ptdp ckpt export-safetensors DIR OUT.safetensors [--dtype f32|bf16|f16]\n"
                "       ptdp --version\n");
 }
 

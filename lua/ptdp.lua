@@ -268,7 +268,8 @@ function Trainer:text(name)
 end
 
 -- Checkpoint tools, as `ptdp ckpt` runs them: inspect returns the report;
--- verify returns ok, report (every fault listed); export writes safetensors.
+-- verify returns ok, report (every fault listed); export writes safetensors,
+-- float32 unless opts.dtype says 'bf16' or 'f16', and returns out.
 function M.checkpoint_inspect(dir)
   return read_text(function(buf, cap, len) return C.ptdp_checkpoint_inspect(dir, buf, cap, len) end)
 end
@@ -286,8 +287,11 @@ function M.checkpoint_verify(dir)
   return ok, report
 end
 
-function M.export_safetensors(dir, out)
-  check(C.ptdp_checkpoint_export_safetensors(dir, out))
+function M.export_safetensors(dir, out, opts)
+  if opts ~= nil and type(opts) ~= 'table' then
+    raise("export_safetensors: options are a table, e.g. { dtype = 'bf16' }")
+  end
+  check(C.ptdp_checkpoint_export_safetensors_dtype(dir, out, opts and opts.dtype or 'f32'))
   return out
 end
 

@@ -43,7 +43,6 @@ class Buffer {
     if (n) p_ = static_cast<T *>(CpuAllocator::instance().allocate(n * sizeof(T)));
     n_ = n;
   }
-  void zero();
   T *data() { return p_; }
   const T *data() const { return p_; }
   size_t size() const { return n_; }
@@ -59,10 +58,5 @@ class Buffer {
   T *p_ = nullptr;
   size_t n_ = 0;
 };
-
-template <class T>
-void Buffer<T>::zero() {
-  for (size_t i = 0; i < n_; i++) p_[i] = T(0);
-}
 
 }  // namespace ptdp

@@ -35,11 +35,6 @@ PipelineRuntime::PipelineRuntime(GPT<float> &model, Communicator *pp, Communicat
                                  bool scatter_gather)
     : model_(model), pp_(pp), tp_(tp), scatter_gather_(scatter_gather && tp && tp->size() > 1) {}
 
-size_t PipelineRuntime::transfer_elements(int s, int b) const {
-  size_t n = (size_t)s * b * model_.config().hidden_size;
-  return scatter_gather_ ? n / (size_t)tp_->size() : n;
-}
-
 void PipelineRuntime::send_boundary(const std::vector<float> &x, int peer) {
   if (!pp_) fail(Status::internal, "pipeline send without a pipeline group");
   const size_t n = scatter_gather_ ? x.size() / (size_t)tp_->size() : x.size();

@@ -50,8 +50,6 @@ class PipelineRuntime {
   double run(const std::vector<PipeOp> &ops, int s, int b, uint32_t iteration, bool training,
              float dloss, const std::function<MicroBatch(int, bool)> &batch,
              std::vector<OpTiming> *timings = nullptr);
-  // Elements of one boundary tensor sent per transfer: s*b*h, or s*b*h/t with scatter/gather.
-  size_t transfer_elements(int s, int b) const;
 
  private:
   void send_boundary(const std::vector<float> &x, int peer);

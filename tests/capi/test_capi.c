@@ -191,6 +191,11 @@ static void test_status_strings(void) {
   CHECK(ptdp_version_number() ==
             PTDP_VERSION_MAJOR * 10000 + PTDP_VERSION_MINOR * 100 + PTDP_VERSION_PATCH,
         "version number matches the header");
+  {
+    char v[64];
+    snprintf(v, sizeof v, "%d.%d.%d", PTDP_VERSION_MAJOR, PTDP_VERSION_MINOR, PTDP_VERSION_PATCH);
+    CHECK(strcmp(ptdp_version(), v) == 0, "version text matches the header's macros");
+  }
   CHECK(ptdp_last_error() != NULL, "ptdp_last_error is never NULL");
 }
 
@@ -640,6 +645,37 @@ static int is_png(const char *path) {
   return n == sizeof head && memcmp(head, sig, sizeof sig) == 0;
 }
 
+/* The whole file in a malloc'd buffer (NULL if unreadable); *size gets its length. */
+static unsigned char *read_whole(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *buf = NULL;
+  long n;
+  *size = 0;
+  if (!f) return NULL;
+  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+    buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+      buf[n] = 0;
+      *size = (size_t)n;
+    } else {
+      free(buf);
+      buf = NULL;
+    }
+  }
+  fclose(f);
+  return buf;
+}
+
+/* A safetensors file's data bytes (after the 8-byte length and the JSON
+ * header); *header points at the header text inside bytes. */
+static size_t safetensors_data_size(const unsigned char *bytes, size_t size, const char **header) {
+  unsigned long long n = 0;
+  int i;
+  for (i = 7; i >= 0; i--) n = n << 8 | bytes[i];
+  *header = (const char *)bytes + 8;
+  return 8 + n <= size ? size - 8 - (size_t)n : 0;
+}
+
 /* Two pipeline stages of two model chunks each (interleaved schedule): the
  * per-rank values of ptdp_trainer_rank_get, the pipeline values of
  * ptdp_trainer_get, and the step's timeline drawn by ptdp_render_timeline. */
@@ -772,6 +808,51 @@ static void test_pipeline(const char *data_path) {
   ptdp_trainer_destroy(t);
 }
 
+/* ptdp_checkpoint_export_safetensors_dtype: NULL and "f32" write what the
+ * float32 export wrote; bf16 and f16 half its data, with their dtype in the
+ * header; anything else is refused with the allowed names. */
+static void test_export_dtypes(const char *dir, const char *f32_path) {
+  char path[4096];
+  size_t f32_size = 0, size = 0, f32_data, data;
+  const char *header;
+  unsigned char *f32 = read_whole(f32_path, &f32_size), *bytes;
+  const char *dtypes[2] = {"bf16", "f16"}, *names[2] = {"\"dtype\":\"BF16\"", "\"dtype\":\"F16\""};
+  int i;
+  CHECK(f32 != NULL && f32_size > 8, "read the float32 export");
+  f32_data = safetensors_data_size(f32, f32_size, &header);
+  CHECK(f32_data > 0 && strstr(header, "\"dtype\":\"F32\"") != NULL, "the float32 export says F32");
+  tmp_path(path, sizeof path, "capi_export_dtype.safetensors");
+  EXPECT_OK(ptdp_checkpoint_export_safetensors_dtype(dir, path, NULL), "export dtype NULL");
+  bytes = read_whole(path, &size);
+  CHECK(bytes && size == f32_size && memcmp(bytes, f32, size) == 0, "dtype NULL is float32");
+  free(bytes);
+  EXPECT_OK(ptdp_checkpoint_export_safetensors_dtype(dir, path, "f32"), "export dtype f32");
+  bytes = read_whole(path, &size);
+  CHECK(bytes && size == f32_size && memcmp(bytes, f32, size) == 0, "dtype f32 is float32");
+  free(bytes);
+  for (i = 0; i < 2; i++) {
+    char what[128];
+    snprintf(what, sizeof what, "export dtype %s", dtypes[i]);
+    EXPECT_OK(ptdp_checkpoint_export_safetensors_dtype(dir, path, dtypes[i]), what);
+    bytes = read_whole(path, &size);
+    CHECK(bytes != NULL, "read the 16-bit export");
+    data = safetensors_data_size(bytes, size, &header);
+    CHECK(data * 2 == f32_data, "a 16-bit export holds half the bytes of data");
+    CHECK(strstr(header, names[i]) != NULL && strstr(header, "\"F32\"") == NULL,
+          "every tensor of the 16-bit export has its dtype");
+    free(bytes);
+  }
+  free(f32);
+  tmp_path(path, sizeof path, "capi_export_int8.safetensors");
+  EXPECT(ptdp_checkpoint_export_safetensors_dtype(dir, path, "int8"), PTDP_ERR_BAD_VALUE,
+         "allowed: f32, bf16, f16", "export dtype int8");
+  CHECK(fopen(path, "rb") == NULL, "a refused export writes no file");
+  EXPECT(ptdp_checkpoint_export_safetensors_dtype(NULL, path, "bf16"), PTDP_ERR_INVALID_ARGUMENT,
+         "dir", "export_safetensors_dtype(NULL dir)");
+  EXPECT(ptdp_checkpoint_export_safetensors_dtype(dir, NULL, "bf16"), PTDP_ERR_INVALID_ARGUMENT,
+         "out_path", "export_safetensors_dtype(NULL out_path)");
+}
+
 /* Save at (t, p) = (1, 2), resume serially: the next losses equal those of the
  * uninterrupted run (resharding is exact up to summation order; 1e-5
  * relative, as the engine's tests); then the checkpoint tools. */
@@ -820,6 +901,7 @@ static void test_checkpoints(const char *data_path) {
          "inspect into a 4-byte buffer");
   CHECK(len > 4, "the needed size is returned");
   EXPECT_OK(ptdp_checkpoint_export_safetensors(dir, out), "export_safetensors");
+  test_export_dtypes(dir, out);
   EXPECT(ptdp_checkpoint_verify("/nonexistent/ptdp", text, sizeof text, &len), PTDP_ERR_IO,
          "no checkpoint to open", "verify of a missing directory");
   ptdp_trainer_destroy(a);

@@ -9,8 +9,10 @@ falls, reads the log line and generated text through the size-query protocol,
 and checks that misuse gives error codes with messages. Exits 1 on failure.
 """
 import ctypes as C
+import json
 import math
 import os
+import struct
 import sys
 
 # Status codes of capi/ptdp.h.
@@ -31,6 +33,23 @@ def check(cond, what):
     if not cond:
         fail(what)
     print(f"ok   {what}")
+
+
+def read_safetensors(path):
+    """{name: (dtype, shape, raw bytes)} of a .safetensors file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    body = data[8 + n:]
+    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+def bf16_bits(u):
+    """float32 bits -> bfloat16 bits, round to nearest even (finite values)."""
+    return (u + 0x7FFF + ((u >> 16) & 1)) >> 16
 
 
 def bind(path):
@@ -68,6 +87,10 @@ def bind(path):
                                       C.c_char_p, C.c_char_p, C.POINTER(C.c_int64),
                                       C.POINTER(C.c_int64)]),
         "ptdp_benchmark_sgemm": (C.c_int32, [C.c_int32, C.c_int32, C.POINTER(C.c_double)]),
+        "ptdp_trainer_save": (C.c_int32, [tr_p, C.c_char_p]),
+        "ptdp_checkpoint_export_safetensors": (C.c_int32, [C.c_char_p, C.c_char_p]),
+        "ptdp_checkpoint_export_safetensors_dtype": (C.c_int32, [C.c_char_p, C.c_char_p,
+                                                                 C.c_char_p]),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(lib, name)
@@ -227,6 +250,33 @@ def main():
     check(text.startswith(b"The ") and len(text) <= 4 + 16, "generated text continues the prompt")
     expect(lib.ptdp_trainer_generate(tr, b"x", -1, 0.0, 0, None, 0, None), INVALID_ARGUMENT,
            "max_new_tokens", "negative max_new_tokens")
+
+    # Safetensors export in 16 bits: each value rounded to nearest even, by
+    # Python's own conversions (struct's "e" rounds half to even).
+    ckpt = os.path.join(tmpdir, "ctypes_ckpt").encode()
+    ok(lib.ptdp_trainer_save(tr, ckpt), "save")
+    paths = {dt: os.path.join(tmpdir, f"ctypes_{dt}.safetensors") for dt in ("f32", "bf16", "f16")}
+    ok(lib.ptdp_checkpoint_export_safetensors(ckpt, paths["f32"].encode()), "export f32")
+    for dt in ("bf16", "f16"):
+        ok(lib.ptdp_checkpoint_export_safetensors_dtype(ckpt, paths[dt].encode(), dt.encode()),
+           f"export {dt}")
+    ref, exports = read_safetensors(paths["f32"]), {}
+    for dt in ("bf16", "f16"):
+        exports[dt] = read_safetensors(paths[dt])
+        check(set(exports[dt]) == set(ref), f"{dt}: the same tensors as f32")
+    bad = 0
+    for name, (dtype, shape, raw) in ref.items():
+        n = len(raw) // 4
+        floats, bits = struct.unpack(f"<{n}f", raw), struct.unpack(f"<{n}I", raw)
+        want = {"bf16": ("BF16", struct.pack(f"<{n}H", *map(bf16_bits, bits))),
+                "f16": ("F16", struct.pack(f"<{n}e", *floats))}
+        for dt, (st_dtype, data) in want.items():
+            got = exports[dt][name]
+            bad += got != (st_dtype, shape, data)
+    check(bad == 0, "bf16 and f16 exports hold every value rounded to nearest even")
+    expect(lib.ptdp_checkpoint_export_safetensors_dtype(ckpt, paths["f16"].encode(), b"fp8"),
+           BAD_VALUE, "allowed: f32, bf16, f16", "export to an unknown dtype")
+
     lib.ptdp_trainer_destroy(tr)
     check(True, "trainer_destroy")
     print(f"PASS: {checks} checks")

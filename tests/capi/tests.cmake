@@ -159,10 +159,28 @@ ptdp_lua_test(lua_tokenize_cli_missing --rc nonzero --expect "does not exist"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/tokenize_cli_missing.ptdp
      --format lines ${PTDP_TEST_TMP}/lua/no_such_corpus.txt)
 
+# `ptdp timeline-png` goes through ptdp_render_timeline: a one-event trace
+# drawn, then the C ABI's errors as the command reports them.
+file(WRITE ${PTDP_TEST_TMP}/lua/timeline_cli.json
+  "{\"traceEvents\": [{\"name\": \"F0\", \"cat\": \"forward\", \"ph\": \"X\", \"ts\": 0, \"dur\": 10, \"pid\": 0, \"tid\": 0, \"args\": {\"microbatch\": 0}}]}\n")
+ptdp_lua_test(lua_timeline_png_cli --rc 0 --clean ${PTDP_TEST_TMP}/lua/timeline_cli.png
+  --expect "wrote ${PTDP_TEST_TMP}/lua/timeline_cli.png"
+  -- ${PTDP_LAUNCHER} timeline-png ${PTDP_TEST_TMP}/lua/timeline_cli.json
+     ${PTDP_TEST_TMP}/lua/timeline_cli.png --width 400)
+ptdp_lua_test(lua_timeline_png_cli_width --rc 1 --expect "ptdp: invalid argument: timeline PNG width 10"
+  -- ${PTDP_LAUNCHER} timeline-png ${PTDP_TEST_TMP}/lua/timeline_cli.json
+     ${PTDP_TEST_TMP}/lua/timeline_cli_narrow.png --width 10)
+ptdp_lua_test(lua_timeline_png_cli_missing --rc 1 --expect "ptdp: I/O error: "
+  --expect "no_such_trace.json"
+  -- ${PTDP_LAUNCHER} timeline-png ${PTDP_TEST_TMP}/lua/no_such_trace.json
+     ${PTDP_TEST_TMP}/lua/timeline_cli_missing.png)
+
 ptdp_lua_test(lua_ckpt_cli_usage --rc nonzero --expect "inspect" --expect "export-safetensors"
   -- ${PTDP_LAUNCHER} ckpt)
 ptdp_lua_test(lua_ckpt_cli_missing --rc nonzero --expect "no checkpoint to open"
   -- ${PTDP_LAUNCHER} ckpt verify ${PTDP_TEST_TMP}/lua/no_such_checkpoint)
+ptdp_lua_test(lua_ckpt_cli_help --rc 0 --expect "--dtype" --expect "f32 | bf16 | f16"
+  -- ${PTDP_LAUNCHER} ckpt export-safetensors --help)
 
 set_tests_properties(${PTDP_LUA_TESTS} PROPERTIES
                      LABELS lua TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")

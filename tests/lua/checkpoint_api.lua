@@ -71,7 +71,34 @@ local function run(cmd)
   p:close()
   return out
 end
-local out = run('ckpt verify "' .. root .. '"')
+-- 16-bit exports: half the data of the float32 one, the dtype in the header.
+local function header_and_data_size(path)
+  local s = util.read_all(path)
+  local n = 0
+  for i = 8, 1, -1 do n = n * 256 + s:byte(i) end
+  return s:sub(9, 8 + n), #s - 8 - n
+end
+local _, f32_bytes = header_and_data_size(st)
+for _, dt in ipairs { 'bf16', 'f16' } do
+  local p = root .. '/model_' .. dt .. '.safetensors'
+  check(ptdp.export_safetensors(root, p, { dtype = dt }) == p, 'export as ' .. dt)
+  local header, bytes = header_and_data_size(p)
+  check(bytes * 2 == f32_bytes, dt .. ': half the data of f32 (' .. bytes .. ' bytes)')
+  check(header:find('"dtype":"' .. dt:upper() .. '"', 1, true) and not header:find('"F32"', 1, true),
+        dt .. ': every tensor says ' .. dt:upper())
+end
+expect_error('allowed: f32, bf16, f16', 'export as an unknown dtype', ptdp.export_safetensors,
+             root, tmpdir .. '/f8.safetensors', { dtype = 'f8' })
+expect_error('options are a table', 'export with a string for options', ptdp.export_safetensors,
+             root, tmpdir .. '/x.safetensors', 'bf16')
+local out = run('ckpt export-safetensors --dtype bf16 "' .. root .. '" "' .. tmpdir .. '/cli.safetensors"')
+check(out:find('rc=0', 1, true) and out:find('(bf16)', 1, true), '`ptdp ckpt export-safetensors --dtype bf16`: ' .. out)
+check(util.read_all(tmpdir .. '/cli.safetensors') == util.read_all(root .. '/model_bf16.safetensors'),
+      'the command writes what the module does')
+out = run('ckpt export-safetensors --dtype f8 "' .. root .. '" "' .. tmpdir .. '/cli_f8.safetensors"')
+check(out:find('rc=1', 1, true) and out:find('allowed: f32, bf16, f16', 1, true),
+      '`ptdp ckpt export-safetensors --dtype f8` fails: ' .. out)
+out = run('ckpt verify "' .. root .. '"')
 check(out:find('rc=0', 1, true), '`ptdp ckpt verify` passes: ' .. out)
 out = run('ckpt inspect "' .. root .. '"')
 check(out:find('/model/wte.weight', 1, true) and out:find('rc=0', 1, true), '`ptdp ckpt inspect`')

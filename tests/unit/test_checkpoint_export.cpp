@@ -5,6 +5,8 @@
 // description (8-byte little-endian header size, JSON header, raw data), not
 // by the exporter's code, and compared with the trained model: Hugging Face
 // GPT-2 names, Conv1D [in, out] weights, c_attn's outputs as [q | k | v].
+// The 16-bit exports hold exactly float_to_bf16 / float_to_f16 of the float32
+// export's values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 
 #include "checkpoints/inspect.h"
 #include "checkpoints/safetensors_export.h"
+#include "engine/core/dtype.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
 #include "expect_error.h"
@@ -43,16 +46,20 @@ void write_file(const std::string &path, const std::string &bytes) {
 
 struct SafeTensor {
   std::vector<int64_t> shape;
-  std::vector<float> data;
+  std::vector<float> data;     // F32
+  std::vector<uint16_t> bits;  // BF16, F16
 };
 
 struct SafeTensors {
   nlohmann::json metadata;
   std::map<std::string, SafeTensor> tensors;
+  uint64_t data_bytes = 0;  // after the header
 };
 
-// Parses a whole .safetensors file; fails the test on any violation of the format.
-SafeTensors parse_safetensors(const std::string &path) {
+// Parses a whole .safetensors file whose tensors are all of `dtype` (F32,
+// BF16 or F16); fails the test on any violation of the format.
+SafeTensors parse_safetensors(const std::string &path, const std::string &dtype = "F32") {
+  const uint64_t elem = dtype == "F32" ? 4 : 2;
   const std::string bytes = read_file(path);
   SafeTensors out;
   if (bytes.size() < 8) {
@@ -71,6 +78,7 @@ SafeTensors parse_safetensors(const std::string &path) {
   const nlohmann::json header = nlohmann::json::parse(text);  // trailing spaces are allowed
   EXPECT_TRUE(header.is_object());
   const size_t data_size = bytes.size() - 8 - n;
+  out.data_bytes = data_size;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
@@ -79,20 +87,22 @@ SafeTensors parse_safetensors(const std::string &path) {
         EXPECT_TRUE(m.value().is_string()) << "metadata values are strings: " << m.key();
       continue;
     }
-    EXPECT_EQ(it.value()["dtype"], "F32") << it.key();
+    EXPECT_EQ(it.value()["dtype"], dtype) << it.key();
     SafeTensor t;
     t.shape = it.value()["shape"].get<std::vector<int64_t>>();
     const uint64_t b = it.value()["data_offsets"][0], e = it.value()["data_offsets"][1];
     uint64_t numel = 1;
     for (int64_t d : t.shape) numel *= (uint64_t)d;
-    EXPECT_EQ(e - b, numel * 4) << it.key();
+    EXPECT_EQ(e - b, numel * elem) << it.key();
     if (b > e || e > data_size) {
       ADD_FAILURE() << it.key() << ": bytes [" << b << ", " << e << ") outside the data";
       continue;
     }
+    if (e - b != numel * elem) continue;
     ranges.push_back({b, e});
-    t.data.resize(numel);
-    std::memcpy(t.data.data(), bytes.data() + 8 + n + b, numel * 4);
+    void *to = elem == 4 ? (t.data.resize(numel), (void *)t.data.data())
+                         : (t.bits.resize(numel), (void *)t.bits.data());
+    std::memcpy(to, bytes.data() + 8 + n + b, numel * elem);
     out.tensors[it.key()] = std::move(t);
   }
   // The ranges tile the data exactly: no gap, no overlap.
@@ -234,6 +244,76 @@ TEST_F(CheckpointExport, GPT2NamesAndLayouts) {
   export_safetensors(ckpt, out);
   EXPECT_EQ(read_file(out), first);
   EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
+
+// bf16 and f16: the same tensors, shapes and metadata as the float32 export,
+// each element float_to_bf16 / float_to_f16 of its float32 value.
+TEST_F(CheckpointExport, SixteenBitExportsRoundEveryValue) {
+  const std::string f32 = dir.path + "/f32.safetensors";
+  export_safetensors(dir.path, f32);
+  const SafeTensors ref = parse_safetensors(f32);
+  ASSERT_FALSE(ref.tensors.empty());
+  for (const std::string dt : {"bf16", "f16"}) {
+    SCOPED_TRACE(dt);
+    const std::string out = dir.path + "/" + dt + ".safetensors";
+    export_safetensors(dir.path, out, dt);
+    const SafeTensors st = parse_safetensors(out, dt == "bf16" ? "BF16" : "F16");
+    EXPECT_EQ(st.metadata, ref.metadata);
+    EXPECT_EQ(st.tensors.size(), ref.tensors.size());
+    // Half the data of float32 (the parser checked that the tensors tile it).
+    EXPECT_EQ(st.data_bytes * 2, ref.data_bytes);
+    for (const auto &[name, r] : ref.tensors) {
+      ASSERT_TRUE(st.tensors.count(name)) << name;
+      const SafeTensor &t = st.tensors.at(name);
+      EXPECT_EQ(t.shape, r.shape) << name;
+      ASSERT_EQ(t.bits.size(), r.data.size()) << name;
+      size_t bad = 0;
+      for (size_t i = 0; i < r.data.size(); i++)
+        bad += t.bits[i] != (dt == "bf16" ? float_to_bf16(r.data[i]) : float_to_f16(r.data[i]));
+      EXPECT_EQ(bad, 0u) << name;
+    }
+  }
+  // "f32" asked for by name is the default export, byte for byte.
+  const std::string named = dir.path + "/named.safetensors";
+  export_safetensors(dir.path, named, "f32");
+  EXPECT_EQ(read_file(named), read_file(f32));
+}
+
+TEST_F(CheckpointExport, UnknownDtype) {
+  const std::string out = dir.path + "/x.safetensors";
+  for (const char *dt : {"int8", "f64", "BF16", ""})
+    expect_error([&] { export_safetensors(dir.path, out, dt); }, Status::bad_value,
+                 "unknown dtype '" + std::string(dt) + "'; allowed: f32, bf16, f16");
+  expect_no_output(out);
+}
+
+// f16's largest value, 65504, is exported as it is; a larger one is refused
+// (it would be written as inf), naming the tensor and the value. bf16, with
+// float32's range, takes it.
+TEST_F(CheckpointExport, F16RefusesValuesBeyondItsRange) {
+  // Sets element 0 of a LayerNorm parameter (whole on every rank holding it,
+  // so element 0 is the global element 0) on every rank, and saves.
+  auto save_with = [&](const std::string &name, float v, const TempDir &root) {
+    for (int r = 0; r < tr->world_size(); r++)
+      if (const ParamInfo *p = tr->model(r).find_param(name)) tr->model(r).params()[p->offset] = v;
+    tr->save(root.path);
+  };
+  TempDir edge, beyond;
+  save_with("ln_f.bias", -65504.f, edge);
+  const std::string ok = edge.path + "/f16.safetensors";
+  export_safetensors(edge.path, ok, "f16");
+  const SafeTensors st = parse_safetensors(ok, "F16");
+  EXPECT_EQ(st.tensors.at("ln_f.bias").bits[0], 0xfbff);  // -65504
+
+  save_with("ln_f.weight", 70000.f, beyond);
+  const std::string out = beyond.path + "/f16.safetensors";
+  expect_error([&] { export_safetensors(beyond.path, out, "f16"); }, Status::bad_value,
+               "'ln_f.weight' element 0 is 70000, beyond f16's largest value 65504");
+  expect_no_output(out);
+  const std::string bf = beyond.path + "/bf16.safetensors";
+  export_safetensors(beyond.path, bf, "bf16");
+  EXPECT_EQ(parse_safetensors(bf, "BF16").tensors.at("ln_f.weight").bits[0],
+            float_to_bf16(70000.f));
 }
 
 // The value of a "  key   value" line of a report ("" when there is none).
