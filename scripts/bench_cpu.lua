@@ -1,6 +1,8 @@
 -- CPU benchmark: full training steps (forward, backward, AdamW) of the bench
 -- shape on all cores, and OpenBLAS's SGEMM ceiling on the same machine.
---   build/ptdp scripts/bench_cpu.lua [--iters 10] [--warmup 2]
+--   build/ptdp scripts/bench_cpu.lua [--iters 10] [--warmup 2] [--bf16 | --fp16]
+-- (16-bit on the CPU rounds stored values and computes in fp32: it measures
+-- the cost of the rounding passes, not a speed-up.)
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
@@ -25,9 +27,10 @@ end
 
 local trainer = ptdp.trainer(config)
 local tokens = config.global_batch_size * config.seq_length
-print(string.format('bench shape: layers %d hidden %d heads %d seq %d micro-batch %d vocab %d, fp32, %d params',
+local dtype = (tonumber(config.bf16) or 0) ~= 0 and 'bf16' or (tonumber(config.fp16) or 0) ~= 0 and 'fp16' or 'fp32'
+print(string.format('bench shape: layers %d hidden %d heads %d seq %d micro-batch %d vocab %d, %s, %d params',
   config.num_layers, config.hidden_size, config.num_attention_heads, config.seq_length,
-  config.micro_batch_size, trainer:get('padded_vocab_size'), trainer:get('num_parameters')))
+  config.micro_batch_size, trainer:get('padded_vocab_size'), dtype, trainer:get('num_parameters')))
 for _ = 1, opts.warmup do trainer:step() end
 local best, total, tflops = math.huge, 0, 0
 for _ = 1, opts.iters do

@@ -1,0 +1,51 @@
+-- Mixed precision against fp32: the same run (bench shape, seed, data) for
+-- --steps steps in fp32, bf16 and fp16 (dynamic loss scaling), in one process.
+-- Prints each run's loss over its last 10 steps, its gap to fp32, its skipped
+-- steps and its mean step time (16-bit on the CPU rounds stored values and
+-- computes in fp32: the time is the cost of rounding, not a speed-up).
+--   build/ptdp scripts/bench_precision.lua [--steps 200]
+local ptdp = require 'ptdp'
+local flags = require 'ptdp.flags'
+
+local config, opts = flags.parse(arg, {
+  steps = { default = 200, help = 'training steps of each run' },
+}, {
+  num_layers = 6, hidden_size = 384, num_attention_heads = 6, seq_length = 256,
+  micro_batch_size = 8, global_batch_size = 8, train_iters = 200,
+  lr = 1e-3, min_lr = 1e-4, lr_warmup_iters = 20, lr_decay_style = 'cosine',
+  hidden_dropout = 0.1, attention_dropout = 0.1,
+  vocab_size = 8192,  -- the bench vocabulary; byte tokens use ids 0..256 of it
+  data_path = 'data/fortunes.ptdp',
+})
+config.train_iters = opts.steps
+
+local f = io.open(config.data_path, 'rb')
+if f then f:close() else
+  ptdp.tokenize { inputs = '/usr/share/games/fortunes', output = config.data_path }
+end
+
+local function run(extra)
+  local c = {}
+  for k, v in pairs(config) do c[k] = v end
+  for k, v in pairs(extra) do c[k] = v end
+  local trainer = ptdp.trainer(c)
+  local tail, ms, m = 0, 0, nil
+  for it = 1, opts.steps do
+    m = trainer:step()
+    ms = ms + m.elapsed_ms
+    if it > opts.steps - 10 then tail = tail + m.loss / 10 end
+  end
+  return { loss = tail, ms = ms / opts.steps, skipped = m.skipped_iters, scale = m.loss_scale }
+end
+
+local f32 = run {}
+print(string.format('fp32: loss over the last 10 steps %.5f, %.1f ms/step', f32.loss, f32.ms))
+local out = { string.format('loss_fp32=%.5f', f32.loss) }
+for _, dt in ipairs { 'bf16', 'fp16' } do
+  local r = run { [dt] = 1 }
+  local rel = (r.loss - f32.loss) / f32.loss
+  print(string.format('%s: loss over the last 10 steps %.5f (%+.2e relative to fp32), %d skipped steps, loss scale %g, %.1f ms/step (%.2fx fp32)',
+                      dt, r.loss, rel, r.skipped, r.scale, r.ms, r.ms / f32.ms))
+  out[#out + 1] = string.format('loss_%s=%.5f rel_%s=%.2e', dt, r.loss, dt, rel)
+end
+print(table.concat(out, ' '))
