@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
@@ -124,12 +125,15 @@ std::string option_keys_list() {
 
 namespace {
 void validate_value(const OptionSpec &o, const std::string &v) {
-  auto range = [&]() {
-    std::ostringstream os;
-    os.precision(17);
-    os << "[" << o.min << ", " << o.max << "]";
-    return os.str();
+  auto shortest = [](double x) {  // the shortest text that reads back as x
+    char buf[32];
+    for (int digits = 6; digits <= 17; digits++) {
+      std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+      if (std::strtod(buf, nullptr) == x) break;
+    }
+    return std::string(buf);
   };
+  auto range = [&]() { return "[" + shortest(o.min) + ", " + shortest(o.max) + "]"; };
   if (o.type == OptionSpec::Int) {
     errno = 0;
     char *end = nullptr;
