@@ -123,17 +123,18 @@ std::string option_keys_list() {
   return s;
 }
 
+std::string number_text(double x) {
+  char buf[32];
+  for (int digits = 15; digits <= 17; digits++) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  return buf;
+}
+
 namespace {
 void validate_value(const OptionSpec &o, const std::string &v) {
-  auto shortest = [](double x) {  // the shortest text that reads back as x
-    char buf[32];
-    for (int digits = 6; digits <= 17; digits++) {
-      std::snprintf(buf, sizeof buf, "%.*g", digits, x);
-      if (std::strtod(buf, nullptr) == x) break;
-    }
-    return std::string(buf);
-  };
-  auto range = [&]() { return "[" + shortest(o.min) + ", " + shortest(o.max) + "]"; };
+  auto range = [&]() { return "[" + number_text(o.min) + ", " + number_text(o.max) + "]"; };
   if (o.type == OptionSpec::Int) {
     errno = 0;
     char *end = nullptr;

@@ -22,6 +22,8 @@ struct OptionSpec {
 const std::vector<OptionSpec> &option_schema();
 const OptionSpec *find_option(const std::string &key);
 std::string option_keys_list();  // "a, b, c" for error messages
+// The shortest text (at least 15 significant digits' worth) that reads back as x.
+std::string number_text(double x);
 
 class Config {
  public:

@@ -600,14 +600,7 @@ StepMetrics Trainer::step() {
 namespace {
 // The options a resumed run must share with the saved one, as text.
 std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
-  auto num = [](double x) {  // the shortest text that reads back as x
-    char buf[32];
-    for (int digits = 15; digits <= 17; digits++) {
-      std::snprintf(buf, sizeof buf, "%.*g", digits, x);
-      if (std::strtod(buf, nullptr) == x) break;
-    }
-    return std::string(buf);
-  };
+  const auto num = number_text;
   return {{"seed", std::to_string(o.seed)},
           {"split", o.split},
           {"data_path", o.data_path},
