@@ -100,12 +100,15 @@ uint64_t fnv1a(const void *p, size_t n, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
-template <class T>
-MPI_Datatype mpi_type();
-template <>
-MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
-template <>
-MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+// 16-bit floats travel as their bits: MPI only moves them, ptdp reduces them.
+MPI_Datatype mpi_dtype(DType t) {
+  switch (t) {
+    case DType::f64: return MPI_DOUBLE;
+    case DType::bf16:
+    case DType::f16: return MPI_UINT16_T;
+    default: return MPI_FLOAT;
+  }
+}
 
 bool overlaps(const void *a, size_t abytes, const void *b, size_t bbytes) {
   auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
@@ -301,78 +304,107 @@ class MpiComm final : public Communicator {
     w_->comms.erase(std::find(w_->comms.begin(), w_->comms.end(), this));
   }
 
-  void all_reduce(float *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
-  void all_reduce(double *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
-
-  void all_gather(const float *in, float *out, size_t n) override {
+  void all_reduce(void *buf, size_t n, DType dt, ReduceOp op) override {
+    const size_t es = elem_size(dt, CommOp::all_reduce);
     CommTimer timer(stats_);
-    stats_.add(CommOp::all_gather, (int64_t)(n * sizeof(float)));
+    stats_.add(CommOp::all_reduce, (int64_t)(n * es));
+    if (size() == 1) return;
+    int64_t seq = ++coll_started_;
+    if (dt == DType::f32 || dt == DType::f64)
+      reduce_native(static_cast<char *>(buf), n, es, mpi_dtype(dt), op, seq);
+    else
+      reduce_16bit(static_cast<uint16_t *>(buf), n, dt, op, seq);
+    coll_done_++;
+  }
+
+  void all_gather(const void *in, void *out, size_t n, DType dt) override {
+    const size_t es = elem_size(dt, CommOp::all_gather);
+    CommTimer timer(stats_);
+    stats_.add(CommOp::all_gather, (int64_t)(n * es));
     check_count(n, CommOp::all_gather);
     const void *src = in;
-    if (n && in == out + (size_t)rank_ * n) {
+    if (n && in == static_cast<char *>(out) + (size_t)rank_ * n * es) {
       src = MPI_IN_PLACE;
-    } else if (overlaps(in, n * sizeof(float), out, n * size() * sizeof(float))) {
-      scratch_.resize(n * sizeof(float));
-      std::memcpy(scratch_.data(), in, n * sizeof(float));
+    } else if (overlaps(in, n * es, out, n * size() * es)) {
+      scratch_.resize(n * es);
+      std::memcpy(scratch_.data(), in, n * es);
       src = scratch_.data();
     }
     int64_t seq = ++coll_started_;
     run(CommOp::all_gather, seq, [&](MPI_Request *req) {
-      return MPI_Iallgather(src, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, comm_, req);
+      return MPI_Iallgather(src, (int)n, mpi_dtype(dt), out, (int)n, mpi_dtype(dt), comm_, req);
     });
     coll_done_++;
   }
 
-  void reduce_scatter(const float *in, float *out, size_t n) override {
+  void reduce_scatter(const void *in, void *out, size_t n, DType dt) override {
+    const size_t es = elem_size(dt, CommOp::reduce_scatter);
     CommTimer timer(stats_);
-    stats_.add(CommOp::reduce_scatter, (int64_t)(n * size() * sizeof(float)));
+    stats_.add(CommOp::reduce_scatter, (int64_t)(n * size() * es));
     check_count(n, CommOp::reduce_scatter);
+    int64_t seq = ++coll_started_;
+    if (dt == DType::bf16 || dt == DType::f16) {
+      // MPI cannot add 16-bit floats: every member's block for this rank comes
+      // here (all-to-all), and is summed in member order.
+      scratch_.resize(n * size() * es);
+      run(CommOp::reduce_scatter, seq, [&](MPI_Request *req) {
+        return MPI_Ialltoall(in, (int)n, MPI_UINT16_T, scratch_.data(), (int)n, MPI_UINT16_T,
+                             comm_, req);
+      });
+      std::vector<const void *> parts(size());
+      for (int r = 0; r < size(); r++) parts[r] = scratch_.data() + (size_t)r * n * es;
+      reduce_in_order(parts.data(), size(), out, n, dt, ReduceOp::sum);
+      coll_done_++;
+      return;
+    }
     const void *src = in;
-    if (n && static_cast<const void *>(in) == static_cast<void *>(out)) {
+    if (n && in == out) {
       src = MPI_IN_PLACE;  // MPI: the input is in `out`, the result goes to its start
-    } else if (overlaps(in, n * size() * sizeof(float), out, n * sizeof(float))) {
-      scratch_.resize(n * size() * sizeof(float));
-      std::memcpy(scratch_.data(), in, n * size() * sizeof(float));
+    } else if (overlaps(in, n * size() * es, out, n * es)) {
+      scratch_.resize(n * size() * es);
+      std::memcpy(scratch_.data(), in, n * size() * es);
       src = scratch_.data();
     }
-    int64_t seq = ++coll_started_;
     run(CommOp::reduce_scatter, seq, [&](MPI_Request *req) {
-      return MPI_Ireduce_scatter_block(src, out, (int)n, MPI_FLOAT, MPI_SUM, comm_, req);
+      return MPI_Ireduce_scatter_block(src, out, (int)n, mpi_dtype(dt), MPI_SUM, comm_, req);
     });
     coll_done_++;
   }
 
-  void broadcast(float *buf, size_t n, int root) override {
+  void broadcast(void *buf, size_t n, DType dt, int root) override {
+    const size_t es = elem_size(dt, CommOp::broadcast);
     check_peer(root, "broadcast root");
     CommTimer timer(stats_);
-    stats_.add(CommOp::broadcast, (int64_t)(n * sizeof(float)));
+    stats_.add(CommOp::broadcast, (int64_t)(n * es));
     int64_t seq = ++coll_started_;
     size_t off = 0;
     do {
       size_t c = std::min(n - off, kMaxCount);
       run(CommOp::broadcast, seq, [&](MPI_Request *req) {
-        return MPI_Ibcast(buf + off, (int)c, MPI_FLOAT, root, comm_, req);
+        return MPI_Ibcast(static_cast<char *>(buf) + off * es, (int)c, mpi_dtype(dt), root, comm_,
+                          req);
       });
       off += c;
     } while (off < n);
     coll_done_++;
   }
 
-  void send(const float *buf, size_t n, int peer) override {
+  void send(const void *buf, size_t n, DType dt, int peer) override {
+    const size_t es = elem_size(dt, CommOp::send);
     check_peer(peer, "send peer");
     CommTimer timer(stats_);
-    stats_.add(CommOp::send, (int64_t)(n * sizeof(float)));
+    stats_.add(CommOp::send, (int64_t)(n * es));
     reap_sends();
     size_t off = 0;
     do {  // a message of 0 elements is sent too
       size_t c = std::min(n - off, kMaxCount);
       Pending p;
-      p.data.reset(new float[c ? c : 1]);
-      if (c) std::memcpy(p.data.get(), buf + off, c * sizeof(float));
+      p.data.reset(new char[c ? c * es : 1]);
+      if (c) std::memcpy(p.data.get(), static_cast<const char *>(buf) + off * es, c * es);
       p.peer = peer;
       {
         MpiWorld::Impl::Call g(w_);
-        w_->check(MPI_Isend(p.data.get(), (int)c, MPI_FLOAT, peer, kTagP2P, comm_, &p.req),
+        w_->check(MPI_Isend(p.data.get(), (int)c, mpi_dtype(dt), peer, kTagP2P, comm_, &p.req),
                   where(CommOp::send));
       }
       pending_.push_back(std::move(p));
@@ -382,10 +414,11 @@ class MpiComm final : public Communicator {
     reap_sends();  // small (eager) messages are usually done already
   }
 
-  void recv(float *buf, size_t n, int peer) override {
+  void recv(void *buf, size_t n, DType dt, int peer) override {
+    const size_t es = elem_size(dt, CommOp::recv);
     check_peer(peer, "recv peer");
     CommTimer timer(stats_);
-    stats_.add(CommOp::recv, (int64_t)(n * sizeof(float)));
+    stats_.add(CommOp::recv, (int64_t)(n * es));
     reap_sends();
     int64_t seq = received_[peer] + 1;
     Activity act{name_, comm_op_name(CommOp::recv), seq,
@@ -407,17 +440,17 @@ class MpiComm final : public Communicator {
                },
                on_timeout);
       int count = 0;
-      MPI_Get_count(&st, MPI_FLOAT, &count);
-      std::vector<float> wrong;
-      float *dst = buf + off;
+      MPI_Get_count(&st, mpi_dtype(dt), &count);
+      std::vector<char> wrong;
+      void *dst = static_cast<char *>(buf) + off * es;
       if ((size_t)count != c) {  // take the message off the queue, then fail
-        wrong.resize((size_t)std::max(count, 1));
+        wrong.resize((size_t)std::max(count, 1) * es);
         dst = wrong.data();
       }
       MPI_Request req;
       {
         MpiWorld::Impl::Call g(w_);
-        w_->check(MPI_Imrecv(dst, count, MPI_FLOAT, &msg, &req), where(CommOp::recv));
+        w_->check(MPI_Imrecv(dst, count, mpi_dtype(dt), &msg, &req), where(CommOp::recv));
       }
       w_->wait_request(&req, act, where(CommOp::recv), on_timeout);
       if ((size_t)count != c) {
@@ -445,35 +478,65 @@ class MpiComm final : public Communicator {
 
  private:
   struct Pending {
-    std::unique_ptr<float[]> data;
+    std::unique_ptr<char[]> data;
     MPI_Request req = MPI_REQUEST_NULL;
     int peer = 0;
   };
 
-  template <class T>
-  void reduce_impl(T *buf, size_t n, ReduceOp op) {
-    CommTimer timer(stats_);
-    stats_.add(CommOp::all_reduce, (int64_t)(n * sizeof(T)));
-    if (size() == 1) return;
+  // f32/f64: MPI's own all-reduce, whose algorithms give every rank the same bits.
+  void reduce_native(char *buf, size_t n, size_t es, MPI_Datatype type, ReduceOp op,
+                     int64_t seq) {
     MPI_Op mop = op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
-    int64_t seq = ++coll_started_;
-    bool in_place = n * sizeof(T) < kInPlaceBytes || size() <= 2;
-    size_t piece = in_place ? kMaxCount : kScratchBytes / sizeof(T);
+    bool in_place = n * es < kInPlaceBytes || size() <= 2;
+    size_t piece = in_place ? kMaxCount : kScratchBytes / es;
     size_t off = 0;
     do {
       size_t c = std::min(n - off, piece);
       const void *src = MPI_IN_PLACE;
       if (!in_place) {
-        scratch_.resize(c * sizeof(T));
-        std::memcpy(scratch_.data(), buf + off, c * sizeof(T));
+        scratch_.resize(c * es);
+        std::memcpy(scratch_.data(), buf + off * es, c * es);
         src = scratch_.data();
       }
       run(CommOp::all_reduce, seq, [&](MPI_Request *req) {
-        return MPI_Iallreduce(src, buf + off, (int)c, mpi_type<T>(), mop, comm_, req);
+        return MPI_Iallreduce(src, buf + off * es, (int)c, type, mop, comm_, req);
       });
       off += c;
     } while (off < n);
-    coll_done_++;
+  }
+
+  // bf16/f16: MPI cannot add 16-bit floats, and the sum must be the fixed-order
+  // fp32 one. As in the threads backend, each member reduces one slice: an
+  // all-to-all brings it every member's copy of its slice, it reduces them in
+  // member order, and an all-gather hands the slices round (the traffic of a
+  // reduce-scatter + all-gather).
+  void reduce_16bit(uint16_t *buf, size_t n, DType dt, ReduceOp op, int64_t seq) {
+    const int P = size();
+    std::vector<int> count(P), displ(P), rcount(P), rdispl(P);
+    std::vector<const void *> parts(P);
+    const size_t piece = kScratchBytes / sizeof(uint16_t);  // elements: the counts fit an int
+    for (size_t off = 0; off < n; off += piece) {
+      const size_t c = std::min(n - off, piece);
+      for (int r = 0; r < P; r++) {
+        displ[r] = (int)(c * r / P);
+        count[r] = (int)(c * (r + 1) / P) - displ[r];
+      }
+      const int mine = count[rank_];
+      for (int r = 0; r < P; r++) rcount[r] = mine, rdispl[r] = r * mine;
+      scratch_.resize((size_t)P * mine * sizeof(uint16_t));
+      auto *parts16 = reinterpret_cast<uint16_t *>(scratch_.data());
+      uint16_t *x = buf + off;
+      run(CommOp::all_reduce, seq, [&](MPI_Request *req) {
+        return MPI_Ialltoallv(x, count.data(), displ.data(), MPI_UINT16_T, parts16, rcount.data(),
+                              rdispl.data(), MPI_UINT16_T, comm_, req);
+      });
+      for (int r = 0; r < P; r++) parts[r] = parts16 + (size_t)r * mine;
+      reduce_in_order(parts.data(), P, x + displ[rank_], (size_t)mine, dt, op);
+      run(CommOp::all_reduce, seq, [&](MPI_Request *req) {
+        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, count.data(), displ.data(),
+                               MPI_UINT16_T, comm_, req);
+      });
+    }
   }
 
   // Starts one nonblocking collective and waits for it.

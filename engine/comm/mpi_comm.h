@@ -11,6 +11,11 @@
 // Argument errors (a bad peer, a recv of the wrong size) throw ptdp::Error like
 // the threads backend.
 //
+// f32/f64 reduce with MPI's own collectives. bf16/f16 travel as MPI_UINT16_T;
+// MPI cannot add them, so their all_reduce and reduce_scatter are all-to-alls
+// followed by the fixed-order fp32 reduction of communicator.h (all_reduce
+// then all-gathers the reduced slices).
+//
 // This header does not include <mpi.h>: code that only picks a backend needs
 // no MPI include path.
 #pragma once

@@ -50,71 +50,116 @@ class MpiThreadsComm final : public Communicator {
     for (auto &p : pending_) wait_all({p.req}, {p.peer}, "send (at group destruction)");
   }
 
-  void all_reduce(float *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
-  void all_reduce(double *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
-
-  void all_gather(const float *in, float *out, size_t n) override {
+  void all_reduce(void *buf, size_t n, DType dt, ReduceOp op) override {
+    const size_t es = elem_size(dt, CommOp::all_reduce);
     CommTimer timer(stats_);
-    stats_.add(CommOp::all_gather, (int64_t)(n * sizeof(float)));
-    std::vector<const void *> send(size(), in);
+    stats_.add(CommOp::all_reduce, (int64_t)(n * es));
+    // n == 0 (on every member): nothing to move. Returning also keeps empty
+    // buffers, which may be null, away from exchange(), where null means "no
+    // transfer" and one side would post a message the other never takes.
+    if (size() == 1 || n == 0) return;
+    std::vector<char> all((size_t)size() * n * es);
+    std::vector<const void *> send(size(), buf);
     std::vector<void *> recv(size());
-    for (int r = 0; r < size(); r++) recv[r] = out + (size_t)r * n;
-    exchange(send, recv, n * sizeof(float), "all_gather");
-    if (out + (size_t)rank_ * n != in) std::memmove(out + (size_t)rank_ * n, in, n * sizeof(float));
+    for (int r = 0; r < size(); r++) recv[r] = all.data() + (size_t)r * n * es;
+    exchange(send, recv, n * es, "all_reduce");
+    // Member order on every member: the same bits everywhere.
+    std::vector<const void *> in(size());
+    for (int r = 0; r < size(); r++) in[r] = r == rank_ ? buf : recv[r];
+    reduce_in_order(in.data(), size(), buf, n, dt, op);
   }
 
-  void reduce_scatter(const float *in, float *out, size_t n) override {
+  void all_gather(const void *in, void *out, size_t n, DType dt) override {
+    const size_t es = elem_size(dt, CommOp::all_gather);
     CommTimer timer(stats_);
-    stats_.add(CommOp::reduce_scatter, (int64_t)(n * size() * sizeof(float)));
-    std::vector<float> parts((size_t)size() * n);
+    stats_.add(CommOp::all_gather, (int64_t)(n * es));
+    if (n == 0) return;
+    char *o = static_cast<char *>(out);
+    std::vector<const void *> send(size(), in);
+    std::vector<void *> recv(size());
+    for (int r = 0; r < size(); r++) recv[r] = o + (size_t)r * n * es;
+    exchange(send, recv, n * es, "all_gather");
+    if (o + (size_t)rank_ * n * es != in) std::memmove(o + (size_t)rank_ * n * es, in, n * es);
+  }
+
+  void reduce_scatter(const void *in, void *out, size_t n, DType dt) override {
+    const size_t es = elem_size(dt, CommOp::reduce_scatter);
+    CommTimer timer(stats_);
+    stats_.add(CommOp::reduce_scatter, (int64_t)(n * size() * es));
+    if (n == 0) return;
+    const char *x = static_cast<const char *>(in);
+    std::vector<char> parts((size_t)size() * n * es);
     std::vector<const void *> send(size());
     std::vector<void *> recv(size());
     for (int r = 0; r < size(); r++) {
-      send[r] = in + (size_t)r * n;
-      recv[r] = parts.data() + (size_t)r * n;
+      send[r] = x + (size_t)r * n * es;
+      recv[r] = parts.data() + (size_t)r * n * es;
     }
-    exchange(send, recv, n * sizeof(float), "reduce_scatter");
-    if (n) std::memcpy(parts.data() + (size_t)rank_ * n, in + (size_t)rank_ * n, n * sizeof(float));
-    for (size_t k = 0; k < n; k++) {
-      float acc = parts[k];
-      for (int r = 1; r < size(); r++) acc += parts[(size_t)r * n + k];
-      out[k] = acc;
-    }
+    exchange(send, recv, n * es, "reduce_scatter");
+    // Our own block is copied too: `out` may overlap `in` anywhere.
+    std::memcpy(recv[rank_], x + (size_t)rank_ * n * es, n * es);
+    reduce_in_order(recv.data(), size(), out, n, dt, ReduceOp::sum);
   }
 
-  void broadcast(float *buf, size_t n, int root) override {
+  void broadcast(void *buf, size_t n, DType dt, int root) override {
+    const size_t es = elem_size(dt, CommOp::broadcast);
     check_peer(root, "broadcast root");
     CommTimer timer(stats_);
-    stats_.add(CommOp::broadcast, (int64_t)(n * sizeof(float)));
+    stats_.add(CommOp::broadcast, (int64_t)(n * es));
+    if (n == 0) return;
     std::vector<const void *> send(size(), nullptr);
     std::vector<void *> recv(size(), nullptr);
     if (rank_ == root)
       for (int r = 0; r < size(); r++) send[r] = buf;
     else
       recv[root] = buf;
-    exchange(send, recv, n * sizeof(float), "broadcast");
+    exchange(send, recv, n * es, "broadcast");
   }
 
-  void send(const float *buf, size_t n, int peer) override {
+  void send(const void *buf, size_t n, DType dt, int peer) override {
+    const size_t es = elem_size(dt, CommOp::send);
     check_peer(peer, "send peer");
     CommTimer timer(stats_);
-    stats_.add(CommOp::send, (int64_t)(n * sizeof(float)));
+    stats_.add(CommOp::send, (int64_t)(n * es));
     progress();
     pending_.emplace_back();
     Pending &p = pending_.back();
     p.peer = peer;
-    p.data.assign(buf, buf + n);  // send returns at once: the message owns a copy
-    post_send(p.data.data(), n * sizeof(float), peer, &p.req);
+    const char *b = static_cast<const char *>(buf);
+    p.data.assign(b, b + n * es);  // send returns at once: the message owns a copy
+    post_send(p.data.data(), n * es, peer, &p.req);
   }
 
-  void recv(float *buf, size_t n, int peer) override {
+  void recv(void *buf, size_t n, DType dt, int peer) override {
+    const size_t es = elem_size(dt, CommOp::recv);
     check_peer(peer, "recv peer");
     CommTimer timer(stats_);
-    stats_.add(CommOp::recv, (int64_t)(n * sizeof(float)));
+    stats_.add(CommOp::recv, (int64_t)(n * es));
     progress();
+    check_count(n * es);
+    // Probe first: a message of another length is taken off the queue and reported.
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status st;
+    const int from = process_of(peer), t = tag(members_[peer], members_[rank_]);
+    poll([&] {
+      int flag = 0;
+      MPI_Improbe(from, t, w_.comm, &flag, &msg, &st);
+      return flag != 0;
+    }, [&] { return " " + std::to_string(members_[peer]); }, "recv");
+    int bytes = 0;
+    MPI_Get_count(&st, MPI_BYTE, &bytes);
+    std::vector<char> wrong;
+    void *dst = buf;
+    if ((size_t)bytes != n * es) {
+      wrong.resize((size_t)bytes + 1);
+      dst = wrong.data();
+    }
     MPI_Request req;
-    post_recv(buf, n * sizeof(float), peer, &req);
+    MPI_Imrecv(dst, bytes, MPI_BYTE, &msg, &req);
     wait_all({req}, {peer}, "recv");
+    if ((size_t)bytes != n * es)
+      fail(Status::comm_failure, "group '", name_, "': recv of ", n, " elements from rank ",
+           members_[peer], " got a message of ", (size_t)bytes / es);
   }
 
   void barrier() override {
@@ -128,7 +173,7 @@ class MpiThreadsComm final : public Communicator {
  private:
   struct Pending {
     int peer = 0;
-    std::vector<float> data;
+    std::vector<char> data;
     MPI_Request req = MPI_REQUEST_NULL;
   };
 
@@ -177,28 +222,6 @@ class MpiThreadsComm final : public Communicator {
     wait_all(reqs, peers, op);
   }
 
-  template <class T>
-  void reduce_impl(T *buf, size_t n, ReduceOp op) {
-    CommTimer timer(stats_);
-    stats_.add(CommOp::all_reduce, (int64_t)(n * sizeof(T)));
-    if (size() == 1) return;
-    std::vector<T> all((size_t)size() * n);
-    std::vector<const void *> send(size(), buf);
-    std::vector<void *> recv(size());
-    for (int r = 0; r < size(); r++) recv[r] = all.data() + (size_t)r * n;
-    exchange(send, recv, n * sizeof(T), "all_reduce");
-    // Member order on every member: the same bits everywhere.
-    for (size_t k = 0; k < n; k++) {
-      T acc = rank_ == 0 ? buf[k] : all[k];
-      for (int r = 1; r < size(); r++) {
-        T v = r == rank_ ? buf[k] : all[(size_t)r * n + k];
-        acc = op == ReduceOp::sum ? acc + v : (v > acc ? v : acc);
-      }
-      all[k] = acc;  // slot 0 is free once read
-    }
-    if (n) std::memcpy(buf, all.data(), n * sizeof(T));
-  }
-
   // Completes finished sends, keeping the message order of the rest.
   void progress() {
     for (auto it = pending_.begin(); it != pending_.end();) {
@@ -209,12 +232,9 @@ class MpiThreadsComm final : public Communicator {
   }
 
   void wait_all(std::vector<MPI_Request> reqs, const std::vector<int> &peers, const char *op) {
-    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double>(w_.timeout_s));
     std::vector<char> done(reqs.size(), 0);
     size_t left = reqs.size();
-    int sleep_us = 0;
-    while (left) {
+    poll([&] {
       for (size_t i = 0; i < reqs.size(); i++) {
         if (done[i]) continue;
         int flag = 0;
@@ -224,15 +244,27 @@ class MpiThreadsComm final : public Communicator {
           left--;
         }
       }
-      if (!left) break;
-      if (Clock::now() > deadline) {
-        std::string missing;
-        for (size_t i = 0; i < reqs.size(); i++)
-          if (!done[i]) missing += " " + std::to_string(members_[peers[i]]);
+      return left == 0;
+    }, [&] {
+      std::string missing;
+      for (size_t i = 0; i < reqs.size(); i++)
+        if (!done[i]) missing += " " + std::to_string(members_[peers[i]]);
+      return missing;
+    }, op);
+  }
+
+  // Polls done() (sleeping a little longer each time) until it holds; after
+  // the timeout, aborts the job naming the ranks that missing() lists.
+  template <class Done, class Missing>
+  void poll(Done done, Missing missing, const char *op) {
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(w_.timeout_s));
+    int sleep_us = 0;
+    while (!done()) {
+      if (Clock::now() > deadline)
         mpi_.abort("communicator timeout after " + std::to_string(w_.timeout_s) + " s in group '" +
                    name_ + "' during " + op + " on rank " + std::to_string(members_[rank_]) +
-                   ": ranks still missing:" + missing);
-      }
+                   ": ranks still missing:" + missing());
       if (sleep_us) std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
       sleep_us = std::min(1000, sleep_us + 10);
     }

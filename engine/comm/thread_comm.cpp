@@ -11,12 +11,19 @@
 
 namespace ptdp {
 
-
 // memcpy that accepts empty ranges with null pointers (an n = 0 operation).
 static void copy_bytes(void *dst, const void *src, size_t n) {
   if (n) std::memcpy(dst, src, n);
 }
 
+namespace {
+// A sent message, copied.
+struct Message {
+  DType dt;
+  size_t n;  // elements
+  std::vector<char> bytes;
+};
+}  // namespace
 
 // State shared by the members of one group.
 struct ThreadWorld::Group {
@@ -28,7 +35,7 @@ struct ThreadWorld::Group {
   std::vector<char> present;          // who has reached the current rendezvous
   std::vector<const void *> posted;   // each member's buffer for the current operation
   std::vector<char> scratch;          // reduction result, shared
-  std::map<std::pair<int, int>, std::deque<std::vector<float>>> mailbox;  // (src, dst) -> messages
+  std::map<std::pair<int, int>, std::deque<Message>> mailbox;  // (src, dst) -> messages
 };
 
 namespace {
@@ -39,74 +46,98 @@ class ThreadComm final : public Communicator {
              std::vector<int> members, int rank)
       : Communicator(std::move(name), std::move(members), rank), world_(world), g_(std::move(g)) {}
 
-  void all_reduce(float *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
-  void all_reduce(double *buf, size_t n, ReduceOp op) override { reduce_impl(buf, n, op); }
-
-  void all_gather(const float *in, float *out, size_t n) override {
+  void all_reduce(void *buf, size_t n, DType dt, ReduceOp op) override {
+    const size_t es = elem_size(dt, CommOp::all_reduce);
     CommTimer timer(stats_);
-    stats_.add(CommOp::all_gather, (int64_t)(n * sizeof(float)));
+    stats_.add(CommOp::all_reduce, (int64_t)(n * es));
+    if (size() == 1) return;  // already the result, also for 16-bit (no rounding to do)
+    g_->posted[rank_] = buf;
+    rendezvous(CommOp::all_reduce, [&] { g_->scratch.resize(n * es); });
+    // Each member reduces one slice, in member order: every rank gets the same bits.
+    const size_t lo = n * rank_ / size(), hi = n * (rank_ + 1) / size();
+    std::vector<const void *> in(size());
+    for (int r = 0; r < size(); r++) in[r] = static_cast<const char *>(g_->posted[r]) + lo * es;
+    reduce_in_order(in.data(), size(), g_->scratch.data() + lo * es, hi - lo, dt, op);
+    rendezvous(CommOp::all_reduce);
+    // No rendezvous after the copy: the next operation writes the scratch only
+    // once every member has arrived there, i.e. finished copying.
+    copy_bytes(buf, g_->scratch.data(), n * es);
+  }
+
+  void all_gather(const void *in, void *out, size_t n, DType dt) override {
+    const size_t es = elem_size(dt, CommOp::all_gather);
+    CommTimer timer(stats_);
+    stats_.add(CommOp::all_gather, (int64_t)(n * es));
     g_->posted[rank_] = in;
     rendezvous(CommOp::all_gather);
     for (int r = 0; r < size(); r++) {
-      float *dst = out + (size_t)r * n;
+      char *dst = static_cast<char *>(out) + (size_t)r * n * es;
       // In place (in == out + rank*n): no self-copy, which would overlap and
       // write the bytes that the other members are reading.
-      if (dst != g_->posted[r]) copy_bytes(dst, g_->posted[r], n * sizeof(float));
+      if (dst != g_->posted[r]) copy_bytes(dst, g_->posted[r], n * es);
     }
     rendezvous(CommOp::all_gather);  // nobody reuses `in` while others still read it
   }
 
-  void reduce_scatter(const float *in, float *out, size_t n) override {
+  void reduce_scatter(const void *in, void *out, size_t n, DType dt) override {
+    const size_t es = elem_size(dt, CommOp::reduce_scatter);
     CommTimer timer(stats_);
-    stats_.add(CommOp::reduce_scatter, (int64_t)(n * size() * sizeof(float)));
+    stats_.add(CommOp::reduce_scatter, (int64_t)(n * size() * es));
     g_->posted[rank_] = in;
     rendezvous(CommOp::reduce_scatter);
     // Into a private buffer first: `out` may overlap `in`, which others still read.
-    std::vector<float> sum(n);
-    for (size_t k = 0; k < n; k++) {
-      float acc = static_cast<const float *>(g_->posted[0])[(size_t)rank_ * n + k];
-      for (int r = 1; r < size(); r++)
-        acc += static_cast<const float *>(g_->posted[r])[(size_t)rank_ * n + k];
-      sum[k] = acc;
-    }
+    std::vector<const void *> parts(size());
+    for (int r = 0; r < size(); r++)
+      parts[r] = static_cast<const char *>(g_->posted[r]) + (size_t)rank_ * n * es;
+    std::vector<char> sum(n * es);
+    reduce_in_order(parts.data(), size(), sum.data(), n, dt, ReduceOp::sum);
     rendezvous(CommOp::reduce_scatter);
-    copy_bytes(out, sum.data(), n * sizeof(float));
+    copy_bytes(out, sum.data(), n * es);
   }
 
-  void broadcast(float *buf, size_t n, int root) override {
+  void broadcast(void *buf, size_t n, DType dt, int root) override {
+    const size_t es = elem_size(dt, CommOp::broadcast);
     check_peer(root, "broadcast root");
     CommTimer timer(stats_);
-    stats_.add(CommOp::broadcast, (int64_t)(n * sizeof(float)));
+    stats_.add(CommOp::broadcast, (int64_t)(n * es));
     g_->posted[rank_] = buf;
     rendezvous(CommOp::broadcast);
-    if (rank_ != root) copy_bytes(buf, g_->posted[root], n * sizeof(float));
+    if (rank_ != root) copy_bytes(buf, g_->posted[root], n * es);
     rendezvous(CommOp::broadcast);
   }
 
-  void send(const float *buf, size_t n, int peer) override {
+  void send(const void *buf, size_t n, DType dt, int peer) override {
+    const size_t es = elem_size(dt, CommOp::send);
     check_peer(peer, "send peer");
     CommTimer timer(stats_);
-    stats_.add(CommOp::send, (int64_t)(n * sizeof(float)));
+    stats_.add(CommOp::send, (int64_t)(n * es));
+    Message m{dt, n, std::vector<char>(n * es)};  // the copy: send returns at once
+    copy_bytes(m.bytes.data(), buf, n * es);
     std::lock_guard<std::mutex> lk(g_->mu);
-    g_->mailbox[{rank_, peer}].emplace_back(buf, buf + n);
+    g_->mailbox[{rank_, peer}].push_back(std::move(m));
     g_->cv.notify_all();
   }
 
-  void recv(float *buf, size_t n, int peer) override {
+  void recv(void *buf, size_t n, DType dt, int peer) override {
+    const size_t es = elem_size(dt, CommOp::recv);
     check_peer(peer, "recv peer");
     CommTimer timer(stats_);
-    stats_.add(CommOp::recv, (int64_t)(n * sizeof(float)));
+    stats_.add(CommOp::recv, (int64_t)(n * es));
     std::unique_lock<std::mutex> lk(g_->mu);
     auto &q = g_->mailbox[{peer, rank_}];
     wait(lk, [&] { return !q.empty(); }, CommOp::recv,
          [&] { return "rank " + std::to_string(members_[peer]) + " has not sent"; });
-    std::vector<float> msg = std::move(q.front());
+    Message msg = std::move(q.front());
     q.pop_front();
     lk.unlock();
-    if (msg.size() != n)
+    if (msg.dt != dt)
+      fail(Status::comm_failure, "group '", name_, "': recv of ", n, " ", dtype_name(dt),
+           " elements from rank ", members_[peer], " got a message of ", msg.n, " ",
+           dtype_name(msg.dt), " elements");
+    if (msg.n != n)
       fail(Status::comm_failure, "group '", name_, "': recv of ", n, " elements from rank ",
-           members_[peer], " got a message of ", msg.size());
-    copy_bytes(buf, msg.data(), n * sizeof(float));
+           members_[peer], " got a message of ", msg.n);
+    copy_bytes(buf, msg.bytes.data(), n * es);
   }
 
   void barrier() override {
@@ -116,30 +147,6 @@ class ThreadComm final : public Communicator {
   }
 
  private:
-  template <class T>
-  void reduce_impl(T *buf, size_t n, ReduceOp op) {
-    CommTimer timer(stats_);
-    stats_.add(CommOp::all_reduce, (int64_t)(n * sizeof(T)));
-    if (size() == 1) return;
-    g_->posted[rank_] = buf;
-    rendezvous(CommOp::all_reduce, [&] { g_->scratch.resize(n * sizeof(T)); });
-    // Each member reduces one slice, in member order: every rank gets the same bits.
-    size_t lo = n * rank_ / size(), hi = n * (rank_ + 1) / size();
-    T *res = reinterpret_cast<T *>(g_->scratch.data());
-    for (size_t k = lo; k < hi; k++) {
-      T acc = static_cast<const T *>(g_->posted[0])[k];
-      for (int r = 1; r < size(); r++) {
-        T v = static_cast<const T *>(g_->posted[r])[k];
-        acc = op == ReduceOp::sum ? acc + v : (v > acc ? v : acc);
-      }
-      res[k] = acc;
-    }
-    rendezvous(CommOp::all_reduce);
-    // No rendezvous after the copy: the next operation writes the scratch only
-    // once every member has arrived there, i.e. finished copying.
-    copy_bytes(buf, res, n * sizeof(T));
-  }
-
   void check_peer(int peer, const char *what) const {
     if (peer < 0 || peer >= size())
       fail(Status::invalid_argument, "group '", name_, "': ", what, " ", peer,

@@ -47,7 +47,8 @@ function(ptdp_mpi_comm_failure mode np)
 endfunction()
 
 foreach(np 2 4)
-  # Every collective and point-to-point operation, several groups, counters.
+  # The conformance suite (tests/comm) on the mpi backend (np ranks) and the mpi-threads
+  # backend (2 thread ranks per process), then mpi-only group creation errors.
   add_test(NAME mpi_comm_np${np}
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --allow-run-as-root
                    --oversubscribe ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_comm_mpi>
