@@ -69,11 +69,4 @@ void to_16bit(DType t, const float *in, uint16_t *out, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = float_to_f16(in[i]);
 }
 
-void from_16bit(DType t, const uint16_t *in, float *out, size_t n) {
-  if (t == DType::bf16)
-    for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(in[i]);
-  else
-    for (size_t i = 0; i < n; i++) out[i] = f16_to_float(in[i]);
-}
-
 }  // namespace ptdp
