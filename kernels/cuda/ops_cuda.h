@@ -1,13 +1,53 @@
-// CUDA implementations of the op interface (kernels/cpu/ops.h), fp32 for now.
-// Same shapes and semantics as the CPU kernels; every call is asynchronous on
-// `stream`. Pointers are device pointers.
+// CUDA implementations of the op interface (kernels/cpu/ops.h): fp32 for the
+// element-wise ops for now, fp32/bf16/fp16 for GEMMs. Same shapes and semantics
+// as the CPU kernels; every call is asynchronous on `stream`. Pointers are
+// device pointers.
 #pragma once
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "engine/core/dtype.h"
 
 namespace ptdp::cuda {
+
+// ---- GEMM (cuBLASLt) ------------------------------------------------------------
+// Row-major C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C with op = transpose
+// if t*, as cpu::gemm; `batch` GEMMs with operand i at X + i*strideX elements.
+// A, B and C share one dtype (f32, bf16 or f16); products are summed in fp32
+// (never TF32), so an fp32 GEMM is the CPU's up to summation order. One Gemm per
+// stream: it owns a cuBLASLt handle, a workspace and the plans of the shapes seen.
+class Gemm {
+ public:
+  explicit Gemm(size_t workspace_bytes = size_t(32) << 20);
+  ~Gemm();
+  Gemm(const Gemm &) = delete;
+  Gemm &operator=(const Gemm &) = delete;
+
+  void run(DType dt, bool ta, bool tb, int M, int N, int K, float alpha, const void *A, int lda,
+           int64_t strideA, const void *B, int ldb, int64_t strideB, float beta, void *C, int ldc,
+           int64_t strideC, int batch, cudaStream_t stream);
+  void run(DType dt, bool ta, bool tb, int M, int N, int K, float alpha, const void *A, int lda,
+           const void *B, int ldb, float beta, void *C, int ldc, cudaStream_t stream) {
+    run(dt, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
+  }
+
+ private:
+  struct Plan;
+  // dtype, ta, tb, M, N, K, lda, ldb, ldc, strides, batch, pointer alignments.
+  using Key = std::tuple<int, bool, bool, int, int, int, int, int, int, int64_t, int64_t, int64_t,
+                         int, int, int, int>;
+  Plan &plan(const Key &key);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void *workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<Key, Plan *> plans_;
+};
 
 // out, x: [N, h]; mean, rstd: [N]. One block per row.
 void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (the device tool's `run`): probe the machine,
+# build the CUDA ops with PTDP_GPU_ONLY (that machine has CUDA, cuBLAS, CMake,
+# ninja and PyTorch, but none of LuaJIT, HDF5, MPI or OpenBLAS), run the `gpu`
+# test label and compute-sanitizer over it, benchmark the ops and PyTorch on the
+# same shapes, and print a summary table last. Logs go to $OUT (or ./gpu_check_out).
+# Each step has a time limit, so the whole stays under 9 minutes.
+#   usage: bash scripts/gpu_check.sh [--quick]   (--quick: no torch.compile, fewer steps)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_check_out}
+mkdir -p "$OUT"
+quick=0
+[[ "${1:-}" == --quick ]] && quick=1
+declare -a summary=()
+step() {  # step NAME LIMIT_S LOG CMD...: runs CMD with a time limit, records its outcome
+  local name=$1 limit=$2 log=$3
+  shift 3
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$log" 2>&1
+  local rc=$?
+  local what=ok
+  ((rc == 124)) && what="TIMED OUT after ${limit}s"
+  ((rc != 0 && rc != 124)) && what="FAILED (exit $rc)"
+  summary+=("$(printf '%-22s %-28s %4ds  %s' "$name" "$what" $((SECONDS - t0)) "$log")")
+  echo "== $name: $what ($((SECONDS - t0)) s)"
+  return $rc
+}
+
+step env 60 env.log bash -c '
+  nvidia-smi; nvcc --version; cmake --version | head -1; ninja --version; uname -a
+  nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
+  python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
+  python3 -c "import nvidia.nccl, os; d=os.path.dirname(nvidia.nccl.__file__); print(\"nccl wheel:\", d); [print(\" \", r, f) for r,_,fs in os.walk(d) for f in fs if \"nccl\" in f]"
+  ls /usr/local/cuda/lib64 | grep -E "cublas|nccl|cudart" || true'
+
+jobs=$(nproc)
+step configure 120 configure.log cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DPTDP_GPU_ONLY=ON -DCMAKE_CUDA_ARCHITECTURES=90
+step build 300 build.log cmake --build build-gpu -j"$jobs"
+step tests 180 tests.log ctest --test-dir build-gpu -L gpu --output-on-failure
+step memcheck 180 memcheck.log compute-sanitizer --tool memcheck --error-exitcode 1 \
+  build-gpu/tests/gpu/test_cuda_kernels
+step bench_ops 180 bench_ops.log build-gpu/tests/gpu/bench_gpu_ops
+if ((quick)); then
+  step bench_torch 300 bench_torch.log env PYTHONUNBUFFERED=1 python3 scripts/bench_torch_gpu.py --skip-compile --steps 5
+else
+  step bench_torch 360 bench_torch.log env PYTHONUNBUFFERED=1 python3 scripts/bench_torch_gpu.py
+fi
+
+echo
+grep -hE "FAIL|error" "$OUT/tests.log" "$OUT/memcheck.log" 2>/dev/null | head -40
+echo
+python3 scripts/gpu_summary.py "$OUT" 2>&1
+echo
+echo "== summary (logs in $OUT)"
+printf '%s\n' "${summary[@]}"

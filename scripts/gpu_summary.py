@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""Joins the "bench key=value" lines of gpu_check.sh's logs into one table:
+ptdp's cuBLASLt GEMMs beside torch.matmul on the same shapes, the element-wise
+kernels against the copy ceiling, and PyTorch's training-step figures."""
+import os
+import sys
+
+
+def read(path):
+    rows = []
+    if not os.path.exists(path):
+        return rows
+    for line in open(path, errors="replace"):
+        if line.startswith("bench "):
+            rows.append(dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv))
+    return rows
+
+
+def main(out):
+    ops, torch = read(os.path.join(out, "bench_ops.log")), read(os.path.join(out, "bench_torch.log"))
+    ref = {(r["dtype"], r["shape"], r["ta"], r["tb"]): float(r["tflops"])
+           for r in torch if r.get("name") == "torch_gemm"}
+    print(f"{'GEMM (MxNxKxbatch)':34s} {'dtype':5s} {'ptdp TFLOP/s':>12s} {'torch':>8s} {'ratio':>6s}")
+    for r in ops:
+        if r.get("name") != "gemm":
+            continue
+        t = ref.get((r["dtype"], r["shape"], r["ta"], r["tb"]))
+        mine = float(r["tflops"])
+        trans = ("T" if r["ta"] == "1" else "N") + ("T" if r["tb"] == "1" else "N")
+        print(f"{r['shape'] + ' ' + trans:34s} {r['dtype']:5s} {mine:12.1f} "
+              f"{t if t else float('nan'):8.1f} {mine / t if t else float('nan'):6.2f}")
+    for r in ops:
+        if r.get("name") not in ("gemm", "copy"):
+            print(f"{r['name']:34s} f32   {float(r['gbs']):9.0f} GB/s  {100 * float(r['of_copy']):4.0f}% of copy")
+        elif r.get("name") == "copy":
+            print(f"{'copy ceiling':34s}       {float(r['gbs']):9.0f} GB/s")
+    for r in torch:
+        if r.get("name") == "torch_train":
+            print(f"torch train {r['variant']:22s} {float(r['tokens_per_s']):9.0f} tokens/s "
+                  f"{float(r['tflops']):6.1f} TFLOP/s MFU {100 * float(r['mfu']):4.1f}% {r['mem_gib']} GiB")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "gpu_check_out")

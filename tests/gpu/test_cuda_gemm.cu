@@ -1,0 +1,166 @@
+// cuBLASLt GEMMs (kernels/cuda/gemm.cu) against a float64 reference computed
+// from the same (16-bit-rounded) inputs: every transpose combination, padded
+// leading dimensions, beta = 0 and beta != 0, strided batches, unaligned
+// operands, and the argument errors. Exits 77 without a device.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/core/dtype.h"
+#include "engine/core/status.h"
+#include "kernels/cuda/ops_cuda.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace {
+
+using namespace gpu_test;
+using ptdp::DType;
+
+// Host values as they are stored in dtype dt: rounded for 16-bit types.
+std::vector<float> stored(std::vector<float> v, DType dt) {
+  for (auto &x : v) x = ptdp::round_to(dt, x);
+  return v;
+}
+
+// Device copy of v in dtype dt (v already representable), as raw bytes.
+DevArray<uint8_t> upload(const std::vector<float> &v, DType dt) {
+  const size_t es = ptdp::dtype_size(dt);
+  std::vector<uint8_t> bytes(v.size() * es);
+  for (size_t i = 0; i < v.size(); i++) {
+    if (dt == DType::f32) {
+      std::memcpy(&bytes[i * 4], &v[i], 4);
+    } else {
+      const uint16_t h = dt == DType::bf16 ? ptdp::float_to_bf16(v[i]) : ptdp::float_to_f16(v[i]);
+      std::memcpy(&bytes[i * 2], &h, 2);
+    }
+  }
+  return DevArray<uint8_t>(bytes);
+}
+
+std::vector<float> download(const DevArray<uint8_t> &d, DType dt) {
+  const auto bytes = d.get();
+  const size_t es = ptdp::dtype_size(dt), n = bytes.size() / es;
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; i++) {
+    if (dt == DType::f32) {
+      std::memcpy(&v[i], &bytes[i * 4], 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, &bytes[i * 2], 2);
+      v[i] = dt == DType::bf16 ? ptdp::bf16_to_float(h) : ptdp::f16_to_float(h);
+    }
+  }
+  return v;
+}
+
+struct Case {
+  DType dt;
+  bool ta, tb;
+  int M, N, K, pad, batch;
+  float alpha, beta;
+  int offset;  // elements added to every pointer: tests unaligned operands
+};
+
+void run_case(ptdp::cuda::Gemm &gemm, const Case &c) {
+  const int lda = (c.ta ? c.M : c.K) + c.pad, ldb = (c.tb ? c.K : c.N) + c.pad, ldc = c.N + c.pad;
+  const int64_t sA = (int64_t)(c.ta ? c.K : c.M) * lda + 5, sB = (int64_t)(c.tb ? c.N : c.K) * ldb + 3,
+                sC = (int64_t)c.M * ldc + 1;
+  static unsigned seed = 100;
+  const auto A = stored(randn(c.offset + sA * c.batch, seed++), c.dt);
+  const auto B = stored(randn(c.offset + sB * c.batch, seed++), c.dt);
+  const auto C0 = stored(randn(c.offset + sC * c.batch, seed++), c.dt);
+  auto dA = upload(A, c.dt), dB = upload(B, c.dt), dC = upload(C0, c.dt);
+  const size_t es = ptdp::dtype_size(c.dt);
+  gemm.run(c.dt, c.ta, c.tb, c.M, c.N, c.K, c.alpha, dA.p + c.offset * es, lda, sA,
+           dB.p + c.offset * es, ldb, sB, c.beta, dC.p + c.offset * es, ldc, sC, c.batch, 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto C = download(dC, c.dt);
+
+  // Per element: |gpu - ref| <= u * |ref| + (K + 2) * 2^-24 * sum |terms|: the
+  // rounding of the stored result (u: half an ulp of the type, doubled for the
+  // fp32 error that can push it over a rounding boundary) plus the worst case of
+  // K fp32 additions.
+  const double u = c.dt == DType::f32 ? 0 : c.dt == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
+  const double gamma = (c.K + 2) * std::ldexp(1.0, -24);
+  size_t bad = 0, checked = 0;
+  double worst = 0;
+  std::vector<char> touched(C.size(), 0);
+  for (int bi = 0; bi < c.batch; bi++) {
+    const float *a = A.data() + c.offset + bi * sA, *b = B.data() + c.offset + bi * sB;
+    for (int i = 0; i < c.M; i++)
+      for (int j = 0; j < c.N; j++) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < c.K; k++) {
+          const double x = c.ta ? a[(size_t)k * lda + i] : a[(size_t)i * lda + k];
+          const double y = c.tb ? b[(size_t)j * ldb + k] : b[(size_t)k * ldb + j];
+          ref += x * y;
+          mag += std::fabs(x * y);
+        }
+        const size_t at = c.offset + bi * sC + (size_t)i * ldc + j;
+        ref = c.alpha * ref + c.beta * C0[at];
+        mag = std::fabs(c.alpha) * mag + std::fabs(c.beta * C0[at]);
+        const double d = std::fabs(C[at] - ref);
+        if (!(d <= u * std::fabs(ref) + gamma * mag)) bad++;
+        worst = std::max(worst, d / (mag + 1e-30));
+        touched[at] = 1;
+        checked++;
+      }
+  }
+  // Elements outside op(A) op(B)'s footprint (padding, gaps between batches) are untouched.
+  size_t clobbered = 0;
+  for (size_t i = 0; i < C.size(); i++)
+    if (!touched[i] && std::memcmp(&C[i], &C0[i], 4) != 0) clobbered++;
+  char tag[160];
+  std::snprintf(tag, sizeof tag, "gemm %s %c%c M=%d N=%d K=%d pad=%d batch=%d beta=%g off=%d",
+                ptdp::dtype_name(c.dt), c.ta ? 'T' : 'N', c.tb ? 'T' : 'N', c.M, c.N, c.K, c.pad,
+                c.batch, c.beta, c.offset);
+  std::printf("%-72s worst err/|terms| %.2g %s\n", tag, worst,
+              bad || clobbered ? "FAIL" : "ok");
+  if (bad || clobbered) {
+    std::printf("  %zu of %zu out of tolerance, %zu padding elements overwritten\n", bad, checked,
+                clobbered);
+    failures++;
+  }
+}
+
+// A bad call throws ptdp::Error naming the problem; nothing is launched.
+void expect_error(const char *what, const char *needle, void (*call)(ptdp::cuda::Gemm &),
+                  ptdp::cuda::Gemm &gemm) {
+  try {
+    call(gemm);
+  } catch (const ptdp::Error &e) {
+    const bool ok = std::strstr(e.what(), needle) != nullptr;
+    std::printf("%-72s %s (%s)\n", what, ok ? "ok" : "FAIL", e.what());
+    if (!ok) failures++;
+    return;
+  }
+  std::printf("%-72s FAIL (no error)\n", what);
+  failures++;
+}
+
+}  // namespace
+
+int main() {
+  require_device();
+  ptdp::cuda::Gemm gemm;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (int t = 0; t < 4; t++) {
+      const bool ta = t & 1, tb = t & 2;
+      run_case(gemm, {dt, ta, tb, 37, 19, 53, 0, 1, 1.f, 0.f, 0});
+      run_case(gemm, {dt, ta, tb, 37, 19, 53, 3, 1, 0.7f, 0.5f, 1});
+      run_case(gemm, {dt, ta, tb, 24, 40, 64, 8, 3, 1.f, 1.f, 0});
+      run_case(gemm, {dt, ta, tb, 64, 96, 1024, 0, 1, 1.f, 0.f, 0});
+    }
+  run_case(gemm, {DType::bf16, false, false, 512, 768, 2048, 0, 1, 1.f, 0.f, 0});
+  run_case(gemm, {DType::bf16, false, true, 128, 128, 64, 0, 8, 0.125f, 0.f, 0});  // attention QK^T
+  expect_error("gemm rejects ldc < N", "leading dimensions", [](ptdp::cuda::Gemm &g) {
+    g.run(DType::f32, false, false, 4, 8, 4, 1.f, nullptr, 4, nullptr, 8, 0.f, nullptr, 7, 0);
+  }, gemm);
+  expect_error("gemm rejects K = 0", "K = 0", [](ptdp::cuda::Gemm &g) {
+    g.run(DType::f32, false, false, 4, 8, 0, 1.f, nullptr, 4, nullptr, 8, 0.f, nullptr, 8, 0);
+  }, gemm);
+  expect_error("gemm rejects f64", "allowed: f32, bf16, f16", [](ptdp::cuda::Gemm &g) {
+    g.run(DType::f64, false, false, 4, 8, 4, 1.f, nullptr, 4, nullptr, 8, 0.f, nullptr, 8, 0);
+  }, gemm);
+  std::printf("%d checks failed\n", failures);
+  return failures ? 1 : 0;
+}
