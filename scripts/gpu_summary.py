@@ -31,7 +31,8 @@ def main(out):
               f"{t if t else float('nan'):8.1f} {mine / t if t else float('nan'):6.2f}")
     for r in ops:
         if r.get("name") not in ("gemm", "copy"):
-            print(f"{r['name']:34s} f32   {float(r['gbs']):9.0f} GB/s  {100 * float(r['of_copy']):4.0f}% of copy")
+            print(f"{r['name']:34s} {r.get('dtype', 'f32'):5s} {float(r['gbs']):9.0f} GB/s  "
+                  f"{100 * float(r['of_copy']):4.0f}% of copy")
         elif r.get("name") == "copy":
             print(f"{'copy ceiling':34s}       {float(r['gbs']):9.0f} GB/s")
     for r in torch:

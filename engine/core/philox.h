@@ -6,13 +6,20 @@
 #include <cstdint>
 #include <string_view>
 
+// Callable from CUDA kernels too, so a GPU dropout mask is the CPU's bit for bit.
+#ifdef __CUDACC__
+#define PTDP_HOST_DEVICE __host__ __device__
+#else
+#define PTDP_HOST_DEVICE
+#endif
+
 namespace ptdp {
 
 struct Philox4x32 {
   uint32_t v[4];
 };
 
-inline Philox4x32 philox4x32(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1, uint32_t c2,
+PTDP_HOST_DEVICE inline Philox4x32 philox4x32(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1, uint32_t c2,
                              uint32_t c3) {
   const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;
   const uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
@@ -64,12 +71,23 @@ struct DropoutKey {
 };
 
 // The four draws of elements 4q .. 4q+3.
-inline Philox4x32 dropout_quad(const DropoutKey &k, uint32_t sample, uint64_t quad) {
+PTDP_HOST_DEVICE inline Philox4x32 dropout_quad(const DropoutKey &k, uint32_t sample, uint64_t quad) {
   return philox4x32((uint32_t)k.seed, (uint32_t)(k.seed >> 32), (uint32_t)quad, sample, k.stream,
                     k.iteration ^ (uint32_t)(quad >> 32));
 }
-inline uint32_t dropout_bits(const DropoutKey &k, uint32_t sample, uint64_t element) {
+PTDP_HOST_DEVICE inline uint32_t dropout_bits(const DropoutKey &k, uint32_t sample, uint64_t element) {
   return dropout_quad(k, sample, element >> 2).v[element & 3];
+}
+
+// Dropout of one site: the key, the drop probability, and the global index of
+// the micro-batch's sample 0 (samples are numbered globally, ARCHITECTURE §3).
+struct DropoutSpec {
+  DropoutKey key;
+  float p = 0.f;               // drop probability; 0 = identity
+  uint32_t sample_offset = 0;  // global index of this micro-batch's sample 0
+};
+PTDP_HOST_DEVICE inline bool dropout_keep(const DropoutSpec &d, uint32_t sample, uint64_t element) {
+  return dropout_bits(d.key, sample, element) >= (uint32_t)(d.p * 4294967296.0);
 }
 
 }  // namespace ptdp

@@ -41,14 +41,8 @@ template <class T>
 void bias_gelu_backward(T *dz, T *dbias, const T *dout, const T *z, int N, int f);
 
 // ---- dropout keyed by global indices (ARCHITECTURE §3) ----------------------
-struct DropoutSpec {
-  DropoutKey key;
-  float p = 0.f;               // drop probability; 0 = identity
-  uint32_t sample_offset = 0;  // global index of this micro-batch's sample 0
-};
-inline bool dropout_keep(const DropoutSpec &d, uint32_t sample, uint64_t element) {
-  return dropout_bits(d.key, sample, element) >= (uint32_t)(d.p * 4294967296.0);
-}
+using ptdp::DropoutSpec;  // engine/core/philox.h: shared with the CUDA kernels
+using ptdp::dropout_keep;
 // keep[i] = dropout_keep(d, sample, first + i) for i < n, with the Philox rounds
 // vectorised over consecutive groups of four elements.
 void dropout_keep_mask(const DropoutSpec &d, uint32_t sample, uint64_t first, int n,

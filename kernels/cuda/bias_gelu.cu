@@ -1,62 +1,122 @@
-#include <algorithm>
+// Bias + GeLU (tanh approximation) for the storage types: fp32 arithmetic,
+// each stored T rounded once; kernels/cpu/bias_gelu.cpp with tanhf for the
+// CPU's polynomial tanh. Element-wise, 16 bytes per access where the sizes and
+// pointers allow it.
 #include <cstdint>
 
+#include "engine/core/status.h"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/storage.cuh"
 
 namespace ptdp::cuda {
 
 namespace {
 
+// W elements of T loaded or stored at once: 16 bytes when W = kVec<T>.
+template <class T, int W>
+struct alignas(sizeof(T) * W) Vec {
+  T v[W];
+};
+template <class T>
+constexpr int kVec = 16 / sizeof(T);
+
+bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void check_launch(const char *what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCoeff = 0.044715f;
+constexpr float kCoeff3 = (float)(3 * 0.044715);  // as the CPU's T(3 * kCoeff)
+
 __device__ __forceinline__ float gelu_tanh(float v) {
-  const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+  const float u = kSqrt2OverPi * (v + kCoeff * v * v * v);
   return 0.5f * v * (1.f + tanhf(u));
 }
 
-// Four elements per thread with 16-byte accesses when f is a multiple of 4.
-__global__ void bias_gelu_vec4(float4 *z, float4 *out, const float4 *y, const float4 *bias,
-                               size_t n4, int f4) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+// d gelu_tanh / dv.
+__device__ __forceinline__ float gelu_tanh_grad(float v) {
+  const float th = tanhf(kSqrt2OverPi * (v + kCoeff * v * v * v));
+  const float du = kSqrt2OverPi * (1.f + kCoeff3 * v * v);
+  return 0.5f * (1.f + th) + 0.5f * v * (1.f - th * th) * du;
+}
+
+// z = y + bias, out = gelu(z) over n groups of W elements, fW = f / W groups per
+// row. z may alias y (each group is read before it is written, by one thread).
+template <class T, int W>
+__global__ void bias_gelu_fwd(T *z, T *out, const T *y, const T *bias, size_t n, int fW) {
+  using Pack = Vec<T, W>;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    float4 v = y[i], bb = bias[i % f4];
-    v.x += bb.x;
-    v.y += bb.y;
-    v.z += bb.z;
-    v.w += bb.w;
-    z[i] = v;
-    out[i] = make_float4(gelu_tanh(v.x), gelu_tanh(v.y), gelu_tanh(v.z), gelu_tanh(v.w));
+    const Pack yq = reinterpret_cast<const Pack *>(y)[i];
+    const Pack bq = reinterpret_cast<const Pack *>(bias)[i % fW];
+    Pack zq, oq;
+#pragma unroll
+    for (int e = 0; e < W; e++) {
+      const float v = to_f32(yq.v[e]) + to_f32(bq.v[e]);
+      zq.v[e] = from_f32<T>(v);
+      oq.v[e] = from_f32<T>(gelu_tanh(v));
+    }
+    reinterpret_cast<Pack *>(z)[i] = zq;
+    reinterpret_cast<Pack *>(out)[i] = oq;
   }
 }
 
-__global__ void bias_gelu_scalar(float *z, float *out, const float *y, const float *bias, size_t n,
-                                 int f) {
+// dz = dout * gelu'(z) over n groups of W elements; dz may alias dout.
+template <class T, int W>
+__global__ void bias_gelu_bwd(T *dz, const T *dout, const T *z, size_t n) {
+  using Pack = Vec<T, W>;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    float v = y[i] + bias[i % f];
-    z[i] = v;
-    out[i] = gelu_tanh(v);
+    const Pack gq = reinterpret_cast<const Pack *>(dout)[i];
+    const Pack zq = reinterpret_cast<const Pack *>(z)[i];
+    Pack d;
+#pragma unroll
+    for (int e = 0; e < W; e++)
+      d.v[e] = from_f32<T>(to_f32(gq.v[e]) * gelu_tanh_grad(to_f32(zq.v[e])));
+    reinterpret_cast<Pack *>(dz)[i] = d;
   }
 }
+
+constexpr int kThreads = 256;
 
 }  // namespace
 
-void bias_gelu_forward(float *z, float *out, const float *y, const float *bias, int N, int f,
-                       cudaStream_t stream) {
+template <class T>
+void bias_gelu_forward(T *z, T *out, const T *y, const T *bias, int N, int f, cudaStream_t stream) {
   const size_t n = (size_t)N * f;
   if (n == 0) return;
-  const int threads = 256;
-  auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (f % 4 == 0 && aligned(z) && aligned(out) && aligned(y) && aligned(bias)) {
-    size_t n4 = n / 4;
-    int blocks = (int)std::min<size_t>((n4 + threads - 1) / threads, 65535);
-    bias_gelu_vec4<<<blocks, threads, 0, stream>>>(reinterpret_cast<float4 *>(z),
-                                                   reinterpret_cast<float4 *>(out),
-                                                   reinterpret_cast<const float4 *>(y),
-                                                   reinterpret_cast<const float4 *>(bias), n4,
-                                                   f / 4);
-  } else {
-    int blocks = (int)std::min<size_t>((n + threads - 1) / threads, 65535);
-    bias_gelu_scalar<<<blocks, threads, 0, stream>>>(z, out, y, bias, n, f);
-  }
+  constexpr int V = kVec<T>;
+  if (f % V == 0 && aligned16(z) && aligned16(out) && aligned16(y) && aligned16(bias))
+    bias_gelu_fwd<T, V>
+        <<<grid_for(n / V, kThreads), kThreads, 0, stream>>>(z, out, y, bias, n / V, f / V);
+  else
+    bias_gelu_fwd<T, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(z, out, y, bias, n, f);
+  check_launch("bias_gelu_forward");
 }
+
+template <class T>
+void bias_gelu_backward(T *dz, float *dbias, const T *dout, const T *z, int N, int f,
+                        cudaStream_t stream) {
+  const size_t n = (size_t)N * f;
+  if (n == 0) return;
+  constexpr int V = kVec<T>;
+  if (n % V == 0 && aligned16(dz) && aligned16(dout) && aligned16(z))
+    bias_gelu_bwd<T, V><<<grid_for(n / V, kThreads), kThreads, 0, stream>>>(dz, dout, z, n / V);
+  else
+    bias_gelu_bwd<T, 1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(dz, dout, z, n);
+  check_launch("bias_gelu_backward");
+  // The sum of the stored (rounded) dz, as a CPU run in T would sum it.
+  if (dbias) colsum_accumulate<T>(dbias, dz, N, f, stream);
+}
+
+#define PTDP_INSTANTIATE(T)                                                                   \
+  template void bias_gelu_forward<T>(T *, T *, const T *, const T *, int, int, cudaStream_t); \
+  template void bias_gelu_backward<T>(T *, float *, const T *, const T *, int, int, cudaStream_t);
+PTDP_CUDA_STORAGE_TYPES(PTDP_INSTANTIATE)
+#undef PTDP_INSTANTIATE
 
 }  // namespace ptdp::cuda

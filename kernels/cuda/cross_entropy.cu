@@ -1,48 +1,145 @@
+// Cross-entropy over a vocab-parallel, padded vocabulary: the three steps of
+// cpu::vocab_ce_* (local max; local sum of exp(l - M) and the target logit with
+// the global max M; backward with the global M and sum), one block per row.
+// The statistics are fp32 whatever the logits' storage type.
 #include <cfloat>
-#include <cstdint>
 
+#include "engine/core/status.h"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/storage.cuh"
 
 namespace ptdp::cuda {
 
 namespace {
 
-// Block-wide reduction through shared memory (blockDim.x a power of two <= 1024).
-template <bool kMax>
-__device__ float block_reduce(float v, float *shared) {
-  const int t = threadIdx.x;
-  shared[t] = v;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (t < s) shared[t] = kMax ? fmaxf(shared[t], shared[t + s]) : shared[t] + shared[t + s];
-    __syncthreads();
-  }
-  const float r = shared[0];
-  __syncthreads();
-  return r;
+constexpr int kThreads = 512;
+
+void check_launch(const char *what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
 }
 
-// One block per row: max, then sum of exp(l - max), over the V real columns.
-__global__ void cross_entropy_rows(float *losses, const float *logits, const int32_t *targets,
-                                   int Vp, int V) {
-  extern __shared__ float shared[];
-  const float *row = logits + (size_t)blockIdx.x * Vp;
-  float m = -FLT_MAX;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, row[j]);
-  m = block_reduce<true>(m, shared);
-  float sum = 0.f;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(row[j] - m);
-  sum = block_reduce<false>(sum, shared);
-  if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + m - row[targets[blockIdx.x]];
+// Reduction over the block through warp shuffles, then one warp over the warps.
+template <bool kMax>
+__device__ float block_reduce(float v) {
+  __shared__ float warp_vals[32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, w) : v + w;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_vals[warp] = v;
+  __syncthreads();
+  v = lane < blockDim.x / 32 ? warp_vals[lane] : (kMax ? -INFINITY : 0.f);
+  for (int o = 16; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, w) : v + w;
+  }
+  __syncthreads();  // warp_vals is reused by the next call
+  return v;
+}
+
+template <class T>
+__global__ void local_max_rows(float *row_max, const T *logits, int ld, int cols) {
+  const T *l = logits + (size_t)blockIdx.x * ld;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, to_f32(l[j]));
+  m = block_reduce<true>(m);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = m;
+}
+
+template <class T>
+__global__ void local_sums_rows(float *sum_exp, float *target_logit, const T *logits,
+                                const float *row_max, const int32_t *targets, int ld, int cols,
+                                int vocab_start) {
+  const int i = blockIdx.x;
+  const T *l = logits + (size_t)i * ld;
+  const float mx = row_max[i];
+  float s = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) s += expf(to_f32(l[j]) - mx);
+  s = block_reduce<false>(s);
+  if (threadIdx.x == 0) {
+    sum_exp[i] = s;
+    const int64_t t = (int64_t)targets[i] - vocab_start;
+    target_logit[i] = t >= 0 && t < cols ? to_f32(l[t]) : 0.f;
+  }
+}
+
+// Each element is read and written by the same thread, so dlogits may alias logits.
+template <class T>
+__global__ void backward_rows(T *dlogits, const T *logits, const float *row_max,
+                              const float *sum_exp, const int32_t *targets, int ld, int cols,
+                              int vocab_start, float dloss) {
+  const int i = blockIdx.x;
+  const T *l = logits + (size_t)i * ld;
+  T *d = dlogits + (size_t)i * ld;
+  const float mx = row_max[i], scale = dloss / sum_exp[i];
+  const int64_t t = (int64_t)targets[i] - vocab_start;
+  for (int j = threadIdx.x; j < ld; j += blockDim.x) {
+    float g = 0.f;
+    if (j < cols) g = scale * expf(to_f32(l[j]) - mx) - (j == t ? dloss : 0.f);
+    d[j] = from_f32<T>(g);
+  }
+}
+
+__global__ void finish_losses(float *losses, const float *row_max, const float *sum_exp, int N) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < N) losses[i] = logf(sum_exp[i]) + row_max[i] - losses[i];
 }
 
 }  // namespace
 
+template <class T>
+void vocab_ce_local_max(float *row_max, const T *logits, int N, int ld, int cols,
+                        cudaStream_t stream) {
+  if (N <= 0) return;
+  local_max_rows<<<N, kThreads, 0, stream>>>(row_max, logits, ld, cols);
+  check_launch("vocab_ce_local_max");
+}
+
+template <class T>
+void vocab_ce_local_sums(float *sum_exp, float *target_logit, const T *logits,
+                         const float *row_max, const int32_t *targets, int N, int ld, int cols,
+                         int vocab_start, cudaStream_t stream) {
+  if (N <= 0) return;
+  local_sums_rows<<<N, kThreads, 0, stream>>>(sum_exp, target_logit, logits, row_max, targets, ld,
+                                              cols, vocab_start);
+  check_launch("vocab_ce_local_sums");
+}
+
+template <class T>
+void vocab_ce_backward(T *dlogits, const T *logits, const float *row_max, const float *sum_exp,
+                       const int32_t *targets, int N, int ld, int cols, int vocab_start,
+                       float dloss, cudaStream_t stream) {
+  if (N <= 0) return;
+  backward_rows<<<N, kThreads, 0, stream>>>(dlogits, logits, row_max, sum_exp, targets, ld, cols,
+                                            vocab_start, dloss);
+  check_launch("vocab_ce_backward");
+}
+
+// One rank: the three steps with no all-reduce between them. The target logit
+// goes to `losses` and is turned into the loss in place.
 void cross_entropy_forward(float *losses, const float *logits, const int32_t *targets, int N,
                            int Vp, int V, cudaStream_t stream) {
-  if (N == 0) return;
-  const int threads = 256;
-  cross_entropy_rows<<<N, threads, threads * sizeof(float), stream>>>(losses, logits, targets, Vp, V);
+  if (N <= 0) return;
+  float *stats = nullptr;
+  const cudaError_t e = cudaMallocAsync(&stats, 2 * (size_t)N * sizeof(float), stream);
+  if (e != cudaSuccess)
+    fail(Status::out_of_memory, "cross_entropy_forward: ", 2 * N, " floats: ", cudaGetErrorString(e));
+  vocab_ce_local_max(stats, logits, N, Vp, V, stream);
+  vocab_ce_local_sums(stats + N, losses, logits, stats, targets, N, Vp, V, 0, stream);
+  finish_losses<<<(N + 255) / 256, 256, 0, stream>>>(losses, stats, stats + N, N);
+  check_launch("cross_entropy_forward");
+  cudaFreeAsync(stats, stream);
 }
+
+#define PTDP_INSTANTIATE(T)                                                                     \
+  template void vocab_ce_local_max<T>(float *, const T *, int, int, int, cudaStream_t);         \
+  template void vocab_ce_local_sums<T>(float *, float *, const T *, const float *,              \
+                                       const int32_t *, int, int, int, int, cudaStream_t);      \
+  template void vocab_ce_backward<T>(T *, const T *, const float *, const float *,              \
+                                     const int32_t *, int, int, int, int, float, cudaStream_t);
+PTDP_CUDA_STORAGE_TYPES(PTDP_INSTANTIATE)
+#undef PTDP_INSTANTIATE
 
 }  // namespace ptdp::cuda

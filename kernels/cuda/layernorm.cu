@@ -1,51 +1,272 @@
+// LayerNorm over the last dim for the storage types (fp32 arithmetic, each
+// stored T rounded once): the arithmetic of kernels/cpu/layernorm.cpp up to the
+// order of the sums. Forward: one warp per row held in registers when it fits
+// (h <= 32 * kMaxRegs with 16-byte rows), else one block per row. Backward: one
+// block per chunk of rows computes dx and the chunk's dw, db partial sums; a
+// second kernel adds the chunks in a fixed order (the same bits every run).
+#include <cstdint>
+#include <type_traits>
+
+#include "engine/core/status.h"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/storage.cuh"
 
 namespace ptdp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+// W elements of T loaded or stored at once: 16 bytes when W = kVec<T>.
+template <class T, int W>
+struct alignas(sizeof(T) * W) Vec {
+  T v[W];
+};
+template <class T>
+constexpr int kVec = 16 / sizeof(T);
 
-__device__ float block_sum(float v, float *shared) {
+bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void check(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return;
+  fail(e == cudaErrorMemoryAllocation ? Status::out_of_memory : Status::internal, what,
+       " failed: ", cudaGetErrorString(e));
+}
+
+// Butterfly: every lane ends with the same sum.
+__device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+constexpr int kRowsPerBlock = 4;  // forward: one warp per row
+constexpr int kMaxRegs = 64;      // forward: row values per lane kept in registers
+constexpr int kThreads = 256;     // forward fallback and backward blocks
+constexpr int kChunk = 32;        // backward: rows per block (one dw, db partial each)
+
+// Forward with the row in registers: lane holds packs lane, lane + 32, ...
+// (kPacks of kVec<T> values); two passes (mean, then the squared deviations)
+// as the CPU. Needs h % kVec<T> == 0 and 16-byte aligned pointers.
+template <class T, int kPacks>
+__global__ void layernorm_fwd_regs(T *out, float *mean, float *rstd, const T *x, const T *w,
+                                   const T *b, int N, int h, float eps) {
+  constexpr int V = kVec<T>;
+  using Pack = Vec<T, V>;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const int np = h / V;
+  const Pack *xr = reinterpret_cast<const Pack *>(x + (size_t)row * h);
+  float v[kPacks][V];  // [pack, element]; unset where pack >= np (never read)
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPacks; k++) {
+    const int p = k * 32 + lane;
+    if (p < np) {
+      const Pack q = xr[p];
+#pragma unroll
+      for (int e = 0; e < V; e++) s += v[k][e] = to_f32(q.v[e]);
+    }
+  }
+  const float m = warp_sum(s) / h;
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPacks; k++)
+    if (k * 32 + lane < np)
+#pragma unroll
+      for (int e = 0; e < V; e++) ss += (v[k][e] - m) * (v[k][e] - m);
+  const float r = 1.f / sqrtf(warp_sum(ss) / h + eps);  // IEEE, as the CPU's 1 / sqrt
+  const Pack *wp = reinterpret_cast<const Pack *>(w), *bp = reinterpret_cast<const Pack *>(b);
+  Pack *yr = reinterpret_cast<Pack *>(out + (size_t)row * h);
+#pragma unroll
+  for (int k = 0; k < kPacks; k++) {
+    const int p = k * 32 + lane;
+    if (p < np) {
+      const Pack wq = wp[p], bq = bp[p];
+      Pack o;
+#pragma unroll
+      for (int e = 0; e < V; e++)
+        o.v[e] = from_f32<T>((v[k][e] - m) * r * to_f32(wq.v[e]) + to_f32(bq.v[e]));
+      yr[p] = o;
+    }
+  }
+  if (lane == 0) mean[row] = m, rstd[row] = r;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets it.
+__device__ float block_sum(float v, float *shared) {
+  v = warp_sum(v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = threadIdx.x < blockDim.x / 32 ? shared[threadIdx.x] : 0.f;
-  if (warp == 0)
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if (threadIdx.x == 0) shared[0] = v;
-  __syncthreads();
-  v = shared[0];
+  v = lane < (int)blockDim.x / 32 ? shared[lane] : 0.f;
+  v = warp_sum(v);
   __syncthreads();  // shared is reused by the next reduction
   return v;
 }
 
-// Two passes over the row (mean, then variance of the deviations), as the CPU kernel.
-__global__ void layernorm_kernel(float *out, float *mean, float *rstd, const float *x,
-                                 const float *w, const float *b, int h, float eps) {
+// Forward fallback (any h, any alignment): one block per row, three passes over
+// a row that stays in L1.
+template <class T>
+__global__ void layernorm_fwd_loop(T *out, float *mean, float *rstd, const T *x, const T *w,
+                                   const T *b, int h, float eps) {
   __shared__ float shared[32];
-  const float *xr = x + (size_t)blockIdx.x * h;
-  float *yr = out + (size_t)blockIdx.x * h;
+  const T *xr = x + (size_t)blockIdx.x * h;
+  T *yr = out + (size_t)blockIdx.x * h;
   float s = 0.f;
-  for (int j = threadIdx.x; j < h; j += blockDim.x) s += xr[j];
+  for (int j = threadIdx.x; j < h; j += blockDim.x) s += to_f32(xr[j]);
   const float m = block_sum(s, shared) / h;
-  float v = 0.f;
-  for (int j = threadIdx.x; j < h; j += blockDim.x) v += (xr[j] - m) * (xr[j] - m);
-  const float r = rsqrtf(block_sum(v, shared) / h + eps);
-  for (int j = threadIdx.x; j < h; j += blockDim.x) yr[j] = (xr[j] - m) * r * w[j] + b[j];
-  if (threadIdx.x == 0) {
-    mean[blockIdx.x] = m;
-    rstd[blockIdx.x] = r;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < h; j += blockDim.x) ss += (to_f32(xr[j]) - m) * (to_f32(xr[j]) - m);
+  const float r = 1.f / sqrtf(block_sum(ss, shared) / h + eps);
+  for (int j = threadIdx.x; j < h; j += blockDim.x)
+    yr[j] = from_f32<T>((to_f32(xr[j]) - m) * r * to_f32(w[j]) + to_f32(b[j]));
+  if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = r;
+}
+
+// Launches launch(integral_constant<kPacks>) with the smallest kPacks in
+// {1, 2, 4, ...} >= per_lane (per_lane * kVec<T> <= kMaxRegs).
+template <class T, int kPacks, class Launch>
+void with_packs(int per_lane, Launch launch) {
+  if constexpr (2 * kPacks * kVec<T> <= kMaxRegs)
+    if (per_lane > kPacks) return with_packs<T, 2 * kPacks>(per_lane, launch);
+  launch(std::integral_constant<int, kPacks>{});
+}
+
+// Backward, one block per chunk of kChunk rows, W elements per access (kVec<T>,
+// or 1 when h or the pointers do not allow 16 bytes).
+// 1. one warp per row: the means of dxhat = dout * w and of dxhat * xhat;
+// 2. one thread per W columns, rows in order: dx += (dxhat - mean(dxhat) - xhat *
+//    mean(dxhat * xhat)) * rstd, and the chunk's sums of dout * xhat and dout.
+// partial: [chunks, 2, h] (dw, then db).
+template <class T, int W>
+__global__ void layernorm_bwd_chunk(T *__restrict__ dx, float *__restrict__ partial,
+                                    const T *__restrict__ dout, const T *__restrict__ x,
+                                    const T *__restrict__ w, const float *__restrict__ mean,
+                                    const float *__restrict__ rstd, int N, int h) {
+  using Pack = Vec<T, W>;
+  __shared__ float s_m[kChunk], s_r[kChunk], s_g[kChunk], s_gx[kChunk];
+  const int r0 = blockIdx.x * kChunk, rows = min(kChunk, N - r0), np = h / W;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const Pack *wp = reinterpret_cast<const Pack *>(w);
+  const Pack *gp = reinterpret_cast<const Pack *>(dout) + (size_t)r0 * np;
+  const Pack *xp = reinterpret_cast<const Pack *>(x) + (size_t)r0 * np;
+  Pack *dxp = reinterpret_cast<Pack *>(dx) + (size_t)r0 * np;
+
+  for (int i = warp; i < rows; i += blockDim.x / 32) {
+    const float m = mean[r0 + i], r = rstd[r0 + i];
+    float sg = 0.f, sgx = 0.f;
+    for (int p = lane; p < np; p += 32) {
+      const Pack gq = gp[(size_t)i * np + p], xq = xp[(size_t)i * np + p], wq = wp[p];
+#pragma unroll
+      for (int e = 0; e < W; e++) {
+        const float dxhat = to_f32(gq.v[e]) * to_f32(wq.v[e]);
+        sg += dxhat;
+        sgx += dxhat * (to_f32(xq.v[e]) - m) * r;
+      }
+    }
+    sg = warp_sum(sg);
+    sgx = warp_sum(sgx);
+    if (lane == 0) s_m[i] = m, s_r[i] = r, s_g[i] = sg / h, s_gx[i] = sgx / h;
+  }
+  __syncthreads();
+
+  float *pw = partial + (size_t)blockIdx.x * 2 * h, *pb = pw + h;
+  for (int p = threadIdx.x; p < np; p += blockDim.x) {
+    const Pack wq = wp[p];
+    float aw[W] = {}, ab[W] = {};
+#pragma unroll 4
+    for (int i = 0; i < rows; i++) {
+      const size_t o = (size_t)i * np + p;
+      const Pack gq = gp[o], xq = xp[o], dq = dxp[o];
+      Pack d;
+#pragma unroll
+      for (int e = 0; e < W; e++) {
+        const float g = to_f32(gq.v[e]), xhat = (to_f32(xq.v[e]) - s_m[i]) * s_r[i];
+        d.v[e] = from_f32<T>(to_f32(dq.v[e]) +
+                             (g * to_f32(wq.v[e]) - s_g[i] - xhat * s_gx[i]) * s_r[i]);
+        aw[e] += g * xhat;
+        ab[e] += g;
+      }
+      dxp[o] = d;
+    }
+#pragma unroll
+    for (int e = 0; e < W; e++) pw[p * W + e] = aw[e], pb[p * W + e] = ab[e];
+  }
+}
+
+// dw[j] += sum over chunks of partial[k, 0, j], db[j] likewise with [k, 1, j]:
+// column c of the [chunks, 2h] partials summed by the 8 threads y (chunks y,
+// y + 8, ...), then their 8 sums in order.
+__global__ void layernorm_bwd_sum(float *__restrict__ dw, float *__restrict__ db,
+                                  const float *__restrict__ partial, int chunks, int h) {
+  __shared__ float s[8][33];
+  const int c = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y;
+  float a = 0.f;
+  if (c < 2 * h)
+#pragma unroll 8
+    for (int k = y; k < chunks; k += 8) a += partial[(size_t)k * 2 * h + c];
+  s[y][threadIdx.x] = a;
+  __syncthreads();
+  if (y == 0 && c < 2 * h) {
+    float t = 0.f;
+    for (int k = 0; k < 8; k++) t += s[k][threadIdx.x];
+    if (c < h)
+      dw[c] += t;
+    else
+      db[c - h] += t;
   }
 }
 
 }  // namespace
 
-void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
-                       const float *b, int N, int h, float eps, cudaStream_t stream) {
-  if (N <= 0) return;
-  layernorm_kernel<<<N, kThreads, 0, stream>>>(out, mean, rstd, x, w, b, h, eps);
+template <class T>
+void layernorm_forward(T *out, float *mean, float *rstd, const T *x, const T *w, const T *b, int N,
+                       int h, float eps, cudaStream_t stream) {
+  if (N <= 0 || h <= 0) return;
+  constexpr int V = kVec<T>;
+  const int per_lane = (h / V + 31) / 32;  // packs per lane in the register kernel
+  if (h % V == 0 && per_lane * V <= kMaxRegs && aligned16(out) && aligned16(x) &&
+      aligned16(w) && aligned16(b)) {
+    const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    with_packs<T, 1>(per_lane, [&](auto packs) {
+      layernorm_fwd_regs<T, decltype(packs)::value>
+          <<<blocks, 32 * kRowsPerBlock, 0, stream>>>(out, mean, rstd, x, w, b, N, h, eps);
+    });
+  } else {
+    layernorm_fwd_loop<T><<<N, kThreads, 0, stream>>>(out, mean, rstd, x, w, b, h, eps);
+  }
+  check(cudaGetLastError(), "layernorm_forward kernel launch");
 }
+
+template <class T>
+void layernorm_backward(T *dx, float *dw, float *db, const T *dout, const T *x, const T *w,
+                        const float *mean, const float *rstd, int N, int h, cudaStream_t stream) {
+  if (N <= 0 || h <= 0) return;
+  const int chunks = (N + kChunk - 1) / kChunk;
+  float *partial = nullptr;
+  check(cudaMallocAsync(&partial, sizeof(float) * 2 * h * chunks, stream),
+        "cudaMallocAsync of the layernorm_backward scratch");
+  auto launched = [&](const char *what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) cudaFreeAsync(partial, stream);
+    check(e, what);
+  };
+  if (h % kVec<T> == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(w))
+    layernorm_bwd_chunk<T, kVec<T>>
+        <<<chunks, kThreads, 0, stream>>>(dx, partial, dout, x, w, mean, rstd, N, h);
+  else
+    layernorm_bwd_chunk<T, 1>
+        <<<chunks, kThreads, 0, stream>>>(dx, partial, dout, x, w, mean, rstd, N, h);
+  launched("layernorm_backward (dx) kernel launch");
+  layernorm_bwd_sum<<<(2 * h + 31) / 32, dim3(32, 8), 0, stream>>>(dw, db, partial, chunks, h);
+  launched("layernorm_backward (dw, db) kernel launch");
+  check(cudaFreeAsync(partial, stream), "cudaFreeAsync of the layernorm_backward scratch");
+}
+
+#define PTDP_INSTANTIATE(T)                                                                     \
+  template void layernorm_forward<T>(T *, float *, float *, const T *, const T *, const T *, int, \
+                                     int, float, cudaStream_t);                                 \
+  template void layernorm_backward<T>(T *, float *, float *, const T *, const T *, const T *,     \
+                                      const float *, const float *, int, int, cudaStream_t);
+PTDP_CUDA_STORAGE_TYPES(PTDP_INSTANTIATE)
+#undef PTDP_INSTANTIATE
 
 }  // namespace ptdp::cuda

@@ -1,5 +1,5 @@
-// CUDA implementations of the op interface (kernels/cpu/ops.h): fp32 for the
-// element-wise ops for now, fp32/bf16/fp16 for GEMMs. Same shapes and semantics
+// CUDA implementations of the op interface (kernels/cpu/ops.h), fp32 and the
+// 16-bit types (bf16, fp16) with fp32 arithmetic. Same shapes and semantics
 // as the CPU kernels; every call is asynchronous on `stream`. Pointers are
 // device pointers.
 #pragma once
@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "engine/core/dtype.h"
+#include "engine/core/philox.h"
 
 namespace ptdp::cuda {
 
@@ -49,29 +50,105 @@ class Gemm {
   std::map<Key, Plan *> plans_;
 };
 
-// out, x: [N, h]; mean, rstd: [N]. One block per row.
-void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
-                       const float *b, int N, int h, float eps, cudaStream_t stream);
+// ---- element-wise ops ---------------------------------------------------------
+// Templated on the storage type T (float, __nv_bfloat16, __half; instantiated in
+// the .cu files): fp32 arithmetic, every stored T rounded once to nearest even.
+// Statistics (LayerNorm mean/rstd, the loss's row max and sums) are fp32, and
+// so are weight gradients, which accumulate ("+=") across micro-batches.
+
+// LayerNorm over the last dim. out, x: [N, h]; mean, rstd: [N].
+template <class T>
+void layernorm_forward(T *out, float *mean, float *rstd, const T *x, const T *w, const T *b, int N,
+                       int h, float eps, cudaStream_t stream);
+// Accumulates dx += dL/dx, dw += dL/dw, db += dL/db (column sums in a fixed order).
+template <class T>
+void layernorm_backward(T *dx, float *dw, float *db, const T *dout, const T *x, const T *w,
+                        const float *mean, const float *rstd, int N, int h, cudaStream_t stream);
 
 // z = y + bias, out = gelu_tanh(z); y, z, out: [N, f] (z may alias y).
-void bias_gelu_forward(float *z, float *out, const float *y, const float *bias, int N, int f,
-                       cudaStream_t stream);
+template <class T>
+void bias_gelu_forward(T *z, T *out, const T *y, const T *bias, int N, int f, cudaStream_t stream);
+// dz = dout * gelu'(z) (dz may alias dout); dbias += colsum(dz).
+template <class T>
+void bias_gelu_backward(T *dz, float *dbias, const T *dout, const T *z, int N, int f,
+                        cudaStream_t stream);
 
-// P = softmax(scale * S) over the last dim of `batch` [s_q, s_k] matrices, with
-// j > i masked when causal; fully masked rows give zeros. P may alias S.
-void scale_mask_softmax_forward(float *P, const float *S, int batch, int s_q, int s_k,
-                                float scale, bool causal, cudaStream_t stream);
+// Dropout draws the CPU's Philox bits (engine/core/philox.h): the same mask for
+// the same (seed, iteration, layer, site, sample, element).
+// out = residual + dropout(y + bias) over [s, b, h]; residual and bias may be null.
+template <class T>
+void bias_dropout_add_forward(T *out, const T *residual, const T *y, const T *bias, int s, int b,
+                              int h, const DropoutSpec &d, cudaStream_t stream);
+// dy = dropout(dout) (dy may alias dout); dbias += colsum(dy) when not null.
+template <class T>
+void bias_dropout_add_backward(T *dy, float *dbias, const T *dout, int s, int b, int h,
+                               const DropoutSpec &d, cudaStream_t stream);
+// out = dropout(in) over attention probabilities [b, a, s_q, s_k], heads numbered
+// globally from head_offset; its own backward.
+template <class T>
+void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int head_offset,
+                       const DropoutSpec &d, cudaStream_t stream);
+// dx = y != 0 ? dy / (1 - p) : 0 over n elements (dx may alias dy).
+template <class T>
+void dropout_backward_from_output(T *dx, const T *dy, const T *y, size_t n, float p,
+                                  cudaStream_t stream);
+
+// P = softmax(scale * S + mask) over the last dim of `batch` [s_q, s_k] matrices;
+// causal masks j > i, mask (optional, [s_q, s_k], nonzero = masked) applies to
+// every matrix. Fully masked rows give zeros. P may alias S.
+template <class T>
+void scale_mask_softmax_forward(T *P, const T *S, int batch, int s_q, int s_k, float scale,
+                                bool causal, const uint8_t *mask, cudaStream_t stream);
+// dS = scale * P * (dP - rowsum(P * dP)); dS may alias dP.
+template <class T>
+void scale_mask_softmax_backward(T *dS, const T *P, const T *dP, int batch, int s_q, int s_k,
+                                 float scale, cudaStream_t stream);
 
 // Vocab-parallel embedding: x[si*b+bi] = (token in [vocab_start, vocab_start +
 // vocab_rows) ? wte[token - vocab_start] : 0) + (wpe ? wpe[si] : 0); x: [s*b, h].
-void embedding_forward(float *x, const int32_t *tokens, const float *wte, int vocab_start,
-                       int vocab_rows, const float *wpe, int s, int b, int h, cudaStream_t stream);
+template <class T>
+void embedding_forward(T *x, const int32_t *tokens, const T *wte, int vocab_start, int vocab_rows,
+                       const T *wpe, int s, int b, int h, cudaStream_t stream);
+// Accumulates dwte (rows of local tokens; atomics, so the order of the sums
+// varies) and dwpe when not null (in a fixed order).
+template <class T>
+void embedding_backward(float *dwte, float *dwpe, const T *dx, const int32_t *tokens, int s, int b,
+                        int h, int vocab_start, int vocab_rows, cudaStream_t stream);
 
-// losses[i] = logsumexp(logits[i, :V]) - logits[i, targets[i]]; logits: [N, Vp].
+// ---- cross-entropy over a vocab-parallel, padded vocabulary (cpu::vocab_ce_*) ----
+// logits: [N, ld], the first `cols` columns are tokens vocab_start.., the rest padding.
+template <class T>
+void vocab_ce_local_max(float *row_max, const T *logits, int N, int ld, int cols,
+                        cudaStream_t stream);
+template <class T>
+void vocab_ce_local_sums(float *sum_exp, float *target_logit, const T *logits,
+                         const float *row_max, const int32_t *targets, int N, int ld, int cols,
+                         int vocab_start, cudaStream_t stream);
+// dlogits = dloss * (softmax - onehot) on the local columns, 0 on padding; may alias logits.
+template <class T>
+void vocab_ce_backward(T *dlogits, const T *logits, const float *row_max, const float *sum_exp,
+                       const int32_t *targets, int N, int ld, int cols, int vocab_start,
+                       float dloss, cudaStream_t stream);
+// One rank: losses[i] = logsumexp(logits[i, :V]) - logits[i, targets[i]]; logits [N, Vp].
 void cross_entropy_forward(float *losses, const float *logits, const int32_t *targets, int N,
                            int Vp, int V, cudaStream_t stream);
 
-// AdamW with decoupled weight decay over one flat tensor (the CPU kernel's
+// ---- reductions, casts, optimizer ------------------------------------------------
+// *out = sum of x[i]^2 in double: fixed-size chunks summed in a fixed order, so
+// the result is the same on every run. scratch: sum_squares_scratch(n) doubles.
+size_t sum_squares_scratch(size_t n);
+template <class T>
+void sum_squares(double *out, const T *x, size_t n, double *scratch, cudaStream_t stream);
+template <class T>
+void scale_inplace(T *x, size_t n, float alpha, cudaStream_t stream);
+// out[j] += sum_i x[i, j] for x: [N, cols], rows summed in a fixed order.
+template <class T>
+void colsum_accumulate(float *out, const T *x, int N, int cols, cudaStream_t stream);
+// dst = src converted (f32, bf16, f16; rounded to nearest even); n elements.
+void cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n,
+          cudaStream_t stream);
+
+// AdamW with decoupled weight decay over one flat fp32 tensor (the CPU kernel's
 // arithmetic; step is 1-based for the bias corrections).
 void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
                   double lr, double beta1, double beta2, double eps, double weight_decay,

@@ -1,10 +1,12 @@
 // GPU op benchmark on the shapes of a 1.3B GPT (h 2048, a 16, s 2048, V 50304,
 // micro-batch 2): the two ceilings first (device-to-device copy bandwidth, and
 // GEMM rate through cuBLASLt), then each GEMM of a layer in bf16 and fp32
-// (TFLOP/s), and the element-wise kernels (GB/s over the fewest bytes each must
-// move, and the share of the copy ceiling). Inputs are random, never zeros.
+// (TFLOP/s), and the element-wise ops forward and backward with fp32 and bf16
+// activations (GB/s over the fewest bytes each must move, and the share of the
+// copy ceiling). Inputs are random, never zeros.
 // Prints a table, then one "bench key=value ..." line per figure for scripts.
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/ops_cuda.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -59,6 +61,106 @@ double time_ms(F f, int warm = 3, int reps = 20) {
   cudaEventDestroy(b);
   std::sort(ms.begin(), ms.end());
   return ms[reps / 2];
+}
+
+// GB/s over the fewest bytes an op must move, and its share of the copy ceiling.
+void report(const char *dtype, const char *name, double ms, double bytes, double copy_gbs) {
+  const double gbs = bytes / ms / 1e6;
+  std::printf("%-6s %-37s %10.3f ms %9.0f GB/s %5.0f%% of copy\n", dtype, name, ms, gbs,
+              100 * gbs / copy_gbs);
+  std::printf("bench name=%s dtype=%s gbs=%.1f of_copy=%.3f\n", name, dtype, gbs, gbs / copy_gbs);
+}
+
+// The element-wise ops of one layer and the loss, forward and backward, with
+// activations stored as T (statistics and weight gradients fp32).
+template <class T>
+void bench_elementwise(double copy_gbs) {
+  const int h = 2048, a = 16, s = 2048, b = 2, V = 50304, f = 4 * h, N = s * b;
+  const int es = sizeof(T);
+  const char *dt = std::is_same_v<T, float> ? "f32" : "bf16";
+  auto dev = [&](size_t n, uint32_t seed) { return (T *)random_device(n, es, seed); };
+  auto devf = [&](size_t n, uint32_t seed) { return (float *)random_device(n, 4, seed); };
+  const ptdp::DropoutSpec drop{{1234, 77, 5}, 0.1f, 0};
+  {
+    T *x = dev((size_t)N * h, 6), *y = dev((size_t)N * h, 7), *dx = dev((size_t)N * h, 8);
+    T *w = dev(h, 9), *bb = dev(h, 10);
+    float *mean = devf(N, 11), *rstd = devf(N, 12), *dw = devf(h, 13), *db = devf(h, 14);
+    ptdp::cuda::layernorm_forward(y, mean, rstd, x, w, bb, N, h, 1e-5f, 0);
+    report(dt, "layernorm_fwd[N,h]", time_ms([&] {
+             ptdp::cuda::layernorm_forward(y, mean, rstd, x, w, bb, N, h, 1e-5f, 0);
+           }), 2.0 * N * h * es, copy_gbs);
+    report(dt, "layernorm_bwd[N,h]", time_ms([&] {
+             ptdp::cuda::layernorm_backward(dx, dw, db, y, x, w, mean, rstd, N, h, 0);
+           }), 4.0 * N * h * es, copy_gbs);
+    T *r = dev((size_t)N * h, 15);
+    report(dt, "bias_dropout_add_fwd[N,h]", time_ms([&] {
+             ptdp::cuda::bias_dropout_add_forward(y, r, x, w, s, b, h, drop, 0);
+           }), 3.0 * N * h * es, copy_gbs);
+    report(dt, "bias_dropout_add_bwd[N,h]", time_ms([&] {
+             ptdp::cuda::bias_dropout_add_backward(dx, db, y, s, b, h, drop, 0);
+           }), 2.0 * N * h * es, copy_gbs);
+    cudaFree(x), cudaFree(y), cudaFree(dx), cudaFree(w), cudaFree(bb), cudaFree(r);
+    cudaFree(mean), cudaFree(rstd), cudaFree(dw), cudaFree(db);
+  }
+  {
+    T *y = dev((size_t)N * f, 16), *z = dev((size_t)N * f, 17), *o = dev((size_t)N * f, 18);
+    T *bias = dev(f, 19);
+    float *dbias = devf(f, 20);
+    report(dt, "bias_gelu_fwd[N,4h]", time_ms([&] {
+             ptdp::cuda::bias_gelu_forward(z, o, y, bias, N, f, 0);
+           }), 3.0 * N * f * es, copy_gbs);
+    report(dt, "bias_gelu_bwd[N,4h]", time_ms([&] {
+             ptdp::cuda::bias_gelu_backward(o, dbias, y, z, N, f, 0);
+           }), 3.0 * N * f * es, copy_gbs);
+    cudaFree(y), cudaFree(z), cudaFree(o), cudaFree(bias), cudaFree(dbias);
+  }
+  {
+    const size_t n = (size_t)b * a * s * s;
+    T *S = dev(n, 21), *P = dev(n, 22), *dP = dev(n, 23);
+    report(dt, "softmax_causal_fwd[b*a,s,s]", time_ms([&] {
+             ptdp::cuda::scale_mask_softmax_forward(P, S, b * a, s, s, 0.088f, true, nullptr, 0);
+           }), 2.0 * n * es, copy_gbs);
+    report(dt, "softmax_bwd[b*a,s,s]", time_ms([&] {
+             ptdp::cuda::scale_mask_softmax_backward(S, P, dP, b * a, s, s, 0.088f, 0);
+           }), 3.0 * n * es, copy_gbs);
+    report(dt, "dropout_attention[b*a,s,s]", time_ms([&] {
+             ptdp::cuda::dropout_attention(S, P, b, a, s, s, 0, drop, 0);
+           }), 2.0 * n * es, copy_gbs);
+    cudaFree(S), cudaFree(P), cudaFree(dP);
+  }
+  {
+    T *logits = dev((size_t)N * V, 24);
+    float *mx = devf(N, 25), *sum = devf(N, 26), *tl = devf(N, 27);
+    std::vector<int32_t> t = gpu_test::random_ids(N, V, 28);
+    gpu_test::DevI targets(t);
+    report(dt, "vocab_ce_max[N,V]", time_ms([&] {
+             ptdp::cuda::vocab_ce_local_max(mx, logits, N, V, V, 0);
+           }), 1.0 * N * V * es, copy_gbs);
+    report(dt, "vocab_ce_sums[N,V]", time_ms([&] {
+             ptdp::cuda::vocab_ce_local_sums(sum, tl, logits, mx, targets.p, N, V, V, 0, 0);
+           }), 1.0 * N * V * es, copy_gbs);
+    // Out of place, so every repetition reads the same logits.
+    T *dlogits = dev((size_t)N * V, 29);
+    report(dt, "vocab_ce_bwd[N,V]", time_ms([&] {
+             ptdp::cuda::vocab_ce_backward(dlogits, logits, mx, sum, targets.p, N, V, V, 0, 1.f, 0);
+           }), 2.0 * N * V * es, copy_gbs);
+    cudaFree(logits), cudaFree(dlogits), cudaFree(mx), cudaFree(sum), cudaFree(tl);
+  }
+  {
+    const size_t n = size_t(1) << 28;
+    T *x = dev(n, 30);
+    double *scratch, *out;
+    CUDA_OK(cudaMalloc(&scratch, ptdp::cuda::sum_squares_scratch(n) * sizeof(double)));
+    CUDA_OK(cudaMalloc(&out, sizeof(double)));
+    report(dt, "sum_squares[2^28]", time_ms([&] {
+             ptdp::cuda::sum_squares(out, x, n, scratch, 0);
+           }), 1.0 * n * es, copy_gbs);
+    float *master = devf(n, 31);
+    report(dt, "cast_f32_to_storage[2^28]", time_ms([&] {
+             ptdp::cuda::cast(x, gpu_test::dtype_of<T>(), master, ptdp::DType::f32, n, 0);
+           }), (4.0 + es) * n, copy_gbs);
+    cudaFree(x), cudaFree(scratch), cudaFree(out), cudaFree(master);
+  }
 }
 
 struct GemmShape {
@@ -118,53 +220,15 @@ int main() {
     }
   }
 
-  // Element-wise kernels (fp32), GB/s over the bytes each must move at least.
-  auto report = [&](const char *name, double ms, double bytes) {
-    const double gbs = bytes / ms / 1e6;
-    std::printf("f32    %-37s %10.3f ms %9.0f GB/s %5.0f%% of copy\n", name, ms, gbs,
-                100 * gbs / copy_gbs);
-    std::printf("bench name=%s gbs=%.1f of_copy=%.3f\n", name, gbs, gbs / copy_gbs);
-  };
-  {
-    float *x = (float *)random_device((size_t)N * h, 4, 6), *y = (float *)random_device((size_t)N * h, 4, 7);
-    float *w = (float *)random_device(h, 4, 8), *bb = (float *)random_device(h, 4, 9);
-    float *mean = (float *)random_device(N, 4, 10), *rstd = (float *)random_device(N, 4, 11);
-    report("layernorm_fwd[N,h]",
-           time_ms([&] { ptdp::cuda::layernorm_forward(y, mean, rstd, x, w, bb, N, h, 1e-5f, 0); }),
-           2.0 * N * h * 4);
-    cudaFree(x), cudaFree(y), cudaFree(w), cudaFree(bb), cudaFree(mean), cudaFree(rstd);
-  }
-  {
-    float *y = (float *)random_device((size_t)N * f, 4, 12), *z = (float *)random_device((size_t)N * f, 4, 13);
-    float *o = (float *)random_device((size_t)N * f, 4, 14), *bias = (float *)random_device(f, 4, 15);
-    report("bias_gelu_fwd[N,4h]",
-           time_ms([&] { ptdp::cuda::bias_gelu_forward(z, o, y, bias, N, f, 0); }), 3.0 * N * f * 4);
-    cudaFree(y), cudaFree(z), cudaFree(o), cudaFree(bias);
-  }
-  {
-    const size_t n = (size_t)b * a * s * s;
-    float *S = (float *)random_device(n, 4, 16), *P = (float *)random_device(n, 4, 17);
-    report("softmax_causal_fwd[b*a,s,s]",
-           time_ms([&] { ptdp::cuda::scale_mask_softmax_forward(P, S, b * a, s, s, 0.088f, true, 0); }),
-           2.0 * n * 4);
-    cudaFree(S), cudaFree(P);
-  }
-  {
-    float *logits = (float *)random_device((size_t)N * V, 4, 18), *loss = (float *)random_device(N, 4, 19);
-    std::vector<int32_t> t = gpu_test::random_ids(N, V, 20);
-    gpu_test::DevI targets(t);
-    report("cross_entropy_fwd[N,V]",
-           time_ms([&] { ptdp::cuda::cross_entropy_forward(loss, logits, targets.p, N, V, V, 0); }),
-           1.0 * N * V * 4);
-    cudaFree(logits), cudaFree(loss);
-  }
-  {
+  bench_elementwise<float>(copy_gbs);
+  bench_elementwise<__nv_bfloat16>(copy_gbs);
+  {  // AdamW over fp32 master weights and moments (16-bit runs too).
     const size_t n = size_t(1) << 28;
     float *p = (float *)random_device(n, 4, 21), *g = (float *)random_device(n, 4, 22);
     float *m = (float *)random_device(n, 4, 23), *v = (float *)random_device(n, 4, 24);
-    report("adamw[2^28]", time_ms([&] {
+    report("f32", "adamw[2^28]", time_ms([&] {
              ptdp::cuda::adamw_update(p, g, m, v, n, 1e-9, 0.9, 0.95, 1e-8, 0.0, 10, 0);
-           }), 7.0 * n * 4);
+           }), 7.0 * n * 4, copy_gbs);
     cudaFree(p), cudaFree(g), cudaFree(m), cudaFree(v);
   }
   return 0;

@@ -3,15 +3,21 @@
 // no usable device is present. Header-only: these programs link only the CUDA
 // runtime, cuBLASLt and the CPU kernels they compare against.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <type_traits>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "engine/core/dtype.h"
 
 #define CUDA_OK(call)                                                                   \
   do {                                                                                  \
@@ -81,14 +87,75 @@ struct DevArray {
 using Dev = DevArray<float>;
 using DevI = DevArray<int32_t>;
 
+// ---- 16-bit storage on the host: the bits of ptdp's own round-to-nearest-even,
+// so a reference built from these values sees exactly what the kernel reads.
+template <class T>
+constexpr ptdp::DType dtype_of() {
+  return std::is_same_v<T, __nv_bfloat16> ? ptdp::DType::bf16
+         : std::is_same_v<T, __half>      ? ptdp::DType::f16
+                                          : ptdp::DType::f32;
+}
+template <class T>
+T to_storage(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    const uint16_t bits = std::is_same_v<T, __nv_bfloat16> ? ptdp::float_to_bf16(x) : ptdp::float_to_f16(x);
+    T t;
+    std::memcpy(static_cast<void *>(&t), &bits, 2);
+    return t;
+  }
+}
+template <class T>
+float from_storage(T t) {
+  if constexpr (std::is_same_v<T, float>) {
+    return t;
+  } else {
+    uint16_t bits;
+    std::memcpy(&bits, static_cast<const void *>(&t), 2);
+    return std::is_same_v<T, __nv_bfloat16> ? ptdp::bf16_to_float(bits) : ptdp::f16_to_float(bits);
+  }
+}
+// v rounded to T (in place) and the device copy of it.
+template <class T>
+DevArray<T> upload_rounded(std::vector<float> &v) {
+  std::vector<T> t(v.size());
+  for (size_t i = 0; i < v.size(); i++) t[i] = to_storage<T>(v[i]), v[i] = from_storage(t[i]);
+  return DevArray<T>(t);
+}
+template <class T>
+std::vector<float> download(const DevArray<T> &d) {
+  const auto t = d.get();
+  std::vector<float> v(t.size());
+  for (size_t i = 0; i < t.size(); i++) v[i] = from_storage(t[i]);
+  return v;
+}
+// The largest relative error of one rounding of an fp32 value to T (half an
+// ulp, relative): 2^-8 for bf16, 2^-11 for fp16, 0 for float.
+template <class T>
+constexpr float storage_eps() {
+  return std::is_same_v<T, __nv_bfloat16> ? 1.f / 256 : std::is_same_v<T, __half> ? 1.f / 2048 : 0.f;
+}
+// Half an fp16 subnormal ulp (2^-25): the absolute rounding error below 2^-14,
+// where the relative storage_eps<T>() does not hold. 0 for float and bf16.
+template <class T>
+constexpr float storage_tiny() {
+  return std::is_same_v<T, __half> ? 0x1p-25f : 0.f;
+}
+template <class T>
+const char *type_name() {
+  return ptdp::dtype_name(dtype_of<T>());
+}
+
 // Passes where |gpu - ref| <= atol + rtol * |ref| everywhere (NaN fails).
 inline void compare(const char *what, const std::vector<float> &gpu, const std::vector<float> &ref,
                     float atol, float rtol) {
   double worst = 0;
   size_t bad = 0, at = 0;
   for (size_t i = 0; i < ref.size(); i++) {
-    double d = std::fabs((double)gpu[i] - ref[i]);
-    if (!(d <= atol + rtol * std::fabs(ref[i]))) {
+    // Equal values pass (infinities too); NaN never does.
+    const double d = gpu[i] == ref[i] ? 0.0 : std::fabs((double)gpu[i] - ref[i]);
+    if (gpu[i] != ref[i] && !(d <= atol + rtol * std::fabs(ref[i]))) {
       if (!bad) at = i;
       bad++;
     }

@@ -1,0 +1,206 @@
+// The CUDA device: one stream per rank, memory from a stream-ordered pool that
+// keeps freed blocks (release threshold: never), so the per-micro-batch
+// allocations are served from the cache; CUDA events for timings.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+
+namespace ptdp {
+
+namespace {
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
+  return buf;
+}
+
+void check(cudaError_t e, const std::string &where, const char *call) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // clear a non-sticky error so later calls are not blamed
+  fail(e == cudaErrorMemoryAllocation ? Status::out_of_memory : Status::internal, where, ": ", call,
+       " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+class CudaTimer : public DeviceTimer {
+ public:
+  CudaTimer(cudaStream_t s, std::string where) : stream_(s), where_(std::move(where)) {
+    check(cudaEventCreate(&a_), where_, "cudaEventCreate");
+    check(cudaEventCreate(&b_), where_, "cudaEventCreate");
+  }
+  ~CudaTimer() override {
+    cudaEventDestroy(a_);
+    cudaEventDestroy(b_);
+  }
+  void start() override { check(cudaEventRecord(a_, stream_), where_, "cudaEventRecord"), started_ = true; }
+  void stop() override { check(cudaEventRecord(b_, stream_), where_, "cudaEventRecord"), stopped_ = started_; }
+  double elapsed_ms() override {
+    if (!stopped_) fail(Status::wrong_state, "DeviceTimer::elapsed_ms before start and stop");
+    check(cudaEventSynchronize(b_), where_, "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a_, b_), where_, "cudaEventElapsedTime");
+    return ms;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::string where_;
+  cudaEvent_t a_ = nullptr, b_ = nullptr;
+  bool started_ = false, stopped_ = false;
+};
+
+class CudaDevice : public Device {
+ public:
+  explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
+    where_ = "cuda:" + std::to_string(ordinal);
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, ordinal), where_, "cudaGetDeviceProperties");
+    name_ = where_ + " (" + prop.name + ")";
+    use();
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), where_, "cudaStreamCreate");
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = ordinal;
+    check(cudaMemPoolCreate(&pool_, &props), where_, "cudaMemPoolCreate");
+    uint64_t keep_all = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_all), where_,
+          "cudaMemPoolSetAttribute(ReleaseThreshold)");
+  }
+  ~CudaDevice() override {
+    cudaSetDevice(ordinal_);
+    cudaStreamSynchronize(stream_);
+    for (auto &kv : sizes_) cudaFreeAsync(kv.first, stream_);
+    cudaStreamSynchronize(stream_);
+    cudaMemPoolDestroy(pool_);
+    cudaStreamDestroy(stream_);
+  }
+
+  DeviceKind kind() const override { return DeviceKind::cuda; }
+  std::string name() const override { return name_; }
+
+  void *allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    use();
+    void *p = nullptr;
+    const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool_, stream_);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      std::lock_guard<std::mutex> lock(mu_);
+      fail(e == cudaErrorMemoryAllocation ? Status::out_of_memory : Status::internal, where_,
+           ": cannot allocate ", bytes, " bytes = ", gib((int64_t)bytes), " (", cudaGetErrorString(e), "; ptdp has ",
+           gib(stats_.in_use), " in use, peak ", gib(stats_.peak), "; the GPU has ",
+           gib((int64_t)free_b), " free of ", gib((int64_t)total_b), ")");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[p] = bytes;
+    stats_.in_use += (int64_t)bytes;
+    stats_.peak = std::max(stats_.peak, stats_.in_use);
+    stats_.allocations++;
+    return p;
+  }
+  void free(void *p) override {
+    if (!p) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sizes_.find(p);
+      if (it == sizes_.end())
+        fail(Status::invalid_argument, where_, ": free of a pointer this device did not allocate");
+      stats_.in_use -= (int64_t)it->second;
+      sizes_.erase(it);
+    }
+    use();
+    check(cudaFreeAsync(p, stream_), where_, "cudaFreeAsync");
+  }
+  void zero(void *p, size_t bytes) override {
+    if (bytes) check(cudaMemsetAsync(p, 0, bytes, stream_), where_, "cudaMemsetAsync");
+  }
+  // Pageable host memory: the copy returns once the source is staged, so the
+  // host buffer may be reused; pinned staging for large transfers comes with
+  // the checkpoint path.
+  void copy_from_host(void *dst, const void *host, size_t bytes) override {
+    if (!bytes) return;
+    use();
+    check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), where_,
+          "cudaMemcpyAsync(host to device)");
+    check(cudaStreamSynchronize(stream_), where_, "cudaStreamSynchronize");
+  }
+  void copy_to_host(void *host, const void *src, size_t bytes) override {
+    if (!bytes) return;
+    use();
+    check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), where_,
+          "cudaMemcpyAsync(device to host)");
+    check(cudaStreamSynchronize(stream_), where_, "cudaStreamSynchronize");
+  }
+  void copy(void *dst, const void *src, size_t bytes) override {
+    if (bytes)
+      check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), where_,
+            "cudaMemcpyAsync(device to device)");
+  }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), where_, "cudaStreamSynchronize"); }
+  std::unique_ptr<DeviceTimer> make_timer() override {
+    use();
+    return std::make_unique<CudaTimer>(stream_, where_);
+  }
+  void *stream() const override { return stream_; }
+  MemoryStats memory() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    MemoryStats s = stats_;
+    uint64_t reserved = 0;
+    if (cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved) == cudaSuccess)
+      s.reserved = (int64_t)reserved;
+    return s;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak = stats_.in_use;
+  }
+
+ private:
+  // Ranks are threads that may share a GPU or use different ones: every entry
+  // point makes this rank's GPU current on the calling thread.
+  void use() { check(cudaSetDevice(ordinal_), where_, "cudaSetDevice"); }
+
+  int ordinal_;
+  std::string where_, name_;
+  cudaStream_t stream_ = nullptr;
+  cudaMemPool_t pool_ = nullptr;
+  mutable std::mutex mu_;
+  std::unordered_map<void *, size_t> sizes_;
+  MemoryStats stats_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Device> make_cuda_device(int ordinal) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail(Status::invalid_config, "device 'cuda' asked for, but no GPU can be used: ",
+         cudaGetErrorString(e), " (use --device cpu)");
+  }
+  if (n == 0) fail(Status::invalid_config, "device 'cuda' asked for, but no GPU is visible (use --device cpu)");
+  if (ordinal < 0 || ordinal >= n)
+    fail(Status::bad_value, "device cuda:", ordinal, " does not exist (", n, " GPU",
+         n == 1 ? "" : "s", " visible: cuda:0 .. cuda:", n - 1, ")");
+  return std::make_unique<CudaDevice>(ordinal);
+}
+
+}  // namespace ptdp

@@ -1,0 +1,37 @@
+// Choosing a rank's device from a --device value.
+#include <cstdlib>
+
+#include "engine/core/status.h"
+#include "engine/device/device.h"
+
+namespace ptdp {
+
+#ifndef PTDP_WITH_CUDA
+// Built without CUDA: no GPU can be used.
+int cuda_device_count() { return 0; }
+std::unique_ptr<Device> make_cuda_device(int) {
+  fail(Status::invalid_config, "device 'cuda' asked for, but this ptdp was built without CUDA "
+                               "(allowed here: cpu)");
+}
+#endif
+
+std::unique_ptr<Device> make_device(const std::string &spec, int rank) {
+  if (spec == "cpu") return make_cpu_device();
+  if (spec == "cuda") {
+    const int count = cuda_device_count();
+    if (count == 0) make_cuda_device(0);  // throws with the reason
+    return make_cuda_device(rank % count);
+  }
+  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5) {
+    char *end = nullptr;
+    const long ordinal = std::strtol(spec.c_str() + 5, &end, 10);
+    if (*end == '\0' && ordinal >= 0 && ordinal < (1 << 20)) return make_cuda_device((int)ordinal);
+  }
+  fail(Status::bad_value, "device '", spec, "' (allowed: cpu, cuda, cuda:N)");
+}
+
+void device_array_size_mismatch(size_t have, size_t given) {
+  fail(Status::invalid_argument, "DeviceArray of ", have, " elements given ", given, " values");
+}
+
+}  // namespace ptdp

@@ -1,0 +1,224 @@
+// Dropout keyed by global indices (cpu::dropout_*): bias + dropout + residual
+// add over [s, b, h], attention-probability dropout over [b, a, s_q, s_k], and
+// the backward from dropout's output. The mask is the CPU's bit for bit: the
+// same Philox call (dropout_quad) gives the four draws of elements 4q..4q+3 of
+// a sample, and each thread handles whole quads, so it calls it once per quad.
+#include <algorithm>
+#include <cstdint>
+
+#include "engine/core/status.h"
+#include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/storage.cuh"
+
+namespace ptdp::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+void check_launch(const char *what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
+}
+
+bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// V consecutive elements moved as one access (16 bytes for V = 16 / sizeof(T)).
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// A site's dropout as the kernels see it. threshold and scale are computed on
+// the host exactly as the CPU does (dropout_keep's threshold; 1 / (1 - p) in float).
+struct Drop {
+  DropoutKey key;
+  uint32_t sample_offset;
+  uint32_t threshold;  // keep where bits >= threshold
+  float scale;
+  bool on;  // p > 0; off = identity, no draws
+};
+
+Drop make_drop(const DropoutSpec &d) {
+  Drop r;
+  r.key = d.key;
+  r.sample_offset = d.sample_offset;
+  r.on = d.p > 0;
+  r.threshold = r.on ? (uint32_t)(d.p * 4294967296.0) : 0u;
+  r.scale = r.on ? 1.f / (1.f - d.p) : 1.f;
+  return r;
+}
+
+// v[0..3] = dropout of elements 4q..4q+3 of `sample`: one Philox call. Skipped
+// when all four are 0, which the mask cannot change (a causal upper triangle).
+// __fmul_rn: never contracted into an FMA, so fp32 rounds as the CPU does.
+__device__ __forceinline__ void drop_quad(float *v, const Drop &d, uint32_t sample, uint64_t q) {
+  if (!d.on || (v[0] == 0.f && v[1] == 0.f && v[2] == 0.f && v[3] == 0.f)) return;
+  const Philox4x32 r = dropout_quad(d.key, sample, q);
+#pragma unroll
+  for (int l = 0; l < 4; l++) v[l] = r.v[l] >= d.threshold ? __fmul_rn(v[l], d.scale) : 0.f;
+}
+
+// Sample bi's elements are e_base + l for l in [0, s*h); l = si*h + j lives at
+// row si*b + bi of x: [s*b, h]. out = residual + dropout(y + bias[j]).
+// Fast path: V = 16 / sizeof(T) elements per thread, 16-byte accesses. Needs
+// h % V == 0 and e_base % 4 == 0, so a thread's V elements are V/4 whole quads.
+template <class T>
+__global__ void bias_dropout_add_vec(T *out, const T *residual, const T *y, const T *bias, int b,
+                                     int64_t h, uint64_t e_base, size_t n, Drop d) {
+  constexpr int V = 16 / sizeof(T);
+  using P = Pack<T, V>;
+  for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < n;
+       i += (size_t)gridDim.x * blockDim.x * V) {
+    const size_t r = i / h;
+    const int64_t j = (int64_t)(i % h);
+    const uint32_t sample = d.sample_offset + (uint32_t)(r % b);
+    const uint64_t e = e_base + (r / b) * h + j;
+    const P yv = *reinterpret_cast<const P *>(y + i);
+    float v[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) v[k] = to_f32(yv.v[k]);
+    if (bias) {
+      const P bv = *reinterpret_cast<const P *>(bias + j);
+#pragma unroll
+      for (int k = 0; k < V; k++) v[k] += to_f32(bv.v[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < V; k += 4) drop_quad(v + k, d, sample, (e + k) >> 2);
+    if (residual) {
+      const P rv = *reinterpret_cast<const P *>(residual + i);
+#pragma unroll
+      for (int k = 0; k < V; k++) v[k] = to_f32(rv.v[k]) + v[k];
+    }
+    P o;
+#pragma unroll
+    for (int k = 0; k < V; k++) o.v[k] = from_f32<T>(v[k]);
+    *reinterpret_cast<P *>(out + i) = o;
+  }
+}
+
+// Any h, e_base or alignment: one thread per quad of a sample's numbering; its
+// four elements may lie in different rows (h % 4 != 0), lanes outside
+// [e_base, e_base + m) are skipped.
+template <class T>
+__global__ void bias_dropout_add_quads(T *out, const T *residual, const T *y, const T *bias, int b,
+                                       int64_t h, uint64_t e_base, uint64_t m, Drop d) {
+  const uint64_t q0 = e_base >> 2, nq = ((e_base + m + 3) >> 2) - q0;
+  for (uint64_t t = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; t < nq * b;
+       t += (uint64_t)gridDim.x * blockDim.x) {
+    const int bi = (int)(t / nq);
+    const uint64_t q = q0 + t % nq;
+    size_t idx[4];
+    bool in[4];
+    float v[4];
+#pragma unroll
+    for (int l = 0; l < 4; l++) {
+      const uint64_t e = 4 * q + l;
+      in[l] = e >= e_base && e < e_base + m;
+      idx[l] = 0;
+      v[l] = 0.f;
+      if (in[l]) {
+        const uint64_t si = (e - e_base) / h, j = (e - e_base) % h;
+        idx[l] = (si * b + bi) * h + j;
+        v[l] = to_f32(y[idx[l]]) + (bias ? to_f32(bias[j]) : 0.f);
+      }
+    }
+    drop_quad(v, d, d.sample_offset + (uint32_t)bi, q);
+#pragma unroll
+    for (int l = 0; l < 4; l++)
+      if (in[l]) out[idx[l]] = from_f32<T>((residual ? to_f32(residual[idx[l]]) : 0.f) + v[l]);
+  }
+}
+
+// Both ops: bias_dropout_add is (s, h, e_base = 0); attention is one "row" per
+// sample, h = a*s_q*s_k, numbered from e_base = head_offset*s_q*s_k.
+template <class T>
+void launch_dropout(T *out, const T *residual, const T *y, const T *bias, int64_t s, int b,
+                    int64_t h, uint64_t e_base, const Drop &d, cudaStream_t stream,
+                    const char *what) {
+  const size_t n = (size_t)s * b * h;
+  if (n == 0) return;
+  constexpr int V = 16 / sizeof(T);
+  auto ok = [](const void *p) { return p == nullptr || aligned16(p); };
+  if (h % V == 0 && e_base % 4 == 0 && ok(out) && ok(residual) && ok(y) && ok(bias)) {
+    bias_dropout_add_vec<T><<<grid_for(n / V, kThreads), kThreads, 0, stream>>>(
+        out, residual, y, bias, b, h, e_base, n, d);
+  } else {
+    const uint64_t m = (uint64_t)s * h, nq = ((e_base + m + 3) >> 2) - (e_base >> 2);
+    bias_dropout_add_quads<T><<<grid_for(nq * b, kThreads), kThreads, 0, stream>>>(
+        out, residual, y, bias, b, h, e_base, m, d);
+  }
+  check_launch(what);
+}
+
+// dx = y != 0 ? dy * scale : 0, V elements per thread (n a multiple of V).
+template <class T, int V>
+__global__ void dropout_backward_kernel(T *dx, const T *dy, const T *y, size_t n, float scale) {
+  using P = Pack<T, V>;
+  for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < n;
+       i += (size_t)gridDim.x * blockDim.x * V) {
+    const P yv = *reinterpret_cast<const P *>(y + i), g = *reinterpret_cast<const P *>(dy + i);
+    P o;
+#pragma unroll
+    for (int k = 0; k < V; k++)
+      o.v[k] = from_f32<T>(to_f32(yv.v[k]) != 0.f ? __fmul_rn(to_f32(g.v[k]), scale) : 0.f);
+    *reinterpret_cast<P *>(dx + i) = o;
+  }
+}
+
+}  // namespace
+
+template <class T>
+void bias_dropout_add_forward(T *out, const T *residual, const T *y, const T *bias, int s, int b,
+                              int h, const DropoutSpec &d, cudaStream_t stream) {
+  launch_dropout<T>(out, residual, y, bias, s, b, h, 0, make_drop(d), stream,
+                    "bias_dropout_add_forward");
+}
+
+template <class T>
+void bias_dropout_add_backward(T *dy, float *dbias, const T *dout, int s, int b, int h,
+                               const DropoutSpec &d, cudaStream_t stream) {
+  launch_dropout<T>(dy, nullptr, dout, nullptr, s, b, h, 0, make_drop(d), stream,
+                    "bias_dropout_add_backward");
+  if (dbias) colsum_accumulate<T>(dbias, dy, s * b, h, stream);
+}
+
+template <class T>
+void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int head_offset,
+                       const DropoutSpec &d, cudaStream_t stream) {
+  if (!(d.p > 0) && out == in) return;    // identity in place
+  const int64_t n = (int64_t)s_q * s_k;  // one head's matrix
+  launch_dropout<T>(out, nullptr, in, nullptr, 1, b, a * n, (uint64_t)head_offset * n,
+                    make_drop(d), stream, "dropout_attention");
+}
+
+template <class T>
+void dropout_backward_from_output(T *dx, const T *dy, const T *y, size_t n, float p,
+                                  cudaStream_t stream) {
+  const float scale = 1.f / (1.f - p);  // as the CPU: T(1) / T(1 - p) in float
+  constexpr int V = 16 / sizeof(T);
+  // 16-byte accesses over the first n / V * V elements, the tail one by one.
+  const size_t nv = aligned16(dx) && aligned16(dy) && aligned16(y) ? n / V * V : 0;
+  if (nv > 0)
+    dropout_backward_kernel<T, V>
+        <<<grid_for(nv / V, kThreads), kThreads, 0, stream>>>(dx, dy, y, nv, scale);
+  if (n > nv)
+    dropout_backward_kernel<T, 1><<<grid_for(n - nv, kThreads), kThreads, 0, stream>>>(
+        dx + nv, dy + nv, y + nv, n - nv, scale);
+  check_launch("dropout_backward_from_output");
+}
+
+#define PTDP_INSTANTIATE(T)                                                                     \
+  template void bias_dropout_add_forward<T>(T *, const T *, const T *, const T *, int, int, int, \
+                                            const DropoutSpec &, cudaStream_t);                 \
+  template void bias_dropout_add_backward<T>(T *, float *, const T *, int, int, int,           \
+                                             const DropoutSpec &, cudaStream_t);                \
+  template void dropout_attention<T>(T *, const T *, int, int, int, int, int,                  \
+                                     const DropoutSpec &, cudaStream_t);                        \
+  template void dropout_backward_from_output<T>(T *, const T *, const T *, size_t, float,      \
+                                                cudaStream_t);
+PTDP_CUDA_STORAGE_TYPES(PTDP_INSTANTIATE)
+#undef PTDP_INSTANTIATE
+
+}  // namespace ptdp::cuda

@@ -1,0 +1,145 @@
+// Reductions (global norm, column sums), scaling and casts. Every reduction
+// uses a fixed split of the input and sums the pieces in a fixed order, so
+// its result is the same on every run (no float atomics).
+#include "engine/core/status.h"
+#include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/storage.cuh"
+
+namespace ptdp::cuda {
+
+namespace {
+
+constexpr size_t kNormChunk = size_t(1) << 16;  // elements per partial sum of squares
+constexpr int kColRows = 256;                   // rows per partial column sum
+constexpr int kThreads = 256;
+
+void check_launch(const char *what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
+}
+
+// Block c: partial[c] = sum of x[i]^2 over chunk c, in double; the block's
+// threads stride through the chunk and combine in a fixed tree.
+template <class T>
+__global__ void sum_squares_chunks(double *partial, const T *x, size_t n) {
+  __shared__ double s[kThreads];
+  const size_t begin = blockIdx.x * kNormChunk, end = min(begin + kNormChunk, n);
+  double acc = 0;
+  for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
+    const double v = to_f32(x[i]);
+    acc += v * v;
+  }
+  s[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+}
+
+// One thread sums the partials in order (there are n / 65536 of them).
+__global__ void sum_in_order(double *out, const double *partial, size_t count) {
+  double total = 0;
+  for (size_t c = 0; c < count; c++) total += partial[c];
+  *out = total;
+}
+
+// partial[chunk, j] = sum of x[i, j] over the chunk's rows, in row order;
+// threads of a warp take consecutive columns, so the reads are coalesced.
+template <class T>
+__global__ void colsum_chunks(float *partial, const T *x, int N, int cols) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+  if (j >= cols) return;
+  const int end = min(N, (chunk + 1) * kColRows);
+  float acc = 0.f;
+  for (int i = chunk * kColRows; i < end; i++) acc += to_f32(x[(size_t)i * cols + j]);
+  partial[(size_t)chunk * cols + j] = acc;
+}
+
+__global__ void colsum_finish(float *out, const float *partial, int chunks, int cols) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  float acc = 0.f;
+  for (int c = 0; c < chunks; c++) acc += partial[(size_t)c * cols + j];
+  out[j] += acc;
+}
+
+template <class T>
+__global__ void scale_kernel(T *x, size_t n, float alpha) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] = from_f32<T>(to_f32(x[i]) * alpha);
+}
+
+template <class S, class D>
+__global__ void cast_kernel(D *dst, const S *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = from_f32<D>(to_f32(src[i]));
+}
+
+template <class S>
+void cast_from(void *dst, DType dst_type, const S *src, size_t n, cudaStream_t stream) {
+  const int g = grid_for(n, kThreads);
+  switch (dst_type) {
+    case DType::f32: cast_kernel<<<g, kThreads, 0, stream>>>((float *)dst, src, n); break;
+    case DType::bf16: cast_kernel<<<g, kThreads, 0, stream>>>((__nv_bfloat16 *)dst, src, n); break;
+    case DType::f16: cast_kernel<<<g, kThreads, 0, stream>>>((__half *)dst, src, n); break;
+    default: fail(Status::invalid_argument, "cast to ", dtype_name(dst_type), " (allowed: f32, bf16, f16)");
+  }
+}
+
+}  // namespace
+
+size_t sum_squares_scratch(size_t n) { return (n + kNormChunk - 1) / kNormChunk; }
+
+template <class T>
+void sum_squares(double *out, const T *x, size_t n, double *scratch, cudaStream_t stream) {
+  const size_t chunks = sum_squares_scratch(n);
+  if (chunks > 0) sum_squares_chunks<<<(unsigned)chunks, kThreads, 0, stream>>>(scratch, x, n);
+  sum_in_order<<<1, 1, 0, stream>>>(out, scratch, chunks);
+  check_launch("sum_squares");
+}
+
+template <class T>
+void scale_inplace(T *x, size_t n, float alpha, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, n, alpha);
+  check_launch("scale_inplace");
+}
+
+template <class T>
+void colsum_accumulate(float *out, const T *x, int N, int cols, cudaStream_t stream) {
+  if (N <= 0 || cols <= 0) return;
+  const int chunks = (N + kColRows - 1) / kColRows, threads = 128;
+  float *partial = nullptr;
+  const cudaError_t e = cudaMallocAsync(&partial, (size_t)chunks * cols * sizeof(float), stream);
+  if (e != cudaSuccess)
+    fail(Status::out_of_memory, "colsum_accumulate: scratch of ", chunks, " x ", cols,
+         " floats: ", cudaGetErrorString(e));
+  const dim3 grid((cols + threads - 1) / threads, chunks);
+  colsum_chunks<<<grid, threads, 0, stream>>>(partial, x, N, cols);
+  colsum_finish<<<(cols + threads - 1) / threads, threads, 0, stream>>>(out, partial, chunks, cols);
+  check_launch("colsum_accumulate");
+  cudaFreeAsync(partial, stream);
+}
+
+void cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n,
+          cudaStream_t stream) {
+  if (n == 0) return;
+  switch (src_type) {
+    case DType::f32: cast_from(dst, dst_type, (const float *)src, n, stream); break;
+    case DType::bf16: cast_from(dst, dst_type, (const __nv_bfloat16 *)src, n, stream); break;
+    case DType::f16: cast_from(dst, dst_type, (const __half *)src, n, stream); break;
+    default: fail(Status::invalid_argument, "cast from ", dtype_name(src_type), " (allowed: f32, bf16, f16)");
+  }
+  check_launch("cast");
+}
+
+#define PTDP_INSTANTIATE(T)                                                        \
+  template void sum_squares<T>(double *, const T *, size_t, double *, cudaStream_t); \
+  template void scale_inplace<T>(T *, size_t, float, cudaStream_t);                \
+  template void colsum_accumulate<T>(float *, const T *, int, int, cudaStream_t);
+PTDP_CUDA_STORAGE_TYPES(PTDP_INSTANTIATE)
+#undef PTDP_INSTANTIATE
+
+}  // namespace ptdp::cuda

@@ -1,0 +1,36 @@
+// Storage types of the CUDA kernels: float, __nv_bfloat16 and __half. Kernels
+// load to fp32, compute in fp32 and round each stored value once to nearest
+// even (ARCHITECTURE §3), as the CPU's emulated 16-bit path does.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace ptdp::cuda {
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+
+template <class T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+
+// A grid-stride loop's grid: enough blocks to cover n, at most 8 per SM's worth.
+inline int grid_for(size_t n, int threads) {
+  return (int)std::max<size_t>(1, std::min<size_t>((n + threads - 1) / threads, 132 * 16));
+}
+
+}  // namespace ptdp::cuda
+
+// Explicit instantiations for the three storage types: X(float) X(__nv_bfloat16) X(__half).
+#define PTDP_CUDA_STORAGE_TYPES(X) X(float) X(__nv_bfloat16) X(__half)
