@@ -12,22 +12,6 @@ namespace ptdp::cuda {
 
 namespace {
 
-// W elements of T loaded or stored at once: 16 bytes when W = kVec<T>.
-template <class T, int W>
-struct alignas(sizeof(T) * W) Vec {
-  T v[W];
-};
-template <class T>
-constexpr int kVec = 16 / sizeof(T);
-
-bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-void check_launch(const char *what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
-}
-
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCoeff = 0.044715f;
 constexpr float kCoeff3 = (float)(3 * 0.044715);  // as the CPU's T(3 * kCoeff)

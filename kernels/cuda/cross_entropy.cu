@@ -14,11 +14,6 @@ namespace {
 
 constexpr int kThreads = 512;
 
-void check_launch(const char *what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
-}
-
 // Reduction over the block through warp shuffles, then one warp over the warps.
 template <bool kMax>
 __device__ float block_reduce(float v) {
@@ -39,16 +34,28 @@ __device__ float block_reduce(float v) {
   return v;
 }
 
-template <class T>
+// Row i's columns [0, cols) visited W at a time (16-byte loads when W =
+// kVec<T>: rows then start 16-byte aligned), the last cols % W one by one.
+template <int W, class T, class F>
+__device__ __forceinline__ void for_columns(const T *l, int cols, F f) {
+  const int vcols = cols / W * W;
+  for (int j = threadIdx.x * W; j < vcols; j += blockDim.x * W) {
+    const Vec<T, W> q = *reinterpret_cast<const Vec<T, W> *>(l + j);
+#pragma unroll
+    for (int e = 0; e < W; e++) f(to_f32(q.v[e]));
+  }
+  for (int j = vcols + threadIdx.x; j < cols; j += blockDim.x) f(to_f32(l[j]));
+}
+
+template <int W, class T>
 __global__ void local_max_rows(float *row_max, const T *logits, int ld, int cols) {
-  const T *l = logits + (size_t)blockIdx.x * ld;
   float m = -INFINITY;
-  for (int j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, to_f32(l[j]));
+  for_columns<W>(logits + (size_t)blockIdx.x * ld, cols, [&](float v) { m = fmaxf(m, v); });
   m = block_reduce<true>(m);
   if (threadIdx.x == 0) row_max[blockIdx.x] = m;
 }
 
-template <class T>
+template <int W, class T>
 __global__ void local_sums_rows(float *sum_exp, float *target_logit, const T *logits,
                                 const float *row_max, const int32_t *targets, int ld, int cols,
                                 int vocab_start) {
@@ -56,7 +63,7 @@ __global__ void local_sums_rows(float *sum_exp, float *target_logit, const T *lo
   const T *l = logits + (size_t)i * ld;
   const float mx = row_max[i];
   float s = 0.f;
-  for (int j = threadIdx.x; j < cols; j += blockDim.x) s += expf(to_f32(l[j]) - mx);
+  for_columns<W>(l, cols, [&](float v) { s += expf(v - mx); });
   s = block_reduce<false>(s);
   if (threadIdx.x == 0) {
     sum_exp[i] = s;
@@ -65,8 +72,9 @@ __global__ void local_sums_rows(float *sum_exp, float *target_logit, const T *lo
   }
 }
 
-// Each element is read and written by the same thread, so dlogits may alias logits.
-template <class T>
+// Each element is read and written by the same thread, so dlogits may alias
+// logits. W elements per access over [0, ld) (ld % W == 0 when W > 1).
+template <int W, class T>
 __global__ void backward_rows(T *dlogits, const T *logits, const float *row_max,
                               const float *sum_exp, const int32_t *targets, int ld, int cols,
                               int vocab_start, float dloss) {
@@ -75,11 +83,24 @@ __global__ void backward_rows(T *dlogits, const T *logits, const float *row_max,
   T *d = dlogits + (size_t)i * ld;
   const float mx = row_max[i], scale = dloss / sum_exp[i];
   const int64_t t = (int64_t)targets[i] - vocab_start;
-  for (int j = threadIdx.x; j < ld; j += blockDim.x) {
-    float g = 0.f;
-    if (j < cols) g = scale * expf(to_f32(l[j]) - mx) - (j == t ? dloss : 0.f);
-    d[j] = from_f32<T>(g);
+  for (int j0 = threadIdx.x * W; j0 < ld; j0 += blockDim.x * W) {
+    const Vec<T, W> q = *reinterpret_cast<const Vec<T, W> *>(l + j0);
+    Vec<T, W> out;
+#pragma unroll
+    for (int e = 0; e < W; e++) {
+      const int j = j0 + e;
+      float g = 0.f;
+      if (j < cols) g = scale * expf(to_f32(q.v[e]) - mx) - (j == t ? dloss : 0.f);
+      out.v[e] = from_f32<T>(g);
+    }
+    *reinterpret_cast<Vec<T, W> *>(d + j0) = out;
   }
+}
+
+// 16-byte accesses when every row starts 16-byte aligned.
+template <class T>
+bool rows_aligned(const T *p, int ld) {
+  return aligned16(p) && ((size_t)ld * sizeof(T)) % 16 == 0;
 }
 
 __global__ void finish_losses(float *losses, const float *row_max, const float *sum_exp, int N) {
@@ -93,7 +114,10 @@ template <class T>
 void vocab_ce_local_max(float *row_max, const T *logits, int N, int ld, int cols,
                         cudaStream_t stream) {
   if (N <= 0) return;
-  local_max_rows<<<N, kThreads, 0, stream>>>(row_max, logits, ld, cols);
+  if (rows_aligned(logits, ld))
+    local_max_rows<kVec<T>><<<N, kThreads, 0, stream>>>(row_max, logits, ld, cols);
+  else
+    local_max_rows<1><<<N, kThreads, 0, stream>>>(row_max, logits, ld, cols);
   check_launch("vocab_ce_local_max");
 }
 
@@ -102,8 +126,12 @@ void vocab_ce_local_sums(float *sum_exp, float *target_logit, const T *logits,
                          const float *row_max, const int32_t *targets, int N, int ld, int cols,
                          int vocab_start, cudaStream_t stream) {
   if (N <= 0) return;
-  local_sums_rows<<<N, kThreads, 0, stream>>>(sum_exp, target_logit, logits, row_max, targets, ld,
-                                              cols, vocab_start);
+  if (rows_aligned(logits, ld))
+    local_sums_rows<kVec<T>><<<N, kThreads, 0, stream>>>(sum_exp, target_logit, logits, row_max,
+                                                         targets, ld, cols, vocab_start);
+  else
+    local_sums_rows<1><<<N, kThreads, 0, stream>>>(sum_exp, target_logit, logits, row_max, targets,
+                                                   ld, cols, vocab_start);
   check_launch("vocab_ce_local_sums");
 }
 
@@ -112,8 +140,12 @@ void vocab_ce_backward(T *dlogits, const T *logits, const float *row_max, const 
                        const int32_t *targets, int N, int ld, int cols, int vocab_start,
                        float dloss, cudaStream_t stream) {
   if (N <= 0) return;
-  backward_rows<<<N, kThreads, 0, stream>>>(dlogits, logits, row_max, sum_exp, targets, ld, cols,
-                                            vocab_start, dloss);
+  if (rows_aligned(logits, ld) && aligned16(dlogits))
+    backward_rows<kVec<T>><<<N, kThreads, 0, stream>>>(dlogits, logits, row_max, sum_exp, targets,
+                                                       ld, cols, vocab_start, dloss);
+  else
+    backward_rows<1><<<N, kThreads, 0, stream>>>(dlogits, logits, row_max, sum_exp, targets, ld,
+                                                 cols, vocab_start, dloss);
   check_launch("vocab_ce_backward");
 }
 

@@ -16,20 +16,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-void check_launch(const char *what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
-}
-
-bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// V consecutive elements moved as one access (16 bytes for V = 16 / sizeof(T)).
-template <class T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
 // A site's dropout as the kernels see it. threshold and scale are computed on
 // the host exactly as the CPU does (dropout_keep's threshold; 1 / (1 - p) in float).
 struct Drop {
@@ -68,7 +54,7 @@ template <class T>
 __global__ void bias_dropout_add_vec(T *out, const T *residual, const T *y, const T *bias, int b,
                                      int64_t h, uint64_t e_base, size_t n, Drop d) {
   constexpr int V = 16 / sizeof(T);
-  using P = Pack<T, V>;
+  using P = Vec<T, V>;
   for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < n;
        i += (size_t)gridDim.x * blockDim.x * V) {
     const size_t r = i / h;
@@ -155,7 +141,7 @@ void launch_dropout(T *out, const T *residual, const T *y, const T *bias, int64_
 // dx = y != 0 ? dy * scale : 0, V elements per thread (n a multiple of V).
 template <class T, int V>
 __global__ void dropout_backward_kernel(T *dx, const T *dy, const T *y, size_t n, float scale) {
-  using P = Pack<T, V>;
+  using P = Vec<T, V>;
   for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; i < n;
        i += (size_t)gridDim.x * blockDim.x * V) {
     const P yv = *reinterpret_cast<const P *>(y + i), g = *reinterpret_cast<const P *>(dy + i);

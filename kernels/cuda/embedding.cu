@@ -15,14 +15,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-void check_launch(const char *what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
-}
-
-bool aligned16(const void *p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // V consecutive elements moved as one access (16 bytes for V = 16 / sizeof(T)).
 template <class T, int V>
 struct alignas(sizeof(T) * V) Pack {

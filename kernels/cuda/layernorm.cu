@@ -15,32 +15,10 @@ namespace ptdp::cuda {
 
 namespace {
 
-// W elements of T loaded or stored at once: 16 bytes when W = kVec<T>.
-template <class T, int W>
-struct alignas(sizeof(T) * W) Vec {
-  T v[W];
-};
-template <class T>
-constexpr int kVec = 16 / sizeof(T);
-
-bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-void check(cudaError_t e, const char *what) {
-  if (e == cudaSuccess) return;
-  fail(e == cudaErrorMemoryAllocation ? Status::out_of_memory : Status::internal, what,
-       " failed: ", cudaGetErrorString(e));
-}
-
-// Butterfly: every lane ends with the same sum.
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 constexpr int kRowsPerBlock = 4;  // forward: one warp per row
 constexpr int kMaxRegs = 64;      // forward: row values per lane kept in registers
 constexpr int kThreads = 256;     // forward fallback and backward blocks
-constexpr int kChunk = 32;        // backward: rows per block (one dw, db partial each)
+constexpr int kChunk = 8;         // backward: rows per block (one dw, db partial each)
 
 // Forward with the row in registers: lane holds packs lane, lane + 32, ...
 // (kPacks of kVec<T> values); two passes (mean, then the squared deviations)

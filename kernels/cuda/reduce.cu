@@ -10,22 +10,27 @@ namespace ptdp::cuda {
 namespace {
 
 constexpr size_t kNormChunk = size_t(1) << 16;  // elements per partial sum of squares
-constexpr int kColRows = 256;                   // rows per partial column sum
+constexpr int kColRows = 64;                    // rows per partial column sum
 constexpr int kThreads = 256;
 
-void check_launch(const char *what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
-}
-
 // Block c: partial[c] = sum of x[i]^2 over chunk c, in double; the block's
-// threads stride through the chunk and combine in a fixed tree.
-template <class T>
+// threads stride through the chunk W elements at a time (16-byte loads when
+// W = kVec<T>) and combine in a fixed tree.
+template <class T, int W>
 __global__ void sum_squares_chunks(double *partial, const T *x, size_t n) {
   __shared__ double s[kThreads];
   const size_t begin = blockIdx.x * kNormChunk, end = min(begin + kNormChunk, n);
+  const size_t vend = begin + (end - begin) / W * W;
   double acc = 0;
-  for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
+  for (size_t i = begin + threadIdx.x * W; i < vend; i += kThreads * W) {
+    const Vec<T, W> q = *reinterpret_cast<const Vec<T, W> *>(x + i);
+#pragma unroll
+    for (int e = 0; e < W; e++) {
+      const double v = to_f32(q.v[e]);
+      acc += v * v;
+    }
+  }
+  for (size_t i = vend + threadIdx.x; i < end; i += kThreads) {
     const double v = to_f32(x[i]);
     acc += v * v;
   }
@@ -38,11 +43,20 @@ __global__ void sum_squares_chunks(double *partial, const T *x, size_t n) {
   if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
 }
 
-// One thread sums the partials in order (there are n / 65536 of them).
+// One block sums the partials: thread t takes partials t, t + 256, ... in
+// order, then a fixed tree; the same bits on every run. (One thread alone,
+// waiting on each load in turn, took longer than the squares themselves.)
 __global__ void sum_in_order(double *out, const double *partial, size_t count) {
-  double total = 0;
-  for (size_t c = 0; c < count; c++) total += partial[c];
-  *out = total;
+  __shared__ double s[kThreads];
+  double acc = 0;
+  for (size_t c = threadIdx.x; c < count; c += kThreads) acc += partial[c];
+  s[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = s[0];
 }
 
 // partial[chunk, j] = sum of x[i, j] over the chunk's rows, in row order;
@@ -53,6 +67,7 @@ __global__ void colsum_chunks(float *partial, const T *x, int N, int cols) {
   if (j >= cols) return;
   const int end = min(N, (chunk + 1) * kColRows);
   float acc = 0.f;
+#pragma unroll 8  // independent loads in flight; the sum itself stays in row order
   for (int i = chunk * kColRows; i < end; i++) acc += to_f32(x[(size_t)i * cols + j]);
   partial[(size_t)chunk * cols + j] = acc;
 }
@@ -95,8 +110,13 @@ size_t sum_squares_scratch(size_t n) { return (n + kNormChunk - 1) / kNormChunk;
 template <class T>
 void sum_squares(double *out, const T *x, size_t n, double *scratch, cudaStream_t stream) {
   const size_t chunks = sum_squares_scratch(n);
-  if (chunks > 0) sum_squares_chunks<<<(unsigned)chunks, kThreads, 0, stream>>>(scratch, x, n);
-  sum_in_order<<<1, 1, 0, stream>>>(out, scratch, chunks);
+  // Chunks start at multiples of 65536 elements, so an aligned x keeps every
+  // chunk's 16-byte loads aligned.
+  if (chunks > 0 && aligned16(x))
+    sum_squares_chunks<T, kVec<T>><<<(unsigned)chunks, kThreads, 0, stream>>>(scratch, x, n);
+  else if (chunks > 0)
+    sum_squares_chunks<T, 1><<<(unsigned)chunks, kThreads, 0, stream>>>(scratch, x, n);
+  sum_in_order<<<1, kThreads, 0, stream>>>(out, scratch, chunks);
   check_launch("sum_squares");
 }
 

@@ -14,27 +14,7 @@ namespace ptdp::cuda {
 
 namespace {
 
-// W elements of T loaded or stored at once: 16 bytes when W = kVec<T>.
-template <class T, int W>
-struct alignas(sizeof(T) * W) Vec {
-  T v[W];
-};
-template <class T>
-constexpr int kVec = 16 / sizeof(T);
-
-bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-void check_launch(const char *what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
-}
-
 // Butterflies: every lane ends with the same value.
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/core/status.h"
+
 namespace ptdp::cuda {
 
 __device__ __forceinline__ float to_f32(float x) { return x; }
@@ -24,6 +26,33 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <>
 __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+
+// W elements of T loaded or stored as one access: 16 bytes when W = kVec<T>.
+template <class T, int W>
+struct alignas(sizeof(T) * W) Vec {
+  T v[W];
+};
+template <class T>
+constexpr int kVec = 16 / sizeof(T);
+
+inline bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Butterfly: every lane ends with the same sum.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// A failed CUDA call or kernel launch as a ptdp::Error naming what failed.
+inline void check(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return;
+  fail(e == cudaErrorMemoryAllocation ? Status::out_of_memory : Status::internal, what,
+       " failed: ", cudaGetErrorString(e));
+}
+inline void check_launch(const char *what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
+}
 
 // A grid-stride loop's grid: enough blocks to cover n, at most 8 per SM's worth.
 inline int grid_for(size_t n, int threads) {

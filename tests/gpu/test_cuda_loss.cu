@@ -105,19 +105,22 @@ void test_vocab_ce(int N, int ld, int cols, int vocab_start, int vocab) {
 
 // The global norm's sum of squares: double partials over fixed chunks, so the
 // same on every run, and the CPU's up to the order of double additions.
+// offset = 1 starts the array 2 or 4 bytes past an aligned address: the
+// one-by-one path.
 template <class T>
-void test_sum_squares(size_t n) {
-  auto x = randn(n, 40, 2.f);
+void test_sum_squares(size_t n, size_t offset = 0) {
+  auto x = randn(n + offset, 40, 2.f);
   DevArray<T> dx = upload_rounded<T>(x);
-  const double ref = ptdp::cpu::sum_squares(x.data(), n);
+  const double ref = ptdp::cpu::sum_squares(x.data() + offset, n);
   DevArray<double> scratch(std::max<size_t>(1, ptdp::cuda::sum_squares_scratch(n))), out(1), again(1);
-  ptdp::cuda::sum_squares(out.p, dx.p, n, scratch.p, 0);
-  ptdp::cuda::sum_squares(again.p, dx.p, n, scratch.p, 0);
+  ptdp::cuda::sum_squares(out.p, dx.p + offset, n, scratch.p, 0);
+  ptdp::cuda::sum_squares(again.p, dx.p + offset, n, scratch.p, 0);
   CUDA_OK(cudaDeviceSynchronize());
   const double got = out.get()[0], got2 = again.get()[0];
   const bool ok = std::fabs(got - ref) <= 1e-12 * ref + 1e-300 && got == got2;
   std::printf("%-48s rel err %.2g, repeat %s %s\n",
-              ("sum_squares " + std::string(type_name<T>()) + " n=" + std::to_string(n)).c_str(),
+              ("sum_squares " + std::string(type_name<T>()) + " n=" + std::to_string(n) +
+               (offset ? " unaligned" : "")).c_str(),
               ref ? std::fabs(got - ref) / ref : std::fabs(got), got == got2 ? "equal" : "DIFFERS",
               ok ? "ok" : "FAIL");
   if (!ok) failures++;
@@ -191,7 +194,9 @@ template <class T>
 void test_storage_type() {
   for (int cols : {0, 1, 257, 25152}) test_vocab_ce<T>(19, (cols + 127) / 128 * 128 + 128, cols, 25152, 50304);
   test_vocab_ce<T>(7, 50304, 50257, 0, 50257);
+  test_vocab_ce<T>(5, 1001, 999, 0, 999);  // rows not 16-byte aligned: the one-by-one path
   for (size_t n : {0, 1, 65535, 65536, 1000003}) test_sum_squares<T>(n);
+  test_sum_squares<T>(1000003, 1);
   for (auto [N, cols] : {std::pair{1, 1}, {300, 7}, {1000, 2048}, {37, 1003}}) test_colsum<T>(N, cols);
   test_scale<T>(100003);
   test_casts_from<T>();
