@@ -42,11 +42,14 @@ step configure 120 configure.log cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_
 step build 300 build.log cmake --build build-gpu -j"$jobs"
 step tests 180 tests.log ctest --test-dir build-gpu -L gpu --output-on-failure
 step memcheck 240 memcheck.log bash -c 'rc=0
+  mkdir -p build-gpu/memcheck
   for t in build-gpu/tests/gpu/test_cuda_*; do
+    [[ -f "$t" && -x "$t" ]] || continue
+    log=build-gpu/memcheck/$(basename "$t").log
     # API errors off: the device tests provoke out-of-memory on purpose.
-    compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$t" >"$t.memcheck" 2>&1 ||
-      { rc=1; cat "$t.memcheck"; }
-    grep -H "ERROR SUMMARY" "$t.memcheck"
+    compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$t" >"$log" 2>&1 ||
+      { rc=1; cat "$log"; }
+    echo "$(basename "$t"): $(grep "ERROR SUMMARY" "$log")"
   done; exit $rc'
 step bench_ops 180 bench_ops.log build-gpu/tests/gpu/bench_gpu_ops
 if ((!torch)); then
