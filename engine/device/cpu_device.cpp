@@ -2,11 +2,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 
 #include "engine/core/status.h"
 #include "engine/device/device.h"
+#include "engine/device/memory_ledger.h"
 
 namespace ptdp {
 
@@ -33,29 +32,16 @@ class CpuDevice : public Device {
 
   void *allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
-    const size_t rounded = (bytes + 255) / 256 * 256;
-    void *p = std::aligned_alloc(256, rounded);
-    std::lock_guard<std::mutex> lock(mu_);
+    void *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
     if (!p)
-      fail(Status::out_of_memory, "cpu: out of memory allocating ", bytes, " bytes (", stats_.in_use,
-           " in use)");
-    sizes_[p] = bytes;
-    stats_.in_use += (int64_t)bytes;
-    stats_.reserved = stats_.in_use;
-    stats_.peak = std::max(stats_.peak, stats_.in_use);
-    stats_.allocations++;
+      fail(Status::out_of_memory, "cpu: out of memory allocating ", bytes, " bytes (",
+           ledger_.stats().in_use, " in use)");
+    ledger_.add(p, bytes);
     return p;
   }
   void free(void *p) override {
     if (!p) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = sizes_.find(p);
-      if (it == sizes_.end()) fail(Status::invalid_argument, "cpu: free of a pointer this device did not allocate");
-      stats_.in_use -= (int64_t)it->second;
-      stats_.reserved = stats_.in_use;
-      sizes_.erase(it);
-    }
+    ledger_.remove(p, "cpu");
     std::free(p);
   }
   void zero(void *p, size_t bytes) override {
@@ -70,18 +56,14 @@ class CpuDevice : public Device {
   std::unique_ptr<DeviceTimer> make_timer() override { return std::make_unique<CpuTimer>(); }
   void *stream() const override { return nullptr; }
   MemoryStats memory() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    MemoryStats s = ledger_.stats();
+    s.reserved = s.in_use;  // freed memory goes back to the C library
+    return s;
   }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak = stats_.in_use;
-  }
+  void reset_peak() override { ledger_.reset_peak(); }
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<void *, size_t> sizes_;
-  MemoryStats stats_;
+  MemoryLedger ledger_;
 };
 
 }  // namespace

@@ -4,11 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
-#include <unordered_map>
 
 #include "engine/core/status.h"
 #include "engine/device/device.h"
+#include "engine/device/memory_ledger.h"
 
 namespace ptdp {
 
@@ -75,7 +74,7 @@ class CudaDevice : public Device {
   ~CudaDevice() override {
     cudaSetDevice(ordinal_);
     cudaStreamSynchronize(stream_);
-    for (auto &kv : sizes_) cudaFreeAsync(kv.first, stream_);
+    ledger_.for_each_live([&](void *p) { cudaFreeAsync(p, stream_); });
     cudaStreamSynchronize(stream_);
     cudaMemPoolDestroy(pool_);
     cudaStreamDestroy(stream_);
@@ -93,29 +92,18 @@ class CudaDevice : public Device {
       cudaGetLastError();
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
-      std::lock_guard<std::mutex> lock(mu_);
+      const MemoryStats st = ledger_.stats();
       fail(e == cudaErrorMemoryAllocation ? Status::out_of_memory : Status::internal, where_,
-           ": cannot allocate ", bytes, " bytes = ", gib((int64_t)bytes), " (", cudaGetErrorString(e), "; ptdp has ",
-           gib(stats_.in_use), " in use, peak ", gib(stats_.peak), "; the GPU has ",
+           ": cannot allocate ", bytes, " bytes = ", gib((int64_t)bytes), " (", cudaGetErrorString(e),
+           "; ptdp has ", gib(st.in_use), " in use, peak ", gib(st.peak), "; the GPU has ",
            gib((int64_t)free_b), " free of ", gib((int64_t)total_b), ")");
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    sizes_[p] = bytes;
-    stats_.in_use += (int64_t)bytes;
-    stats_.peak = std::max(stats_.peak, stats_.in_use);
-    stats_.allocations++;
+    ledger_.add(p, bytes);
     return p;
   }
   void free(void *p) override {
     if (!p) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = sizes_.find(p);
-      if (it == sizes_.end())
-        fail(Status::invalid_argument, where_, ": free of a pointer this device did not allocate");
-      stats_.in_use -= (int64_t)it->second;
-      sizes_.erase(it);
-    }
+    ledger_.remove(p, where_);
     use();
     check(cudaFreeAsync(p, stream_), where_, "cudaFreeAsync");
   }
@@ -151,17 +139,13 @@ class CudaDevice : public Device {
   }
   void *stream() const override { return stream_; }
   MemoryStats memory() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    MemoryStats s = stats_;
+    MemoryStats s = ledger_.stats();
     uint64_t reserved = 0;
     if (cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved) == cudaSuccess)
       s.reserved = (int64_t)reserved;
     return s;
   }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak = stats_.in_use;
-  }
+  void reset_peak() override { ledger_.reset_peak(); }
 
  private:
   // Ranks are threads that may share a GPU or use different ones: every entry
@@ -172,9 +156,7 @@ class CudaDevice : public Device {
   std::string where_, name_;
   cudaStream_t stream_ = nullptr;
   cudaMemPool_t pool_ = nullptr;
-  mutable std::mutex mu_;
-  std::unordered_map<void *, size_t> sizes_;
-  MemoryStats stats_;
+  MemoryLedger ledger_;
 };
 
 }  // namespace

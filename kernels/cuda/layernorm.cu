@@ -99,15 +99,6 @@ __global__ void layernorm_fwd_loop(T *out, float *mean, float *rstd, const T *x,
   if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = r;
 }
 
-// Launches launch(integral_constant<kPacks>) with the smallest kPacks in
-// {1, 2, 4, ...} >= per_lane (per_lane * kVec<T> <= kMaxRegs).
-template <class T, int kPacks, class Launch>
-void with_packs(int per_lane, Launch launch) {
-  if constexpr (2 * kPacks * kVec<T> <= kMaxRegs)
-    if (per_lane > kPacks) return with_packs<T, 2 * kPacks>(per_lane, launch);
-  launch(std::integral_constant<int, kPacks>{});
-}
-
 // Backward, one block per chunk of kChunk rows, W elements per access (kVec<T>,
 // or 1 when h or the pointers do not allow 16 bytes).
 // 1. one warp per row: the means of dxhat = dout * w and of dxhat * xhat;
@@ -204,7 +195,7 @@ void layernorm_forward(T *out, float *mean, float *rstd, const T *x, const T *w,
   if (h % V == 0 && per_lane * V <= kMaxRegs && aligned16(out) && aligned16(x) &&
       aligned16(w) && aligned16(b)) {
     const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-    with_packs<T, 1>(per_lane, [&](auto packs) {
+    with_packs<T, kMaxRegs>(per_lane, [&](auto packs) {
       layernorm_fwd_regs<T, decltype(packs)::value>
           <<<blocks, 32 * kRowsPerBlock, 0, stream>>>(out, mean, rstd, x, w, b, N, h, eps);
     });

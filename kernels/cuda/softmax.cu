@@ -23,15 +23,6 @@ __device__ __forceinline__ float warp_max(float v) {
 constexpr int kRowsPerBlock = 4;  // one warp per row
 constexpr int kMaxRegs = 64;      // row values per lane (per array) kept in registers
 
-// Launches launch(integral_constant<kPacks>) with the smallest kPacks in
-// {1, 2, 4, ...} >= per_lane (per_lane * kVec<T> <= kMaxRegs).
-template <class T, int kPacks, class Launch>
-void with_packs(int per_lane, Launch launch) {
-  if constexpr (2 * kPacks * kVec<T> <= kMaxRegs)
-    if (per_lane > kPacks) return with_packs<T, 2 * kPacks>(per_lane, launch);
-  launch(std::integral_constant<int, kPacks>{});
-}
-
 // Forward with the row in registers: lane holds packs lane, lane + 32, ... (kPacks
 // of kVec<T> values), masked entries as -inf. Packs past the causal bound are not
 // read. Needs s_k % kVec<T> == 0 and 16-byte aligned P, S. P may alias S (the
@@ -189,7 +180,7 @@ void scale_mask_softmax_forward(T *P, const T *S, int batch, int s_q, int s_k, f
   if (rows <= 0 || s_k <= 0) return;
   const int blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock, threads = 32 * kRowsPerBlock;
   if (const int per_lane = packs_per_lane<T>(s_k, P, S))
-    with_packs<T, 1>(per_lane, [&](auto packs) {
+    with_packs<T, kMaxRegs>(per_lane, [&](auto packs) {
       softmax_fwd_regs<T, decltype(packs)::value>
           <<<blocks, threads, 0, stream>>>(P, S, rows, s_q, s_k, scale, causal, mask);
     });
@@ -205,7 +196,7 @@ void scale_mask_softmax_backward(T *dS, const T *P, const T *dP, int batch, int 
   if (rows <= 0 || s_k <= 0) return;
   const int blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock, threads = 32 * kRowsPerBlock;
   if (const int per_lane = packs_per_lane<T>(s_k, dS, P, dP))
-    with_packs<T, 1>(per_lane, [&](auto packs) {
+    with_packs<T, kMaxRegs>(per_lane, [&](auto packs) {
       softmax_bwd_regs<T, decltype(packs)::value>
           <<<blocks, threads, 0, stream>>>(dS, P, dP, rows, s_k, scale);
     });

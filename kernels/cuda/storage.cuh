@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/core/status.h"
 
@@ -41,6 +42,16 @@ inline bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 1
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// For kernels that hold a row in registers, kPacks packs of kVec<T> values per
+// lane: launches launch(integral_constant<kPacks>) with the smallest kPacks in
+// {1, 2, 4, ...} >= per_lane, up to kMaxValues values per lane.
+template <class T, int kMaxValues, int kPacks = 1, class Launch>
+void with_packs(int per_lane, Launch launch) {
+  if constexpr (2 * kPacks * kVec<T> <= kMaxValues)
+    if (per_lane > kPacks) return with_packs<T, kMaxValues, 2 * kPacks>(per_lane, launch);
+  launch(std::integral_constant<int, kPacks>{});
 }
 
 // A failed CUDA call or kernel launch as a ptdp::Error naming what failed.
