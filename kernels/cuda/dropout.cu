@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "engine/core/status.h"
+#include "kernels/cuda/dropout_mask.cuh"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/storage.cuh"
 
@@ -15,26 +16,6 @@ namespace ptdp::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-// A site's dropout as the kernels see it. threshold and scale are computed on
-// the host exactly as the CPU does (dropout_keep's threshold; 1 / (1 - p) in float).
-struct Drop {
-  DropoutKey key;
-  uint32_t sample_offset;
-  uint32_t threshold;  // keep where bits >= threshold
-  float scale;
-  bool on;  // p > 0; off = identity, no draws
-};
-
-Drop make_drop(const DropoutSpec &d) {
-  Drop r;
-  r.key = d.key;
-  r.sample_offset = d.sample_offset;
-  r.on = d.p > 0;
-  r.threshold = r.on ? (uint32_t)(d.p * 4294967296.0) : 0u;
-  r.scale = r.on ? 1.f / (1.f - d.p) : 1.f;
-  return r;
-}
 
 // v[0..3] = dropout of elements 4q..4q+3 of `sample`: one Philox call. Skipped
 // when all four are 0, which the mask cannot change (a causal upper triangle).

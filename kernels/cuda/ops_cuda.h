@@ -104,6 +104,23 @@ template <class T>
 void scale_mask_softmax_backward(T *dS, const T *P, const T *dP, int batch, int s_q, int s_k,
                                  float scale, cudaStream_t stream);
 
+// Fused ("flash") causal self-attention on the model's layout, never holding an
+// [s, s] matrix in memory: qkv is [s, b, heads * 3 * hd] with (bi, head)'s Q, K, V
+// at column (bi*heads + head)*3*hd + {0, hd, 2hd} and row stride b*heads*3*hd (as
+// GPT::attention_forward reads it); ctx is [s, b, heads * hd] with (bi, head) at
+// column (bi*heads + head)*hd. ctx = dropout(softmax(scale * Q K^T, causal)) V with
+// the same dropout mask as dropout_attention (heads numbered from head_offset).
+// lse: [b * heads, s] fp32, each row's log-sum-exp of scale * Q K^T, for backward.
+template <class T>
+void flash_attention_forward(T *ctx, float *lse, const T *qkv, int s, int b, int heads, int hd,
+                             float scale, int head_offset, const DropoutSpec &d,
+                             cudaStream_t stream);
+// dqkv (layout of qkv, overwritten) from dctx, with the forward's ctx and lse.
+template <class T>
+void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv,
+                              const float *lse, int s, int b, int heads, int hd, float scale,
+                              int head_offset, const DropoutSpec &d, cudaStream_t stream);
+
 // Vocab-parallel embedding: x[si*b+bi] = (token in [vocab_start, vocab_start +
 // vocab_rows) ? wte[token - vocab_start] : 0) + (wpe ? wpe[si] : 0); x: [s*b, h].
 template <class T>

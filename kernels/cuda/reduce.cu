@@ -10,7 +10,7 @@ namespace ptdp::cuda {
 namespace {
 
 constexpr size_t kNormChunk = size_t(1) << 16;  // elements per partial sum of squares
-constexpr int kColRows = 64;                    // rows per partial column sum
+constexpr int kColChunks = 64;  // column sums: at most this many partial sums per column
 constexpr int kThreads = 256;
 
 // Block c: partial[c] = sum of x[i]^2 over chunk c, in double; the block's
@@ -59,23 +59,30 @@ __global__ void sum_in_order(double *out, const double *partial, size_t count) {
   if (threadIdx.x == 0) *out = s[0];
 }
 
-// partial[chunk, j] = sum of x[i, j] over the chunk's rows, in row order;
-// threads of a warp take consecutive columns, so the reads are coalesced.
-template <class T>
-__global__ void colsum_chunks(float *partial, const T *x, int N, int cols) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+// partial[chunk, j] = sum of x[i, j] over the chunk's rows, in row order; a
+// thread takes W adjacent columns (16-byte loads when W = kVec<T>), so a warp
+// reads whole rows of 32 W columns. The order of the sum does not depend on W.
+template <class T, int W>
+__global__ void colsum_chunks(float *partial, const T *x, int N, int cols, int rows) {
+  const int j = (blockIdx.x * blockDim.x + threadIdx.x) * W, chunk = blockIdx.y;
   if (j >= cols) return;
-  const int end = min(N, (chunk + 1) * kColRows);
-  float acc = 0.f;
-#pragma unroll 8  // independent loads in flight; the sum itself stays in row order
-  for (int i = chunk * kColRows; i < end; i++) acc += to_f32(x[(size_t)i * cols + j]);
-  partial[(size_t)chunk * cols + j] = acc;
+  const int end = min(N, (chunk + 1) * rows);
+  float acc[W] = {};
+#pragma unroll 4  // independent loads in flight; each column's sum stays in row order
+  for (int i = chunk * rows; i < end; i++) {
+    const Vec<T, W> q = *reinterpret_cast<const Vec<T, W> *>(x + (size_t)i * cols + j);
+#pragma unroll
+    for (int e = 0; e < W; e++) acc[e] += to_f32(q.v[e]);
+  }
+#pragma unroll
+  for (int e = 0; e < W; e++) partial[(size_t)chunk * cols + j + e] = acc[e];
 }
 
 __global__ void colsum_finish(float *out, const float *partial, int chunks, int cols) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= cols) return;
   float acc = 0.f;
+#pragma unroll 8
   for (int c = 0; c < chunks; c++) acc += partial[(size_t)c * cols + j];
   out[j] += acc;
 }
@@ -130,14 +137,24 @@ void scale_inplace(T *x, size_t n, float alpha, cudaStream_t stream) {
 template <class T>
 void colsum_accumulate(float *out, const T *x, int N, int cols, cudaStream_t stream) {
   if (N <= 0 || cols <= 0) return;
-  const int chunks = (N + kColRows - 1) / kColRows, threads = 128;
+  // Rows split into at most kColChunks chunks of at least 16 rows: enough blocks
+  // to fill the GPU, few partials to add. Depends on N only, so do the sums.
+  const int rows = std::max(16, (N + kColChunks - 1) / kColChunks);
+  const int chunks = (N + rows - 1) / rows, threads = 128;
   float *partial = nullptr;
   const cudaError_t e = cudaMallocAsync(&partial, (size_t)chunks * cols * sizeof(float), stream);
   if (e != cudaSuccess)
     fail(Status::out_of_memory, "colsum_accumulate: scratch of ", chunks, " x ", cols,
          " floats: ", cudaGetErrorString(e));
-  const dim3 grid((cols + threads - 1) / threads, chunks);
-  colsum_chunks<<<grid, threads, 0, stream>>>(partial, x, N, cols);
+  constexpr int V = kVec<T>;
+  if (cols % V == 0 && aligned16(x)) {
+    const int per_block = threads * V;
+    colsum_chunks<T, V><<<dim3((cols + per_block - 1) / per_block, chunks), threads, 0, stream>>>(
+        partial, x, N, cols, rows);
+  } else {
+    colsum_chunks<T, 1><<<dim3((cols + threads - 1) / threads, chunks), threads, 0, stream>>>(
+        partial, x, N, cols, rows);
+  }
   colsum_finish<<<(cols + threads - 1) / threads, threads, 0, stream>>>(out, partial, chunks, cols);
   check_launch("colsum_accumulate");
   cudaFreeAsync(partial, stream);

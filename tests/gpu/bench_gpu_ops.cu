@@ -6,6 +6,7 @@
 // copy ceiling). Inputs are random, never zeros.
 // Prints a table, then one "bench key=value ..." line per figure for scripts.
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "kernels/cuda/ops_cuda.h"
@@ -163,6 +164,50 @@ void bench_elementwise(double copy_gbs) {
   }
 }
 
+// Causal attention of one layer (b 2, 16 heads, s 2048, hd 128) in T: the
+// unfused path of GPT::attention_forward (scores GEMM, softmax, dropout,
+// context GEMM; [s, s] matrices in memory) against the fused kernels. FLOPs
+// counted are those of the causal half: 2 b a s^2 hd forward, 2.5x that backward.
+template <class T>
+void bench_attention(ptdp::cuda::Gemm &gemm) {
+  const int s = 2048, b = 2, a = 16, hd = 128, w = a * hd;
+  const int es = sizeof(T);
+  const ptdp::DType dt = gpu_test::dtype_of<T>();
+  const ptdp::DropoutSpec drop{{1234, 78, 5}, 0.1f, 0};
+  T *qkv = (T *)random_device((size_t)s * b * 3 * w, es, 40);
+  T *dqkv = (T *)random_device((size_t)s * b * 3 * w, es, 41);
+  T *ctx = (T *)random_device((size_t)s * b * w, es, 42), *dctx = (T *)random_device((size_t)s * b * w, es, 43);
+  float *lse = (float *)random_device((size_t)b * a * s, 4, 44);
+  T *probs = (T *)random_device((size_t)b * a * s * s, es, 45);
+  const float scale = 1.f / std::sqrt((float)hd);
+  const int64_t ss = (int64_t)s * s;
+  const double fwd_flops = 2.0 * b * a * (double)s * s * hd;
+  const double unfused = time_ms([&] {
+    gemm.run(dt, false, true, s, s, hd, 1.f, qkv, b * 3 * w, 3 * hd, qkv + hd, b * 3 * w, 3 * hd, 0.f,
+             probs, s, ss, b * a, 0);
+    ptdp::cuda::scale_mask_softmax_forward(probs, probs, b * a, s, s, scale, true, nullptr, 0);
+    ptdp::cuda::dropout_attention(probs, probs, b, a, s, s, 0, drop, 0);
+    gemm.run(dt, false, false, s, hd, s, 1.f, probs, s, ss, qkv + 2 * hd, b * 3 * w, 3 * hd, 0.f,
+             ctx, b * w, hd, b * a, 0);
+  });
+  const double fused = time_ms([&] {
+    ptdp::cuda::flash_attention_forward(ctx, lse, qkv, s, b, a, hd, scale, 0, drop, 0);
+  });
+  const double fused_bwd = time_ms([&] {
+    ptdp::cuda::flash_attention_backward(dqkv, dctx, ctx, qkv, lse, s, b, a, hd, scale, 0, drop, 0);
+  });
+  const char *name = gpu_test::type_name<T>();
+  std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", name, "attention fwd unfused (causal)", unfused,
+              fwd_flops / unfused / 1e9);
+  std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", name, "attention fwd fused", fused,
+              fwd_flops / fused / 1e9);
+  std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", name, "attention bwd fused", fused_bwd,
+              2.5 * fwd_flops / fused_bwd / 1e9);
+  std::printf("bench name=attention dtype=%s unfused_fwd_ms=%.3f fused_fwd_ms=%.3f fused_bwd_ms=%.3f\n",
+              name, unfused, fused, fused_bwd);
+  cudaFree(qkv), cudaFree(dqkv), cudaFree(ctx), cudaFree(dctx), cudaFree(lse), cudaFree(probs);
+}
+
 struct GemmShape {
   const char *name;
   bool ta, tb;
@@ -220,6 +265,7 @@ int main() {
     }
   }
 
+  bench_attention<__nv_bfloat16>(gemm);
   bench_elementwise<float>(copy_gbs);
   bench_elementwise<__nv_bfloat16>(copy_gbs);
   {  // AdamW over fp32 master weights and moments (16-bit runs too).

@@ -1,0 +1,248 @@
+// Fused causal attention (kernels/cuda/flash_attention.cu) against a naive
+// double-precision host reference of the same math: S = scale Q K^T (causal),
+// P = softmax(S), ctx = dropout(P) V with dropout_attention's mask, lse, and the
+// backward dQ, dK, dV. Both sides read the same rounded inputs, so the only
+// differences are the kernels' fp32 arithmetic and the rounding of the stored T.
+//
+// Tolerances are first-order error bounds built from the magnitudes of the
+// terms (compare_bound), with kTol for fp32: a dot product or sum of n terms in
+// fp32 is off by at most ~n * 2^-24 of the sum of |terms| (7.6e-6 for hd = 128),
+// typically ~sqrt(n) * 2^-24; expf and logf add a few ulp. Errors in a score
+// S_ij are absolute, ~kTol * A_i with A_i = scale * max_j sum_d |Q_id K_jd|, and
+// become relative errors of P_ij = exp(S_ij - lse_i). 16-bit outputs add one
+// rounding: storage_eps<T>() relative plus storage_tiny<T>() absolute.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "kernels/cuda/ops_cuda.h"
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace gpu_test;
+
+namespace {
+
+constexpr double kTol = 1e-5;  // fp32 error per unit of sum |terms|, see above
+
+struct Shape {
+  int s, b, heads, hd;
+};
+
+// Reference values and the allowed |gpu - ref| of each output element.
+struct Ref {
+  std::vector<float> ctx, ctx_bound;    // [s, b*heads*hd]
+  std::vector<float> lse, lse_bound;    // [b*heads, s]
+  std::vector<float> dqkv, dqkv_bound;  // [s, b*heads*3*hd]
+};
+
+// Forward and backward of every (bi, head) in double, naive loops, with the
+// error bounds of the fp32 kernels storing T (eps, tiny: storage_eps, _tiny).
+Ref reference(const std::vector<float> &qkv, const std::vector<float> &dctx, const Shape &sh,
+              float scale, int head_offset, const ptdp::DropoutSpec &d, double eps, double tiny) {
+  const int s = sh.s, hd = sh.hd, bh_n = sh.b * sh.heads;
+  const size_t ld = (size_t)bh_n * 3 * hd, ldc = (size_t)bh_n * hd;
+  const double keep_scale = d.p > 0 ? (double)(1.f / (1.f - d.p)) : 1.0;  // in float, as the kernels
+  Ref R;
+  R.ctx.assign((size_t)s * ldc, 0.f);
+  R.ctx_bound = R.ctx;
+  R.lse.assign((size_t)bh_n * s, 0.f);
+  R.lse_bound = R.lse;
+  R.dqkv.assign((size_t)s * ld, 0.f);
+  R.dqkv_bound = R.dqkv;
+  using Mat = std::vector<std::vector<double>>;
+  auto mat = [&](int rows, int cols) { return Mat(rows, std::vector<double>(cols, 0.0)); };
+  for (int bh = 0; bh < bh_n; bh++) {
+    const int bi = bh / sh.heads, head = bh % sh.heads;
+    Mat Q = mat(s, hd), K = mat(s, hd), V = mat(s, hd), dO = mat(s, hd);
+    for (int i = 0; i < s; i++)
+      for (int c = 0; c < hd; c++) {
+        const size_t q = i * ld + (size_t)bh * 3 * hd + c;
+        Q[i][c] = qkv[q];
+        K[i][c] = qkv[q + hd];
+        V[i][c] = qkv[q + 2 * hd];
+        dO[i][c] = dctx[i * ldc + (size_t)bh * hd + c];
+      }
+    // Forward: S, A (score magnitudes), P, Z, lse, O and its bound.
+    Mat S = mat(s, s), P = mat(s, s), Z = mat(s, s);
+    std::vector<double> A(s, 0.0), lse(s), r(s);  // r: relative error of P_ij
+    Mat O = mat(s, hd), Ob = mat(s, hd);
+    for (int i = 0; i < s; i++) {
+      double mx = -INFINITY;
+      for (int j = 0; j <= i; j++) {
+        double dot = 0, mag = 0;
+        for (int c = 0; c < hd; c++) dot += Q[i][c] * K[j][c], mag += std::fabs(Q[i][c] * K[j][c]);
+        S[i][j] = scale * dot;
+        A[i] = std::max(A[i], scale * mag);
+        mx = std::max(mx, S[i][j]);
+      }
+      double l = 0;
+      for (int j = 0; j <= i; j++) l += std::exp(S[i][j] - mx);
+      lse[i] = mx + std::log(l);
+      // lse: the max's score error plus log of a sum of relative errors kTol*A.
+      const double lse_err = kTol * (1 + 2 * A[i] + std::fabs(lse[i]));
+      // P = exp(S - lse) in the backward (exp(S - m) / l forward): S's and lse's errors.
+      r[i] = kTol * (1 + A[i]) + lse_err;
+      R.lse[(size_t)bh * s + i] = (float)lse[i];
+      R.lse_bound[(size_t)bh * s + i] = (float)lse_err;
+      for (int j = 0; j <= i; j++) {
+        P[i][j] = std::exp(S[i][j] - lse[i]);
+        const uint64_t e = (uint64_t)(head_offset + head) * s * s + (uint64_t)i * s + j;
+        Z[i][j] = d.p > 0 ? (ptdp::dropout_keep(d, d.sample_offset + (uint32_t)bi, e) ? keep_scale : 0.0)
+                          : 1.0;
+        for (int c = 0; c < hd; c++) {
+          O[i][c] += P[i][j] * Z[i][j] * V[j][c];
+          Ob[i][c] += P[i][j] * Z[i][j] * std::fabs(V[j][c]);  // sum of |terms|
+        }
+      }
+      for (int c = 0; c < hd; c++) {
+        // fp32: P's relative error and the sum's; then one rounding to T.
+        const double fp32 = (r[i] + kTol) * Ob[i][c];
+        Ob[i][c] = fp32 + eps * (std::fabs(O[i][c]) + fp32) + tiny;
+        R.ctx[i * ldc + (size_t)bh * hd + c] = (float)O[i][c];
+        R.ctx_bound[i * ldc + (size_t)bh * hd + c] = (float)Ob[i][c];
+      }
+    }
+    // Backward. D_i = dO_i . O_i; the kernel reads the stored O, off by Ob.
+    std::vector<double> D(s, 0.0), Db(s, 0.0);
+    for (int i = 0; i < s; i++)
+      for (int c = 0; c < hd; c++) {
+        D[i] += dO[i][c] * O[i][c];
+        Db[i] += std::fabs(dO[i][c]) * (Ob[i][c] + kTol * std::fabs(O[i][c]));
+      }
+    Mat dS = mat(s, s), dSb = mat(s, s);  // dS / scale and its bound
+    Mat dQ = mat(s, hd), dK = mat(s, hd), dV = mat(s, hd);
+    Mat dQb = mat(s, hd), dKb = mat(s, hd), dVb = mat(s, hd);
+    for (int i = 0; i < s; i++)
+      for (int j = 0; j <= i; j++) {
+        double dp = 0, dp_mag = 0;
+        for (int c = 0; c < hd; c++) dp += dO[i][c] * V[j][c], dp_mag += std::fabs(dO[i][c] * V[j][c]);
+        dp *= Z[i][j];
+        dp_mag *= Z[i][j];
+        dS[i][j] = P[i][j] * (dp - D[i]);
+        dSb[i][j] = P[i][j] * (r[i] * std::fabs(dp - D[i]) + kTol * dp_mag + Db[i]) +
+                    kTol * std::fabs(dS[i][j]);
+        for (int c = 0; c < hd; c++) {
+          const double pz = P[i][j] * Z[i][j];
+          dV[j][c] += pz * dO[i][c];
+          dVb[j][c] += pz * std::fabs(dO[i][c]) * (r[i] + kTol);
+          dQ[i][c] += dS[i][j] * K[j][c];
+          dQb[i][c] += dSb[i][j] * std::fabs(K[j][c]) + kTol * std::fabs(dS[i][j] * K[j][c]);
+          dK[j][c] += dS[i][j] * Q[i][c];
+          dKb[j][c] += dSb[i][j] * std::fabs(Q[i][c]) + kTol * std::fabs(dS[i][j] * Q[i][c]);
+        }
+      }
+    auto put = [&](int i, int part, int c, double v, double fp32) {
+      const size_t k = i * ld + (size_t)bh * 3 * hd + (size_t)part * hd + c;
+      R.dqkv[k] = (float)v;
+      R.dqkv_bound[k] = (float)(fp32 + eps * (std::fabs(v) + fp32) + tiny);
+    };
+    for (int i = 0; i < s; i++)
+      for (int c = 0; c < hd; c++) {
+        put(i, 0, c, scale * dQ[i][c], scale * dQb[i][c]);
+        put(i, 1, c, scale * dK[i][c], scale * dKb[i][c]);
+        put(i, 2, c, dV[i][c], dVb[i][c]);
+      }
+  }
+  return R;
+}
+
+// Columns part*hd .. part*hd + hd - 1 of every head of a [s, b*heads*3*hd] array.
+std::vector<float> part_of(const std::vector<float> &x, const Shape &sh, int part) {
+  std::vector<float> out;
+  for (size_t k = 0; k < x.size(); k++)
+    if ((int)(k % (3 * sh.hd)) / sh.hd == part) out.push_back(x[k]);
+  return out;
+}
+
+template <class T>
+void check_case(const Shape &sh, float p, unsigned seed) {
+  const int s = sh.s, b = sh.b, heads = sh.heads, hd = sh.hd;
+  const size_t n_qkv = (size_t)s * b * heads * 3 * hd, n_ctx = (size_t)s * b * heads * hd;
+  const float scale = 1.f / std::sqrt((float)hd);
+  const int head_offset = 2;  // as tensor rank 1 of 2 with 2 local heads
+  const ptdp::DropoutSpec d{{0x0123456789abcdefull, 0x5eedf00du, 7}, p, 3};
+
+  std::vector<float> qkv_f = randn(n_qkv, seed), dctx_f = randn(n_ctx, seed + 1);
+  DevArray<T> qkv = upload_rounded<T>(qkv_f), dctx = upload_rounded<T>(dctx_f);
+  DevArray<T> ctx(n_ctx), dqkv(n_qkv), dqkv2(n_qkv);  // poisoned with NaN
+  DevArray<float> lse((size_t)b * heads * s);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  ptdp::cuda::flash_attention_forward<T>(ctx.p, lse.p, qkv.p, s, b, heads, hd, scale, head_offset,
+                                         d, stream);
+  ptdp::cuda::flash_attention_backward<T>(dqkv.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, hd,
+                                          scale, head_offset, d, stream);
+  ptdp::cuda::flash_attention_backward<T>(dqkv2.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, hd,
+                                          scale, head_offset, d, stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+
+  const Ref R = reference(qkv_f, dctx_f, sh, scale, head_offset, d, storage_eps<T>(),
+                          storage_tiny<T>());
+  char what[96];
+  auto label = [&](const char *name) {
+    std::snprintf(what, sizeof what, "%s %s s=%d b=%d h=%d hd=%d p=%g", name, type_name<T>(), s, b,
+                  heads, hd, p);
+    return what;
+  };
+  compare_bound(label("ctx"), download(ctx), R.ctx, R.ctx_bound);
+  compare_bound(label("lse"), lse.get(), R.lse, R.lse_bound);
+  const std::vector<float> g = download(dqkv);
+  const char *names[3] = {"dQ", "dK", "dV"};
+  for (int part = 0; part < 3; part++)
+    compare_bound(label(names[part]), part_of(g, sh, part), part_of(R.dqkv, sh, part),
+                  part_of(R.dqkv_bound, sh, part));
+  // No atomics: a second run gives the same bits.
+  const std::vector<T> a = dqkv.get(), a2 = dqkv2.get();
+  const bool same = std::memcmp(a.data(), a2.data(), a.size() * sizeof(T)) == 0;
+  std::printf("%-48s %s\n", label("backward deterministic"), same ? "ok" : "FAIL");
+  if (!same) failures++;
+}
+
+template <class T>
+void check_type() {
+  const Shape shapes[] = {{1, 1, 1, 8}, {5, 2, 3, 16}, {64, 2, 2, 64}, {130, 1, 2, 128}, {257, 2, 1, 32},
+                          {40, 1, 1, 72}};  // hd = 72: a partial last group of 32 dims
+  unsigned seed = 100;
+  for (const Shape &sh : shapes)
+    for (float p : {0.f, 0.1f}) check_case<T>(sh, p, seed += 2);
+}
+
+// hd above the kernels' limit of 128 is refused before any launch.
+void check_head_dim_limit() {
+  const ptdp::DropoutSpec d{};
+  int threw = 0;
+  try {
+    ptdp::cuda::flash_attention_forward<float>(nullptr, nullptr, nullptr, 4, 1, 1, 129, 1.f, 0, d,
+                                               nullptr);
+  } catch (const ptdp::Error &e) {
+    threw += e.code() == ptdp::Status::invalid_argument;
+    std::printf("  forward hd=129: %s\n", e.what());
+  }
+  try {
+    ptdp::cuda::flash_attention_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 4, 1,
+                                                1, 129, 1.f, 0, d, nullptr);
+  } catch (const ptdp::Error &e) {
+    threw += e.code() == ptdp::Status::invalid_argument;
+    std::printf("  backward hd=129: %s\n", e.what());
+  }
+  std::printf("%-48s %s\n", "hd=129 refused (invalid_argument)", threw == 2 ? "ok" : "FAIL");
+  if (threw != 2) failures++;
+}
+
+}  // namespace
+
+int main() {
+  require_device();
+  check_type<float>();
+  check_type<__nv_bfloat16>();
+  check_type<__half>();
+  check_head_dim_limit();
+  std::printf("%d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}
