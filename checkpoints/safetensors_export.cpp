@@ -1,5 +1,7 @@
 #include "checkpoints/safetensors_export.h"
 
+#include "engine/core/output_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -164,9 +166,11 @@ bool same_file(const std::string &a, const std::string &b) {
 
 }  // namespace
 
-void export_safetensors(const std::string &path, const std::string &out_file,
+void export_safetensors(const std::string &path, const std::string &out_path,
                         const std::string &dtype) {
-  if (out_file.empty()) fail(Status::invalid_argument, "export_safetensors: no output file given");
+  if (out_path.empty()) fail(Status::invalid_argument, "export_safetensors: no output file given");
+  // A link to a file writes that file; a device node or directory is refused.
+  const std::string out_file = output_target(out_path, "export_safetensors output");
   const DType type = export_dtype(dtype);
   const CheckpointRef ref = open_checkpoint(path);
   const Manifest &m = ref.manifest;

@@ -306,6 +306,61 @@ function M.tokenize(t)
   return tonumber(docs[0]), tonumber(toks[0])
 end
 
+-- mkdir -p without a shell: a path is data, never code. Raises naming the
+-- directory that could not be made.
+ffi.cdef [[
+int mkdir(const char *path, unsigned int mode);
+char *strerror(int errnum);
+]]
+function M.mkdirs(path)
+  local EEXIST = 17
+  local prefix = path:sub(1, 1) == '/' and '/' or ''
+  for part in path:gmatch('[^/]+') do
+    prefix = prefix .. part
+    if ffi.C.mkdir(prefix, tonumber('755', 8)) ~= 0 and ffi.errno() ~= EEXIST then
+      raise(string.format("cannot create directory '%s': %s", prefix, ffi.string(ffi.C.strerror(ffi.errno()))))
+    end
+    prefix = prefix .. '/'
+  end
+  return path
+end
+
+-- The project's directory (this module is in <project>/lua).
+M.project_dir = here .. '/..'
+
+-- The token dataset a script trains on. An existing file must be readable and
+-- is never replaced. A missing one is tokenized from t.corpus only when that
+-- was asked for: the script's own default dataset (resolved against the
+-- project, not the current directory), or a path given together with an
+-- explicit corpus (t.create). Anything else stops the run naming the path, so
+-- a mistyped --data-path never trains on something else. Returns the path.
+--   ptdp.dataset{ path = ..., given = <--data-path given?>, create = <--corpus given?>,
+--                 corpus = ..., format = ... }
+function M.dataset(t)
+  local path = t.path
+  if not t.given and path:sub(1, 1) ~= '/' then path = M.project_dir .. '/' .. path end
+  local f, err = io.open(path, 'rb')
+  if f then
+    local ok, rerr = f:read(0)
+    f:close()
+    if ok == nil and rerr then
+      raise(string.format("--data-path '%s' cannot be read: %s", path, rerr))
+    end
+    return path
+  end
+  local missing = err:match('No such file') ~= nil
+  if not missing or (t.given and not t.create) then
+    raise(string.format("--data-path '%s': %s%s", path, (err:gsub('^.*: ', '')),
+                        missing and ' (only the default dataset, or one given with --corpus, ' ..
+                        'is created; or make one with `ptdp tokenize`)' or ''))
+  end
+  local dir = path:match('^(.*)/[^/]*$')
+  if dir then M.mkdirs(dir) end
+  local docs, toks = M.tokenize { inputs = t.corpus, output = path, format = t.format }
+  print(string.format('tokenized %s: %d documents, %d tokens -> %s', tostring(t.corpus), docs, toks, path))
+  return path
+end
+
 -- Draws a trace written by the `timeline` option as a PNG (width in pixels,
 -- default 1600); returns png.
 function M.render_timeline(trace, png, width)

@@ -10,7 +10,7 @@
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
-local config, opts = flags.parse(arg, {
+local config, opts, given = flags.parse(arg, {
   dir = { default = (os.getenv('TMPDIR') or '/tmp') .. '/ptdp_bench_checkpoint',
           help = 'where checkpoints and the raw test file go (removed at the end)' },
   repeats = { default = 3, help = 'save + load rounds' },
@@ -21,12 +21,13 @@ local config, opts = flags.parse(arg, {
   data_path = 'data/fortunes.ptdp', keep_last_checkpoints = 1,
 })
 
-local f = io.open(config.data_path, 'rb')
-if f then f:close() else
-  os.execute('mkdir -p "$(dirname "' .. config.data_path .. '")"')
-  ptdp.tokenize { inputs = '/usr/share/games/fortunes', output = config.data_path }
-end
-os.execute('rm -rf "' .. opts.dir .. '" && mkdir -p "' .. opts.dir .. '"')
+-- The default dataset is tokenized on first use; a --data-path must exist.
+config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
+                                  corpus = '/usr/share/games/fortunes' }
+-- Paths go to the shell single-quoted, so a path is never run as code.
+local function quoted(p) return "'" .. p:gsub("'", "'\\''") .. "'" end
+os.execute('rm -rf ' .. quoted(opts.dir))
+ptdp.mkdirs(opts.dir)
 
 local trainer = ptdp.trainer(config)
 local layout = trainer:layout()
@@ -65,9 +66,9 @@ for r = 1, opts.repeats do
   local sg, lg = bytes / (t1 - t0) / 1e9, bytes / (t2 - t1) / 1e9
   print(string.format('round %d: save %.2f GB/s (%.0f%% of raw write %.2f), load %.2f GB/s (%.0f%% of raw read %.2f), %.2f GB',
                       r, sg, 100 * sg / w, w, lg, 100 * lg / rd, rd, bytes / 1e9))
-  os.execute('rm -rf "' .. opts.dir .. '/round' .. r .. '"')
+  os.execute('rm -rf ' .. quoted(opts.dir .. '/round' .. r))
 end
-os.execute('rm -rf "' .. opts.dir .. '"')
+os.execute('rm -rf ' .. quoted(opts.dir))
 
 local save_gbps, load_gbps = bytes / best_save / 1e9, bytes / best_load / 1e9
 print(string.format('model: %.1fM parameters, %.2f GB of state (parameters + Adam moments), ' ..

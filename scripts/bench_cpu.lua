@@ -6,7 +6,7 @@
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
-local config, opts = flags.parse(arg, {
+local config, opts, given = flags.parse(arg, {
   iters = { default = 10, help = 'timed steps' },
   warmup = { default = 2, help = 'untimed steps first' },
   sgemm_n = { default = 2048, help = 'size of the square SGEMM' },
@@ -19,11 +19,9 @@ local config, opts = flags.parse(arg, {
   data_path = 'data/fortunes.ptdp',
 })
 
-local f = io.open(config.data_path, 'rb')
-if f then f:close() else
-  os.execute('mkdir -p "$(dirname "' .. config.data_path .. '")"')
-  ptdp.tokenize { inputs = '/usr/share/games/fortunes', output = config.data_path }
-end
+-- The default dataset is tokenized on first use; a --data-path must exist.
+config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
+                                  corpus = '/usr/share/games/fortunes' }
 
 local trainer = ptdp.trainer(config)
 local tokens = config.global_batch_size * config.seq_length

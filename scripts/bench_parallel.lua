@@ -5,7 +5,7 @@
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
-local config, opts = flags.parse(arg, {
+local config, opts, given = flags.parse(arg, {
   iters = { default = 5, help = 'timed steps per configuration' },
   warmup = { default = 1, help = 'untimed steps first' },
 }, {
@@ -15,11 +15,9 @@ local config, opts = flags.parse(arg, {
   hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
 })
 
-local f = io.open(config.data_path, 'rb')
-if f then f:close() else
-  os.execute('mkdir -p "$(dirname "' .. config.data_path .. '")"')
-  ptdp.tokenize { inputs = '/usr/share/games/fortunes', output = config.data_path }
-end
+-- The default dataset is tokenized on first use; a --data-path must exist.
+config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
+                                  corpus = '/usr/share/games/fortunes' }
 
 local results = {}
 for _, layout in ipairs { { 1, 1 }, { 2, 1 }, { 1, 2 } } do

@@ -13,7 +13,7 @@
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
-local config, opts = flags.parse(arg, {
+local config, opts, given = flags.parse(arg, {
   iters = { default = 3, help = 'timed steps per schedule' },
   warmup = { default = 2, help = 'untimed steps first' },
   png = { default = 'pipeline_timeline.png', help = 'picture of an interleaved step' },
@@ -27,11 +27,9 @@ local config, opts = flags.parse(arg, {
   hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
 })
 
-local f = io.open(config.data_path, 'rb')
-if f then f:close() else
-  os.execute('mkdir -p "$(dirname "' .. config.data_path .. '")"')
-  ptdp.tokenize { inputs = '/usr/share/games/fortunes', output = config.data_path }
-end
+-- The default dataset is tokenized on first use; a --data-path must exist.
+config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
+                                  corpus = '/usr/share/games/fortunes' }
 
 local p = tonumber(config.pipeline_model_parallel_size)
 local gbs, seq = tonumber(config.global_batch_size), tonumber(config.seq_length)

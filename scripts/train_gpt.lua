@@ -5,10 +5,10 @@
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
-local config, opts = flags.parse(arg, {
+local config, opts, given = flags.parse(arg, {
   log_interval = { default = 10, help = 'iterations between log lines' },
   eval_interval = { default = 100, help = 'iterations between validation runs (0 = only at the end)' },
-  corpus = { default = '/usr/share/games/fortunes', help = 'text tokenized when --data-path does not exist' },
+  corpus = { default = '/usr/share/games/fortunes', help = 'text tokenized into the dataset when it does not exist yet' },
   corpus_format = { default = 'fortune', help = 'fortune | lines | file' },
   prompt = { default = 'The ', help = 'prompt of the final sample' },
   sample_tokens = { default = 300, help = 'tokens of the final sample (0 = none)' },
@@ -28,17 +28,12 @@ if type(config.lr_warmup_iters) == 'number' and tonumber(config.train_iters) <= 
   config.lr_warmup_iters = math.floor(tonumber(config.train_iters) / 10)
 end
 
--- Tokenize the corpus on first use.
-local f = io.open(config.data_path, 'rb')
-if f then
-  f:close()
-else
-  os.execute('mkdir -p "$(dirname "' .. config.data_path .. '")"')
-  local docs, toks = ptdp.tokenize { inputs = opts.corpus, output = config.data_path,
-                                     format = opts.corpus_format }
-  print(string.format('tokenized %s: %d documents, %d tokens -> %s', opts.corpus, docs, toks,
-                      config.data_path))
-end
+-- The default dataset (data/fortunes.ptdp in the project) is tokenized from
+-- --corpus on first use, and so is a --data-path given with --corpus; any
+-- other --data-path must exist. An existing file is never replaced.
+config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
+                                  create = given.corpus, corpus = opts.corpus,
+                                  format = opts.corpus_format }
 
 local trainer = ptdp.trainer(config)
 local layout = trainer:layout()

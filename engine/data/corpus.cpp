@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/core/philox.h"
+#include "engine/core/output_file.h"
 #include "engine/core/status.h"
 #include "engine/data/dataset.h"
 
@@ -69,6 +70,9 @@ CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const st
       fail(Status::io_error, "corpus input '", in, "' does not exist");
     }
   }
+  // Before any work: the output must be a file we may replace, and no input.
+  output_target(out_path, "tokenize output");
+  check_output_not_input(out_path, files, "tokenize output");
   std::vector<std::vector<int32_t>> docs;
   CorpusStats st;
   for (const auto &f : files) {

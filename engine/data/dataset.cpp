@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "engine/core/output_file.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -40,9 +41,10 @@ void write_all(int fd, const void *p, size_t n, const std::string &path) {
 }
 }  // namespace
 
-void write_token_dataset(const std::string &path, const std::vector<std::vector<int32_t>> &docs,
-                         int vocab_size) {
+void write_token_dataset(const std::string &out_path,
+                         const std::vector<std::vector<int32_t>> &docs, int vocab_size) {
   if (vocab_size <= 0) fail(Status::invalid_argument, "vocab_size must be positive");
+  const std::string path = output_target(out_path, "token dataset output");
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
   h.version = kTokenDatasetVersion;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "engine/core/output_file.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -57,35 +58,8 @@ void write_chrome_trace(const std::string &path, const std::vector<RankTimeline>
   }
   json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
   // replace: a stray non-UTF-8 byte in a name must not lose the whole trace.
-  write_file_atomic(path, trace.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
-}
-
-void write_file_atomic(const std::string &path, const std::string &bytes) {
-  // mkstemp: a name of its own, so ranks-as-threads writing side by side never collide.
-  std::string tmp = path + ".tmp.XXXXXX";
-  int fd = ::mkstemp(&tmp[0]);
-  if (fd < 0) fail(Status::io_error, "cannot write '", path, "': ", std::strerror(errno));
-  auto bail = [&](const char *what) {
-    int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    fail(Status::io_error, "cannot write '", path, "': ", what, ": ", std::strerror(e));
-  };
-  if (::fchmod(fd, 0644) != 0) bail("fchmod");  // mkstemp makes it 0600
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) bail("write");
-    done += (size_t)n;
-  }
-  if (::fsync(fd) != 0) bail("fsync");
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    fail(Status::io_error, "cannot rename '", tmp, "' to '", path, "': ", std::strerror(e));
-  }
+  write_file_atomic(path, trace.dump(-1, ' ', false, json::error_handler_t::replace) + "\n",
+                    "timeline");
 }
 
 }  // namespace ptdp

@@ -45,8 +45,5 @@ struct RankTimeline {
 void write_chrome_trace(const std::string &path, const std::vector<RankTimeline> &ranks,
                         int64_t origin_ns);
 
-// Writes bytes to path atomically: a temporary file in the same directory,
-// fsync, rename. Readers never see a half-written file.
-void write_file_atomic(const std::string &path, const std::string &bytes);
 
 }  // namespace ptdp

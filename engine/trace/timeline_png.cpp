@@ -1,5 +1,7 @@
 #include "engine/trace/timeline_png.h"
 
+#include "engine/core/output_file.h"
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -226,7 +228,7 @@ void render_timeline_png(const std::string &trace_json_path, const std::string &
     img.fill(xa, xa + 1, top + 1, top + lane_h - 3 - band_h, kBlack);
   }
 
-  write_file_atomic(png_path, encode_png(img));
+  write_file_atomic(png_path, encode_png(img), "timeline PNG");
 }
 
 }  // namespace ptdp

@@ -25,11 +25,12 @@ local bare_means_one = { bf16 = true, fp16 = true, accumulate_allreduce_grads_in
 
 -- script_spec: { log_interval = { default = 10, help = '...' }, ... }; the type
 -- of the default (number, string, boolean) is the type of the flag.
--- Returns config (table of engine options) and opts (script options).
+-- Returns config (table of engine options), opts (script options) and given
+-- (the keys set on the command line).
 function M.parse(argv, script_spec, config_defaults)
   local engine = {}
   for _, o in ipairs(ptdp.options()) do engine[o.key] = o end
-  local config, opts = {}, {}
+  local config, opts, given = {}, {}, {}
   for k, v in pairs(config_defaults or {}) do config[k] = v end
   for k, s in pairs(script_spec) do opts[k] = s.default end
 
@@ -48,8 +49,11 @@ function M.parse(argv, script_spec, config_defaults)
     if a == '--help' or a == '-h' then
       local lines = { 'flags (engine options, then script options):' }
       for _, o in ipairs(ptdp.options()) do
-        lines[#lines + 1] = string.format('  %-36s %s (default %s)', flag_name(o.key), o.help,
-                                          o.default == '' and 'none' or o.default)
+        -- The default this script uses, where it sets its own.
+        local own = config_defaults and config_defaults[o.key]
+        local default = own ~= nil and tostring(own) .. ' in this script' or
+                        (o.default == '' and 'none' or o.default)
+        lines[#lines + 1] = string.format('  %-36s %s (default %s)', flag_name(o.key), o.help, default)
       end
       for k, sw in pairs(switches) do
         lines[#lines + 1] = string.format('  %-36s %s', flag_name(k), sw.help)
@@ -90,6 +94,7 @@ function M.parse(argv, script_spec, config_defaults)
         if value == nil then error(string.format("flag '--%s' needs a value", name), 0) end
       end
     end
+    given[switch and switch.key or key] = true
     if switch then
       config[switch.key] = switch.value
     elseif spec then
@@ -111,7 +116,8 @@ function M.parse(argv, script_spec, config_defaults)
     end
     i = i + 1
   end
-  return config, opts
+  -- given: the keys set on the command line (a default is not "given").
+  return config, opts, given
 end
 
 return M

@@ -111,6 +111,11 @@ ptdp_lua_test(lua_train_gpt_bad_value --rc nonzero
 ptdp_lua_test(lua_train_gpt_help --rc 0 --expect "--num-layers" --expect "--sample-tokens"
   --expect "--no-scatter-gather-tensors-in-pipeline"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --help)
+# a --data-path never destroys or swaps the user's data nor runs shell code
+add_test(NAME lua_train_gpt_data_path_safety
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/data_path_safety.sh ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT}
+          ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/lua/data_path_safety)
+set(PTDP_LUA_TESTS ${PTDP_LUA_TESTS} lua_train_gpt_data_path_safety)
 # (e) a tiny successful run (tokenizes the corpus afresh)
 ptdp_lua_test(lua_train_gpt_tiny --rc 0
   --clean ${PTDP_TEST_TMP}/lua/train_gpt_tiny.ptdp

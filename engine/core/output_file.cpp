@@ -1,0 +1,91 @@
+#include "engine/core/output_file.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+namespace {
+
+const char *kind_of(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+std::string output_target(const std::string &path, const char *what) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return path;
+    fail(Status::io_error, what, " '", path, "': ", std::strerror(errno));
+  }
+  if (S_ISREG(st.st_mode)) return path;
+  if (S_ISLNK(st.st_mode)) {
+    char resolved[PATH_MAX];
+    struct stat target;
+    if (!::realpath(path.c_str(), resolved) || ::stat(resolved, &target) != 0)
+      fail(Status::invalid_argument, what, " '", path,
+           "' is a symbolic link to nothing: refusing to replace it (give a file path)");
+    if (S_ISREG(target.st_mode)) return resolved;
+    fail(Status::invalid_argument, what, " '", path, "' is a symbolic link to ",
+         kind_of(target.st_mode), ": refusing to replace it (give a regular file path)");
+  }
+  fail(Status::invalid_argument, what, " '", path, "' exists and is ", kind_of(st.st_mode),
+       ": refusing to replace it (give a regular file path)");
+}
+
+void check_output_not_input(const std::string &output, const std::vector<std::string> &inputs,
+                            const char *what) {
+  struct stat out;
+  if (::stat(output.c_str(), &out) != 0) return;  // not there yet: it is no input
+  for (const auto &in : inputs) {
+    struct stat st;
+    if (::stat(in.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
+      fail(Status::invalid_argument, what, " '", output, "' is the input '", in,
+           "': refusing to overwrite an input (choose another output path)");
+  }
+}
+
+void write_file_atomic(const std::string &path, const std::string &bytes, const char *what) {
+  const std::string target = output_target(path, what);
+  // mkstemp: a name of its own, so ranks-as-threads writing side by side never collide.
+  std::string tmp = target + ".tmp.XXXXXX";
+  int fd = ::mkstemp(&tmp[0]);
+  if (fd < 0) fail(Status::io_error, "cannot write '", path, "': ", std::strerror(errno));
+  auto bail = [&](const char *step) {
+    int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail(Status::io_error, "cannot write '", path, "': ", step, ": ", std::strerror(e));
+  };
+  if (::fchmod(fd, 0644) != 0) bail("fchmod");  // mkstemp makes it 0600
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) bail("write");
+    done += (size_t)n;
+  }
+  if (::fsync(fd) != 0) bail("fsync");
+  ::close(fd);
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    fail(Status::io_error, "cannot rename '", tmp, "' to '", target, "': ", std::strerror(e));
+  }
+}
+
+}  // namespace ptdp

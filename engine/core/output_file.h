@@ -1,0 +1,30 @@
+// Where the engine's writers put a user's output file. They all write a
+// temporary file and rename it over the target, which would replace whatever
+// is there: a device node (/dev/null), a FIFO, a directory's entry, or a
+// symbolic link. The rules here keep the user's files what they were.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace ptdp {
+
+// The path to rename the finished output onto:
+//  - nothing there: `path`;
+//  - a regular file: `path` (replaced whole);
+//  - a symbolic link to a regular file: the file it points to (the link stays);
+//  - anything else (a directory, a device node, a FIFO, a socket, a dangling
+//    link): Error(invalid_argument) naming it, and nothing is written.
+// `what` names the output in the message ("--timeline", "tokenize output").
+std::string output_target(const std::string &path, const char *what);
+
+// Error(invalid_argument) when `output` is one of `inputs` (the same file, by
+// device and inode, whatever the spelling): writing it would destroy an input.
+void check_output_not_input(const std::string &output, const std::vector<std::string> &inputs,
+                            const char *what);
+
+// Writes bytes to output_target(path) atomically: a temporary file in the same
+// directory, fsync, rename. Readers never see a half-written file.
+void write_file_atomic(const std::string &path, const std::string &bytes,
+                       const char *what = "output");
+
+}  // namespace ptdp

@@ -1,0 +1,44 @@
+#!/bin/sh
+# data_path_safety.sh LAUNCHER TRAIN_GPT CORPUS WORKDIR — a --data-path never
+# destroys or swaps the user's data, and a path is never run as shell code:
+#  1. a mistyped path (no --corpus) stops the run naming it and creates nothing;
+#  2. a directory stops the run and stays as it was;
+#  3. an existing file is never replaced, even with --corpus (the run may fail
+#     reading it, but its bytes stay);
+#  4. an unreadable file stops the run and stays (skipped as root);
+#  5. shell code in a path is not run: the directory is made with that literal name.
+set -u
+launcher=$1 script=$2 corpus=$3 work=$4
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+fail=0
+check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
+run() { "$launcher" "$script" --num-layers abc "$@" >out.txt 2>&1; echo $? >rc.txt; cat out.txt; }
+
+run --data-path typo.ptdp
+check "mistyped path: non-zero exit" '[ "$(cat rc.txt)" != 0 ]'
+check "mistyped path: named, with what to do" 'grep -q "typo.ptdp.*No such file or directory (only the default dataset" out.txt'
+check "mistyped path: nothing created" '[ ! -e typo.ptdp ]'
+
+mkdir adir && touch adir/keep
+run --data-path adir --corpus "$corpus" --corpus-format lines
+check "directory: non-zero exit, says so" '[ "$(cat rc.txt)" != 0 ] && grep -q "cannot be read: Is a directory" out.txt'
+check "directory: untouched" '[ -d adir ] && [ -f adir/keep ]'
+
+printf 'my precious data\n' >mine.ptdp
+run --data-path mine.ptdp --corpus "$corpus" --corpus-format lines
+check "existing file: not replaced" '[ "$(cat mine.ptdp)" = "my precious data" ]'
+
+if [ "$(id -u)" != 0 ]; then
+  printf 'secret\n' >locked.ptdp && chmod 000 locked.ptdp
+  run --data-path locked.ptdp --corpus "$corpus" --corpus-format lines
+  chmod 600 locked.ptdp
+  check "unreadable file: non-zero exit, says so" '[ "$(cat rc.txt)" != 0 ] && grep -q "Permission denied" out.txt'
+  check "unreadable file: not replaced" '[ "$(cat locked.ptdp)" = secret ]'
+else
+  echo "skip unreadable file (running as root)"
+fi
+
+run --data-path '$(touch INJECTED)x/f.ptdp' --corpus "$corpus" --corpus-format lines
+check "shell in a path: not run" '[ ! -e INJECTED ]'
+check "shell in a path: a directory of that literal name" '[ -d "\$(touch INJECTED)x" ]'
+exit $fail
