@@ -192,6 +192,7 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     else if (n == "consumed_samples") *value = (double)tr.consumed_samples();
     else if (n == "train_iters") *value = (double)tr.options().train_iters;
     else if (n == "num_parameters") *value = (double)tr.model().num_real_params();
+    else if (n == "failed_saves") *value = (double)tr.failed_saves();
     else if (n == "padded_vocab_size") *value = tr.options().model.padded_vocab(tr.options().parallel.t);
     else if (n == "unigram_entropy") *value = tr.unigram_entropy();
     else if (n == "train_samples") *value = (double)tr.train_samples();
@@ -225,7 +226,7 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     else if (n == "tflops_per_rank") *value = metric(m.tflops_per_rank);
     else
       ptdp::fail(ptdp::Status::invalid_argument, "unknown trainer value '", n,
-                 "'; known: iteration, consumed_samples, train_iters, num_parameters, "
+                 "'; known: iteration, consumed_samples, train_iters, num_parameters, failed_saves, "
                  "padded_vocab_size, unigram_entropy, train_samples, valid_samples, "
                  "peak_memory_bytes, world_size, local_ranks, rank, tp_rank, dp_rank, pp_rank, "
                  "tensor_model_parallel_size, pipeline_model_parallel_size, data_parallel_size, "

@@ -82,6 +82,7 @@ PTDP_API ptdp_status ptdp_trainer_evaluate(ptdp_trainer *trainer, int64_t iters,
  * lr, grad_norm, loss_scale, skipped_iters, nan_iters, elapsed_ms, tokens_per_s,
  * tflops_per_rank) or facts of the run (num_parameters, padded_vocab_size,
  * unigram_entropy, train_samples, valid_samples, train_iters, peak_memory_bytes,
+ * failed_saves (saves of this run that failed; each is also in last_save_error when it happens),
  * world_size, local_ranks, rank (this process's first rank) and its coordinates
  * tp_rank, dp_rank, pp_rank,
  * tensor_model_parallel_size, pipeline_model_parallel_size, data_parallel_size,

@@ -96,3 +96,14 @@ if opts.sample_tokens > 0 then
   print(text)
   print('----')
 end
+-- A failed save fails the run: the final checkpoint is what the user asked
+-- for, and earlier failures are repeated here (each was reported as it came).
+local failed = trainer:get('failed_saves')
+if failed > 0 then
+  local last = trainer:text('last_save_error')
+  io.stderr:write(string.format('ptdp: %d checkpoint save%s failed in this run%s\n', failed,
+                                failed == 1 and '' or 's',
+                                last ~= '' and '; the final one: ' .. last or
+                                  ' (the final checkpoint was saved)'))
+  os.exit(1)
+end

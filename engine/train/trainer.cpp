@@ -1,12 +1,16 @@
 #include "engine/train/trainer.h"
 
 #include <omp.h>
+#include <unistd.h>
 #include <xmmintrin.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
 #include <optional>
 #include <system_error>
 #include <thread>
@@ -22,6 +26,8 @@
 extern "C" void openblas_set_num_threads(int);
 
 namespace ptdp {
+
+namespace fs = std::filesystem;
 
 namespace {
 constexpr int64_t kMaxRanks = 4096;  // keeps every rank count and index comfortably in an int
@@ -213,6 +219,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   threads_per_rank_ = std::max(1, cores / n);
   openblas_set_num_threads(threads_per_rank_);
   tok_ = make_tokenizer(opt_.tokenizer);
+  if (!opt_.save_path.empty()) check_save_directory(opt_.save_path);
   ds_ = std::make_shared<const TokenDataset>(opt_.data_path);
   if (ds_->vocab_size() > opt_.model.vocab_size)
     fail(Status::invalid_config, "dataset '", opt_.data_path, "' has vocabulary size ",
@@ -281,6 +288,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     ranks_.push_back(std::move(R));
   }
   if (!opt_.load_path.empty()) {
+    std::error_code ec;
+    if (fs::exists(opt_.load_path, ec) && !fs::is_directory(opt_.load_path, ec))
+      fail(Status::invalid_argument, "--load '", opt_.load_path,
+           "' is a file; give the checkpoint's directory (or the --save directory of the run)");
     // As in Megatron, --load naming a place with no complete checkpoint yet
     // starts a fresh run (the first run of `--save X --load X`), and says so.
     std::optional<CheckpointRef> ckpt;
@@ -296,6 +307,24 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
 }
 
 Trainer::~Trainer() = default;
+
+// Before the first step, so an unwritable --save costs no training: the
+// directory is made if need be and a probe file is created and removed in it.
+void Trainer::check_save_directory(const std::string &dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    fail(Status::io_error, "--save '", dir, "' cannot be used: ",
+         ec ? ec.message() : "it is not a directory", " (checked before the first step)");
+  const std::string probe = dir + "/.ptdp_write_probe." + std::to_string(::getpid()) + "." +
+                            std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  std::FILE *f = std::fopen(probe.c_str(), "wb");
+  if (!f)
+    fail(Status::io_error, "--save '", dir, "' cannot be written: ", std::strerror(errno),
+         " (checked before the first step)");
+  std::fclose(f);
+  std::remove(probe.c_str());
+}
 
 int Trainer::first_local_rank() const { return ranks_[0]->world_rank; }
 RankCoord Trainer::first_local_coord() const { return ranks_[0]->coord; }
@@ -591,6 +620,7 @@ StepMetrics Trainer::step() {
       last_save_error_.clear();
     } catch (const Error &e) {
       last_save_error_ = e.what();
+      failed_saves_++;
       if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", e.what());
     }
   }

@@ -128,6 +128,8 @@ class Trainer {
   std::string load(const std::string &path);
   // The message of the last save that step() attempted and that failed ("" if none).
   const std::string &last_save_error() const { return last_save_error_; }
+  // Saves that failed in this run (each also reported as it happened).
+  int failed_saves() const { return failed_saves_; }
   // The directory of the last checkpoint saved, and the line of the last load ("" if none).
   const std::string &last_saved() const { return last_saved_; }
   const std::string &last_loaded() const { return last_loaded_; }
@@ -169,6 +171,8 @@ class Trainer {
   int64_t iteration_ = 0, consumed_ = 0, skipped_ = 0, nan_ = 0;
   LossScaler scaler_;
   std::string last_save_error_, last_saved_, last_loaded_;
+  int failed_saves_ = 0;
+  static void check_save_directory(const std::string &dir);
   StepMetrics last_;
 };
 

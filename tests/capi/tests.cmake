@@ -116,6 +116,20 @@ add_test(NAME lua_train_gpt_data_path_safety
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/data_path_safety.sh ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT}
           ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/lua/data_path_safety)
 set(PTDP_LUA_TESTS ${PTDP_LUA_TESTS} lua_train_gpt_data_path_safety)
+# a failed save fails the run; an unusable --save or a file as --load stops it
+# before the first step
+add_test(NAME lua_train_gpt_save_failure
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/save_failure.sh ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT}
+          ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/lua/save_failure)
+set(PTDP_LUA_TESTS ${PTDP_LUA_TESTS} lua_train_gpt_save_failure)
+ptdp_lua_test(lua_train_gpt_save_under_a_file --rc nonzero
+  --expect "cannot be used: Not a directory (checked before the first step)" --reject "iteration "
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --save ${PTDP_TEST_CORPUS}/sub
+     --data-path ${PTDP_TEST_TMP}/lua/train_gpt_save_under_a_file.ptdp ${PTDP_TRAIN_GPT_DATA})
+ptdp_lua_test(lua_train_gpt_load_a_file --rc nonzero
+  --expect "is a file" --expect "give the checkpoint's directory" --reject "iteration "
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --load ${PTDP_TEST_CORPUS}
+     --data-path ${PTDP_TEST_TMP}/lua/train_gpt_load_a_file.ptdp ${PTDP_TRAIN_GPT_DATA})
 # (e) a tiny successful run (tokenizes the corpus afresh)
 ptdp_lua_test(lua_train_gpt_tiny --rc 0
   --clean ${PTDP_TEST_TMP}/lua/train_gpt_tiny.ptdp

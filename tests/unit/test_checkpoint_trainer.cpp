@@ -395,6 +395,7 @@ TEST_F(CheckpointFaults, FullDiskKeepsThePrevious) {
   setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, old_handler);
   EXPECT_TRUE(std::isfinite(m.lm_loss));
+  EXPECT_EQ(tr.failed_saves(), 1);
   EXPECT_NE(tr.last_save_error().find("checkpoint of iteration 2 not saved"), std::string::npos)
       << tr.last_save_error();
   EXPECT_NE(tr.last_save_error().find("model.h5"), std::string::npos) << tr.last_save_error();
@@ -404,5 +405,6 @@ TEST_F(CheckpointFaults, FullDiskKeepsThePrevious) {
   tr.step();
   tr.step();  // iteration 4 saves again, now that there is room
   EXPECT_EQ(tr.last_save_error(), "");
+  EXPECT_EQ(tr.failed_saves(), 1);  // still counted: the run reports it at the end
   EXPECT_EQ(find_latest_checkpoint(dir.path), dir.path + "/iter_0000004");
 }
