@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -40,9 +41,29 @@ std::string lua_dir() {
   return PTDP_SOURCE_LUA_DIR;
 }
 
+// The ptdp module's directory, to tell its errors from the script's.
+std::string module_dir;
+
+// Message handler: an error raised by the ptdp module (a bad option, a failed
+// call: the message names the script line) is printed alone; an error in the
+// user's own code gets its traceback, and PTDP_TRACEBACK=1 gives one always.
 int traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
   if (!msg) msg = "(error object is not a string)";
+  const char *always = std::getenv("PTDP_TRACEBACK");
+  bool from_module = false;
+  lua_Debug ar;
+  for (int level = 1; lua_getstack(L, level, &ar); level++) {  // the first Lua function
+    lua_getinfo(L, "S", &ar);
+    if (std::strcmp(ar.what, "C") == 0) continue;
+    from_module = std::strncmp(ar.source, ("@" + module_dir + "/ptdp").c_str(),
+                               module_dir.size() + 6) == 0;
+    break;
+  }
+  if (from_module && !(always && std::strcmp(always, "1") == 0)) {
+    lua_pushstring(L, msg);
+    return 1;
+  }
   luaL_traceback(L, L, msg, 1);
   return 1;
 }
@@ -57,6 +78,7 @@ int run_script(int argc, char **argv) {
   luaL_openlibs(L);
   // package.path: the ptdp module first, then the script's own directory.
   std::string dir = lua_dir();
+  module_dir = dir;
   std::string sdir = script;
   size_t slash = sdir.find_last_of('/');
   sdir = slash == std::string::npos ? "." : sdir.substr(0, slash);
@@ -166,15 +188,19 @@ int run_ckpt(int argc, char **argv) {
     return app.exit(e);
   }
   // Through the C ABI, whose report calls take a buffer: grow it until it fits.
-  auto report = [](auto call) {
-    std::vector<char> buf(1 << 16);
+  bool reported = false;  // a report was printed (a fault list, not only an error)
+  auto report = [&reported](auto call) {
+    std::vector<char> buf(1 << 16, '\0');
     size_t len = 0;
     ptdp_status st = call(buf.data(), buf.size(), &len);
     if (st == PTDP_ERR_BUFFER_TOO_SMALL) {
-      buf.resize(len + 1);
+      buf.assign(len + 1, '\0');
       st = call(buf.data(), buf.size(), &len);
     }
-    if (st == PTDP_OK || st == PTDP_ERR_CORRUPT_DATA) std::fputs(buf.data(), stdout);
+    if ((st == PTDP_OK || st == PTDP_ERR_CORRUPT_DATA) && buf[0] != '\0') {
+      std::fputs(buf.data(), stdout);
+      reported = true;
+    }
     return st;
   };
   ptdp_status st;
@@ -182,7 +208,7 @@ int run_ckpt(int argc, char **argv) {
     st = report([&](char *b, size_t cap, size_t *len) { return ptdp_checkpoint_inspect(dir.c_str(), b, cap, len); });
   } else if (verify->parsed()) {
     st = report([&](char *b, size_t cap, size_t *len) { return ptdp_checkpoint_verify(dir.c_str(), b, cap, len); });
-    if (st == PTDP_ERR_CORRUPT_DATA) return 1;  // the report lists the faults
+    if (st == PTDP_ERR_CORRUPT_DATA && reported) return 1;  // the report lists the faults
   } else {
     st = ptdp_checkpoint_export_safetensors_dtype(dir.c_str(), out.c_str(), dtype.c_str());
     if (st == PTDP_OK) std::printf("wrote %s (%s)\n", out.c_str(), dtype.c_str());

@@ -106,6 +106,10 @@ end
 -- becomes num_layers_per_virtual_pipeline_stage = num_layers / (p x v), with
 -- the table's num_layers and p (or their defaults).
 function M.config(t)
+  if t ~= nil and type(t) ~= 'table' then
+    raise(string.format('ptdp.config / ptdp.trainer take a table of options, e.g. ' ..
+                        '{ num_layers = 2 }; got a %s', type(t)))
+  end
   local out = ffi.new('ptdp_config*[1]')
   check(C.ptdp_config_create(out))
   local cfg = ffi.gc(out[0], C.ptdp_config_destroy)

@@ -21,6 +21,12 @@ local config, opts, given = flags.parse(arg, {
   weight_decay = 0.1, clip_grad = 1.0, hidden_dropout = 0.0, attention_dropout = 0.0,
   data_path = 'data/fortunes.ptdp', eval_iters = 10, seed = 1234,
 })
+-- The script's own options, checked before any work.
+for name, least in pairs { log_interval = 1, eval_interval = 0, sample_tokens = 0, temperature = 0 } do
+  if opts[name] < least then
+    error(string.format('--%s must be >= %s, got %s', name:gsub('_', '-'), least, opts[name]), 0)
+  end
+end
 -- A short run (--train-iters 3) without its own --lr-warmup-iters warms up for
 -- a tenth of it: the default 20 steps would outlast the run. (Flag values are
 -- strings, so a number here is the default.)

@@ -43,6 +43,32 @@ function M.parse(argv, script_spec, config_defaults)
     return table.concat(names, ' ')
   end
 
+  -- The allowed flags closest to a mistyped one (edit distance), so the error
+  -- names a few candidates rather than all of them.
+  local function nearest(name)
+    local function distance(a, b)
+      local prev = {}
+      for j = 0, #b do prev[j] = j end
+      for i = 1, #a do
+        local cur = { [0] = i }
+        for j = 1, #b do
+          local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+          cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+        end
+        prev = cur
+      end
+      return prev[#b]
+    end
+    local scored = {}
+    for flag in allowed():gmatch('%S+') do
+      scored[#scored + 1] = { flag = flag, d = distance('--' .. name, flag) }
+    end
+    table.sort(scored, function(x, y) return x.d < y.d or (x.d == y.d and x.flag < y.flag) end)
+    local best = {}
+    for k = 1, math.min(3, #scored) do best[k] = scored[k].flag end
+    return 'did you mean ' .. table.concat(best, ', ') .. '?'
+  end
+
   local i = 1
   while i <= #argv do
     local a = argv[i]
@@ -77,7 +103,7 @@ function M.parse(argv, script_spec, config_defaults)
     local spec = script_spec[key]
     local switch = switches[key]
     if not engine[key] and not spec and not switch then
-      error(string.format("unknown flag '--%s'; allowed flags: %s", name, allowed()), 0)
+      error(string.format("unknown flag '--%s'; %s (--help lists all)", name, nearest(name)), 0)
     end
     if switch then
       if value ~= nil then

@@ -100,9 +100,9 @@ ptdp_lua_test(lua_bad_config_ok --rc 0 --expect "trainer created"
 set(PTDP_TRAIN_GPT ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua)
 set(PTDP_TRAIN_GPT_DATA --corpus ${PTDP_TEST_CORPUS} --corpus-format lines)
 ptdp_lua_test(lua_train_gpt_unknown_flag --rc nonzero
-  --expect "unknown flag '--no-such-flag'" --expect "allowed flags: " --expect "--num-layers"
-  --expect "--log-interval"
-  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --no-such-flag 1
+  --expect "unknown flag '--num-layer'" --expect "did you mean --num-layers"
+  --expect "(--help lists all)" --reject "--log-interval"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --num-layer 1
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_unknown_flag.ptdp ${PTDP_TRAIN_GPT_DATA})
 ptdp_lua_test(lua_train_gpt_bad_value --rc nonzero
   --expect "num_layers must be an integer"
@@ -130,6 +130,19 @@ ptdp_lua_test(lua_train_gpt_load_a_file --rc nonzero
   --expect "is a file" --expect "give the checkpoint's directory" --reject "iteration "
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --load ${PTDP_TEST_CORPUS}
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_load_a_file.ptdp ${PTDP_TRAIN_GPT_DATA})
+# script options out of range stop the run before the first step
+ptdp_lua_test(lua_train_gpt_bad_script_option --rc nonzero
+  --expect "--temperature must be >= 0, got -1" --reject "iteration "
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --temperature -1
+     --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
+ptdp_lua_test(lua_train_gpt_bad_log_interval --rc nonzero
+  --expect "--log-interval must be >= 1, got 0" --reject "iteration "
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --log-interval 0
+     --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
+# a verify of a damaged manifest says what is wrong (it printed nothing)
+ptdp_lua_test(lua_ckpt_verify_bad_manifest --rc nonzero --expect "manifest"
+  -- sh -c "rm -rf bad_manifest && mkdir bad_manifest && printf '{' >bad_manifest/manifest.json && exec $0 ckpt verify bad_manifest"
+     ${PTDP_LAUNCHER})
 # (e) a tiny successful run (tokenizes the corpus afresh)
 ptdp_lua_test(lua_train_gpt_tiny --rc 0
   --clean ${PTDP_TEST_TMP}/lua/train_gpt_tiny.ptdp
