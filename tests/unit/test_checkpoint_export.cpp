@@ -460,10 +460,10 @@ TEST_F(CheckpointExport, UnwritableDestination) {
   expect_error([&] { export_safetensors(dir.path, under_file); }, Status::io_error,
                "a_file/out.safetensors");
   EXPECT_EQ(read_file(dir.path + "/a_file"), "x");
-  // A directory in the way: the rename fails, the temporary file goes.
+  // A directory in the way: refused before anything is written (output_file.h).
   fs::create_directory(dir.path + "/a_dir");
-  expect_error([&] { export_safetensors(dir.path, dir.path + "/a_dir"); }, Status::io_error,
-               "a_dir");
+  expect_error([&] { export_safetensors(dir.path, dir.path + "/a_dir"); }, Status::invalid_argument,
+               "a_dir' exists and is a directory: refusing to replace it");
   EXPECT_TRUE(fs::is_directory(dir.path + "/a_dir"));
   EXPECT_FALSE(fs::exists(dir.path + "/a_dir.tmp"));
   // Never over the checkpoint's own file.
