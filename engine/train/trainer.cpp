@@ -209,6 +209,28 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   return o;
 }
 
+namespace {
+
+// Before the first step, so an unwritable --save costs no training: the
+// directory is made if need be and a probe file is created and removed in it.
+void check_save_directory(const std::string &dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    fail(Status::io_error, "--save '", dir, "' cannot be used: ",
+         ec ? ec.message() : "it is not a directory", " (checked before the first step)");
+  const std::string probe = dir + "/.ptdp_write_probe." + std::to_string(::getpid()) + "." +
+                            std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  std::FILE *f = std::fopen(probe.c_str(), "wb");
+  if (!f)
+    fail(Status::io_error, "--save '", dir, "' cannot be written: ", std::strerror(errno),
+         " (checked before the first step)");
+  std::fclose(f);
+  std::remove(probe.c_str());
+}
+
+}  // namespace
+
 Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler) {
   grid_ = std::make_unique<RankGrid>(opt_.parallel);
   const int n = opt_.parallel.world();
@@ -308,23 +330,6 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
 
 Trainer::~Trainer() = default;
 
-// Before the first step, so an unwritable --save costs no training: the
-// directory is made if need be and a probe file is created and removed in it.
-void Trainer::check_save_directory(const std::string &dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir))
-    fail(Status::io_error, "--save '", dir, "' cannot be used: ",
-         ec ? ec.message() : "it is not a directory", " (checked before the first step)");
-  const std::string probe = dir + "/.ptdp_write_probe." + std::to_string(::getpid()) + "." +
-                            std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  std::FILE *f = std::fopen(probe.c_str(), "wb");
-  if (!f)
-    fail(Status::io_error, "--save '", dir, "' cannot be written: ", std::strerror(errno),
-         " (checked before the first step)");
-  std::fclose(f);
-  std::remove(probe.c_str());
-}
 
 int Trainer::first_local_rank() const { return ranks_[0]->world_rank; }
 RankCoord Trainer::first_local_coord() const { return ranks_[0]->coord; }

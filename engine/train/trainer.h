@@ -172,7 +172,6 @@ class Trainer {
   LossScaler scaler_;
   std::string last_save_error_, last_saved_, last_loaded_;
   int failed_saves_ = 0;
-  static void check_save_directory(const std::string &dir);
   StepMetrics last_;
 };
 

@@ -34,13 +34,12 @@ function M.parse(argv, script_spec, config_defaults)
   for k, v in pairs(config_defaults or {}) do config[k] = v end
   for k, s in pairs(script_spec) do opts[k] = s.default end
 
-  local function allowed()
+  local function allowed()  -- every flag name, '--' included
     local names = {}
     for k in pairs(engine) do names[#names + 1] = flag_name(k) end
     for k in pairs(script_spec) do names[#names + 1] = flag_name(k) end
     for k in pairs(switches) do names[#names + 1] = flag_name(k) end
-    table.sort(names)
-    return table.concat(names, ' ')
+    return names
   end
 
   -- The allowed flags closest to a mistyped one (edit distance), so the error
@@ -60,7 +59,7 @@ function M.parse(argv, script_spec, config_defaults)
       return prev[#b]
     end
     local scored = {}
-    for flag in allowed():gmatch('%S+') do
+    for _, flag in ipairs(allowed()) do
       scored[#scored + 1] = { flag = flag, d = distance('--' .. name, flag) }
     end
     table.sort(scored, function(x, y) return x.d < y.d or (x.d == y.d and x.flag < y.flag) end)

@@ -31,8 +31,8 @@ __global__ void fill_kernel(uint8_t *p, size_t n, int es, uint32_t seed) {
   }
 }
 
-// Random device array of n elements of es bytes (bf16 pattern for es = 2;
-// fine for fp16 too: |v| < 1 is in range).
+// Random device array of n elements of es bytes: fp32 for es = 4, bf16 for
+// es = 2 (the benchmark's two storage types; not fp16).
 void *random_device(size_t n, int es, uint32_t seed) {
   void *p;
   CUDA_OK(cudaMalloc(&p, n * es + 256));

@@ -191,4 +191,10 @@ inline void compare_bound(const char *what, const std::vector<float> &gpu,
   }
 }
 
+// The last line of every GPU test, and its exit code.
+inline int finish() {
+  std::printf("%d checks failed\n", failures);
+  return failures ? 1 : 0;
+}
+
 }  // namespace gpu_test

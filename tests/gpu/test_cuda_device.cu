@@ -6,7 +6,8 @@
 
 int main() {
   gpu_test::require_device();
-  int failures = device_conformance::run_factory();
+  int &failures = gpu_test::failures;
+  failures += device_conformance::run_factory();
   auto dev = ptdp::make_device("cuda", 0);
   failures += device_conformance::run(*dev);
   // Two ranks on one GPU: each its own stream and its own accounting.
@@ -17,6 +18,5 @@ int main() {
   std::printf("two devices on one GPU: %s\n", separate ? "ok" : "FAIL");
   failures += !separate;
   failures += device_conformance::run(*other);
-  std::printf("%d checks failed\n", failures);
-  return failures ? 1 : 0;
+  return gpu_test::finish();
 }

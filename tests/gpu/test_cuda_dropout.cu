@@ -306,6 +306,5 @@ int main() {
   test_all<float>();
   test_all<__nv_bfloat16>();
   test_all<__half>();
-  std::printf("%d checks failed\n", failures);
-  return failures ? 1 : 0;
+  return gpu_test::finish();
 }

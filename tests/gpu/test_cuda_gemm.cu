@@ -161,6 +161,5 @@ int main() {
   expect_error("gemm rejects f64", "allowed: f32, bf16, f16", [](ptdp::cuda::Gemm &g) {
     g.run(DType::f64, false, false, 4, 8, 4, 1.f, nullptr, 4, nullptr, 8, 0.f, nullptr, 8, 0);
   }, gemm);
-  std::printf("%d checks failed\n", failures);
-  return failures ? 1 : 0;
+  return gpu_test::finish();
 }

@@ -211,6 +211,5 @@ int main() {
   test_storage_type<float>();
   test_storage_type<__nv_bfloat16>();
   test_storage_type<__half>();
-  std::printf("%d checks failed\n", failures);
-  return failures ? 1 : 0;
+  return gpu_test::finish();
 }

@@ -33,17 +33,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_file(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const std::string &path, const std::string &bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
 struct SafeTensor {
   std::vector<int64_t> shape;
   std::vector<float> data;     // F32

@@ -73,18 +73,6 @@ void expect_same_state(Trainer &a, Trainer &b) {
   EXPECT_EQ(a.consumed_samples(), b.consumed_samples());
 }
 
-std::string read_file(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const std::string &path, const std::string &bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
-
 const std::vector<Layout> kLayouts = {{1, 1, 1, 1}, {1, 2, 1, 1}, {1, 4, 1, 1}, {2, 2, 1, 1},
                                       {1, 2, 1, 2}, {1, 4, 1, 2}, {2, 2, 2, 2}, {2, 4, 1, 2},
                                       {4, 1, 2, 1}};

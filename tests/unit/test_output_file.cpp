@@ -5,9 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "engine/core/output_file.h"
 #include "engine/data/corpus.h"
 #include "engine/data/tokenizer.h"
@@ -15,15 +12,6 @@
 #include "tests/unit/temp_dir.h"
 
 namespace {
-
-std::string read_all(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void write(const std::string &path, const std::string &text) { std::ofstream(path) << text; }
 
 mode_t lmode(const std::string &path) {
   struct stat st;
@@ -36,9 +24,9 @@ TEST(OutputFile, WritesNewAndRegularFiles) {
   TempDir dir;
   const std::string p = dir.path + "/out.json";
   ptdp::write_file_atomic(p, "one");
-  EXPECT_EQ(read_all(p), "one");
+  EXPECT_EQ(read_file(p), "one");
   ptdp::write_file_atomic(p, "two");
-  EXPECT_EQ(read_all(p), "two");
+  EXPECT_EQ(read_file(p), "two");
 }
 
 TEST(OutputFile, RefusesDeviceNodesDirectoriesAndFifos) {
@@ -58,11 +46,11 @@ TEST(OutputFile, RefusesDeviceNodesDirectoriesAndFifos) {
 TEST(OutputFile, SymlinkToAFileWritesThatFileAndKeepsTheLink) {
   TempDir dir;
   const std::string file = dir.path + "/real.json", link = dir.path + "/link.json";
-  write(file, "old");
+  write_file(file, "old");
   ASSERT_EQ(::symlink(file.c_str(), link.c_str()), 0);
   ptdp::write_file_atomic(link, "new");
   EXPECT_TRUE(S_ISLNK(lmode(link)));
-  EXPECT_EQ(read_all(file), "new");
+  EXPECT_EQ(read_file(file), "new");
   const std::string dangling = dir.path + "/dangling";
   ASSERT_EQ(::symlink((dir.path + "/nowhere/x").c_str(), dangling.c_str()), 0);
   expect_error([&] { ptdp::write_file_atomic(dangling, "x"); }, ptdp::Status::invalid_argument,
@@ -77,17 +65,17 @@ TEST(OutputFile, SymlinkToAFileWritesThatFileAndKeepsTheLink) {
 TEST(OutputFile, TokenizeRefusesToOverwriteItsInput) {
   TempDir dir;
   const std::string text = dir.path + "/corpus.txt", alias = dir.path + "/./corpus.txt";
-  write(text, "hello\nworld\n");
+  write_file(text, "hello\nworld\n");
   auto tok = ptdp::make_tokenizer("byte");
   expect_error([&] { ptdp::build_token_dataset({text}, "lines", *tok, alias); },
                ptdp::Status::invalid_argument, "refusing to overwrite an input");
-  EXPECT_EQ(read_all(text), "hello\nworld\n");
+  EXPECT_EQ(read_file(text), "hello\nworld\n");
   // An old output inside an input directory would be read as text: refused too.
   const std::string out = dir.path + "/out.ptdp";
-  write(out, "previous output");
+  write_file(out, "previous output");
   expect_error([&] { ptdp::build_token_dataset({dir.path}, "lines", *tok, out); },
                ptdp::Status::invalid_argument, "refusing to overwrite an input");
-  EXPECT_EQ(read_all(out), "previous output");
+  EXPECT_EQ(read_file(out), "previous output");
   expect_error([&] { ptdp::build_token_dataset({text}, "lines", *tok, "/dev/null"); },
                ptdp::Status::invalid_argument, "exists and is a character device");
   ptdp::build_token_dataset({text}, "lines", *tok, dir.path + "/fresh.ptdp");
