@@ -16,6 +16,7 @@
 #include "engine/core/allocator.h"
 #include "engine/core/status.h"
 #include "engine/data/corpus.h"
+#include "engine/data/indexed_tokenize.h"
 #include "engine/trace/timeline_png.h"
 #include "engine/train/trainer.h"
 #include "kernels/cpu/ops.h"
@@ -292,6 +293,23 @@ ptdp_status ptdp_trainer_log_line(const ptdp_trainer *t, char *buf, size_t cap, 
   });
 }
 
+ptdp_status ptdp_trainer_log_json(const ptdp_trainer *t, char *buf, size_t cap, size_t *out_len) {
+  return guard([&] {
+    require(t, "trainer");
+    if (t->trainer->iteration() == 0)
+      ptdp::fail(ptdp::Status::wrong_state, "no log record before the first ptdp_trainer_step");
+    copy_out(ptdp::format_log_json(t->trainer->last_metrics()), buf, cap, out_len);
+  });
+}
+
+ptdp_status ptdp_append_line(const char *path, const char *line, int32_t fresh) {
+  return guard([&] {
+    require(path, "path");
+    require(line, "line");
+    ptdp::append_json_line(path, line, fresh != 0);
+  });
+}
+
 ptdp_status ptdp_trainer_generate(ptdp_trainer *t, const char *prompt, int32_t max_new_tokens,
                                   double temperature, uint64_t seed, char *buf, size_t cap,
                                   size_t *out_len) {
@@ -389,6 +407,35 @@ ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs, const c
   });
 }
 
+ptdp_status ptdp_tokenize_indexed(const char *const *inputs, int32_t num_inputs,
+                                  const char *const *options, int32_t num_options,
+                                  int64_t *num_docs, int64_t *num_tokens) {
+  return guard([&] {
+    require(inputs, "inputs");
+    if (num_inputs <= 0)
+      ptdp::fail(ptdp::Status::invalid_argument, "num_inputs must be positive, got ", num_inputs);
+    if (num_options < 0 || (num_options > 0 && !options))
+      ptdp::fail(ptdp::Status::invalid_argument, "options must hold num_options (",
+                 num_options, ") strings");
+    std::vector<std::string> in, kv;
+    for (int32_t i = 0; i < num_inputs; i++) {
+      require(inputs[i], "inputs[i]");
+      in.emplace_back(inputs[i]);
+    }
+    for (int32_t i = 0; i < num_options; i++) {
+      require(options[i], "options[i]");
+      kv.emplace_back(options[i]);
+    }
+    ptdp::IndexedTokenizeOptions o = ptdp::parse_indexed_tokenize_options(kv);
+    auto tok = ptdp::make_tokenizer(o.tokenizer_type);
+    std::vector<ptdp::IndexedOutput> out = ptdp::build_indexed_dataset(in, o, *tok);
+    for (size_t k = 0; k < out.size(); k++) {
+      if (num_docs) num_docs[k] = (int64_t)out[k].num_docs;
+      if (num_tokens) num_tokens[k] = (int64_t)out[k].num_tokens;
+    }
+  });
+}
+
 ptdp_status ptdp_render_timeline(const char *trace_json, const char *png, int32_t width) {
   return guard([&] {
     require(trace_json, "trace_json");
@@ -435,3 +482,27 @@ ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops) {
 }
 
 }  // extern "C"
+
+// ---- the planner (engine/plan) ----------------------------------------------------
+#include "engine/plan/plan.h"
+
+extern "C" ptdp_status ptdp_plan(const char *const *options, int32_t num_options, char *buf,
+                                 size_t cap, size_t *out_len) {
+  return guard([&] {
+    if (num_options < 0 || num_options > 4096)
+      ptdp::fail(ptdp::Status::invalid_argument, "num_options must be in [0, 4096], got ", num_options);
+    if (num_options > 0) require(options, "options");
+    std::vector<std::pair<std::string, std::string>> kv;
+    for (int32_t i = 0; i < num_options; i++) {
+      require(options[i], "options[i]");
+      std::string o = options[i];
+      size_t eq = o.find('=');
+      if (o == "help" || o == "--help") kv.push_back({"help", ""});
+      else if (eq == std::string::npos || eq == 0)
+        ptdp::fail(ptdp::Status::bad_value, "plan option '", o, "' is not key=value (e.g. num_layers=24)");
+      else
+        kv.push_back({o.substr(0, eq), o.substr(eq + 1)});
+    }
+    copy_out(ptdp::plan::plan_report(kv), buf, cap, out_len);
+  });
+}

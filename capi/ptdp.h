@@ -131,6 +131,17 @@ PTDP_API ptdp_status ptdp_trainer_load(ptdp_trainer *trainer, const char *dir);
 /* The log line of the last step (ARCHITECTURE §8). */
 PTDP_API ptdp_status ptdp_trainer_log_line(const ptdp_trainer *trainer, char *buf, size_t cap,
                                            size_t *out_len);
+/* The last step as one JSON object on one line, with the log line's fields:
+ * {"kind": "train", "iteration": ..., "lm_loss": ..., "lr": ..., ...}; a
+ * value that is not finite is null. */
+PTDP_API ptdp_status ptdp_trainer_log_json(const ptdp_trainer *trainer, char *buf, size_t cap,
+                                           size_t *out_len);
+/* Appends `line` and a newline to the file at `path` in one write, creating
+ * it (a JSON-lines metrics file); fresh != 0 replaces the file with that one
+ * line, atomically. A directory, device, FIFO or dangling link is refused, as
+ * by every writer; a line holding a newline is PTDP_ERR_INVALID_ARGUMENT. */
+PTDP_API ptdp_status ptdp_append_line(const char *path, const char *line, int32_t fresh);
+
 /* Continues `prompt` by up to max_new_tokens tokens (stops at end of document).
  * temperature 0 = greedy; otherwise sampling keyed by `seed`, so a retry with a
  * larger buffer returns the same text. */
@@ -160,12 +171,26 @@ PTDP_API ptdp_status ptdp_checkpoint_export_safetensors_dtype(const char *dir,
                                                               const char *out_path,
                                                               const char *dtype);
 
-/* Tokenizes text files (or every file of a directory) into a token dataset.
- * format: fortune | lines | file; tokenizer: byte. Counts may be NULL. */
+/* Tokenizes text files (or every file of a directory) into a ptdp token
+ * dataset (one file; documents shuffled, each ending with the end-of-document
+ * token). format: fortune | lines | file; tokenizer: byte. Counts may be NULL. */
 PTDP_API ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs,
                                    const char *format, const char *tokenizer,
                                    const char *output_path, int64_t *num_docs,
                                    int64_t *num_tokens);
+
+/* Tokenizes text into Megatron-LM's indexed dataset (PREFIX.bin + PREFIX.idx,
+ * byte for byte as Megatron's tools/preprocess_data.py writes it). options:
+ * num_options "key=value" strings: output_prefix=P (required);
+ * format=jsonl (default) | fortune | lines | file; json_keys=text[,KEY...]
+ * (jsonl only; default text); tokenizer_type=byte (default); append_eod=0|1
+ * (default 0, as Megatron's --append-eod). Writes P_KEY_document.bin and
+ * P_KEY_document.idx for each key (Megatron's names; KEY is text for the
+ * formats other than jsonl): P_KEY_document is what data_path takes.
+ * num_docs, num_tokens: NULL, or arrays with one entry per key, in order. */
+PTDP_API ptdp_status ptdp_tokenize_indexed(const char *const *inputs, int32_t num_inputs,
+                                           const char *const *options, int32_t num_options,
+                                           int64_t *num_docs, int64_t *num_tokens);
 
 /* Draws a Chrome trace written by the `timeline` option as a PNG, one lane per
  * rank, time left to right: forward spans light and backward spans dark in a
@@ -184,6 +209,21 @@ PTDP_API ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gf
  * of `bytes` written with fsync, dropped from the page cache, read back, removed. */
 PTDP_API ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double *write_gbps,
                                          double *read_gbps);
+/* The planner (`ptdp plan`; engine/plan): the paper's performance and memory
+ * model of PTD-P training. options: num_options strings "key=value", keys
+ * Megatron's argument names (num_layers, hidden_size, num_attention_heads,
+ * seq_length, global_batch_size, micro_batch_size, tensor_model_parallel_size,
+ * ...) plus machine (a preset or a JSON file), num_gpus, train_tokens,
+ * calibrate, explain, top, format (text | records); "help" alone gives the
+ * list. It enumerates the layouts, drops those that cannot work or do not fit
+ * (saying why) and ranks the rest by predicted iteration time. The report's
+ * last line is machine-readable: "tflops_per_gpu=X iteration_s=Y memory_gib=Z
+ * tensor=T pipeline=P data=D micro_batch=B virtual=V" for the layout shown
+ * first. An unknown key is PTDP_ERR_UNKNOWN_OPTION, a bad value
+ * PTDP_ERR_BAD_VALUE, a layout that cannot work or nothing that fits
+ * PTDP_ERR_INVALID_CONFIG; each message names what is wrong and what is allowed. */
+PTDP_API ptdp_status ptdp_plan(const char *const *options, int32_t num_options, char *buf,
+                               size_t cap, size_t *out_len);
 /* ffi-end */
 
 #ifdef __cplusplus

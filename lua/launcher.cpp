@@ -117,29 +117,86 @@ int run_script(int argc, char **argv) {
 }
 
 int run_tokenize(int argc, char **argv) {
-  CLI::App app{"Tokenize text files into a ptdp token dataset", "ptdp tokenize"};
-  std::vector<std::string> inputs;
-  std::string output, format = "fortune", tokenizer = "byte";
-  app.add_option("inputs", inputs, "text files or directories")->required();
-  app.add_option("-o,--output", output, "dataset file to write")->required();
-  app.add_option("--format", format, "fortune | lines | file")->capture_default_str();
-  app.add_option("--tokenizer", tokenizer, "byte")->capture_default_str();
+  CLI::App app{"Tokenize text into a token dataset: ptdp's own file (--output FILE) or "
+               "Megatron-LM's indexed dataset (--output-prefix PREFIX)",
+               "ptdp tokenize"};
+  std::vector<std::string> inputs, input_flags, json_keys{"text"};
+  std::string output, prefix, format, tokenizer = "byte";
+  bool append_eod = false;
+  int workers = 1;
+  app.add_option("inputs", inputs, "text files or directories");
+  // One value per flag: a list would swallow the positional inputs after it.
+  app.add_option("--input", input_flags, "an input file (Megatron's flag; may be repeated)")
+      ->allow_extra_args(false);
+  CLI::Option *out_opt = app.add_option(
+      "-o,--output", output, "ptdp token dataset file to write (documents shuffled, each ending with EOD)");
+  CLI::Option *prefix_opt = app.add_option(
+      "--output-prefix", prefix,
+      "Megatron indexed dataset to write: PREFIX_KEY_document.bin + .idx per JSON key, "
+      "as Megatron's tools/preprocess_data.py (documents in input order)");
+  out_opt->excludes(prefix_opt);
+  app.add_option("--format", format,
+                 "jsonl | fortune | lines | file (default: jsonl with --output-prefix, fortune with --output)");
+  app.add_option("--json-keys", json_keys,
+                 "keys of each JSON line to tokenize (jsonl): --json-keys text,title or repeat the flag")
+      ->allow_extra_args(false)
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--tokenizer-type,--tokenizer", tokenizer, "byte")->capture_default_str();
+  app.add_flag("--append-eod", append_eod,
+               "end each non-empty document with the end-of-document token (Megatron's flag; "
+               "--output always does)");
+  app.add_option("--workers", workers, "accepted for Megatron's command lines; ptdp uses one thread");
   try {
     app.parse(argc - 1, argv + 1);
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
+  inputs.insert(inputs.end(), input_flags.begin(), input_flags.end());
+  auto usage_error = [](const char *msg) {
+    std::fprintf(stderr, "ptdp tokenize: %s (--help for the flags)\n", msg);
+    return 2;
+  };
+  if (inputs.empty()) return usage_error("no input given: name text files or directories");
+  if (output.empty() && prefix.empty())
+    return usage_error("give --output FILE (a ptdp dataset) or --output-prefix PREFIX (a Megatron dataset)");
   std::vector<const char *> in;
   for (auto &s : inputs) in.push_back(s.c_str());
-  int64_t docs = 0, tokens = 0;
-  ptdp_status st = ptdp_tokenize(in.data(), (int32_t)in.size(), format.c_str(), tokenizer.c_str(),
-                                 output.c_str(), &docs, &tokens);
+  if (!output.empty()) {
+    if (format.empty()) format = "fortune";
+    if (format == "jsonl")
+      return usage_error("--format jsonl writes Megatron's indexed dataset: give --output-prefix");
+    int64_t docs = 0, tokens = 0;
+    ptdp_status st = ptdp_tokenize(in.data(), (int32_t)in.size(), format.c_str(),
+                                   tokenizer.c_str(), output.c_str(), &docs, &tokens);
+    if (st != PTDP_OK) {
+      std::fprintf(stderr, "ptdp tokenize: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
+      return 1;
+    }
+    std::printf("wrote %s: %lld documents, %lld tokens\n", output.c_str(), (long long)docs,
+                (long long)tokens);
+    return 0;
+  }
+  if (format.empty()) format = "jsonl";
+  std::string keys;
+  for (const auto &k : json_keys) keys += (keys.empty() ? "" : ",") + k;
+  std::vector<std::string> kv = {"output_prefix=" + prefix, "format=" + format,
+                                 "json_keys=" + keys, "tokenizer_type=" + tokenizer,
+                                 std::string("append_eod=") + (append_eod ? "1" : "0")};
+  std::vector<const char *> opts;
+  for (auto &s : kv) opts.push_back(s.c_str());
+  std::vector<int64_t> docs(json_keys.size()), tokens(json_keys.size());
+  ptdp_status st = ptdp_tokenize_indexed(in.data(), (int32_t)in.size(), opts.data(),
+                                         (int32_t)opts.size(), docs.data(), tokens.data());
   if (st != PTDP_OK) {
     std::fprintf(stderr, "ptdp tokenize: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
     return 1;
   }
-  std::printf("wrote %s: %lld documents, %lld tokens\n", output.c_str(), (long long)docs,
-              (long long)tokens);
+  for (size_t k = 0; k < json_keys.size(); k++) {
+    const std::string p = prefix + "_" + json_keys[k] + "_document";  // Megatron's naming
+    std::printf("wrote %s.bin + %s.idx: %lld documents, %lld tokens (--data-path %s)\n",
+                p.c_str(), p.c_str(), (long long)docs[k], (long long)tokens[k], p.c_str());
+  }
   return 0;
 }
 
@@ -220,13 +277,55 @@ int run_ckpt(int argc, char **argv) {
   return 0;
 }
 
+// ptdp plan --num-layers L --hidden-size H ... : the planner, through ptdp_plan.
+// Flags become key=value options (a flag followed by another flag, or last, is
+// a switch: key=1); the library checks every key and value.
+int run_plan(int argc, char **argv) {
+  std::vector<std::string> opts;
+  for (int i = 2; i < argc; i++) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      opts = {"help"};
+      break;
+    }
+    if (a.rfind("--", 0) != 0) {
+      std::fprintf(stderr, "ptdp plan: expected a --flag, got '%s' (--help lists the flags)\n", a.c_str());
+      return 2;
+    }
+    std::string key = a.substr(2), value = "1";
+    size_t eq = key.find('=');
+    if (eq != std::string::npos) value = key.substr(eq + 1), key = key.substr(0, eq);
+    else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) value = argv[++i];
+    opts.push_back(key + "=" + value);
+  }
+  std::vector<const char *> c;
+  for (auto &o : opts) c.push_back(o.c_str());
+  std::vector<char> buf(1 << 16, '\0');
+  size_t len = 0;
+  ptdp_status st = ptdp_plan(c.data(), (int32_t)c.size(), buf.data(), buf.size(), &len);
+  if (st == PTDP_ERR_BUFFER_TOO_SMALL) {
+    buf.assign(len + 1, '\0');
+    st = ptdp_plan(c.data(), (int32_t)c.size(), buf.data(), buf.size(), &len);
+  }
+  if (st != PTDP_OK) {
+    std::fprintf(stderr, "ptdp plan: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
+    return 1;
+  }
+  std::fputs(buf.data(), stdout);
+  return 0;
+}
+
 void usage(FILE *f) {
   std::fprintf(f,
                "usage: ptdp SCRIPT.lua [script arguments]   run a Lua experiment script\n"
-               "       ptdp tokenize --output FILE INPUT... build a token dataset\n"
+               "       ptdp tokenize --output FILE INPUT... build a ptdp token dataset\n"
+               "       ptdp tokenize --output-prefix P [--format jsonl] [--json-keys text] INPUT...\n"
+               "                                            build a Megatron indexed dataset\n"
                "       ptdp timeline-png TRACE.json OUT.png [--width N]  draw a timeline\n"
                "       ptdp ckpt inspect|verify DIR       look into / check a checkpoint\n"
                "       ptdp ckpt export-safetensors DIR OUT.safetensors [--dtype f32|bf16|f16]\n"
+               "       ptdp plan --num-layers L --hidden-size H --num-attention-heads A\n"
+               "                 --global-batch-size B --num-gpus N [--machine selene] ...  plan t, p, d, b, v\n"
                "       ptdp --version\n");
 }
 
@@ -249,6 +348,7 @@ int main(int argc, char **argv) {
   if (cmd == "tokenize") return run_tokenize(argc, argv);
   if (cmd == "timeline-png") return run_timeline_png(argc, argv);
   if (cmd == "ckpt") return run_ckpt(argc, argv);
+  if (cmd == "plan") return run_plan(argc, argv);
   if (cmd.size() > 4 && cmd.compare(cmd.size() - 4, 4, ".lua") == 0) return run_script(argc, argv);
   std::fprintf(stderr, "ptdp: unknown command '%s'\n", cmd.c_str());
   usage(stderr);

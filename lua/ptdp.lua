@@ -89,9 +89,16 @@ local aliases = {
   model = {},
 }
 
--- Numbers go through set_double, which writes whole numbers as integers.
+-- Numbers go through set_double, which writes whole numbers as integers. A
+-- table is a list (data_path's blend { 0.3, 'A', 0.7, 'B' }): its items
+-- joined by spaces.
 local function set_option(cfg, key, value)
   if type(value) == 'boolean' then value = value and 1 or 0 end
+  if type(value) == 'table' then
+    local items = {}
+    for i, v in ipairs(value) do items[i] = tostring(v) end
+    value = table.concat(items, ' ')
+  end
   if type(value) == 'number' then return C.ptdp_config_set_double(cfg, key, value) end
   return C.ptdp_config_set(cfg, key, tostring(value))
 end
@@ -240,6 +247,11 @@ function Trainer:log_line()
   return read_text(function(buf, cap, len) return C.ptdp_trainer_log_line(self.handle, buf, cap, len) end)
 end
 
+-- The last step as one line of JSON, the log line's fields (see ptdp.append_line).
+function Trainer:log_json()
+  return read_text(function(buf, cap, len) return C.ptdp_trainer_log_json(self.handle, buf, cap, len) end)
+end
+
 -- opts: max_new_tokens (default 200), temperature (0 = greedy), seed.
 function Trainer:generate(prompt, opts)
   opts = opts or {}
@@ -300,14 +312,39 @@ function M.export_safetensors(dir, out, opts)
 end
 
 -- ptdp.tokenize{ inputs = {...} or 'path', output = 'file', format = 'fortune', tokenizer = 'byte' }
+-- writes a ptdp token dataset; returns documents, tokens.
+-- ptdp.tokenize{ inputs = ..., output_prefix = 'P', format = 'jsonl', json_keys = { 'text' },
+--                append_eod = true, tokenizer = 'byte' }
+-- writes Megatron's indexed dataset P_KEY_document.{bin,idx} per key; returns
+-- the first key's documents, tokens and prefix (what data_path takes).
 function M.tokenize(t)
+  if type(t) ~= 'table' then raise('ptdp.tokenize takes a table, e.g. { inputs = ..., output = ... }') end
   local inputs = type(t.inputs) == 'table' and t.inputs or { t.inputs }
   local arr = ffi.new('const char*[?]', #inputs)
   for i, p in ipairs(inputs) do arr[i - 1] = p end
+  if t.output_prefix then
+    if t.output then raise('ptdp.tokenize: give output or output_prefix, not both') end
+    local keys = t.json_keys or { 'text' }
+    if type(keys) == 'string' then keys = { keys } end
+    local kv = { 'output_prefix=' .. t.output_prefix, 'format=' .. (t.format or 'jsonl'),
+                 'json_keys=' .. table.concat(keys, ','), 'tokenizer_type=' .. (t.tokenizer or 'byte'),
+                 'append_eod=' .. (t.append_eod and '1' or '0') }
+    local opts = ffi.new('const char*[?]', #kv)
+    for i, v in ipairs(kv) do opts[i - 1] = v end
+    local docs, toks = ffi.new('int64_t[?]', #keys), ffi.new('int64_t[?]', #keys)
+    check(C.ptdp_tokenize_indexed(arr, #inputs, opts, #kv, docs, toks))
+    return tonumber(docs[0]), tonumber(toks[0]), t.output_prefix .. '_' .. keys[1] .. '_document'
+  end
   local docs, toks = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
-  check(C.ptdp_tokenize(arr, #inputs, t.format or 'fortune', t.tokenizer or 'byte',
-                        assert(t.output, 'tokenize needs output'), docs, toks))
+  if not t.output then raise('ptdp.tokenize needs output (a ptdp file) or output_prefix (Megatron)') end
+  check(C.ptdp_tokenize(arr, #inputs, t.format or 'fortune', t.tokenizer or 'byte', t.output, docs, toks))
   return tonumber(docs[0]), tonumber(toks[0])
+end
+
+-- Appends one line (a JSON object) to a JSON-lines file; fresh = true
+-- replaces the file with it. Refuses a directory, device or FIFO.
+function M.append_line(path, line, fresh)
+  check(C.ptdp_append_line(path, line, fresh and 1 or 0))
 end
 
 -- mkdir -p without a shell: a path is data, never code. Raises naming the
@@ -332,31 +369,54 @@ end
 -- The project's directory (this module is in <project>/lua).
 M.project_dir = here .. '/..'
 
--- The token dataset a script trains on. An existing file must be readable and
--- is never replaced. A missing one is tokenized from t.corpus only when that
--- was asked for: the script's own default dataset (resolved against the
--- project, not the current directory), or a path given together with an
--- explicit corpus (t.create). Anything else stops the run naming the path, so
--- a mistyped --data-path never trains on something else. Returns the path.
+-- The token dataset a script trains on: a ptdp file, a Megatron dataset
+-- (PREFIX for PREFIX.bin + PREFIX.idx) or a blend 'W1 P1 W2 P2 ...' of them.
+-- An existing dataset must be readable and is never replaced. A missing one
+-- is tokenized from t.corpus only when that was asked for: the script's own
+-- default dataset (resolved against the project, not the current directory),
+-- or a path given together with an explicit corpus (t.create). Anything else
+-- stops the run naming the path, so a mistyped --data-path never trains on
+-- something else. Returns the path (or the blend).
 --   ptdp.dataset{ path = ..., given = <--data-path given?>, create = <--corpus given?>,
 --                 corpus = ..., format = ... }
+local function readable(path)
+  local f, err = io.open(path, 'rb')
+  if not f then return nil, err end
+  local ok, rerr = f:read(0)
+  f:close()
+  if ok == nil and rerr then
+    raise(string.format("--data-path '%s' cannot be read: %s", path, rerr))
+  end
+  return true
+end
+
 function M.dataset(t)
   local path = t.path
-  if not t.given and path:sub(1, 1) ~= '/' then path = M.project_dir .. '/' .. path end
-  local f, err = io.open(path, 'rb')
-  if f then
-    local ok, rerr = f:read(0)
-    f:close()
-    if ok == nil and rerr then
-      raise(string.format("--data-path '%s' cannot be read: %s", path, rerr))
+  local items = {}
+  for item in path:gmatch('%S+') do items[#items + 1] = item end
+  if #items > 1 and tonumber(items[1]) then  -- a blend: every part must be there
+    for i = 2, #items, 2 do
+      local p = items[i]
+      if not readable(p) and not (readable(p .. '.idx') and readable(p .. '.bin')) then
+        raise(string.format("--data-path blend: dataset '%s' does not exist (neither a file nor " ..
+                            "a Megatron %s.bin + %s.idx); blend parts are never created", p, p, p))
+      end
     end
     return path
   end
+  if not t.given and path:sub(1, 1) ~= '/' then path = M.project_dir .. '/' .. path end
+  local ok, err = readable(path)
+  if ok then return path end
   local missing = err:match('No such file') ~= nil
+  -- A Megatron dataset is named by its prefix: PREFIX.idx + PREFIX.bin.
+  if missing and (readable(path .. '.idx') or readable(path .. '.bin')) then return path end
   if not missing or (t.given and not t.create) then
     raise(string.format("--data-path '%s': %s%s", path, (err:gsub('^.*: ', '')),
                         missing and ' (only the default dataset, or one given with --corpus, ' ..
-                        'is created; or make one with `ptdp tokenize`)' or ''))
+                        'is created; or make one with `ptdp tokenize`; a Megatron dataset is ' ..
+                        'given as PREFIX, for PREFIX.bin + PREFIX.idx' ..
+                        (#items > 1 and '; a blend is WEIGHT PREFIX pairs, e.g. 0.3 A 0.7 B' or '') ..
+                        ')' or ''))
   end
   local dir = path:match('^(.*)/[^/]*$')
   if dir then M.mkdirs(dir) end
@@ -384,6 +444,63 @@ function M.benchmark_sgemm(n, repeats)
   local v = ffi.new('double[1]')
   check(C.ptdp_benchmark_sgemm(n or 2048, repeats or 5, v))
   return v[0]
+end
+
+-- The planner (`ptdp plan`; ptdp_plan in the C ABI): options are Megatron's
+-- names (num_layers = 24, hidden_size = 2048, num_attention_heads = 16,
+-- global_batch_size = 512, num_gpus = 64, machine = 'selene', ...; the short
+-- t, p, d, b, v; true for switches such as bf16 or calibrate). Returns
+--   { layouts = { {rank = 1, tflops_per_gpu =, iteration_s =, memory_gib =,
+--                  tensor =, pipeline =, data =, micro_batch =, virtual =,
+--                  schedule =, recompute =, bubble =, tp_share =, pp_share =,
+--                  dp_share =, days =, gpu_hours =, label =, ...}, ... },
+--     best = layouts[1], too_big = {...}, invalid = { {label =, reason =}, ... },
+--     explained = {...} (with explain = 'LAYOUT'),
+--     text = the report `ptdp plan` prints (made when first read) }
+function M.plan(t)
+  if type(t) ~= 'table' then
+    raise(string.format('ptdp.plan takes a table of options, e.g. { num_layers = 24, ... }; got a %s', type(t)))
+  end
+  local function call(extra)
+    local opts = {}
+    for k, v in pairs(t) do
+      if type(v) == 'boolean' then v = v and 1 or 0 end
+      opts[#opts + 1] = tostring(k) .. '=' .. tostring(v)
+    end
+    table.sort(opts)
+    for _, e in ipairs(extra) do opts[#opts + 1] = e end
+    local arr = ffi.new('const char*[?]', #opts)
+    for i, o in ipairs(opts) do arr[i - 1] = o end
+    -- A large first buffer: a second call would plan (and calibrate) again.
+    local len, cap = ffi.new('size_t[1]'), 65536
+    while true do
+      local buf = ffi.new('char[?]', cap)
+      local st = C.ptdp_plan(arr, #opts, buf, cap, len)
+      if st == 0 then return ffi.string(buf, len[0]) end
+      if st ~= C.PTDP_ERR_BUFFER_TOO_SMALL then check(st) end
+      cap = tonumber(len[0]) + 1
+    end
+  end
+  local out = { layouts = {}, too_big = {}, invalid = {} }
+  for line in call({ 'format=records' }):gmatch('[^\n]+') do
+    local kind, rest = line:match('^(%S+) (.*)$')
+    if kind == 'invalid' then
+      local label, reason = rest:match('^label=(%S+) reason=(.*)$')
+      out.invalid[#out.invalid + 1] = { label = label, reason = reason }
+    elseif kind == 'layout' or kind == 'too_big' or kind == 'explained' then
+      local r = {}
+      for k, v in rest:gmatch('([%w_]+)=(%S+)') do r[k] = tonumber(v) or v end
+      if kind == 'explained' then out.explained = r
+      else table.insert(kind == 'layout' and out.layouts or out.too_big, r) end
+    end
+  end
+  out.best = out.layouts[1]
+  return setmetatable(out, { __index = function(self, k)
+    if k ~= 'text' then return nil end
+    local text = call({})
+    rawset(self, 'text', text)
+    return text
+  end })
 end
 
 return M

@@ -13,6 +13,7 @@ local config, opts, given = flags.parse(arg, {
   prompt = { default = 'The ', help = 'prompt of the final sample' },
   sample_tokens = { default = 300, help = 'tokens of the final sample (0 = none)' },
   temperature = { default = 0.8, help = 'sampling temperature (0 = greedy)' },
+  log_json = { default = '', help = 'metrics file, JSON lines: the run, then each logged iteration and evaluation' },
 }, {
   -- Defaults for the main job: about five minutes on 2 cores.
   num_layers = 4, hidden_size = 256, num_attention_heads = 4, seq_length = 128,
@@ -59,10 +60,37 @@ local loaded = trainer:text('loaded_checkpoint')
 if loaded ~= '' then print(loaded) end
 local save_dir = trainer:text('last_checkpoint')
 
+-- --log-json FILE (JSON lines, for plots): a "run" record, then one "train"
+-- record per logged iteration (the log line's fields) and one "valid" record
+-- per evaluation. A fresh run replaces the file; a resumed one (--load)
+-- appends to it. The first process writes it.
+local log_json = opts.log_json ~= '' and layout.rank == 0
+local function json_number(x)
+  if x ~= x or x == math.huge or x == -math.huge then return 'null' end
+  return string.format('%.17g', x)
+end
+local function json_string(s)
+  return '"' .. s:gsub('[%c"\\]', function(c) return string.format('\\u%04x', c:byte()) end) .. '"'
+end
+if log_json then
+  local fields = { '"kind": "run"', '"version": ' .. json_string(ptdp.version()),
+                   '"data_path": ' .. json_string(config.data_path) }
+  for _, k in ipairs { 'iteration', 'train_iters', 'num_parameters', 'world_size',
+                       'tensor_model_parallel_size', 'pipeline_model_parallel_size',
+                       'data_parallel_size', 'train_samples', 'valid_samples', 'unigram_entropy' } do
+    fields[#fields + 1] = string.format('"%s": %s', k, json_number(trainer:get(k)))
+  end
+  ptdp.append_line(opts.log_json, '{' .. table.concat(fields, ', ') .. '}', trainer:get('iteration') == 0)
+end
+
 local function validate(it)
   local loss = trainer:evaluate()
   print(string.format(' validation loss at iteration %d | lm loss: %.6E | lm loss PPL: %.3f | unigram entropy: %.4f',
                       it, loss, math.exp(loss), entropy))
+  if log_json then
+    ptdp.append_line(opts.log_json, string.format('{"kind": "valid", "iteration": %d, "lm_loss": %s, "lm_loss_ppl": %s}',
+                                                  it, json_number(loss), json_number(math.exp(loss))))
+  end
   return loss
 end
 
@@ -71,7 +99,10 @@ local loss
 -- the trainer saves every --save-interval iterations and after the last.
 for it = trainer:get('iteration') + 1, iters do
   trainer:step()
-  if it % opts.log_interval == 0 or it == iters then print(trainer:log_line()) end
+  if it % opts.log_interval == 0 or it == iters then
+    print(trainer:log_line())
+    if log_json then ptdp.append_line(opts.log_json, trainer:log_json()) end
+  end
   local saved = trainer:text('last_checkpoint')
   if saved ~= save_dir then
     save_dir = saved

@@ -49,8 +49,7 @@ std::vector<std::string> read_documents(const std::string &path, const std::stri
   return docs;
 }
 
-CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const std::string &format,
-                                const Tokenizer &tok, const std::string &out_path) {
+std::vector<std::string> expand_inputs(const std::vector<std::string> &inputs) {
   if (inputs.empty()) fail(Status::invalid_argument, "no input files given to tokenize");
   std::vector<std::string> files;
   for (const auto &in : inputs) {
@@ -70,6 +69,12 @@ CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const st
       fail(Status::io_error, "corpus input '", in, "' does not exist");
     }
   }
+  return files;
+}
+
+CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const std::string &format,
+                                const Tokenizer &tok, const std::string &out_path) {
+  const std::vector<std::string> files = expand_inputs(inputs);
   // Before any work: the output must be a file we may replace, and no input.
   output_target(out_path, "tokenize output");
   check_output_not_input(out_path, files, "tokenize output");

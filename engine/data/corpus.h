@@ -13,6 +13,11 @@ namespace ptdp {
 const char *corpus_format_names();
 std::vector<std::string> read_documents(const std::string &path, const std::string &format);
 
+// The files to read for a list of inputs: a file as it is, a directory as
+// its regular files sorted by name (skipping symbolic links, as fortunes'
+// *.u8, and fortune index files *.dat). Error(io_error) naming a missing input.
+std::vector<std::string> expand_inputs(const std::vector<std::string> &inputs);
+
 struct CorpusStats {
   uint64_t num_docs = 0, num_tokens = 0;
 };

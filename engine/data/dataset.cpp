@@ -123,7 +123,8 @@ TokenDataset::TokenDataset(const std::string &path) : path_(path) {
     Header h;
     std::memcpy(&h, map_, sizeof h);
     if (std::memcmp(h.magic, kMagic, 8) != 0)
-      fail(Status::corrupt_data, "'", path, "' is not a ptdp token dataset (bad magic)");
+      fail(Status::corrupt_data, "'", path, "' is not a ptdp token dataset (bad magic: expected "
+           "\"PTDPTOK\"), nor a Megatron index (\"MMIDIDX\", PREFIX.idx)");
     if (h.version != kTokenDatasetVersion)
       fail(Status::corrupt_data, "dataset '", path, "' has format version ", h.version,
            "; this build reads version ", kTokenDatasetVersion);

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/data/token_source.h"
+
 namespace ptdp {
 
 constexpr uint32_t kTokenDatasetVersion = 1;
@@ -20,18 +22,22 @@ constexpr uint32_t kTokenDatasetVersion = 1;
 void write_token_dataset(const std::string &path, const std::vector<std::vector<int32_t>> &docs,
                          int vocab_size);
 
-class TokenDataset {
+class TokenDataset final : public TokenSource {
  public:
   explicit TokenDataset(const std::string &path);  // throws io_error / corrupt_data
   ~TokenDataset();
   TokenDataset(const TokenDataset &) = delete;
   TokenDataset &operator=(const TokenDataset &) = delete;
 
-  const std::string &path() const { return path_; }
-  int vocab_size() const { return vocab_size_; }
-  uint64_t num_docs() const { return num_docs_; }
-  uint64_t num_tokens() const { return num_tokens_; }
-  uint64_t doc_offset(uint64_t d) const { return offsets_[d]; }  // d in [0, num_docs]
+  const std::string &path() const override { return path_; }
+  const char *format_name() const override { return "ptdp"; }
+  int vocab_size() const override { return vocab_size_; }
+  uint64_t num_docs() const override { return num_docs_; }
+  uint64_t num_tokens() const override { return num_tokens_; }
+  uint64_t doc_offset(uint64_t d) const override { return offsets_[d]; }  // d in [0, num_docs]
+  void read(uint64_t first, size_t n, int32_t *out) const override {
+    for (size_t i = 0; i < n; i++) out[i] = token(first + i);
+  }
   int32_t token(uint64_t i) const {
     return token_bytes_ == 2 ? (int32_t)((const uint16_t *)tokens_)[i]
                              : (int32_t)((const uint32_t *)tokens_)[i];

@@ -1,5 +1,6 @@
 #include "engine/data/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -38,7 +39,7 @@ std::vector<SplitRange> parse_split(const std::string &spec, uint64_t num_docs) 
   return out;
 }
 
-GptSampler::GptSampler(std::shared_ptr<const TokenDataset> ds, SplitRange range, int seq_length,
+GptSampler::GptSampler(std::shared_ptr<const TokenSource> ds, SplitRange range, int seq_length,
                        uint64_t seed, bool shuffle)
     : ds_(std::move(ds)), seq_(seq_length), seed_(seed), shuffle_(shuffle) {
   begin_ = ds_->doc_offset(range.first_doc);
@@ -68,13 +69,27 @@ void GptSampler::get(uint64_t index, int32_t *out) {
     fail(Status::invalid_config, "the split has ", end_ - begin_,
          " tokens, too few for one sample of seq_length+1 = ", seq_ + 1, " tokens");
   uint64_t start = begin_ + permuted(index) * (uint64_t)seq_;
-  for (int i = 0; i <= seq_; i++) out[i] = ds_->token(start + (uint64_t)i);
+  ds_->read(start, (size_t)seq_ + 1, out);
 }
 
 std::vector<uint64_t> GptSampler::token_counts() const {
   std::vector<uint64_t> c((size_t)ds_->vocab_size(), 0);
-  for (uint64_t i = begin_; i < end_; i++) c[(size_t)ds_->token(i)]++;
+  std::vector<int32_t> buf(1 << 16);
+  for (uint64_t i = begin_; i < end_; i += buf.size()) {
+    size_t n = (size_t)std::min<uint64_t>(buf.size(), end_ - i);
+    ds_->read(i, n, buf.data());
+    for (size_t k = 0; k < n; k++) c[(size_t)buf[k]]++;
+  }
   return c;
+}
+
+std::vector<double> GptSampler::unigram() const {
+  std::vector<uint64_t> c = token_counts();
+  std::vector<double> p(c.size(), 0.0);
+  const double total = (double)(end_ - begin_);
+  if (total > 0)
+    for (size_t t = 0; t < c.size(); t++) p[t] = (double)c[t] / total;
+  return p;
 }
 
 }  // namespace ptdp

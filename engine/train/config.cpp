@@ -51,7 +51,8 @@ const std::vector<OptionSpec> &option_schema() {
       {"adam_eps", T::Float, "1e-8", 1e-30, 1, nullptr, "Adam epsilon"},
       {"clip_grad", T::Float, "1.0", 0, 1e9, nullptr, "global gradient-norm clip (0 = off)"},
       // data
-      {"data_path", T::String, "", 0, 0, nullptr, "token dataset file (ptdp tokenize)"},
+      {"data_path", T::String, "", 0, 0, nullptr,
+       "token dataset: a ptdp file, a Megatron PREFIX (PREFIX.bin + PREFIX.idx), or a blend W1 P1 W2 P2 ..."},
       {"split", T::String, "98,2", 0, 0, nullptr, "train,valid[,test] weights over documents"},
       {"tokenizer_type", T::Choice, "byte", 0, 0, "byte", "tokenizer"},
       {"eval_iters", T::Int, "10", 1, 1e9, nullptr, "batches per evaluation"},

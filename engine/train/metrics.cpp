@@ -1,6 +1,16 @@
 #include "engine/train/metrics.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+
+#include "engine/core/output_file.h"
+#include "engine/core/status.h"
+#include "engine/train/config.h"
 
 namespace ptdp {
 
@@ -21,6 +31,53 @@ std::string format_log_line(const StepMetrics &m) {
     s += buf;
   }
   return s;
+}
+
+std::string json_number(double x) { return std::isfinite(x) ? number_text(x) : "null"; }
+
+std::string format_log_json(const StepMetrics &m) {
+  auto i = [](int64_t v) { return std::to_string(v); };
+  std::string s = "{\"kind\": \"train\", \"iteration\": " + i(m.iteration) +
+                  ", \"train_iters\": " + i(m.train_iters) +
+                  ", \"consumed_samples\": " + i(m.consumed_samples) +
+                  ", \"elapsed_ms\": " + json_number(m.elapsed_ms) +
+                  ", \"lr\": " + json_number(m.lr) +
+                  ", \"global_batch_size\": " + i(m.global_batch_size) +
+                  ", \"lm_loss\": " + json_number(m.lm_loss) +
+                  ", \"loss_scale\": " + json_number(m.loss_scale) +
+                  ", \"grad_norm\": " + json_number(m.grad_norm) +
+                  ", \"skipped_iters\": " + i(m.skipped_iters) +
+                  ", \"nan_iters\": " + i(m.nan_iters) +
+                  ", \"tokens_per_s\": " + json_number(m.tokens_per_s) +
+                  ", \"tflops_per_rank\": " + json_number(m.tflops_per_rank);
+  if (m.mfu >= 0) s += ", \"mfu\": " + json_number(m.mfu);
+  return s + "}";
+}
+
+void append_json_line(const std::string &path, const std::string &line, bool fresh) {
+  if (line.find('\n') != std::string::npos || line.find('\r') != std::string::npos)
+    fail(Status::invalid_argument, "a JSON-lines record must be one line; got one with a newline");
+  if (fresh) {
+    write_file_atomic(path, line + "\n", "--log-json");
+    return;
+  }
+  const std::string target = output_target(path, "--log-json");
+  int fd = ::open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
+  if (fd < 0) fail(Status::io_error, "cannot open '", path, "' to append: ", std::strerror(errno));
+  // One write per record: a reader (or a crash) never sees half a line but the last.
+  const std::string rec = line + "\n";
+  size_t done = 0;
+  while (done < rec.size()) {
+    ssize_t n = ::write(fd, rec.data() + done, rec.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      fail(Status::io_error, "cannot append to '", path, "': ", std::strerror(e));
+    }
+    done += (size_t)n;
+  }
+  ::close(fd);
 }
 
 }  // namespace ptdp

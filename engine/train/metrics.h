@@ -16,4 +16,18 @@ struct StepMetrics {
 
 std::string format_log_line(const StepMetrics &m);
 
+// The same step as one JSON object on one line (a JSON-lines metrics file for
+// plots): {"kind": "train", "iteration": ..., "lm_loss": ..., ...} with the log
+// line's fields; a value that is not finite (a NaN loss) is null.
+std::string format_log_json(const StepMetrics &m);
+
+// A JSON number, or null for NaN and infinities (JSON has neither).
+std::string json_number(double x);
+
+// Appends `line` and a newline to `path` in one write (the file is created if
+// need be); fresh = true replaces the file with that one line, atomically.
+// The writers' target rules apply (engine/core/output_file.h); `line` must
+// hold no newline.
+void append_json_line(const std::string &path, const std::string &line, bool fresh);
+
 }  // namespace ptdp

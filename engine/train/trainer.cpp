@@ -73,7 +73,7 @@ struct Trainer::Rank {
     return g;
   }
   std::unique_ptr<AdamW> adam;
-  std::unique_ptr<GptSampler> train, valid;
+  std::unique_ptr<Sampler> train, valid;
   std::vector<int32_t> sample, tokens, targets;
   // Results of the last operation run on this rank.
   StepMetrics metrics;
@@ -242,12 +242,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   openblas_set_num_threads(threads_per_rank_);
   tok_ = make_tokenizer(opt_.tokenizer);
   if (!opt_.save_path.empty()) check_save_directory(opt_.save_path);
-  ds_ = std::make_shared<const TokenDataset>(opt_.data_path);
-  if (ds_->vocab_size() > opt_.model.vocab_size)
-    fail(Status::invalid_config, "dataset '", opt_.data_path, "' has vocabulary size ",
-         ds_->vocab_size(), " but the '", opt_.tokenizer, "' tokenizer (and so the model) has ",
-         opt_.model.vocab_size);
-  auto ranges = parse_split(opt_.split, ds_->num_docs());
+  data_ = open_training_data(opt_.data_path, opt_.split);
+  for (const auto &src : data_.sources)
+    check_source_vocab(*src, opt_.model.vocab_size, opt_.tokenizer);
+  check_training_data(data_, opt_.model.seq_length);
   // Under mpirun each process hosts one rank; otherwise this process hosts all.
   std::vector<int> local;
   if (MpiWorld::launched_by_mpirun()) {
@@ -285,12 +283,8 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       // Making groups is collective over the mpi world: a middle stage takes
       // part with a group of its own, which it then has no use for.
       world_->group("embedding", {r}, r);
-    R->train = std::make_unique<GptSampler>(ds_, ranges[0], opt_.model.seq_length, opt_.seed, true);
-    R->valid = std::make_unique<GptSampler>(ds_, ranges[1], opt_.model.seq_length, opt_.seed, false);
-    if (R->train->num_samples() == 0 || R->valid->num_samples() == 0)
-      fail(Status::invalid_config, "dataset '", opt_.data_path, "' split ", opt_.split, " gives ",
-           R->train->num_tokens(), " train and ", R->valid->num_tokens(),
-           " valid tokens; each split needs at least seq_length+1 = ", opt_.model.seq_length + 1);
+    R->train = make_sampler(data_, 0, opt_.model.seq_length, opt_.seed, true);
+    R->valid = make_sampler(data_, 1, opt_.model.seq_length, opt_.seed, false);
     R->model = std::make_unique<GPT<float>>(
         opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp.get()},
         PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute, opt_.precision);
@@ -441,7 +435,7 @@ void Trainer::run_on_ranks(const std::function<void(Rank &)> &fn) {
 }
 
 // Lays out b samples starting at global index `first` as [s, b] tokens/targets.
-void Trainer::fill_batch(Rank &r, GptSampler &sampler, uint64_t first, int b) {
+void Trainer::fill_batch(Rank &r, Sampler &sampler, uint64_t first, int b) {
   const int s = opt_.model.seq_length;
   r.tokens.resize((size_t)s * b);
   r.targets.resize((size_t)s * b);
@@ -840,11 +834,9 @@ std::vector<float> Trainer::gather_parameter(const std::string &name) const {
 }
 
 double Trainer::unigram_entropy() const {
-  std::vector<uint64_t> c = ranks_[0]->train->token_counts();
-  double total = 0, h = 0;
-  for (uint64_t x : c) total += (double)x;
-  for (uint64_t x : c)
-    if (x) h -= (double)x / total * std::log((double)x / total);
+  double h = 0;
+  for (double p : ranks_[0]->train->unigram())
+    if (p > 0) h -= p * std::log(p);
   return h;
 }
 

@@ -14,6 +14,7 @@
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/comm/grid.h"
 #include "engine/comm/communicator.h"
+#include "engine/data/blend.h"
 #include "engine/data/sampler.h"
 #include "engine/data/tokenizer.h"
 #include "engine/model/gpt.h"
@@ -147,7 +148,7 @@ class Trainer {
  private:
   struct Rank;
   void run_on_ranks(const std::function<void(Rank &)> &fn);
-  void fill_batch(Rank &r, GptSampler &sampler, uint64_t first, int b);
+  void fill_batch(Rank &r, Sampler &sampler, uint64_t first, int b);
   void rank_step(Rank &r, int64_t it);
   void write_timeline() const;
   std::vector<RankShard> local_shards();
@@ -158,7 +159,7 @@ class Trainer {
 
   TrainerOptions opt_;
   std::unique_ptr<Tokenizer> tok_;
-  std::shared_ptr<const TokenDataset> ds_;
+  TrainingData data_;  // the dataset(s) of data_path and their splits
   std::unique_ptr<RankGrid> grid_;
   // threads; under mpirun the process's mpi world (one rank per process) or
   // mpi messages between thread ranks (several per process)

@@ -23,6 +23,10 @@ local switches = {
 -- means 1; `--bf16 0` or `--bf16=0` still work.
 local bare_means_one = { bf16 = true, fp16 = true, accumulate_allreduce_grads_in_fp32 = true }
 
+-- Engine options that take several values, as Megatron's blend
+-- `--data-path 0.3 A 0.7 B`: every argument up to the next flag, joined by spaces.
+local multi_value = { data_path = true }
+
 -- script_spec: { log_interval = { default = 10, help = '...' }, ... }; the type
 -- of the default (number, string, boolean) is the type of the flag.
 -- Returns config (table of engine options), opts (script options) and given
@@ -117,6 +121,12 @@ function M.parse(argv, script_spec, config_defaults)
         i = i + 1
         value = argv[i]
         if value == nil then error(string.format("flag '--%s' needs a value", name), 0) end
+      end
+    end
+    if multi_value[key] then
+      while argv[i + 1] ~= nil and not argv[i + 1]:match('^%-%-') do
+        i = i + 1
+        value = value .. ' ' .. argv[i]
       end
     end
     given[switch and switch.key or key] = true

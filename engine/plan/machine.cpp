@@ -1,0 +1,172 @@
+#include "engine/plan/machine.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "engine/core/status.h"
+
+// kMachinePresets: {name, json} of every engine/plan/machines/*.json, made by cmake/plan.cmake.
+#include "plan_presets.inc"
+
+namespace ptdp::plan {
+
+using nlohmann::json;
+
+const char *dtype_name(DType d) {
+  return d == DType::fp32 ? "fp32" : d == DType::bf16 ? "bf16" : "fp16";
+}
+int dtype_bytes(DType d) { return d == DType::fp32 ? 4 : 2; }
+
+double Machine::peak(DType d) const {
+  return d == DType::fp32 ? peak_fp32 : d == DType::bf16 ? peak_bf16 : peak_fp16;
+}
+
+std::vector<std::string> machine_preset_names() {
+  std::vector<std::string> out;
+  for (auto &p : kMachinePresets) out.push_back(p[0]);
+  return out;
+}
+
+namespace {
+
+// Reads obj[key] as a number > 0 (or >= 0 when zero_ok), naming the field on error.
+double number(const json &obj, const char *key, const std::string &where, bool zero_ok = false,
+              double fallback = -1) {
+  if (!obj.contains(key)) {
+    if (fallback >= 0) return fallback;
+    fail(Status::bad_value, where, ": missing field '", key, "'");
+  }
+  const json &v = obj.at(key);
+  if (!v.is_number())
+    fail(Status::bad_value, where, ": field '", key, "' must be a number, got ", v.dump());
+  double x = v.get<double>();
+  if (!(x > 0 || (zero_ok && x == 0)))
+    fail(Status::bad_value, where, ": field '", key, "' must be ", zero_ok ? ">= 0" : "> 0",
+         ", got ", v.dump());
+  return x;
+}
+
+void only_keys(const json &obj, const std::set<std::string> &allowed, const std::string &where) {
+  if (!obj.is_object()) fail(Status::bad_value, where, " must be a JSON object");
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (!allowed.count(it.key())) {
+      std::string list;
+      for (auto &a : allowed) list += (list.empty() ? "" : ", ") + a;
+      fail(Status::bad_value, where, ": unknown field '", it.key(), "'; allowed: ", list);
+    }
+}
+
+Link link(const json &obj, const char *key, const std::string &origin) {
+  std::string where = origin + " " + key;
+  if (!obj.contains(key)) fail(Status::bad_value, origin, ": missing field '", key, "'");
+  const json &l = obj.at(key);
+  only_keys(l, {"bandwidth", "efficiency", "latency_s"}, where);
+  Link out;
+  out.bandwidth = number(l, "bandwidth", where);
+  out.efficiency = number(l, "efficiency", where, false, 1.0);
+  out.latency_s = number(l, "latency_s", where, true);
+  if (out.efficiency > 1) fail(Status::bad_value, where, ": efficiency must be in (0, 1]");
+  return out;
+}
+
+}  // namespace
+
+Machine machine_from_json(const std::string &text, const std::string &origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception &e) {
+    fail(Status::bad_value, origin, " is not valid JSON: ", e.what());
+  }
+  only_keys(j, {"name", "description", "devices_per_node", "peak_flops", "memory_bytes",
+                "memory_reserved_bytes", "memory_bandwidth", "memory_efficiency", "gemm",
+                "op_overhead_s", "intra_node", "inter_node", "shared_node", "device_hour_usd"},
+            origin);
+  Machine m;
+  if (!j.contains("name") || !j["name"].is_string())
+    fail(Status::bad_value, origin, ": field 'name' must be a string");
+  m.name = j["name"].get<std::string>();
+  if (j.contains("description") && j["description"].is_string())
+    m.description = j["description"].get<std::string>();
+  double dpn = number(j, "devices_per_node", origin);
+  if (dpn != (int)dpn || dpn > 1e6)
+    fail(Status::bad_value, origin, ": devices_per_node must be a whole number, got ", dpn);
+  m.devices_per_node = (int)dpn;
+  if (!j.contains("peak_flops")) fail(Status::bad_value, origin, ": missing field 'peak_flops'");
+  const json &pf = j["peak_flops"];
+  only_keys(pf, {"fp32", "bf16", "fp16"}, origin + " peak_flops");
+  m.peak_fp32 = number(pf, "fp32", origin + " peak_flops");
+  m.peak_bf16 = number(pf, "bf16", origin + " peak_flops", false, m.peak_fp32);
+  m.peak_fp16 = number(pf, "fp16", origin + " peak_flops", false, m.peak_bf16);
+  m.memory_bytes = number(j, "memory_bytes", origin);
+  m.memory_reserved_bytes = number(j, "memory_reserved_bytes", origin, true, 0);
+  m.memory_bandwidth = number(j, "memory_bandwidth", origin);
+  m.memory_efficiency = number(j, "memory_efficiency", origin, false, 1.0);
+  if (!j.contains("gemm")) fail(Status::bad_value, origin, ": missing field 'gemm'");
+  const json &g = j["gemm"];
+  std::string gw = origin + " gemm";
+  only_keys(g, {"units", "tile_m", "tile_n", "k_half", "max_efficiency"}, gw);
+  m.gemm_units = (int)number(g, "units", gw);
+  m.gemm_tile_m = (int)number(g, "tile_m", gw);
+  m.gemm_tile_n = (int)number(g, "tile_n", gw);
+  m.gemm_k_half = number(g, "k_half", gw, true);
+  m.gemm_max_efficiency = number(g, "max_efficiency", gw);
+  if (m.gemm_max_efficiency > 1 || m.memory_efficiency > 1)
+    fail(Status::bad_value, origin, ": efficiencies must be in (0, 1]");
+  m.op_overhead_s = number(j, "op_overhead_s", origin, true, 0);
+  m.intra = link(j, "intra_node", origin);
+  m.inter = link(j, "inter_node", origin);
+  if (j.contains("shared_node")) {
+    if (!j["shared_node"].is_boolean())
+      fail(Status::bad_value, origin, ": field 'shared_node' must be true or false");
+    m.shared_node = j["shared_node"].get<bool>();
+  }
+  m.device_hour_usd = number(j, "device_hour_usd", origin, true, 0);
+  return m;
+}
+
+std::string machine_to_json(const Machine &m) {
+  json j = {
+      {"name", m.name},
+      {"description", m.description},
+      {"devices_per_node", m.devices_per_node},
+      {"peak_flops", {{"fp32", m.peak_fp32}, {"bf16", m.peak_bf16}, {"fp16", m.peak_fp16}}},
+      {"memory_bytes", m.memory_bytes},
+      {"memory_reserved_bytes", m.memory_reserved_bytes},
+      {"memory_bandwidth", m.memory_bandwidth},
+      {"memory_efficiency", m.memory_efficiency},
+      {"gemm",
+       {{"units", m.gemm_units}, {"tile_m", m.gemm_tile_m}, {"tile_n", m.gemm_tile_n},
+        {"k_half", m.gemm_k_half}, {"max_efficiency", m.gemm_max_efficiency}}},
+      {"op_overhead_s", m.op_overhead_s},
+      {"intra_node",
+       {{"bandwidth", m.intra.bandwidth}, {"efficiency", m.intra.efficiency},
+        {"latency_s", m.intra.latency_s}}},
+      {"inter_node",
+       {{"bandwidth", m.inter.bandwidth}, {"efficiency", m.inter.efficiency},
+        {"latency_s", m.inter.latency_s}}},
+      {"shared_node", m.shared_node},
+      {"device_hour_usd", m.device_hour_usd},
+  };
+  return j.dump(2) + "\n";
+}
+
+Machine load_machine(const std::string &name_or_file) {
+  for (auto &p : kMachinePresets)
+    if (name_or_file == p[0]) return machine_from_json(p[1], std::string("preset '") + p[0] + "'");
+  // Not a preset: a file if it looks like a path, otherwise a mistyped name.
+  std::ifstream f(name_or_file);
+  if (!f) {
+    std::string list;
+    for (auto &n : machine_preset_names()) list += (list.empty() ? "" : ", ") + n;
+    fail(Status::bad_value, "unknown machine '", name_or_file, "'; known presets: ", list,
+         " (or a JSON file; see engine/plan/machines/)");
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return machine_from_json(ss.str(), "machine file '" + name_or_file + "'");
+}
+
+}  // namespace ptdp::plan

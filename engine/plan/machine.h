@@ -1,0 +1,58 @@
+// A machine the planner predicts for: what one device can do (peak FLOP/s per
+// dtype, memory and its bandwidth, how GEMM efficiency grows with the GEMM's
+// size) and how devices talk (inside a node, across nodes). Machines are data:
+// JSON presets under engine/plan/machines/ compiled in, a JSON file, or this
+// CPU measured by calibrate_this_machine().
+#pragma once
+#include <string>
+#include <vector>
+
+namespace ptdp::plan {
+
+enum class DType { fp32, bf16, fp16 };
+const char *dtype_name(DType d);
+int dtype_bytes(DType d);
+
+struct Link {
+  double bandwidth = 0;   // bytes/s per device, one direction
+  double efficiency = 1;  // fraction of it a collective reaches
+  double latency_s = 0;   // per message step
+  double effective() const { return bandwidth * efficiency; }
+};
+
+struct Machine {
+  std::string name, description;
+  int devices_per_node = 8;
+  double peak_fp32 = 0, peak_bf16 = 0, peak_fp16 = 0;  // FLOP/s per device
+  double memory_bytes = 0;           // per device
+  double memory_reserved_bytes = 0;  // context, communication buffers, fragmentation
+  double memory_bandwidth = 0;       // bytes/s per device
+  double memory_efficiency = 1;      // what streaming element-wise kernels reach
+  // GEMM efficiency: output tiles of tile_m x tile_n spread over `units`
+  // (SMs, cores) in waves; a tile's work is K long and costs k_half of setup.
+  int gemm_units = 1, gemm_tile_m = 128, gemm_tile_n = 128;
+  double gemm_k_half = 0, gemm_max_efficiency = 1;
+  double op_overhead_s = 0;  // fixed cost of every kernel (launch)
+  Link intra, inter;
+  // Devices of a node that share one set of cores and one memory (CPU thread
+  // ranks): each of r ranks gets 1/r of the FLOP/s, memory bandwidth and units.
+  bool shared_node = false;
+  double device_hour_usd = 0;
+
+  double peak(DType d) const;
+};
+
+// The compiled-in presets, by name.
+std::vector<std::string> machine_preset_names();
+// A preset name or a JSON file. An unknown name lists the presets.
+Machine load_machine(const std::string &name_or_file);
+// Parses JSON text (origin names it in errors); every field is checked.
+Machine machine_from_json(const std::string &text, const std::string &origin);
+std::string machine_to_json(const Machine &m);
+
+// Measures this machine's CPU (fp32 GEMMs of a few shapes, streaming memory
+// bandwidth) in well under a second per measurement, as a one-node machine
+// whose `devices` thread ranks share the cores. `log` gets what was measured.
+Machine calibrate_this_machine(std::string *log);
+
+}  // namespace ptdp::plan

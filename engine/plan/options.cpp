@@ -1,0 +1,191 @@
+// Parsing `ptdp plan` options: Megatron's argument names, checked one by one.
+#include <cmath>
+#include <cstdlib>
+
+#include "engine/core/status.h"
+#include "engine/plan/plan.h"
+
+namespace ptdp::plan {
+
+namespace {
+
+struct Opt {
+  const char *key, *help;
+};
+// Every option, for --help and for the error on an unknown key.
+const Opt kOptions[] = {
+    {"num_layers", "transformer layers l (required)"},
+    {"hidden_size", "hidden size h (required)"},
+    {"num_attention_heads", "attention heads a (required)"},
+    {"seq_length", "sequence length S (default 2048)"},
+    {"vocab_size", "vocabulary V before padding to 128 t (default 51200)"},
+    {"ffn_hidden_size", "MLP hidden size (default 4 h)"},
+    {"global_batch_size", "global batch B in sequences (required)"},
+    {"num_gpus", "devices n = t p d (required)"},
+    {"micro_batch_size", "micro-batch b (default: searched)"},
+    {"tensor_model_parallel_size", "t (default: searched)"},
+    {"pipeline_model_parallel_size", "p (default: searched)"},
+    {"data_parallel_size", "d (default: n / (t p))"},
+    {"num_layers_per_virtual_pipeline_stage", "layers per model chunk: v = l / (p x this)"},
+    {"virtual_pipeline_model_parallel_size", "v, model chunks per pipeline rank (default: searched)"},
+    {"pipeline_schedule", "gpipe | 1f1b | interleaved (default: 1f1b, interleaved when v > 1)"},
+    {"scatter_gather_tensors_in_pipeline", "0 | 1 (default 1)"},
+    {"no_scatter_gather_tensors_in_pipeline", "flag: scatter/gather off"},
+    {"recompute_granularity", "none | selective | full (default: searched)"},
+    {"fp16", "flag: fp16 mixed precision (the default)"},
+    {"bf16", "flag: bf16 mixed precision"},
+    {"fp32", "flag: fp32 training"},
+    {"accumulate_allreduce_grads_in_fp32", "0 | 1 (default: 1 for bf16, 0 for fp16)"},
+    {"use_distributed_optimizer", "flag: shard the optimizer state over the d replicas"},
+    {"machine", "a preset (selene, dgx-h100) or a JSON file (default selene)"},
+    {"calibrate", "flag: measure this machine's CPU and plan for thread ranks on it"},
+    {"save_machine", "write the machine description used (e.g. calibrated) to this JSON file"},
+    {"train_tokens", "tokens to train on, for days and GPU-hours (default 300B; K/M/B/T suffixes)"},
+    {"max_micro_batch_size", "largest b searched (default 64)"},
+    {"top", "layouts shown (default 5)"},
+    {"explain", "break one layout down, e.g. t=8,p=2,b=4,v=2[,interleaved][,full]"},
+    {"format", "text | records (one key=value line per layout)"},
+    {"plot", "write a PNG of predicted TFLOP/s per GPU against t, p, d and b"},
+};
+
+std::string known_keys() {
+  std::string s;
+  for (const Opt &o : kOptions) s += (s.empty() ? "" : ", ") + std::string(o.key);
+  return s;
+}
+
+int64_t whole(const std::string &k, const std::string &v, int64_t lo, int64_t hi) {
+  char *end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x < lo || x > hi)
+    fail(Status::bad_value, k, " must be a whole number in [", lo, ", ", hi, "], got '", v, "'");
+  return x;
+}
+
+bool flag(const std::string &k, const std::string &v) {
+  if (v.empty() || v == "1" || v == "true" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "no") return false;
+  fail(Status::bad_value, k, " is a switch: 1/true or 0/false, got '", v, "'");
+}
+
+double tokens(const std::string &k, const std::string &v) {
+  char *end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  std::string suf = end ? end : "";
+  double mult = suf.empty() ? 1 : suf == "K" ? 1e3 : suf == "M" ? 1e6
+              : (suf == "B" || suf == "G") ? 1e9 : suf == "T" ? 1e12 : -1;
+  if (v.empty() || mult < 0 || !(x > 0) || !std::isfinite(x))
+    fail(Status::bad_value, k, " must be a positive number of tokens (e.g. 300e9 or 300B), got '", v, "'");
+  return x * mult;
+}
+
+}  // namespace
+
+std::string plan_help() {
+  std::string s =
+      "ptdp plan: predicts PTD-P training of a GPT (the paper's performance and memory model)\n"
+      "and ranks the layouts (t, p, d, b, v, schedule, recomputation) by iteration time.\n"
+      "Options (Megatron's names, --with-dashes on the command line):\n";
+  for (const Opt &o : kOptions) {
+    std::string k = o.key;
+    for (char &c : k)
+      if (c == '_') c = '-';
+    s += "  --" + k + std::string(k.size() < 40 ? 40 - k.size() : 1, ' ') + o.help + "\n";
+  }
+  return s;
+}
+
+PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::string>> &options) {
+  PlanRequest r;
+  int64_t per_chunk = 0;
+  bool dtype_set = false;
+  for (const auto &[key0, val] : options) {
+    std::string k = key0;
+    while (!k.empty() && k[0] == '-') k.erase(0, 1);
+    for (char &c : k)
+      if (c == '-') c = '_';
+    // Short aliases of the Lua table (t, p, d, b, v).
+    if (k == "t") k = "tensor_model_parallel_size";
+    if (k == "p") k = "pipeline_model_parallel_size";
+    if (k == "d") k = "data_parallel_size";
+    if (k == "b") k = "micro_batch_size";
+    if (k == "v") k = "virtual_pipeline_model_parallel_size";
+    auto dtype = [&](DType d) {
+      if (!flag(k, val)) return;
+      if (dtype_set && r.train.dtype != d)
+        fail(Status::invalid_config, "give one of fp16, bf16 and fp32, not several");
+      r.train.dtype = d;
+      dtype_set = true;
+    };
+    if (k == "num_layers") r.model.layers = whole(k, val, 1, 100000);
+    else if (k == "hidden_size") r.model.hidden = whole(k, val, 1, 1 << 22);
+    else if (k == "num_attention_heads") r.model.heads = whole(k, val, 1, 1 << 16);
+    else if (k == "seq_length") r.model.seq = whole(k, val, 1, 1 << 24);
+    else if (k == "vocab_size" || k == "padded_vocab_size") r.model.vocab = whole(k, val, 1, 1LL << 32);
+    else if (k == "ffn_hidden_size") r.model.ffn = whole(k, val, 1, 1LL << 24);
+    else if (k == "global_batch_size") r.train.global_batch = whole(k, val, 1, 1LL << 32);
+    else if (k == "num_gpus") r.train.num_gpus = whole(k, val, 1, 1 << 24);
+    else if (k == "micro_batch_size") r.b = (int)whole(k, val, 1, 1 << 20);
+    else if (k == "tensor_model_parallel_size") r.t = (int)whole(k, val, 1, 1 << 20);
+    else if (k == "pipeline_model_parallel_size") r.p = (int)whole(k, val, 1, 1 << 20);
+    else if (k == "data_parallel_size") r.d = (int)whole(k, val, 1, 1 << 24);
+    else if (k == "num_layers_per_virtual_pipeline_stage") per_chunk = whole(k, val, 0, 100000);
+    else if (k == "virtual_pipeline_model_parallel_size") r.v = (int)whole(k, val, 1, 100000);
+    else if (k == "pipeline_schedule") r.schedule = (int)parse_schedule(val);
+    else if (k == "scatter_gather_tensors_in_pipeline") r.scatter_gather = flag(k, val);
+    else if (k == "no_scatter_gather_tensors_in_pipeline") r.scatter_gather = !flag(k, val);
+    else if (k == "recompute_granularity") {
+      if (val == "none") r.recompute = (int)Recompute::none;
+      else if (val == "selective") r.recompute = (int)Recompute::selective;
+      else if (val == "full") r.recompute = (int)Recompute::full;
+      else fail(Status::bad_value, "recompute_granularity must be one of none, selective, full; got '", val, "'");
+    } else if (k == "fp16") dtype(DType::fp16);
+    else if (k == "bf16") dtype(DType::bf16);
+    else if (k == "fp32") dtype(DType::fp32);
+    else if (k == "accumulate_allreduce_grads_in_fp32") r.grads_fp32 = flag(k, val);
+    else if (k == "use_distributed_optimizer") r.train.distributed_optimizer = flag(k, val);
+    else if (k == "machine") {
+      if (val.empty()) fail(Status::bad_value, "machine needs a preset name or a JSON file");
+      r.machine = val;
+    } else if (k == "calibrate") r.calibrate = flag(k, val);
+    else if (k == "save_machine") r.save_machine = val;
+    else if (k == "train_tokens") r.train.train_tokens = tokens(k, val);
+    else if (k == "max_micro_batch_size") r.max_micro_batch = (int)whole(k, val, 1, 1 << 20);
+    else if (k == "top") r.top = (int)whole(k, val, 1, 100000);
+    else if (k == "explain") r.explain = val;
+    else if (k == "format") {
+      if (val != "text" && val != "records")
+        fail(Status::bad_value, "format must be text or records, got '", val, "'");
+      r.format = val;
+    } else if (k == "plot") r.plot = val;
+    else
+      fail(Status::unknown_option, "unknown plan option '", key0, "'; known: ", known_keys());
+  }
+  std::string missing;
+  if (!r.model.layers) missing += " num_layers";
+  if (!r.model.hidden) missing += " hidden_size";
+  if (!r.model.heads) missing += " num_attention_heads";
+  if (!r.train.global_batch) missing += " global_batch_size";
+  if (!r.train.num_gpus) missing += " num_gpus";
+  if (!missing.empty()) fail(Status::invalid_config, "plan needs:", missing, " (see --help)");
+  if (r.model.hidden % r.model.heads != 0)
+    fail(Status::invalid_config, "num_attention_heads (", r.model.heads, ") must divide hidden_size (",
+         r.model.hidden, ")");
+  if (per_chunk > 0) {
+    if (!r.p) fail(Status::invalid_config, "num_layers_per_virtual_pipeline_stage needs pipeline_model_parallel_size");
+    if (r.model.layers % ((int64_t)r.p * per_chunk) != 0)
+      fail(Status::invalid_config, "num_layers (", r.model.layers, ") must be divisible by p x num_layers_per_virtual_pipeline_stage (",
+           r.p, " x ", per_chunk, ")");
+    int v = (int)(r.model.layers / (r.p * per_chunk));
+    if (r.v && r.v != v)
+      fail(Status::invalid_config, "virtual_pipeline_model_parallel_size (", r.v, ") and num_layers_per_virtual_pipeline_stage (",
+           per_chunk, ", so v = ", v, ") disagree");
+    r.v = v;
+  }
+  if (r.v > 1 && r.schedule < 0) r.schedule = (int)ScheduleKind::interleaved;
+  if (r.grads_fp32 >= 0) r.train.grads_fp32 = r.grads_fp32;
+  else r.train.grads_fp32 = r.train.dtype == DType::bf16;  // Megatron's default
+  return r;
+}
+
+}  // namespace ptdp::plan

@@ -1,0 +1,413 @@
+// Enumeration, ranking and the report of `ptdp plan`.
+#include "engine/plan/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "engine/core/status.h"
+
+namespace ptdp::plan {
+
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t i = 1; i * i <= n; i++)
+    if (n % i == 0) {
+      out.push_back(i);
+      if (i != n / i) out.push_back(n / i);
+    }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string fmt(const char *f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+const char *schedule_label(const Layout &L) {
+  if (L.p == 1) return "-";
+  return L.schedule == ScheduleKind::gpipe ? "gpipe" : L.schedule == ScheduleKind::interleaved ? "interleaved" : "1f1b";
+}
+
+constexpr double GiB = 1024.0 * 1024 * 1024;
+
+}  // namespace
+
+Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_t, bool *has_p,
+                    bool *has_b, bool *has_v, bool *has_d) {
+  Layout L = defaults;
+  *has_t = *has_p = *has_b = *has_v = *has_d = false;
+  bool sched = false;
+  std::stringstream ss(label);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      if (item == "gpipe" || item == "1f1b" || item == "interleaved") L.schedule = parse_schedule(item), sched = true;
+      else if (item == "none") L.recompute = Recompute::none;
+      else if (item == "selective") L.recompute = Recompute::selective;
+      else if (item == "full") L.recompute = Recompute::full;
+      else if (item == "no-sg") L.scatter_gather = false;
+      else if (item == "sg") L.scatter_gather = true;
+      else
+        fail(Status::bad_value, "layout '", label, "': unknown part '", item,
+             "'; allowed: t=, p=, d=, b=, v=, gpipe|1f1b|interleaved, none|selective|full, sg|no-sg");
+      continue;
+    }
+    std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    char *end = nullptr;
+    long x = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end || x < 1 || x > (1 << 24))
+      fail(Status::bad_value, "layout '", label, "': ", k, " must be a whole number >= 1, got '", v, "'");
+    if (k == "t") L.t = (int)x, *has_t = true;
+    else if (k == "p") L.p = (int)x, *has_p = true;
+    else if (k == "d") L.d = (int)x, *has_d = true;
+    else if (k == "b") L.b = (int)x, *has_b = true;
+    else if (k == "v") L.v = (int)x, *has_v = true;
+    else
+      fail(Status::bad_value, "layout '", label, "': unknown part '", k, "'; allowed: t, p, d, b, v");
+  }
+  if (!sched) L.schedule = L.v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+  return L;
+}
+
+PlanResult run_plan(const PlanRequest &req) {
+  PlanResult res;
+  res.machine = req.calibrate ? calibrate_this_machine(&res.machine_log) : load_machine(req.machine);
+  if (!req.save_machine.empty()) {
+    std::ofstream f(req.save_machine);
+    f << machine_to_json(res.machine);
+    if (!f) fail(Status::io_error, "cannot write the machine description to '", req.save_machine, "'");
+  }
+  const ModelSpec &m = req.model;
+  const TrainSpec &tr = req.train;
+  const int64_t n = tr.num_gpus, B = tr.global_batch;
+  res.fixed = req.t && req.p && req.b && (req.p == 1 || req.v);
+
+  auto consider = [&](const Layout &L) {
+    res.considered++;
+    std::string why = layout_problem(m, tr, L);
+    if (!why.empty()) {
+      res.invalid.push_back({L, why});
+      return;
+    }
+    Prediction P = predict(m, tr, res.machine, L, /*replay=*/false);
+    (P.fits ? res.ranked : res.too_big).push_back(P);
+  };
+
+  for (int64_t t : divisors(n)) {
+    if (req.t && t != req.t) continue;
+    for (int64_t p : divisors(n / t)) {
+      if (req.p && p != req.p) continue;
+      int64_t d = n / (t * p);
+      if (req.d && d != req.d) continue;
+      Layout base;
+      base.t = (int)t, base.p = (int)p, base.d = (int)d;
+      base.b = req.b ? req.b : 1;
+      base.scatter_gather = req.scatter_gather != 0;
+      // A t or p that cannot work is reported once, not once per (b, v, recomputation).
+      if (m.heads % t != 0 || m.ffn_size() % t != 0 || m.layers % p != 0) {
+        if (req.recompute >= 0) base.recompute = (Recompute)req.recompute;
+        consider(base);
+        continue;
+      }
+      // Micro-batch sizes: those dividing B/d (up to the cap), or the one asked for.
+      std::vector<int64_t> bs;
+      if (req.b) bs = {req.b};
+      else if (B % d == 0)
+        for (int64_t b : divisors(B / d))
+          if (b <= req.max_micro_batch) bs.push_back(b);
+      if (bs.empty()) bs = {1};  // reported as not divisible
+      for (int64_t b : bs) {
+        base.b = (int)b;
+        // (schedule, v): 1F1B for v = 1, interleaved for v > 1, GPipe only when asked.
+        std::vector<std::pair<ScheduleKind, int>> sv;
+        if (p == 1) sv = {{ScheduleKind::one_f_one_b, req.v ? req.v : 1}};
+        else if (req.v) sv = {{req.schedule >= 0 ? (ScheduleKind)req.schedule
+                                                 : req.v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b, req.v}};
+        else if (req.schedule == (int)ScheduleKind::gpipe || req.schedule == (int)ScheduleKind::one_f_one_b)
+          sv = {{(ScheduleKind)req.schedule, 1}};
+        else {
+          if (req.schedule < 0) sv.push_back({ScheduleKind::one_f_one_b, 1});
+          if (m.layers % p == 0)
+            for (int64_t v : divisors(m.layers / p))
+              if (v > 1) sv.push_back({ScheduleKind::interleaved, (int)v});
+          if (sv.empty()) sv.push_back({ScheduleKind::interleaved, 2});  // reported
+        }
+        for (auto [sched, v] : sv) {
+          base.schedule = sched, base.v = v;
+          for (int r = 0; r < 3; r++) {
+            if (req.recompute >= 0 && r != req.recompute) continue;
+            base.recompute = (Recompute)r;
+            consider(base);
+          }
+        }
+      }
+    }
+  }
+  if (res.considered == 0)
+    fail(Status::invalid_config, "no layout has t x p x d = ", n, " with the given t=", req.t, ", p=", req.p,
+         ", d=", req.d, " (t and p must divide num_gpus, d = n / (t p))");
+  // Rank by the closed form first, then replay the schedules of the leaders.
+  auto by_time = [](const Prediction &a, const Prediction &b) { return a.iteration_s < b.iteration_s; };
+  std::sort(res.ranked.begin(), res.ranked.end(), by_time);
+  size_t k = std::min(res.ranked.size(), (size_t)std::max(12, 3 * req.top));
+  for (size_t i = 0; i < k; i++) res.ranked[i] = predict(m, tr, res.machine, res.ranked[i].layout, true);
+  std::sort(res.ranked.begin(), res.ranked.begin() + (long)k, by_time);
+  std::sort(res.too_big.begin(), res.too_big.end(),
+            [](const Prediction &a, const Prediction &b) { return a.memory.total() < b.memory.total(); });
+  for (size_t i = 0; i < std::min<size_t>(res.too_big.size(), 3); i++)
+    res.too_big[i] = predict(m, tr, res.machine, res.too_big[i].layout, true);
+  return res;
+}
+
+namespace {
+
+std::string table_header() {
+  return " rank  t   p    d    b   v  schedule     recompute  TFLOP/s/GPU  %peak  iteration(s)  bubble   tp%   pp%   dp%  memory(GiB)  days\n";
+}
+
+std::string table_row(int rank, const Prediction &P) {
+  const Layout &L = P.layout;
+  char buf[320];
+  double it = P.iteration_s;
+  std::snprintf(buf, sizeof buf,
+                " %4d %2d %3d %4d %4d %3d  %-11s  %-9s  %11.1f  %5.1f  %12.3f  %5.1f%%  %4.1f  %4.1f  %4.1f  %11.1f  %5.1f%s\n",
+                rank, L.t, L.p, L.d, L.b, L.v, schedule_label(L), recompute_name(L.recompute),
+                P.tflops_per_gpu, P.percent_of_peak, it, 100 * P.bubble_fraction, 100 * P.time.tp / it,
+                100 * P.time.pp / it, 100 * (P.time.dp + P.time.embedding) / it, P.memory.total() / GiB, P.days,
+                P.fits ? "" : "  (does not fit)");
+  return buf;
+}
+
+std::string machine_line(const Prediction &P) {
+  const Layout &L = P.layout;
+  std::ostringstream os;
+  os << "tflops_per_gpu=" << fmt("%.1f", P.tflops_per_gpu) << " iteration_s=" << fmt("%.4g", P.iteration_s)
+     << " memory_gib=" << fmt("%.2f", P.memory.total() / GiB) << " tensor=" << L.t << " pipeline=" << L.p
+     << " data=" << L.d << " micro_batch=" << L.b << " virtual=" << L.v;
+  return os.str();
+}
+
+std::string record(const char *kind, int rank, const Prediction &P) {
+  const Layout &L = P.layout;
+  double it = P.iteration_s;
+  std::ostringstream os;
+  os << kind << " rank=" << rank << " " << machine_line(P) << " schedule=" << schedule_label(L)
+     << " recompute=" << recompute_name(L.recompute) << " scatter_gather=" << (L.scatter_gather ? 1 : 0)
+     << " percent_of_peak=" << fmt("%.2f", P.percent_of_peak) << " bubble=" << fmt("%.4f", P.bubble_fraction)
+     << " tp_share=" << fmt("%.4f", P.time.tp / it) << " pp_share=" << fmt("%.4f", P.time.pp / it)
+     << " dp_share=" << fmt("%.4f", (P.time.dp + P.time.embedding) / it) << " days=" << fmt("%.3f", P.days)
+     << " gpu_hours=" << fmt("%.0f", P.gpu_hours) << " cost_usd=" << fmt("%.0f", P.cost_usd)
+     << " activation_gib=" << fmt("%.3f", P.memory.activations / GiB) << " fits=" << (P.fits ? 1 : 0)
+     << " label=" << L.label() << "\n";
+  return os.str();
+}
+
+// The parts of an iteration, for breakdowns and comparisons.
+std::vector<std::pair<const char *, double>> parts(const Prediction &P) {
+  return {{"GEMMs", P.time.gemm},
+          {"element-wise ops", P.time.elementwise},
+          {"tensor-parallel all-reduces", P.time.tp},
+          {"pipeline sends", P.time.pp},
+          {"pipeline bubble", P.time.bubble},
+          {"data-parallel all-reduce", P.time.dp},
+          {"embedding all-reduce", P.time.embedding},
+          {"optimizer step", P.time.optimizer}};
+}
+
+// "2.1% slower: +0.40 s pipeline bubble, -0.10 s tensor-parallel all-reduces"
+std::string compare(const Prediction &a, const Prediction &best) {
+  std::ostringstream os;
+  double rel = a.iteration_s / best.iteration_s - 1;
+  os << fmt("%.1f%%", 100 * std::fabs(rel)) << (rel >= 0 ? " slower" : " faster");
+  auto pa = parts(a), pb = parts(best);
+  std::vector<std::pair<double, const char *>> diff;
+  for (size_t i = 0; i < pa.size(); i++) diff.push_back({pa[i].second - pb[i].second, pa[i].first});
+  std::sort(diff.begin(), diff.end(), [](auto &x, auto &y) { return std::fabs(x.first) > std::fabs(y.first); });
+  const char *sep = ": ";
+  for (size_t i = 0; i < 3 && i < diff.size(); i++) {
+    if (std::fabs(diff[i].first) < 1e-4 * best.iteration_s) break;
+    os << sep << (diff[i].first >= 0 ? "+" : "-") << fmt("%.3g", std::fabs(diff[i].first)) << " s " << diff[i].second;
+    sep = ", ";
+  }
+  if (std::fabs(a.memory.total() - best.memory.total()) > 0.05 * GiB)
+    os << "; memory " << fmt("%.1f", a.memory.total() / GiB) << " vs " << fmt("%.1f", best.memory.total() / GiB) << " GiB";
+  return os.str();
+}
+
+std::string where_time_goes(const Prediction &P) {
+  std::ostringstream os;
+  const char *sep = "";
+  for (auto &[name, s] : parts(P)) {
+    if (s / P.iteration_s < 0.0005) continue;
+    os << sep << name << " " << fmt("%.1f%%", 100 * s / P.iteration_s);
+    sep = ", ";
+  }
+  return os.str();
+}
+
+std::string memory_line(const Prediction &P, const Machine &mach) {
+  const MemoryBreakdown &M = P.memory;
+  std::ostringstream os;
+  os << fmt("%.1f", M.total() / GiB) << " GiB of " << fmt("%.1f", mach.memory_bytes / GiB)
+     << " = parameters " << fmt("%.1f", M.params / GiB) << " + gradients " << fmt("%.1f", M.grads / GiB)
+     << " + optimizer " << fmt("%.1f", M.optimizer / GiB) << " + activations " << fmt("%.1f", M.activations / GiB)
+     << " (" << M.in_flight << " chunk" << (M.in_flight == 1 ? "" : "s") << " in flight, "
+     << fmt("%.1f", P.activation_bytes_per_layer / (1024.0 * 1024)) << " MiB per layer and micro-batch)"
+     << " + workspace " << fmt("%.1f", M.workspace / GiB) << " + reserved " << fmt("%.1f", M.reserved / GiB);
+  return os.str();
+}
+
+std::string explain_layout(const PlanRequest &req, const PlanResult &res, const Prediction &P) {
+  const Machine &mach = res.machine;
+  const Layout &L = P.layout;
+  std::ostringstream os;
+  os << "explain " << L.label() << ":\n";
+  os << "  iteration " << fmt("%.4g", P.iteration_s) << " s on the busiest pipeline stage:\n";
+  for (auto &[name, s] : parts(P))
+    os << "    " << name << std::string(30 - std::string(name).size(), ' ') << fmt("%10.4f s", s)
+       << fmt("  %5.1f%%\n", 100 * s / P.iteration_s);
+  int64_t mb = L.microbatches(req.train.global_batch);
+  os << "  bubble: " << fmt("%.2f%%", 100 * P.bubble_fraction) << (P.replayed ? " replayed from the " : " from the ")
+     << schedule_label(L) << " schedule (closed form " << fmt("%.2f%%", 100 * bubble_closed_form(L.schedule, L.p, L.v, mb))
+     << ", m = " << mb << " micro-batches)\n";
+  os << "  one layer's forward GEMMs per micro-batch on a tensor rank (efficiency = achieved / peak):\n";
+  const int rpn = (int)std::min<int64_t>(req.train.num_gpus, mach.shared_node ? req.train.num_gpus : mach.devices_per_node);
+  for (const Gemm &g : layer_forward_gemms(req.model, L.t, L.b)) {
+    double s = gemm_seconds(mach, req.train.dtype, g, rpn);
+    double eff = g.flops() / s / (mach.peak(req.train.dtype) * (mach.shared_node ? 1.0 / rpn : 1.0));
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "    %-8s %6lld x %6lld x %6lld  x%-5lld %9.3f ms  %5.1f%%\n", g.name, (long long)g.m,
+                  (long long)g.n, (long long)g.k, (long long)g.batch, 1e3 * s, 100 * eff);
+    os << buf;
+  }
+  os << "  memory: " << memory_line(P, mach) << (P.fits ? "" : "  -- DOES NOT FIT") << "\n";
+  os << "  " << fmt("%.1f", P.tflops_per_gpu) << " TFLOP/s per GPU (" << fmt("%.1f", P.percent_of_peak)
+     << "% of peak), " << fmt("%.1f", P.days) << " days and " << fmt("%.0f", P.gpu_hours) << " GPU-hours for "
+     << fmt("%.3g", req.train.train_tokens) << " tokens\n";
+  return os.str();
+}
+
+// Groups the reasons of layouts that cannot work: "count x reason (e.g. layout)".
+std::string invalid_summary(const PlanResult &res, size_t max_kinds) {
+  std::map<std::string, std::pair<int, std::string>> kinds;  // reason without numbers -> count, example
+  std::vector<std::string> order;
+  for (auto &[L, why] : res.invalid) {
+    std::string key;
+    for (char c : why)
+      if (!(c >= '0' && c <= '9')) key += c;
+    if (!kinds.count(key)) order.push_back(key), kinds[key] = {0, L.label() + ": " + why};
+    kinds[key].first++;
+  }
+  std::ostringstream os;
+  for (size_t i = 0; i < order.size() && i < max_kinds; i++)
+    os << "  " << kinds[order[i]].first << " x, e.g. " << kinds[order[i]].second << "\n";
+  if (order.size() > max_kinds) os << "  (" << order.size() - max_kinds << " more kinds)\n";
+  return os.str();
+}
+
+}  // namespace
+
+std::string format_plan(const PlanRequest &req, const PlanResult &res) {
+  const ModelSpec &m = req.model;
+  const Machine &mach = res.machine;
+  std::ostringstream os;
+  const Prediction *explained = nullptr;
+  Prediction ex;
+  if (!req.explain.empty()) {
+    bool ht, hp, hb, hv, hd;
+    Layout L = parse_layout(req.explain, Layout{}, &ht, &hp, &hb, &hv, &hd);
+    if (!ht || !hp || !hb)
+      fail(Status::bad_value, "explain needs at least t, p and b, e.g. t=8,p=2,b=4,v=2; got '", req.explain, "'");
+    if (!hd) L.d = (int)(req.train.num_gpus / ((int64_t)L.t * L.p));
+    if (req.scatter_gather == 0) L.scatter_gather = false;
+    std::string why = layout_problem(m, req.train, L);
+    if (!why.empty()) fail(Status::invalid_config, "explain ", req.explain, ": ", why);
+    ex = predict(m, req.train, mach, L, true);
+    explained = &ex;
+  }
+  if (res.ranked.empty() && !explained && !(res.fixed && !res.too_big.empty())) {
+    std::ostringstream why;
+    if (!res.too_big.empty()) {
+      why << "no layout fits in " << fmt("%.1f", mach.memory_bytes / GiB) << " GiB per device on " << mach.name
+          << "; the smallest:\n";
+      for (size_t i = 0; i < res.too_big.size() && i < 3; i++)
+        why << "  " << res.too_big[i].layout.label() << ": " << memory_line(res.too_big[i], mach) << "\n";
+    } else {
+      why << "no layout can work:\n";
+    }
+    why << invalid_summary(res, 8);
+    fail(Status::invalid_config, why.str());
+  }
+  const Prediction &first = explained ? *explained : res.ranked.empty() ? res.too_big.front() : res.ranked.front();
+
+  if (req.format == "records") {
+    if (explained) os << record("explained", 0, *explained);
+    for (size_t i = 0; i < res.ranked.size() && i < (size_t)req.top; i++) os << record("layout", (int)i + 1, res.ranked[i]);
+    for (size_t i = 0; i < res.too_big.size() && i < 3; i++) os << record("too_big", (int)i + 1, res.too_big[i]);
+    for (auto &[L, why] : res.invalid) os << "invalid label=" << L.label() << " reason=" << why << "\n";
+    os << machine_line(first) << "\n";
+    return os.str();
+  }
+
+  const double P2 = params_eq2(m);
+  os << "ptdp plan: GPT of " << (P2 >= 1e12 ? fmt("%.3gT", P2 / 1e12) : P2 >= 1e9 ? fmt("%.3gB", P2 / 1e9) : fmt("%.3gM", P2 / 1e6))
+     << " parameters (l=" << m.layers << ", h=" << m.hidden
+     << ", a=" << m.heads << ", V=" << m.vocab << ", S=" << m.seq << "), B=" << req.train.global_batch << ", "
+     << req.train.num_gpus << " GPUs of " << mach.name << ", " << dtype_name(req.train.dtype)
+     << (req.train.distributed_optimizer ? ", distributed optimizer" : "") << "\n";
+  if (!res.machine_log.empty()) os << res.machine_log;
+  os << "  Eq. 2: " << fmt("%.4g", params_eq2(m)) << " parameters; Eq. 3: "
+     << fmt("%.4g", flops_per_iteration(m, req.train.global_batch, Recompute::full)) << " FLOPs per iteration"
+     << " with full recomputation (" << fmt("%.4g", flops_per_iteration(m, req.train.global_batch, Recompute::none))
+     << " without)\n";
+  os << "  " << res.considered << " layouts considered: " << res.ranked.size() << " fit, " << res.too_big.size()
+     << " need more than " << fmt("%.1f", mach.memory_bytes / GiB) << " GiB, " << res.invalid.size()
+     << " cannot work\n";
+  if (explained) os << "\n" << explain_layout(req, res, *explained);
+  os << "\n" << table_header();
+  if (explained) os << table_row(0, *explained);
+  for (size_t i = 0; i < res.ranked.size() && i < (size_t)req.top; i++) os << table_row((int)i + 1, res.ranked[i]);
+  if (res.ranked.empty()) os << table_row(1, res.too_big.front());
+  os << "  (TFLOP/s counted as the paper does, recomputation included; ranked by iteration time; rank 0 = --explain)\n";
+  if (!res.ranked.empty()) {
+    const Prediction &w = res.ranked.front();
+    os << "\nbest " << w.layout.label() << ": " << where_time_goes(w) << "; memory " << fmt("%.1f", w.memory.total() / GiB)
+       << " of " << fmt("%.1f", mach.memory_bytes / GiB) << " GiB.\n";
+    if (res.ranked.size() > 1) os << "  runner-up " << res.ranked[1].layout.label() << " is " << compare(res.ranked[1], w) << ".\n";
+    if (explained) os << "  the explained layout is, against the best, " << compare(*explained, w) << ".\n";
+  } else if (res.fixed) {
+    os << "\nthis layout does not fit: " << memory_line(res.too_big.front(), mach) << "\n";
+  }
+  if (!res.too_big.empty() && !res.fixed) {
+    const Prediction &s = res.too_big.front();
+    os << "  " << res.too_big.size() << " layouts dropped for memory; the smallest of them, " << s.layout.label()
+       << ", needs " << fmt("%.1f", s.memory.total() / GiB) << " GiB\n";
+  }
+  if (!res.invalid.empty()) os << "  layouts that cannot work:\n" << invalid_summary(res, 4);
+  if (!req.plot.empty()) {
+    plot_plan_png(res, req.plot);
+    os << "  wrote " << req.plot << "\n";
+  }
+  os << machine_line(first) << "\n";
+  return os.str();
+}
+
+std::string plan_report(const std::vector<std::pair<std::string, std::string>> &options) {
+  for (auto &kv : options)
+    if (kv.first == "help" || kv.first == "--help") return plan_help();
+  PlanRequest req = parse_plan_request(options);
+  PlanResult res = run_plan(req);
+  return format_plan(req, res);
+}
+
+}  // namespace ptdp::plan

@@ -1,0 +1,93 @@
+# ---- Datasets: Megatron's indexed format, blends, tokenize, --log-json ------
+# Included from tests/CMakeLists.txt (CMAKE_CURRENT_SOURCE_DIR = <repo>/tests).
+# C++ tests are labelled unit; the launcher, script and Python checks lua.
+
+add_executable(test_indexed_dataset data/test_indexed_dataset.cpp)
+target_link_libraries(test_indexed_dataset PRIVATE ptdp_static GTest::gtest_main)
+target_compile_definitions(test_indexed_dataset PRIVATE
+  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+gtest_discover_tests(test_indexed_dataset PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1"
+                     DISCOVERY_TIMEOUT 60)
+
+# What ptdp reads from a dataset, for the Python cross-check.
+add_executable(dump_tokens data/dump_tokens.cpp)
+target_link_libraries(dump_tokens PRIVATE ptdp_static)
+
+set(PTDP_DATA_TMP ${CMAKE_CURRENT_BINARY_DIR}/tmp/data)
+set(PTDP_DATA_TESTS)
+file(MAKE_DIRECTORY ${PTDP_DATA_TMP})
+function(ptdp_data_test name)  # ptdp_data_test(NAME [run_lua_test.sh checks...] -- COMMAND...)
+  add_test(NAME ${name} COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/run_lua_test.sh ${ARGN}
+           WORKING_DIRECTORY ${PTDP_DATA_TMP})
+  set(PTDP_DATA_TESTS ${PTDP_DATA_TESTS} ${name} PARENT_SCOPE)
+endfunction()
+set(PTDP_DATA_LAUNCHER $<TARGET_FILE:ptdp_launcher>)
+set(PTDP_DATA_TRAIN ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua)
+# capi_corpus.txt as JSON lines, {"id": N, "text": LINE + "\n"} (made with
+# Python's json.dumps; the same 200 documents as `--format lines`).
+set(PTDP_DATA_JSONL ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.jsonl)
+set(PTDP_DATA_TINY --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16
+    --micro-batch-size 2 --global-batch-size 4 --train-iters 3 --lr-warmup-iters 1
+    --log-interval 1 --eval-iters 1 --eval-interval 0 --sample-tokens 0 --num-threads 1)
+
+# Megatron's indexed dataset from JSON lines, then training on it and on a blend.
+ptdp_data_test(data_tokenize_jsonl --rc 0
+  --clean ${PTDP_DATA_TMP}/fort_text_document.bin --clean ${PTDP_DATA_TMP}/fort_text_document.idx
+  --match "^wrote .*/fort_text_document.bin \\+ .*/fort_text_document.idx: 200 documents, 7670 tokens"
+  -- ${PTDP_DATA_LAUNCHER} tokenize --format jsonl --json-keys text --append-eod
+     --output-prefix ${PTDP_DATA_TMP}/fort ${PTDP_DATA_JSONL})
+ptdp_data_test(data_tokenize_lines_indexed --rc 0
+  --match "^wrote .*/lines_text_document.bin .*: 200 documents, 7470 tokens"
+  -- ${PTDP_DATA_LAUNCHER} tokenize --format lines --output-prefix ${PTDP_DATA_TMP}/lines
+     ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+ptdp_data_test(data_train_indexed --rc 0
+  --match "^ iteration +3/ +3 \\| consumed samples: +12 \\|" --expect "final validation loss"
+  -- ${PTDP_DATA_LAUNCHER} ${PTDP_DATA_TRAIN} --data-path ${PTDP_DATA_TMP}/fort_text_document
+     ${PTDP_DATA_TINY})
+ptdp_data_test(data_train_blend --rc 0
+  --match "^ iteration +3/ +3 \\| consumed samples: +12 \\|" --expect "final validation loss"
+  -- ${PTDP_DATA_LAUNCHER} ${PTDP_DATA_TRAIN}
+     --data-path 0.3 ${PTDP_DATA_TMP}/fort_text_document 0.7 ${PTDP_DATA_TMP}/lines_text_document
+     ${PTDP_DATA_TINY} --tensor-model-parallel-size 2 --data-parallel-size 2)
+set_tests_properties(data_train_indexed PROPERTIES DEPENDS data_tokenize_jsonl)
+set_tests_properties(data_train_blend PROPERTIES
+  DEPENDS "data_tokenize_jsonl;data_tokenize_lines_indexed")
+# Bad blends and prefixes: the message alone, naming what is wrong. (No ';'
+# in an expected text: CMake would split the argument there.)
+ptdp_data_test(data_blend_zero_weights --rc nonzero
+  --expect "the weights sum to 0" --expect "they must sum to a positive number"
+  --reject "iteration "
+  -- ${PTDP_DATA_LAUNCHER} ${PTDP_DATA_TRAIN}
+     --data-path 0 ${PTDP_DATA_TMP}/fort_text_document 0 ${PTDP_DATA_TMP}/lines_text_document
+     ${PTDP_DATA_TINY})
+set_tests_properties(data_blend_zero_weights PROPERTIES
+  DEPENDS "data_tokenize_jsonl;data_tokenize_lines_indexed")
+ptdp_data_test(data_blend_missing_part --rc nonzero
+  --expect "dataset 'no_such_prefix' does not exist" --reject "iteration "
+  -- ${PTDP_DATA_LAUNCHER} ${PTDP_DATA_TRAIN}
+     --data-path 0.5 ${PTDP_DATA_TMP}/fort_text_document 0.5 no_such_prefix ${PTDP_DATA_TINY})
+ptdp_data_test(data_tokenize_jsonl_needs_prefix --rc nonzero --expect "give --output-prefix"
+  -- ${PTDP_DATA_LAUNCHER} tokenize --format jsonl --output ${PTDP_DATA_TMP}/x.ptdp ${PTDP_DATA_JSONL})
+ptdp_data_test(data_tokenize_missing_key --rc nonzero
+  --expect "capi_corpus.jsonl:1: no key 'body'"
+  -- ${PTDP_DATA_LAUNCHER} tokenize --json-keys body --output-prefix ${PTDP_DATA_TMP}/nokey
+     ${PTDP_DATA_JSONL})
+
+# The Lua module's data calls (tokenize to Megatron's format, a blend as a
+# list, log_json, append_line), asserted inside the script.
+ptdp_data_test(data_module_api --rc 0 --expect "module_data: PASS"
+  -- ${PTDP_DATA_LAUNCHER} ${CMAKE_CURRENT_SOURCE_DIR}/data/module_data.lua ${PTDP_DATA_JSONL}
+     ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt ${PTDP_DATA_TMP})
+
+# The Python cross-checks: Megatron's layout written and read with struct
+# alone, and the metrics file.
+add_test(NAME data_indexed_python_crosscheck
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/data/check_indexed.py ${PTDP_DATA_LAUNCHER}
+          $<TARGET_FILE:dump_tokens> ${PTDP_DATA_TRAIN} ${PTDP_DATA_TMP}/crosscheck)
+add_test(NAME data_log_json
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/data/check_log_json.py ${PTDP_DATA_LAUNCHER}
+          ${PTDP_DATA_TRAIN} ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt ${PTDP_DATA_TMP}/log_json)
+set(PTDP_DATA_TESTS ${PTDP_DATA_TESTS} data_indexed_python_crosscheck data_log_json)
+
+set_tests_properties(${PTDP_DATA_TESTS} PROPERTIES
+                     LABELS lua TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1")
