@@ -87,6 +87,11 @@ class CpuOps final : public Ops<T> {
     cpu::vocab_ce_backward<T>(dlogits, logits, row_max, sum_exp, targets, N, ld, cols, vocab_start,
                               dloss);
   }
+  void adamw_update(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, size_t n,
+                    const AdamWStep &a) override {
+    const cpu::AdamWParams p{a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step};
+    cpu::adamw_update<T>(param, grad, exp_avg, exp_avg_sq, n, p);
+  }
   void colsum_accumulate(T *out, const T *x, int N, int cols) override {
     cpu::colsum_accumulate<T>(out, x, N, cols);
   }

@@ -99,6 +99,11 @@ class CudaOps final : public Ops<float> {
     cuda::vocab_ce_backward<float>(dlogits, logits, row_max, sum_exp, targets, N, ld, cols,
                                    vocab_start, dloss, stream_);
   }
+  void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
+                    const AdamWStep &a) override {
+    cuda::adamw_update(param, grad, exp_avg, exp_avg_sq, n, a.lr, a.beta1, a.beta2, a.eps,
+                       a.weight_decay, a.step, stream_);
+  }
   void colsum_accumulate(float *out, const float *x, int N, int cols) override {
     cuda::colsum_accumulate<float>(out, x, N, cols, stream_);
   }

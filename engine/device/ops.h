@@ -19,6 +19,13 @@
 
 namespace ptdp {
 
+// One AdamW update's hyper-parameters (decoupled weight decay; step counts
+// updates from 1, for the bias corrections).
+struct AdamWStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t step;
+};
+
 template <class T>
 class Ops {
  public:
@@ -72,6 +79,10 @@ class Ops {
   virtual void vocab_ce_backward(T *dlogits, const T *logits, const T *row_max, const T *sum_exp,
                                  const int32_t *targets, int N, int ld, int cols, int vocab_start,
                                  T dloss) = 0;
+
+  // ---- optimizer: AdamW over n elements of fp32 weights and moments ----
+  virtual void adamw_update(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, size_t n,
+                            const AdamWStep &a) = 0;
 
   // ---- reductions, rounding ----
   virtual void colsum_accumulate(T *out, const T *x, int N, int cols) = 0;

@@ -60,6 +60,7 @@ struct Trainer::Rank {
   RankCoord coord;
   std::unique_ptr<Communicator> tp, dp, pp;
   std::unique_ptr<Communicator> embedding;  // first and last stage when p > 1, else null
+  std::unique_ptr<Device> device;           // outlives the model and optimizer on it
   std::unique_ptr<GPT<float>> model;
   std::unique_ptr<PipelineRuntime> pipeline;
   std::vector<PipeOp> eval_schedule;  // the training schedule is report.schedule
@@ -75,6 +76,9 @@ struct Trainer::Rank {
   std::unique_ptr<AdamW> adam;
   std::unique_ptr<GptSampler> train, valid;
   std::vector<int32_t> sample, tokens, targets;
+  // Host copies of the parameters and optimizer state for checkpoints, when
+  // the device's memory is not the host's.
+  std::vector<float> host_params, host_m, host_v, host_master;
   // Results of the last operation run on this rank.
   StepMetrics metrics;
   double value = 0;
@@ -124,6 +128,7 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.split = c.get("split");
   o.eval_iters = (int)c.get_int("eval_iters");
   o.num_threads = (int)c.get_int("num_threads");
+  o.device = c.get("device");
   o.ddp_bucket_size = c.get_int("ddp_bucket_size");
   o.comm_timeout_s = c.get_double("comm_timeout");
   o.scatter_gather = c.get_int("scatter_gather_tensors_in_pipeline") != 0;
@@ -291,9 +296,15 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       fail(Status::invalid_config, "dataset '", opt_.data_path, "' split ", opt_.split, " gives ",
            R->train->num_tokens(), " train and ", R->valid->num_tokens(),
            " valid tokens; each split needs at least seq_length+1 = ", opt_.model.seq_length + 1);
+    R->device = make_device(opt_.device, r);
+    if (R->device->kind() != DeviceKind::cpu && n > 1)
+      fail(Status::invalid_config, "device '", opt_.device, "' runs one rank (t = p = d = 1) for "
+           "now: the communicators take host memory only; this layout has ", n, " ranks (use "
+           "device cpu)");
     R->model = std::make_unique<GPT<float>>(
         opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp.get()},
-        PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute, opt_.precision);
+        PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute, opt_.precision,
+        R->device.get());
     R->pipeline = std::make_unique<PipelineRuntime>(
         *R->model, p > 1 ? R->pp.get() : nullptr, opt_.parallel.t > 1 ? R->tp.get() : nullptr,
         opt_.scatter_gather);
@@ -461,7 +472,7 @@ void Trainer::rank_step(Rank &r, int64_t it) {
   const double tokens = (double)opt_.global_batch_size * s;
   GPT<float> &model = *r.model;
   float *grads = model.grads();
-  for (size_t i = 0; i < model.num_params(); i++) grads[i] = 0.f;
+  model.device().zero(grads, model.num_params() * sizeof(float));
   r.timeline.clear();
   r.report.timings.clear();
   model.reset_peak_stashed_bytes();
@@ -480,8 +491,10 @@ void Trainer::rank_step(Rank &r, int64_t it) {
   const double scale = loss_scale();
   double loss_sum = r.pipeline->run(r.report.schedule, s, b, (uint32_t)it, true,
                                     (float)(scale / tokens), batch, &r.report.timings);
-  if (it == opt_.inject_overflow_iteration && r.world_rank == 0 && model.num_params())
-    grads[0] = INFINITY;
+  if (it == opt_.inject_overflow_iteration && r.world_rank == 0 && model.num_params()) {
+    const float inf = INFINITY;
+    model.device().copy_from_host(grads, &inf, sizeof inf);
+  }
   double compute_ns = 0;
   for (const OpTiming &t : r.report.timings) {
     compute_ns += (double)(t.end_ns - t.start_ns);
@@ -657,12 +670,47 @@ std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
 }
 }  // namespace
 
+// Checkpoints read and write host memory. A CPU rank hands its own buffers; a
+// rank on another device stages them in host copies (and unstage_shards puts
+// loaded values back).
 std::vector<RankShard> Trainer::local_shards() {
   std::vector<RankShard> shards;
-  for (auto &r : ranks_)
-    shards.push_back({r->coord, &r->model->param_table(), r->model->params(),
-                      r->adam->exp_avg().data(), r->adam->exp_avg_sq().data(), r->adam->master()});
+  for (auto &r : ranks_) {
+    GPT<float> &m = *r->model;
+    AdamW &a = *r->adam;
+    if (r->device->kind() == DeviceKind::cpu) {
+      shards.push_back({r->coord, &m.param_table(), m.params(), a.exp_avg(), a.exp_avg_sq(),
+                        a.master()});
+      continue;
+    }
+    const size_t n = m.num_params(), bytes = n * sizeof(float);
+    Device &dev = *r->device;
+    r->host_params.resize(n);
+    r->host_m.resize(n);
+    r->host_v.resize(n);
+    r->host_master.resize(a.master() ? n : 0);
+    dev.copy_to_host(r->host_params.data(), m.params(), bytes);
+    dev.copy_to_host(r->host_m.data(), a.exp_avg(), bytes);
+    dev.copy_to_host(r->host_v.data(), a.exp_avg_sq(), bytes);
+    if (a.master()) dev.copy_to_host(r->host_master.data(), a.master(), bytes);
+    shards.push_back({r->coord, &m.param_table(), r->host_params.data(), r->host_m.data(),
+                      r->host_v.data(), a.master() ? r->host_master.data() : nullptr});
+  }
   return shards;
+}
+
+void Trainer::unstage_shards() {
+  for (auto &r : ranks_) {
+    if (r->device->kind() == DeviceKind::cpu) continue;
+    GPT<float> &m = *r->model;
+    AdamW &a = *r->adam;
+    const size_t bytes = m.num_params() * sizeof(float);
+    Device &dev = *r->device;
+    dev.copy_from_host(m.params(), r->host_params.data(), bytes);
+    dev.copy_from_host(a.exp_avg(), r->host_m.data(), bytes);
+    dev.copy_from_host(a.exp_avg_sq(), r->host_v.data(), bytes);
+    if (a.master()) dev.copy_from_host(a.master(), r->host_master.data(), bytes);
+  }
 }
 
 std::string Trainer::save(const std::string &root) {
@@ -715,6 +763,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   TrainingState st;
   try {
     st = load_checkpoint(ckpt, opt_.model, local_shards(), opt_.verify_checkpoint);
+    unstage_shards();
   } catch (const Error &e) {
     // A different model shape is refused before anything is read; after that,
     // some tensors may already hold the checkpoint's values: the model is a mix.
@@ -774,7 +823,7 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
   // One micro-batch of one sequence through every stage; the last picks the
   // token and tells the others.
   const std::vector<PipeOp> ops = forward_only_schedule(p, opt_.virtual_stages, 1, r.coord.pp);
-  std::vector<float> row((size_t)Vl * t);
+  std::vector<float> mine((size_t)Vl), row((size_t)Vl * t);
   std::vector<double> prob((size_t)V);
   for (int k = 0; k < max_new_tokens; k++) {
     int n = (int)std::min<size_t>(toks.size(), (size_t)window);
@@ -784,11 +833,12 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
     int next = 0;
     if (r.coord.pp == p - 1) {
       // The last position's logits, gathered over the vocabulary shards.
-      const float *mine = model.logits() + (size_t)(n - 1) * Vl;
+      model.device().copy_to_host(mine.data(), model.logits() + (size_t)(n - 1) * Vl,
+                                  (size_t)Vl * sizeof(float));
       if (t > 1)
-        r.tp->all_gather(mine, row.data(), (size_t)Vl);
+        r.tp->all_gather(mine.data(), row.data(), (size_t)Vl);
       else
-        std::copy(mine, mine + Vl, row.begin());
+        std::copy(mine.begin(), mine.end(), row.begin());
       next = pick_token(row.data(), V, temperature, seed, k, prob);
     }
     if (p > 1) {
@@ -831,8 +881,9 @@ std::vector<float> Trainer::gather_parameter(const std::string &name) const {
   for (int tr = 0; tr < t; tr++) {
     const GPT<float> &m = *ranks_[(size_t)grid_->rank_of({tr, 0, stage})]->model;
     const ParamInfo &p = m.param(name);
-    const float *src = m.params() + p.offset;
     if (p.split_axis < 0 && tr > 0) break;  // replicated: tensor rank 0's copy
+    std::vector<float> src(p.numel);
+    m.device().copy_to_host(src.data(), m.params() + p.offset, p.numel * sizeof(float));
     for (size_t i = 0; i < p.numel; i++) out[(size_t)m.global_index(p, i)] = src[i];
   }
   if (name == "wte.weight") out.resize((size_t)opt_.model.vocab_size * opt_.model.hidden_size);

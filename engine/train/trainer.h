@@ -39,6 +39,7 @@ struct TrainerOptions {
   std::string data_path, split = "98,2", tokenizer = "byte";
   int eval_iters = 10;
   int num_threads = 0;
+  std::string device = "cpu";  // each rank's device: cpu, cuda (round-robin) or cuda:N
   int64_t ddp_bucket_size = 1000000;
   double comm_timeout_s = 300;
   int virtual_stages = 1;  // v: model chunks per pipeline rank
@@ -151,6 +152,7 @@ class Trainer {
   void rank_step(Rank &r, int64_t it);
   void write_timeline() const;
   std::vector<RankShard> local_shards();
+  void unstage_shards();
   std::string load(const CheckpointRef &ckpt);
   double rank_evaluate(Rank &r, int iters);
   std::string rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,
