@@ -61,6 +61,11 @@ struct Trainer::Rank {
   std::unique_ptr<Communicator> tp, dp, pp;
   std::unique_ptr<Communicator> embedding;  // first and last stage when p > 1, else null
   std::unique_ptr<Device> device;           // outlives the model and optimizer on it
+  // The groups as the model and the gradient reductions use them: over device
+  // memory (staged copies of the above when the device is not the host's, else
+  // the same communicators). Host values (loss, norm) use the ones above.
+  std::unique_ptr<Communicator> staged[4];
+  Communicator *tp_d = nullptr, *dp_d = nullptr, *pp_d = nullptr, *embedding_d = nullptr;
   std::unique_ptr<GPT<float>> model;
   std::unique_ptr<PipelineRuntime> pipeline;
   std::vector<PipeOp> eval_schedule;  // the training schedule is report.schedule
@@ -297,16 +302,19 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
            R->train->num_tokens(), " train and ", R->valid->num_tokens(),
            " valid tokens; each split needs at least seq_length+1 = ", opt_.model.seq_length + 1);
     R->device = make_device(opt_.device, r);
-    if (R->device->kind() != DeviceKind::cpu && n > 1)
-      fail(Status::invalid_config, "device '", opt_.device, "' runs one rank (t = p = d = 1) for "
-           "now: the communicators take host memory only; this layout has ", n, " ranks (use "
-           "device cpu)");
+    const bool stage = R->device->kind() != DeviceKind::cpu || opt_.stage_comm_through_host;
+    Communicator **bound[4] = {&R->tp_d, &R->dp_d, &R->pp_d, &R->embedding_d};
+    Communicator *raw[4] = {R->tp.get(), R->dp.get(), R->pp.get(), R->embedding.get()};
+    for (int k = 0; k < 4; k++) {
+      if (raw[k] && stage) R->staged[k] = std::make_unique<StagedComm>(*raw[k], *R->device);
+      *bound[k] = stage && raw[k] ? R->staged[k].get() : raw[k];
+    }
     R->model = std::make_unique<GPT<float>>(
-        opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp.get()},
+        opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp_d},
         PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute, opt_.precision,
         R->device.get());
     R->pipeline = std::make_unique<PipelineRuntime>(
-        *R->model, p > 1 ? R->pp.get() : nullptr, opt_.parallel.t > 1 ? R->tp.get() : nullptr,
+        *R->model, p > 1 ? R->pp_d : nullptr, opt_.parallel.t > 1 ? R->tp_d : nullptr,
         opt_.scatter_gather);
     const int m = opt_.microbatches();
     R->eval_schedule = forward_only_schedule(p, opt_.virtual_stages, m, R->coord.pp);
@@ -507,12 +515,12 @@ void Trainer::rank_step(Rank &r, int64_t it) {
   // stage's LM-head gradient add up to the serial one.
   if (r.embedding) {
     const ParamInfo &wte = model.param("wte.weight");
-    r.embedding->all_reduce(grads + wte.offset, wte.numel);
+    r.embedding_d->all_reduce(grads + wte.offset, wte.numel);
   }
   // Data parallel: one gradient reduction, in buckets.
   if (opt_.parallel.d > 1) {
     const size_t n = model.num_params(), bucket = (size_t)opt_.ddp_bucket_size;
-    for (size_t off = 0; off < n; off += bucket) r.dp->all_reduce(grads + off, std::min(bucket, n - off));
+    for (size_t off = 0; off < n; off += bucket) r.dp_d->all_reduce(grads + off, std::min(bucket, n - off));
   }
   // The loss lives on the last stage, the gradients on every stage.
   if (opt_.parallel.p > 1) r.pp->all_reduce(&loss_sum, 1);

@@ -14,6 +14,7 @@
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/comm/grid.h"
 #include "engine/comm/communicator.h"
+#include "engine/comm/staged_comm.h"
 #include "engine/data/sampler.h"
 #include "engine/data/tokenizer.h"
 #include "engine/model/gpt.h"
@@ -40,6 +41,9 @@ struct TrainerOptions {
   int eval_iters = 10;
   int num_threads = 0;
   std::string device = "cpu";  // each rank's device: cpu, cuda (round-robin) or cuda:N
+  // Device buffers reach the threads/mpi backends through host copies
+  // (StagedComm); always on a GPU, and on the CPU when a test asks.
+  bool stage_comm_through_host = false;
   int64_t ddp_bucket_size = 1000000;
   double comm_timeout_s = 300;
   int virtual_stages = 1;  // v: model chunks per pipeline rank

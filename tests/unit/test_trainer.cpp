@@ -150,13 +150,6 @@ TEST(Trainer, DeviceChoiceErrorsNameTheChoices) {
     c.set("device", "cuda");
     expect_error([&] { Trainer t(TrainerOptions::from_config(c)); }, Status::invalid_config,
                  "device 'cuda' asked for");
-  } else {
-    // A GPU: one rank runs on it; more ranks are refused until the
-    // communicators take device memory.
-    c.set("device", "cuda");
-    c.set("tensor_model_parallel_size", "2");
-    expect_error([&] { Trainer t(TrainerOptions::from_config(c)); }, Status::invalid_config,
-                 "runs one rank (t = p = d = 1) for now");
   }
   c.set("device", "cpu");
   Trainer t(TrainerOptions::from_config(c));
