@@ -53,7 +53,9 @@ step memcheck 240 memcheck.log bash -c 'rc=0
   done; exit $rc'
 step bench_ops 180 bench_ops.log build-gpu/tests/gpu/bench_gpu_ops
 # ptdp's own training step of the 1.3B GPT (fp32 storage for now).
-step bench_gpt 180 bench_gpt.log build-gpu/tests/gpu/bench_gpu_gpt --steps $((quick ? 2 : 3))
+# (One log for both runs: the device tool returns at most 8 files.)
+step bench_gpt 240 bench_gpt.log bash -c "build-gpu/tests/gpu/bench_gpu_gpt --steps $((quick ? 2 : 3)) &&
+  build-gpu/tests/gpu/bench_gpu_gpt --steps 2 --flash 1"
 if ((!torch)); then
   :
 elif ((quick)); then

@@ -61,6 +61,16 @@ class CpuOps final : public Ops<T> {
                                    T scale) override {
     cpu::scale_mask_softmax_backward<T>(dS, P, dP, batch, s_q, s_k, scale);
   }
+  void flash_attention_forward(T *ctx, T *lse, const T *qkv, int s, int b, int heads, int hd,
+                               T scale, int head_offset, const DropoutSpec &d) override {
+    cpu::flash_attention_forward<T>(ctx, lse, qkv, s, b, heads, hd, scale, head_offset, d);
+  }
+  void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv, const T *lse,
+                                int s, int b, int heads, int hd, T scale, int head_offset,
+                                const DropoutSpec &d) override {
+    cpu::flash_attention_backward<T>(dqkv, dctx, ctx, qkv, lse, s, b, heads, hd, scale,
+                                     head_offset, d);
+  }
   void embedding_forward(T *x, const int32_t *tokens, const T *wte, int vocab_start, int vocab_rows,
                          const T *wpe, int s, int b, int h) override {
     cpu::embedding_forward<T>(x, tokens, wte, vocab_start, vocab_rows, wpe, s, b, h);

@@ -72,6 +72,19 @@ class CudaOps final : public Ops<float> {
                                    int s_k, float scale) override {
     cuda::scale_mask_softmax_backward<float>(dS, P, dP, batch, s_q, s_k, scale, stream_);
   }
+  void flash_attention_forward(float *ctx, float *lse, const float *qkv, int s, int b, int heads,
+                               int hd, float scale, int head_offset,
+                               const DropoutSpec &d) override {
+    cuda::flash_attention_forward<float>(ctx, lse, qkv, s, b, heads, hd, scale, head_offset, d,
+                                         stream_);
+  }
+  void flash_attention_backward(float *dqkv, const float *dctx, const float *ctx,
+                                const float *qkv, const float *lse, int s, int b, int heads,
+                                int hd, float scale, int head_offset,
+                                const DropoutSpec &d) override {
+    cuda::flash_attention_backward<float>(dqkv, dctx, ctx, qkv, lse, s, b, heads, hd, scale,
+                                          head_offset, d, stream_);
+  }
   void embedding_forward(float *x, const int32_t *tokens, const float *wte, int vocab_start,
                          int vocab_rows, const float *wpe, int s, int b, int h) override {
     cuda::embedding_forward<float>(x, tokens, wte, vocab_start, vocab_rows, wpe, s, b, h, stream_);

@@ -64,6 +64,14 @@ class Ops {
   virtual void scale_mask_softmax_backward(T *dS, const T *P, const T *dP, int batch, int s_q,
                                            int s_k, T scale) = 0;
 
+  // ---- fused causal attention (no [s, s] matrix): kernels/cpu/ops.h's layout ----
+  virtual void flash_attention_forward(T *ctx, T *lse, const T *qkv, int s, int b, int heads,
+                                       int hd, T scale, int head_offset,
+                                       const DropoutSpec &d) = 0;
+  virtual void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv,
+                                        const T *lse, int s, int b, int heads, int hd, T scale,
+                                        int head_offset, const DropoutSpec &d) = 0;
+
   // ---- vocab-parallel embedding over rows [vocab_start, vocab_start + vocab_rows) ----
   virtual void embedding_forward(T *x, const int32_t *tokens, const T *wte, int vocab_start,
                                  int vocab_rows, const T *wpe, int s, int b, int h) = 0;

@@ -37,13 +37,14 @@ struct GPT<T>::LayerActs {
   DeviceArray<T> ln1, ln1_mean, ln1_rstd;  // [N, h], [N]
   DeviceArray<T> qkv;                      // [N, 3w]  ordered [s, b, a, 3, hd]
   DeviceArray<T> probs, probs_drop;        // [b, a, s, s] softmax output, after dropout
+  DeviceArray<T> lse;                      // [b*a, s] instead of probs, with flash attention
   DeviceArray<T> ctxv;                     // [N, w]  attention context
   DeviceArray<T> mid;                      // [N, h]  residual after attention
   DeviceArray<T> ln2, ln2_mean, ln2_rstd;  // [N, h], [N]
   DeviceArray<T> fc1_z, fc1_g;             // [N, f]  pre-GeLU (with bias), post-GeLU
   int64_t bytes() const {
     size_t n = 0;
-    for (const DeviceArray<T> *b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &probs, &probs_drop,
+    for (const DeviceArray<T> *b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &probs, &probs_drop, &lse,
                                     &ctxv, &mid, &ln2, &ln2_mean, &ln2_rstd, &fc1_z, &fc1_g})
       n += b->size();
     return (int64_t)(n * sizeof(T));
@@ -279,10 +280,11 @@ void GPT<T>::size_layer(LayerActs &a, int s, int b, bool full) {
   sz(a.ln1_mean, N);
   sz(a.ln1_rstd, N);
   sz(a.qkv, N * 3 * w);
-  sz(a.probs, probs);
+  sz(a.probs, flash_ ? 0 : probs);
   // Dropped attention probabilities are kept: backward reads the mask back
-  // from them instead of regenerating it.
-  sz(a.probs_drop, cfg_.attention_dropout > 0 ? probs : 0);
+  // from them instead of regenerating it (flash attention draws it again).
+  sz(a.probs_drop, cfg_.attention_dropout > 0 && !flash_ ? probs : 0);
+  sz(a.lse, flash_ ? (size_t)b * A * s : 0);
   sz(a.ctxv, N * w);
   sz(a.mid, N * h);
   sz(a.ln2, N * h);
@@ -328,7 +330,7 @@ typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
   A->b = b;
   // Scratch shared by every chunk.
   const size_t w = width_, f = ffn_;
-  dprobs_.resize(d, (size_t)b * heads_ * s * s);
+  dprobs_.resize(d, flash_ ? 0 : (size_t)b * heads_ * s * s);
   tmp_h_.resize(d, N * h);
   tmp_h2_.resize(d, N * h);
   dresid_.resize(d, N * h);
@@ -419,8 +421,25 @@ void GPT<T>::layer_forward(int li, const T *x, T *out, LayerActs &a, int s, int 
 }
 
 template <class T>
+void GPT<T>::set_flash_attention(bool on) {
+  // Buffers are sized per forward, so only a stashed forward pins the choice.
+  if (!live_.empty())
+    fail(Status::wrong_state, "set_flash_attention between a forward and its backward");
+  flash_ = on;
+}
+
+template <class T>
 void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx) {
   const int w = width_, A = heads_, hd = cfg_.head_dim();
+  if (flash_) {
+    DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
+                  ctx.training ? cfg_.attention_dropout : 0.f,
+                  ctx.sample_offset};
+    ops_->flash_attention_forward(a.ctxv.data(), a.lse.data(), a.qkv.data(), s, b, A, hd,
+                                  T(1) / std::sqrt((T)hd), tp_.rank * A, d);
+    to_storage(a.ctxv.data(), (size_t)s * b * w);
+    return;
+  }
   const int ld_qkv = b * 3 * w, ld_ctx = b * w;
   const int64_t ss = (int64_t)s * s;
   const T *qkv = a.qkv.data();
@@ -579,9 +598,19 @@ const T *GPT<T>::logits() const {
 // ---- backward ----
 
 template <class T>
-void GPT<T>::attention_backward(const LayerActs &a, int s, int b, const StepContext &ctx) {
+void GPT<T>::attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx) {
   // In: dctx_ = dL/dctx [N, w]. Out: dqkv_ [N, 3w].
   const int w = width_, A = heads_, hd = cfg_.head_dim();
+  if (flash_) {
+    DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
+                  ctx.training ? cfg_.attention_dropout : 0.f,
+                  ctx.sample_offset};
+    ops_->flash_attention_backward(dqkv_.data(), dctx_.data(), a.ctxv.data(), a.qkv.data(),
+                                   a.lse.data(), s, b, A, hd, T(1) / std::sqrt((T)hd), tp_.rank * A,
+                                   d);
+    to_storage(dqkv_.data(), (size_t)s * b * 3 * w);
+    return;
+  }
   const int ld_qkv = b * 3 * w, ld_ctx = b * w;
   const int64_t ss = (int64_t)s * s;
   const T *qkv = a.qkv.data(), *probs = a.probs.data(), *dctx = dctx_.data();
@@ -648,7 +677,7 @@ void GPT<T>::layer_backward(int li, const T *x, LayerActs &a, T *dresid, int s, 
   ops_->gemm(true, false, h, w, N, 1, dy, h, a.ctxv.data(), w, 1, G.proj_w, w);
   ops_->gemm(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
   to_storage(dctx_.data(), (size_t)N * w);
-  attention_backward(a, s, b, ctx);
+  attention_backward(l, a, s, b, ctx);
   ops_->colsum_accumulate(G.qkv_b, dqkv, N, 3 * w);
   ops_->gemm(true, false, 3 * w, h, N, 1, dqkv, 3 * w, a.ln1.data(), h, 1, G.qkv_w, h);
   ops_->gemm(false, false, N, h, 3 * w, 1, dqkv, 3 * w, P.qkv_w, h, 0, dln, h);

@@ -99,6 +99,11 @@ class GPT {
   const PipelineStage &pipeline_stage() const { return pp_; }
   const Precision &precision() const { return prec_; }
   Device &device() const { return *dev_; }
+  // Megatron's --use-flash-attn: attention fused into one op per direction that
+  // keeps each row's log-sum-exp instead of the [b, a/t, s, s] probabilities.
+  // Not between a training forward and its backward.
+  void set_flash_attention(bool on);
+  bool flash_attention() const { return flash_; }
   Ops<T> &ops() const { return *ops_; }
   // Global index of local element i of parameter p (the init RNG's counter).
   int64_t global_index(const ParamInfo &p, size_t i) const;
@@ -172,7 +177,7 @@ class GPT {
   void layer_backward(int li, const T *x, LayerActs &a, T *dresid, int s, int b,
                       const StepContext &ctx);
   void attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx);
-  void attention_backward(const LayerActs &a, int s, int b, const StepContext &ctx);
+  void attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx);
   void embedding_forward_into(T *out, const int32_t *tokens, int s, int b, const StepContext &ctx);
   void head_forward(ChunkActs &A, const int32_t *targets);
   void head_backward(ChunkActs &A, T *dresid, T dloss);
@@ -189,6 +194,7 @@ class GPT {
   PipelineStage pp_;
   Recompute rc_;
   Precision prec_;
+  bool flash_ = false;
   std::unique_ptr<Device> own_dev_;  // when no device was given
   Device *dev_;
   std::unique_ptr<Ops<T>> ops_;

@@ -65,6 +65,8 @@ const std::vector<OptionSpec> &option_schema() {
        "pipeline schedule (auto = interleaved when v > 1, else 1f1b)"},
       {"scatter_gather_tensors_in_pipeline", T::Int, "1", 0, 1, nullptr,
        "with t > 1, send 1/t of each boundary tensor and all-gather it (1 = on)"},
+      {"use_flash_attn", T::Int, "0", 0, 1, nullptr,
+       "fused attention that keeps no [s, s] probabilities (1 = on; the same function and dropout)"},
       {"recompute_granularity", T::Choice, "none", 0, 0, "none,full",
        "activation recomputation (full = whole layers)"},
       {"recompute_method", T::Choice, "uniform", 0, 0, "uniform,block",

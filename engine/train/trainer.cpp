@@ -134,6 +134,7 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.eval_iters = (int)c.get_int("eval_iters");
   o.num_threads = (int)c.get_int("num_threads");
   o.device = c.get("device");
+  o.use_flash_attn = c.get_int("use_flash_attn") != 0;
   o.ddp_bucket_size = c.get_int("ddp_bucket_size");
   o.comm_timeout_s = c.get_double("comm_timeout");
   o.scatter_gather = c.get_int("scatter_gather_tensors_in_pipeline") != 0;
@@ -313,6 +314,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
         opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp_d},
         PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute, opt_.precision,
         R->device.get());
+    R->model->set_flash_attention(opt_.use_flash_attn);
     R->pipeline = std::make_unique<PipelineRuntime>(
         *R->model, p > 1 ? R->pp_d : nullptr, opt_.parallel.t > 1 ? R->tp_d : nullptr,
         opt_.scatter_gather);

@@ -44,6 +44,7 @@ struct TrainerOptions {
   // Device buffers reach the threads/mpi backends through host copies
   // (StagedComm); always on a GPU, and on the CPU when a test asks.
   bool stage_comm_through_host = false;
+  bool use_flash_attn = false;  // GPT::set_flash_attention
   int64_t ddp_bucket_size = 1000000;
   double comm_timeout_s = 300;
   int virtual_stages = 1;  // v: model chunks per pipeline rank

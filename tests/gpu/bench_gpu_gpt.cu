@@ -5,7 +5,7 @@
 // fp32 peak. Random tokens: the figure is the step's speed, not learning.
 //   bench_gpu_gpt [--layers 24] [--hidden 2048] [--heads 16] [--seq 2048]
 //                 [--vocab 50304] [--batch 2] [--steps 3] [--recompute 1]
-//                 [--bf16-peak 989] [--fp32-peak 67]
+//                 [--flash 0] [--bf16-peak 989] [--fp32-peak 67]
 // Prints "bench name=ptdp_train ..." for scripts/gpu_summary.py.
 #include <chrono>
 #include <cmath>
@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
   cfg.num_attention_heads = 16;
   cfg.seq_length = 2048;
   cfg.vocab_size = 50304;
-  int batch = 2, steps = 3, recompute = 1;
+  int batch = 2, steps = 3, recompute = 1, flash = 0;
   double bf16_peak = 989, fp32_peak = 67;  // H100 SXM dense, TFLOP/s
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -42,6 +42,7 @@ int main(int argc, char **argv) {
     else if (k == "--batch") batch = (int)v;
     else if (k == "--steps") steps = (int)v;
     else if (k == "--recompute") recompute = (int)v;
+    else if (k == "--flash") flash = (int)v;
     else if (k == "--bf16-peak") bf16_peak = v;
     else if (k == "--fp32-peak") fp32_peak = v;
     else {
@@ -56,6 +57,7 @@ int main(int argc, char **argv) {
     rc.enabled = recompute != 0;
     const auto t_init = std::chrono::steady_clock::now();
     GPT<float> model(cfg, 1234, {}, {}, rc, {}, dev.get());
+    model.set_flash_attention(flash != 0);
     AdamW opt(model, {});
     std::printf("model: %.2fB parameters, init %.1f s\n", model.num_real_params() * 1e-9,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count());
@@ -83,9 +85,9 @@ int main(int argc, char **argv) {
     const double flops = cfg.flops_per_batch(batch, rc.enabled);
     const double tflops = flops / per_step * 1e-12;
     const double gib = dev->memory().peak / 1073741824.0;
-    std::printf("bench name=ptdp_train variant=fp32%s tokens_per_s=%.0f tflops=%.1f mfu=%.4f "
+    std::printf("bench name=ptdp_train variant=fp32%s%s tokens_per_s=%.0f tflops=%.1f mfu=%.4f "
                 "of_fp32_peak=%.4f mem_gib=%.2f step_s=%.3f\n",
-                rc.enabled ? "+recompute" : "", N / per_step, tflops, tflops / bf16_peak,
+                rc.enabled ? "+recompute" : "", flash ? "+flash" : "", N / per_step, tflops, tflops / bf16_peak,
                 tflops / fp32_peak, gib, per_step);
     return std::isfinite(loss) ? 0 : 1;
   } catch (const std::exception &e) {

@@ -42,6 +42,7 @@ struct Case {
   const char *name;
   Recompute rc;
   Precision prec;
+  bool flash;
   // fp32: the backends differ only in summation order (cuBLASLt's split of K,
   // the kernels' reduction trees, the embedding gradient's atomics), ~1e-7
   // relative per op; 1e-5 leaves two orders of margin over two layers.
@@ -65,6 +66,8 @@ void run_case(Device &cuda, const Case &c) {
   const uint64_t seed = 1234;
   GPT<float> cpu(cfg, seed, {}, {}, c.rc, c.prec);
   GPT<float> gpu(cfg, seed, {}, {}, c.rc, c.prec, &cuda);
+  cpu.set_flash_attention(c.flash);
+  gpu.set_flash_attention(c.flash);
   std::printf("-- %s\n", c.name);
 
   const std::vector<float> p_cpu = cpu.params_to_host(), p_gpu = gpu.params_to_host();
@@ -155,12 +158,14 @@ int main() {
   Precision bf16;
   bf16.dtype = DType::bf16;
   const Case cases[] = {
-      {"fp32", {}, {}, 1e-5, 1e-5, 1e-3},
-      {"fp32, full recompute", full, {}, 1e-5, 1e-5, 1e-3},
+      {"fp32", {}, {}, false, 1e-5, 1e-5, 1e-3},
+      {"fp32, full recompute", full, {}, false, 1e-5, 1e-5, 1e-3},
+      {"fp32, flash attention (CUDA kernel against the CPU's fused twin)", {}, {}, true, 1e-5,
+       1e-5, 1e-3},
       // bf16: gradients differ by ~1e-2 (above), and Adam turns the noise of
       // near-zero gradients into lr-sized updates; skipping or mis-applying
       // the update would give >= 1.
-      {"bf16 (fp32 arrays rounded to bf16), fp32 gradients", {}, bf16, 1e-2, 3e-2, 0.3},
+      {"bf16 (fp32 arrays rounded to bf16), fp32 gradients", {}, bf16, false, 1e-2, 3e-2, 0.3},
   };
   for (const Case &c : cases) {
     try {

@@ -168,6 +168,14 @@ TEST(Parallel, CommunicatorsStagedThroughHostMatchSerial) {
   expect_matches_serial(train_run(o, 10), train(1, 1));
 }
 
+// Fused attention numbers its heads globally (head_offset) and keys dropout as
+// the unfused path does: (t, p, d) = (2, 2, 2) reproduces its serial run.
+TEST(Parallel, FlashAttentionMatchesSerial) {
+  TrainerOptions serial = run_options(1, 1), o = run_options(2, 2, 2);
+  serial.use_flash_attn = o.use_flash_attn = true;
+  expect_matches_serial(train_run(o, 10), train_run(serial, 10));
+}
+
 TEST(DataParallel, OneGradientReductionPerIteration) {
   Trainer tr(run_options(2, 2));
   tr.step();
