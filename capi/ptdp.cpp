@@ -63,8 +63,17 @@ void require(const void *p, const char *what) {
   if (!p) ptdp::fail(ptdp::Status::invalid_argument, what, " must not be NULL");
 }
 
+// A caller's text buffer: NULL only with cap 0 (asking for the size).
+// Checked on entry, before any work is done for the text.
+void check_buffer(const char *buf, size_t cap) {
+  if (!buf && cap > 0)
+    ptdp::fail(ptdp::Status::invalid_argument, "buffer is NULL but cap is ", cap,
+               " (pass cap 0 with a NULL buffer to ask for the size)");
+}
+
 // Copies s into the caller's buffer (NUL-terminated) or reports the size needed.
 void copy_out(const std::string &s, char *buf, size_t cap, size_t *out_len) {
+  check_buffer(buf, cap);
   if (out_len) *out_len = s.size();
   if (!buf || cap < s.size() + 1)
     ptdp::fail(ptdp::Status::buffer_too_small, "buffer of ", cap, " bytes is too small: ",
@@ -316,6 +325,7 @@ ptdp_status ptdp_trainer_generate(ptdp_trainer *t, const char *prompt, int32_t m
   return guard([&] {
     require(t, "trainer");
     require(prompt, "prompt");
+    check_buffer(buf, cap);
     copy_out(t->trainer->generate(prompt, max_new_tokens, temperature, seed), buf, cap, out_len);
   });
 }

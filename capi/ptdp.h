@@ -74,7 +74,9 @@ PTDP_API ptdp_status ptdp_option_info(int32_t index, const char **key, const cha
  * is copied: it may be destroyed or changed afterwards. */
 PTDP_API ptdp_status ptdp_trainer_create(const ptdp_config *config, ptdp_trainer **out);
 PTDP_API void ptdp_trainer_destroy(ptdp_trainer *trainer);
-/* One optimizer step over the global batch; *loss (may be NULL) gets its mean lm loss. */
+/* One optimizer step over the global batch; *loss (may be NULL) gets its mean lm loss.
+ * train_iters sets the LR schedule, not a limit: steps after it run at min_lr,
+ * and the data continues into further reshuffled epochs. */
 PTDP_API ptdp_status ptdp_trainer_step(ptdp_trainer *trainer, double *loss);
 /* Mean validation loss over `iters` global batches (iters <= 0: the config's eval_iters). */
 PTDP_API ptdp_status ptdp_trainer_evaluate(ptdp_trainer *trainer, int64_t iters, double *loss);

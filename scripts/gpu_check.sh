@@ -3,7 +3,7 @@
 # build the CUDA ops with PTDP_GPU_ONLY (that machine has CUDA, cuBLAS, CMake,
 # ninja and PyTorch, but none of LuaJIT, HDF5, MPI or OpenBLAS), run the `gpu`
 # test label and compute-sanitizer over it, benchmark the ops and PyTorch on the
-# same shapes, and print a summary table last. Logs go to $OUT (or ./gpu_check_out).
+# same shapes, time ptdp's own training step, and print a summary table last. Logs go to $OUT (or ./gpu_check_out).
 # Each step has a time limit, so the whole stays under 9 minutes.
 #   usage: bash scripts/gpu_check.sh [--quick|--no-torch]
 #   (--quick: no torch.compile and fewer steps; --no-torch: skip the PyTorch baseline)
@@ -52,6 +52,10 @@ step memcheck 240 memcheck.log bash -c 'rc=0
     echo "$(basename "$t"): $(grep "ERROR SUMMARY" "$log")"
   done; exit $rc'
 step bench_ops 180 bench_ops.log build-gpu/tests/gpu/bench_gpu_ops
+# ptdp's own training step of the 1.3B GPT (fp32 storage for now).
+# (One log for both runs: the device tool returns at most 8 files.)
+step bench_gpt 240 bench_gpt.log bash -c "build-gpu/tests/gpu/bench_gpu_gpt --steps $((quick ? 2 : 3)) &&
+  build-gpu/tests/gpu/bench_gpu_gpt --steps 2 --flash 1"
 if ((!torch)); then
   :
 elif ((quick)); then

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Joins the "bench key=value" lines of gpu_check.sh's logs into one table:
 ptdp's cuBLASLt GEMMs beside torch.matmul on the same shapes, the element-wise
-kernels against the copy ceiling, and PyTorch's training-step figures."""
+kernels against the copy ceiling, ptdp's and PyTorch's training-step figures."""
 import os
 import sys
 
@@ -18,6 +18,7 @@ def read(path):
 
 def main(out):
     ops, torch = read(os.path.join(out, "bench_ops.log")), read(os.path.join(out, "bench_torch.log"))
+    gpt = read(os.path.join(out, "bench_gpt.log"))
     ref = {(r["dtype"], r["shape"], r["ta"], r["tb"]): float(r["tflops"])
            for r in torch if r.get("name") == "torch_gemm"}
     print(f"{'GEMM (MxNxKxbatch)':34s} {'dtype':5s} {'ptdp TFLOP/s':>12s} {'torch':>8s} {'ratio':>6s}")
@@ -35,6 +36,10 @@ def main(out):
                   f"{100 * float(r['of_copy']):4.0f}% of copy")
         elif r.get("name") == "copy":
             print(f"{'copy ceiling':34s}       {float(r['gbs']):9.0f} GB/s")
+    for r in gpt:
+        print(f"ptdp train {r['variant']:23s} {float(r['tokens_per_s']):9.0f} tokens/s "
+              f"{float(r['tflops']):6.1f} TFLOP/s MFU {100 * float(r['mfu']):4.1f}% {r['mem_gib']} GiB "
+              f"({100 * float(r['of_fp32_peak']):.0f}% of fp32 peak)")
     for r in torch:
         if r.get("name") == "torch_train":
             print(f"torch train {r['variant']:22s} {float(r['tokens_per_s']):9.0f} tokens/s "

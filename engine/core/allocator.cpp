@@ -18,9 +18,9 @@ CpuAllocator &CpuAllocator::instance() {
   return a;
 }
 
-void *CpuAllocator::allocate(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void *p = std::aligned_alloc(64, rounded);
+void *CpuAllocator::allocate(size_t bytes, size_t alignment) {
+  size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  void *p = std::aligned_alloc(alignment, rounded);
   if (!p) fail(Status::out_of_memory, "cannot allocate ", bytes, " bytes of host memory");
   std::memset(p, 0, rounded);
   int64_t now = g_in_use.fetch_add((int64_t)bytes) + (int64_t)bytes;

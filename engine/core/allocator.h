@@ -11,7 +11,8 @@ namespace ptdp {
 class CpuAllocator {
  public:
   static CpuAllocator &instance();
-  void *allocate(size_t bytes);
+  // Zeroed, `alignment`-byte aligned (a power of two >= 64); throws out_of_memory.
+  void *allocate(size_t bytes, size_t alignment = 64);
   void deallocate(void *p, size_t bytes);
   int64_t bytes_in_use() const;
   int64_t peak_bytes() const;

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/core/allocator.h"
 #include "engine/core/status.h"
 #include "engine/device/device.h"
 #include "engine/device/memory_ledger.h"
@@ -32,17 +33,16 @@ class CpuDevice : public Device {
 
   void *allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
-    void *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-    if (!p)
-      fail(Status::out_of_memory, "cpu: out of memory allocating ", bytes, " bytes (",
-           ledger_.stats().in_use, " in use)");
+    // Through the process's host allocator (it throws out_of_memory), whose
+    // peak the C ABI reports.
+    void *p = CpuAllocator::instance().allocate(bytes, 256);
     ledger_.add(p, bytes);
     return p;
   }
   void free(void *p) override {
     if (!p) return;
-    ledger_.remove(p, "cpu");
-    std::free(p);
+    const size_t bytes = ledger_.remove(p, "cpu");
+    CpuAllocator::instance().deallocate(p, bytes);
   }
   void zero(void *p, size_t bytes) override {
     if (bytes) std::memset(p, 0, bytes);

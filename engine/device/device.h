@@ -99,6 +99,17 @@ class DeviceArray {
     return *this;
   }
 
+  // Reallocates on `dev`, zeroed, when the size or the device changes (the
+  // model sizes its activations per micro-batch; same sizes keep the memory).
+  void resize(Device &dev, size_t n) {
+    if (n == n_ && &dev == dev_) return;
+    release();
+    dev_ = &dev;
+    n_ = n;
+    p_ = static_cast<T *>(dev.allocate(n * sizeof(T)));
+    dev.zero(p_, bytes());
+  }
+
   T *data() { return p_; }
   const T *data() const { return p_; }
   size_t size() const { return n_; }

@@ -21,14 +21,17 @@ class MemoryLedger {
     stats_.peak = std::max(stats_.peak, stats_.in_use);
     stats_.allocations++;
   }
-  // Forgets p; a pointer the ledger does not hold is an error naming `who`.
-  void remove(void *p, const std::string &who) {
+  // Forgets p and returns its size; a pointer the ledger does not hold is an
+  // error naming `who`.
+  size_t remove(void *p, const std::string &who) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sizes_.find(p);
     if (it == sizes_.end())
       fail(Status::invalid_argument, who, ": free of a pointer this device did not allocate");
-    stats_.in_use -= (int64_t)it->second;
+    const size_t bytes = it->second;
+    stats_.in_use -= (int64_t)bytes;
     sizes_.erase(it);
+    return bytes;
   }
   MemoryStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);

@@ -7,11 +7,8 @@
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
-#include "kernels/cpu/ops.h"
 
 namespace ptdp {
-
-using namespace cpu;
 
 namespace {
 constexpr int kParamsPerLayer = 12;
@@ -22,10 +19,6 @@ uint32_t dropout_stream(int layer, Site site) { return (uint32_t)(layer + 1) * 4
 bool ends_with(const std::string &n, const char *suf) {
   size_t k = std::char_traits<char>::length(suf);
   return n.size() >= k && n.compare(n.size() - k, k, suf) == 0;
-}
-template <class T>
-void copy(T *dst, const T *src, size_t n) {
-  std::memcpy(dst, src, n * sizeof(T));
 }
 }  // namespace
 
@@ -40,18 +33,19 @@ struct GPT<T>::Layer {
 // Shapes with w, a, f meaning this rank's share (h/t, a/t, f/t); N = s*b.
 template <class T>
 struct GPT<T>::LayerActs {
-  Buffer<T> x;                              // [N, h]
-  Buffer<T> ln1, ln1_mean, ln1_rstd;        // [N, h], [N]
-  Buffer<T> qkv;                            // [N, 3w]  ordered [s, b, a, 3, hd]
-  Buffer<T> probs, probs_drop;              // [b, a, s, s] softmax output, after dropout
-  Buffer<T> ctxv;                           // [N, w]  attention context
-  Buffer<T> mid;                            // [N, h]  residual after attention
-  Buffer<T> ln2, ln2_mean, ln2_rstd;        // [N, h], [N]
-  Buffer<T> fc1_z, fc1_g;                   // [N, f]  pre-GeLU (with bias), post-GeLU
+  DeviceArray<T> x;                        // [N, h]
+  DeviceArray<T> ln1, ln1_mean, ln1_rstd;  // [N, h], [N]
+  DeviceArray<T> qkv;                      // [N, 3w]  ordered [s, b, a, 3, hd]
+  DeviceArray<T> probs, probs_drop;        // [b, a, s, s] softmax output, after dropout
+  DeviceArray<T> lse;                      // [b*a, s] instead of probs, with flash attention
+  DeviceArray<T> ctxv;                     // [N, w]  attention context
+  DeviceArray<T> mid;                      // [N, h]  residual after attention
+  DeviceArray<T> ln2, ln2_mean, ln2_rstd;  // [N, h], [N]
+  DeviceArray<T> fc1_z, fc1_g;             // [N, f]  pre-GeLU (with bias), post-GeLU
   int64_t bytes() const {
     size_t n = 0;
-    for (const Buffer<T> *b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &probs, &probs_drop, &ctxv,
-                               &mid, &ln2, &ln2_mean, &ln2_rstd, &fc1_z, &fc1_g})
+    for (const DeviceArray<T> *b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &probs, &probs_drop, &lse,
+                                    &ctxv, &mid, &ln2, &ln2_mean, &ln2_rstd, &fc1_z, &fc1_g})
       n += b->size();
     return (int64_t)(n * sizeof(T));
   }
@@ -62,19 +56,19 @@ template <class T>
 struct GPT<T>::ChunkActs {
   int s = 0, b = 0;
   StepContext ctx;
-  std::vector<int32_t> tokens, targets;          // [N] embedding chunk, head chunk
-  std::vector<LayerActs> layers;                 // per layer of the chunk
-  Buffer<T> final_x;                             // [N, h] head input (last layer's output)
-  Buffer<T> lnf, lnf_mean, lnf_rstd;             // [N, h], [N]
-  Buffer<T> logits;                              // [N, Vp/t]
-  Buffer<T> losses, ce_max, ce_sums;             // [N], [N], [2, N]
+  DeviceArray<int32_t> tokens, targets;    // [N] embedding chunk, head chunk
+  std::vector<LayerActs> layers;           // per layer of the chunk
+  DeviceArray<T> final_x;                  // [N, h] head input (last layer's output)
+  DeviceArray<T> lnf, lnf_mean, lnf_rstd;  // [N, h], [N]
+  DeviceArray<T> logits;                   // [N, Vp/t]
+  DeviceArray<T> ce;                       // [3, N] row max, sum of exp, target logit
+  std::vector<T> losses;                   // [N] on the host
   int64_t bytes() const {
     int64_t n = (int64_t)((tokens.size() + targets.size()) * sizeof(int32_t));
     for (auto &l : layers) n += l.bytes();
-    for (const Buffer<T> *x : {&final_x, &lnf, &lnf_mean, &lnf_rstd, &logits, &losses, &ce_max,
-                               &ce_sums})
-      n += (int64_t)(x->size() * sizeof(T));
-    return n;
+    for (const DeviceArray<T> *x : {&final_x, &lnf, &lnf_mean, &lnf_rstd, &logits, &ce})
+      n += (int64_t)x->bytes();
+    return n + (int64_t)(losses.size() * sizeof(T));
   }
 };
 
@@ -132,9 +126,14 @@ std::vector<ParamInfo> gpt_param_table(const GptConfig &cfg, int t, const Pipeli
 }
 
 template <class T>
-GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStage pp,
-            Recompute rc, Precision prec)
-    : cfg_(cfg), seed_(seed), tp_(tp), pp_(pp), rc_(rc), prec_(prec) {
+GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStage pp, Recompute rc,
+            Precision prec, Device *device)
+    : cfg_(cfg), seed_(seed), tp_(tp), pp_(pp), rc_(rc), prec_(prec), dev_(device) {
+  if (!dev_) {
+    own_dev_ = make_cpu_device();
+    dev_ = own_dev_.get();
+  }
+  ops_ = make_ops<T>(*dev_);
   if (!std::is_same_v<T, float> && prec_.dtype != DType::f32)
     fail(Status::invalid_argument, "a ", dtype_name(prec_.dtype),
          " model computes in float: GPT<double> (the finite-difference reference) is f32 only");
@@ -164,8 +163,8 @@ GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStag
   table_ = gpt_param_table(cfg_, t, pp_);
   const ParamInfo &last = table_.back();
   const size_t total = last.offset + (last.numel + 15) / 16 * 16;
-  params_.resize(total);
-  grads_.resize(total);
+  params_.resize(*dev_, total);
+  grads_.resize(*dev_, total);
   pool_.resize((size_t)pp_.chunks);
   init_parameters(seed);
 }
@@ -214,8 +213,9 @@ template <class T>
 void GPT<T>::init_parameters(uint64_t seed) {
   const double std_out = cfg_.init_method_std / std::sqrt(2.0 * cfg_.num_layers);
   const int64_t real_wte = (int64_t)cfg_.vocab_size * cfg_.hidden_size;  // padding stays 0
+  std::vector<T> host(params_.size(), T(0));
   for (auto &p : table_) {
-    T *w = params_.data() + p.offset;
+    T *w = host.data() + p.offset;
     const std::string &n = p.name;
     if (ends_with(n, ".bias")) continue;  // zeros
     if (n.find("ln_") != std::string::npos) {
@@ -231,6 +231,7 @@ void GPT<T>::init_parameters(uint64_t seed) {
       w[i] = is_wte && g >= real_wte ? T(0) : T(sd * normal_at(seed, stream, (uint64_t)g));
     }
   }
+  params_.copy_from_host(host);
   to_storage(params_.data(), params_.size());
 }
 
@@ -243,8 +244,8 @@ typename GPT<T>::Layer GPT<T>::layer(T *base, int li) {
 }
 
 template <class T>
-void GPT<T>::to_storage(T *x, size_t n) const {
-  if constexpr (std::is_same_v<T, float>) round_to(prec_.dtype, x, n);
+void GPT<T>::to_storage(T *x, size_t n) {
+  if (prec_.dtype != DType::f32) ops_->round_to_storage(x, n, prec_.dtype);
 }
 
 template <class T>
@@ -273,16 +274,17 @@ template <class T>
 void GPT<T>::size_layer(LayerActs &a, int s, int b, bool full) {
   const size_t N = (size_t)s * b, h = cfg_.hidden_size, w = width_, f = ffn_, A = heads_;
   const size_t probs = (size_t)b * A * s * s;
-  auto sz = [&](Buffer<T> &buf, size_t n) { buf.resize(full ? n : 0); };
-  a.x.resize(N * h);
+  auto sz = [&](DeviceArray<T> &buf, size_t n) { buf.resize(*dev_, full ? n : 0); };
+  a.x.resize(*dev_, N * h);
   sz(a.ln1, N * h);
   sz(a.ln1_mean, N);
   sz(a.ln1_rstd, N);
   sz(a.qkv, N * 3 * w);
-  sz(a.probs, probs);
+  sz(a.probs, flash_ ? 0 : probs);
   // Dropped attention probabilities are kept: backward reads the mask back
-  // from them instead of regenerating it.
-  sz(a.probs_drop, cfg_.attention_dropout > 0 ? probs : 0);
+  // from them instead of regenerating it (flash attention draws it again).
+  sz(a.probs_drop, cfg_.attention_dropout > 0 && !flash_ ? probs : 0);
+  sz(a.lse, flash_ ? (size_t)b * A * s : 0);
   sz(a.ctxv, N * w);
   sz(a.mid, N * h);
   sz(a.ln2, N * h);
@@ -311,30 +313,32 @@ typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
   for (int j = 0; j < layers_per_chunk_; j++) {
     const bool full = keeps_all(j);
     size_layer(A->layers[(size_t)j], s, b, full);
-    if (!full && unit_start(j) != j) A->layers[(size_t)j].x.resize(0);  // inside a unit
+    if (!full && unit_start(j) != j) A->layers[(size_t)j].x.resize(*dev_, 0);  // inside a unit
   }
   const bool head = has_head(chunk);
-  A->final_x.resize(head ? N * h : 0);
-  A->lnf.resize(head ? N * h : 0);
-  A->lnf_mean.resize(head ? N : 0);
-  A->lnf_rstd.resize(head ? N : 0);
-  A->logits.resize(head ? N * (size_t)local_vocab_ : 0);
+  Device &d = *dev_;
+  A->final_x.resize(d, head ? N * h : 0);
+  A->lnf.resize(d, head ? N * h : 0);
+  A->lnf_mean.resize(d, head ? N : 0);
+  A->lnf_rstd.resize(d, head ? N : 0);
+  A->logits.resize(d, head ? N * (size_t)local_vocab_ : 0);
+  A->ce.resize(d, head ? 3 * N : 0);
   A->losses.resize(head ? N : 0);
-  A->ce_max.resize(head ? N : 0);
-  A->ce_sums.resize(head ? 2 * N : 0);
+  A->tokens.resize(d, has_embedding(chunk) ? N : 0);
+  A->targets.resize(d, head ? N : 0);
   A->s = s;
   A->b = b;
   // Scratch shared by every chunk.
   const size_t w = width_, f = ffn_;
-  dprobs_.resize((size_t)b * heads_ * s * s);
-  tmp_h_.resize(N * h);
-  tmp_h2_.resize(N * h);
-  dresid_.resize(N * h);
-  x_ping_.resize(N * h);
-  x_pong_.resize(N * h);
-  dctx_.resize(N * w);
-  dqkv_.resize(N * 3 * w);
-  dfc_.resize(N * f);
+  dprobs_.resize(d, flash_ ? 0 : (size_t)b * heads_ * s * s);
+  tmp_h_.resize(d, N * h);
+  tmp_h2_.resize(d, N * h);
+  dresid_.resize(d, N * h);
+  x_ping_.resize(d, N * h);
+  x_pong_.resize(d, N * h);
+  dctx_.resize(d, N * w);
+  dqkv_.resize(d, N * 3 * w);
+  dfc_.resize(d, N * f);
   return *(live_[key] = std::move(A));
 }
 
@@ -353,21 +357,22 @@ template <class T>
 void GPT<T>::embedding_forward_into(T *out, const int32_t *tokens, int s, int b,
                                     const StepContext &ctx) {
   const int h = cfg_.hidden_size;
-  const T *wte = params_.data() + param("wte.weight").offset;
-  const T *wpe = params_.data() + param("wpe.weight").offset;
-  // Vocab-parallel embedding: each rank looks up its rows, the sum completes it.
-  if (tp_.size == 1) {
-    embedding_forward(tmp_h_.data(), tokens, wte, wpe, s, b, h);
-  } else {
-    embedding_forward<T>(tmp_h_.data(), tokens, wte, vocab_start_, local_vocab_, nullptr, s, b, h);
+  const T *wte = param_data("wte.weight"), *wpe = param_data("wpe.weight");
+  // Vocab-parallel embedding: each rank looks up its rows, the sum completes it
+  // (positions are added once, after the sum).
+  const bool one = tp_.size == 1;
+  ops_->embedding_forward(tmp_h_.data(), tokens, wte, vocab_start_, local_vocab_,
+                          one ? wpe : nullptr, s, b, h);
+  if (!one) {
     tp_all_reduce(tmp_h_.data(), (size_t)s * b * h);
-    add_position_embedding(tmp_h_.data(), wpe, s, b, h);
+    ops_->add_position_embedding(tmp_h_.data(), wpe, s, b, h);
   }
   const size_t Nh = (size_t)s * b * h;
   to_storage(tmp_h_.data(), Nh);
   DropoutSpec hid{{seed_, dropout_stream(-1, kEmbedding), ctx.iteration},
-                  ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
-  bias_dropout_add_forward<T>(out, nullptr, tmp_h_.data(), nullptr, s, b, h, hid);
+                  ctx.training ? cfg_.hidden_dropout : 0.f,
+                  ctx.sample_offset};
+  ops_->bias_dropout_add_forward(out, nullptr, tmp_h_.data(), nullptr, s, b, h, hid);
   to_storage(out, Nh);
 }
 
@@ -380,64 +385,84 @@ void GPT<T>::layer_forward(int li, const T *x, T *out, LayerActs &a, int s, int 
   const size_t Nh = (size_t)N * h;
   Layer P = layer(params_.data(), li);
   DropoutSpec hid{{seed_, dropout_stream(l, kAttentionOut), ctx.iteration},
-                  ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
+                  ctx.training ? cfg_.hidden_dropout : 0.f,
+                  ctx.sample_offset};
   // Attention block: mid = x + dropout(g(proj(attn(f(ln1(x))))) + proj_b)
   // (Every op's output is rounded to the storage type: to_storage.)
-  layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, P.ln1_w, P.ln1_b, N, h,
-                    (T)cfg_.layernorm_epsilon);
+  ops_->layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, P.ln1_w, P.ln1_b,
+                          N, h, (T)cfg_.layernorm_epsilon);
   to_storage(a.ln1.data(), Nh);
-  gemm<T>(false, true, N, 3 * w, h, 1, a.ln1.data(), h, P.qkv_w, h, 0, a.qkv.data(), 3 * w);
+  ops_->gemm(false, true, N, 3 * w, h, 1, a.ln1.data(), h, P.qkv_w, h, 0, a.qkv.data(), 3 * w);
   to_storage(a.qkv.data(), (size_t)N * 3 * w);
-  bias_dropout_add_forward<T>(a.qkv.data(), nullptr, a.qkv.data(), P.qkv_b, s, b, 3 * w,
-                              DropoutSpec{});
+  ops_->bias_dropout_add_forward(a.qkv.data(), nullptr, a.qkv.data(), P.qkv_b, s, b, 3 * w,
+                                 DropoutSpec{});
   to_storage(a.qkv.data(), (size_t)N * 3 * w);
   attention_forward(l, a, s, b, ctx);
-  gemm<T>(false, true, N, h, w, 1, a.ctxv.data(), w, P.proj_w, w, 0, tmp_h_.data(), h);
+  ops_->gemm(false, true, N, h, w, 1, a.ctxv.data(), w, P.proj_w, w, 0, tmp_h_.data(), h);
   to_storage(tmp_h_.data(), Nh);
   tp_all_reduce(tmp_h_.data(), Nh);  // g: row-parallel partial sums
-  bias_dropout_add_forward<T>(a.mid.data(), x, tmp_h_.data(), P.proj_b, s, b, h, hid);
+  ops_->bias_dropout_add_forward(a.mid.data(), x, tmp_h_.data(), P.proj_b, s, b, h, hid);
   to_storage(a.mid.data(), Nh);
   // MLP block: out = mid + dropout(g(fc2(gelu(fc1(f(ln2(mid)))))) + fc2_b)
-  layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), P.ln2_w,
-                    P.ln2_b, N, h, (T)cfg_.layernorm_epsilon);
+  ops_->layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), P.ln2_w,
+                          P.ln2_b, N, h, (T)cfg_.layernorm_epsilon);
   to_storage(a.ln2.data(), Nh);
-  gemm<T>(false, true, N, f, h, 1, a.ln2.data(), h, P.fc1_w, h, 0, a.fc1_z.data(), f);
+  ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.fc1_w, h, 0, a.fc1_z.data(), f);
   to_storage(a.fc1_z.data(), (size_t)N * f);
-  bias_gelu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.fc1_b, N, f);
+  ops_->bias_gelu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.fc1_b, N, f);
   to_storage(a.fc1_z.data(), (size_t)N * f);
   to_storage(a.fc1_g.data(), (size_t)N * f);
-  gemm<T>(false, true, N, h, f, 1, a.fc1_g.data(), f, P.fc2_w, f, 0, tmp_h_.data(), h);
+  ops_->gemm(false, true, N, h, f, 1, a.fc1_g.data(), f, P.fc2_w, f, 0, tmp_h_.data(), h);
   to_storage(tmp_h_.data(), Nh);
   tp_all_reduce(tmp_h_.data(), Nh);  // g
   hid.key.stream = dropout_stream(l, kMlpOut);
-  bias_dropout_add_forward<T>(out, a.mid.data(), tmp_h_.data(), P.fc2_b, s, b, h, hid);
+  ops_->bias_dropout_add_forward(out, a.mid.data(), tmp_h_.data(), P.fc2_b, s, b, h, hid);
   to_storage(out, Nh);
+}
+
+template <class T>
+void GPT<T>::set_flash_attention(bool on) {
+  // Buffers are sized per forward, so only a stashed forward pins the choice.
+  if (!live_.empty())
+    fail(Status::wrong_state, "set_flash_attention between a forward and its backward");
+  flash_ = on;
 }
 
 template <class T>
 void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx) {
   const int w = width_, A = heads_, hd = cfg_.head_dim();
+  if (flash_) {
+    DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
+                  ctx.training ? cfg_.attention_dropout : 0.f,
+                  ctx.sample_offset};
+    ops_->flash_attention_forward(a.ctxv.data(), a.lse.data(), a.qkv.data(), s, b, A, hd,
+                                  T(1) / std::sqrt((T)hd), tp_.rank * A, d);
+    to_storage(a.ctxv.data(), (size_t)s * b * w);
+    return;
+  }
   const int ld_qkv = b * 3 * w, ld_ctx = b * w;
   const int64_t ss = (int64_t)s * s;
   const T *qkv = a.qkv.data();
   T *probs = a.probs.data();
   // Batch i = bi*a + head: its Q, K, V rows start at qkv + i*3hd with row stride b*3w.
   // (Skipping the causal upper-right blocks was measured: smaller GEMMs ate the gain.)
-  gemm_strided_batched<T>(false, true, s, s, hd, 1, qkv, ld_qkv, 3 * hd, qkv + hd, ld_qkv, 3 * hd,
-                          0, probs, s, ss, b * A);
+  ops_->gemm_strided_batched(false, true, s, s, hd, 1, qkv, ld_qkv, 3 * hd, qkv + hd, ld_qkv,
+                             3 * hd, 0, probs, s, ss, b * A);
   to_storage(probs, (size_t)(b * A * ss));
-  scale_mask_softmax_forward<T>(probs, probs, b * A, s, s, T(1) / std::sqrt((T)hd), true, nullptr);
+  ops_->scale_mask_softmax_forward(probs, probs, b * A, s, s, T(1) / std::sqrt((T)hd), true,
+                                   nullptr);
   to_storage(probs, (size_t)(b * A * ss));
   const T *pd = probs;
   if (ctx.training && cfg_.attention_dropout > 0) {
     DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
-                  cfg_.attention_dropout, ctx.sample_offset};
-    dropout_attention(a.probs_drop.data(), probs, b, A, s, s, tp_.rank * A, d);
+                  cfg_.attention_dropout,
+                  ctx.sample_offset};
+    ops_->dropout_attention(a.probs_drop.data(), probs, b, A, s, s, tp_.rank * A, d);
     to_storage(a.probs_drop.data(), (size_t)(b * A * ss));
     pd = a.probs_drop.data();
   }
-  gemm_strided_batched<T>(false, false, s, hd, s, 1, pd, s, ss, qkv + 2 * hd, ld_qkv, 3 * hd, 0,
-                          a.ctxv.data(), ld_ctx, hd, b * A);
+  ops_->gemm_strided_batched(false, false, s, hd, s, 1, pd, s, ss, qkv + 2 * hd, ld_qkv, 3 * hd, 0,
+                             a.ctxv.data(), ld_ctx, hd, b * A);
   to_storage(a.ctxv.data(), (size_t)s * ld_ctx);
 }
 
@@ -447,12 +472,17 @@ void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepCont
 template <class T>
 void GPT<T>::vocab_parallel_loss(ChunkActs &A) {
   const int N = A.s * A.b, cols = local_real_vocab_, ld = local_vocab_;
-  T *mx = A.ce_max.data(), *sum = A.ce_sums.data(), *tl = A.ce_sums.data() + N;
-  vocab_ce_local_max(mx, A.logits.data(), N, ld, cols);
+  T *mx = A.ce.data(), *sums = mx + N;  // sums: [2, N] sum of exp, target logit
+  ops_->vocab_ce_local_max(mx, A.logits.data(), N, ld, cols);
   if (tp_.size > 1) tp_.comm->all_reduce(mx, (size_t)N, ReduceOp::max);
-  vocab_ce_local_sums(sum, tl, A.logits.data(), mx, A.targets.data(), N, ld, cols, vocab_start_);
-  if (tp_.size > 1) tp_.comm->all_reduce(A.ce_sums.data(), 2 * (size_t)N);  // fp32 statistics
-  for (int i = 0; i < N; i++) A.losses[i] = std::log(sum[i]) + mx[i] - tl[i];
+  ops_->vocab_ce_local_sums(sums, sums + N, A.logits.data(), mx, A.targets.data(), N, ld, cols,
+                            vocab_start_);
+  if (tp_.size > 1) tp_.comm->all_reduce(sums, 2 * (size_t)N);  // fp32 statistics
+  // The per-token losses are summed on the host: 3N values cross over.
+  ce_host_.resize(3 * (size_t)N);
+  dev_->copy_to_host(ce_host_.data(), mx, ce_host_.size() * sizeof(T));
+  const T *hmx = ce_host_.data(), *hsum = hmx + N, *htl = hsum + N;
+  for (int i = 0; i < N; i++) A.losses[i] = std::log(hsum[i]) + hmx[i] - htl[i];
 }
 
 // Final LayerNorm and the tied, vocab-parallel LM head: logits = lnf @ wte_shard^T.
@@ -461,12 +491,12 @@ void GPT<T>::vocab_parallel_loss(ChunkActs &A) {
 template <class T>
 void GPT<T>::head_forward(ChunkActs &A, const int32_t *targets) {
   const int N = A.s * A.b, h = cfg_.hidden_size;
-  layernorm_forward(A.lnf.data(), A.lnf_mean.data(), A.lnf_rstd.data(), A.final_x.data(),
-                    params_.data() + param("ln_f.weight").offset,
-                    params_.data() + param("ln_f.bias").offset, N, h, (T)cfg_.layernorm_epsilon);
+  ops_->layernorm_forward(A.lnf.data(), A.lnf_mean.data(), A.lnf_rstd.data(), A.final_x.data(),
+                          param_data("ln_f.weight"), param_data("ln_f.bias"), N, h,
+                          (T)cfg_.layernorm_epsilon);
   to_storage(A.lnf.data(), (size_t)N * h);
-  gemm<T>(false, true, N, local_real_vocab_, h, 1, A.lnf.data(), h,
-          params_.data() + param("wte.weight").offset, h, 0, A.logits.data(), local_vocab_);
+  ops_->gemm(false, true, N, local_real_vocab_, h, 1, A.lnf.data(), h, param_data("wte.weight"), h,
+             0, A.logits.data(), local_vocab_);
   to_storage(A.logits.data(), A.logits.size());  // the loss reads them in fp32
   if (targets) vocab_parallel_loss(A);
 }
@@ -499,17 +529,16 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
   ChunkActs &A = acquire(chunk, mb, s, b);
   A.ctx = ctx;
   const bool stash = ctx.training;
-  A.tokens.clear();  // the embedding's backward needs the tokens, the head's the targets
-  A.targets.clear();
-  if (embedding && stash) A.tokens.assign(tokens, tokens + N);
-  if (head && targets) A.targets.assign(targets, targets + N);
+  // The embedding (and its backward) reads the tokens, the loss the targets.
+  if (embedding) dev_->copy_from_host(A.tokens.data(), tokens, (size_t)N * sizeof(int32_t));
+  if (head && targets) dev_->copy_from_host(A.targets.data(), targets, (size_t)N * sizeof(int32_t));
   const size_t Nh = (size_t)N * h;
 
   T *x = A.layers[0].x.data();
   if (embedding)
-    embedding_forward_into(x, tokens, s, b, ctx);
+    embedding_forward_into(x, A.tokens.data(), s, b, ctx);
   else
-    copy(x, input, Nh);
+    dev_->copy(x, input, Nh * sizeof(T));
   for (int j = 0; j < layers_per_chunk_; j++) {
     const int li = chunk * layers_per_chunk_ + j;
     const bool full = keeps_all(j);
@@ -569,9 +598,19 @@ const T *GPT<T>::logits() const {
 // ---- backward ----
 
 template <class T>
-void GPT<T>::attention_backward(const LayerActs &a, int s, int b, const StepContext &ctx) {
+void GPT<T>::attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx) {
   // In: dctx_ = dL/dctx [N, w]. Out: dqkv_ [N, 3w].
   const int w = width_, A = heads_, hd = cfg_.head_dim();
+  if (flash_) {
+    DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
+                  ctx.training ? cfg_.attention_dropout : 0.f,
+                  ctx.sample_offset};
+    ops_->flash_attention_backward(dqkv_.data(), dctx_.data(), a.ctxv.data(), a.qkv.data(),
+                                   a.lse.data(), s, b, A, hd, T(1) / std::sqrt((T)hd), tp_.rank * A,
+                                   d);
+    to_storage(dqkv_.data(), (size_t)s * b * 3 * w);
+    return;
+  }
   const int ld_qkv = b * 3 * w, ld_ctx = b * w;
   const int64_t ss = (int64_t)s * s;
   const T *qkv = a.qkv.data(), *probs = a.probs.data(), *dctx = dctx_.data();
@@ -579,23 +618,23 @@ void GPT<T>::attention_backward(const LayerActs &a, int s, int b, const StepCont
   const float p = ctx.training ? cfg_.attention_dropout : 0.f;
   // dV = dropout(P)^T @ dctx, with the dropped probabilities of the forward
   const T *pd = p > 0 ? a.probs_drop.data() : probs;
-  gemm_strided_batched<T>(true, false, s, hd, s, 1, pd, s, ss, dctx, ld_ctx, hd, 0, dqkv + 2 * hd,
-                          ld_qkv, 3 * hd, b * A);
+  ops_->gemm_strided_batched(true, false, s, hd, s, 1, pd, s, ss, dctx, ld_ctx, hd, 0,
+                             dqkv + 2 * hd, ld_qkv, 3 * hd, b * A);
   // dP = dropout'(dctx @ V^T), the mask read back from the dropped probabilities
-  gemm_strided_batched<T>(false, true, s, s, hd, 1, dctx, ld_ctx, hd, qkv + 2 * hd, ld_qkv, 3 * hd,
-                          0, dp, s, ss, b * A);
+  ops_->gemm_strided_batched(false, true, s, s, hd, 1, dctx, ld_ctx, hd, qkv + 2 * hd, ld_qkv,
+                             3 * hd, 0, dp, s, ss, b * A);
   const size_t nprobs = (size_t)b * A * ss;
   to_storage(dp, nprobs);
-  if (p > 0) dropout_backward_from_output(dp, dp, pd, nprobs, p);
+  if (p > 0) ops_->dropout_backward_from_output(dp, dp, pd, nprobs, p);
   to_storage(dp, nprobs);
   const T scale = T(1) / std::sqrt((T)hd);
-  scale_mask_softmax_backward<T>(dp, probs, dp, b * A, s, s, scale);  // dp = dL/d(QK^T)
+  ops_->scale_mask_softmax_backward(dp, probs, dp, b * A, s, s, scale);  // dp = dL/d(QK^T)
   to_storage(dp, nprobs);
   // dQ = dS @ K, dK = dS^T @ Q
-  gemm_strided_batched<T>(false, false, s, hd, s, 1, dp, s, ss, qkv + hd, ld_qkv, 3 * hd, 0, dqkv,
-                          ld_qkv, 3 * hd, b * A);
-  gemm_strided_batched<T>(true, false, s, hd, s, 1, dp, s, ss, qkv, ld_qkv, 3 * hd, 0, dqkv + hd,
-                          ld_qkv, 3 * hd, b * A);
+  ops_->gemm_strided_batched(false, false, s, hd, s, 1, dp, s, ss, qkv + hd, ld_qkv, 3 * hd, 0,
+                             dqkv, ld_qkv, 3 * hd, b * A);
+  ops_->gemm_strided_batched(true, false, s, hd, s, 1, dp, s, ss, qkv, ld_qkv, 3 * hd, 0, dqkv + hd,
+                             ld_qkv, 3 * hd, b * A);
   to_storage(dqkv, (size_t)s * ld_qkv);  // dQ, dK, dV, each written by one GEMM
 }
 
@@ -610,41 +649,42 @@ void GPT<T>::layer_backward(int li, const T *x, LayerActs &a, T *dresid, int s, 
   Layer G = layer(grads_.data(), li);
   T *dy = tmp_h_.data(), *dln = tmp_h2_.data(), *dfc = dfc_.data(), *dqkv = dqkv_.data();
   DropoutSpec hid{{seed_, dropout_stream(l, kMlpOut), ctx.iteration},
-                  ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
+                  ctx.training ? cfg_.hidden_dropout : 0.f,
+                  ctx.sample_offset};
 
   // MLP block; the input's gradient is a partial sum over tensor ranks (f backward).
   // Activation gradients are rounded to the storage type; the weight gradients
   // accumulate into grads() in fp32 (rounded per chunk when grads are 16-bit).
-  bias_dropout_add_backward<T>(dy, G.fc2_b, dresid, s, b, h, hid);
+  ops_->bias_dropout_add_backward(dy, G.fc2_b, dresid, s, b, h, hid);
   to_storage(dy, Nh);
-  gemm<T>(true, false, h, f, N, 1, dy, h, a.fc1_g.data(), f, 1, G.fc2_w, f);
-  gemm<T>(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dfc, f);
+  ops_->gemm(true, false, h, f, N, 1, dy, h, a.fc1_g.data(), f, 1, G.fc2_w, f);
+  ops_->gemm(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dfc, f);
   to_storage(dfc, (size_t)N * f);
-  bias_gelu_backward(dfc, G.fc1_b, dfc, a.fc1_z.data(), N, f);
+  ops_->bias_gelu_backward(dfc, G.fc1_b, dfc, a.fc1_z.data(), N, f);
   to_storage(dfc, (size_t)N * f);
-  gemm<T>(true, false, f, h, N, 1, dfc, f, a.ln2.data(), h, 1, G.fc1_w, h);
-  gemm<T>(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
+  ops_->gemm(true, false, f, h, N, 1, dfc, f, a.ln2.data(), h, 1, G.fc1_w, h);
+  ops_->gemm(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
   to_storage(dln, Nh);
   tp_all_reduce(dln, Nh);
-  layernorm_backward(dresid, G.ln2_w, G.ln2_b, dln, a.mid.data(), P.ln2_w, a.ln2_mean.data(),
-                     a.ln2_rstd.data(), N, h);
+  ops_->layernorm_backward(dresid, G.ln2_w, G.ln2_b, dln, a.mid.data(), P.ln2_w, a.ln2_mean.data(),
+                           a.ln2_rstd.data(), N, h);
   to_storage(dresid, Nh);
 
   // Attention block.
   hid.key.stream = dropout_stream(l, kAttentionOut);
-  bias_dropout_add_backward<T>(dy, G.proj_b, dresid, s, b, h, hid);
+  ops_->bias_dropout_add_backward(dy, G.proj_b, dresid, s, b, h, hid);
   to_storage(dy, Nh);
-  gemm<T>(true, false, h, w, N, 1, dy, h, a.ctxv.data(), w, 1, G.proj_w, w);
-  gemm<T>(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
+  ops_->gemm(true, false, h, w, N, 1, dy, h, a.ctxv.data(), w, 1, G.proj_w, w);
+  ops_->gemm(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
   to_storage(dctx_.data(), (size_t)N * w);
-  attention_backward(a, s, b, ctx);
-  colsum_accumulate(G.qkv_b, dqkv, N, 3 * w);
-  gemm<T>(true, false, 3 * w, h, N, 1, dqkv, 3 * w, a.ln1.data(), h, 1, G.qkv_w, h);
-  gemm<T>(false, false, N, h, 3 * w, 1, dqkv, 3 * w, P.qkv_w, h, 0, dln, h);
+  attention_backward(l, a, s, b, ctx);
+  ops_->colsum_accumulate(G.qkv_b, dqkv, N, 3 * w);
+  ops_->gemm(true, false, 3 * w, h, N, 1, dqkv, 3 * w, a.ln1.data(), h, 1, G.qkv_w, h);
+  ops_->gemm(false, false, N, h, 3 * w, 1, dqkv, 3 * w, P.qkv_w, h, 0, dln, h);
   to_storage(dln, Nh);
   tp_all_reduce(dln, Nh);
-  layernorm_backward(dresid, G.ln1_w, G.ln1_b, dln, x, P.ln1_w, a.ln1_mean.data(),
-                     a.ln1_rstd.data(), N, h);
+  ops_->layernorm_backward(dresid, G.ln1_w, G.ln1_b, dln, x, P.ln1_w, a.ln1_mean.data(),
+                           a.ln1_rstd.data(), N, h);
   to_storage(dresid, Nh);
 }
 
@@ -655,19 +695,19 @@ void GPT<T>::head_backward(ChunkActs &A, T *dresid, T dloss) {
   const size_t Nh = (size_t)N * h;
   const ParamInfo &wte = param("wte.weight"), &lw = param("ln_f.weight"), &lb = param("ln_f.bias");
   T *dlogits = A.logits.data();
-  vocab_ce_backward(dlogits, A.logits.data(), A.ce_max.data(), A.ce_sums.data(), A.targets.data(),
-                    N, local_vocab_, local_real_vocab_, vocab_start_, dloss);
+  ops_->vocab_ce_backward(dlogits, A.logits.data(), A.ce.data(), A.ce.data() + N, A.targets.data(),
+                          N, local_vocab_, local_real_vocab_, vocab_start_, dloss);
   to_storage(dlogits, A.logits.size());
-  gemm<T>(true, false, local_real_vocab_, h, N, 1, dlogits, local_vocab_, A.lnf.data(), h, 1,
-          grads_.data() + wte.offset, h);
-  gemm<T>(false, false, N, h, local_real_vocab_, 1, dlogits, local_vocab_,
-          params_.data() + wte.offset, h, 0, tmp_h_.data(), h);
+  ops_->gemm(true, false, local_real_vocab_, h, N, 1, dlogits, local_vocab_, A.lnf.data(), h, 1,
+             grads_.data() + wte.offset, h);
+  ops_->gemm(false, false, N, h, local_real_vocab_, 1, dlogits, local_vocab_,
+             params_.data() + wte.offset, h, 0, tmp_h_.data(), h);
   to_storage(tmp_h_.data(), Nh);
   tp_all_reduce(tmp_h_.data(), Nh);
-  for (size_t i = 0; i < Nh; i++) dresid[i] = 0;
-  layernorm_backward(dresid, grads_.data() + lw.offset, grads_.data() + lb.offset, tmp_h_.data(),
-                     A.final_x.data(), params_.data() + lw.offset, A.lnf_mean.data(),
-                     A.lnf_rstd.data(), N, h);
+  dev_->zero(dresid, Nh * sizeof(T));
+  ops_->layernorm_backward(dresid, grads_.data() + lw.offset, grads_.data() + lb.offset,
+                           tmp_h_.data(), A.final_x.data(), params_.data() + lw.offset,
+                           A.lnf_mean.data(), A.lnf_rstd.data(), N, h);
   to_storage(dresid, Nh);
 }
 
@@ -680,7 +720,8 @@ void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dl
   ChunkActs &A = *it->second;
   const bool embedding = has_embedding(chunk), head = has_head(chunk);
   if (!head && !doutput) fail(Status::invalid_argument, "chunk ", chunk, " backward needs doutput");
-  if (!embedding && !dinput) fail(Status::invalid_argument, "chunk ", chunk, " backward needs dinput");
+  if (!embedding && !dinput)
+    fail(Status::invalid_argument, "chunk ", chunk, " backward needs dinput");
   const int s = A.s, b = A.b, h = cfg_.hidden_size;
   const size_t Nh = (size_t)s * b * h;
   const StepContext &ctx = A.ctx;
@@ -688,7 +729,7 @@ void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dl
   if (head)
     head_backward(A, dresid, dloss);
   else
-    copy(dresid, doutput, Nh);
+    dev_->copy(dresid, doutput, Nh * sizeof(T));
 
   const int base = chunk * layers_per_chunk_;
   for (int j = layers_per_chunk_ - 1; j >= 0;) {
@@ -719,14 +760,14 @@ void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dl
   if (embedding) {
     // Embedding (with its dropout): each rank scatters into its vocabulary rows.
     DropoutSpec hid{{seed_, dropout_stream(-1, kEmbedding), ctx.iteration},
-                    ctx.training ? cfg_.hidden_dropout : 0.f, ctx.sample_offset};
-    bias_dropout_add_backward<T>(tmp_h_.data(), nullptr, dresid, s, b, h, hid);
+                    ctx.training ? cfg_.hidden_dropout : 0.f,
+                    ctx.sample_offset};
+    ops_->bias_dropout_add_backward(tmp_h_.data(), nullptr, dresid, s, b, h, hid);
     to_storage(tmp_h_.data(), Nh);
-    embedding_backward(grads_.data() + param("wte.weight").offset,
-                       grads_.data() + param("wpe.weight").offset, tmp_h_.data(), A.tokens.data(),
-                       s, b, h, vocab_start_, local_vocab_);
+    ops_->embedding_backward(grad_data("wte.weight"), grad_data("wpe.weight"), tmp_h_.data(),
+                             A.tokens.data(), s, b, h, vocab_start_, local_vocab_);
   } else {
-    copy(dinput, dresid, Nh);
+    dev_->copy(dinput, dresid, Nh * sizeof(T));
   }
   // 16-bit gradient accumulation: the sum so far is stored in the 16-bit type.
   if (!prec_.grads_in_fp32) to_storage(grads_.data(), grads_.size());

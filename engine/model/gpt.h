@@ -2,6 +2,11 @@
 // learned positions, GeLU MLP, tied input/output embedding, [s, b, h] layout.
 // T = float for training, double for the finite-difference tests.
 //
+// The model runs on one Device through its op table (engine/device/ops.h):
+// parameters, gradients and activations live in the device's memory, and every
+// pointer the interface below takes or returns is a device pointer (on the CPU
+// device, host memory). Tokens and targets are host arrays; the model copies them.
+//
 // A GPT object is one rank's share of the model: its tensor-parallel shard of
 // the layers of its pipeline model chunks (ARCHITECTURE §4). Chunk c of
 // pipeline rank r is virtual stage c*p + r and holds num_layers / (p*v)
@@ -17,8 +22,9 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
-#include "engine/core/allocator.h"
 #include "engine/core/dtype.h"
+#include "engine/device/device.h"
+#include "engine/device/ops.h"
 #include "engine/model/gpt_config.h"
 
 namespace ptdp {
@@ -84,13 +90,21 @@ struct StepContext {
 template <class T>
 class GPT {
  public:
+  // `device` must outlive the model; null: a CPU device of the model's own.
   GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp = {}, PipelineStage pp = {},
-      Recompute rc = {}, Precision prec = {});
+      Recompute rc = {}, Precision prec = {}, Device *device = nullptr);
   ~GPT();
   const GptConfig &config() const { return cfg_; }
   const TensorParallel &tensor_parallel() const { return tp_; }
   const PipelineStage &pipeline_stage() const { return pp_; }
   const Precision &precision() const { return prec_; }
+  Device &device() const { return *dev_; }
+  // Megatron's --use-flash-attn: attention fused into one op per direction that
+  // keeps each row's log-sum-exp instead of the [b, a/t, s, s] probabilities.
+  // Not between a training forward and its backward.
+  void set_flash_attention(bool on);
+  bool flash_attention() const { return flash_; }
+  Ops<T> &ops() const { return *ops_; }
   // Global index of local element i of parameter p (the init RNG's counter).
   int64_t global_index(const ParamInfo &p, size_t i) const;
 
@@ -99,6 +113,10 @@ class GPT {
   T *grads() { return grads_.data(); }
   const T *grads() const { return grads_.data(); }
   size_t num_params() const { return params_.size(); }
+  // Explicit copies between the device's parameters/gradients and the host.
+  std::vector<T> params_to_host() const { return params_.to_host(); }
+  std::vector<T> grads_to_host() const { return grads_.to_host(); }
+  void params_from_host(const std::vector<T> &v) { params_.copy_from_host(v); }
   const std::vector<ParamInfo> &param_table() const { return table_; }
   const ParamInfo &param(const std::string &name) const;  // throws if not on this rank
   const ParamInfo *find_param(const std::string &name) const;  // null if not on this rank
@@ -159,13 +177,15 @@ class GPT {
   void layer_backward(int li, const T *x, LayerActs &a, T *dresid, int s, int b,
                       const StepContext &ctx);
   void attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx);
-  void attention_backward(const LayerActs &a, int s, int b, const StepContext &ctx);
+  void attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx);
   void embedding_forward_into(T *out, const int32_t *tokens, int s, int b, const StepContext &ctx);
   void head_forward(ChunkActs &A, const int32_t *targets);
   void head_backward(ChunkActs &A, T *dresid, T dloss);
 
   void tp_all_reduce(T *buf, size_t n);  // and rounds the sum to the storage type
-  void to_storage(T *x, size_t n) const;  // rounds to prec_.dtype (16-bit only)
+  void to_storage(T *x, size_t n);        // rounds to prec_.dtype (16-bit only)
+  T *param_data(const char *name) { return params_.data() + param(name).offset; }
+  T *grad_data(const char *name) { return grads_.data() + param(name).offset; }
   void vocab_parallel_loss(ChunkActs &A);
 
   GptConfig cfg_;
@@ -174,12 +194,16 @@ class GPT {
   PipelineStage pp_;
   Recompute rc_;
   Precision prec_;
+  bool flash_ = false;
+  std::unique_ptr<Device> own_dev_;  // when no device was given
+  Device *dev_;
+  std::unique_ptr<Ops<T>> ops_;
   int layers_per_chunk_ = 0;
   // Local sizes: heads, attention width, MLP width, vocabulary shard.
   int heads_ = 0, width_ = 0, ffn_ = 0;
   int vocab_start_ = 0, local_vocab_ = 0, local_real_vocab_ = 0;
   std::vector<ParamInfo> table_;
-  Buffer<T> params_, grads_;
+  DeviceArray<T> params_, grads_;
 
   // Stashed activations per (chunk, micro-batch), and finished ones kept for reuse.
   std::map<std::pair<int, int>, std::unique_ptr<ChunkActs>> live_;
@@ -188,11 +212,12 @@ class GPT {
   int64_t stashed_bytes_ = 0, peak_stashed_bytes_ = 0;
   // Scratch shared by all layers (never stashed).
   std::vector<std::unique_ptr<LayerActs>> recompute_;  // a recomputed unit's layers
-  Buffer<T> x_ping_, x_pong_;                // [N, h] inputs inside a recomputed unit
-  Buffer<T> dprobs_;                         // [b, a/t, s, s]
-  Buffer<T> tmp_h_, tmp_h2_, dresid_;        // [N, h]
-  Buffer<T> dctx_;                           // [N, w]
-  Buffer<T> dqkv_, dfc_;                     // [N, 3w], [N, f/t]
+  DeviceArray<T> x_ping_, x_pong_;           // [N, h] inputs inside a recomputed unit
+  DeviceArray<T> dprobs_;                    // [b, a/t, s, s]
+  DeviceArray<T> tmp_h_, tmp_h2_, dresid_;   // [N, h]
+  DeviceArray<T> dctx_;                      // [N, w]
+  DeviceArray<T> dqkv_, dfc_;                // [N, 3w], [N, f/t]
+  std::vector<T> ce_host_;                   // [3, N] the loss's statistics, on the host
 };
 
 extern template class GPT<float>;

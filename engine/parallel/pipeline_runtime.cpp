@@ -21,7 +21,7 @@ int64_t thread_cpu_ns() {
 }
 // The tensor stored under `key`, which must exist: its absence means the
 // schedule consumes something it never produced.
-std::vector<float> &take(std::map<std::pair<int, int>, std::vector<float>> &m,
+DeviceArray<float> &take(std::map<std::pair<int, int>, DeviceArray<float>> &m,
                          std::pair<int, int> key, const char *what) {
   auto it = m.find(key);
   if (it == m.end())
@@ -35,21 +35,21 @@ PipelineRuntime::PipelineRuntime(GPT<float> &model, Communicator *pp, Communicat
                                  bool scatter_gather)
     : model_(model), pp_(pp), tp_(tp), scatter_gather_(scatter_gather && tp && tp->size() > 1) {}
 
-void PipelineRuntime::send_boundary(const std::vector<float> &x, int peer) {
+void PipelineRuntime::send_boundary(const DeviceArray<float> &x, int peer) {
   if (!pp_) fail(Status::internal, "pipeline send without a pipeline group");
   const size_t n = scatter_gather_ ? x.size() / (size_t)tp_->size() : x.size();
   const size_t first = scatter_gather_ ? (size_t)tp_->rank() * n : 0;
   pp_->send(x.data() + first, n, peer);
 }
 
-void PipelineRuntime::recv_boundary(std::vector<float> &x, int peer) {
+void PipelineRuntime::recv_boundary(DeviceArray<float> &x, int peer) {
   if (!pp_) fail(Status::internal, "pipeline recv without a pipeline group");
   if (!scatter_gather_) {
     pp_->recv(x.data(), x.size(), peer);
     return;
   }
   const size_t n = x.size() / (size_t)tp_->size();
-  slice_.resize(n);
+  slice_.resize(model_.device(), n);
   pp_->recv(slice_.data(), n, peer);
   tp_->all_gather(slice_.data(), x.data(), n);
 }
@@ -59,13 +59,14 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
                             const std::function<MicroBatch(int, bool)> &batch,
                             std::vector<OpTiming> *timings) {
   const size_t Nh = (size_t)s * b * model_.config().hidden_size;
+  Device &dev = model_.device();
   double loss_sum = 0;
   for (const PipeOp &op : ops) {
     const auto key = std::make_pair(op.microbatch, op.chunk);
     switch (op.kind) {
       case PipeOpKind::recv_forward: {
         auto &x = inputs_[key];
-        x.resize(Nh);
+        x.resize(dev, Nh);
         recv_boundary(x, op.peer);
         break;
       }
@@ -76,7 +77,7 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
         float *out = nullptr;
         if (!head) {
           auto &o = outputs_[key];
-          o.resize(Nh);
+          o.resize(dev, Nh);
           out = o.data();
         }
         StepContext ctx{training, iteration, mbd.sample_offset};
@@ -94,7 +95,7 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
         break;
       case PipeOpKind::recv_backward: {
         auto &d = doutputs_[key];
-        d.resize(Nh);
+        d.resize(dev, Nh);
         recv_boundary(d, op.peer);
         break;
       }
@@ -104,7 +105,7 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
         float *din = nullptr;
         if (!embedding) {
           auto &d = dinputs_[key];
-          d.resize(Nh);
+          d.resize(dev, Nh);
           din = d.data();
         }
         const int64_t t0 = now_ns(), c0 = thread_cpu_ns();

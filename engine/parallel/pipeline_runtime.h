@@ -9,6 +9,9 @@
 // all-gathers the slices inside its tensor group. The boundary tensor is
 // replicated over the tensor group, so this moves t times fewer bytes between
 // stages and gives the same values.
+//
+// Boundary tensors live on the model's device; pp and tp must take that
+// device's memory (a StagedComm for a GPU with the threads or mpi backend).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -52,15 +55,16 @@ class PipelineRuntime {
              std::vector<OpTiming> *timings = nullptr);
 
  private:
-  void send_boundary(const std::vector<float> &x, int peer);
-  void recv_boundary(std::vector<float> &x, int peer);
+  using Tensors = std::map<std::pair<int, int>, DeviceArray<float>>;
+  void send_boundary(const DeviceArray<float> &x, int peer);
+  void recv_boundary(DeviceArray<float> &x, int peer);
 
   GPT<float> &model_;
   Communicator *pp_, *tp_;
   bool scatter_gather_;
-  std::vector<float> slice_;
+  DeviceArray<float> slice_;
   // Boundary tensors between ops, by (micro-batch, chunk).
-  std::map<std::pair<int, int>, std::vector<float>> inputs_, outputs_, doutputs_, dinputs_;
+  Tensors inputs_, outputs_, doutputs_, dinputs_;
 };
 
 }  // namespace ptdp

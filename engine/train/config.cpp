@@ -66,6 +66,8 @@ const std::vector<OptionSpec> &option_schema() {
        "pipeline schedule (auto = interleaved when v > 1, else 1f1b)"},
       {"scatter_gather_tensors_in_pipeline", T::Int, "1", 0, 1, nullptr,
        "with t > 1, send 1/t of each boundary tensor and all-gather it (1 = on)"},
+      {"use_flash_attn", T::Int, "0", 0, 1, nullptr,
+       "fused attention that keeps no [s, s] probabilities (1 = on; the same function and dropout)"},
       {"recompute_granularity", T::Choice, "none", 0, 0, "none,full",
        "activation recomputation (full = whole layers)"},
       {"recompute_method", T::Choice, "uniform", 0, 0, "uniform,block",
@@ -105,6 +107,8 @@ const std::vector<OptionSpec> &option_schema() {
        "write each step's per-rank timeline to this Chrome trace JSON file (Perfetto)"},
       // machine
       {"num_threads", T::Int, "0", 0, 4096, nullptr, "CPU threads of the process (0 = all cores)"},
+      {"device", T::String, "cpu", 0, 0, nullptr,
+       "each rank's device: cpu, cuda (rank r on GPU r mod count) or cuda:N"},
   };
   return schema;
 }

@@ -1,12 +1,11 @@
-// AdamW over the model's flat parameters, with global-norm clipping.
+// AdamW over the model's flat parameters, with global-norm clipping, on the
+// model's device through its op table.
 // Weight decay skips biases and LayerNorm parameters (ParamInfo::weight_decay).
 // Mixed precision (Megatron's Float16 optimizer): a 16-bit model gets fp32
 // master weights here; the update runs on them and the model receives them
 // rounded to its dtype. Adam's moments are fp32 either way.
 #pragma once
-#include <vector>
-
-#include "engine/core/allocator.h"
+#include "engine/device/device.h"
 #include "engine/model/gpt.h"
 
 namespace ptdp {
@@ -17,21 +16,22 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  // Master weights start as the model's (already rounded) parameters.
+  // Moments start at zero, master weights as the model's (already rounded)
+  // parameters; all on the model's device.
   AdamW(const GPT<float> &model, AdamWConfig cfg);
   // One update with learning rate lr; `step` counts updates from 1.
   void update(GPT<float> &model, double lr, int64_t step);
-  Buffer<float> &exp_avg() { return m_; }
-  Buffer<float> &exp_avg_sq() { return v_; }
-  // fp32 master weights, laid out like the model's parameters; null for an fp32
-  // model, whose parameters are their own master.
+  // Device pointers, laid out like the model's parameters.
+  float *exp_avg() { return m_.data(); }
+  float *exp_avg_sq() { return v_.data(); }
+  // fp32 master weights; null for an fp32 model, whose parameters are their own master.
   float *master() { return master_.size() ? master_.data() : nullptr; }
   // The model's parameters = the master weights rounded to its dtype (after a load).
   void master_to_model(GPT<float> &model) const;
 
  private:
   AdamWConfig cfg_;
-  Buffer<float> m_, v_, master_;
+  DeviceArray<float> m_, v_, master_;
 };
 
 // Sum of squared gradients of this rank's shards, each replicated tensor counted

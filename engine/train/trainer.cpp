@@ -60,6 +60,12 @@ struct Trainer::Rank {
   RankCoord coord;
   std::unique_ptr<Communicator> tp, dp, pp;
   std::unique_ptr<Communicator> embedding;  // first and last stage when p > 1, else null
+  std::unique_ptr<Device> device;           // outlives the model and optimizer on it
+  // The groups as the model and the gradient reductions use them: over device
+  // memory (staged copies of the above when the device is not the host's, else
+  // the same communicators). Host values (loss, norm) use the ones above.
+  std::unique_ptr<Communicator> staged[4];
+  Communicator *tp_d = nullptr, *dp_d = nullptr, *pp_d = nullptr, *embedding_d = nullptr;
   std::unique_ptr<GPT<float>> model;
   std::unique_ptr<PipelineRuntime> pipeline;
   std::vector<PipeOp> eval_schedule;  // the training schedule is report.schedule
@@ -75,6 +81,9 @@ struct Trainer::Rank {
   std::unique_ptr<AdamW> adam;
   std::unique_ptr<Sampler> train, valid;
   std::vector<int32_t> sample, tokens, targets;
+  // Host copies of the parameters and optimizer state for checkpoints, when
+  // the device's memory is not the host's.
+  std::vector<float> host_params, host_m, host_v, host_master;
   // Results of the last operation run on this rank.
   StepMetrics metrics;
   double value = 0;
@@ -124,6 +133,8 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.split = c.get("split");
   o.eval_iters = (int)c.get_int("eval_iters");
   o.num_threads = (int)c.get_int("num_threads");
+  o.device = c.get("device");
+  o.use_flash_attn = c.get_int("use_flash_attn") != 0;
   o.ddp_bucket_size = c.get_int("ddp_bucket_size");
   o.comm_timeout_s = c.get_double("comm_timeout");
   o.scatter_gather = c.get_int("scatter_gather_tensors_in_pipeline") != 0;
@@ -285,11 +296,21 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       world_->group("embedding", {r}, r);
     R->train = make_sampler(data_, 0, opt_.model.seq_length, opt_.seed, true);
     R->valid = make_sampler(data_, 1, opt_.model.seq_length, opt_.seed, false);
+    R->device = make_device(opt_.device, r);
+    const bool stage = R->device->kind() != DeviceKind::cpu || opt_.stage_comm_through_host;
+    Communicator **bound[4] = {&R->tp_d, &R->dp_d, &R->pp_d, &R->embedding_d};
+    Communicator *raw[4] = {R->tp.get(), R->dp.get(), R->pp.get(), R->embedding.get()};
+    for (int k = 0; k < 4; k++) {
+      if (raw[k] && stage) R->staged[k] = std::make_unique<StagedComm>(*raw[k], *R->device);
+      *bound[k] = stage && raw[k] ? R->staged[k].get() : raw[k];
+    }
     R->model = std::make_unique<GPT<float>>(
-        opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp.get()},
-        PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute, opt_.precision);
+        opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp_d},
+        PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute, opt_.precision,
+        R->device.get());
+    R->model->set_flash_attention(opt_.use_flash_attn);
     R->pipeline = std::make_unique<PipelineRuntime>(
-        *R->model, p > 1 ? R->pp.get() : nullptr, opt_.parallel.t > 1 ? R->tp.get() : nullptr,
+        *R->model, p > 1 ? R->pp_d : nullptr, opt_.parallel.t > 1 ? R->tp_d : nullptr,
         opt_.scatter_gather);
     const int m = opt_.microbatches();
     R->eval_schedule = forward_only_schedule(p, opt_.virtual_stages, m, R->coord.pp);
@@ -455,7 +476,7 @@ void Trainer::rank_step(Rank &r, int64_t it) {
   const double tokens = (double)opt_.global_batch_size * s;
   GPT<float> &model = *r.model;
   float *grads = model.grads();
-  for (size_t i = 0; i < model.num_params(); i++) grads[i] = 0.f;
+  model.device().zero(grads, model.num_params() * sizeof(float));
   r.timeline.clear();
   r.report.timings.clear();
   model.reset_peak_stashed_bytes();
@@ -474,8 +495,10 @@ void Trainer::rank_step(Rank &r, int64_t it) {
   const double scale = loss_scale();
   double loss_sum = r.pipeline->run(r.report.schedule, s, b, (uint32_t)it, true,
                                     (float)(scale / tokens), batch, &r.report.timings);
-  if (it == opt_.inject_overflow_iteration && r.world_rank == 0 && model.num_params())
-    grads[0] = INFINITY;
+  if (it == opt_.inject_overflow_iteration && r.world_rank == 0 && model.num_params()) {
+    const float inf = INFINITY;
+    model.device().copy_from_host(grads, &inf, sizeof inf);
+  }
   double compute_ns = 0;
   for (const OpTiming &t : r.report.timings) {
     compute_ns += (double)(t.end_ns - t.start_ns);
@@ -488,12 +511,12 @@ void Trainer::rank_step(Rank &r, int64_t it) {
   // stage's LM-head gradient add up to the serial one.
   if (r.embedding) {
     const ParamInfo &wte = model.param("wte.weight");
-    r.embedding->all_reduce(grads + wte.offset, wte.numel);
+    r.embedding_d->all_reduce(grads + wte.offset, wte.numel);
   }
   // Data parallel: one gradient reduction, in buckets.
   if (opt_.parallel.d > 1) {
     const size_t n = model.num_params(), bucket = (size_t)opt_.ddp_bucket_size;
-    for (size_t off = 0; off < n; off += bucket) r.dp->all_reduce(grads + off, std::min(bucket, n - off));
+    for (size_t off = 0; off < n; off += bucket) r.dp_d->all_reduce(grads + off, std::min(bucket, n - off));
   }
   // The loss lives on the last stage, the gradients on every stage.
   if (opt_.parallel.p > 1) r.pp->all_reduce(&loss_sum, 1);
@@ -651,12 +674,47 @@ std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
 }
 }  // namespace
 
+// Checkpoints read and write host memory. A CPU rank hands its own buffers; a
+// rank on another device stages them in host copies (and unstage_shards puts
+// loaded values back).
 std::vector<RankShard> Trainer::local_shards() {
   std::vector<RankShard> shards;
-  for (auto &r : ranks_)
-    shards.push_back({r->coord, &r->model->param_table(), r->model->params(),
-                      r->adam->exp_avg().data(), r->adam->exp_avg_sq().data(), r->adam->master()});
+  for (auto &r : ranks_) {
+    GPT<float> &m = *r->model;
+    AdamW &a = *r->adam;
+    if (r->device->kind() == DeviceKind::cpu) {
+      shards.push_back({r->coord, &m.param_table(), m.params(), a.exp_avg(), a.exp_avg_sq(),
+                        a.master()});
+      continue;
+    }
+    const size_t n = m.num_params(), bytes = n * sizeof(float);
+    Device &dev = *r->device;
+    r->host_params.resize(n);
+    r->host_m.resize(n);
+    r->host_v.resize(n);
+    r->host_master.resize(a.master() ? n : 0);
+    dev.copy_to_host(r->host_params.data(), m.params(), bytes);
+    dev.copy_to_host(r->host_m.data(), a.exp_avg(), bytes);
+    dev.copy_to_host(r->host_v.data(), a.exp_avg_sq(), bytes);
+    if (a.master()) dev.copy_to_host(r->host_master.data(), a.master(), bytes);
+    shards.push_back({r->coord, &m.param_table(), r->host_params.data(), r->host_m.data(),
+                      r->host_v.data(), a.master() ? r->host_master.data() : nullptr});
+  }
   return shards;
+}
+
+void Trainer::unstage_shards() {
+  for (auto &r : ranks_) {
+    if (r->device->kind() == DeviceKind::cpu) continue;
+    GPT<float> &m = *r->model;
+    AdamW &a = *r->adam;
+    const size_t bytes = m.num_params() * sizeof(float);
+    Device &dev = *r->device;
+    dev.copy_from_host(m.params(), r->host_params.data(), bytes);
+    dev.copy_from_host(a.exp_avg(), r->host_m.data(), bytes);
+    dev.copy_from_host(a.exp_avg_sq(), r->host_v.data(), bytes);
+    if (a.master()) dev.copy_from_host(a.master(), r->host_master.data(), bytes);
+  }
 }
 
 std::string Trainer::save(const std::string &root) {
@@ -709,6 +767,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   TrainingState st;
   try {
     st = load_checkpoint(ckpt, opt_.model, local_shards(), opt_.verify_checkpoint);
+    unstage_shards();
   } catch (const Error &e) {
     // A different model shape is refused before anything is read; after that,
     // some tensors may already hold the checkpoint's values: the model is a mix.
@@ -768,7 +827,7 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
   // One micro-batch of one sequence through every stage; the last picks the
   // token and tells the others.
   const std::vector<PipeOp> ops = forward_only_schedule(p, opt_.virtual_stages, 1, r.coord.pp);
-  std::vector<float> row((size_t)Vl * t);
+  std::vector<float> mine((size_t)Vl), row((size_t)Vl * t);
   std::vector<double> prob((size_t)V);
   for (int k = 0; k < max_new_tokens; k++) {
     int n = (int)std::min<size_t>(toks.size(), (size_t)window);
@@ -778,11 +837,12 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
     int next = 0;
     if (r.coord.pp == p - 1) {
       // The last position's logits, gathered over the vocabulary shards.
-      const float *mine = model.logits() + (size_t)(n - 1) * Vl;
+      model.device().copy_to_host(mine.data(), model.logits() + (size_t)(n - 1) * Vl,
+                                  (size_t)Vl * sizeof(float));
       if (t > 1)
-        r.tp->all_gather(mine, row.data(), (size_t)Vl);
+        r.tp->all_gather(mine.data(), row.data(), (size_t)Vl);
       else
-        std::copy(mine, mine + Vl, row.begin());
+        std::copy(mine.begin(), mine.end(), row.begin());
       next = pick_token(row.data(), V, temperature, seed, k, prob);
     }
     if (p > 1) {
@@ -825,8 +885,9 @@ std::vector<float> Trainer::gather_parameter(const std::string &name) const {
   for (int tr = 0; tr < t; tr++) {
     const GPT<float> &m = *ranks_[(size_t)grid_->rank_of({tr, 0, stage})]->model;
     const ParamInfo &p = m.param(name);
-    const float *src = m.params() + p.offset;
     if (p.split_axis < 0 && tr > 0) break;  // replicated: tensor rank 0's copy
+    std::vector<float> src(p.numel);
+    m.device().copy_to_host(src.data(), m.params() + p.offset, p.numel * sizeof(float));
     for (size_t i = 0; i < p.numel; i++) out[(size_t)m.global_index(p, i)] = src[i];
   }
   if (name == "wte.weight") out.resize((size_t)opt_.model.vocab_size * opt_.model.hidden_size);

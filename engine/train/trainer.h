@@ -14,6 +14,7 @@
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/comm/grid.h"
 #include "engine/comm/communicator.h"
+#include "engine/comm/staged_comm.h"
 #include "engine/data/blend.h"
 #include "engine/data/sampler.h"
 #include "engine/data/tokenizer.h"
@@ -40,6 +41,11 @@ struct TrainerOptions {
   std::string data_path, split = "98,2", tokenizer = "byte";
   int eval_iters = 10;
   int num_threads = 0;
+  std::string device = "cpu";  // each rank's device: cpu, cuda (round-robin) or cuda:N
+  // Device buffers reach the threads/mpi backends through host copies
+  // (StagedComm); always on a GPU, and on the CPU when a test asks.
+  bool stage_comm_through_host = false;
+  bool use_flash_attn = false;  // GPT::set_flash_attention
   int64_t ddp_bucket_size = 1000000;
   double comm_timeout_s = 300;
   int virtual_stages = 1;  // v: model chunks per pipeline rank
@@ -152,6 +158,7 @@ class Trainer {
   void rank_step(Rank &r, int64_t it);
   void write_timeline() const;
   std::vector<RankShard> local_shards();
+  void unstage_shards();
   std::string load(const CheckpointRef &ckpt);
   double rank_evaluate(Rank &r, int iters);
   std::string rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,

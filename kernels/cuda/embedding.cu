@@ -88,7 +88,25 @@ __global__ void embedding_backward_cols(float *dwte, float *dwpe, const T *dx,
   }
 }
 
+// x[r] += wpe[r / b] over rows r = si*b + bi (after the vocab-parallel sum).
+template <class T>
+__global__ void add_positions(T *x, const T *wpe, size_t rows, int b, int h) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * h;
+       i += (size_t)gridDim.x * blockDim.x) {
+    const size_t r = i / h, j = i % h;
+    x[i] = from_f32<T>(to_f32(x[i]) + to_f32(wpe[(r / b) * h + j]));
+  }
+}
+
 }  // namespace
+
+template <class T>
+void add_position_embedding(T *x, const T *wpe, int s, int b, int h, cudaStream_t stream) {
+  const size_t rows = (size_t)s * b;
+  if (rows == 0 || h == 0) return;
+  add_positions<<<grid_for(rows * h, kThreads), kThreads, 0, stream>>>(x, wpe, rows, b, h);
+  check_launch("add_position_embedding");
+}
 
 template <class T>
 void embedding_forward(T *x, const int32_t *tokens, const T *wte, int vocab_start, int vocab_rows,
@@ -127,7 +145,8 @@ void embedding_backward(float *dwte, float *dwpe, const T *dx, const int32_t *to
   template void embedding_forward<T>(T *, const int32_t *, const T *, int, int, const T *, int, \
                                      int, int, cudaStream_t);                                   \
   template void embedding_backward<T>(float *, float *, const T *, const int32_t *, int, int,  \
-                                      int, int, int, cudaStream_t);
+                                      int, int, int, cudaStream_t);                             \
+  template void add_position_embedding<T>(T *, const T *, int, int, int, cudaStream_t);
 PTDP_CUDA_STORAGE_TYPES(PTDP_INSTANTIATE)
 #undef PTDP_INSTANTIATE
 

@@ -126,6 +126,9 @@ void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv
 template <class T>
 void embedding_forward(T *x, const int32_t *tokens, const T *wte, int vocab_start, int vocab_rows,
                        const T *wpe, int s, int b, int h, cudaStream_t stream);
+// x[si*b+bi] += wpe[si]: the positions added after the vocab-parallel sum (t > 1).
+template <class T>
+void add_position_embedding(T *x, const T *wpe, int s, int b, int h, cudaStream_t stream);
 // Accumulates dwte (rows of local tokens; atomics, so the order of the sums
 // varies) and dwpe when not null (in a fixed order).
 template <class T>
@@ -161,6 +164,9 @@ void scale_inplace(T *x, size_t n, float alpha, cudaStream_t stream);
 // out[j] += sum_i x[i, j] for x: [N, cols], rows summed in a fixed order.
 template <class T>
 void colsum_accumulate(float *out, const T *x, int N, int cols, cudaStream_t stream);
+// x = float(dtype(x)), rounded to nearest even: a 16-bit tensor held in float
+// (dtype.h's round_to on the CPU); nothing to do for f32.
+void round_to(float *x, size_t n, DType dtype, cudaStream_t stream);
 // dst = src converted (f32, bf16, f16; rounded to nearest even); n elements.
 void cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n,
           cudaStream_t stream);

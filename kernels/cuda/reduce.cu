@@ -99,6 +99,14 @@ __global__ void cast_kernel(D *dst, const S *src, size_t n) {
     dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
+// x = float(T(x)): a 16-bit value held in a float (the emulated storage of
+// a 16-bit run on fp32 arrays, as dtype.h's round_to on the CPU).
+template <class T>
+__global__ void round_kernel(float *x, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] = to_f32(from_f32<T>(x[i]));
+}
+
 template <class S>
 void cast_from(void *dst, DType dst_type, const S *src, size_t n, cudaStream_t stream) {
   const int g = grid_for(n, kThreads);
@@ -170,6 +178,17 @@ void cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n,
     default: fail(Status::invalid_argument, "cast from ", dtype_name(src_type), " (allowed: f32, bf16, f16)");
   }
   check_launch("cast");
+}
+
+void round_to(float *x, size_t n, DType dt, cudaStream_t stream) {
+  if (n == 0 || dt == DType::f32) return;
+  const int g = grid_for(n, kThreads);
+  switch (dt) {
+    case DType::bf16: round_kernel<__nv_bfloat16><<<g, kThreads, 0, stream>>>(x, n); break;
+    case DType::f16: round_kernel<__half><<<g, kThreads, 0, stream>>>(x, n); break;
+    default: fail(Status::invalid_argument, "round to ", dtype_name(dt), " (allowed: f32, bf16, f16)");
+  }
+  check_launch("round_to");
 }
 
 #define PTDP_INSTANTIATE(T)                                                        \

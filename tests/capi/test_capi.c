@@ -267,6 +267,8 @@ static void test_null_arguments(const char *corpus, const char *data_path) {
   CHECK(len == 1, "config_get(NULL buffer) reports the length of \"4\"");
   EXPECT(ptdp_config_get(c, "num_layers", NULL, 0, NULL), PTDP_ERR_BUFFER_TOO_SMALL, NULL,
          "config_get(NULL buffer, NULL out_len)");
+  EXPECT(ptdp_config_get(c, "num_layers", NULL, 64, &len), BAD, "buffer is NULL but cap is 64",
+         "config_get(NULL buffer, cap 64) is a bad argument, not a size query");
   EXPECT_OK(ptdp_config_get(c, "num_layers", buf, sizeof buf, NULL), "config_get(NULL out_len)");
   CHECK(strcmp(buf, "4") == 0, "num_layers defaults to 4");
   EXPECT_OK(ptdp_option_info(0, NULL, NULL, NULL), "option_info(0, NULL, NULL, NULL)");

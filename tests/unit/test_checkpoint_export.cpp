@@ -396,7 +396,7 @@ TEST_F(CheckpointExport, DamagedOptimizerStateIsNotExported) {
   ASSERT_NE(fc, nullptr);
   std::string bytes = read_file(file);
   const std::string needle(
-      reinterpret_cast<const char *>(tr->optimizer(0).exp_avg().data() + fc->offset), 16);
+      reinterpret_cast<const char *>(tr->optimizer(0).exp_avg() + fc->offset), 16);
   const size_t at = bytes.find(needle);
   ASSERT_NE(at, std::string::npos);
   bytes[at + 9] ^= 0x01;

@@ -59,11 +59,11 @@ void expect_same_state(Trainer &a, Trainer &b) {
     ASSERT_EQ(n, b.model(r).num_params());
     for (auto pick : {0, 1, 2}) {
       const float *x = pick == 0 ? a.model(r).params()
-                       : pick == 1 ? a.optimizer(r).exp_avg().data()
-                                   : a.optimizer(r).exp_avg_sq().data();
+                       : pick == 1 ? a.optimizer(r).exp_avg()
+                                   : a.optimizer(r).exp_avg_sq();
       const float *y = pick == 0 ? b.model(r).params()
-                       : pick == 1 ? b.optimizer(r).exp_avg().data()
-                                   : b.optimizer(r).exp_avg_sq().data();
+                       : pick == 1 ? b.optimizer(r).exp_avg()
+                                   : b.optimizer(r).exp_avg_sq();
       size_t bad = 0;
       for (size_t i = 0; i < n; i++) bad += x[i] != y[i];
       EXPECT_EQ(bad, 0u) << "rank " << r << " buffer " << pick;

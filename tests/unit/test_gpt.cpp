@@ -148,9 +148,10 @@ TEST(Gpt, LossMatchesUnfusedReference) {
   EXPECT_GT(loss, 1.0);  // not a degenerate model
 }
 
-TEST(Gpt, GradientsMatchFiniteDifferences) {
+void check_gradients_against_finite_differences(bool flash) {
   GptConfig c = tiny_config();
   GPT<double> model(c, 3);
+  model.set_flash_attention(flash);
   Batch bt(c.vocab_size);
   // Dropout on: the masks are a pure function of (seed, iteration, site, index),
   // so every forward below sees the same masks and the loss is a smooth function.
@@ -183,6 +184,42 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
     }
   }
   EXPECT_GT(checked, 150);
+}
+
+TEST(Gpt, GradientsMatchFiniteDifferences) { check_gradients_against_finite_differences(false); }
+
+// The fused attention's backward (probabilities recomputed from the row
+// log-sum-exp, dropout drawn again) against finite differences too.
+TEST(Gpt, FlashAttentionGradientsMatchFiniteDifferences) {
+  check_gradients_against_finite_differences(true);
+}
+
+// Fused and unfused attention compute the same function with the same dropout
+// masks: in double they agree to rounding, and the fused one stashes no
+// [b, a, s, s] probabilities.
+TEST(Gpt, FlashAttentionEqualsUnfusedInDouble) {
+  GptConfig c = tiny_config();
+  GPT<double> plain(c, 9), flash(c, 9);
+  flash.set_flash_attention(true);
+  Batch bt(c.vocab_size);
+  const StepContext ctx{true, 2, 40};
+  const int N = bt.s * bt.b;
+  const double l0 = plain.forward(bt.tokens.data(), bt.targets.data(), bt.s, bt.b, ctx);
+  const double l1 = flash.forward(bt.tokens.data(), bt.targets.data(), bt.s, bt.b, ctx);
+  EXPECT_NEAR(l1, l0, 1e-13 * l0);
+  EXPECT_LT(flash.stashed_bytes(), plain.stashed_bytes());
+  plain.backward(1.0 / N);
+  flash.backward(1.0 / N);
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < plain.num_params(); i++) {
+    worst = std::max(worst, std::abs(flash.grads()[i] - plain.grads()[i]));
+    largest = std::max(largest, std::abs(plain.grads()[i]));
+  }
+  EXPECT_LT(worst, 1e-12 * largest) << "largest gradient " << largest;
+  EXPECT_GT(largest, 1e-3);
+  // Not between a forward and its backward (the stash holds one kind).
+  flash.forward(bt.tokens.data(), bt.targets.data(), bt.s, bt.b, ctx);
+  EXPECT_THROW(flash.set_flash_attention(false), ptdp::Error);
 }
 
 TEST(Gpt, PaddedVocabularyRowsStayZeroAndGetNoGradient) {

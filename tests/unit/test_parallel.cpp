@@ -114,7 +114,7 @@ TEST(TensorParallel, ModelMatchesSerialInDouble) {
 
 namespace {
 
-TrainerOptions run_options(int t, int d) {
+TrainerOptions run_options(int t, int d, int p = 1) {
   Config c;
   c.set("num_layers", "2");
   c.set("hidden_size", "48");
@@ -132,6 +132,7 @@ TrainerOptions run_options(int t, int d) {
   c.set("data_path", tiny_dataset_path());
   c.set("tensor_model_parallel_size", std::to_string(t));
   c.set("data_parallel_size", std::to_string(d));
+  c.set("pipeline_model_parallel_size", std::to_string(p));
   c.set("ddp_bucket_size", "5000");  // several buckets
   return TrainerOptions::from_config(c);
 }
@@ -157,6 +158,23 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Equivalence,
                            return "t" + std::to_string(info.param.first) + "d" +
                                   std::to_string(info.param.second);
                          });
+
+// As a rank on a GPU runs with the threads backend: every communicator the
+// model, the pipeline and the gradient reductions use copies device buffers
+// through the host (StagedComm; here the device is the CPU).
+TEST(Parallel, CommunicatorsStagedThroughHostMatchSerial) {
+  TrainerOptions o = run_options(2, 2, 2);
+  o.stage_comm_through_host = true;
+  expect_matches_serial(train_run(o, 10), train(1, 1));
+}
+
+// Fused attention numbers its heads globally (head_offset) and keys dropout as
+// the unfused path does: (t, p, d) = (2, 2, 2) reproduces its serial run.
+TEST(Parallel, FlashAttentionMatchesSerial) {
+  TrainerOptions serial = run_options(1, 1), o = run_options(2, 2, 2);
+  serial.use_flash_attn = o.use_flash_attn = true;
+  expect_matches_serial(train_run(o, 10), train_run(serial, 10));
+}
 
 TEST(DataParallel, OneGradientReductionPerIteration) {
   Trainer tr(run_options(2, 2));

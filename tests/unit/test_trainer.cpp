@@ -8,6 +8,7 @@
 #include "tests/unit/expect_error.h"
 #include "tests/unit/tiny_dataset.h"
 #include "engine/data/corpus.h"
+#include "engine/device/device.h"
 #include "engine/train/trainer.h"
 
 using namespace ptdp;
@@ -138,4 +139,19 @@ TEST(Trainer, ConfigErrorsNameTheProblem) {
   long_seq.set("seq_length", "4096");
   expect_error([&] { Trainer t(TrainerOptions::from_config(long_seq)); }, Status::invalid_config,
                "at least seq_length+1");
+}
+
+TEST(Trainer, DeviceChoiceErrorsNameTheChoices) {
+  Config c = tiny_config();
+  c.set("device", "tpu");
+  expect_error([&] { Trainer t(TrainerOptions::from_config(c)); }, Status::bad_value,
+               "device 'tpu' (allowed: cpu, cuda, cuda:N)");
+  if (cuda_device_count() == 0) {
+    c.set("device", "cuda");
+    expect_error([&] { Trainer t(TrainerOptions::from_config(c)); }, Status::invalid_config,
+                 "device 'cuda' asked for");
+  }
+  c.set("device", "cpu");
+  Trainer t(TrainerOptions::from_config(c));
+  EXPECT_TRUE(std::isfinite(t.step().lm_loss));
 }

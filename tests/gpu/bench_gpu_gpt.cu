@@ -1,0 +1,97 @@
+// ptdp's training step on one GPU: the whole GPT and AdamW on the CUDA device
+// (fp32 storage and fp32 GEMMs without TF32, the only storage the model has on
+// the GPU so far), tokens/s, TFLOP/s and MFU against the card's dense bf16 peak
+// (what issue 12 measures against; H100 SXM: 989 TFLOP/s) and against its
+// fp32 peak. Random tokens: the figure is the step's speed, not learning.
+//   bench_gpu_gpt [--layers 24] [--hidden 2048] [--heads 16] [--seq 2048]
+//                 [--vocab 50304] [--batch 2] [--steps 3] [--recompute 1]
+//                 [--flash 0] [--bf16-peak 989] [--fp32-peak 67]
+// Prints "bench name=ptdp_train ..." for scripts/gpu_summary.py.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "engine/core/status.h"
+#include "engine/model/gpt.h"
+#include "engine/train/optimizer.h"
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace ptdp;
+
+int main(int argc, char **argv) {
+  gpu_test::require_device();
+  GptConfig cfg;
+  cfg.num_layers = 24;
+  cfg.hidden_size = 2048;
+  cfg.num_attention_heads = 16;
+  cfg.seq_length = 2048;
+  cfg.vocab_size = 50304;
+  int batch = 2, steps = 3, recompute = 1, flash = 0;
+  double bf16_peak = 989, fp32_peak = 67;  // H100 SXM dense, TFLOP/s
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const double v = std::atof(argv[i + 1]);
+    if (k == "--layers") cfg.num_layers = (int)v;
+    else if (k == "--hidden") cfg.hidden_size = (int)v;
+    else if (k == "--heads") cfg.num_attention_heads = (int)v;
+    else if (k == "--seq") cfg.seq_length = (int)v;
+    else if (k == "--vocab") cfg.vocab_size = (int)v;
+    else if (k == "--batch") batch = (int)v;
+    else if (k == "--steps") steps = (int)v;
+    else if (k == "--recompute") recompute = (int)v;
+    else if (k == "--flash") flash = (int)v;
+    else if (k == "--bf16-peak") bf16_peak = v;
+    else if (k == "--fp32-peak") fp32_peak = v;
+    else {
+      std::fprintf(stderr, "unknown option %s (see the comment at the top of bench_gpu_gpt.cu)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  try {
+    auto dev = make_device("cuda", 0);
+    Recompute rc;
+    rc.enabled = recompute != 0;
+    const auto t_init = std::chrono::steady_clock::now();
+    GPT<float> model(cfg, 1234, {}, {}, rc, {}, dev.get());
+    model.set_flash_attention(flash != 0);
+    AdamW opt(model, {});
+    std::printf("model: %.2fB parameters, init %.1f s\n", model.num_real_params() * 1e-9,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count());
+    const int s = cfg.seq_length, N = s * batch;
+    const std::vector<int32_t> tokens = gpu_test::random_ids(N, cfg.vocab_size, 1),
+                               targets = gpu_test::random_ids(N, cfg.vocab_size, 2);
+    double seconds = 0, loss = 0;
+    for (int step = 0; step <= steps; step++) {  // step 0 warms up (plans, pool)
+      dev->synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      dev->zero(model.grads(), model.num_params() * sizeof(float));
+      StepContext ctx;
+      ctx.iteration = (uint32_t)step;
+      loss = model.forward(tokens.data(), targets.data(), s, batch, ctx);
+      model.backward(1.f / N);
+      const double norm = std::sqrt(grad_sum_squares(model));
+      scale_gradients(model, clip_factor(norm, 1.0));
+      opt.update(model, 1e-4, step + 1);
+      dev->synchronize();
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("step %d: %.3f s, loss %.4f, grad norm %.3f\n", step, dt, loss, norm);
+      if (step > 0) seconds += dt;
+    }
+    const double per_step = seconds / steps;
+    const double flops = cfg.flops_per_batch(batch, rc.enabled);
+    const double tflops = flops / per_step * 1e-12;
+    const double gib = dev->memory().peak / 1073741824.0;
+    std::printf("bench name=ptdp_train variant=fp32%s%s tokens_per_s=%.0f tflops=%.1f mfu=%.4f "
+                "of_fp32_peak=%.4f mem_gib=%.2f step_s=%.3f\n",
+                rc.enabled ? "+recompute" : "", flash ? "+flash" : "", N / per_step, tflops, tflops / bf16_peak,
+                tflops / fp32_peak, gib, per_step);
+    return std::isfinite(loss) ? 0 : 1;
+  } catch (const std::exception &e) {
+    std::printf("bench_gpu_gpt failed: %s\n", e.what());
+    return 1;
+  }
+}

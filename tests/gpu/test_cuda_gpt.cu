@@ -1,0 +1,188 @@
+// The whole model on the CUDA device against the same model on the CPU device:
+// one GPT<float> written over the op table (engine/device/ops.h), run by both
+// backends with the same seed, tokens and dropout keys. Initial parameters are
+// equal bit for bit (both are drawn on the host); the loss, the logits and every
+// parameter's gradient agree up to summation order (fp32) or up to where a
+// differently summed value rounds to another 16-bit neighbour (bf16). Then
+// three training steps (gradient norm, clipping, AdamW on the device) leave
+// the same parameters.
+// Exits 77 (skipped) without a device.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "engine/core/status.h"
+#include "engine/model/gpt.h"
+#include "engine/train/optimizer.h"
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace ptdp;
+
+namespace {
+
+// ||a - b|| / ||b|| over one tensor: summation-order noise is relative to the
+// tensor as a whole, not to its individual (possibly tiny) elements.
+double rel_l2(const float *a, const float *b, size_t n) {
+  double d = 0, r = 0;
+  for (size_t i = 0; i < n; i++) {
+    d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    r += (double)b[i] * b[i];
+  }
+  return r > 0 ? std::sqrt(d / r) : std::sqrt(d);
+}
+
+void check(const char *what, double err, double tol) {
+  const bool ok = err <= tol;  // NaN fails
+  std::printf("%-56s %.3g (tolerance %.1g) %s\n", what, err, tol, ok ? "ok" : "FAIL");
+  gpu_test::failures += !ok;
+}
+
+struct Case {
+  const char *name;
+  Recompute rc;
+  Precision prec;
+  bool flash;
+  // fp32: the backends differ only in summation order (cuBLASLt's split of K,
+  // the kernels' reduction trees, the embedding gradient's atomics), ~1e-7
+  // relative per op; 1e-5 leaves two orders of margin over two layers.
+  // bf16: a value summed differently may round to the neighbouring bf16 number
+  // (2^-8 relative) and that difference propagates: a few 1e-3.
+  // Adam divides by sqrt(v): where a gradient is near zero the update's
+  // direction is decided by noise, so updates agree less than gradients do.
+  double loss_tol, tensor_tol, update_tol;
+};
+
+void run_case(Device &cuda, const Case &c) {
+  GptConfig cfg;
+  cfg.num_layers = 2;
+  cfg.hidden_size = 64;
+  cfg.num_attention_heads = 4;
+  cfg.vocab_size = 300;  // padded to 384: the padding columns are masked
+  cfg.seq_length = 32;
+  cfg.hidden_dropout = 0.1f;  // masks must be equal for the losses to agree
+  cfg.attention_dropout = 0.1f;
+  const int s = cfg.seq_length, b = 3, N = s * b;
+  const uint64_t seed = 1234;
+  GPT<float> cpu(cfg, seed, {}, {}, c.rc, c.prec);
+  GPT<float> gpu(cfg, seed, {}, {}, c.rc, c.prec, &cuda);
+  cpu.set_flash_attention(c.flash);
+  gpu.set_flash_attention(c.flash);
+  std::printf("-- %s\n", c.name);
+
+  const std::vector<float> p_cpu = cpu.params_to_host(), p_gpu = gpu.params_to_host();
+  check("initial parameters (max abs difference)",
+        rel_l2(p_gpu.data(), p_cpu.data(), p_cpu.size()) == 0 ? 0.0 : 1.0, 0.0);
+
+  const std::vector<int32_t> tokens = gpu_test::random_ids(N, cfg.vocab_size, 7),
+                             targets = gpu_test::random_ids(N, cfg.vocab_size, 8);
+  StepContext ctx;
+  ctx.iteration = 5;
+  ctx.sample_offset = 12;
+  for (int step = 0; step < 2; step++) {  // the second step reuses the pooled activations
+    const double l_cpu = cpu.forward(tokens.data(), targets.data(), s, b, ctx);
+    const double l_gpu = gpu.forward(tokens.data(), targets.data(), s, b, ctx);
+    std::printf("loss cpu %.7f gpu %.7f\n", l_cpu, l_gpu);
+    check("loss (relative difference)", std::fabs(l_gpu - l_cpu) / l_cpu, c.loss_tol);
+    cpu.backward(1.f / N);
+    gpu.backward(1.f / N);
+  }
+  // Gradients of two accumulated steps, tensor by tensor.
+  const std::vector<float> g_cpu = cpu.grads_to_host(), g_gpu = gpu.grads_to_host();
+  double worst = 0;
+  const char *worst_name = "";
+  for (const ParamInfo &p : cpu.param_table()) {
+    const double e = rel_l2(g_gpu.data() + p.offset, g_cpu.data() + p.offset, p.numel);
+    if (!(e <= worst)) worst = e, worst_name = p.name.c_str();
+  }
+  std::printf("worst gradient: %s\n", worst_name);
+  check("gradients (worst tensor, relative L2)", worst, c.tensor_tol);
+
+  // Evaluation forward (no dropout, no targets): the logits.
+  StepContext eval = ctx;
+  eval.training = false;
+  cpu.forward(tokens.data(), nullptr, s, b, eval);
+  gpu.forward(tokens.data(), nullptr, s, b, eval);
+  const size_t nl = (size_t)N * cpu.local_vocab();
+  std::vector<float> lg(nl), lc(cpu.logits(), cpu.logits() + nl);
+  gpu.device().copy_to_host(lg.data(), gpu.logits(), nl * sizeof(float));
+  check("logits (relative L2)", rel_l2(lg.data(), lc.data(), nl), c.tensor_tol);
+
+  // Three training steps as the trainer takes them: zero, forward, backward,
+  // norm, clip, AdamW (with fp32 master weights in the 16-bit case).
+  AdamW opt_cpu(cpu, {}), opt_gpu(gpu, {});
+  for (int step = 1; step <= 3; step++) {
+    double norm[2];
+    GPT<float> *models[2] = {&cpu, &gpu};
+    AdamW *opts[2] = {&opt_cpu, &opt_gpu};
+    for (int k = 0; k < 2; k++) {
+      GPT<float> &m = *models[k];
+      m.device().zero(m.grads(), m.num_params() * sizeof(float));
+      ctx.iteration = 10 + step;
+      m.forward(tokens.data(), targets.data(), s, b, ctx);
+      m.backward(1.f / N);
+      norm[k] = std::sqrt(grad_sum_squares(m));
+      scale_gradients(m, clip_factor(norm[k], 0.05));  // small enough to clip
+      opts[k]->update(m, 1e-3, step);
+    }
+    check("gradient norm (relative difference)", std::fabs(norm[1] - norm[0]) / norm[0],
+          c.tensor_tol);
+  }
+  // The weights the optimizer holds: the fp32 master weights of a 16-bit model
+  // (its parameters are them rounded), else the parameters.
+  auto weights = [](GPT<float> &m, AdamW &o) {
+    if (!o.master()) return m.params_to_host();
+    std::vector<float> w(m.num_params());
+    m.device().copy_to_host(w.data(), o.master(), w.size() * sizeof(float));
+    return w;
+  };
+  const std::vector<float> q_cpu = weights(cpu, opt_cpu), q_gpu = weights(gpu, opt_gpu);
+  // Adam's first steps move every weight by about lr whatever the gradient's
+  // size, so compare the updates, not the weights (which hide them).
+  std::vector<float> d_cpu(q_cpu.size()), d_gpu(q_gpu.size());
+  for (size_t i = 0; i < q_cpu.size(); i++) {
+    d_cpu[i] = q_cpu[i] - p_cpu[i];
+    d_gpu[i] = q_gpu[i] - p_gpu[i];
+  }
+  check("parameter updates after 3 AdamW steps (relative L2)",
+        rel_l2(d_gpu.data(), d_cpu.data(), d_cpu.size()), c.update_tol);
+}
+
+}  // namespace
+
+int main() {
+  gpu_test::require_device();
+  std::unique_ptr<Device> cuda = make_device("cuda", 0);
+  Recompute full;
+  full.enabled = true;
+  Precision bf16;
+  bf16.dtype = DType::bf16;
+  const Case cases[] = {
+      {"fp32", {}, {}, false, 1e-5, 1e-5, 1e-3},
+      {"fp32, full recompute", full, {}, false, 1e-5, 1e-5, 1e-3},
+      {"fp32, flash attention (CUDA kernel against the CPU's fused twin)", {}, {}, true, 1e-5,
+       1e-5, 1e-3},
+      // bf16: gradients differ by ~1e-2 (above), and Adam turns the noise of
+      // near-zero gradients into lr-sized updates; skipping or mis-applying
+      // the update would give >= 1.
+      {"bf16 (fp32 arrays rounded to bf16), fp32 gradients", {}, bf16, false, 1e-2, 3e-2, 0.3},
+  };
+  for (const Case &c : cases) {
+    try {
+      run_case(*cuda, c);
+    } catch (const std::exception &e) {
+      std::printf("%s: FAIL, threw: %s\n", c.name, e.what());
+      gpu_test::failures++;
+    }
+  }
+  // Every activation and parameter went back to the device's pool.
+  check("device memory in use after the models (bytes)", (double)cuda->memory().in_use, 0.0);
+  // double is the CPU's finite-difference type: a clear error, not a crash.
+  try {
+    GPT<double> bad(GptConfig{}, 1, {}, {}, {}, {}, cuda.get());
+    check("GPT<double> on cuda is refused", 1.0, 0.0);
+  } catch (const Error &e) {
+    std::printf("GPT<double> on cuda refused: %s\n", e.what());
+  }
+  return gpu_test::finish();
+}
