@@ -113,10 +113,9 @@ class GPT {
   T *grads() { return grads_.data(); }
   const T *grads() const { return grads_.data(); }
   size_t num_params() const { return params_.size(); }
-  // Explicit copies between the device's parameters/gradients and the host.
+  // Explicit copies of the device's parameters and gradients to the host.
   std::vector<T> params_to_host() const { return params_.to_host(); }
   std::vector<T> grads_to_host() const { return grads_.to_host(); }
-  void params_from_host(const std::vector<T> &v) { params_.copy_from_host(v); }
   const std::vector<ParamInfo> &param_table() const { return table_; }
   const ParamInfo &param(const std::string &name) const;  // throws if not on this rank
   const ParamInfo *find_param(const std::string &name) const;  // null if not on this rank
