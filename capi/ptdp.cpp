@@ -172,6 +172,15 @@ ptdp_status ptdp_trainer_step(ptdp_trainer *t, double *loss) {
   });
 }
 
+ptdp_status ptdp_trainer_step_tokens(ptdp_trainer *t, const int32_t *ids, size_t count,
+                                     double *loss) {
+  return guard([&] {
+    require(t, "trainer");
+    ptdp::StepMetrics m = t->trainer->step_tokens(ids, count);
+    if (loss) *loss = m.lm_loss;
+  });
+}
+
 ptdp_status ptdp_trainer_evaluate(ptdp_trainer *t, int64_t iters, double *loss) {
   return guard([&] {
     require(t, "trainer");
@@ -298,7 +307,7 @@ ptdp_status ptdp_trainer_log_line(const ptdp_trainer *t, char *buf, size_t cap, 
     require(t, "trainer");
     if (t->trainer->iteration() == 0)
       ptdp::fail(ptdp::Status::wrong_state, "no log line before the first ptdp_trainer_step");
-    copy_out(ptdp::format_log_line(t->trainer->last_metrics()), buf, cap, out_len);
+    copy_out(ptdp::format_log_line(t->trainer->log_metrics()), buf, cap, out_len);
   });
 }
 
@@ -307,7 +316,7 @@ ptdp_status ptdp_trainer_log_json(const ptdp_trainer *t, char *buf, size_t cap, 
     require(t, "trainer");
     if (t->trainer->iteration() == 0)
       ptdp::fail(ptdp::Status::wrong_state, "no log record before the first ptdp_trainer_step");
-    copy_out(ptdp::format_log_json(t->trainer->last_metrics()), buf, cap, out_len);
+    copy_out(ptdp::format_log_json(t->trainer->log_metrics()), buf, cap, out_len);
   });
 }
 

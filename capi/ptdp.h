@@ -78,6 +78,19 @@ PTDP_API void ptdp_trainer_destroy(ptdp_trainer *trainer);
  * train_iters sets the LR schedule, not a limit: steps after it run at min_lr,
  * and the data continues into further reshuffled epochs. */
 PTDP_API ptdp_status ptdp_trainer_step(ptdp_trainer *trainer, double *loss);
+/* The same step on token ids the caller passes in (batches from the
+ * embedder's own loader): `ids` holds count = global_batch_size x (seq_length
+ * + 1) ids, the global batch's sequences one after another; sequence i is
+ * global sample consumed_samples + i, so its targets are its ids shifted by
+ * one, and dropout, the data-parallel split, consumed_samples and the
+ * iteration advance exactly as ptdp_trainer_step's on a dataset that yielded
+ * these sequences (the same losses and parameters). NULL ids, another count
+ * or an id outside [0, vocab_size) is PTDP_ERR_INVALID_ARGUMENT (the message
+ * names the index and value) and changes nothing. Under mpirun every process
+ * passes the same whole batch. *loss (may be NULL) gets the mean lm loss. The
+ * trainer still opens data_path (the validation split and the statistics). */
+PTDP_API ptdp_status ptdp_trainer_step_tokens(ptdp_trainer *trainer, const int32_t *ids,
+                                              size_t count, double *loss);
 /* Mean validation loss over `iters` global batches (iters <= 0: the config's eval_iters). */
 PTDP_API ptdp_status ptdp_trainer_evaluate(ptdp_trainer *trainer, int64_t iters, double *loss);
 /* A named number: metrics of the last step (iteration, consumed_samples, lm_loss,
@@ -130,10 +143,15 @@ PTDP_API ptdp_status ptdp_trainer_save(ptdp_trainer *trainer, const char *dir);
  * names the file, dataset and block; the trainer is then unusable). */
 PTDP_API ptdp_status ptdp_trainer_load(ptdp_trainer *trainer, const char *dir);
 
-/* The log line of the last step (ARCHITECTURE §8). */
+/* The log line of the last step (ARCHITECTURE §8). Its lm loss is, as
+ * Megatron's, the mean over the log interval: the steps since the previous
+ * log line or log record (skipped fp16 steps left out); a log line and a log
+ * record read at the same iteration show the same mean. ptdp_trainer_get
+ * "lm_loss" stays the last step's. */
 PTDP_API ptdp_status ptdp_trainer_log_line(const ptdp_trainer *trainer, char *buf, size_t cap,
                                            size_t *out_len);
-/* The last step as one JSON object on one line, with the log line's fields:
+/* The last step as one JSON object on one line, with the log line's fields
+ * (lm_loss the log interval's mean, as in the log line):
  * {"kind": "train", "iteration": ..., "lm_loss": ..., "lr": ..., ...}; a
  * value that is not finite is null. */
 PTDP_API ptdp_status ptdp_trainer_log_json(const ptdp_trainer *trainer, char *buf, size_t cap,

@@ -64,6 +64,13 @@ Totals totals(const Manifest &m) {
   return t;
 }
 
+// Older checkpoints load without a checksum of the manifest's own fields: say so.
+std::string manifest_checksum_text(const Manifest &m) {
+  return m.checksummed ? "matches its fields"
+                       : "none (an older checkpoint, saved before manifests had one: its fields "
+                         "are not checked)";
+}
+
 }  // namespace
 
 std::string inspect_checkpoint(const std::string &path) {
@@ -77,6 +84,7 @@ std::string inspect_checkpoint(const std::string &path) {
                   {"chosen", ref.why},
                   {"iteration", num(m.iteration)},
                   {"format", format("ptdp-checkpoint version %d", Manifest::kFormatVersion)},
+                  {"manifest checksum", manifest_checksum_text(m)},
                   {"file", m.file + ", " + num(m.file_bytes) + " bytes"},
                   {"saved with", m.layout.text()}}},
                 {"model",
@@ -122,9 +130,10 @@ std::string verify_checkpoint(const std::string &path, bool *ok) {
   if (ok) *ok = faults.empty();
   if (faults.empty()) {
     const Totals tot = totals(ref.manifest);
-    return format("OK: %s: %zu datasets, %lld blocks, %lld bytes checked against their checksums\n",
+    return format("OK: %s: %zu datasets, %lld blocks, %lld bytes checked against their checksums; "
+                  "manifest checksum: %s\n",
                   ref.dir.c_str(), ref.manifest.datasets.size(), (long long)tot.blocks,
-                  (long long)tot.bytes);
+                  (long long)tot.bytes, manifest_checksum_text(ref.manifest).c_str());
   }
   std::string out = "FAULTY: " + ref.dir + "\n";
   for (const std::string &f : faults) out += "  " + f + "\n";

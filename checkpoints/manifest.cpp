@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoints/crc32c.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -55,6 +56,16 @@ std::string crc_text(uint32_t c) {
   return buf;
 }
 
+const char *kManifestCrc = "manifest_crc32c";
+
+// The manifest's own checksum: over the compact dump of every field but
+// itself. nlohmann keeps object keys sorted and prints numbers so that they
+// read back the same, so a parsed manifest dumps to the bytes that were summed.
+uint32_t fields_crc(const json &j) {
+  const std::string text = j.dump();
+  return crc32c(0, text.data(), text.size());
+}
+
 // Reads field `key` of object `o` as T, or fails naming where it is.
 template <class T>
 T field(const json &o, const std::string &key, const std::string &where) {
@@ -87,6 +98,7 @@ std::string Manifest::to_json() const {
          {"layout", {{"t", layout.t}, {"p", layout.p}, {"d", layout.d}, {"v", layout.v}}},
          {"training", training},
          {"datasets", ds}};
+  j[kManifestCrc] = crc_text(fields_crc(j));
   return j.dump(1) + "\n";
 }
 
@@ -104,6 +116,20 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
     fail(Status::corrupt_data, where, ": format_version ", version, " is not supported (this ptdp reads ",
          kFormatVersion, ")");
   Manifest m;
+  // Before any other field is believed: an edited manifest is damage.
+  if (j.contains(kManifestCrc)) {
+    const std::string saved = field<std::string>(j, kManifestCrc, where);
+    json rest = j;
+    rest.erase(kManifestCrc);
+    const std::string now = crc_text(fields_crc(rest));
+    if (saved != now)
+      fail(Status::corrupt_data, where, ": its fields do not match its checksum (", kManifestCrc,
+           " ", saved, ", the fields give ", now,
+           "): the manifest was edited or damaged after the save, so its iteration, model and "
+           "block checksums cannot be trusted; restore it, or load an older checkpoint by "
+           "giving its iter_N directory");
+    m.checksummed = true;
+  }
   m.iteration = field<int64_t>(j, "iteration", where);
   m.file = field<std::string>(j, "file", where);
   m.file_bytes = field<int64_t>(j, "file_bytes", where);

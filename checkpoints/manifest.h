@@ -9,6 +9,11 @@
 //   datasets                 every dataset of model.h5: name, dtype, global shape and
 //                            the blocks written, each {offset, count, crc32c}; a block's
 //                            checksum covers its elements row-major, little-endian
+//   manifest_crc32c          CRC32C of every other field: the compact JSON (keys
+//                            sorted) of the manifest without this field, so an
+//                            edited field (an iteration, a block's checksum) is
+//                            caught. Manifests written before it have none and
+//                            still load (checksummed = false says so).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -48,10 +53,13 @@ struct Manifest {
   CheckpointLayout layout;
   std::map<std::string, std::string> training;
   std::vector<ManifestDataset> datasets;  // sorted by name
+  // Whether the parsed manifest.json had (and matched) manifest_crc32c; to_json always writes it.
+  bool checksummed = false;
 
   std::string to_json() const;
   // Parses manifest.json in `dir`; throws corrupt_data naming the file and the
-  // field that is missing or malformed, io_error when it cannot be read.
+  // field that is missing or malformed or, when it has manifest_crc32c, that
+  // its fields do not match it; io_error when it cannot be read.
   static Manifest read(const std::string &dir);
   static Manifest parse(const std::string &json, const std::string &where);
   const ManifestDataset *find(const std::string &name) const;  // null if absent

@@ -70,6 +70,9 @@ int traceback(lua_State *L) {
 
 int run_script(int argc, char **argv) {
   const char *script = argv[1];
+  // A script's output is its log: flushed per line, so `| tee` shows progress
+  // and a killed run keeps every line it printed (stderr is unbuffered).
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   lua_State *L = luaL_newstate();
   if (!L) {
     std::fprintf(stderr, "ptdp: cannot create a Lua state (out of memory)\n");
@@ -237,6 +240,19 @@ int run_ckpt(int argc, char **argv) {
   exp->add_option("--dtype", dtype, "f32 | bf16 | f16")->capture_default_str();
   if (argc < 3) {  // no subcommand: say which there are
     std::fputs(app.help().c_str(), stderr);
+    return 2;
+  }
+  // A word that is not a subcommand (CLI11 alone says only "not expected").
+  const std::string sub = argv[2];
+  std::string names;
+  bool known = false;
+  for (const CLI::App *s : {inspect, verify, exp}) {
+    names += (names.empty() ? "" : ", ") + s->get_name();
+    known = known || s->get_name() == sub;
+  }
+  if (sub.rfind("-", 0) != 0 && !known) {
+    std::fprintf(stderr, "ptdp ckpt: unknown subcommand '%s'; the subcommands are: %s\n\n%s",
+                 sub.c_str(), names.c_str(), app.help().c_str());
     return 2;
   }
   try {

@@ -155,6 +155,15 @@ function M.config(t)
   return cfg
 end
 
+-- Every engine option's value for the table t as the engine reads it, the
+-- defaults filled in: { key = text, ... } (a run's arguments, for its log).
+function M.config_values(t)
+  local cfg = M.config(t)
+  local out = {}
+  for _, o in ipairs(M.options()) do out[o.key] = config_get(cfg, o.key) end
+  return out
+end
+
 local Trainer = {}
 Trainer.__index = Trainer
 
@@ -223,10 +232,8 @@ end
 -- (ptdp_trainer_get 'replayed_bubble'; not under mpirun with several processes).
 function Trainer:replayed_bubble() return self:get('replayed_bubble') end
 
--- One optimizer step; returns a table of the step's metrics (loss = lm_loss).
-function Trainer:step()
-  local loss = ffi.new('double[1]')
-  check(C.ptdp_trainer_step(self.handle, loss))
+-- The metrics of the step just run (loss = lm_loss).
+local function step_metrics(self)
   local m = {}
   local v = ffi.new('double[1]')
   for _, n in ipairs(metric_names) do
@@ -237,12 +244,58 @@ function Trainer:step()
   return m
 end
 
+-- One optimizer step; returns a table of the step's metrics (loss = lm_loss).
+function Trainer:step()
+  check(C.ptdp_trainer_step(self.handle, nil))
+  return step_metrics(self)
+end
+
+-- The same step on the caller's token ids (ptdp_trainer_step_tokens): the
+-- global batch as global_batch_size sequences of seq_length + 1 ids, given as
+-- a flat table, a table of sequences (tables), or an FFI int32_t array with
+-- its count. Sequence i is global sample consumed_samples + i. Under mpirun
+-- every process passes the same whole batch. Returns the step's metrics.
+function Trainer:step_tokens(ids, count)
+  local arr, n
+  if type(ids) == 'cdata' then
+    if type(count) ~= 'number' then
+      raise('step_tokens(ids, count): an FFI array needs its count of token ids')
+    end
+    arr, n = ids, count
+  elseif type(ids) == 'table' then
+    local flat = ids
+    if type(ids[1]) == 'table' then  -- a table of sequences
+      flat = {}
+      for _, seq in ipairs(ids) do
+        for _, id in ipairs(seq) do flat[#flat + 1] = id end
+      end
+    end
+    n = #flat
+    arr = ffi.new('int32_t[?]', math.max(n, 1))
+    for i = 1, n do
+      local id = flat[i]
+      if type(id) ~= 'number' or id % 1 ~= 0 or id < -2^31 or id >= 2^31 then
+        raise(string.format('step_tokens: token %d must be a whole number, got %s',
+                            i - 1, tostring(id)))
+      end
+      arr[i - 1] = id
+    end
+  else
+    raise(string.format('step_tokens takes a table of token ids (flat or one table per ' ..
+                        'sequence) or an FFI int32_t array and its count; got a %s', type(ids)))
+  end
+  check(C.ptdp_trainer_step_tokens(self.handle, arr, n, nil))
+  return step_metrics(self)
+end
+
 function Trainer:evaluate(iters)
   local v = ffi.new('double[1]')
   check(C.ptdp_trainer_evaluate(self.handle, iters or 0, v))
   return v[0]
 end
 
+-- The last step's log line; its lm loss is the mean over the steps since the
+-- previous log line or record (Megatron's log interval).
 function Trainer:log_line()
   return read_text(function(buf, cap, len) return C.ptdp_trainer_log_line(self.handle, buf, cap, len) end)
 end

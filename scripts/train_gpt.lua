@@ -46,6 +46,9 @@ local trainer = ptdp.trainer(config)
 local layout = trainer:layout()
 -- Under mpirun every process runs this script: the first rank reports.
 local print = layout.rank == 0 and print or function() end
+-- What this run uses, as Megatron shows it first (the launcher flushes each
+-- line, so a piped or killed run keeps its log).
+print(flags.arguments(config, opts))
 local iters = trainer:get('train_iters')
 local entropy = trainer:get('unigram_entropy')
 print(string.format('ptdp %s | parameters: %d | padded vocab: %d | train samples: %d | valid samples: %d',

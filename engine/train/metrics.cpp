@@ -33,6 +33,23 @@ std::string format_log_line(const StepMetrics &m) {
   return s;
 }
 
+void LossInterval::add(double loss, bool skipped) {
+  sum_all_ += loss;
+  steps_all_++;
+  if (skipped) return;
+  sum_ += loss;
+  steps_++;
+}
+
+double LossInterval::mean_at(int64_t iteration, double none) {
+  if (iteration == closed_at_) return closed_mean_;
+  closed_mean_ = steps_ ? sum_ / (double)steps_ : steps_all_ ? sum_all_ / (double)steps_all_ : none;
+  closed_at_ = iteration;
+  sum_ = sum_all_ = 0;
+  steps_ = steps_all_ = 0;
+  return closed_mean_;
+}
+
 std::string json_number(double x) { return std::isfinite(x) ? number_text(x) : "null"; }
 
 std::string format_log_json(const StepMetrics &m) {

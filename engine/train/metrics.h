@@ -16,6 +16,24 @@ struct StepMetrics {
 
 std::string format_log_line(const StepMetrics &m);
 
+// The lm loss of a log line is, as Megatron logs it, the mean over the log
+// interval: the steps since the previous log line, leaving out steps that were
+// skipped (an fp16 overflow) unless every one of them was. The first read at
+// an iteration closes the interval; later reads at that iteration (the log
+// line, then its JSON record) get the same mean.
+class LossInterval {
+ public:
+  void add(double loss, bool skipped);
+  // The mean of the interval closing at `iteration`; `none` when no step ran in it.
+  double mean_at(int64_t iteration, double none);
+
+ private:
+  double sum_ = 0, sum_all_ = 0;  // the interval's steps that counted, and all of them
+  int64_t steps_ = 0, steps_all_ = 0;
+  int64_t closed_at_ = -1;
+  double closed_mean_ = 0;
+};
+
 // The same step as one JSON object on one line (a JSON-lines metrics file for
 // plots): {"kind": "train", "iteration": ..., "lm_loss": ..., ...} with the log
 // line's fields; a value that is not finite (a NaN loss) is null.

@@ -15,6 +15,7 @@
 #include <system_error>
 #include <thread>
 
+#include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/comm/mpi_comm.h"
 #include "engine/comm/mpi_threads_comm.h"
@@ -222,6 +223,8 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
 
 namespace {
 
+std::map<std::string, std::string> resumption_options(const TrainerOptions &o);  // below
+
 // Before the first step, so an unwritable --save costs no training: the
 // directory is made if need be and a probe file is created and removed in it.
 void check_save_directory(const std::string &dir) {
@@ -252,7 +255,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   threads_per_rank_ = std::max(1, cores / n);
   openblas_set_num_threads(threads_per_rank_);
   tok_ = make_tokenizer(opt_.tokenizer);
-  if (!opt_.save_path.empty()) check_save_directory(opt_.save_path);
+  if (!opt_.save_path.empty()) {
+    check_save_directory(opt_.save_path);
+    check_save_target(opt_.save_path, opt_.load_path, opt_.model, resumption_options(opt_));
+  }
   data_ = open_training_data(opt_.data_path, opt_.split);
   for (const auto &src : data_.sources)
     check_source_vocab(*src, opt_.model.vocab_size, opt_.tokenizer);
@@ -469,7 +475,7 @@ void Trainer::fill_batch(Rank &r, Sampler &sampler, uint64_t first, int b) {
   }
 }
 
-void Trainer::rank_step(Rank &r, int64_t it) {
+void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
   const int64_t t_start = Timeline::now_ns();
   const int b = opt_.micro_batch_size, s = opt_.model.seq_length;
   const int per_replica = opt_.global_batch_size / opt_.parallel.d;
@@ -487,7 +493,7 @@ void Trainer::rank_step(Rank &r, int64_t it) {
   // the samples [consumed + dp*per_replica + j*b, ... + b).
   auto batch = [&](int j, bool data) {
     uint64_t first = (uint64_t)consumed_ + (uint64_t)r.coord.dp * per_replica + (uint64_t)j * b;
-    if (data) fill_batch(r, *r.train, first, b);
+    if (data) fill_batch(r, train, first, b);
     return MicroBatch{r.tokens.data(), r.targets.data(), (uint32_t)first};
   };
   // The loss's gradient carries the loss scale (1 without a scaler); the
@@ -606,7 +612,7 @@ StepMetrics Trainer::step() {
   auto t0 = std::chrono::steady_clock::now();
   const int64_t it = iteration_ + 1;
   step_origin_ns_ = Timeline::now_ns();
-  run_on_ranks([&](Rank &r) { rank_step(r, it); });
+  run_on_ranks([&](Rank &r) { rank_step(r, it, feed_ ? *feed_ : *r.train); });
   StepMetrics res = ranks_[0]->metrics;
   if (res.nan_iters) nan_++;
   if (res.skipped_iters) skipped_++;
@@ -632,6 +638,7 @@ StepMetrics Trainer::step() {
   res.tflops_per_rank = opt_.model.flops_per_batch(opt_.global_batch_size, all_recomputed) / sec /
                         1e12 / (double)world_size();
   last_ = res;
+  loss_interval_.add(res.lm_loss, ranks_[0]->metrics.skipped_iters != 0);
   if (!opt_.timeline_path.empty()) write_timeline();  // not counted in the step's time
   const bool at_interval = opt_.save_interval > 0 && it % opt_.save_interval == 0;
   if (!opt_.save_path.empty() && (at_interval || it == opt_.train_iters)) {
@@ -647,6 +654,52 @@ StepMetrics Trainer::step() {
     }
   }
   return res;
+}
+
+namespace {
+// The caller's global batch as a sampler holding the samples [first, first + n)
+// of the run: the ranks read their micro-batches from it as from the dataset.
+class CallerBatch final : public Sampler {
+ public:
+  CallerBatch(const int32_t *ids, uint64_t first, uint64_t n, int seq_length)
+      : ids_(ids), first_(first), n_(n), row_((size_t)seq_length + 1) {}
+  uint64_t num_samples() const override { return n_; }
+  uint64_t num_tokens() const override { return n_ * row_; }
+  void get(uint64_t index, int32_t *out) override {
+    if (index < first_ || index - first_ >= n_)
+      fail(Status::internal, "sample ", index, " is outside the caller's batch [", first_, ", ",
+           first_ + n_, ")");
+    std::copy_n(ids_ + (size_t)(index - first_) * row_, row_, out);
+  }
+  std::vector<double> unigram() const override { return {}; }
+
+ private:
+  const int32_t *ids_;
+  uint64_t first_, n_;
+  size_t row_;
+};
+}  // namespace
+
+StepMetrics Trainer::step_tokens(const int32_t *ids, size_t count) {
+  // Everything is checked before the step, so a refused batch changes nothing.
+  const size_t want = step_tokens_count(), row = (size_t)opt_.model.seq_length + 1;
+  if (!ids) fail(Status::invalid_argument, "step_tokens needs token ids (got NULL)");
+  if (count != want)
+    fail(Status::invalid_argument, "step_tokens needs global_batch_size x (seq_length + 1) = ",
+         opt_.global_batch_size, " x ", row, " = ", want, " token ids, got ", count);
+  const int32_t V = opt_.model.vocab_size;
+  for (size_t i = 0; i < count; i++)
+    if (ids[i] < 0 || ids[i] >= V)
+      fail(Status::invalid_argument, "token id ", ids[i], " at index ", i, " (sequence ", i / row,
+           ", position ", i % row, ") is outside the vocabulary [0, ", V, ")");
+  CallerBatch batch(ids, (uint64_t)consumed_, (uint64_t)opt_.global_batch_size,
+                    opt_.model.seq_length);
+  struct Feed {
+    Sampler *&slot;
+    ~Feed() { slot = nullptr; }
+  } feed{feed_};
+  feed_ = &batch;
+  return step();
 }
 
 namespace {
@@ -782,6 +835,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
     scaler_.set_state({st.loss_scale, st.loss_scale_growth_tracker, st.loss_scale_hysteresis_tracker});
   iteration_ = st.iteration;
   last_ = StepMetrics{};  // metrics belong to steps of this trainer
+  loss_interval_ = LossInterval{};
   consumed_ = st.consumed_samples;
   skipped_ = st.skipped_iterations;
   nan_ = st.nan_iterations;
@@ -790,6 +844,9 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   last_loaded_ = "loaded " + ckpt.dir + " (" + ckpt.why + "), iteration " +
                  std::to_string(iteration_) + ", saved with " + ckpt.manifest.layout.text() +
                  ", loaded into " + now_layout.text();
+  if (!ckpt.manifest.checksummed)
+    last_loaded_ += " (its manifest has no checksum of its own: an older checkpoint, whose "
+                    "manifest fields are not checked)";
   return last_loaded_;
 }
 double Trainer::rank_evaluate(Rank &r, int iters) {

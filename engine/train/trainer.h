@@ -119,6 +119,18 @@ class Trainer {
   double replayed_bubble() const;
 
   StepMetrics step();
+  // The same step on the caller's batch instead of the dataset's (the embedder
+  // feeds its own loader): `ids` holds step_tokens_count() token ids, the
+  // global batch as global_batch_size sequences of seq_length + 1 ids, one
+  // after another; sequence i is global sample consumed_samples() + i, so
+  // dropout, the data-parallel split, consumed samples and the iteration are
+  // exactly those of step() on a dataset that yielded these samples. A NULL
+  // `ids`, another count or an id outside [0, vocab_size) is invalid_argument
+  // and changes nothing. Under mpirun every process passes the whole batch.
+  StepMetrics step_tokens(const int32_t *ids, size_t count);
+  size_t step_tokens_count() const {
+    return (size_t)opt_.global_batch_size * ((size_t)opt_.model.seq_length + 1);
+  }
   // Mean validation loss over `iters` global batches (no dropout).
   double evaluate(int iters);
   // Continues `prompt`; temperature 0 is greedy, else samples with a keyed RNG.
@@ -144,6 +156,13 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_; }
   const StepMetrics &last_metrics() const { return last_; }
+  // The last step's metrics as its log line shows them: lm_loss is the mean
+  // over the log interval (LossInterval: the steps since the previous call).
+  StepMetrics log_metrics() const {
+    StepMetrics m = last_;
+    m.lm_loss = loss_interval_.mean_at(last_.iteration, last_.lm_loss);
+    return m;
+  }
   // The loss scale the next step uses (1 without a loss scaler).
   double loss_scale() const { return opt_.use_loss_scaler ? scaler_.scale() : 1.0; }
   // Entropy (nats/token) of the unigram distribution of the training split.
@@ -155,7 +174,7 @@ class Trainer {
   struct Rank;
   void run_on_ranks(const std::function<void(Rank &)> &fn);
   void fill_batch(Rank &r, Sampler &sampler, uint64_t first, int b);
-  void rank_step(Rank &r, int64_t it);
+  void rank_step(Rank &r, int64_t it, Sampler &train);
   void write_timeline() const;
   std::vector<RankShard> local_shards();
   void unstage_shards();
@@ -176,8 +195,10 @@ class Trainer {
   int threads_per_rank_ = 1;
   int64_t step_origin_ns_ = 0;  // the timeline's time zero
   std::string failure_;  // set when a step failed on some rank: the job cannot go on
+  Sampler *feed_ = nullptr;  // the caller's batch during step_tokens, else each rank's sampler
   int64_t iteration_ = 0, consumed_ = 0, skipped_ = 0, nan_ = 0;
   LossScaler scaler_;
+  mutable LossInterval loss_interval_;  // read (and closed) by the const log_metrics
   std::string last_save_error_, last_saved_, last_loaded_;
   int failed_saves_ = 0;
   StepMetrics last_;

@@ -155,4 +155,34 @@ function M.parse(argv, script_spec, config_defaults)
   return config, opts, given
 end
 
+-- A number in its shortest text that reads back the same (0.0002, not
+-- 0.00020000000000000001); any other text as it is.
+local function shortest(text)
+  local n = tonumber(text)
+  if not n or text:match('^%s') or text:match('%s$') then return text end
+  for digits = 1, 17 do
+    local s = string.format('%.' .. digits .. 'g', n)
+    if tonumber(s) == n then return s end
+  end
+  return text
+end
+
+-- The run's arguments as Megatron prints them at the start: every engine
+-- option as the engine reads `config` (defaults filled in) and every script
+-- option, sorted, one "  name ....... value" line each, between its rules.
+function M.arguments(config, opts)
+  local values = ptdp.config_values(config)
+  for k, v in pairs(opts or {}) do values[k] = tostring(v) end
+  local keys = {}
+  for k in pairs(values) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local lines = { '------------------------ arguments ------------------------' }
+  for _, k in ipairs(keys) do
+    local v = values[k] == '' and 'None' or shortest(values[k])
+    lines[#lines + 1] = string.format('  %s %s %s', k, string.rep('.', math.max(1, 48 - #k)), v)
+  end
+  lines[#lines + 1] = '-------------------- end of arguments ---------------------'
+  return table.concat(lines, '\n')
+end
+
 return M

@@ -17,6 +17,17 @@ target_include_directories(test_capi PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(test_capi PRIVATE ptdp m)
 add_test(NAME capi_c COMMAND test_capi ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/capi_c)
 
+# ... and ptdp_trainer_step_tokens: the caller's ids make the dataset's run
+file(MAKE_DIRECTORY ${PTDP_TEST_TMP}/capi_step_tokens ${PTDP_TEST_TMP}/capi_feed_example)
+add_executable(test_capi_step_tokens capi/test_step_tokens.c)
+set_target_properties(test_capi_step_tokens PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON
+                      C_EXTENSIONS OFF)
+target_compile_options(test_capi_step_tokens PRIVATE -Wall -Wextra -Werror -pedantic)
+target_include_directories(test_capi_step_tokens PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(test_capi_step_tokens PRIVATE ptdp)
+add_test(NAME capi_step_tokens
+         COMMAND test_capi_step_tokens ${PTDP_TEST_TMP}/capi_step_tokens)
+
 # 2. the C ABI from Python ctypes
 add_test(NAME capi_ctypes
          COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/capi/test_ctypes.py $<TARGET_FILE:ptdp>
@@ -27,7 +38,13 @@ add_test(NAME capi_exports
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/capi/check_exports.sh $<TARGET_FILE:ptdp>
                  ${CMAKE_SOURCE_DIR}/capi/ptdp.h)
 
-set_tests_properties(capi_c capi_ctypes capi_exports PROPERTIES
+# examples/feed_from_python.py: batches from a Python generator, the same run
+# as the dataset's
+add_test(NAME capi_feed_example
+         COMMAND python3 ${CMAKE_SOURCE_DIR}/examples/feed_from_python.py $<TARGET_FILE:ptdp>
+                 ${PTDP_TEST_TMP}/capi_feed_example --check)
+
+set_tests_properties(capi_c capi_ctypes capi_exports capi_step_tokens capi_feed_example PROPERTIES
                      LABELS capi TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")
 
 # 4. the launcher and the Lua module
@@ -174,6 +191,8 @@ ptdp_lua_test(lua_train_gpt_pipeline --rc 0
 # (f) the module API used directly, every result asserted inside the script
 ptdp_lua_test(lua_module_api --rc 0 --expect "module_api: PASS"
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/module_api.lua ${PTDP_LUA_ARGS})
+ptdp_lua_test(lua_step_tokens_api --rc 0 --expect "step_tokens_api: PASS"
+  -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/step_tokens_api.lua ${PTDP_LUA_ARGS})
 ptdp_lua_test(lua_pipeline_api --rc 0 --expect "pipeline_api: PASS"
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/pipeline_api.lua ${PTDP_LUA_ARGS})
 ptdp_lua_test(lua_checkpoint_api --rc 0 --expect "checkpoint_api: PASS"
@@ -213,6 +232,21 @@ ptdp_lua_test(lua_ckpt_cli_missing --rc nonzero --expect "no checkpoint to open"
   -- ${PTDP_LAUNCHER} ckpt verify ${PTDP_TEST_TMP}/lua/no_such_checkpoint)
 ptdp_lua_test(lua_ckpt_cli_help --rc 0 --expect "--dtype" --expect "f32 | bf16 | f16"
   -- ${PTDP_LAUNCHER} ckpt export-safetensors --help)
+ptdp_lua_test(lua_ckpt_cli_unknown_subcommand --rc 2
+  --expect "ptdp ckpt: unknown subcommand 'frobnicate'"
+  --expect "the subcommands are: inspect, verify, export-safetensors"
+  -- ${PTDP_LAUNCHER} ckpt frobnicate)
+
+# --save among another run's checkpoints is refused before the first step; an
+# edited manifest field is caught by ckpt verify / inspect and --load
+add_test(NAME lua_train_gpt_checkpoint_guard
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/checkpoint_guard.sh ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT}
+          ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/lua/checkpoint_guard)
+# the log: arguments first, lm loss the log interval's mean, flushed per line
+add_test(NAME lua_train_gpt_log
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/lua/check_train_log.py ${PTDP_LAUNCHER}
+          ${PTDP_TRAIN_GPT} ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/lua/train_log)
+set(PTDP_LUA_TESTS ${PTDP_LUA_TESTS} lua_train_gpt_checkpoint_guard lua_train_gpt_log)
 
 set_tests_properties(${PTDP_LUA_TESTS} PROPERTIES
                      LABELS lua TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")

@@ -124,6 +124,18 @@ foreach(layout "8;2;2;2" "2;2;4;1")
          --recompute-granularity full)
 endforeach()
 
+# Batches from the embedder under mpirun (every process passes the whole
+# batch): the same run as the dataset's, one and two ranks per process.
+foreach(np 8 4)
+  set(dir ${PTDP_TEST_TMP}/mpi_step_tokens_np${np})
+  file(MAKE_DIRECTORY ${dir})
+  add_test(NAME mpi_step_tokens_np${np}
+           COMMAND bash -c "yes abcdefghijklmn | head -n 200 >periodic.txt && \"$1\" tokenize --format lines --output periodic.ptdp periodic.txt >/dev/null && ${MPIEXEC_EXECUTABLE} -np ${np} --allow-run-as-root --oversubscribe \"$1\" \"$2\" periodic.ptdp | tee out.txt && grep -q 'mpi step_tokens: PASS' out.txt"
+                   mpi_step_tokens $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/mpi/step_tokens.lua)
+  set_tests_properties(mpi_step_tokens_np${np} PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS ${np}
+                       WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
+
 # A training run under mpirun that must fail: the corpus is tokenized in the
 # test's own folder, then `np` processes run losses.lua with ARGS; every
 # EXPECT text must appear and the job must end non-zero within 30 s.

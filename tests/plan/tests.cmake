@@ -3,7 +3,7 @@
 add_executable(test_plan plan/test_plan.cpp)
 target_link_libraries(test_plan PRIVATE ptdp_plan_standalone GTest::gtest_main)
 target_compile_definitions(test_plan PRIVATE
-  PTDP_PAPER_TABLE1="${CMAKE_SOURCE_DIR}/../shared/paper/table1.csv"
+  PTDP_PAPER_TABLE1="${CMAKE_CURRENT_LIST_DIR}/paper_table1.csv"
   PTDP_PLAN_TMP="${CMAKE_CURRENT_BINARY_DIR}/tmp/plan")
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/tmp/plan)
 gtest_discover_tests(test_plan PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1"

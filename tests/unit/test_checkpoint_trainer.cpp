@@ -15,6 +15,8 @@
 #include <sstream>
 
 #include "checkpoints/commit.h"
+#include "checkpoints/inspect.h"
+#include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
@@ -289,11 +291,14 @@ TEST_F(CheckpointFaults, BitFlip) {
   EXPECT_NO_THROW(unchecked.load(dir.path));
 }
 
-// A manifest whose shape, or a checksum, disagrees with the file.
+// A manifest whose shape, or a checksum, disagrees with the file. The edits
+// drop manifest_crc32c, as in a checkpoint saved before manifests had one
+// (with it, the edit itself is the error: EditedManifestFieldIsDetected).
 TEST_F(CheckpointFaults, ManifestDisagreesWithData) {
   const std::string original = read_file(ckpt + "/manifest.json");
   auto edit = [&](const std::function<void(nlohmann::json &)> &fn) {
     nlohmann::json j = nlohmann::json::parse(original);
+    j.erase("manifest_crc32c");
     for (auto &d : j["datasets"])
       if (d["name"] == "/model/wpe.weight") fn(d);
     write_file(ckpt + "/manifest.json", j.dump(1));
@@ -309,6 +314,116 @@ TEST_F(CheckpointFaults, ManifestDisagreesWithData) {
   edit([](nlohmann::json &d) { d["blocks"][0]["crc32c"] = "00000000"; });
   Trainer tr2(options({1, 1, 1, 1}));
   expect_error([&] { tr2.load(dir.path); }, Status::corrupt_data, "the manifest says 00000000");
+}
+
+// The manifest's own fields are checksummed: an edited iteration (or any
+// other field) is refused by load, verify and inspect, naming the manifest.
+TEST_F(CheckpointFaults, EditedManifestFieldIsDetected) {
+  const std::string path = ckpt + "/manifest.json", original = read_file(path);
+  const std::string damage = "manifest.json': its fields do not match its checksum";
+  auto edited = [&](const std::function<void(nlohmann::json &)> &fn) {
+    nlohmann::json j = nlohmann::json::parse(original);
+    ASSERT_TRUE(j.contains("manifest_crc32c")) << original;
+    fn(j);
+    write_file(path, j.dump(1));
+  };
+  edited([](nlohmann::json &j) { j["iteration"] = 3; });
+  Trainer tr(options({1, 1, 1, 1}));
+  expect_error([&] { tr.load(dir.path); }, Status::corrupt_data, damage);
+  EXPECT_EQ(tr.iteration(), 0);
+  expect_error([&] { verify_checkpoint(dir.path, nullptr); }, Status::corrupt_data, damage);
+  expect_error([&] { inspect_checkpoint(ckpt); }, Status::corrupt_data, damage);
+  ASSERT_EQ(checkpoint_faults(ckpt).size(), 1u);
+  EXPECT_NE(checkpoint_faults(ckpt)[0].find(damage), std::string::npos) << checkpoint_faults(ckpt)[0];
+  // Other fields: the training options, the file size, a block's checksum
+  // together with the data it covers (the damage the block check alone misses).
+  edited([](nlohmann::json &j) { j["training"]["seed"] = "7"; });
+  expect_error([&] { Manifest::read(ckpt); }, Status::corrupt_data, damage);
+  edited([](nlohmann::json &j) { j["file_bytes"] = j["file_bytes"].get<int64_t>() + 1; });
+  expect_error([&] { Manifest::read(ckpt); }, Status::corrupt_data, damage);
+  edited([](nlohmann::json &j) { j["manifest_crc32c"] = "0000000g"; });
+  expect_error([&] { Manifest::read(ckpt); }, Status::corrupt_data, damage);
+  // Layout is not content: the same fields re-indented still match.
+  write_file(path, nlohmann::json::parse(original).dump(4));
+  EXPECT_TRUE(Manifest::read(ckpt).checksummed);
+  Trainer ok(options({1, 1, 1, 1}));
+  EXPECT_NO_THROW(ok.load(dir.path));
+  EXPECT_EQ(ok.iteration(), 1);
+}
+
+// A checkpoint saved before manifests had their own checksum still loads,
+// and load, inspect and verify say its manifest is unchecked.
+TEST_F(CheckpointFaults, OlderManifestWithoutChecksumLoads) {
+  nlohmann::json j = nlohmann::json::parse(read_file(ckpt + "/manifest.json"));
+  j.erase("manifest_crc32c");
+  write_file(ckpt + "/manifest.json", j.dump(1));
+  EXPECT_FALSE(Manifest::read(ckpt).checksummed);
+  Trainer tr(options({1, 1, 1, 1}));
+  EXPECT_NO_THROW(tr.load(dir.path));
+  EXPECT_EQ(tr.iteration(), 1);
+  EXPECT_NE(tr.last_loaded().find("its manifest has no checksum of its own"), std::string::npos)
+      << tr.last_loaded();
+  bool ok = false;
+  const std::string report = verify_checkpoint(ckpt, &ok);
+  EXPECT_TRUE(ok) << report;
+  EXPECT_NE(report.find("manifest checksum: none (an older checkpoint"), std::string::npos) << report;
+  EXPECT_NE(inspect_checkpoint(ckpt).find("none (an older checkpoint"), std::string::npos);
+  // A fresh save has one, and says it matches.
+  EXPECT_NE(verify_checkpoint(tr.save(dir.path), &ok).find("manifest checksum: matches"),
+            std::string::npos);
+}
+
+// --save into a directory holding another run's checkpoints stops the run
+// before its first step, naming the directory and what differs; nothing
+// there changes. The same run (another layout or micro-batch size, or a
+// resume with --load of it) may save there.
+TEST_F(CheckpointFaults, SaveAmongAnotherRunsCheckpointsIsRefused) {
+  auto listing = [&] {
+    std::vector<std::string> names;
+    for (auto &e : fs::recursive_directory_iterator(dir.path))
+      names.push_back(e.path().string() + " " +
+                      std::to_string(fs::last_write_time(e).time_since_epoch().count()));
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const std::vector<std::string> before = listing();
+  const std::string head = "--save '" + dir.path + "' holds checkpoints of another run (newest: '" +
+                           ckpt + "', iteration 1; ";
+  Config c = config({1, 1, 1, 1});
+  c.set("hidden_size", "64");
+  TrainerOptions o = TrainerOptions::from_config(c);
+  o.save_path = dir.path;
+  expect_error([&] { Trainer tr(o); }, Status::invalid_config,
+               head + "hidden_size: checkpoint 32, this run 64; ffn_hidden_size: checkpoint 128, "
+                      "this run 256)");
+  o = options({1, 1, 1, 1});
+  o.save_path = dir.path;
+  o.seed = 7;
+  expect_error([&] { Trainer tr(o); }, Status::invalid_config, head + "seed: checkpoint 1234, this run 7)");
+  o.seed = 1234;
+  o.lr.max_lr = 1e-2;
+  o.model.hidden_dropout = 0.2f;
+  expect_error([&] { Trainer tr(o); }, Status::invalid_config,
+               "hidden_dropout: checkpoint 0.1, this run 0.2; lr: checkpoint 0.003, this run 0.01)");
+  expect_error([&] { Trainer tr(o); }, Status::invalid_config, "or resume that run with --load '");
+  EXPECT_EQ(listing(), before);
+  // Resuming it: the load checks the rest (here the LR schedule is overridden).
+  o.model.hidden_dropout = 0.1f;
+  o.override_opt_param_scheduler = true;
+  o.load_path = dir.path + "/";
+  EXPECT_NO_THROW(Trainer tr(o));
+  o.load_path = ckpt;
+  EXPECT_NO_THROW(Trainer tr(o));
+  // The same run, in another layout and micro-batch size, from a fresh start.
+  o = options({2, 1, 2, 1});
+  o.micro_batch_size = 1;
+  o.save_path = dir.path + "/";
+  EXPECT_NO_THROW(Trainer tr(o));
+  // The directory of a manifest that cannot be read belongs to no one known.
+  write_file(ckpt + "/manifest.json", "{");
+  o.save_path = dir.path;
+  expect_error([&] { Trainer tr(o); }, Status::corrupt_data,
+               "cannot be told whether they are this run's");
 }
 
 TEST_F(CheckpointFaults, ManifestNotJson) {

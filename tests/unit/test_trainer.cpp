@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "engine/core/status.h"
 #include "tests/unit/expect_error.h"
@@ -154,4 +155,47 @@ TEST(Trainer, DeviceChoiceErrorsNameTheChoices) {
   c.set("device", "cpu");
   Trainer t(TrainerOptions::from_config(c));
   EXPECT_TRUE(std::isfinite(t.step().lm_loss));
+}
+
+// Megatron logs the lm loss as the mean over the log interval; skipped steps
+// (an fp16 overflow) are left out unless the interval has nothing else.
+TEST(LossInterval, MeanSincePreviousRead) {
+  LossInterval w;
+  EXPECT_EQ(w.mean_at(0, -1.0), -1.0);  // no step yet
+  w.add(1.0, false);
+  w.add(2.0, false);
+  w.add(6.0, false);
+  EXPECT_EQ(w.mean_at(3, -1.0), 3.0);
+  EXPECT_EQ(w.mean_at(3, -1.0), 3.0);  // the log line, then its JSON record
+  w.add(10.0, false);
+  w.add(1e9, true);  // skipped
+  EXPECT_EQ(w.mean_at(5, -1.0), 10.0);
+  w.add(4.0, true);
+  w.add(8.0, true);
+  EXPECT_EQ(w.mean_at(7, -1.0), 6.0);  // all skipped: their mean, not a made-up 0
+}
+
+// The log line and record at iteration 3 show the mean of steps 1-3, while
+// the step's own metrics (and ptdp_trainer_get lm_loss) stay the last step's.
+TEST(Trainer, LogLineShowsTheMeanOverTheLogInterval) {
+  const TrainerOptions o = TrainerOptions::from_config(tiny_config());
+  Trainer a(o), b(o);
+  double l[3];
+  for (double &x : l) {
+    x = a.step().lm_loss;
+    EXPECT_EQ(a.log_metrics().lm_loss, x);  // logged every step: the step's loss
+  }
+  for (int i = 0; i < 3; i++) EXPECT_EQ(b.step().lm_loss, l[i]);
+  const double mean = (l[0] + l[1] + l[2]) / 3;
+  EXPECT_NE(mean, l[2]);
+  EXPECT_EQ(b.log_metrics().lm_loss, mean);
+  EXPECT_EQ(b.last_metrics().lm_loss, l[2]);
+  char want[32];
+  std::snprintf(want, sizeof want, "lm loss: %.6E", mean);
+  EXPECT_NE(format_log_line(b.log_metrics()).find(want), std::string::npos)
+      << format_log_line(b.log_metrics());
+  EXPECT_NE(format_log_json(b.log_metrics()).find("\"lm_loss\": " + json_number(mean)),
+            std::string::npos);
+  b.step();  // the next interval starts after the last read
+  EXPECT_EQ(b.log_metrics().lm_loss, b.last_metrics().lm_loss);
 }

@@ -1,0 +1,100 @@
+#include "checkpoints/save_target.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "checkpoints/commit.h"
+#include "engine/core/status.h"
+
+namespace fs = std::filesystem;
+
+namespace ptdp {
+namespace {
+
+// The training options that may differ within one run (see the header).
+bool may_differ(const std::string &key) { return key == "micro_batch_size" || key == "train_iters"; }
+
+// `path` without trailing slashes ("ckpt/" and "ckpt" are one directory).
+fs::path trimmed(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+// Whether --load names the save directory itself or one checkpoint in it.
+bool loads_from(const std::string &save, const std::string &load) {
+  if (load.empty()) return false;
+  std::error_code ec;
+  const fs::path l = trimmed(load);
+  if (fs::equivalent(l, trimmed(save), ec)) return true;
+  return l.filename().string().rfind("iter_", 0) == 0 && l.has_parent_path() &&
+         fs::equivalent(l.parent_path(), trimmed(save), ec);
+}
+
+// A float as text: short, with more digits only when that is what tells a and b apart.
+std::string float_text(float x, float other) {
+  char a[32], b[32];
+  std::snprintf(a, sizeof a, "%g", (double)x);
+  std::snprintf(b, sizeof b, "%g", (double)other);
+  if (std::string(a) == b) std::snprintf(a, sizeof a, "%.9g", (double)x);
+  return a;
+}
+
+}  // namespace
+
+std::string other_run_fields(const Manifest &saved, const GptConfig &model,
+                             const std::map<std::string, std::string> &training) {
+  std::string out = model_shape_mismatch(saved.model, model);
+  auto add = [&](const std::string &name, const std::string &was, const std::string &now) {
+    if (was != now)
+      out += (out.empty() ? "" : "; ") + name + ": checkpoint " + was + ", this run " + now;
+  };
+  // The model fields that leave the parameter shapes alone but change the run.
+  const GptConfig &s = saved.model;
+  add("seq_length", std::to_string(s.seq_length), std::to_string(model.seq_length));
+  add("make_vocab_size_divisible_by", std::to_string(s.make_vocab_size_divisible_by),
+      std::to_string(model.make_vocab_size_divisible_by));
+  auto add_float = [&](const std::string &name, float was, float now) {
+    if (was != now) add(name, float_text(was, now), float_text(now, was));
+  };
+  add_float("hidden_dropout", s.hidden_dropout, model.hidden_dropout);
+  add_float("attention_dropout", s.attention_dropout, model.attention_dropout);
+  add_float("init_method_std", s.init_method_std, model.init_method_std);
+  add_float("layernorm_epsilon", s.layernorm_epsilon, model.layernorm_epsilon);
+  for (const auto &[key, was] : saved.training) {
+    auto now = training.find(key);
+    if (now != training.end() && !may_differ(key)) add(key, was, now->second);
+  }
+  return out;
+}
+
+void check_save_target(const std::string &save, const std::string &load, const GptConfig &model,
+                       const std::map<std::string, std::string> &training) {
+  if (loads_from(save, load)) return;  // resuming: the load checks model and options
+  std::string newest;
+  try {
+    newest = find_latest_checkpoint(save);
+  } catch (const Error &e) {
+    if (e.code() == Status::io_error) return;  // no complete checkpoint there: nothing to mix with
+    throw;
+  }
+  Manifest saved;
+  try {
+    saved = Manifest::read(newest);
+  } catch (const Error &e) {
+    fail(Status::corrupt_data, "--save '", save, "' holds checkpoints whose newest, '", newest,
+         "', has a manifest that cannot be read, so it cannot be told whether they are this "
+         "run's (", e.what(), "); repair or remove it, or choose another --save directory");
+  }
+  const std::string diff = other_run_fields(saved, model, training);
+  if (diff.empty()) return;
+  fail(Status::invalid_config, "--save '", save, "' holds checkpoints of another run (newest: '",
+       newest, "', iteration ", saved.iteration, "; ", diff,
+       "); saving there would replace them and mix two runs. Choose another --save directory, "
+       "or resume that run with --load '", save,
+       "' (the same run means the same model and the same seed, data_path, split, "
+       "global_batch_size, LR schedule, optimizer, clip_grad, tokenizer and params_dtype as "
+       "its manifest records; the layout, micro_batch_size and, where lr_decay_iters is set, "
+       "train_iters may differ)");
+}
+
+}  // namespace ptdp

@@ -1,0 +1,35 @@
+// One --save directory holds one run's checkpoints (issue 15): a run that
+// would save among another run's is stopped before its first step, since its
+// iter_N would replace theirs and `latest` would then name a mix of models.
+//
+// "The same run" is what the newest manifest there records: the same model
+// (every field of its `model`) and the same training options of its
+// `training` (seed, data_path, split, global_batch_size, the LR schedule,
+// AdamW, clip_grad, tokenizer, params_dtype). The layout (t, p, d, v),
+// micro_batch_size and train_iters may differ: by the numerics contract the
+// first two do not change the run, and a train_iters that changes the LR
+// decay (lr_decay_iters 0 = train_iters) shows as lr_decay_iters. Options the manifest does not record (an
+// older checkpoint) are not compared.
+#pragma once
+#include <map>
+#include <string>
+
+#include "checkpoints/manifest.h"
+
+namespace ptdp {
+
+// What makes `saved` another run than (model, training): "hidden_size:
+// checkpoint 64, this run 32; seed: checkpoint 1, this run 2", or "" when it
+// is the same run.
+std::string other_run_fields(const Manifest &saved, const GptConfig &model,
+                             const std::map<std::string, std::string> &training);
+
+// Throws invalid_config naming `save`, its newest checkpoint and the fields
+// that differ when `save` holds complete checkpoints of another run, unless
+// `load` (may be "") is that directory or one of its iter_N: a run resuming
+// itself, whose load then checks the model and options. corrupt_data when the
+// newest manifest there cannot be read (no one can tell whose it is).
+void check_save_target(const std::string &save, const std::string &load, const GptConfig &model,
+                       const std::map<std::string, std::string> &training);
+
+}  // namespace ptdp

@@ -1,0 +1,50 @@
+#!/bin/sh
+# checkpoint_guard.sh LAUNCHER TRAIN_GPT CORPUS WORKDIR — through train_gpt.lua
+# and `ptdp ckpt`: --save into another run's checkpoints stops the run before
+# its first step (naming the directory and what differs) and the same run may
+# save there; an edited manifest field is caught by verify, inspect and --load.
+set -u
+launcher=$1 script=$2 corpus=$3 work=$4
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+run() {
+  "$launcher" "$script" --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
+    --micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr-warmup-iters 1 --eval-iters 1 \
+    --eval-interval 0 --sample-tokens 0 --num-threads 1 --data-path d.ptdp --corpus "$corpus" \
+    --corpus-format lines "$@"
+}
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+has() { grep -qF -- "$2" "$1"; }
+
+run --save ck >first.txt 2>&1 && ok "first run saves" || { cat first.txt; bad "first run"; }
+run --save ck --hidden-size 64 >other.txt 2>&1
+rc=$?
+cat other.txt
+[ $rc -ne 0 ] && ok "another model into ck: exit $rc" || bad "another model into ck: exit 0"
+has other.txt "--save 'ck' holds checkpoints of another run (newest: 'ck/iter_0000002', iteration 2; hidden_size: checkpoint 32, this run 64" &&
+  ok "the message names ck and what differs" || bad "message"
+grep -q "^ iteration " other.txt && bad "it trained" || ok "refused before the first step"
+run --save ck --micro-batch-size 1 >same.txt 2>&1 && ok "the same run (other micro-batch size) saves there" ||
+  { cat same.txt; bad "the same run was refused"; }
+run --save ck --load ck --train-iters 4 --lr-decay-iters 2 >resume.txt 2>&1 &&
+  has resume.txt "loaded ck/iter_0000002" && ok "a resume (--load ck) saves there" ||
+  { cat resume.txt; bad "the resume"; }
+
+"$launcher" ckpt verify ck >verify_ok.txt 2>&1 && has verify_ok.txt "manifest checksum: matches its fields" &&
+  ok "verify: manifest checksum matches" || { cat verify_ok.txt; bad "verify of a sound checkpoint"; }
+m=ck/iter_0000004/manifest.json
+sed 's/"iteration": 4/"iteration": 3/' $m >m.tmp && mv m.tmp $m
+for cmd in verify inspect; do
+  "$launcher" ckpt $cmd ck >$cmd.txt 2>&1
+  rc=$?
+  cat $cmd.txt
+  [ $rc -ne 0 ] && has $cmd.txt "ck/iter_0000004/manifest.json': its fields do not match its checksum" &&
+    ok "ckpt $cmd: an edited iteration is damage (exit $rc)" || bad "ckpt $cmd of an edited manifest"
+done
+run --save ck --load ck --train-iters 4 --lr-decay-iters 2 >load.txt 2>&1
+rc=$?
+cat load.txt
+[ $rc -ne 0 ] && has load.txt "its fields do not match its checksum" && ok "--load of it: exit $rc" ||
+  bad "--load of an edited manifest"
+exit $fail
