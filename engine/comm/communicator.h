@@ -144,7 +144,8 @@ class Communicator {
     recv((void *)buf, n, check_16bit(dt, CommOp::recv), peer);
   }
 
-  CommStats &stats() { return stats_; }
+  // Calls, bytes and time of this group (a wrapper reports its backend's).
+  virtual CommStats &stats() { return stats_; }
 
  protected:
   Communicator(std::string name, std::vector<int> members, int rank)

@@ -5,6 +5,12 @@ namespace ptdp {
 StagedComm::StagedComm(Communicator &host, Device &dev)
     : Communicator(host.name(), host.members(), host.rank()), host_(host), dev_(dev) {}
 
+StagedComm::StagedComm(std::unique_ptr<Communicator> host, Device &dev)
+    : Communicator(host->name(), host->members(), host->rank()),
+      owned_(std::move(host)),
+      host_(*owned_),
+      dev_(dev) {}
+
 void *StagedComm::to_host(std::vector<char> &stage, const void *dev_buf, size_t bytes) {
   stage.resize(bytes);
   if (bytes) dev_.copy_to_host(stage.data(), dev_buf, bytes);  // waits for the queued work

@@ -17,6 +17,8 @@ class StagedComm final : public Communicator {
  public:
   // `host` and `dev` must outlive this communicator.
   StagedComm(Communicator &host, Device &dev);
+  // Owning `host`; `dev` must outlive this communicator.
+  StagedComm(std::unique_ptr<Communicator> host, Device &dev);
   void all_reduce(void *buf, size_t n, DType dt, ReduceOp op) override;
   void all_gather(const void *in, void *out, size_t n, DType dt) override;
   void reduce_scatter(const void *in, void *out, size_t n, DType dt) override;
@@ -24,12 +26,15 @@ class StagedComm final : public Communicator {
   void send(const void *buf, size_t n, DType dt, int peer) override;
   void recv(void *buf, size_t n, DType dt, int peer) override;
   void barrier() override { host_.barrier(); }
+  // The backend's counters: it counts each operation once.
+  CommStats &stats() override { return host_.stats(); }
 
  private:
   // Host copies of a device buffer (to_host) and back (from_host); two staging
   // areas, for the ops that read one buffer and write another.
   void *to_host(std::vector<char> &stage, const void *dev_buf, size_t bytes);
   void from_host(void *dev_buf, const std::vector<char> &stage, size_t bytes);
+  std::unique_ptr<Communicator> owned_;
   Communicator &host_;
   Device &dev_;
   std::vector<char> in_, out_;

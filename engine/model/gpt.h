@@ -178,6 +178,7 @@ class GPT {
   void attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx);
   void attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx);
   void embedding_forward_into(T *out, const int32_t *tokens, int s, int b, const StepContext &ctx);
+  void embedding_backward_into(ChunkActs &A, const T *dresid);  // accumulates dwte, dwpe
   void head_forward(ChunkActs &A, const int32_t *targets);
   void head_backward(ChunkActs &A, T *dresid, T dloss);
 

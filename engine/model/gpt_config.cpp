@@ -53,8 +53,8 @@ void GptConfig::validate(int t) const {
 }
 
 double GptConfig::flops_per_batch(int64_t samples, bool recompute) const {
-  const double B = (double)samples, s = seq_length, h = hidden_size, f = ffn(),
-               V = vocab_size, l = num_layers;  // the LM head skips padding
+  const double B = (double)samples, s = seq_length, h = hidden_size, f = ffn(), V = vocab_size,
+               l = num_layers;  // the LM head skips padding
   // Forward FLOPs of one layer: QKV 6Bsh^2, scores+context 4Bs^2h, proj 2Bsh^2, MLP 4Bshf.
   const double layer_fwd = 2 * B * s * h * (3 * h + h + 2 * f) + 4 * B * s * s * h;
   const double head_fwd = 2 * B * s * h * V;
@@ -64,7 +64,8 @@ double GptConfig::flops_per_batch(int64_t samples, bool recompute) const {
 
 void GptConfig::validate_pipeline(int p, int v) const {
   if (p < 1) fail(Status::invalid_config, "pipeline_model_parallel_size must be positive, got ", p);
-  if (v < 1) fail(Status::invalid_config, "virtual pipeline stages per rank must be positive, got ", v);
+  if (v < 1)
+    fail(Status::invalid_config, "virtual pipeline stages per rank must be positive, got ", v);
   if (v > 1 && p == 1)
     fail(Status::invalid_config, "virtual pipeline stages (v = ", v,
          ") need pipeline_model_parallel_size > 1; with p = 1 leave "

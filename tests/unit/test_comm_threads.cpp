@@ -20,8 +20,10 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/comm/grid.h"
+#include "engine/comm/staged_comm.h"
 #include "engine/comm/thread_comm.h"
 #include "engine/core/status.h"
+#include "engine/device/device.h"
 #include "tests/comm/comm_conformance.h"
 #include "tests/unit/expect_error.h"
 
@@ -107,9 +109,46 @@ class ThreadsBackend final : public comm_conformance::CommBackend {
 
 ThreadsBackend g_threads;
 
+// The threads backend as a GPU rank uses it: every group a StagedComm over the
+// rank's device (here a CPU device), so device buffers go through host copies.
+class StagedWorld final : public CommWorld {
+ public:
+  StagedWorld(ThreadWorld &inner, int size) : inner_(inner) {
+    for (int r = 0; r < size; r++) devices_.push_back(make_cpu_device());
+  }
+  std::unique_ptr<Communicator> group(const std::string &name, const std::vector<int> &members,
+                                      int me) override {
+    return std::make_unique<StagedComm>(inner_.group(name, members, me), *devices_[(size_t)me]);
+  }
+  void abort(const std::string &why) override { inner_.abort(why); }
+  std::string abort_reason() const override { return inner_.abort_reason(); }
+
+ private:
+  ThreadWorld &inner_;
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+class StagedThreadsBackend final : public comm_conformance::CommBackend {
+ public:
+  std::string name() const override { return "staged_threads"; }
+  void run(int world_size, const Body &body) override {
+    ThreadWorld world(world_size, kTimeout);
+    StagedWorld staged(world, world_size);
+    comm_conformance::run_on_threads(
+        iota_ranks(world_size), [&](int me) { body(staged, me); },
+        [&](int me, const std::string &what) {
+          ADD_FAILURE() << "rank " << me << " threw: " << what;
+          world.abort("rank " + std::to_string(me) + " failed: " + what);
+        });
+  }
+};
+
+StagedThreadsBackend g_staged;
+
 std::vector<comm_conformance::CommSetup> threads_setups() {
   std::vector<comm_conformance::CommSetup> v;
   for (int w : kWorlds) v.push_back({&g_threads, w});
+  for (int w : kWorlds) v.push_back({&g_staged, w});
   return v;
 }
 

@@ -1,0 +1,115 @@
+// Activations kept from a forward until its backward, per (model chunk,
+// micro-batch), pooled for reuse; and the units of full recomputation, where
+// only a unit's input is kept and backward runs its forward again.
+#include "engine/core/status.h"
+#include "engine/model/gpt_internal.h"
+
+namespace ptdp {
+
+using namespace gpt_detail;
+
+template <class T>
+bool GPT<T>::keeps_all(int j) const {
+  if (!rc_.enabled) return true;
+  return rc_.method == RecomputeMethod::block && j >= rc_.num_layers;
+}
+
+template <class T>
+int GPT<T>::unit_start(int j) const {
+  if (keeps_all(j) || rc_.method == RecomputeMethod::block) return j;  // block: units of one
+  return j / rc_.num_layers * rc_.num_layers;
+}
+
+// Sizes a layer's buffers: everything (full) or its input only.
+template <class T>
+void GPT<T>::size_layer(LayerActs &a, int s, int b, bool full) {
+  const size_t N = (size_t)s * b, h = cfg_.hidden_size, w = width_, f = ffn_, A = heads_;
+  const size_t probs = (size_t)b * A * s * s;
+  auto sz = [&](DeviceArray<T> &buf, size_t n) { buf.resize(*dev_, full ? n : 0); };
+  a.x.resize(*dev_, N * h);
+  sz(a.ln1, N * h);
+  sz(a.ln1_mean, N);
+  sz(a.ln1_rstd, N);
+  sz(a.qkv, N * 3 * w);
+  sz(a.probs, flash_ ? 0 : probs);
+  // Dropped attention probabilities are kept: backward reads the mask back
+  // from them instead of regenerating it (flash attention draws it again).
+  sz(a.probs_drop, cfg_.attention_dropout > 0 && !flash_ ? probs : 0);
+  sz(a.lse, flash_ ? (size_t)b * A * s : 0);
+  sz(a.ctxv, N * w);
+  sz(a.mid, N * h);
+  sz(a.ln2, N * h);
+  sz(a.ln2_mean, N);
+  sz(a.ln2_rstd, N);
+  sz(a.fc1_z, N * f);
+  sz(a.fc1_g, N * f);
+}
+
+template <class T>
+typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
+  auto key = std::make_pair(chunk, mb);
+  if (live_.count(key))
+    fail(Status::wrong_state, "forward of micro-batch ", mb, " chunk ", chunk,
+         " again before its backward");
+  auto &pool = pool_[(size_t)chunk];
+  std::unique_ptr<ChunkActs> A;
+  if (!pool.empty()) {
+    A = std::move(pool.back());
+    pool.pop_back();
+  } else {
+    A = std::make_unique<ChunkActs>();
+    A->layers.resize((size_t)layers_per_chunk_);
+  }
+  const size_t N = (size_t)s * b, h = cfg_.hidden_size;
+  for (int j = 0; j < layers_per_chunk_; j++) {
+    const bool full = keeps_all(j);
+    size_layer(A->layers[(size_t)j], s, b, full);
+    if (!full && unit_start(j) != j) A->layers[(size_t)j].x.resize(*dev_, 0);  // inside a unit
+  }
+  const bool head = has_head(chunk);
+  Device &d = *dev_;
+  A->final_x.resize(d, head ? N * h : 0);
+  A->lnf.resize(d, head ? N * h : 0);
+  A->lnf_mean.resize(d, head ? N : 0);
+  A->lnf_rstd.resize(d, head ? N : 0);
+  A->logits.resize(d, head ? N * (size_t)local_vocab_ : 0);
+  A->ce.resize(d, head ? 3 * N : 0);
+  A->losses.resize(head ? N : 0);
+  A->tokens.resize(d, has_embedding(chunk) ? N : 0);
+  A->targets.resize(d, head ? N : 0);
+  A->s = s;
+  A->b = b;
+  // Scratch shared by every chunk.
+  const size_t w = width_, f = ffn_;
+  dprobs_.resize(d, flash_ ? 0 : (size_t)b * heads_ * s * s);
+  tmp_h_.resize(d, N * h);
+  tmp_h2_.resize(d, N * h);
+  dresid_.resize(d, N * h);
+  x_ping_.resize(d, N * h);
+  x_pong_.resize(d, N * h);
+  dctx_.resize(d, N * w);
+  dqkv_.resize(d, N * 3 * w);
+  dfc_.resize(d, N * f);
+  return *(live_[key] = std::move(A));
+}
+
+template <class T>
+void GPT<T>::release(int chunk, int mb) {
+  auto it = live_.find(std::make_pair(chunk, mb));
+  if (it == live_.end()) return;
+  if (it->second->ctx.training) stashed_bytes_ -= it->second->bytes();
+  pool_[(size_t)chunk].push_back(std::move(it->second));
+  live_.erase(it);
+}
+
+#define PTDP_INSTANTIATE(T)                                                 \
+  template bool GPT<T>::keeps_all(int) const;                               \
+  template int GPT<T>::unit_start(int) const;                               \
+  template void GPT<T>::size_layer(LayerActs &, int, int, bool);            \
+  template typename GPT<T>::ChunkActs &GPT<T>::acquire(int, int, int, int); \
+  template void GPT<T>::release(int, int);
+PTDP_INSTANTIATE(float)
+PTDP_INSTANTIATE(double)
+#undef PTDP_INSTANTIATE
+
+}  // namespace ptdp

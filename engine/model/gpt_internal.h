@@ -1,0 +1,72 @@
+// The model's private pieces shared by its files (engine/model/*.cpp): the
+// parameter and activation structures of one layer and one model chunk, and
+// the dropout sites. Included by the model's own sources only.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/philox.h"
+#include "engine/model/gpt.h"
+
+namespace ptdp {
+namespace gpt_detail {
+
+constexpr int kParamsPerLayer = 12;
+constexpr int kSerialSlot = -1;  // the micro-batch id of forward()/backward()
+// Dropout sites; the stream of (layer, site) keys the mask (ARCHITECTURE §3).
+enum Site : uint32_t { kEmbedding = 0, kAttentionProbs = 1, kAttentionOut = 2, kMlpOut = 3 };
+inline uint32_t dropout_stream(int layer, Site site) { return (uint32_t)(layer + 1) * 4u + site; }
+
+}  // namespace gpt_detail
+
+template <class T>
+struct GPT<T>::Layer {
+  T *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w,
+      *fc2_b;
+};
+
+// One layer's activations. x is its input; the rest is empty for a layer whose
+// unit is recomputed (only the unit's first x is kept then).
+// Shapes with w, a, f meaning this rank's share (h/t, a/t, f/t); N = s*b.
+template <class T>
+struct GPT<T>::LayerActs {
+  DeviceArray<T> x;                        // [N, h]
+  DeviceArray<T> ln1, ln1_mean, ln1_rstd;  // [N, h], [N]
+  DeviceArray<T> qkv;                      // [N, 3w]  ordered [s, b, a, 3, hd]
+  DeviceArray<T> probs, probs_drop;        // [b, a, s, s] softmax output, after dropout
+  DeviceArray<T> lse;                      // [b*a, s] instead of probs, with flash attention
+  DeviceArray<T> ctxv;                     // [N, w]  attention context
+  DeviceArray<T> mid;                      // [N, h]  residual after attention
+  DeviceArray<T> ln2, ln2_mean, ln2_rstd;  // [N, h], [N]
+  DeviceArray<T> fc1_z, fc1_g;             // [N, f]  pre-GeLU (with bias), post-GeLU
+  int64_t bytes() const {
+    size_t n = 0;
+    for (const DeviceArray<T> *b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &probs, &probs_drop, &lse,
+                                    &ctxv, &mid, &ln2, &ln2_mean, &ln2_rstd, &fc1_z, &fc1_g})
+      n += b->size();
+    return (int64_t)(n * sizeof(T));
+  }
+};
+
+// Everything one (chunk, micro-batch) forward keeps for its backward.
+template <class T>
+struct GPT<T>::ChunkActs {
+  int s = 0, b = 0;
+  StepContext ctx;
+  DeviceArray<int32_t> tokens, targets;    // [N] embedding chunk, head chunk
+  std::vector<LayerActs> layers;           // per layer of the chunk
+  DeviceArray<T> final_x;                  // [N, h] head input (last layer's output)
+  DeviceArray<T> lnf, lnf_mean, lnf_rstd;  // [N, h], [N]
+  DeviceArray<T> logits;                   // [N, Vp/t]
+  DeviceArray<T> ce;                       // [3, N] row max, sum of exp, target logit
+  std::vector<T> losses;                   // [N] on the host
+  int64_t bytes() const {
+    int64_t n = (int64_t)((tokens.size() + targets.size()) * sizeof(int32_t));
+    for (auto &l : layers) n += l.bytes();
+    for (const DeviceArray<T> *x : {&final_x, &lnf, &lnf_mean, &lnf_rstd, &logits, &ce})
+      n += (int64_t)x->bytes();
+    return n + (int64_t)(losses.size() * sizeof(T));
+  }
+};
+
+}  // namespace ptdp

@@ -1,0 +1,178 @@
+// What a pipeline schedule calls: the forward and backward of one model chunk
+// for one micro-batch (embedding, layers with their stash or recomputation,
+// head), and the whole model at p = 1.
+#include <algorithm>
+#include "engine/core/status.h"
+#include "engine/model/gpt_internal.h"
+
+namespace ptdp {
+
+using namespace gpt_detail;
+
+template <class T>
+double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int32_t *targets,
+                             const T *input, T *output, int s, int b, const StepContext &ctx) {
+  if (chunk < 0 || chunk >= pp_.chunks)
+    fail(Status::invalid_argument, "model chunk ", chunk, " is outside [0, ", pp_.chunks, ")");
+  if (s <= 0 || b <= 0) fail(Status::invalid_argument, "forward needs s > 0 and b > 0");
+  if (s > cfg_.max_positions())
+    fail(Status::invalid_argument, "sequence of ", s,
+         " tokens is longer than max_position_embeddings (", cfg_.max_positions(), ")");
+  const bool embedding = has_embedding(chunk), head = has_head(chunk);
+  const int N = s * b, h = cfg_.hidden_size, V = cfg_.vocab_size;
+  if (embedding && !tokens) fail(Status::invalid_argument, "the embedding chunk needs tokens");
+  if (!embedding && !input) fail(Status::invalid_argument, "chunk ", chunk, " needs an input");
+  if (!head && !output) fail(Status::invalid_argument, "chunk ", chunk, " needs an output");
+  for (int i = 0; embedding && i < N; i++)
+    if (tokens[i] < 0 || tokens[i] >= V)
+      fail(Status::invalid_argument, "token ", tokens[i], " at position ", i,
+           " is outside the vocabulary [0, ", V, ")");
+  for (int i = 0; head && targets && i < N; i++)
+    if (targets[i] < 0 || targets[i] >= V)
+      fail(Status::invalid_argument, "target ", targets[i], " at position ", i,
+           " is outside the vocabulary [0, ", V, ")");
+  if (ctx.training && head && !targets)
+    fail(Status::invalid_argument, "a training forward of the head chunk needs targets");
+
+  ChunkActs &A = acquire(chunk, mb, s, b);
+  A.ctx = ctx;
+  const bool stash = ctx.training;
+  // The embedding (and its backward) reads the tokens, the loss the targets.
+  if (embedding) dev_->copy_from_host(A.tokens.data(), tokens, (size_t)N * sizeof(int32_t));
+  if (head && targets) dev_->copy_from_host(A.targets.data(), targets, (size_t)N * sizeof(int32_t));
+  const size_t Nh = (size_t)N * h;
+
+  T *x = A.layers[0].x.data();
+  if (embedding)
+    embedding_forward_into(x, A.tokens.data(), s, b, ctx);
+  else
+    dev_->copy(x, input, Nh * sizeof(T));
+  for (int j = 0; j < layers_per_chunk_; j++) {
+    const int li = chunk * layers_per_chunk_ + j;
+    const bool full = keeps_all(j);
+    // Layers of a recomputed unit run on scratch; only the unit's input is kept.
+    LayerActs *a = &A.layers[(size_t)j];
+    if (!full) {
+      if (recompute_.empty()) recompute_.push_back(std::make_unique<LayerActs>());
+      a = recompute_[0].get();
+      size_layer(*a, s, b, true);
+    }
+    T *out;
+    if (j + 1 == layers_per_chunk_)
+      out = head ? A.final_x.data() : output;
+    else if (A.layers[(size_t)j + 1].x.size())
+      out = A.layers[(size_t)j + 1].x.data();
+    else
+      out = x == x_ping_.data() ? x_pong_.data() : x_ping_.data();
+    layer_forward(li, x, out, *a, s, b, ctx);
+    x = out;
+  }
+  double loss = 0;
+  if (head) {
+    head_forward(A, targets);
+    if (targets) {
+      for (int i = 0; i < N; i++) loss += (double)A.losses[i];
+      loss /= N;
+    }
+    last_head_ = &A;
+  }
+  if (stash) {
+    stashed_bytes_ += A.bytes();
+    peak_stashed_bytes_ = std::max(peak_stashed_bytes_, stashed_bytes_);
+  } else {
+    release(chunk, mb);  // nothing to keep; the pooled buffers still hold the logits
+  }
+  return loss;
+}
+
+template <class T>
+double GPT<T>::forward(const int32_t *tokens, const int32_t *targets, int s, int b,
+                       const StepContext &ctx) {
+  if (pp_.size > 1)
+    fail(Status::wrong_state, "forward() runs the whole model; with pipeline_model_parallel_size ",
+         pp_.size, " use forward_chunk()");
+  release(0, kSerialSlot);  // a previous forward without backward
+  StepContext c = ctx;
+  if (!targets) c.training = false;  // nothing to differentiate
+  return forward_chunk(0, kSerialSlot, tokens, targets, nullptr, nullptr, s, b, c);
+}
+
+template <class T>
+void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dloss) {
+  auto it = live_.find(std::make_pair(chunk, mb));
+  if (it == live_.end() || !it->second->ctx.training)
+    fail(Status::wrong_state, "backward of micro-batch ", mb, " chunk ", chunk,
+         " needs a preceding training forward of it");
+  ChunkActs &A = *it->second;
+  const bool embedding = has_embedding(chunk), head = has_head(chunk);
+  if (!head && !doutput) fail(Status::invalid_argument, "chunk ", chunk, " backward needs doutput");
+  if (!embedding && !dinput)
+    fail(Status::invalid_argument, "chunk ", chunk, " backward needs dinput");
+  const int s = A.s, b = A.b, h = cfg_.hidden_size;
+  const size_t Nh = (size_t)s * b * h;
+  const StepContext &ctx = A.ctx;
+  T *dresid = dresid_.data();
+  if (head)
+    head_backward(A, dresid, dloss);
+  else
+    dev_->copy(dresid, doutput, Nh * sizeof(T));
+
+  const int base = chunk * layers_per_chunk_;
+  for (int j = layers_per_chunk_ - 1; j >= 0;) {
+    if (keeps_all(j)) {
+      LayerActs &a = A.layers[(size_t)j];
+      layer_backward(base + j, a.x.data(), a, dresid, s, b, ctx);
+      j--;
+      continue;
+    }
+    // Recompute the unit [u, j] from its kept input, then back through it.
+    const int u = unit_start(j), n = j - u + 1;
+    while ((int)recompute_.size() < n + 1) recompute_.push_back(std::make_unique<LayerActs>());
+    // recompute_[k] holds layer u+k; recompute_[n] only the unit's output (not needed).
+    for (int k = 0; k <= n; k++) size_layer(*recompute_[(size_t)k], s, b, k < n);
+    const T *x = A.layers[(size_t)u].x.data();
+    for (int k = 0; k < n; k++) {
+      T *out = recompute_[(size_t)k + 1]->x.data();
+      layer_forward(base + u + k, x, out, *recompute_[(size_t)k], s, b, ctx);
+      x = out;
+    }
+    for (int k = n - 1; k >= 0; k--) {
+      const T *xin = k == 0 ? A.layers[(size_t)u].x.data() : recompute_[(size_t)k]->x.data();
+      layer_backward(base + u + k, xin, *recompute_[(size_t)k], dresid, s, b, ctx);
+    }
+    j = u - 1;
+  }
+
+  if (embedding) {
+    embedding_backward_into(A, dresid);
+  } else {
+    dev_->copy(dinput, dresid, Nh * sizeof(T));
+  }
+  // 16-bit gradient accumulation: the sum so far is stored in the 16-bit type.
+  if (!prec_.grads_in_fp32) to_storage(grads_.data(), grads_.size());
+  if (last_head_ == &A) last_head_ = nullptr;  // its logits now hold gradients
+  release(chunk, mb);
+}
+
+template <class T>
+void GPT<T>::backward(T dloss) {
+  if (pp_.size > 1)
+    fail(Status::wrong_state, "backward() runs the whole model; with pipeline_model_parallel_size ",
+         pp_.size, " use backward_chunk()");
+  if (!live_.count(std::make_pair(0, kSerialSlot)))
+    fail(Status::wrong_state, "backward() needs a preceding training forward() with targets");
+  backward_chunk(0, kSerialSlot, nullptr, nullptr, dloss);
+}
+
+#define PTDP_INSTANTIATE(T)                                                                    \
+  template double GPT<T>::forward_chunk(int, int, const int32_t *, const int32_t *, const T *, \
+                                        T *, int, int, const StepContext &);                   \
+  template double GPT<T>::forward(const int32_t *, const int32_t *, int, int,                  \
+                                  const StepContext &);                                        \
+  template void GPT<T>::backward_chunk(int, int, const T *, T *, T);                           \
+  template void GPT<T>::backward(T);
+PTDP_INSTANTIATE(float)
+PTDP_INSTANTIATE(double)
+#undef PTDP_INSTANTIATE
+
+}  // namespace ptdp
