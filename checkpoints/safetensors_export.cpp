@@ -117,18 +117,6 @@ nlohmann::json gpt2_config(const GptConfig &g) {
           {"tie_word_embeddings", true}};
 }
 
-void write_all(int fd, const void *p, size_t n, const std::string &path) {
-  const char *c = static_cast<const char *>(p);
-  while (n > 0) {
-    const ssize_t k = ::write(fd, c, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0)
-      fail(Status::io_error, "cannot write '", path, "': ", std::strerror(k < 0 ? errno : ENOSPC));
-    c += k;
-    n -= (size_t)k;
-  }
-}
-
 template <class... Args>
 [[noreturn]] void damaged(const std::string &dir, const Args &...why) {
   fail(Status::corrupt_data, "checkpoint '", dir, "' is damaged, not exported: ", why...);

@@ -59,6 +59,18 @@ void check_output_not_input(const std::string &output, const std::vector<std::st
   }
 }
 
+void write_all(int fd, const void *p, size_t n, const std::string &path) {
+  const char *c = static_cast<const char *>(p);
+  while (n) {
+    const ssize_t w = ::write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0)  // 0: no progress, a full device
+      fail(Status::io_error, "cannot write '", path, "': ", std::strerror(w < 0 ? errno : ENOSPC));
+    c += w;
+    n -= (size_t)w;
+  }
+}
+
 void write_file_atomic(const std::string &path, const std::string &bytes, const char *what) {
   const std::string target = output_target(path, what);
   // mkstemp: a name of its own, so ranks-as-threads writing side by side never collide.

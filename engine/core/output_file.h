@@ -3,6 +3,7 @@
 // is there: a device node (/dev/null), a FIFO, a directory's entry, or a
 // symbolic link. The rules here keep the user's files what they were.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ std::string output_target(const std::string &path, const char *what);
 // device and inode, whatever the spelling): writing it would destroy an input.
 void check_output_not_input(const std::string &output, const std::vector<std::string> &inputs,
                             const char *what);
+
+// Writes all n bytes to fd (retrying short and interrupted writes); an error
+// is Error(io_error) naming `path`.
+void write_all(int fd, const void *p, size_t n, const std::string &path);
 
 // Writes bytes to output_target(path) atomically: a temporary file in the same
 // directory, fsync, rename. Readers never see a half-written file.

@@ -29,16 +29,6 @@ struct Header {
 };
 static_assert(sizeof(Header) == 64, "header must be 64 bytes");
 
-void write_all(int fd, const void *p, size_t n, const std::string &path) {
-  const char *c = static_cast<const char *>(p);
-  while (n) {
-    ssize_t w = ::write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail(Status::io_error, "cannot write '", path, "': ", std::strerror(errno));
-    c += w;
-    n -= (size_t)w;
-  }
-}
 }  // namespace
 
 void write_token_dataset(const std::string &out_path,

@@ -312,16 +312,6 @@ int make_temp(const std::string &target, std::string &tmp) {
   return fd;
 }
 
-void write_all(int fd, const void *p, size_t n, const std::string &path) {
-  const char *c = static_cast<const char *>(p);
-  while (n) {
-    ssize_t w = ::write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail(Status::io_error, "cannot write '", path, "': ", std::strerror(errno));
-    c += w;
-    n -= (size_t)w;
-  }
-}
 
 template <class T>
 void put(std::string &out, T v) {
