@@ -22,7 +22,9 @@
 #include "engine/comm/thread_comm.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/parallel/grad_sync.h"
 #include "engine/trace/timeline.h"
+#include "engine/train/trainer_rank.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -33,63 +35,8 @@ namespace fs = std::filesystem;
 namespace {
 constexpr int64_t kMaxRanks = 4096;  // keeps every rank count and index comfortably in an int
 
-// The next token from one position's logits over the real vocabulary [0, V):
-// greedy at temperature 0, else sampled with a Philox draw keyed by (seed, k).
-int pick_token(const float *row, int V, double temperature, uint64_t seed, int k,
-               std::vector<double> &prob) {
-  int next = 0;
-  if (temperature == 0) {
-    for (int j = 1; j < V; j++)
-      if (row[j] > row[next]) next = j;
-    return next;
-  }
-  double mx = row[0], sum = 0;
-  for (int j = 1; j < V; j++) mx = std::max(mx, (double)row[j]);
-  for (int j = 0; j < V; j++) sum += prob[j] = std::exp(((double)row[j] - mx) / temperature);
-  double u = uniform_from_u32(philox4x32((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)k, 0,
-                                         0x6e6, 0).v[0]) * sum;
-  for (int j = 0; j < V; j++) {
-    u -= prob[j];
-    if (u <= 0) return j;
-  }
-  return V - 1;
-}
 }  // namespace
 
-struct Trainer::Rank {
-  int world_rank = 0;
-  RankCoord coord;
-  std::unique_ptr<Communicator> tp, dp, pp;
-  std::unique_ptr<Communicator> embedding;  // first and last stage when p > 1, else null
-  std::unique_ptr<Device> device;           // outlives the model and optimizer on it
-  // The groups as the model and the gradient reductions use them: over device
-  // memory (staged copies of the above when the device is not the host's, else
-  // the same communicators). Host values (loss, norm) use the ones above.
-  std::unique_ptr<Communicator> staged[4];
-  Communicator *tp_d = nullptr, *dp_d = nullptr, *pp_d = nullptr, *embedding_d = nullptr;
-  std::unique_ptr<GPT<float>> model;
-  std::unique_ptr<PipelineRuntime> pipeline;
-  std::vector<PipeOp> eval_schedule;  // the training schedule is report.schedule
-  Timeline timeline;
-  Trainer::RankReport report;  // of the last step
-  // This rank's communicators by group name.
-  std::vector<std::pair<std::string, Communicator *>> groups() {
-    std::vector<std::pair<std::string, Communicator *>> g{
-        {"tp", tp.get()}, {"pp", pp.get()}, {"dp", dp.get()}};
-    if (embedding) g.push_back({"embedding", embedding.get()});
-    return g;
-  }
-  std::unique_ptr<AdamW> adam;
-  std::unique_ptr<Sampler> train, valid;
-  std::vector<int32_t> sample, tokens, targets;
-  // Host copies of the parameters and optimizer state for checkpoints, when
-  // the device's memory is not the host's.
-  std::vector<float> host_params, host_m, host_v, host_master;
-  // Results of the last operation run on this rank.
-  StepMetrics metrics;
-  double value = 0;
-  std::string text;
-};
 
 TrainerOptions TrainerOptions::from_config(const Config &c) {
   TrainerOptions o;
@@ -222,8 +169,6 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
 }
 
 namespace {
-
-std::map<std::string, std::string> resumption_options(const TrainerOptions &o);  // below
 
 // Before the first step, so an unwritable --save costs no training: the
 // directory is made if need be and a probe file is created and removed in it.
@@ -513,17 +458,8 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
                         t.op.microbatch, t.op.chunk, "", -1});
   }
 
-  // The tied embedding: the first stage's lookup gradient and the last
-  // stage's LM-head gradient add up to the serial one.
-  if (r.embedding) {
-    const ParamInfo &wte = model.param("wte.weight");
-    r.embedding_d->all_reduce(grads + wte.offset, wte.numel);
-  }
-  // Data parallel: one gradient reduction, in buckets.
-  if (opt_.parallel.d > 1) {
-    const size_t n = model.num_params(), bucket = (size_t)opt_.ddp_bucket_size;
-    for (size_t off = 0; off < n; off += bucket) r.dp_d->all_reduce(grads + off, std::min(bucket, n - off));
-  }
+  sync_gradients(model, r.embedding ? r.embedding_d : nullptr, opt_.parallel.d > 1 ? r.dp_d : nullptr,
+                 (size_t)opt_.ddp_bucket_size);
   // The loss lives on the last stage, the gradients on every stage.
   if (opt_.parallel.p > 1) r.pp->all_reduce(&loss_sum, 1);
   if (opt_.parallel.d > 1) r.dp->all_reduce(&loss_sum, 1);
@@ -702,153 +638,6 @@ StepMetrics Trainer::step_tokens(const int32_t *ids, size_t count) {
   return step();
 }
 
-namespace {
-// The options a resumed run must share with the saved one, as text.
-std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
-  const auto num = number_text;
-  return {{"seed", std::to_string(o.seed)},
-          {"split", o.split},
-          {"data_path", o.data_path},
-          {"global_batch_size", std::to_string(o.global_batch_size)},
-          {"micro_batch_size", std::to_string(o.micro_batch_size)},
-          {"train_iters", std::to_string(o.train_iters)},
-          {"lr", num(o.lr.max_lr)},
-          {"min_lr", num(o.lr.min_lr)},
-          {"lr_warmup_iters", std::to_string(o.lr.warmup_iters)},
-          {"lr_decay_iters", std::to_string(o.lr.decay_iters)},
-          {"lr_decay_style", o.lr.style},
-          {"weight_decay", num(o.adam.weight_decay)},
-          {"adam_beta1", num(o.adam.beta1)},
-          {"adam_beta2", num(o.adam.beta2)},
-          {"adam_eps", num(o.adam.eps)},
-          {"clip_grad", num(o.clip_grad)},
-          {"tokenizer_type", o.tokenizer},
-          {"params_dtype", dtype_name(o.precision.dtype)}};
-}
-}  // namespace
-
-// Checkpoints read and write host memory. A CPU rank hands its own buffers; a
-// rank on another device stages them in host copies (and unstage_shards puts
-// loaded values back).
-std::vector<RankShard> Trainer::local_shards() {
-  std::vector<RankShard> shards;
-  for (auto &r : ranks_) {
-    GPT<float> &m = *r->model;
-    AdamW &a = *r->adam;
-    if (r->device->kind() == DeviceKind::cpu) {
-      shards.push_back({r->coord, &m.param_table(), m.params(), a.exp_avg(), a.exp_avg_sq(),
-                        a.master()});
-      continue;
-    }
-    const size_t n = m.num_params(), bytes = n * sizeof(float);
-    Device &dev = *r->device;
-    r->host_params.resize(n);
-    r->host_m.resize(n);
-    r->host_v.resize(n);
-    r->host_master.resize(a.master() ? n : 0);
-    dev.copy_to_host(r->host_params.data(), m.params(), bytes);
-    dev.copy_to_host(r->host_m.data(), a.exp_avg(), bytes);
-    dev.copy_to_host(r->host_v.data(), a.exp_avg_sq(), bytes);
-    if (a.master()) dev.copy_to_host(r->host_master.data(), a.master(), bytes);
-    shards.push_back({r->coord, &m.param_table(), r->host_params.data(), r->host_m.data(),
-                      r->host_v.data(), a.master() ? r->host_master.data() : nullptr});
-  }
-  return shards;
-}
-
-void Trainer::unstage_shards() {
-  for (auto &r : ranks_) {
-    if (r->device->kind() == DeviceKind::cpu) continue;
-    GPT<float> &m = *r->model;
-    AdamW &a = *r->adam;
-    const size_t bytes = m.num_params() * sizeof(float);
-    Device &dev = *r->device;
-    dev.copy_from_host(m.params(), r->host_params.data(), bytes);
-    dev.copy_from_host(a.exp_avg(), r->host_m.data(), bytes);
-    dev.copy_from_host(a.exp_avg_sq(), r->host_v.data(), bytes);
-    if (a.master()) dev.copy_from_host(a.master(), r->host_master.data(), bytes);
-  }
-}
-
-std::string Trainer::save(const std::string &root) {
-  if (!failure_.empty())
-    fail(Status::wrong_state, "the job failed earlier; its state is not saved: ", failure_);
-  if (root.empty()) fail(Status::invalid_argument, "save needs a directory");
-  SaveRequest req;
-  req.root = root;
-  req.keep_last = opt_.keep_last_checkpoints;
-  req.model = opt_.model;
-  req.layout = {opt_.parallel.t, opt_.parallel.p, opt_.parallel.d, opt_.virtual_stages};
-  req.state = {iteration_, consumed_, skipped_, nan_};
-  if (opt_.use_loss_scaler && opt_.loss_scaler.dynamic) {
-    const LossScalerState &ls = scaler_.state();
-    req.state.has_loss_scale = true;
-    req.state.loss_scale = (float)ls.scale;
-    req.state.loss_scale_growth_tracker = ls.growth_tracker;
-    req.state.loss_scale_hysteresis_tracker = ls.hysteresis_tracker;
-  }
-  req.training = resumption_options(opt_);
-  last_saved_ = save_checkpoint(req, local_shards());
-  return last_saved_;
-}
-
-std::string Trainer::load(const std::string &path) {
-  if (!failure_.empty()) fail(Status::wrong_state, "the job failed earlier: ", failure_);
-  if (path.empty()) fail(Status::invalid_argument, "load needs a checkpoint directory");
-  return load(open_checkpoint(path));
-}
-
-std::string Trainer::load(const CheckpointRef &ckpt) {
-  // The options that decide the data order and dropout (seed, split) and the
-  // LR schedule must be the saved ones, or the run would not continue the same
-  // way. Checked before anything is read, so a refused load changes nothing.
-  const std::map<std::string, std::string> now = resumption_options(opt_);
-  std::vector<std::string> keys = {"seed", "split"};
-  if (!opt_.override_opt_param_scheduler)
-    for (const char *k : {"lr", "min_lr", "lr_warmup_iters", "lr_decay_iters", "lr_decay_style"})
-      keys.push_back(k);
-  std::string diff;
-  for (const std::string &k : keys) {
-    auto it = ckpt.manifest.training.find(k);
-    if (it != ckpt.manifest.training.end() && it->second != now.at(k))
-      diff += (diff.empty() ? "" : "; ") + k + ": checkpoint " + it->second + ", this run " + now.at(k);
-  }
-  if (!diff.empty())
-    fail(Status::invalid_config, "checkpoint '", ckpt.dir, "' was trained with other options (",
-         diff, "); give the checkpoint's values",
-         opt_.override_opt_param_scheduler ? "" : " (or override_opt_param_scheduler = 1 for the LR schedule)");
-  TrainingState st;
-  try {
-    st = load_checkpoint(ckpt, opt_.model, local_shards(), opt_.verify_checkpoint);
-    unstage_shards();
-  } catch (const Error &e) {
-    // A different model shape is refused before anything is read; after that,
-    // some tensors may already hold the checkpoint's values: the model is a mix.
-    if (e.code() != Status::invalid_config)
-      failure_ = std::string("loading '") + ckpt.dir + "' failed part-way: " + e.what();
-    throw;
-  }
-  for (auto &r : ranks_) r->adam->master_to_model(*r->model);  // 16-bit: params = round(master)
-  // An fp16 run continues its scaler; one starting from another run's
-  // checkpoint (fp32, bf16) starts from the initial scale.
-  if (st.has_loss_scale && opt_.use_loss_scaler && opt_.loss_scaler.dynamic)
-    scaler_.set_state({st.loss_scale, st.loss_scale_growth_tracker, st.loss_scale_hysteresis_tracker});
-  iteration_ = st.iteration;
-  last_ = StepMetrics{};  // metrics belong to steps of this trainer
-  loss_interval_ = LossInterval{};
-  consumed_ = st.consumed_samples;
-  skipped_ = st.skipped_iterations;
-  nan_ = st.nan_iterations;
-  const CheckpointLayout now_layout{opt_.parallel.t, opt_.parallel.p, opt_.parallel.d,
-                                   opt_.virtual_stages};
-  last_loaded_ = "loaded " + ckpt.dir + " (" + ckpt.why + "), iteration " +
-                 std::to_string(iteration_) + ", saved with " + ckpt.manifest.layout.text() +
-                 ", loaded into " + now_layout.text();
-  if (!ckpt.manifest.checksummed)
-    last_loaded_ += " (its manifest has no checksum of its own: an older checkpoint, whose "
-                    "manifest fields are not checked)";
-  return last_loaded_;
-}
 double Trainer::rank_evaluate(Rank &r, int iters) {
   const int b = opt_.micro_batch_size, s = opt_.model.seq_length;
   const int per_replica = opt_.global_batch_size / opt_.parallel.d;
@@ -873,55 +662,6 @@ double Trainer::evaluate(int iters) {
   return ranks_[0]->value;
 }
 
-std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,
-                                   double temperature, uint64_t seed) {
-  std::vector<int32_t> toks = tok_->encode(prompt);
-  const size_t prompt_len = toks.size();
-  if (toks.empty()) toks.push_back(tok_->eod());  // start of a new document
-  GPT<float> &model = *r.model;
-  const int V = opt_.model.vocab_size, Vl = model.local_vocab(), t = opt_.parallel.t;
-  const int p = opt_.parallel.p, window = opt_.model.max_positions();
-  // One micro-batch of one sequence through every stage; the last picks the
-  // token and tells the others.
-  const std::vector<PipeOp> ops = forward_only_schedule(p, opt_.virtual_stages, 1, r.coord.pp);
-  std::vector<float> mine((size_t)Vl), row((size_t)Vl * t);
-  std::vector<double> prob((size_t)V);
-  for (int k = 0; k < max_new_tokens; k++) {
-    int n = (int)std::min<size_t>(toks.size(), (size_t)window);
-    const int32_t *context = toks.data() + toks.size() - n;
-    r.pipeline->run(ops, n, 1, 0, false, 0.f,
-                    [&](int, bool) { return MicroBatch{context, nullptr, 0}; });
-    int next = 0;
-    if (r.coord.pp == p - 1) {
-      // The last position's logits, gathered over the vocabulary shards.
-      model.device().copy_to_host(mine.data(), model.logits() + (size_t)(n - 1) * Vl,
-                                  (size_t)Vl * sizeof(float));
-      if (t > 1)
-        r.tp->all_gather(mine.data(), row.data(), (size_t)Vl);
-      else
-        std::copy(mine.begin(), mine.end(), row.begin());
-      next = pick_token(row.data(), V, temperature, seed, k, prob);
-    }
-    if (p > 1) {
-      float f = (float)next;  // exact: token ids are far below 2^24
-      r.pp->broadcast(&f, 1, p - 1);
-      next = (int)f;
-    }
-    if (next == tok_->eod()) break;
-    toks.push_back(next);
-  }
-  size_t skip = prompt_len == 0 ? 1 : 0;  // the EOD we started from
-  return tok_->decode(toks.data() + skip, toks.size() - skip);
-}
-
-std::string Trainer::generate(const std::string &prompt, int max_new_tokens, double temperature,
-                              uint64_t seed) {
-  if (max_new_tokens < 0) fail(Status::invalid_argument, "max_new_tokens must be >= 0");
-  if (!(temperature >= 0) || !std::isfinite(temperature))
-    fail(Status::invalid_argument, "temperature must be >= 0 (0 = greedy), got ", temperature);
-  run_on_ranks([&](Rank &r) { r.text = rank_generate(r, prompt, max_new_tokens, temperature, seed); });
-  return ranks_[0]->text;
-}
 
 std::vector<float> Trainer::gather_parameter(const std::string &name) const {
   if ((int)ranks_.size() != world_size())

@@ -1,0 +1,161 @@
+// The trainer's checkpoint glue: what a resumed run must share with the
+// saved one, the ranks' shards (staged through the host off the CPU), save
+// and load (checkpoints/ does the files).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "checkpoints/sharded_checkpoint.h"
+#include "engine/core/status.h"
+#include "engine/train/trainer.h"
+#include "engine/train/trainer_rank.h"
+
+namespace ptdp {
+
+// The options a resumed run must share with the saved one, as text.
+std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
+  const auto num = number_text;
+  return {{"seed", std::to_string(o.seed)},
+          {"split", o.split},
+          {"data_path", o.data_path},
+          {"global_batch_size", std::to_string(o.global_batch_size)},
+          {"micro_batch_size", std::to_string(o.micro_batch_size)},
+          {"train_iters", std::to_string(o.train_iters)},
+          {"lr", num(o.lr.max_lr)},
+          {"min_lr", num(o.lr.min_lr)},
+          {"lr_warmup_iters", std::to_string(o.lr.warmup_iters)},
+          {"lr_decay_iters", std::to_string(o.lr.decay_iters)},
+          {"lr_decay_style", o.lr.style},
+          {"weight_decay", num(o.adam.weight_decay)},
+          {"adam_beta1", num(o.adam.beta1)},
+          {"adam_beta2", num(o.adam.beta2)},
+          {"adam_eps", num(o.adam.eps)},
+          {"clip_grad", num(o.clip_grad)},
+          {"tokenizer_type", o.tokenizer},
+          {"params_dtype", dtype_name(o.precision.dtype)}};
+}
+
+// Checkpoints read and write host memory. A CPU rank hands its own buffers; a
+// rank on another device stages them in host copies (and unstage_shards puts
+// loaded values back).
+std::vector<RankShard> Trainer::local_shards() {
+  std::vector<RankShard> shards;
+  for (auto &r : ranks_) {
+    GPT<float> &m = *r->model;
+    AdamW &a = *r->adam;
+    if (r->device->kind() == DeviceKind::cpu) {
+      shards.push_back({r->coord, &m.param_table(), m.params(), a.exp_avg(), a.exp_avg_sq(),
+                        a.master()});
+      continue;
+    }
+    const size_t n = m.num_params(), bytes = n * sizeof(float);
+    Device &dev = *r->device;
+    r->host_params.resize(n);
+    r->host_m.resize(n);
+    r->host_v.resize(n);
+    r->host_master.resize(a.master() ? n : 0);
+    dev.copy_to_host(r->host_params.data(), m.params(), bytes);
+    dev.copy_to_host(r->host_m.data(), a.exp_avg(), bytes);
+    dev.copy_to_host(r->host_v.data(), a.exp_avg_sq(), bytes);
+    if (a.master()) dev.copy_to_host(r->host_master.data(), a.master(), bytes);
+    shards.push_back({r->coord, &m.param_table(), r->host_params.data(), r->host_m.data(),
+                      r->host_v.data(), a.master() ? r->host_master.data() : nullptr});
+  }
+  return shards;
+}
+
+void Trainer::unstage_shards() {
+  for (auto &r : ranks_) {
+    if (r->device->kind() == DeviceKind::cpu) continue;
+    GPT<float> &m = *r->model;
+    AdamW &a = *r->adam;
+    const size_t bytes = m.num_params() * sizeof(float);
+    Device &dev = *r->device;
+    dev.copy_from_host(m.params(), r->host_params.data(), bytes);
+    dev.copy_from_host(a.exp_avg(), r->host_m.data(), bytes);
+    dev.copy_from_host(a.exp_avg_sq(), r->host_v.data(), bytes);
+    if (a.master()) dev.copy_from_host(a.master(), r->host_master.data(), bytes);
+  }
+}
+
+std::string Trainer::save(const std::string &root) {
+  if (!failure_.empty())
+    fail(Status::wrong_state, "the job failed earlier; its state is not saved: ", failure_);
+  if (root.empty()) fail(Status::invalid_argument, "save needs a directory");
+  SaveRequest req;
+  req.root = root;
+  req.keep_last = opt_.keep_last_checkpoints;
+  req.model = opt_.model;
+  req.layout = {opt_.parallel.t, opt_.parallel.p, opt_.parallel.d, opt_.virtual_stages};
+  req.state = {iteration_, consumed_, skipped_, nan_};
+  if (opt_.use_loss_scaler && opt_.loss_scaler.dynamic) {
+    const LossScalerState &ls = scaler_.state();
+    req.state.has_loss_scale = true;
+    req.state.loss_scale = (float)ls.scale;
+    req.state.loss_scale_growth_tracker = ls.growth_tracker;
+    req.state.loss_scale_hysteresis_tracker = ls.hysteresis_tracker;
+  }
+  req.training = resumption_options(opt_);
+  last_saved_ = save_checkpoint(req, local_shards());
+  return last_saved_;
+}
+
+std::string Trainer::load(const std::string &path) {
+  if (!failure_.empty()) fail(Status::wrong_state, "the job failed earlier: ", failure_);
+  if (path.empty()) fail(Status::invalid_argument, "load needs a checkpoint directory");
+  return load(open_checkpoint(path));
+}
+
+std::string Trainer::load(const CheckpointRef &ckpt) {
+  // The options that decide the data order and dropout (seed, split) and the
+  // LR schedule must be the saved ones, or the run would not continue the same
+  // way. Checked before anything is read, so a refused load changes nothing.
+  const std::map<std::string, std::string> now = resumption_options(opt_);
+  std::vector<std::string> keys = {"seed", "split"};
+  if (!opt_.override_opt_param_scheduler)
+    for (const char *k : {"lr", "min_lr", "lr_warmup_iters", "lr_decay_iters", "lr_decay_style"})
+      keys.push_back(k);
+  std::string diff;
+  for (const std::string &k : keys) {
+    auto it = ckpt.manifest.training.find(k);
+    if (it != ckpt.manifest.training.end() && it->second != now.at(k))
+      diff += (diff.empty() ? "" : "; ") + k + ": checkpoint " + it->second + ", this run " + now.at(k);
+  }
+  if (!diff.empty())
+    fail(Status::invalid_config, "checkpoint '", ckpt.dir, "' was trained with other options (",
+         diff, "); give the checkpoint's values",
+         opt_.override_opt_param_scheduler ? "" : " (or override_opt_param_scheduler = 1 for the LR schedule)");
+  TrainingState st;
+  try {
+    st = load_checkpoint(ckpt, opt_.model, local_shards(), opt_.verify_checkpoint);
+    unstage_shards();
+  } catch (const Error &e) {
+    // A different model shape is refused before anything is read; after that,
+    // some tensors may already hold the checkpoint's values: the model is a mix.
+    if (e.code() != Status::invalid_config)
+      failure_ = std::string("loading '") + ckpt.dir + "' failed part-way: " + e.what();
+    throw;
+  }
+  for (auto &r : ranks_) r->adam->master_to_model(*r->model);  // 16-bit: params = round(master)
+  // An fp16 run continues its scaler; one starting from another run's
+  // checkpoint (fp32, bf16) starts from the initial scale.
+  if (st.has_loss_scale && opt_.use_loss_scaler && opt_.loss_scaler.dynamic)
+    scaler_.set_state({st.loss_scale, st.loss_scale_growth_tracker, st.loss_scale_hysteresis_tracker});
+  iteration_ = st.iteration;
+  last_ = StepMetrics{};  // metrics belong to steps of this trainer
+  loss_interval_ = LossInterval{};
+  consumed_ = st.consumed_samples;
+  skipped_ = st.skipped_iterations;
+  nan_ = st.nan_iterations;
+  const CheckpointLayout now_layout{opt_.parallel.t, opt_.parallel.p, opt_.parallel.d,
+                                   opt_.virtual_stages};
+  last_loaded_ = "loaded " + ckpt.dir + " (" + ckpt.why + "), iteration " +
+                 std::to_string(iteration_) + ", saved with " + ckpt.manifest.layout.text() +
+                 ", loaded into " + now_layout.text();
+  if (!ckpt.manifest.checksummed)
+    last_loaded_ += " (its manifest has no checksum of its own: an older checkpoint, whose "
+                    "manifest fields are not checked)";
+  return last_loaded_;
+}
+
+}  // namespace ptdp

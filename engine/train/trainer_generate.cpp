@@ -1,0 +1,90 @@
+// Text generation from the trained model: one sequence through every
+// pipeline stage per new token, the last stage picks it and tells the others.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/core/philox.h"
+#include "engine/core/status.h"
+#include "engine/parallel/schedule.h"
+#include "engine/train/trainer.h"
+#include "engine/train/trainer_rank.h"
+
+namespace ptdp {
+
+namespace {
+// The next token from one position's logits over the real vocabulary [0, V):
+// greedy at temperature 0, else sampled with a Philox draw keyed by (seed, k).
+int pick_token(const float *row, int V, double temperature, uint64_t seed, int k,
+               std::vector<double> &prob) {
+  int next = 0;
+  if (temperature == 0) {
+    for (int j = 1; j < V; j++)
+      if (row[j] > row[next]) next = j;
+    return next;
+  }
+  double mx = row[0], sum = 0;
+  for (int j = 1; j < V; j++) mx = std::max(mx, (double)row[j]);
+  for (int j = 0; j < V; j++) sum += prob[j] = std::exp(((double)row[j] - mx) / temperature);
+  double u = uniform_from_u32(philox4x32((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)k, 0,
+                                         0x6e6, 0).v[0]) * sum;
+  for (int j = 0; j < V; j++) {
+    u -= prob[j];
+    if (u <= 0) return j;
+  }
+  return V - 1;
+}
+}  // namespace
+
+std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,
+                                   double temperature, uint64_t seed) {
+  std::vector<int32_t> toks = tok_->encode(prompt);
+  const size_t prompt_len = toks.size();
+  if (toks.empty()) toks.push_back(tok_->eod());  // start of a new document
+  GPT<float> &model = *r.model;
+  const int V = opt_.model.vocab_size, Vl = model.local_vocab(), t = opt_.parallel.t;
+  const int p = opt_.parallel.p, window = opt_.model.max_positions();
+  // One micro-batch of one sequence through every stage; the last picks the
+  // token and tells the others.
+  const std::vector<PipeOp> ops = forward_only_schedule(p, opt_.virtual_stages, 1, r.coord.pp);
+  std::vector<float> mine((size_t)Vl), row((size_t)Vl * t);
+  std::vector<double> prob((size_t)V);
+  for (int k = 0; k < max_new_tokens; k++) {
+    int n = (int)std::min<size_t>(toks.size(), (size_t)window);
+    const int32_t *context = toks.data() + toks.size() - n;
+    r.pipeline->run(ops, n, 1, 0, false, 0.f,
+                    [&](int, bool) { return MicroBatch{context, nullptr, 0}; });
+    int next = 0;
+    if (r.coord.pp == p - 1) {
+      // The last position's logits, gathered over the vocabulary shards.
+      model.device().copy_to_host(mine.data(), model.logits() + (size_t)(n - 1) * Vl,
+                                  (size_t)Vl * sizeof(float));
+      if (t > 1)
+        r.tp->all_gather(mine.data(), row.data(), (size_t)Vl);
+      else
+        std::copy(mine.begin(), mine.end(), row.begin());
+      next = pick_token(row.data(), V, temperature, seed, k, prob);
+    }
+    if (p > 1) {
+      float f = (float)next;  // exact: token ids are far below 2^24
+      r.pp->broadcast(&f, 1, p - 1);
+      next = (int)f;
+    }
+    if (next == tok_->eod()) break;
+    toks.push_back(next);
+  }
+  size_t skip = prompt_len == 0 ? 1 : 0;  // the EOD we started from
+  return tok_->decode(toks.data() + skip, toks.size() - skip);
+}
+
+std::string Trainer::generate(const std::string &prompt, int max_new_tokens, double temperature,
+                              uint64_t seed) {
+  if (max_new_tokens < 0) fail(Status::invalid_argument, "max_new_tokens must be >= 0");
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    fail(Status::invalid_argument, "temperature must be >= 0 (0 = greedy), got ", temperature);
+  run_on_ranks([&](Rank &r) { r.text = rank_generate(r, prompt, max_new_tokens, temperature, seed); });
+  return ranks_[0]->text;
+}
+
+}  // namespace ptdp

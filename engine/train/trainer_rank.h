@@ -1,0 +1,57 @@
+// One rank of a Trainer as its source files share it (trainer.cpp,
+// trainer_checkpoint.cpp, trainer_generate.cpp): its communicators, device,
+// model, optimizer, data and last results. Private to the trainer.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/comm/staged_comm.h"
+#include "engine/device/device.h"
+#include "engine/trace/timeline.h"
+#include "engine/train/trainer.h"
+
+namespace ptdp {
+
+struct Trainer::Rank {
+  int world_rank = 0;
+  RankCoord coord;
+  std::unique_ptr<Communicator> tp, dp, pp;
+  std::unique_ptr<Communicator> embedding;  // first and last stage when p > 1, else null
+  std::unique_ptr<Device> device;           // outlives the model and optimizer on it
+  // The groups as the model and the gradient reductions use them: over device
+  // memory (staged copies of the above when the device is not the host's, else
+  // the same communicators). Host values (loss, norm) use the ones above.
+  std::unique_ptr<Communicator> staged[4];
+  Communicator *tp_d = nullptr, *dp_d = nullptr, *pp_d = nullptr, *embedding_d = nullptr;
+  std::unique_ptr<GPT<float>> model;
+  std::unique_ptr<PipelineRuntime> pipeline;
+  std::vector<PipeOp> eval_schedule;  // the training schedule is report.schedule
+  Timeline timeline;
+  Trainer::RankReport report;  // of the last step
+  // This rank's communicators by group name.
+  std::vector<std::pair<std::string, Communicator *>> groups() {
+    std::vector<std::pair<std::string, Communicator *>> g{
+        {"tp", tp.get()}, {"pp", pp.get()}, {"dp", dp.get()}};
+    if (embedding) g.push_back({"embedding", embedding.get()});
+    return g;
+  }
+  std::unique_ptr<AdamW> adam;
+  std::unique_ptr<Sampler> train, valid;
+  std::vector<int32_t> sample, tokens, targets;
+  // Host copies of the parameters and optimizer state for checkpoints, when
+  // the device's memory is not the host's.
+  std::vector<float> host_params, host_m, host_v, host_master;
+  // Results of the last operation run on this rank.
+  StepMetrics metrics;
+  double value = 0;
+  std::string text;
+};
+
+// The options a resumed run must share with the saved one, as text
+// (trainer_checkpoint.cpp; also what --save compares against its directory).
+std::map<std::string, std::string> resumption_options(const TrainerOptions &o);
+
+}  // namespace ptdp
