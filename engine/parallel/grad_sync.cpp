@@ -16,7 +16,8 @@ void sync_gradients(GPT<float> &model, Communicator *embedding, Communicator *dp
   // the backward once buckets are reduced as they fill).
   if (dp && dp->size() > 1) {
     const size_t n = model.num_params();
-    for (size_t off = 0; off < n; off += bucket) dp->all_reduce(grads + off, std::min(bucket, n - off));
+    for (size_t off = 0; off < n; off += bucket)
+      dp->all_reduce(grads + off, std::min(bucket, n - off));
   }
 }
 
