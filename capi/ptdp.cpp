@@ -485,7 +485,7 @@ ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops) {
     if (n <= 0 || n > 16384 || repeats <= 0)
       ptdp::fail(ptdp::Status::invalid_argument, "need 0 < n <= 16384 and repeats > 0, got n=", n,
                  " repeats=", repeats);
-    ptdp::Buffer<float> a((size_t)n * n), b((size_t)n * n), c((size_t)n * n);
+    std::vector<float> a((size_t)n * n), b((size_t)n * n), c((size_t)n * n);
     for (size_t i = 0; i < a.size(); i++) {
       a[i] = (float)((i * 7 + 3) % 13) * 0.01f;
       b[i] = (float)((i * 5 + 1) % 11) * 0.01f;

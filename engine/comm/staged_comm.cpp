@@ -43,7 +43,13 @@ void StagedComm::reduce_scatter(const void *in, void *out, size_t n, DType dt) {
 
 void StagedComm::broadcast(void *buf, size_t n, DType dt, int root) {
   const size_t bytes = n * elem_size(dt, CommOp::broadcast);
-  host_.broadcast(to_host(in_, buf, bytes), n, dt, root);
+  // Only the root's values are read; the others' buffers are overwritten.
+  if (rank() == root) {
+    host_.broadcast(to_host(in_, buf, bytes), n, dt, root);
+    return;
+  }
+  in_.resize(bytes);
+  host_.broadcast(in_.data(), n, dt, root);
   from_host(buf, in_, bytes);
 }
 

@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 
 #include "engine/core/status.h"
 
@@ -22,7 +21,6 @@ void *CpuAllocator::allocate(size_t bytes, size_t alignment) {
   size_t rounded = (bytes + alignment - 1) / alignment * alignment;
   void *p = std::aligned_alloc(alignment, rounded);
   if (!p) fail(Status::out_of_memory, "cannot allocate ", bytes, " bytes of host memory");
-  std::memset(p, 0, rounded);
   int64_t now = g_in_use.fetch_add((int64_t)bytes) + (int64_t)bytes;
   int64_t peak = g_peak.load();
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {

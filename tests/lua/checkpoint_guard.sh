@@ -3,15 +3,7 @@
 # and `ptdp ckpt`: --save into another run's checkpoints stops the run before
 # its first step (naming the directory and what differs) and the same run may
 # save there; an edited manifest field is caught by verify, inspect and --load.
-set -u
-launcher=$1 script=$2 corpus=$3 work=$4
-rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-run() {
-  "$launcher" "$script" --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
-    --micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr-warmup-iters 1 --eval-iters 1 \
-    --eval-interval 0 --sample-tokens 0 --num-threads 1 --data-path d.ptdp --corpus "$corpus" \
-    --corpus-format lines "$@"
-}
+. "$(dirname "$0")/tiny_train_run.sh"
 fail=0
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fail=1; }

@@ -3,15 +3,7 @@
 # run: with the file size limited (every write past it fails with EFBIG, as on
 # a full disk), train_gpt.lua trains on, reports the failure, repeats it at the
 # end and exits non-zero; with room, the same run exits 0.
-set -u
-launcher=$1 script=$2 corpus=$3 work=$4
-rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-run() {
-  "$launcher" "$script" --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
-    --micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr-warmup-iters 1 --eval-iters 1 \
-    --eval-interval 0 --sample-tokens 0 --num-threads 1 --data-path d.ptdp --corpus "$corpus" \
-    --corpus-format lines "$@"
-}
+. "$(dirname "$0")/tiny_train_run.sh"
 fail=0
 run --save room >out_ok.txt 2>&1
 rc=$?

@@ -25,7 +25,9 @@ inline TrainedRun train_run(const ptdp::TrainerOptions &opt, int steps) {
   return r;
 }
 
-inline void expect_matches_serial(const TrainedRun &run, const TrainedRun &serial) {
+// param_tol: the largest parameter difference allowed (default justified below).
+inline void expect_matches_serial(const TrainedRun &run, const TrainedRun &serial,
+                                  double param_tol = 3e-5) {
   ASSERT_EQ(run.losses.size(), serial.losses.size());
   for (size_t i = 0; i < run.losses.size(); i++)
     // fp32 with sums reordered (row-parallel partial sums, replica sums, the tied
@@ -39,7 +41,7 @@ inline void expect_matches_serial(const TrainedRun &run, const TrainedRun &seria
     // Adam divides each gradient by its RMS, so rounding differences of relative
     // size ~1e-6 in a near-zero gradient (biases) move that update by up to a few
     // 1e-6 (observed: 6e-6). A real bug moves parameters by O(lr) = 3e-3 per step;
-    // the bound is 1% of one step.
-    EXPECT_LT(diff, 3e-5) << "parameter tensor " << k;
+    // the default bound is 1% of one step.
+    EXPECT_LT(diff, param_tol) << "parameter tensor " << k;
   }
 }
