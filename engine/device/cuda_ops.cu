@@ -1,6 +1,8 @@
 // The CUDA op table: kernels/cuda queued on the device's stream, GEMMs through
 // one cuBLASLt handle per rank. fp32 storage (a 16-bit run rounds its float
 // arrays with round_to_storage, as the CPU does), fp32 arithmetic, no TF32.
+// In a 16-bit run the GEMMs read 16-bit copies of their operands (as
+// torch.autocast casts a matmul's inputs): tensor cores, fp32 sums and results.
 #include <cuda_runtime.h>
 
 #include <memory>
@@ -20,15 +22,23 @@ class CudaOps final : public Ops<float> {
 
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
             const float *B, int ldb, float beta, float *C, int ldc) override {
-    if (M == 0 || N == 0) return;
-    gemm_.run(DType::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, stream_);
+    gemm_strided_batched(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
   }
   void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
                             int lda, int64_t strideA, const float *B, int ldb, int64_t strideB,
                             float beta, float *C, int ldc, int64_t strideC, int batch) override {
-    if (M == 0 || N == 0 || batch == 0) return;
-    gemm_.run(DType::f32, ta, tb, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
-              strideC, batch, stream_);
+    if (M <= 0 || N <= 0 || batch <= 0) return;
+    const DType st = storage_type();
+    if (st == DType::f32 || K <= 0) {  // (K <= 0: Gemm's own error)
+      gemm_.run(DType::f32, ta, tb, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
+                strideC, batch, stream_);
+      return;
+    }
+    // Stored shapes: A is [M, K] ([K, M] if ta), B is [K, N] ([N, K] if tb).
+    const void *A16 = narrow(0, A, ta ? K : M, ta ? M : K, lda, strideA, batch);
+    const void *B16 = narrow(1, B, tb ? N : K, tb ? K : N, ldb, strideB, batch);
+    gemm_.run(st, DType::f32, ta, tb, M, N, K, alpha, A16, lda, strideA, B16, ldb, strideB, beta, C,
+              ldc, strideC, batch, stream_);
   }
   void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
                          const float *b, int N, int h, float eps) override {
@@ -78,10 +88,9 @@ class CudaOps final : public Ops<float> {
     cuda::flash_attention_forward<float>(ctx, lse, qkv, s, b, heads, hd, scale, head_offset, d,
                                          stream_);
   }
-  void flash_attention_backward(float *dqkv, const float *dctx, const float *ctx,
-                                const float *qkv, const float *lse, int s, int b, int heads,
-                                int hd, float scale, int head_offset,
-                                const DropoutSpec &d) override {
+  void flash_attention_backward(float *dqkv, const float *dctx, const float *ctx, const float *qkv,
+                                const float *lse, int s, int b, int heads, int hd, float scale,
+                                int head_offset, const DropoutSpec &d) override {
     cuda::flash_attention_backward<float>(dqkv, dctx, ctx, qkv, lse, s, b, heads, hd, scale,
                                           head_offset, d, stream_);
   }
@@ -136,8 +145,22 @@ class CudaOps final : public Ops<float> {
   }
 
  private:
+  // A 16-bit copy (in scratch `slot`) of the span of memory an operand covers:
+  // `batch` matrices of rows x cols with leading dimension ld, `stride` apart.
+  // Exact: a 16-bit run's values are already rounded to the type. The scratch
+  // only grows, and reuse is safe because the stream runs in order.
+  const void *narrow(int slot, const float *x, int rows, int cols, int ld, int64_t stride,
+                     int batch) {
+    const size_t n = (size_t)(rows - 1) * ld + cols + (size_t)(batch - 1) * stride;
+    DeviceArray<uint16_t> &buf = narrow_[slot];
+    if (buf.size() < n) buf.resize(device(), n);
+    cuda::cast(buf.data(), storage_type(), x, DType::f32, n, stream_);
+    return buf.data();
+  }
+
   cudaStream_t stream_;
   cuda::Gemm gemm_;
+  DeviceArray<uint16_t> narrow_[2];  // the A and B operands of a 16-bit GEMM
 };
 
 }  // namespace

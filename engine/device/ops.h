@@ -102,11 +102,20 @@ class Ops {
   // held in float. Nothing to do for f32 (and for T = double).
   virtual void round_to_storage(T *x, size_t n, DType dtype) = 0;
 
+  // The type the model's tensors are rounded to (f32: none). With a 16-bit
+  // type every GEMM operand holds values of that type, so a backend may run
+  // the GEMM on 16-bit copies with fp32 accumulation and an fp32 result: the
+  // same exact products, on tensor cores (CUDA does; the CPU's GEMM reads the
+  // floats as they are).
+  void set_storage_type(DType dtype) { storage_ = dtype; }
+  DType storage_type() const { return storage_; }
+
  protected:
   explicit Ops(Device &dev) : dev_(&dev) {}
 
  private:
   Device *dev_;
+  DType storage_ = DType::f32;
 };
 
 // The op table of `dev`'s backend. The CUDA backend has float only (double is

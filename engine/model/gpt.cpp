@@ -88,6 +88,7 @@ GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStag
          " model computes in float: GPT<double> (the finite-difference reference) is f32 only");
   if (prec_.dtype == DType::f64)
     fail(Status::invalid_argument, "the model's dtype must be f32, bf16 or f16, not f64");
+  ops_->set_storage_type(prec_.dtype);  // CUDA: 16-bit GEMMs on tensor cores
   const int t = tp_.size;
   cfg_.validate(t);
   if (tp_.rank < 0 || tp_.rank >= t || (t > 1 && (!tp_.comm || tp_.comm->size() != t)))

@@ -69,8 +69,8 @@ Gemm::~Gemm() {
 Gemm::Plan &Gemm::plan(const Key &key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
-  const auto [dti, ta, tb, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, alA, alB, alC] = key;
-  const cudaDataType_t t = cuda_type((DType)dti);
+  const auto [dti, dtc, ta, tb, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, alA, alB, alC] = key;
+  const cudaDataType_t t = cuda_type((DType)dti), tc = cuda_type((DType)dtc);
   Plan *p = new Plan;
   try {
     check(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
@@ -84,7 +84,7 @@ Gemm::Plan &Gemm::plan(const Key &key) {
     // (or [M, K]), C is [N, M].
     check(cublasLtMatrixLayoutCreate(&p->a, t, tb ? K : N, tb ? N : K, ldb), "LayoutCreate(B)");
     check(cublasLtMatrixLayoutCreate(&p->b, t, ta ? M : K, ta ? K : M, lda), "LayoutCreate(A)");
-    check(cublasLtMatrixLayoutCreate(&p->c, t, N, M, ldc), "LayoutCreate(C)");
+    check(cublasLtMatrixLayoutCreate(&p->c, tc, N, M, ldc), "LayoutCreate(C)");
     if (batch > 1) {
       const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {{p->a, sB}, {p->b, sA}, {p->c, sC}};
       for (auto [l, stride] : layouts) {
@@ -111,8 +111,8 @@ Gemm::Plan &Gemm::plan(const Key &key) {
     cublasLtMatmulPreferenceDestroy(pref);
     check(s, "MatmulAlgoGetHeuristic");
     if (!found)
-      fail(Status::internal, "cuBLASLt has no algorithm for a ", dtype_name((DType)dti), " GEMM M=", M,
-           " N=", N, " K=", K, " batch=", batch);
+      fail(Status::internal, "cuBLASLt has no algorithm for a ", dtype_name((DType)dti), " GEMM (C ",
+           dtype_name((DType)dtc), ") M=", M, " N=", N, " K=", K, " batch=", batch);
     p->algo = result.algo;
   } catch (...) {
     delete p;
@@ -122,19 +122,22 @@ Gemm::Plan &Gemm::plan(const Key &key) {
   return *p;
 }
 
-void Gemm::run(DType dt, bool ta, bool tb, int M, int N, int K, float alpha, const void *A, int lda,
-               int64_t strideA, const void *B, int ldb, int64_t strideB, float beta, void *C,
-               int ldc, int64_t strideC, int batch, cudaStream_t stream) {
+void Gemm::run(DType ab, DType c, bool ta, bool tb, int M, int N, int K, float alpha, const void *A,
+               int lda, int64_t strideA, const void *B, int ldb, int64_t strideB, float beta,
+               void *C, int ldc, int64_t strideC, int batch, cudaStream_t stream) {
   if (M <= 0 || N <= 0 || batch <= 0) return;  // nothing to write
   if (K <= 0) fail(Status::invalid_argument, "GEMM with K = ", K, " (must be >= 1)");
   if (ldc < N || lda < (ta ? M : K) || ldb < (tb ? K : N))
     fail(Status::invalid_argument, "GEMM leading dimensions lda=", lda, " ldb=", ldb, " ldc=", ldc,
          " too small for M=", M, " N=", N, " K=", K);
+  if (c != ab && c != DType::f32)
+    fail(Status::invalid_argument, "GEMM of ", dtype_name(ab), " operands into ", dtype_name(c),
+         " (C must be ", dtype_name(ab), " or f32)");
   if (batch == 1) strideA = strideB = strideC = 0;
-  const int64_t size = (int64_t)dtype_size(dt);
-  const Key key{(int)dt, ta, tb, M, N, K, lda, ldb, ldc, strideA, strideB, strideC, batch,
+  const int64_t size = (int64_t)dtype_size(ab), size_c = (int64_t)dtype_size(c);
+  const Key key{(int)ab, (int)c, ta, tb, M, N, K, lda, ldb, ldc, strideA, strideB, strideC, batch,
                 alignment(A, strideA * size), alignment(B, strideB * size),
-                alignment(C, strideC * size)};
+                alignment(C, strideC * size_c)};
   Plan &p = plan(key);
   check(cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
                        workspace_, workspace_bytes_, stream),

@@ -19,9 +19,11 @@ namespace ptdp::cuda {
 // ---- GEMM (cuBLASLt) ------------------------------------------------------------
 // Row-major C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C with op = transpose
 // if t*, as cpu::gemm; `batch` GEMMs with operand i at X + i*strideX elements.
-// A, B and C share one dtype (f32, bf16 or f16); products are summed in fp32
-// (never TF32), so an fp32 GEMM is the CPU's up to summation order. One Gemm per
-// stream: it owns a cuBLASLt handle, a workspace and the plans of the shapes seen.
+// A and B share one dtype (f32, bf16 or f16) and C has that dtype or f32 (a
+// 16-bit GEMM writing fp32, for weight gradients and fp32-held activations);
+// products are summed in fp32 (never TF32), so an fp32 GEMM is the CPU's up to
+// summation order. One Gemm per stream: it owns a cuBLASLt handle, a workspace
+// and the plans of the shapes seen.
 class Gemm {
  public:
   explicit Gemm(size_t workspace_bytes = size_t(32) << 20);
@@ -29,19 +31,27 @@ class Gemm {
   Gemm(const Gemm &) = delete;
   Gemm &operator=(const Gemm &) = delete;
 
+  // A and B in `ab`, C in `c`.
+  void run(DType ab, DType c, bool ta, bool tb, int M, int N, int K, float alpha, const void *A,
+           int lda, int64_t strideA, const void *B, int ldb, int64_t strideB, float beta, void *C,
+           int ldc, int64_t strideC, int batch, cudaStream_t stream);
+  // A, B and C all in `dt`.
   void run(DType dt, bool ta, bool tb, int M, int N, int K, float alpha, const void *A, int lda,
            int64_t strideA, const void *B, int ldb, int64_t strideB, float beta, void *C, int ldc,
-           int64_t strideC, int batch, cudaStream_t stream);
+           int64_t strideC, int batch, cudaStream_t stream) {
+    run(dt, dt, ta, tb, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
+        batch, stream);
+  }
   void run(DType dt, bool ta, bool tb, int M, int N, int K, float alpha, const void *A, int lda,
            const void *B, int ldb, float beta, void *C, int ldc, cudaStream_t stream) {
-    run(dt, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
+    run(dt, dt, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
   }
 
  private:
   struct Plan;
-  // dtype, ta, tb, M, N, K, lda, ldb, ldc, strides, batch, pointer alignments.
-  using Key = std::tuple<int, bool, bool, int, int, int, int, int, int, int64_t, int64_t, int64_t,
-                         int, int, int, int>;
+  // dtypes of A/B and C, ta, tb, M, N, K, lda, ldb, ldc, strides, batch, pointer alignments.
+  using Key = std::tuple<int, int, bool, bool, int, int, int, int, int, int, int64_t, int64_t,
+                         int64_t, int, int, int, int>;
   Plan &plan(const Key &key);
 
   cublasLtHandle_t handle_ = nullptr;

@@ -1,11 +1,13 @@
-// ptdp's training step on one GPU: the whole GPT and AdamW on the CUDA device
-// (fp32 storage and fp32 GEMMs without TF32, the only storage the model has on
-// the GPU so far), tokens/s, TFLOP/s and MFU against the card's dense bf16 peak
-// (what issue 12 measures against; H100 SXM: 989 TFLOP/s) and against its
-// fp32 peak. Random tokens: the figure is the step's speed, not learning.
+// ptdp's training step on one GPU: the whole GPT and AdamW on the CUDA device,
+// tokens/s, TFLOP/s and MFU against the card's dense bf16 peak (what issue 12
+// measures against; H100 SXM: 989 TFLOP/s) and against its fp32 peak. Random
+// tokens: the figure is the step's speed, not learning. Tensors are fp32
+// arrays; --bf16 1 rounds them to bf16 (fp32 master weights in AdamW) and runs
+// the GEMMs on bf16 copies of their operands (tensor cores), fp32 otherwise
+// (no TF32). Real 16-bit storage is still to come.
 //   bench_gpu_gpt [--layers 24] [--hidden 2048] [--heads 16] [--seq 2048]
 //                 [--vocab 50304] [--batch 2] [--steps 3] [--recompute 1]
-//                 [--flash 0] [--bf16-peak 989] [--fp32-peak 67]
+//                 [--flash 0] [--bf16 0] [--bf16-peak 989] [--fp32-peak 67]
 // Prints "bench name=ptdp_train ..." for scripts/gpu_summary.py.
 #include <chrono>
 #include <cmath>
@@ -29,24 +31,39 @@ int main(int argc, char **argv) {
   cfg.num_attention_heads = 16;
   cfg.seq_length = 2048;
   cfg.vocab_size = 50304;
-  int batch = 2, steps = 3, recompute = 1, flash = 0;
+  int batch = 2, steps = 3, recompute = 1, flash = 0, bf16 = 0;
   double bf16_peak = 989, fp32_peak = 67;  // H100 SXM dense, TFLOP/s
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const double v = std::atof(argv[i + 1]);
-    if (k == "--layers") cfg.num_layers = (int)v;
-    else if (k == "--hidden") cfg.hidden_size = (int)v;
-    else if (k == "--heads") cfg.num_attention_heads = (int)v;
-    else if (k == "--seq") cfg.seq_length = (int)v;
-    else if (k == "--vocab") cfg.vocab_size = (int)v;
-    else if (k == "--batch") batch = (int)v;
-    else if (k == "--steps") steps = (int)v;
-    else if (k == "--recompute") recompute = (int)v;
-    else if (k == "--flash") flash = (int)v;
-    else if (k == "--bf16-peak") bf16_peak = v;
-    else if (k == "--fp32-peak") fp32_peak = v;
+    if (k == "--layers")
+      cfg.num_layers = (int)v;
+    else if (k == "--hidden")
+      cfg.hidden_size = (int)v;
+    else if (k == "--heads")
+      cfg.num_attention_heads = (int)v;
+    else if (k == "--seq")
+      cfg.seq_length = (int)v;
+    else if (k == "--vocab")
+      cfg.vocab_size = (int)v;
+    else if (k == "--batch")
+      batch = (int)v;
+    else if (k == "--steps")
+      steps = (int)v;
+    else if (k == "--recompute")
+      recompute = (int)v;
+    else if (k == "--flash")
+      flash = (int)v;
+    else if (k == "--bf16")
+      bf16 = (int)v;
+    else if (k == "--bf16-peak")
+      bf16_peak = v;
+    else if (k == "--fp32-peak")
+      fp32_peak = v;
     else {
-      std::fprintf(stderr, "unknown option %s (see the comment at the top of bench_gpu_gpt.cu)\n",
+      std::fprintf(stderr,
+                   "unknown option %s (see the comment at the top of "
+                   "bench_gpu_gpt.cu)\n",
                    argv[i]);
       return 2;
     }
@@ -56,7 +73,9 @@ int main(int argc, char **argv) {
     Recompute rc;
     rc.enabled = recompute != 0;
     const auto t_init = std::chrono::steady_clock::now();
-    GPT<float> model(cfg, 1234, {}, {}, rc, {}, dev.get());
+    Precision prec;
+    if (bf16) prec.dtype = DType::bf16;
+    GPT<float> model(cfg, 1234, {}, {}, rc, prec, dev.get());
     model.set_flash_attention(flash != 0);
     AdamW opt(model, {});
     std::printf("model: %.2fB parameters, init %.1f s\n", model.num_real_params() * 1e-9,
@@ -77,7 +96,8 @@ int main(int argc, char **argv) {
       scale_gradients(model, clip_factor(norm, 1.0));
       opt.update(model, 1e-4, step + 1);
       dev->synchronize();
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double dt =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::printf("step %d: %.3f s, loss %.4f, grad norm %.3f\n", step, dt, loss, norm);
       if (step > 0) seconds += dt;
     }
@@ -85,10 +105,12 @@ int main(int argc, char **argv) {
     const double flops = cfg.flops_per_batch(batch, rc.enabled);
     const double tflops = flops / per_step * 1e-12;
     const double gib = dev->memory().peak / 1073741824.0;
-    std::printf("bench name=ptdp_train variant=fp32%s%s tokens_per_s=%.0f tflops=%.1f mfu=%.4f "
-                "of_fp32_peak=%.4f mem_gib=%.2f step_s=%.3f\n",
-                rc.enabled ? "+recompute" : "", flash ? "+flash" : "", N / per_step, tflops, tflops / bf16_peak,
-                tflops / fp32_peak, gib, per_step);
+    std::printf(
+        "bench name=ptdp_train variant=%s%s%s tokens_per_s=%.0f "
+        "tflops=%.1f mfu=%.4f "
+        "of_fp32_peak=%.4f mem_gib=%.2f step_s=%.3f\n",
+        bf16 ? "bf16" : "fp32", rc.enabled ? "+recompute" : "", flash ? "+flash" : "", N / per_step,
+        tflops, tflops / bf16_peak, tflops / fp32_peak, gib, per_step);
     return std::isfinite(loss) ? 0 : 1;
   } catch (const std::exception &e) {
     std::printf("bench_gpu_gpt failed: %s\n", e.what());

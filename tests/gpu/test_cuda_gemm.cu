@@ -58,6 +58,7 @@ struct Case {
   int M, N, K, pad, batch;
   float alpha, beta;
   int offset;  // elements added to every pointer: tests unaligned operands
+  bool c_f32 = false;  // C in fp32 while A and B are dt (a 16-bit run's GEMMs on CUDA)
 };
 
 void run_case(ptdp::cuda::Gemm &gemm, const Case &c) {
@@ -67,19 +68,20 @@ void run_case(ptdp::cuda::Gemm &gemm, const Case &c) {
   static unsigned seed = 100;
   const auto A = stored(randn(c.offset + sA * c.batch, seed++), c.dt);
   const auto B = stored(randn(c.offset + sB * c.batch, seed++), c.dt);
-  const auto C0 = stored(randn(c.offset + sC * c.batch, seed++), c.dt);
-  auto dA = upload(A, c.dt), dB = upload(B, c.dt), dC = upload(C0, c.dt);
-  const size_t es = ptdp::dtype_size(c.dt);
-  gemm.run(c.dt, c.ta, c.tb, c.M, c.N, c.K, c.alpha, dA.p + c.offset * es, lda, sA,
-           dB.p + c.offset * es, ldb, sB, c.beta, dC.p + c.offset * es, ldc, sC, c.batch, 0);
+  const DType ct = c.c_f32 ? DType::f32 : c.dt;
+  const auto C0 = stored(randn(c.offset + sC * c.batch, seed++), ct);
+  auto dA = upload(A, c.dt), dB = upload(B, c.dt), dC = upload(C0, ct);
+  const size_t es = ptdp::dtype_size(c.dt), esc = ptdp::dtype_size(ct);
+  gemm.run(c.dt, ct, c.ta, c.tb, c.M, c.N, c.K, c.alpha, dA.p + c.offset * es, lda, sA,
+           dB.p + c.offset * es, ldb, sB, c.beta, dC.p + c.offset * esc, ldc, sC, c.batch, 0);
   CUDA_OK(cudaDeviceSynchronize());
-  const auto C = download(dC, c.dt);
+  const auto C = download(dC, ct);
 
   // Per element: |gpu - ref| <= u * |ref| + (K + 2) * 2^-24 * sum |terms|: the
   // rounding of the stored result (u: half an ulp of the type, doubled for the
   // fp32 error that can push it over a rounding boundary) plus the worst case of
   // K fp32 additions.
-  const double u = c.dt == DType::f32 ? 0 : c.dt == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
+  const double u = ct == DType::f32 ? 0 : ct == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
   const double gamma = (c.K + 2) * std::ldexp(1.0, -24);
   size_t bad = 0, checked = 0;
   double worst = 0;
@@ -110,9 +112,9 @@ void run_case(ptdp::cuda::Gemm &gemm, const Case &c) {
   for (size_t i = 0; i < C.size(); i++)
     if (!touched[i] && std::memcmp(&C[i], &C0[i], 4) != 0) clobbered++;
   char tag[160];
-  std::snprintf(tag, sizeof tag, "gemm %s %c%c M=%d N=%d K=%d pad=%d batch=%d beta=%g off=%d",
-                ptdp::dtype_name(c.dt), c.ta ? 'T' : 'N', c.tb ? 'T' : 'N', c.M, c.N, c.K, c.pad,
-                c.batch, c.beta, c.offset);
+  std::snprintf(tag, sizeof tag, "gemm %s%s %c%c M=%d N=%d K=%d pad=%d batch=%d beta=%g off=%d",
+                ptdp::dtype_name(c.dt), c.c_f32 ? "->f32" : "", c.ta ? 'T' : 'N', c.tb ? 'T' : 'N',
+                c.M, c.N, c.K, c.pad, c.batch, c.beta, c.offset);
   std::printf("%-72s worst err/|terms| %.2g %s\n", tag, worst,
               bad || clobbered ? "FAIL" : "ok");
   if (bad || clobbered) {
@@ -152,6 +154,14 @@ int main() {
     }
   run_case(gemm, {DType::bf16, false, false, 512, 768, 2048, 0, 1, 1.f, 0.f, 0});
   run_case(gemm, {DType::bf16, false, true, 128, 128, 64, 0, 8, 0.125f, 0.f, 0});  // attention QK^T
+  // 16-bit operands, fp32 C (ops' storage_type path): results held to fp32's bound.
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int t = 0; t < 4; t++) {
+      const bool ta = t & 1, tb = t & 2;
+      run_case(gemm, {dt, ta, tb, 37, 19, 53, 3, 1, 0.7f, 0.5f, 1, true});
+      run_case(gemm, {dt, ta, tb, 24, 40, 64, 8, 3, 1.f, 1.f, 0, true});
+    }
+  run_case(gemm, {DType::bf16, true, false, 512, 768, 2048, 0, 1, 1.f, 1.f, 0, true});  // dW +=
   expect_error("gemm rejects ldc < N", "leading dimensions", [](ptdp::cuda::Gemm &g) {
     g.run(DType::f32, false, false, 4, 8, 4, 1.f, nullptr, 4, nullptr, 8, 0.f, nullptr, 7, 0);
   }, gemm);
@@ -160,6 +170,10 @@ int main() {
   }, gemm);
   expect_error("gemm rejects f64", "allowed: f32, bf16, f16", [](ptdp::cuda::Gemm &g) {
     g.run(DType::f64, false, false, 4, 8, 4, 1.f, nullptr, 4, nullptr, 8, 0.f, nullptr, 8, 0);
+  }, gemm);
+  expect_error("gemm rejects bf16 into f16", "C must be bf16 or f32", [](ptdp::cuda::Gemm &g) {
+    g.run(DType::bf16, DType::f16, false, false, 4, 8, 4, 1.f, nullptr, 4, 0, nullptr, 8, 0, 0.f,
+          nullptr, 8, 0, 1, 0);
   }, gemm);
   return gpu_test::finish();
 }

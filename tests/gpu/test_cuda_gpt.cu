@@ -1,9 +1,9 @@
 // The whole model on the CUDA device against the same model on the CPU device:
 // one GPT<float> written over the op table (engine/device/ops.h), run by both
 // backends with the same seed, tokens and dropout keys. Initial parameters are
-// equal bit for bit (both are drawn on the host); the loss, the logits and every
-// parameter's gradient agree up to summation order (fp32) or up to where a
-// differently summed value rounds to another 16-bit neighbour (bf16). Then
+// equal bit for bit (both are drawn on the host); the loss, the logits and
+// every parameter's gradient agree up to summation order (fp32) or up to where
+// a differently summed value rounds to another 16-bit neighbour (bf16). Then
 // three training steps (gradient norm, clipping, AdamW on the device) leave
 // the same parameters.
 // Exits 77 (skipped) without a device.
@@ -160,12 +160,24 @@ int main() {
   const Case cases[] = {
       {"fp32", {}, {}, false, 1e-5, 1e-5, 1e-3},
       {"fp32, full recompute", full, {}, false, 1e-5, 1e-5, 1e-3},
-      {"fp32, flash attention (CUDA kernel against the CPU's fused twin)", {}, {}, true, 1e-5,
-       1e-5, 1e-3},
+      {"fp32, flash attention (CUDA kernel against the CPU's fused twin)",
+       {},
+       {},
+       true,
+       1e-5,
+       1e-5,
+       1e-3},
       // bf16: gradients differ by ~1e-2 (above), and Adam turns the noise of
       // near-zero gradients into lr-sized updates; skipping or mis-applying
       // the update would give >= 1.
-      {"bf16 (fp32 arrays rounded to bf16), fp32 gradients", {}, bf16, false, 1e-2, 3e-2, 0.3},
+      {"bf16 (fp32 arrays rounded to bf16; CUDA: bf16 GEMMs), fp32 gradients",
+       {},
+       bf16,
+       false,
+       1e-2,
+       3e-2,
+       0.3},
+      {"bf16, flash attention", {}, bf16, true, 1e-2, 3e-2, 0.3},
   };
   for (const Case &c : cases) {
     try {
