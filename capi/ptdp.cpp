@@ -12,12 +12,14 @@
 #include "checkpoints/disk_bandwidth.h"
 #include "checkpoints/inspect.h"
 #include "checkpoints/safetensors_export.h"
+#include "checkpoints/safetensors_import.h"
 #include "engine/comm/mpi_comm.h"
 #include "engine/core/allocator.h"
 #include "engine/core/status.h"
 #include "engine/data/corpus.h"
 #include "engine/data/indexed_tokenize.h"
 #include "engine/trace/timeline_png.h"
+#include "engine/train/metrics_plot.h"
 #include "engine/train/trainer.h"
 #include "kernels/cpu/ops.h"
 
@@ -404,6 +406,15 @@ ptdp_status ptdp_checkpoint_export_safetensors_dtype(const char *dir, const char
   });
 }
 
+ptdp_status ptdp_checkpoint_import_safetensors(const char *safetensors_path,
+                                               const char *config_path, const char *dir) {
+  return guard([&] {
+    require(safetensors_path, "safetensors_path");
+    require(dir, "dir");
+    ptdp::import_safetensors(safetensors_path, config_path ? config_path : "", dir);
+  });
+}
+
 ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs, const char *format,
                           const char *tokenizer, const char *output_path, int64_t *num_docs,
                           int64_t *num_tokens) {
@@ -421,6 +432,33 @@ ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs, const c
     }
     auto tok = ptdp::make_tokenizer(tokenizer);
     ptdp::CorpusStats st = ptdp::build_token_dataset(in, format, *tok, output_path);
+    if (num_docs) *num_docs = (int64_t)st.num_docs;
+    if (num_tokens) *num_tokens = (int64_t)st.num_tokens;
+  });
+}
+
+ptdp_status ptdp_tokenize_options(const char *const *inputs, int32_t num_inputs,
+                                  const char *const *options, int32_t num_options,
+                                  int64_t *num_docs, int64_t *num_tokens) {
+  return guard([&] {
+    require(inputs, "inputs");
+    if (num_inputs <= 0)
+      ptdp::fail(ptdp::Status::invalid_argument, "num_inputs must be positive, got ", num_inputs);
+    if (num_options < 0 || (num_options > 0 && !options))
+      ptdp::fail(ptdp::Status::invalid_argument, "options must hold num_options (", num_options,
+                 ") strings");
+    std::vector<std::string> in, kv;
+    for (int32_t i = 0; i < num_inputs; i++) {
+      require(inputs[i], "inputs[i]");
+      in.emplace_back(inputs[i]);
+    }
+    for (int32_t i = 0; i < num_options; i++) {
+      require(options[i], "options[i]");
+      kv.emplace_back(options[i]);
+    }
+    ptdp::TokenizeOptions o = ptdp::parse_tokenize_options(kv);
+    auto tok = ptdp::make_tokenizer(o.tokenizer);
+    ptdp::CorpusStats st = ptdp::build_token_dataset(in, o.format, *tok, o.output);
     if (num_docs) *num_docs = (int64_t)st.num_docs;
     if (num_tokens) *num_tokens = (int64_t)st.num_tokens;
   });
@@ -446,7 +484,7 @@ ptdp_status ptdp_tokenize_indexed(const char *const *inputs, int32_t num_inputs,
       kv.emplace_back(options[i]);
     }
     ptdp::IndexedTokenizeOptions o = ptdp::parse_indexed_tokenize_options(kv);
-    auto tok = ptdp::make_tokenizer(o.tokenizer_type);
+    auto tok = ptdp::make_tokenizer(o.tokenizer);
     std::vector<ptdp::IndexedOutput> out = ptdp::build_indexed_dataset(in, o, *tok);
     for (size_t k = 0; k < out.size(); k++) {
       if (num_docs) num_docs[k] = (int64_t)out[k].num_docs;
@@ -460,6 +498,14 @@ ptdp_status ptdp_render_timeline(const char *trace_json, const char *png, int32_
     require(trace_json, "trace_json");
     require(png, "png");
     ptdp::render_timeline_png(trace_json, png, width == 0 ? 1600 : width);
+  });
+}
+
+ptdp_status ptdp_plot_log(const char *log_json, const char *png) {
+  return guard([&] {
+    require(log_json, "log_json");
+    require(png, "png");
+    ptdp::plot_metrics_png(log_json, png);
   });
 }
 

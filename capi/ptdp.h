@@ -190,20 +190,44 @@ PTDP_API ptdp_status ptdp_checkpoint_export_safetensors(const char *dir, const c
 PTDP_API ptdp_status ptdp_checkpoint_export_safetensors_dtype(const char *dir,
                                                               const char *out_path,
                                                               const char *dtype);
+/* The reverse: a Hugging Face GPT-2 safetensors file (GPT2Model or
+ * GPT2LMHeadModel names; F32, F16 or BF16) made into a ptdp checkpoint at
+ * iteration 0, dir/iter_0000000, committed atomically, that loads into any
+ * layout. config_path: its GPT2Config config.json; NULL or "" takes the file's
+ * gpt2_config metadata (ptdp's export writes it), else config.json beside the
+ * file. A missing or unsupported config field, a tensor missing or of the
+ * wrong shape is PTDP_ERR_INVALID_CONFIG naming it; so is a dir holding
+ * another run's checkpoints. */
+PTDP_API ptdp_status ptdp_checkpoint_import_safetensors(const char *safetensors_path,
+                                                        const char *config_path, const char *dir);
 
 /* Tokenizes text files (or every file of a directory) into a ptdp token
  * dataset (one file; documents shuffled, each ending with the end-of-document
- * token). format: fortune | lines | file; tokenizer: byte. Counts may be NULL. */
+ * token). format: fortune | lines | file; tokenizer: byte (a tokenizer that
+ * needs files goes through ptdp_tokenize_options). Counts may be NULL. */
 PTDP_API ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs,
                                    const char *format, const char *tokenizer,
                                    const char *output_path, int64_t *num_docs,
                                    int64_t *num_tokens);
 
+/* ptdp_tokenize with num_options "key=value" strings: output=FILE (required);
+ * format=fortune (default) | lines | file; tokenizer_type=byte (default) |
+ * GPT2BPETokenizer, which takes vocab_file=vocab.json + merge_file=merges.txt
+ * or tokenizer_file=tokenizer.json (Hugging Face's, of a GPT-2 byte-level
+ * BPE). A file given to the byte tokenizer, or GPT2BPETokenizer without its
+ * files, is PTDP_ERR_INVALID_CONFIG; an unreadable file PTDP_ERR_IO; a
+ * malformed one PTDP_ERR_CORRUPT_DATA. Counts may be NULL. */
+PTDP_API ptdp_status ptdp_tokenize_options(const char *const *inputs, int32_t num_inputs,
+                                           const char *const *options, int32_t num_options,
+                                           int64_t *num_docs, int64_t *num_tokens);
+
 /* Tokenizes text into Megatron-LM's indexed dataset (PREFIX.bin + PREFIX.idx,
  * byte for byte as Megatron's tools/preprocess_data.py writes it). options:
  * num_options "key=value" strings: output_prefix=P (required);
  * format=jsonl (default) | fortune | lines | file; json_keys=text[,KEY...]
- * (jsonl only; default text); tokenizer_type=byte (default); append_eod=0|1
+ * (jsonl only; default text); tokenizer_type=byte (default) | GPT2BPETokenizer
+ * with vocab_file + merge_file or tokenizer_file (as ptdp_tokenize_options);
+ * append_eod=0|1
  * (default 0, as Megatron's --append-eod). Writes P_KEY_document.bin and
  * P_KEY_document.idx for each key (Megatron's names; KEY is text for the
  * formats other than jsonl): P_KEY_document is what data_path takes.
@@ -217,6 +241,14 @@ PTDP_API ptdp_status ptdp_tokenize_indexed(const char *const *inputs, int32_t nu
  * colour per micro-batch, communication as a grey band. width in pixels
  * (0 = 1600; otherwise 140 to 8192). */
 PTDP_API ptdp_status ptdp_render_timeline(const char *trace_json, const char *png, int32_t width);
+
+/* Draws a metrics file written by train_gpt.lua's --log-json (JSON lines) as a
+ * PNG: the training and validation loss against iteration above, the learning
+ * rate against iteration below, with numbered axes and a legend. A missing
+ * file is PTDP_ERR_IO; lines that are not JSON, or no iteration logged,
+ * PTDP_ERR_CORRUPT_DATA; a png that is a directory, a device or the log
+ * itself PTDP_ERR_INVALID_ARGUMENT. The PNG is written atomically. */
+PTDP_API ptdp_status ptdp_plot_log(const char *log_json, const char *png);
 
 /* Under mpirun: prints `reason` and stops every process of the job at once, so
  * that the others do not wait for this one until their communication timeout

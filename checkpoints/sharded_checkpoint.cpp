@@ -473,6 +473,8 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
           if (s.master) into = s.master;
         } else if (is_master(sec)) {
           continue;  // filled as the weights, above
+        } else if (!into) {
+          continue;  // no optimizer state wanted (fine-tuning)
         }
         float *mem = into + p.offset;
         std::fill(mem + r.rows * r.ld, mem + p.numel, 0.f);  // vocabulary padding rows

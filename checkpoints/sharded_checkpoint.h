@@ -80,6 +80,8 @@ CheckpointRef open_checkpoint(const std::string &path);
 // manifest checksum. Throws invalid_config naming the mismatching fields when
 // the model shapes differ (before anything is read), corrupt_data naming the
 // file, dataset and block on damage (the shards may then hold a mix).
+// A shard whose exp_avg and exp_avg_sq are null gets the weights only
+// (fine-tuning: the optimizer starts afresh).
 TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
                               const std::vector<RankShard> &local, bool verify);
 

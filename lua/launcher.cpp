@@ -1,7 +1,8 @@
 // `ptdp` — the launcher. `ptdp SCRIPT.lua [args]` runs a Lua experiment script in
 // an embedded LuaJIT (ARCHITECTURE §7); `ptdp tokenize ...` builds a token dataset;
-// `ptdp timeline-png ...` draws a timeline trace as a picture. Everything goes
-// through the C ABI (capi/ptdp.h), as any other program of the library's would.
+// `ptdp timeline-png ...` draws a timeline trace as a picture; `ptdp plot ...`
+// draws a --log-json metrics file. Everything goes through the C ABI
+// (capi/ptdp.h), as any other program of the library's would.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -124,7 +125,7 @@ int run_tokenize(int argc, char **argv) {
                "Megatron-LM's indexed dataset (--output-prefix PREFIX)",
                "ptdp tokenize"};
   std::vector<std::string> inputs, input_flags, json_keys{"text"};
-  std::string output, prefix, format, tokenizer = "byte";
+  std::string output, prefix, format, tokenizer = "byte", vocab_file, merge_file, tokenizer_file;
   bool append_eod = false;
   int workers = 1;
   app.add_option("inputs", inputs, "text files or directories");
@@ -145,7 +146,14 @@ int run_tokenize(int argc, char **argv) {
       ->allow_extra_args(false)
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--tokenizer-type,--tokenizer", tokenizer, "byte")->capture_default_str();
+  app.add_option("--tokenizer-type,--tokenizer", tokenizer,
+                 "byte | GPT2BPETokenizer (GPT-2's byte-level BPE: give --vocab-file and "
+                 "--merge-file, or --tokenizer-file)")
+      ->capture_default_str();
+  app.add_option("--vocab-file", vocab_file, "GPT2BPETokenizer's vocab.json");
+  app.add_option("--merge-file", merge_file, "GPT2BPETokenizer's merges.txt");
+  app.add_option("--tokenizer-file", tokenizer_file,
+                 "GPT2BPETokenizer from a Hugging Face tokenizer.json (instead of the two files)");
   app.add_flag("--append-eod", append_eod,
                "end each non-empty document with the end-of-document token (Megatron's flag; "
                "--output always does)");
@@ -165,13 +173,22 @@ int run_tokenize(int argc, char **argv) {
     return usage_error("give --output FILE (a ptdp dataset) or --output-prefix PREFIX (a Megatron dataset)");
   std::vector<const char *> in;
   for (auto &s : inputs) in.push_back(s.c_str());
+  // The tokenizer and its files, as the C ABI's key=value options.
+  std::vector<std::string> kv = {"tokenizer_type=" + tokenizer};
+  if (!vocab_file.empty()) kv.push_back("vocab_file=" + vocab_file);
+  if (!merge_file.empty()) kv.push_back("merge_file=" + merge_file);
+  if (!tokenizer_file.empty()) kv.push_back("tokenizer_file=" + tokenizer_file);
+  std::vector<const char *> opts;
   if (!output.empty()) {
     if (format.empty()) format = "fortune";
     if (format == "jsonl")
       return usage_error("--format jsonl writes Megatron's indexed dataset: give --output-prefix");
+    kv.push_back("output=" + output);
+    kv.push_back("format=" + format);
+    for (auto &s : kv) opts.push_back(s.c_str());
     int64_t docs = 0, tokens = 0;
-    ptdp_status st = ptdp_tokenize(in.data(), (int32_t)in.size(), format.c_str(),
-                                   tokenizer.c_str(), output.c_str(), &docs, &tokens);
+    ptdp_status st = ptdp_tokenize_options(in.data(), (int32_t)in.size(), opts.data(),
+                                           (int32_t)opts.size(), &docs, &tokens);
     if (st != PTDP_OK) {
       std::fprintf(stderr, "ptdp tokenize: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
       return 1;
@@ -183,10 +200,8 @@ int run_tokenize(int argc, char **argv) {
   if (format.empty()) format = "jsonl";
   std::string keys;
   for (const auto &k : json_keys) keys += (keys.empty() ? "" : ",") + k;
-  std::vector<std::string> kv = {"output_prefix=" + prefix, "format=" + format,
-                                 "json_keys=" + keys, "tokenizer_type=" + tokenizer,
-                                 std::string("append_eod=") + (append_eod ? "1" : "0")};
-  std::vector<const char *> opts;
+  kv.insert(kv.end(), {"output_prefix=" + prefix, "format=" + format, "json_keys=" + keys,
+                       std::string("append_eod=") + (append_eod ? "1" : "0")});
   for (auto &s : kv) opts.push_back(s.c_str());
   std::vector<int64_t> docs(json_keys.size()), tokens(json_keys.size());
   ptdp_status st = ptdp_tokenize_indexed(in.data(), (int32_t)in.size(), opts.data(),
@@ -224,9 +239,30 @@ int run_timeline_png(int argc, char **argv) {
   return 0;
 }
 
-// ptdp ckpt inspect|verify|export-safetensors: checkpoints without training.
+int run_plot(int argc, char **argv) {
+  CLI::App app{"Plot a --log-json metrics file: loss and learning rate against iteration, as a PNG",
+               "ptdp plot"};
+  std::string log, png;
+  app.add_option("log", log, "JSON lines written by train_gpt.lua --log-json")->required();
+  app.add_option("png", png, "PNG file to write")->required();
+  try {
+    app.parse(argc - 1, argv + 1);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  ptdp_status st = ptdp_plot_log(log.c_str(), png.c_str());
+  if (st != PTDP_OK) {
+    std::fprintf(stderr, "ptdp plot: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
+    return 1;
+  }
+  std::printf("wrote %s\n", png.c_str());
+  return 0;
+}
+
+// ptdp ckpt inspect|verify|export-safetensors|import-safetensors: checkpoints
+// without training.
 int run_ckpt(int argc, char **argv) {
-  CLI::App app{"Look into, check and convert checkpoints", "ptdp ckpt"};
+  CLI::App app{"Look into, check, export and import checkpoints", "ptdp ckpt"};
   app.require_subcommand(1);
   std::string dir, out, dtype = "f32";
   CLI::App *inspect = app.add_subcommand("inspect", "iteration, config, saved layout, every dataset");
@@ -238,6 +274,17 @@ int run_ckpt(int argc, char **argv) {
   exp->add_option("dir", dir, "a save directory (its newest checkpoint) or one iter_N")->required();
   exp->add_option("out", out, "the .safetensors file to write")->required();
   exp->add_option("--dtype", dtype, "f32 | bf16 | f16")->capture_default_str();
+  std::string in_file;
+  std::vector<std::string> import_args;  // [config.json] DIR
+  CLI::App *imp = app.add_subcommand(
+      "import-safetensors",
+      "a Hugging Face GPT-2 safetensors file (and its config.json) as a checkpoint at iteration 0");
+  imp->add_option("file", in_file, "the .safetensors file (F32, F16 or BF16)")->required();
+  imp->add_option("paths", import_args,
+                  "[config.json] DIR: its GPT2Config (default: the file's gpt2_config metadata, "
+                  "else config.json beside it) and the directory to save into")
+      ->required()
+      ->expected(1, 2);
   if (argc < 3) {  // no subcommand: say which there are
     std::fputs(app.help().c_str(), stderr);
     return 2;
@@ -246,7 +293,7 @@ int run_ckpt(int argc, char **argv) {
   const std::string sub = argv[2];
   std::string names;
   bool known = false;
-  for (const CLI::App *s : {inspect, verify, exp}) {
+  for (const CLI::App *s : {inspect, verify, exp, imp}) {
     names += (names.empty() ? "" : ", ") + s->get_name();
     known = known || s->get_name() == sub;
   }
@@ -282,6 +329,14 @@ int run_ckpt(int argc, char **argv) {
   } else if (verify->parsed()) {
     st = report([&](char *b, size_t cap, size_t *len) { return ptdp_checkpoint_verify(dir.c_str(), b, cap, len); });
     if (st == PTDP_ERR_CORRUPT_DATA && reported) return 1;  // the report lists the faults
+  } else if (imp->parsed()) {
+    const std::string config = import_args.size() == 2 ? import_args[0] : "";
+    const std::string into = import_args.back();
+    st = ptdp_checkpoint_import_safetensors(in_file.c_str(), config.c_str(), into.c_str());
+    if (st == PTDP_OK)
+      std::printf(
+          "wrote %s/iter_0000000 from %s (load it with --load %s, or --finetune --load %s)\n",
+          into.c_str(), in_file.c_str(), into.c_str(), into.c_str());
   } else {
     st = ptdp_checkpoint_export_safetensors_dtype(dir.c_str(), out.c_str(), dtype.c_str());
     if (st == PTDP_OK) std::printf("wrote %s (%s)\n", out.c_str(), dtype.c_str());
@@ -338,8 +393,10 @@ void usage(FILE *f) {
                "       ptdp tokenize --output-prefix P [--format jsonl] [--json-keys text] INPUT...\n"
                "                                            build a Megatron indexed dataset\n"
                "       ptdp timeline-png TRACE.json OUT.png [--width N]  draw a timeline\n"
+               "       ptdp plot LOG.jsonl OUT.png         plot loss and learning rate of a --log-json file\n"
                "       ptdp ckpt inspect|verify DIR       look into / check a checkpoint\n"
                "       ptdp ckpt export-safetensors DIR OUT.safetensors [--dtype f32|bf16|f16]\n"
+               "       ptdp ckpt import-safetensors MODEL.safetensors [config.json] DIR\n"
                "       ptdp plan --num-layers L --hidden-size H --num-attention-heads A\n"
                "                 --global-batch-size B --num-gpus N [--machine selene] ...  plan t, p, d, b, v\n"
                "       ptdp --version\n");
@@ -363,6 +420,7 @@ int main(int argc, char **argv) {
   }
   if (cmd == "tokenize") return run_tokenize(argc, argv);
   if (cmd == "timeline-png") return run_timeline_png(argc, argv);
+  if (cmd == "plot") return run_plot(argc, argv);
   if (cmd == "ckpt") return run_ckpt(argc, argv);
   if (cmd == "plan") return run_plan(argc, argv);
   if (cmd.size() > 4 && cmd.compare(cmd.size() - 4, 4, ".lua") == 0) return run_script(argc, argv);

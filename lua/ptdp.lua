@@ -338,7 +338,8 @@ end
 
 -- Checkpoint tools, as `ptdp ckpt` runs them: inspect returns the report;
 -- verify returns ok, report (every fault listed); export writes safetensors,
--- float32 unless opts.dtype says 'bf16' or 'f16', and returns out.
+-- float32 unless opts.dtype says 'bf16' or 'f16', and returns out (import
+-- below).
 function M.checkpoint_inspect(dir)
   return read_text(function(buf, cap, len) return C.ptdp_checkpoint_inspect(dir, buf, cap, len) end)
 end
@@ -364,33 +365,58 @@ function M.export_safetensors(dir, out, opts)
   return out
 end
 
+-- The reverse of export: a Hugging Face GPT-2 safetensors file made into a
+-- checkpoint at iteration 0 in dir; opts.config names its config.json
+-- (default: the file's gpt2_config metadata, else config.json beside it).
+-- Returns dir.
+function M.import_safetensors(file, dir, opts)
+  if opts ~= nil and type(opts) ~= 'table' then
+    raise("import_safetensors: options are a table, e.g. { config = 'config.json' }")
+  end
+  check(C.ptdp_checkpoint_import_safetensors(file, opts and opts.config or nil, dir))
+  return dir
+end
+
 -- ptdp.tokenize{ inputs = {...} or 'path', output = 'file', format = 'fortune', tokenizer = 'byte' }
 -- writes a ptdp token dataset; returns documents, tokens.
 -- ptdp.tokenize{ inputs = ..., output_prefix = 'P', format = 'jsonl', json_keys = { 'text' },
 --                append_eod = true, tokenizer = 'byte' }
 -- writes Megatron's indexed dataset P_KEY_document.{bin,idx} per key; returns
 -- the first key's documents, tokens and prefix (what data_path takes).
+-- tokenizer = 'GPT2BPETokenizer' takes vocab_file + merge_file (vocab.json,
+-- merges.txt) or tokenizer_file (a Hugging Face tokenizer.json).
 function M.tokenize(t)
   if type(t) ~= 'table' then raise('ptdp.tokenize takes a table, e.g. { inputs = ..., output = ... }') end
   local inputs = type(t.inputs) == 'table' and t.inputs or { t.inputs }
   local arr = ffi.new('const char*[?]', #inputs)
   for i, p in ipairs(inputs) do arr[i - 1] = p end
+  local kv = { 'tokenizer_type=' .. (t.tokenizer or 'byte') }
+  for _, k in ipairs { 'vocab_file', 'merge_file', 'tokenizer_file' } do
+    if t[k] and t[k] ~= '' then kv[#kv + 1] = k .. '=' .. t[k] end
+  end
+  local function options()
+    local opts = ffi.new('const char*[?]', #kv)
+    for i, v in ipairs(kv) do opts[i - 1] = v end
+    return opts
+  end
   if t.output_prefix then
     if t.output then raise('ptdp.tokenize: give output or output_prefix, not both') end
     local keys = t.json_keys or { 'text' }
     if type(keys) == 'string' then keys = { keys } end
-    local kv = { 'output_prefix=' .. t.output_prefix, 'format=' .. (t.format or 'jsonl'),
-                 'json_keys=' .. table.concat(keys, ','), 'tokenizer_type=' .. (t.tokenizer or 'byte'),
-                 'append_eod=' .. (t.append_eod and '1' or '0') }
-    local opts = ffi.new('const char*[?]', #kv)
-    for i, v in ipairs(kv) do opts[i - 1] = v end
+    for _, v in ipairs { 'output_prefix=' .. t.output_prefix, 'format=' .. (t.format or 'jsonl'),
+                         'json_keys=' .. table.concat(keys, ','),
+                         'append_eod=' .. (t.append_eod and '1' or '0') } do
+      kv[#kv + 1] = v
+    end
     local docs, toks = ffi.new('int64_t[?]', #keys), ffi.new('int64_t[?]', #keys)
-    check(C.ptdp_tokenize_indexed(arr, #inputs, opts, #kv, docs, toks))
+    check(C.ptdp_tokenize_indexed(arr, #inputs, options(), #kv, docs, toks))
     return tonumber(docs[0]), tonumber(toks[0]), t.output_prefix .. '_' .. keys[1] .. '_document'
   end
   local docs, toks = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
   if not t.output then raise('ptdp.tokenize needs output (a ptdp file) or output_prefix (Megatron)') end
-  check(C.ptdp_tokenize(arr, #inputs, t.format or 'fortune', t.tokenizer or 'byte', t.output, docs, toks))
+  kv[#kv + 1] = 'output=' .. t.output
+  kv[#kv + 1] = 'format=' .. (t.format or 'fortune')
+  check(C.ptdp_tokenize_options(arr, #inputs, options(), #kv, docs, toks))
   return tonumber(docs[0]), tonumber(toks[0])
 end
 
@@ -431,7 +457,8 @@ M.project_dir = here .. '/..'
 -- stops the run naming the path, so a mistyped --data-path never trains on
 -- something else. Returns the path (or the blend).
 --   ptdp.dataset{ path = ..., given = <--data-path given?>, create = <--corpus given?>,
---                 corpus = ..., format = ... }
+--                 corpus = ..., format = ..., tokenizer = ..., vocab_file = ...,
+--                 merge_file = ..., tokenizer_file = ... }  (what tokenizes a new one)
 local function readable(path)
   local f, err = io.open(path, 'rb')
   if not f then return nil, err end
@@ -473,7 +500,9 @@ function M.dataset(t)
   end
   local dir = path:match('^(.*)/[^/]*$')
   if dir then M.mkdirs(dir) end
-  local docs, toks = M.tokenize { inputs = t.corpus, output = path, format = t.format }
+  local docs, toks = M.tokenize { inputs = t.corpus, output = path, format = t.format,
+                                  tokenizer = t.tokenizer, vocab_file = t.vocab_file,
+                                  merge_file = t.merge_file, tokenizer_file = t.tokenizer_file }
   print(string.format('tokenized %s: %d documents, %d tokens -> %s', tostring(t.corpus), docs, toks, path))
   return path
 end

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine (the device tool's `run`): probe the machine,
+# One call on a lent GPU machine (the device tool's `run`, carrying
+# build/gpu_bundle.tar.xz from scripts/pack_gpu_bundle.sh): probe the machine,
 # build the CUDA ops with PTDP_GPU_ONLY (that machine has CUDA, cuBLAS, CMake,
 # ninja and PyTorch, but none of LuaJIT, HDF5, MPI or OpenBLAS), run the `gpu`
-# test label and compute-sanitizer over it, benchmark the ops and PyTorch on the
-# same shapes, time ptdp's own training step, and print a summary table last. Logs go to $OUT (or ./gpu_check_out).
+# test label, the trainer on the GPU (from the bundle), time ptdp's own training
+# step and PyTorch's on the same model, benchmark the ops, run compute-sanitizer,
+# and print a summary table last. Logs go to $OUT (or ./gpu_check_out).
 # Each step has a time limit, and every limit is cut to what is left of 9 minutes,
 # so the summary always prints; the steps run most-wanted first.
 #   usage: bash scripts/gpu_check.sh [--quick|--no-torch]
@@ -36,18 +38,25 @@ step() {  # step NAME LIMIT_S LOG CMD...: runs CMD with a time limit, records it
   return $rc
 }
 
-step env 60 env.log bash -c '
+jobs=$(nproc)
+# The machine, then the GPU-only configure (one log: the device tool returns at most 8 files).
+step setup 150 setup.log bash -c '
   nvidia-smi; nvcc --version; cmake --version | head -1; ninja --version; uname -a
   nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
   python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
   python3 -c "import nvidia.nccl, os; d=list(nvidia.nccl.__path__)[0]; print(\"nccl wheel:\", d); [print(\" \", r, f) for r,_,fs in os.walk(d) for f in fs if \"nccl\" in f]"
-  ls /usr/local/cuda/lib64 | grep -E "cublas|nccl|cudart" || true'
-
-jobs=$(nproc)
-step configure 120 configure.log cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DPTDP_GPU_ONLY=ON -DCMAKE_CUDA_ARCHITECTURES=90
+  ls /usr/local/cuda/lib64 | grep -E "cublas|nccl|cudart" || true
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTDP_GPU_ONLY=ON -DCMAKE_CUDA_ARCHITECTURES=90'
 step build 300 build.log cmake --build build-gpu -j"$jobs"
 step tests 180 tests.log ctest --test-dir build-gpu -L gpu --output-on-failure
+# The whole trainer on the GPU, from the full build packed on the development
+# machine (scripts/pack_gpu_bundle.sh; carried as build/gpu_bundle.tar.xz).
+if [[ -f build/gpu_bundle.tar.xz ]]; then
+  step trainer 150 trainer.log bash scripts/gpu_trainer_check.sh build/gpu_bundle.tar.xz
+else
+  summary+=("$(printf '%-22s %-28s %4ds  %s' trainer "SKIPPED (no bundle)" 0 \
+    "build/gpu_bundle.tar.xz: run scripts/pack_gpu_bundle.sh, carry it")")
+fi
 # ptdp's own training step of the 1.3B GPT: bf16 (GEMMs on tensor cores) with
 # and without flash attention, then fp32. (One log for all: the device tool
 # returns at most 8 files.)
@@ -78,7 +87,7 @@ step memcheck 150 memcheck.log bash -c 'rc=0
     echo "$(basename "$t"): $(grep "ERROR SUMMARY" "$log")"
   done; exit $rc'
 echo
-grep -hE -A1 "FAIL|rror" "$OUT/tests.log" "$OUT/memcheck.log" 2>/dev/null | head -60
+grep -hE -A1 "FAIL|rror" "$OUT/tests.log" "$OUT/trainer.log" "$OUT/memcheck.log" 2>/dev/null | head -60
 echo
 python3 scripts/gpu_summary.py "$OUT" 2>&1
 echo

@@ -37,10 +37,21 @@ end
 
 -- The default dataset (data/fortunes.ptdp in the project) is tokenized from
 -- --corpus on first use, and so is a --data-path given with --corpus; any
--- other --data-path must exist. An existing file is never replaced.
+-- other --data-path must exist. An existing file is never replaced. It is
+-- tokenized with the run's tokenizer; the default dataset is bytes, so another
+-- tokenizer needs its own --data-path.
+local tokenizer = config.tokenizer_type or 'byte'
+if tokenizer ~= 'byte' and not given.data_path then
+  error(string.format('--tokenizer-type %s needs a --data-path tokenized with it (the default ' ..
+                      '%s holds bytes): make one with `ptdp tokenize --tokenizer-type %s ...`, ' ..
+                      'or give --data-path FILE --corpus TEXT to make it on first use',
+                      tokenizer, config.data_path, tokenizer), 0)
+end
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   create = given.corpus, corpus = opts.corpus,
-                                  format = opts.corpus_format }
+                                  format = opts.corpus_format, tokenizer = tokenizer,
+                                  vocab_file = config.vocab_file, merge_file = config.merge_file,
+                                  tokenizer_file = config.tokenizer_file }
 
 local trainer = ptdp.trainer(config)
 local layout = trainer:layout()

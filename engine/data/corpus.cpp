@@ -100,4 +100,24 @@ CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const st
   return st;
 }
 
+TokenizeOptions parse_tokenize_options(const std::vector<std::string> &kv) {
+  const char *keys = "output, format, tokenizer_type, vocab_file, merge_file, tokenizer_file";
+  TokenizeOptions o;
+  for (const std::string &item : kv) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      fail(Status::invalid_argument, "tokenize option '", item, "' is not key=value; keys: ", keys);
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "output")
+      o.output = value;
+    else if (key == "format")
+      o.format = value;
+    else if (!set_tokenizer_option(o.tokenizer, key, value))
+      fail(Status::unknown_option, "unknown tokenize option '", key, "'; allowed: ", keys);
+  }
+  if (o.output.empty())
+    fail(Status::invalid_argument, "tokenize needs output (the ptdp dataset file to write)");
+  return o;
+}
+
 }  // namespace ptdp

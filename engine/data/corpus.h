@@ -27,4 +27,13 @@ struct CorpusStats {
 CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const std::string &format,
                                 const Tokenizer &tok, const std::string &out_path);
 
+// What build_token_dataset takes, from "key=value" strings (the C ABI's way):
+// output (required), format (default fortune), and the tokenizer's keys
+// (set_tokenizer_option). An unknown key is an error listing the allowed ones.
+struct TokenizeOptions {
+  std::string output, format = "fortune";
+  TokenizerSpec tokenizer;
+};
+TokenizeOptions parse_tokenize_options(const std::vector<std::string> &kv);
+
 }  // namespace ptdp

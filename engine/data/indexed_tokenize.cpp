@@ -13,7 +13,9 @@ namespace ptdp {
 
 namespace {
 
-const char *kOptionKeys = "output_prefix, format, json_keys, tokenizer_type, append_eod";
+const char *kOptionKeys =
+    "output_prefix, format, json_keys, tokenizer_type, vocab_file, merge_file, tokenizer_file, "
+    "append_eod";
 
 std::vector<std::string> split_commas(const std::string &s) {
   std::vector<std::string> out;
@@ -56,8 +58,7 @@ IndexedTokenizeOptions parse_indexed_tokenize_options(const std::vector<std::str
       o.format = value;
     } else if (key == "json_keys") {
       o.json_keys = split_commas(value);
-    } else if (key == "tokenizer_type") {
-      o.tokenizer_type = value;
+    } else if (set_tokenizer_option(o.tokenizer, key, value)) {
     } else if (key == "append_eod") {
       if (value != "0" && value != "1")
         fail(Status::bad_value, "append_eod must be 0 or 1, got '", value, "'");

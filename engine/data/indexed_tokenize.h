@@ -18,15 +18,14 @@ namespace ptdp {
 struct IndexedTokenizeOptions {
   std::string format = "jsonl";  // jsonl, or a corpus format (fortune, lines, file): key "text"
   std::vector<std::string> json_keys = {"text"};
-  // make_tokenizer's name. A tokenizer that needs files (GPT-2 BPE's vocab
-  // and merges) adds them here and to parse_indexed_tokenize_options' keys.
-  std::string tokenizer_type = "byte";
+  TokenizerSpec tokenizer;  // make_tokenizer's type and files
   bool append_eod = false;
   std::string output_prefix;
 };
 
 // From "key=value" strings (the C ABI's way to pass them): output_prefix,
-// format, json_keys (comma-separated), tokenizer_type, append_eod (0 or 1).
+// format, json_keys (comma-separated), tokenizer_type, vocab_file, merge_file,
+// tokenizer_file (see TokenizerSpec), append_eod (0 or 1).
 // An unknown key or a bad value is an error listing what is allowed.
 IndexedTokenizeOptions parse_indexed_tokenize_options(const std::vector<std::string> &kv);
 

@@ -1,6 +1,7 @@
 #include "engine/data/tokenizer.h"
 
 #include "engine/core/status.h"
+#include "engine/data/bpe_tokenizer.h"
 
 namespace ptdp {
 
@@ -18,11 +19,56 @@ std::string ByteTokenizer::decode(const int32_t *tokens, size_t n) const {
   return out;
 }
 
-const char *tokenizer_names() { return "byte"; }
+const char *tokenizer_names() { return "byte, GPT2BPETokenizer"; }
+
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec &s) {
+  const bool vocab = !s.vocab_file.empty(), merges = !s.merge_file.empty(),
+             file = !s.tokenizer_file.empty();
+  if (s.type == "byte") {
+    if (vocab || merges || file)
+      fail(Status::invalid_config, "the byte tokenizer takes no files, but ",
+           vocab    ? "vocab_file"
+           : merges ? "merge_file"
+                    : "tokenizer_file",
+           " is set; vocab_file + merge_file or tokenizer_file go with tokenizer_type "
+           "GPT2BPETokenizer");
+    return std::make_unique<ByteTokenizer>();
+  }
+  if (s.type == "GPT2BPETokenizer") {
+    if (file && (vocab || merges))
+      fail(Status::invalid_config,
+           "GPT2BPETokenizer takes vocab_file + merge_file or "
+           "tokenizer_file, not both");
+    if (file) return Gpt2BpeTokenizer::from_tokenizer_json(s.tokenizer_file);
+    if (!vocab || !merges)
+      fail(Status::invalid_config, "GPT2BPETokenizer needs ",
+           vocab    ? "merge_file (merges.txt) with vocab_file"
+           : merges ? "vocab_file (vocab.json) with merge_file"
+                    : "vocab_file + merge_file (vocab.json, merges.txt) or tokenizer_file "
+                      "(a Hugging Face tokenizer.json)");
+    return Gpt2BpeTokenizer::from_vocab_merges(s.vocab_file, s.merge_file);
+  }
+  fail(Status::bad_value, "unknown tokenizer '", s.type, "'; allowed: ", tokenizer_names());
+}
+
+bool set_tokenizer_option(TokenizerSpec &s, const std::string &key, const std::string &value) {
+  if (key == "tokenizer_type")
+    s.type = value;
+  else if (key == "vocab_file")
+    s.vocab_file = value;
+  else if (key == "merge_file")
+    s.merge_file = value;
+  else if (key == "tokenizer_file")
+    s.tokenizer_file = value;
+  else
+    return false;
+  return true;
+}
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string &name) {
-  if (name == "byte") return std::make_unique<ByteTokenizer>();
-  fail(Status::bad_value, "unknown tokenizer '", name, "'; allowed: ", tokenizer_names());
+  TokenizerSpec s;
+  s.type = name;
+  return make_tokenizer(s);
 }
 
 }  // namespace ptdp

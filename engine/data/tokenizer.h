@@ -1,5 +1,5 @@
-// Tokenizers turn text into token ids and back. Byte-level now; a GPT-2 BPE
-// tokenizer joins later behind the same interface.
+// Tokenizers turn text into token ids and back: bytes, or GPT-2's byte-level
+// BPE (engine/data/bpe_tokenizer.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -29,8 +29,23 @@ class ByteTokenizer final : public Tokenizer {
   std::string decode(const int32_t *tokens, size_t n) const override;
 };
 
+// Which tokenizer, with its files (Megatron's flags): "byte" takes none;
+// "GPT2BPETokenizer" takes vocab_file + merge_file (vocab.json, merges.txt) or
+// tokenizer_file (a Hugging Face tokenizer.json of a GPT-2 byte-level BPE).
+struct TokenizerSpec {
+  std::string type = "byte";
+  std::string vocab_file, merge_file, tokenizer_file;
+};
+
 // Names accepted by make_tokenizer, for error messages.
 const char *tokenizer_names();
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string &name);
+// A spec naming files its type does not take, or lacking the files it needs,
+// is an error saying which files go with which type.
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec &spec);
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string &name);  // a type without files
+
+// The tokenizer's keys among the C ABI's "key=value" options: tokenizer_type,
+// vocab_file, merge_file, tokenizer_file. Returns false for another key.
+bool set_tokenizer_option(TokenizerSpec &s, const std::string &key, const std::string &value);
 
 }  // namespace ptdp

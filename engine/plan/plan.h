@@ -57,7 +57,8 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res);
 std::string plan_report(const std::vector<std::pair<std::string, std::string>> &options);
 
 // Draws predicted TFLOP/s per GPU of the ranked layouts against t, p, d and b
-// (four panels; each point the best layout with that value) as a PNG.
+// (four panels with numbered, titled axes; each point the best layout with
+// that value) as a PNG.
 void plot_plan_png(const PlanResult &res, const std::string &png_path);
 
 }  // namespace ptdp::plan

@@ -1,9 +1,5 @@
 #include "engine/trace/timeline_png.h"
 
-#include "engine/core/output_file.h"
-
-#include <zlib.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -15,6 +11,8 @@
 #include <sstream>
 #include <vector>
 
+#include "engine/core/canvas.h"
+#include "engine/core/output_file.h"
 #include "engine/core/status.h"
 #include "engine/trace/timeline.h"
 
@@ -33,15 +31,10 @@ struct Event {
   Kind kind;
 };
 
-struct Rgb {
-  uint8_t r, g, b;
-};
-
 // Ordered so that consecutive micro-batches (neighbours on a lane) differ most.
 const Rgb kPalette[12] = {
     {31, 119, 180}, {255, 127, 14}, {44, 160, 44},  {214, 39, 40},  {148, 103, 189}, {23, 190, 207},
     {140, 86, 75},  {227, 119, 194}, {188, 189, 34}, {0, 90, 90},   {250, 200, 20},  {90, 60, 160}};
-const Rgb kBlack = {0, 0, 0};
 const Rgb kNoMicrobatch = {150, 150, 150};  // a forward/backward span without args.microbatch
 const Rgb kOther = {215, 205, 170};         // optimizer and anything else
 const Rgb kComm = {120, 120, 120};
@@ -104,58 +97,6 @@ std::vector<Event> read_events(const std::string &path) {
   return out;
 }
 
-struct Image {
-  int w, h;
-  std::vector<uint8_t> px;  // RGB rows
-  Image(int w_, int h_) : w(w_), h(h_), px((size_t)w_ * h_ * 3, 255) {}
-  // Fills the rectangle [x0, x1) x [y0, y1), clipped to the picture.
-  void fill(int x0, int x1, int y0, int y1, Rgb c) {
-    x0 = std::max(x0, 0), y0 = std::max(y0, 0), x1 = std::min(x1, w), y1 = std::min(y1, h);
-    for (int y = y0; y < y1; y++)
-      for (int x = x0; x < x1; x++) {
-        uint8_t *p = &px[((size_t)y * w + x) * 3];
-        p[0] = c.r, p[1] = c.g, p[2] = c.b;
-      }
-  }
-};
-
-void put_be32(std::string &s, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) s.push_back((char)((v >> shift) & 0xff));
-}
-
-void put_chunk(std::string &png, const char *type, const std::string &data) {
-  std::string body = std::string(type, 4) + data;
-  put_be32(png, (uint32_t)data.size());
-  png += body;
-  put_be32(png, (uint32_t)crc32(0, (const Bytef *)body.data(), (uInt)body.size()));
-}
-
-// 8-bit RGB, one IDAT, filter 0 (none) on every row: simple and small enough for
-// pictures that are mostly flat colour.
-std::string encode_png(const Image &img) {
-  size_t row = (size_t)img.w * 3;
-  std::vector<uint8_t> raw((row + 1) * img.h);
-  for (int y = 0; y < img.h; y++) {
-    raw[y * (row + 1)] = 0;
-    std::memcpy(&raw[y * (row + 1) + 1], &img.px[y * row], row);
-  }
-  uLongf zlen = compressBound((uLong)raw.size());
-  std::string z(zlen, '\0');
-  int rc = compress2((Bytef *)&z[0], &zlen, raw.data(), (uLong)raw.size(), Z_DEFAULT_COMPRESSION);
-  if (rc != Z_OK) fail(Status::internal, "zlib compress2 failed (", rc, ")");
-  z.resize(zlen);
-
-  std::string png = "\x89PNG\r\n\x1a\n";
-  std::string ihdr;
-  put_be32(ihdr, (uint32_t)img.w);
-  put_be32(ihdr, (uint32_t)img.h);
-  ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // depth 8, RGB, deflate, filter 0, no interlace
-  put_chunk(png, "IHDR", ihdr);
-  put_chunk(png, "IDAT", z);
-  put_chunk(png, "IEND", "");
-  return png;
-}
-
 }  // namespace
 
 void render_timeline_png(const std::string &trace_json_path, const std::string &png_path,
@@ -179,7 +120,7 @@ void render_timeline_png(const std::string &trace_json_path, const std::string &
   // Lanes 40 px tall, thinner when there are many (but never under 8 px).
   const int lane_h = std::max(8, std::min(40, 1280 / lanes));
   const int band_h = std::max(2, lane_h / 6);
-  Image img(width, 2 * m + lanes * lane_h);
+  Canvas img(width, 2 * m + lanes * lane_h);
   const int plot_w = width - 2 * m;
   const double span = t1 > t0 ? t1 - t0 : 1.0;
   auto x_of = [&](double t) { return m + (t - t0) / span * plot_w; };

@@ -10,7 +10,8 @@
 //   - a black 1-px line between touching spans of different micro-batches.
 //
 // Layout: a margin of kTimelinePngMargin px on every side; lanes share the rest
-// of the height equally. No text is drawn. The PNG is written atomically.
+// of the height equally. No text is drawn. The PNG is written atomically
+// (engine/core/canvas.h draws and encodes it).
 #pragma once
 #include <string>
 

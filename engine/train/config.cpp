@@ -8,32 +8,28 @@
 #include <sstream>
 
 #include "engine/core/status.h"
+#include "engine/model/gpt_config.h"
 
 namespace ptdp {
 
 namespace {
 constexpr double kBig = 1e18;
+
+
+// The model's options, from GptConfig's field table, then `rest`.
+std::vector<OptionSpec> with_model_options(const std::vector<OptionSpec> &rest) {
+  std::vector<OptionSpec> s;
+  for (const GptConfigField &f : gpt_config_fields())
+    s.push_back({f.name, f.kind == GptConfigField::Int ? OptionSpec::Int : OptionSpec::Float,
+                 f.option_default, f.option_min, f.option_max, nullptr, f.option_help});
+  s.insert(s.end(), rest.begin(), rest.end());
+  return s;
 }
+}  // namespace
 
 const std::vector<OptionSpec> &option_schema() {
   using T = OptionSpec;
-  static const std::vector<OptionSpec> schema = {
-      // model
-      {"num_layers", T::Int, "4", 1, 4096, nullptr, "transformer layers"},
-      {"hidden_size", T::Int, "256", 1, 1 << 20, nullptr, "hidden size h"},
-      {"num_attention_heads", T::Int, "4", 1, 1 << 16, nullptr, "attention heads a"},
-      {"ffn_hidden_size", T::Int, "0", 0, 1 << 22, nullptr, "MLP hidden size (0 = 4h)"},
-      {"seq_length", T::Int, "128", 1, 1 << 20, nullptr, "tokens per sample s"},
-      {"max_position_embeddings", T::Int, "0", 0, 1 << 20, nullptr,
-       "learned positions (0 = seq_length)"},
-      {"vocab_size", T::Int, "0", 0, 1 << 24, nullptr,
-       "model vocabulary (0 = the tokenizer's; larger leaves ids unused)"},
-      {"make_vocab_size_divisible_by", T::Int, "128", 1, 1 << 16, nullptr, "vocabulary padding"},
-      {"hidden_dropout", T::Float, "0.1", 0, 0.999, nullptr, "dropout on the residual branches"},
-      {"attention_dropout", T::Float, "0.1", 0, 0.999, nullptr,
-       "dropout on attention probabilities"},
-      {"init_method_std", T::Float, "0.02", 1e-8, 10, nullptr, "std of the normal init"},
-      {"layernorm_epsilon", T::Float, "1e-5", 1e-12, 1, nullptr, "LayerNorm epsilon"},
+  static const std::vector<OptionSpec> schema = with_model_options({
       // batch and schedule
       {"micro_batch_size", T::Int, "8", 1, 1 << 20, nullptr, "samples per micro-batch b"},
       {"global_batch_size", T::Int, "32", 1, 1 << 30, nullptr, "samples per optimizer step"},
@@ -54,7 +50,13 @@ const std::vector<OptionSpec> &option_schema() {
       {"data_path", T::String, "", 0, 0, nullptr,
        "token dataset: a ptdp file, a Megatron PREFIX (PREFIX.bin + PREFIX.idx), or a blend W1 P1 W2 P2 ..."},
       {"split", T::String, "98,2", 0, 0, nullptr, "train,valid[,test] weights over documents"},
-      {"tokenizer_type", T::Choice, "byte", 0, 0, "byte", "tokenizer"},
+      {"tokenizer_type", T::Choice, "byte", 0, 0, "byte,GPT2BPETokenizer",
+       "tokenizer: bytes, or GPT-2's byte-level BPE (with vocab_file + merge_file or "
+       "tokenizer_file)"},
+      {"vocab_file", T::String, "", 0, 0, nullptr, "GPT2BPETokenizer's vocab.json"},
+      {"merge_file", T::String, "", 0, 0, nullptr, "GPT2BPETokenizer's merges.txt"},
+      {"tokenizer_file", T::String, "", 0, 0, nullptr,
+       "GPT2BPETokenizer from a Hugging Face tokenizer.json (instead of vocab_file + merge_file)"},
       {"eval_iters", T::Int, "10", 1, 1e9, nullptr, "batches per evaluation"},
       // parallelism
       {"tensor_model_parallel_size", T::Int, "1", 1, 4096, nullptr, "tensor-parallel degree t"},
@@ -89,6 +91,9 @@ const std::vector<OptionSpec> &option_schema() {
        "check every block loaded against its manifest checksum (1 = on)"},
       {"override_opt_param_scheduler", T::Int, "0", 0, 1, nullptr,
        "1 = take the LR schedule of this run even when the loaded checkpoint's differs"},
+      {"finetune", T::Int, "0", 0, 1, nullptr,
+       "1 = take only the weights of load: a fresh optimizer, iteration 0, LR schedule and data "
+       "position (Megatron's --finetune)"},
       // metrics
       // Mixed precision (Megatron's flags; ARCHITECTURE §3)
       {"bf16", T::Int, "0", 0, 1, nullptr, "bfloat16 parameters, activations and gradients (fp32 master weights)"},
@@ -109,7 +114,7 @@ const std::vector<OptionSpec> &option_schema() {
       {"num_threads", T::Int, "0", 0, 4096, nullptr, "CPU threads of the process (0 = all cores)"},
       {"device", T::String, "cpu", 0, 0, nullptr,
        "each rank's device: cpu, cuda (rank r on GPU r mod count) or cuda:N"},
-  };
+  });
   return schema;
 }
 

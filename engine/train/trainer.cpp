@@ -35,6 +35,15 @@ namespace fs = std::filesystem;
 namespace {
 constexpr int64_t kMaxRanks = 4096;  // keeps every rank count and index comfortably in an int
 
+TokenizerSpec tokenizer_spec(const TrainerOptions &o) {
+  TokenizerSpec s;
+  s.type = o.tokenizer;
+  s.vocab_file = o.vocab_file;
+  s.merge_file = o.merge_file;
+  s.tokenizer_file = o.tokenizer_file;
+  return s;
+}
+
 }  // namespace
 
 
@@ -53,7 +62,10 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   m.init_method_std = (float)c.get_double("init_method_std");
   m.layernorm_epsilon = (float)c.get_double("layernorm_epsilon");
   o.tokenizer = c.get("tokenizer_type");
-  const int tokenizer_vocab = make_tokenizer(o.tokenizer)->vocab_size();
+  o.vocab_file = c.get("vocab_file");
+  o.merge_file = c.get("merge_file");
+  o.tokenizer_file = c.get("tokenizer_file");
+  const int tokenizer_vocab = make_tokenizer(tokenizer_spec(o))->vocab_size();
   m.vocab_size = (int)c.get_int("vocab_size");
   if (m.vocab_size == 0) m.vocab_size = tokenizer_vocab;
   if (m.vocab_size < tokenizer_vocab)
@@ -93,6 +105,10 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.keep_last_checkpoints = (int)c.get_int("keep_last_checkpoints");
   o.verify_checkpoint = c.get_int("verify_checkpoint") != 0;
   o.override_opt_param_scheduler = c.get_int("override_opt_param_scheduler") != 0;
+  o.finetune = c.get_int("finetune") != 0;
+  if (o.finetune && o.load_path.empty())
+    fail(Status::invalid_config,
+         "finetune is set but load is not: give the checkpoint whose weights to fine-tune");
   const bool bf16 = c.get_int("bf16") != 0, fp16 = c.get_int("fp16") != 0;
   if (bf16 && fp16)
     fail(Status::invalid_config, "bf16 and fp16 are both set; choose one 16-bit type (or neither for fp32)");
@@ -199,10 +215,12 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   const int cores = opt_.num_threads > 0 ? opt_.num_threads : process_threads;
   threads_per_rank_ = std::max(1, cores / n);
   openblas_set_num_threads(threads_per_rank_);
-  tok_ = make_tokenizer(opt_.tokenizer);
+  tok_ = make_tokenizer(tokenizer_spec(opt_));
   if (!opt_.save_path.empty()) {
     check_save_directory(opt_.save_path);
-    check_save_target(opt_.save_path, opt_.load_path, opt_.model, resumption_options(opt_));
+    // A fine-tuning run is a new run even when it loads from its --save directory.
+    check_save_target(opt_.save_path, opt_.finetune ? "" : opt_.load_path, opt_.model,
+                      resumption_options(opt_));
   }
   data_ = open_training_data(opt_.data_path, opt_.split);
   for (const auto &src : data_.sources)
@@ -287,6 +305,9 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       ckpt = open_checkpoint(opt_.load_path);
     } catch (const Error &e) {
       if (e.code() != Status::io_error) throw;  // a damaged manifest is an error
+      if (opt_.finetune)
+        fail(Status::io_error, "finetune: nothing to fine-tune at load '", opt_.load_path,
+             "': ", e.what());
       last_loaded_ = "load: " + std::string(e.what()) + "; starting from iteration 0";
       if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", last_loaded_.c_str());
     }

@@ -39,6 +39,7 @@ struct TrainerOptions {
   AdamWConfig adam;
   double clip_grad = 1.0;
   std::string data_path, split = "98,2", tokenizer = "byte";
+  std::string vocab_file, merge_file, tokenizer_file;  // the tokenizer's (TokenizerSpec)
   int eval_iters = 10;
   int num_threads = 0;
   std::string device = "cpu";  // each rank's device: cpu, cuda (round-robin) or cuda:N
@@ -59,6 +60,9 @@ struct TrainerOptions {
   int keep_last_checkpoints = 0;
   bool verify_checkpoint = true;
   bool override_opt_param_scheduler = false;
+  // Megatron's --finetune: load_path's weights only; the optimizer, iteration,
+  // LR schedule, data position and loss scale start afresh.
+  bool finetune = false;
   // Mixed precision (--bf16, --fp16): the model's dtype and where gradients
   // accumulate; the loss scaler is used by fp16 (dynamic) or by any 16-bit
   // run given a static --loss-scale.
@@ -133,6 +137,10 @@ class Trainer {
   }
   // Mean validation loss over `iters` global batches (no dropout).
   double evaluate(int iters);
+  // The logits of one sequence, no dropout: [n, vocab_size] row-major over the
+  // real vocabulary, gathered from the tensor-parallel shards. 1 <= n <= max
+  // positions and every id in [0, vocab_size), else invalid_argument.
+  std::vector<float> logits(const std::vector<int32_t> &tokens);
   // Continues `prompt`; temperature 0 is greedy, else samples with a keyed RNG.
   std::string generate(const std::string &prompt, int max_new_tokens, double temperature,
                        uint64_t seed);
@@ -180,6 +188,7 @@ class Trainer {
   void unstage_shards();
   std::string load(const CheckpointRef &ckpt);
   double rank_evaluate(Rank &r, int iters);
+  std::vector<float> rank_logits(Rank &r, const std::vector<int32_t> &tokens);
   std::string rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,
                             double temperature, uint64_t seed);
 

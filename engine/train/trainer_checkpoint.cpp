@@ -116,6 +116,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
     for (const char *k : {"lr", "min_lr", "lr_warmup_iters", "lr_decay_iters", "lr_decay_style"})
       keys.push_back(k);
   std::string diff;
+  if (opt_.finetune) keys.clear();  // a new run: its own seed, split and schedule
   for (const std::string &k : keys) {
     auto it = ckpt.manifest.training.find(k);
     if (it != ckpt.manifest.training.end() && it->second != now.at(k))
@@ -127,7 +128,10 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
          opt_.override_opt_param_scheduler ? "" : " (or override_opt_param_scheduler = 1 for the LR schedule)");
   TrainingState st;
   try {
-    st = load_checkpoint(ckpt, opt_.model, local_shards(), opt_.verify_checkpoint);
+    std::vector<RankShard> shards = local_shards();
+    if (opt_.finetune)
+      for (RankShard &s : shards) s.exp_avg = s.exp_avg_sq = nullptr;  // weights only
+    st = load_checkpoint(ckpt, opt_.model, shards, opt_.verify_checkpoint);
     unstage_shards();
   } catch (const Error &e) {
     // A different model shape is refused before anything is read; after that,
@@ -137,6 +141,17 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
     throw;
   }
   for (auto &r : ranks_) r->adam->master_to_model(*r->model);  // 16-bit: params = round(master)
+  if (opt_.finetune) {
+    // Megatron's --finetune: the weights go on, everything else starts afresh
+    // (Adam's moments zeroed even after steps taken before this load).
+    for (auto &r : ranks_) {
+      const size_t bytes = r->model->num_params() * sizeof(float);
+      r->device->zero(r->adam->exp_avg(), bytes);
+      r->device->zero(r->adam->exp_avg_sq(), bytes);
+    }
+    st = TrainingState{};
+    scaler_ = LossScaler(opt_.loss_scaler);
+  }
   // An fp16 run continues its scaler; one starting from another run's
   // checkpoint (fp32, bf16) starts from the initial scale.
   if (st.has_loss_scale && opt_.use_loss_scaler && opt_.loss_scaler.dynamic)
@@ -152,6 +167,11 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   last_loaded_ = "loaded " + ckpt.dir + " (" + ckpt.why + "), iteration " +
                  std::to_string(iteration_) + ", saved with " + ckpt.manifest.layout.text() +
                  ", loaded into " + now_layout.text();
+  if (opt_.finetune)
+    last_loaded_ = "loaded the weights of " + ckpt.dir + " (" + ckpt.why + ", saved at iteration " +
+                   std::to_string(ckpt.manifest.iteration) + " with " +
+                   ckpt.manifest.layout.text() + ") into " + now_layout.text() +
+                   " to fine-tune: iteration 0, fresh optimizer and LR schedule";
   if (!ckpt.manifest.checksummed)
     last_loaded_ += " (its manifest has no checksum of its own: an older checkpoint, whose "
                     "manifest fields are not checked)";

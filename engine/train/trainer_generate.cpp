@@ -78,6 +78,47 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
   return tok_->decode(toks.data() + skip, toks.size() - skip);
 }
 
+std::vector<float> Trainer::rank_logits(Rank &r, const std::vector<int32_t> &tokens) {
+  GPT<float> &model = *r.model;
+  const int n = (int)tokens.size(), V = opt_.model.vocab_size, Vl = model.local_vocab();
+  const int t = opt_.parallel.t, p = opt_.parallel.p;
+  const std::vector<PipeOp> ops = forward_only_schedule(p, opt_.virtual_stages, 1, r.coord.pp);
+  r.pipeline->run(ops, n, 1, 0, false, 0.f, [&](int, bool) {
+    return MicroBatch{tokens.data(), nullptr, 0};
+  });
+  std::vector<float> out((size_t)n * V);
+  if (r.coord.pp == p - 1) {
+    // [n, Vl] per tensor rank, gathered as [t, n, Vl], then rows of the real vocabulary.
+    std::vector<float> mine((size_t)n * Vl), all((size_t)n * Vl * t);
+    model.device().copy_to_host(mine.data(), model.logits(), mine.size() * sizeof(float));
+    if (t > 1)
+      r.tp->all_gather(mine.data(), all.data(), mine.size());
+    else
+      all = mine;
+    for (int i = 0; i < n; i++)
+      for (int j = 0; j < V; j++)
+        out[(size_t)i * V + j] = all[((size_t)(j / Vl) * n + i) * Vl + j % Vl];
+  }
+  if (p > 1) r.pp->broadcast(out.data(), out.size(), p - 1);
+  return out;
+}
+
+std::vector<float> Trainer::logits(const std::vector<int32_t> &tokens) {
+  if (tokens.empty() || (int64_t)tokens.size() > opt_.model.max_positions())
+    fail(Status::invalid_argument, "logits: ", tokens.size(),
+         " tokens; give 1 to max_position_embeddings (", opt_.model.max_positions(), ")");
+  for (int32_t id : tokens)
+    if (id < 0 || id >= opt_.model.vocab_size)
+      fail(Status::invalid_argument, "logits: token id ", id, " is outside [0, ",
+           opt_.model.vocab_size, ")");
+  std::vector<float> first;  // every rank ends with the same logits: the first's are returned
+  run_on_ranks([&](Rank &r) {
+    std::vector<float> out = rank_logits(r, tokens);
+    if (&r == ranks_[0].get()) first = std::move(out);
+  });
+  return first;
+}
+
 std::string Trainer::generate(const std::string &prompt, int max_new_tokens, double temperature,
                               uint64_t seed) {
   if (max_new_tokens < 0) fail(Status::invalid_argument, "max_new_tokens must be >= 0");

@@ -807,6 +807,32 @@ static void test_pipeline(const char *data_path) {
   EXPECT(ptdp_render_timeline(trace, NULL, 0), PTDP_ERR_INVALID_ARGUMENT, "png",
          "render_timeline(NULL png)");
 
+  /* A --log-json file's plot (ptdp_plot_log): the trainer's own JSON line. */
+  {
+    char log_path[512], line[4096];
+    size_t len = 0;
+    FILE *f;
+    tmp_path(log_path, sizeof log_path, "capi_log.jsonl");
+    EXPECT_OK(ptdp_trainer_log_json(t, line, sizeof line, &len), "trainer_log_json");
+    f = fopen(log_path, "w");
+    CHECK(f != NULL, "open the metrics file");
+    if (f) {
+      fprintf(f, "%s\n", line);
+      fclose(f);
+    }
+    remove(png);
+    EXPECT_OK(ptdp_plot_log(log_path, png), "plot_log of the trainer's log_json line");
+    CHECK(is_png(png), "plot_log wrote a PNG");
+    EXPECT(ptdp_plot_log(missing, png), PTDP_ERR_IO, "capi_no_such_trace.json",
+           "plot_log of a missing file");
+    EXPECT(ptdp_plot_log(data_path, png), PTDP_ERR_CORRUPT_DATA, "is not JSON",
+           "plot_log of a file that is not JSON lines");
+    EXPECT(ptdp_plot_log(log_path, log_path), PTDP_ERR_INVALID_ARGUMENT, "overwrite an input",
+           "plot_log onto its own input");
+    EXPECT(ptdp_plot_log(NULL, png), PTDP_ERR_INVALID_ARGUMENT, "log_json", "plot_log(NULL log)");
+    EXPECT(ptdp_plot_log(log_path, NULL), PTDP_ERR_INVALID_ARGUMENT, "png", "plot_log(NULL png)");
+  }
+
   ptdp_trainer_destroy(t);
 }
 

@@ -73,6 +73,39 @@ ptdp_data_test(data_tokenize_missing_key --rc nonzero
   -- ${PTDP_DATA_LAUNCHER} tokenize --json-keys body --output-prefix ${PTDP_DATA_TMP}/nokey
      ${PTDP_DATA_JSONL})
 
+# GPT-2 BPE (the test fixtures' 3000-token vocabulary): tokenize into
+# Megatron's indexed dataset, train on it (the padded vocabulary, a sample
+# decoded by BPE), the ptdp format from a tokenizer.json, and the files that
+# belong with each tokenizer type.
+set(PTDP_DATA_BPE --tokenizer-type GPT2BPETokenizer
+    --vocab-file ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe/vocab.json
+    --merge-file ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe/merges.txt)
+ptdp_data_test(data_tokenize_bpe --rc 0
+  --clean ${PTDP_DATA_TMP}/bpe_text_document.bin --clean ${PTDP_DATA_TMP}/bpe_text_document.idx
+  --match "^wrote .*/bpe_text_document.bin .*: 200 documents, 2856 tokens"
+  -- ${PTDP_DATA_LAUNCHER} tokenize --format lines --append-eod ${PTDP_DATA_BPE}
+     --output-prefix ${PTDP_DATA_TMP}/bpe ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+ptdp_data_test(data_train_bpe --rc 0
+  --expect "padded vocab: 3072" --match "^ iteration +2/ +2 \\| consumed samples: +8 \\|"
+  --expect "final validation loss" --expect "---- sample"
+  -- ${PTDP_DATA_LAUNCHER} ${PTDP_DATA_TRAIN} --data-path ${PTDP_DATA_TMP}/bpe_text_document
+     ${PTDP_DATA_BPE} ${PTDP_DATA_TINY} --train-iters 2 --sample-tokens 16)
+set_tests_properties(data_train_bpe PROPERTIES DEPENDS data_tokenize_bpe)
+ptdp_data_test(data_tokenize_bpe_json --rc 0 --clean ${PTDP_DATA_TMP}/bpe_json.ptdp
+  --match "^wrote .*/bpe_json.ptdp: 200 documents, 2856 tokens"
+  -- ${PTDP_DATA_LAUNCHER} tokenize --format lines --tokenizer-type GPT2BPETokenizer
+     --tokenizer-file ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe/tokenizer.json
+     --output ${PTDP_DATA_TMP}/bpe_json.ptdp ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+ptdp_data_test(data_tokenize_bpe_no_files --rc nonzero
+  --expect "GPT2BPETokenizer needs vocab_file + merge_file (vocab.json, merges.txt) or tokenizer_file"
+  -- ${PTDP_DATA_LAUNCHER} tokenize --format lines --tokenizer-type GPT2BPETokenizer
+     --output-prefix ${PTDP_DATA_TMP}/bpe_none ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+ptdp_data_test(data_train_byte_with_vocab --rc nonzero
+  --expect "the byte tokenizer takes no files, but vocab_file is set" --reject "iteration "
+  -- ${PTDP_DATA_LAUNCHER} ${PTDP_DATA_TRAIN} --data-path ${PTDP_DATA_TMP}/bpe_text_document
+     --vocab-file ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe/vocab.json ${PTDP_DATA_TINY})
+set_tests_properties(data_train_byte_with_vocab PROPERTIES DEPENDS data_tokenize_bpe)
+
 # The Lua module's data calls (tokenize to Megatron's format, a blend as a
 # list, log_json, append_line), asserted inside the script.
 ptdp_data_test(data_module_api --rc 0 --expect "module_data: PASS"
@@ -87,7 +120,26 @@ add_test(NAME data_indexed_python_crosscheck
 add_test(NAME data_log_json
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/data/check_log_json.py ${PTDP_DATA_LAUNCHER}
           ${PTDP_DATA_TRAIN} ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt ${PTDP_DATA_TMP}/log_json)
-set(PTDP_DATA_TESTS ${PTDP_DATA_TESTS} data_indexed_python_crosscheck data_log_json)
+# `ptdp plot` of a real run's --log-json (the PNG read back with Python's zlib),
+# its errors, and the planner's labelled plot.
+add_test(NAME data_plot
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/data/check_plot.py ${PTDP_DATA_LAUNCHER}
+          ${PTDP_DATA_TRAIN} ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt ${PTDP_DATA_TMP}/plot
+          ${PTDP_DATA_TINY})
+set(PTDP_DATA_TESTS ${PTDP_DATA_TESTS} data_indexed_python_crosscheck data_log_json data_plot)
 
 set_tests_properties(${PTDP_DATA_TESTS} PROPERTIES
                      LABELS lua TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# GPT-2 byte-level BPE against Hugging Face's tokenizers (fixtures in data/bpe,
+# made by data/bpe/make_bpe_fixtures.py), and its speed on the fortunes.
+add_executable(test_bpe_tokenizer data/test_bpe_tokenizer.cpp)
+target_link_libraries(test_bpe_tokenizer PRIVATE ptdp_static GTest::gtest_main)
+target_compile_definitions(test_bpe_tokenizer PRIVATE
+  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+gtest_discover_tests(test_bpe_tokenizer PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1"
+                     DISCOVERY_TIMEOUT 60)
+add_executable(bench_bpe_tokenizer data/bench_bpe_tokenizer.cpp)
+target_link_libraries(bench_bpe_tokenizer PRIVATE ptdp_static)
+target_compile_definitions(bench_bpe_tokenizer PRIVATE
+  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")

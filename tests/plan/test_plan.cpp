@@ -11,6 +11,7 @@
 
 #include "engine/core/status.h"
 #include "engine/plan/plan.h"
+#include "tests/unit/png_decode.h"
 
 using namespace ptdp::plan;
 using ptdp::ScheduleKind;
@@ -406,7 +407,19 @@ TEST(PlanPlot, WritesAPng) {
   plan_report({{"num_layers", "24"}, {"hidden_size", "2304"}, {"num_attention_heads", "24"},
                {"global_batch_size", "512"}, {"num_gpus", "64"}, {"plot", png}});
   std::ifstream f(png, std::ios::binary);
-  std::string head(8, '\0');
-  f.read(&head[0], 8);
-  EXPECT_EQ(head, std::string("\x89PNG\r\n\x1a\n", 8));
+  std::stringstream bytes;
+  bytes << f.rdbuf();
+  DecodedPng d = decode_png(bytes.str());
+  ASSERT_GT(d.w, 1000u);
+  ASSERT_GT(d.h, 300u);
+  // Four panels: their dots in four hues, and dark ink for the frames, tick
+  // numbers and axis titles (issue 13: the axes are labelled).
+  for (auto c : {std::vector<int>{31, 119, 180}, {255, 127, 14}, {44, 160, 44}, {214, 39, 40}})
+    EXPECT_GT(d.count(c[0], c[1], c[2]), 40u) << c[0];
+  EXPECT_GT(d.count(40, 40, 40), 4000u);
+  // The y title runs up the left edge, left of the first panel's numbers.
+  size_t title_ink = 0;
+  for (uint32_t y = 0; y < d.h; y++)
+    for (int x = 12; x < 26; x++) title_ink += d.is(x, y, 40, 40, 40);
+  EXPECT_GT(title_ink, 100u);
 }

@@ -1,0 +1,478 @@
+#include "checkpoints/safetensors_import.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "checkpoints/commit.h"
+#include "checkpoints/hdf5_file.h"
+#include "checkpoints/save_target.h"
+#include "checkpoints/sharded_checkpoint.h"
+#include "engine/core/dtype.h"
+#include "engine/core/status.h"
+#include "engine/model/gpt.h"
+
+namespace ptdp {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+bool ends_with(const std::string &s, const std::string &tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// ---- the GPT2Config -------------------------------------------------------
+
+const char *kRequired =
+    "n_embd, n_layer, n_head, n_positions, vocab_size, layer_norm_epsilon, activation_function, "
+    "attn_pdrop, resid_pdrop, embd_pdrop";
+
+const json &field(const json &c, const char *key, const std::string &where) {
+  auto it = c.find(key);
+  if (it == c.end() || it->is_null())
+    fail(Status::invalid_config, where, ": field '", key,
+         "' is missing (ptdp needs the GPT2Config fields ", kRequired, ")");
+  return *it;
+}
+
+int positive_int(const json &c, const char *key, const std::string &where) {
+  const json &v = field(c, key, where);
+  if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > INT_MAX)
+    fail(Status::invalid_config, where, ": '", key, "' must be a positive integer, got ", v.dump());
+  return (int)v.get<int64_t>();
+}
+
+float number(const json &v, const char *key, const std::string &where) {
+  if (!v.is_number())
+    fail(Status::invalid_config, where, ": '", key, "' must be a number, got ", v.dump());
+  return (float)v.get<double>();
+}
+
+float probability(const json &c, const char *key, const std::string &where) {
+  const float p = number(field(c, key, where), key, where);
+  if (!(p >= 0.f && p < 1.f))
+    fail(Status::invalid_config, where, ": '", key, "' must be in [0, 1), got ", p);
+  return p;
+}
+
+// ---- the safetensors file -------------------------------------------------
+
+// A whole file mapped read-only.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string &path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) fail(Status::io_error, "cannot open '", path, "': ", std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      fail(Status::io_error, "'", path, "' is not a regular file");
+    }
+    size_ = (size_t)st.st_size;
+    if (size_ == 0) return;
+    void *p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      ::close(fd_);
+      fail(Status::io_error, "cannot map '", path, "': ", std::strerror(e));
+    }
+    data_ = static_cast<const unsigned char *>(p);
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<unsigned char *>(data_), size_);
+    ::close(fd_);
+  }
+  MappedFile(const MappedFile &) = delete;
+  MappedFile &operator=(const MappedFile &) = delete;
+  const unsigned char *data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  const unsigned char *data_ = nullptr;
+  size_t size_ = 0;
+};
+
+struct SourceTensor {
+  std::string dtype;  // as the file says: "F32", "BF16", ...
+  std::vector<int64_t> shape;
+  const unsigned char *data = nullptr;
+  uint64_t bytes = 0;
+};
+
+size_t element_size(const std::string &dtype) {
+  return dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
+}
+
+// The header of a safetensors file: 8 bytes little-endian N, N bytes of JSON
+// {name: {dtype, shape, data_offsets: [begin, end)}, "__metadata__": {...}},
+// then the data the offsets count from.
+struct Safetensors {
+  json metadata = json::object();
+  std::map<std::string, SourceTensor> tensors;
+};
+
+template <class... Args>
+[[noreturn]] void not_safetensors(const std::string &file, const Args &...why) {
+  fail(Status::corrupt_data, "'", file, "' is not a valid safetensors file: ", why...);
+}
+
+Safetensors parse_safetensors(const std::string &file, const MappedFile &m) {
+  if (m.size() < 8)
+    not_safetensors(file, "it has ", m.size(), " bytes, fewer than its header size");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = n << 8 | m.data()[i];
+  if (n > m.size() - 8)
+    not_safetensors(file, "its header of ", n, " bytes is longer than the file (", m.size(), ")");
+  json header;
+  try {
+    header = json::parse(m.data() + 8, m.data() + 8 + n);
+  } catch (const json::exception &e) {
+    not_safetensors(file, "its header is not JSON (", e.what(), ")");
+  }
+  if (!header.is_object()) not_safetensors(file, "its header is not a JSON object");
+  const unsigned char *base = m.data() + 8 + n;
+  const uint64_t data_size = m.size() - 8 - n;
+  Safetensors out;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const json &v = it.value();
+    if (it.key() == "__metadata__") {
+      if (!v.is_object()) not_safetensors(file, "__metadata__ is not an object");
+      out.metadata = v;
+      continue;
+    }
+    const std::string &name = it.key();
+    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
+        !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2)
+      not_safetensors(file, "tensor '", name, "' lacks a dtype, shape or data_offsets: ", v.dump());
+    SourceTensor t;
+    t.dtype = v["dtype"].get<std::string>();
+    uint64_t numel = 1;
+    for (const json &d : v["shape"]) {
+      if (!d.is_number_unsigned())
+        not_safetensors(file, "tensor '", name, "' has shape ", v["shape"].dump());
+      const uint64_t k = d.get<uint64_t>();
+      if (k != 0 && numel > data_size / k)
+        not_safetensors(file, "tensor '", name, "' of shape ", v["shape"].dump(),
+                        " does not fit in the data");
+      numel *= k;
+      t.shape.push_back((int64_t)k);
+    }
+    const json &off = v["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      not_safetensors(file, "tensor '", name, "' has data_offsets ", off.dump());
+    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+    if (b > e || e > data_size)
+      not_safetensors(file, "tensor '", name, "' has bytes [", b, ", ", e, ") outside the ",
+                      data_size, " bytes of data");
+    // Only the dtypes ptdp reads are checked here; another is refused where
+    // the tensor is used (buffers that are skipped may be of any type).
+    const size_t es = element_size(t.dtype);
+    if (es && e - b != numel * es)
+      not_safetensors(file, "tensor '", name, "' is ", t.dtype, " ", v["shape"].dump(), " (",
+                      numel * es, " bytes) but its data_offsets hold ", e - b, " bytes");
+    t.data = base + b;
+    t.bytes = e - b;
+    out.tensors[name] = std::move(t);
+  }
+  return out;
+}
+
+void check_dtype(const std::string &file, const std::string &name, const SourceTensor &t) {
+  if (!element_size(t.dtype))
+    fail(Status::bad_value, "tensor '", name, "' in '", file, "' is ", t.dtype,
+         ": ptdp imports F32, F16 and BF16 tensors");
+}
+
+// The tensor's values as float32 (16-bit values widen exactly).
+std::vector<float> widen(const std::string &file, const std::string &name, const SourceTensor &t) {
+  check_dtype(file, name, t);
+  const size_t n = t.bytes / element_size(t.dtype);
+  std::vector<float> out(n);
+  if (t.dtype == "F32") {
+    std::memcpy(out.data(), t.data, n * 4);  // safetensors is little-endian, as the host
+    return out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint16_t h;
+    std::memcpy(&h, t.data + 2 * i, 2);
+    out[i] = t.dtype == "BF16" ? bf16_to_float(h) : f16_to_float(h);
+  }
+  return out;
+}
+
+// ---- GPT-2's names and layouts ---------------------------------------------
+
+// How a ptdp parameter ([rows, cols] = [out, in]; 1-D: cols = 1) is stored in GPT-2.
+struct Layout {
+  int64_t rows = 0, cols = 1;
+  std::vector<int64_t> gpt2_shape;
+  bool transpose = false;  // Conv1D: [in, out]
+  bool qkv = false;        // c_attn: outputs ordered [3, a, hd] instead of ptdp's [a, 3, hd]
+};
+
+Layout layout_of(const ParamInfo &p, const GptConfig &cfg) {
+  Layout l;
+  std::vector<int64_t> shape = p.global_shape;
+  if (p.name == "wte.weight") shape[0] = cfg.vocab_size;  // GPT-2's wte is unpadded
+  l.rows = shape[0];
+  l.cols = shape.size() > 1 ? shape[1] : 1;
+  for (const char *w :
+       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+    l.transpose = l.transpose || ends_with(p.name, w);
+  l.qkv = ends_with(p.name, ".attn.c_attn.weight") || ends_with(p.name, ".attn.c_attn.bias");
+  l.gpt2_shape = l.transpose ? std::vector<int64_t>{l.cols, l.rows} : shape;
+  return l;
+}
+
+// GPT-2's output index of ptdp's row r: c_attn's row a*3*hd + q*hd + e (head
+// a; q: 0 query, 1 key, 2 value) is GPT-2's q*h + a*hd + e.
+int64_t gpt2_index(const Layout &l, int64_t r, int64_t h, int64_t hd) {
+  if (!l.qkv) return r;
+  const int64_t a = r / (3 * hd), q = r / hd % 3, e = r % hd;
+  return q * h + a * hd + e;
+}
+
+// Writes GPT-2's values `src` into ptdp's layout at `dst`.
+void place(const Layout &l, const std::vector<float> &src, int64_t h, int64_t hd, float *dst) {
+  for (int64_t r = 0; r < l.rows; r++) {
+    const int64_t g = gpt2_index(l, r, h, hd);
+    for (int64_t c = 0; c < l.cols; c++)
+      dst[r * l.cols + c] =
+          l.transpose ? src[(size_t)(c * l.rows + g)] : src[(size_t)(g * l.cols + c)];
+  }
+}
+
+// The registered buffers of old GPT-2 files, not parameters: h.N.attn.bias
+// (the causal mask) and h.N.attn.masked_bias.
+bool is_buffer(const std::string &name) {
+  if (name.rfind("h.", 0) != 0) return false;
+  size_t i = 2;
+  while (i < name.size() && std::isdigit((unsigned char)name[i])) i++;
+  const std::string rest = name.substr(i);
+  return i > 2 && (rest == ".attn.bias" || rest == ".attn.masked_bias");
+}
+
+std::string read_text(const std::string &path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    fail(Status::io_error, "'", path, "' is a directory, not a config.json");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(Status::io_error, "cannot read '", path, "': ", std::strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The GPT2Config text and where it came from (for messages).
+std::pair<std::string, std::string> config_source(const std::string &file,
+                                                  const std::string &config_json,
+                                                  const Safetensors &st) {
+  if (!config_json.empty()) return {read_text(config_json), "config '" + config_json + "'"};
+  auto it = st.metadata.find("gpt2_config");
+  if (it != st.metadata.end() && it->is_string())
+    return {it->get<std::string>(), "the gpt2_config metadata of '" + file + "'"};
+  const fs::path beside = fs::path(file).parent_path() / "config.json";
+  std::error_code ec;
+  if (fs::is_regular_file(beside, ec))
+    return {read_text(beside.string()), "config '" + beside.string() + "'"};
+  fail(Status::invalid_argument, "no GPT2Config for '", file,
+       "': give its config.json (there is none beside it, and the file has no gpt2_config "
+       "metadata)");
+}
+
+// Refuses a directory whose newest checkpoint is another run's, or past
+// iteration 0 (the import would become the newest and hide it).
+void check_import_target(const std::string &dir, const GptConfig &cfg,
+                         const std::map<std::string, std::string> &training) {
+  std::string newest;
+  try {
+    newest = find_latest_checkpoint(dir);
+  } catch (const Error &e) {
+    if (e.code() == Status::io_error) return;  // no complete checkpoint there
+    throw;
+  }
+  Manifest saved;
+  try {
+    saved = Manifest::read(newest);
+  } catch (const Error &e) {
+    fail(Status::corrupt_data, "'", dir, "' holds checkpoints whose newest, '", newest,
+         "', has a manifest that cannot be read (", e.what(), "); import into another directory");
+  }
+  std::string why = other_run_fields(saved, cfg, training);
+  if (why.empty() && saved.iteration > 0) why = "a trained checkpoint: the import would hide it";
+  if (!why.empty())
+    fail(Status::invalid_config, "'", dir, "' holds checkpoints of another run (newest: '", newest,
+         "', iteration ", saved.iteration, "; ", why,
+         "); importing there would mix two runs. Import into an empty directory");
+}
+
+}  // namespace
+
+GptConfig gpt_config_from_gpt2(const std::string &text, const std::string &where) {
+  json c;
+  try {
+    c = json::parse(text);
+  } catch (const json::exception &e) {
+    fail(Status::corrupt_data, where, " is not valid JSON (", e.what(), ")");
+  }
+  if (!c.is_object()) fail(Status::corrupt_data, where, " is not a JSON object (a GPT2Config)");
+  if (c.contains("model_type") && c["model_type"] != "gpt2")
+    fail(Status::invalid_config, where, ": model_type is ", c["model_type"].dump(),
+         "; ptdp imports gpt2");
+  GptConfig g;
+  g.hidden_size = positive_int(c, "n_embd", where);
+  g.num_layers = positive_int(c, "n_layer", where);
+  if (g.num_layers > 4096)  // the trainer's limit; also bounds the tensor list made from it
+    fail(Status::invalid_config, where, ": n_layer is ", g.num_layers, "; ptdp takes at most 4096");
+  g.num_attention_heads = positive_int(c, "n_head", where);
+  g.max_position_embeddings = positive_int(c, "n_positions", where);
+  g.seq_length = g.max_position_embeddings;
+  g.vocab_size = positive_int(c, "vocab_size", where);
+  g.layernorm_epsilon = number(field(c, "layer_norm_epsilon", where), "layer_norm_epsilon", where);
+  if (!(g.layernorm_epsilon > 0.f))
+    fail(Status::invalid_config, where, ": 'layer_norm_epsilon' must be > 0, got ",
+         g.layernorm_epsilon);
+  const json &act = field(c, "activation_function", where);
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    fail(Status::invalid_config, where, ": activation_function is ", act.dump(),
+         ", but ptdp's MLP computes the tanh GeLU: only \"gelu_new\" (or \"gelu_pytorch_tanh\", ",
+         "the same function) can be imported");
+  if (c.contains("n_inner") && !c["n_inner"].is_null()) {
+    const int f = positive_int(c, "n_inner", where);
+    g.ffn_hidden_size = f == 4 * g.hidden_size ? 0 : f;
+  }
+  g.attention_dropout = probability(c, "attn_pdrop", where);
+  g.hidden_dropout = probability(c, "resid_pdrop", where);
+  const float embd = probability(c, "embd_pdrop", where);
+  if (embd != g.hidden_dropout)
+    fail(Status::invalid_config, where, ": embd_pdrop (", embd, ") differs from resid_pdrop (",
+         g.hidden_dropout, "); ptdp drops the embeddings' output with its hidden_dropout, so ",
+         "they must be equal");
+  if (c.contains("initializer_range") && !c["initializer_range"].is_null())
+    g.init_method_std = number(c["initializer_range"], "initializer_range", where);
+  // Variants of GPT-2 that ptdp does not compute.
+  const struct {
+    const char *key;
+    bool unsupported;
+    const char *why;
+  } variants[] = {{"scale_attn_weights", false, "ptdp scales attention scores by 1/sqrt(head dim)"},
+                  {"scale_attn_by_inverse_layer_idx", true, "ptdp does not scale by layer"},
+                  {"add_cross_attention", true, "ptdp's GPT has no cross-attention"},
+                  {"tie_word_embeddings", false, "ptdp ties the output layer to wte"}};
+  for (const auto &v : variants)
+    if (c.contains(v.key) && c[v.key].is_boolean() && c[v.key].get<bool>() == v.unsupported)
+      fail(Status::invalid_config, where, ": ", v.key, " is ", v.unsupported ? "true" : "false",
+           ", which ptdp cannot import (", v.why, ")");
+  if (g.hidden_size % g.num_attention_heads != 0)
+    fail(Status::invalid_config, where, ": n_head (", g.num_attention_heads,
+         ") does not divide n_embd (", g.hidden_size, ")");
+  try {
+    g.validate(1);
+  } catch (const Error &e) {
+    fail(Status::invalid_config, where, ": ", e.what());
+  }
+  return g;
+}
+
+std::string import_safetensors(const std::string &file, const std::string &config_json,
+                               const std::string &dir) {
+  if (file.empty()) fail(Status::invalid_argument, "import_safetensors: no safetensors file given");
+  if (dir.empty())
+    fail(Status::invalid_argument, "import_safetensors: no checkpoint directory given");
+  const MappedFile map(file);
+  const Safetensors st = parse_safetensors(file, map);
+  const auto [config_text, where] = config_source(file, config_json, st);
+  const GptConfig cfg = gpt_config_from_gpt2(config_text, where);
+
+  // Every tensor of the file by its GPT-2 name; the "transformer." prefix of
+  // GPT2LMHeadModel dropped, buffers skipped, lm_head kept aside.
+  const std::vector<ParamInfo> table = gpt_param_table(cfg, 1, {});
+  std::map<std::string, const ParamInfo *> ours;
+  for (const ParamInfo &p : table) ours[p.name] = &p;
+  // GPT-2 name -> (the file's name, the tensor)
+  std::map<std::string, std::pair<std::string, const SourceTensor *>> found;
+  for (const auto &[key, t] : st.tensors) {
+    const std::string name = key.rfind("transformer.", 0) == 0 ? key.substr(12) : key;
+    if (is_buffer(name)) continue;
+    if (name != "lm_head.weight" && !ours.count(name))
+      fail(Status::invalid_config, "tensor '", key, "' in '", file,
+           "' is not a parameter of a GPT-2 language model (h.N.{ln_1, attn.c_attn, attn.c_proj, ",
+           "ln_2, mlp.c_fc, mlp.c_proj}, wte, wpe, ln_f, lm_head) with ", cfg.num_layers,
+           " layers");
+    if (found.count(name))
+      fail(Status::corrupt_data, "'", file, "' holds '", name, "' twice (as '", found[name].first,
+           "' and '", key, "')");
+    found[name] = {key, &t};
+  }
+  const int64_t h = cfg.hidden_size, hd = cfg.head_dim();
+  for (const ParamInfo &p : table) {
+    if (!found.count(p.name))
+      fail(Status::invalid_config, "tensor '", p.name, "' is missing from '", file, "' (", where,
+           " makes a GPT-2 of ", cfg.num_layers, " layers: h.0 to h.", cfg.num_layers - 1, ")");
+    const auto &[key, t] = found[p.name];
+    const Layout l = layout_of(p, cfg);
+    if (t->shape != l.gpt2_shape)
+      fail(Status::invalid_config, "tensor '", key, "' in '", file, "' is ", dims_text(t->shape),
+           " but ", where, " makes it ", dims_text(l.gpt2_shape),
+           l.transpose ? " (GPT-2's Conv1D weights are [in, out])" : "");
+    check_dtype(file, key, *t);
+  }
+  // lm_head, when the file has one, must be wte itself: ptdp ties them.
+  if (found.count("lm_head.weight")) {
+    const auto &[key, t] = found["lm_head.weight"];
+    const std::vector<int64_t> want{cfg.vocab_size, h};
+    if (t->shape != want)
+      fail(Status::invalid_config, "tensor '", key, "' in '", file, "' is ", dims_text(t->shape),
+           " but ", where, " makes it ", dims_text(want));
+    const std::vector<float> head = widen(file, key, *t);
+    const std::vector<float> wte =
+        widen(file, found["wte.weight"].first, *found["wte.weight"].second);
+    if (std::memcmp(head.data(), wte.data(), head.size() * sizeof(float)) != 0)
+      fail(Status::invalid_config, "'", key, "' in '", file, "' differs from wte: ptdp ties the ",
+           "output layer to the input embedding, so an untied GPT-2 cannot be imported");
+  }
+
+  const std::map<std::string, std::string> training = {
+      {"imported_from", fs::weakly_canonical(fs::absolute(file)).string()}};
+  check_import_target(dir, cfg, training);
+
+  // The parameters in ptdp's flat layout (wte's padding rows stay zero), and
+  // Adam's moments: zeros, one buffer for both.
+  size_t total = 0;
+  for (const ParamInfo &p : table) total = std::max(total, p.offset + p.numel);
+  std::vector<float> params(total, 0.f), zeros(total, 0.f);
+  for (const ParamInfo &p : table) {
+    const auto &[key, t] = found[p.name];
+    place(layout_of(p, cfg), widen(file, key, *t), h, hd, params.data() + p.offset);
+  }
+  RankShard shard;
+  shard.table = &table;
+  shard.params = params.data();
+  shard.exp_avg = zeros.data();
+  shard.exp_avg_sq = zeros.data();
+  SaveRequest req;
+  req.root = dir;
+  req.model = cfg;
+  req.training = training;  // layout (1, 1, 1, 1), iteration 0
+  return save_checkpoint(req, {shard});
+}
+
+}  // namespace ptdp

@@ -1,0 +1,37 @@
+// `ptdp ckpt import-safetensors`: the reverse of the export. A Hugging Face
+// GPT-2 safetensors file (GPT2Model or GPT2LMHeadModel names, with or without
+// the "transformer." prefix; F32, F16 or BF16, widened to float32) and its
+// GPT2Config become a ptdp checkpoint at iteration 0: the four Conv1D weights
+// go from [in, out] to ptdp's [out, in], c_attn's outputs from GPT-2's
+// [3, a, hd] to ptdp's per-head [a, 3, hd]. Adam's moments are saved as zeros.
+// The checkpoint is saved in layout (t=1, p=1, d=1, v=1) with the vocabulary
+// unpadded, as every checkpoint is, so it loads into any layout (the loading
+// run pads wte with zero rows to its own make_vocab_size_divisible_by).
+#pragma once
+#include <string>
+
+#include "engine/model/gpt_config.h"
+
+namespace ptdp {
+
+// file: the .safetensors file. config_json: a GPT2Config config.json; "" takes
+// the file's own "gpt2_config" metadata (what export_safetensors writes), else
+// config.json beside the file. dir: the save directory; the checkpoint goes to
+// dir/iter_0000000, committed atomically (a failure leaves no checkpoint).
+// Errors:
+//  - invalid_config: a config field missing or unsupported (named, with what
+//    is supported), a tensor missing, of the wrong shape or not one of GPT-2's
+//    (named, with the shape the config makes it), an untied lm_head, or a dir
+//    holding another run's checkpoints or any checkpoint past iteration 0;
+//  - bad_value: a tensor dtype other than F32, F16, BF16;
+//  - corrupt_data: a file that is not valid safetensors or JSON;
+//  - io_error: a file that cannot be read, a dir that cannot be written.
+// Returns the checkpoint's directory.
+std::string import_safetensors(const std::string &file, const std::string &config_json,
+                               const std::string &dir);
+
+// The GptConfig of a GPT2Config given as JSON text; `where` names it in errors.
+// seq_length and max_position_embeddings are n_positions.
+GptConfig gpt_config_from_gpt2(const std::string &json_text, const std::string &where);
+
+}  // namespace ptdp

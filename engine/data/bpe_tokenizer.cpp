@@ -1,0 +1,450 @@
+#include "engine/data/bpe_tokenizer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+
+#include "engine/core/status.h"
+#include "engine/data/bpe_unicode.h"
+
+namespace ptdp {
+
+namespace {
+
+constexpr int64_t kMaxVocab = 1 << 24;
+constexpr size_t kMaxCachedWord = 256;        // longer words are merged every time
+constexpr size_t kMaxCacheEntries = 1 << 20;  // then the cache starts over
+
+// GPT-2's byte alphabet: a printable byte stands for itself; the others
+// (controls, space, 0x7F..0xA0, 0xAD) for U+0100 onwards, in byte order, so
+// that every token of vocab.json is printable text.
+struct ByteAlphabet {
+  uint32_t cp_of[256];
+  int16_t byte_of[512];  // code point -> byte, -1 when none
+  ByteAlphabet() {
+    std::fill(byte_of, byte_of + 512, (int16_t)-1);
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+      cp_of[b] = printable ? b : 256 + n++;
+      byte_of[cp_of[b]] = (int16_t)b;
+    }
+  }
+};
+const ByteAlphabet kAlphabet;
+
+// Decodes the UTF-8 character at s[i]: its length, and its code point in cp.
+// A byte that does not start a valid sequence is one character of its own,
+// with a code point no class holds.
+size_t utf8_next(std::string_view s, size_t i, uint32_t &cp) {
+  const unsigned char c = (unsigned char)s[i];
+  size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (len == 1) {
+    cp = c;
+    return 1;
+  }
+  if (len == 0 || c < 0xC2 || c > 0xF4 || i + len > s.size()) {
+    cp = 0xFFFFFFFF;
+    return 1;
+  }
+  cp = c & (0x7F >> len);
+  for (size_t k = 1; k < len; k++) {
+    const unsigned char d = (unsigned char)s[i + k];
+    if ((d & 0xC0) != 0x80) {
+      cp = 0xFFFFFFFF;
+      return 1;
+    }
+    cp = (cp << 6) | (d & 0x3F);
+  }
+  return len;
+}
+
+UnicodeClass class_at(std::string_view s, size_t i, size_t &len) {
+  uint32_t cp;
+  len = utf8_next(s, i, cp);
+  return unicode_class(cp);
+}
+
+std::string read_file(const std::string &path, const char *what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    fail(Status::io_error, "GPT2BPETokenizer: cannot read ", what, " '", path,
+         "': ", std::strerror(errno));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) fail(Status::io_error, "GPT2BPETokenizer: error reading ", what, " '", path, "'");
+  return ss.str();
+}
+
+nlohmann::json parse_json(const std::string &text, const std::string &what) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception &e) {
+    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, " is not valid JSON: ", e.what());
+  }
+}
+
+// A vocabulary object {"token": id, ...} as a list.
+std::vector<std::pair<std::string, int64_t>> vocab_of(const nlohmann::json &j,
+                                                      const std::string &what) {
+  if (!j.is_object())
+    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what,
+         " must be a JSON object of token: id, got a ", j.type_name());
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!it.value().is_number_integer())
+      fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": token '", it.key(), "' has a ",
+           it.value().type_name(), " for its id; ids are integers");
+    out.emplace_back(it.key(), it.value().get<int64_t>());
+  }
+  return out;
+}
+
+bool null_or(const nlohmann::json &obj, const char *key, const nlohmann::json &allowed) {
+  if (!obj.contains(key) || obj[key].is_null()) return true;
+  return obj[key] == allowed;
+}
+
+}  // namespace
+
+UnicodeClass unicode_class(uint32_t cp) {
+  // ASCII from a table made once; the rest by binary search over the ranges.
+  static const auto ascii = [] {
+    std::vector<UnicodeClass> t(128, kOther);
+    for (int i = 0; i < kNumUnicodeRanges && kUnicodeRanges[i].lo < 128; i++)
+      for (uint32_t c = kUnicodeRanges[i].lo; c <= kUnicodeRanges[i].hi && c < 128; c++)
+        t[c] = kUnicodeRanges[i].cls;
+    return t;
+  }();
+  if (cp < 128) return ascii[cp];
+  int lo = 0, hi = kNumUnicodeRanges - 1;
+  while (lo <= hi) {
+    const int mid = (lo + hi) / 2;
+    if (cp < kUnicodeRanges[mid].lo)
+      hi = mid - 1;
+    else if (cp > kUnicodeRanges[mid].hi)
+      lo = mid + 1;
+    else
+      return kUnicodeRanges[mid].cls;
+  }
+  return kOther;
+}
+
+size_t bpe_pretoken_end(std::string_view s, size_t i) {
+  const size_t n = s.size();
+  // 's 't 're 've 'm 'll 'd (lower case only, as GPT-2's regex)
+  if (s[i] == '\'' && i + 1 < n) {
+    const char a = s[i + 1], b = i + 2 < n ? s[i + 2] : 0;
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+  }
+  size_t len;
+  UnicodeClass cls = class_at(s, i, len);
+  size_t j = i + len;
+  // ` ?X+`: a space joins the run of letters, numbers or other characters after it.
+  if (s[i] == ' ' && j < n) {
+    size_t len2;
+    const UnicodeClass next = class_at(s, j, len2);
+    if (next != kSpace) {
+      cls = next;
+      j += len2;
+    }
+  }
+  if (cls != kSpace) {
+    while (j < n && class_at(s, j, len) == cls) j += len;
+    return j;
+  }
+  // Whitespace: `\s+(?!\S)` keeps the last space of a run for the word after
+  // it (when the run has two or more); at the end of the text the run is whole.
+  size_t last = i;
+  while (j < n && class_at(s, j, len) == kSpace) {
+    last = j;
+    j += len;
+  }
+  if (j == n || last == i) return j;
+  return last;
+}
+
+void Gpt2BpeTokenizer::build(const std::vector<std::pair<std::string, int64_t>> &vocab,
+                             const std::vector<std::pair<std::string, std::string>> &merges,
+                             const std::string &what) {
+  // Vocabulary strings are in GPT-2's byte alphabet: back to bytes.
+  auto to_bytes = [&](const std::string &tok, std::string &out) {
+    out.clear();
+    for (size_t i = 0; i < tok.size();) {
+      uint32_t cp;
+      i += utf8_next(tok, i, cp);
+      if (cp >= 512 || kAlphabet.byte_of[cp] < 0) return false;
+      out.push_back((char)kAlphabet.byte_of[cp]);
+    }
+    return true;
+  };
+  std::string bytes;
+  for (const auto &[tok, id] : vocab) {
+    if (id < 0 || id >= kMaxVocab)
+      fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": token '", tok, "' has id ", id,
+           "; ids must be in [0, ", kMaxVocab, ")");
+    if (!to_bytes(tok, bytes))
+      fail(
+          Status::corrupt_data, "GPT2BPETokenizer: ", what, ": token '", tok,
+          "' has a character outside GPT-2's byte alphabet (is this a byte-level BPE vocabulary?)");
+    if ((size_t)id >= token_bytes_.size()) token_bytes_.resize(id + 1);
+    if (!ids_.emplace(bytes, (int32_t)id).second)
+      fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": token '", tok, "' appears twice");
+    token_bytes_[id] = bytes;
+  }
+  for (int b = 0; b < 256; b++) {
+    auto it = ids_.find(std::string(1, (char)b));
+    if (it == ids_.end()) {
+      std::string c;
+      const uint32_t cp = kAlphabet.cp_of[b];
+      c.push_back(cp < 0x80 ? (char)cp : (char)(0xC0 | (cp >> 6)));
+      if (cp >= 0x80) c.push_back((char)(0x80 | (cp & 0x3F)));
+      fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, " lacks the token '", c, "' of byte ",
+           b, ": a byte-level vocabulary holds all 256 bytes");
+    }
+    byte_id_[b] = it->second;
+  }
+  std::string left, right;
+  for (size_t r = 0; r < merges.size(); r++) {
+    const auto &[a, b] = merges[r];
+    auto ia = to_bytes(a, left) ? ids_.find(left) : ids_.end();
+    auto ib = to_bytes(b, right) ? ids_.find(right) : ids_.end();
+    if (ia == ids_.end() || ib == ids_.end())
+      fail(Status::corrupt_data, "GPT2BPETokenizer: merge ", r + 1, " '", a, " ", b,
+           "' names the token '", ia == ids_.end() ? a : b, "', which is not in the vocabulary");
+    auto im = ids_.find(left + right);
+    if (im == ids_.end())
+      fail(Status::corrupt_data, "GPT2BPETokenizer: merge ", r + 1, " '", a, " ", b, "' makes '",
+           a + b, "', which is not in the vocabulary");
+    // A repeated merge keeps its last rank, as GPT-2's and Hugging Face's code.
+    merges_[(uint64_t)ia->second << 32 | (uint32_t)ib->second] = {(int32_t)r, im->second};
+  }
+}
+
+void Gpt2BpeTokenizer::add_special(const std::string &content, int64_t id,
+                                   const std::string &what) {
+  if (content.empty())
+    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": an empty added token");
+  if (id < 0 || id >= kMaxVocab)
+    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": added token '", content, "' has id ",
+         id, "; ids must be in [0, ", kMaxVocab, ")");
+  if ((size_t)id >= token_bytes_.size()) token_bytes_.resize(id + 1);
+  token_bytes_[id] = content;
+  specials_.emplace_back(content, (int32_t)id);
+  if (content == "<|endoftext|>") eod_ = (int32_t)id;
+}
+
+std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_vocab_merges(
+    const std::string &vocab_file, const std::string &merge_file) {
+  const std::string vtext = read_file(vocab_file, "vocab file");
+  const std::string mtext = read_file(merge_file, "merge file");
+  const std::string vwhat = "vocab file '" + vocab_file + "'";
+  const auto vocab = vocab_of(parse_json(vtext, vwhat), vwhat);
+  // merges.txt: "#version: ..." first, then "left right" a line, best first.
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::istringstream in(mtext);
+  std::string line;
+  for (int lineno = 1; std::getline(in, line); lineno++) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (lineno == 1 && line.rfind("#version", 0) == 0)) continue;
+    const size_t sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() ||
+        line.find(' ', sp + 1) != std::string::npos)
+      fail(Status::corrupt_data, "GPT2BPETokenizer: merge file '", merge_file, "' line ", lineno,
+           ": expected two tokens separated by one space, got '", line, "'");
+    merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+  }
+  auto t = std::unique_ptr<Gpt2BpeTokenizer>(new Gpt2BpeTokenizer());
+  t->build(vocab, merges, vwhat);
+  // As Megatron's GPT2BPETokenizer: <|endoftext|> of the vocabulary ends documents.
+  auto it = t->ids_.find("<|endoftext|>");
+  if (it == t->ids_.end())
+    fail(Status::corrupt_data, "GPT2BPETokenizer: ", vwhat,
+         " has no <|endoftext|> token (the end-of-document token)");
+  t->add_special("<|endoftext|>", it->second, vwhat);
+  return t;
+}
+
+std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const std::string &path) {
+  const std::string what = "tokenizer file '" + path + "'";
+  const nlohmann::json j = parse_json(read_file(path, "tokenizer file"), what);
+  auto unsupported = [&](const std::string &part, const nlohmann::json &v, const char *allowed) {
+    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": ", part, " is ", v.dump(),
+         "; a GPT-2 byte-level BPE has ", allowed);
+  };
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
+    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what,
+         " has no \"model\" object (is it a Hugging Face tokenizer.json?)");
+  const nlohmann::json &m = j["model"];
+  if (!null_or(m, "type", "BPE")) unsupported("model.type", m["type"], "\"BPE\"");
+  if (!null_or(j, "normalizer", nullptr)) unsupported("normalizer", j["normalizer"], "none");
+  const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
+  if (!pre.is_object() || pre.value("type", "") != "ByteLevel" ||
+      pre.value("add_prefix_space", false) || !pre.value("use_regex", true))
+    unsupported("pre_tokenizer", pre,
+                "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}");
+  const nlohmann::json post = j.value("post_processor", nlohmann::json());
+  if (!post.is_null() && post.value("type", "") != "ByteLevel")
+    unsupported("post_processor", post, "none or ByteLevel");
+  if (!null_or(m, "dropout", nullptr)) unsupported("model.dropout", m["dropout"], "null");
+  if (!null_or(m, "continuing_subword_prefix", ""))
+    unsupported("model.continuing_subword_prefix", m["continuing_subword_prefix"], "null");
+  if (!null_or(m, "end_of_word_suffix", ""))
+    unsupported("model.end_of_word_suffix", m["end_of_word_suffix"], "null");
+  if (!m.contains("vocab") || !m.contains("merges") || !m["merges"].is_array())
+    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what,
+         ": model needs \"vocab\" (an object) and \"merges\" (a list)");
+  const auto vocab = vocab_of(m["vocab"], what + " model.vocab");
+  // Merges are "left right" strings (older files) or [left, right] pairs.
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (const auto &e : m["merges"]) {
+    if (e.is_string()) {
+      const std::string s = e.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp != std::string::npos && sp > 0 && sp + 1 < s.size() &&
+          s.find(' ', sp + 1) == std::string::npos) {
+        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+        continue;
+      }
+    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+      merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
+      continue;
+    }
+    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": merge ", merges.size() + 1, " is ",
+         e.dump(), "; a merge is \"left right\" or [\"left\", \"right\"]");
+  }
+  auto t = std::unique_ptr<Gpt2BpeTokenizer>(new Gpt2BpeTokenizer());
+  t->build(vocab, merges, what + " model.vocab");
+  t->ignore_merges_ = m.value("ignore_merges", false);
+  const nlohmann::json added = j.value("added_tokens", nlohmann::json::array());
+  if (!added.is_array()) unsupported("added_tokens", added, "a list");
+  for (const auto &a : added) {
+    if (!a.is_object() || !a.contains("content") || !a["content"].is_string() ||
+        !a.contains("id") || !a["id"].is_number_integer())
+      fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": added token ", a.dump(),
+           " needs a string \"content\" and an integer \"id\"");
+    for (const char *flag : {"lstrip", "rstrip", "single_word"})
+      if (a.value(flag, false)) unsupported(std::string("added token's ") + flag, a, "it false");
+    t->add_special(a["content"].get<std::string>(), a["id"].get<int64_t>(), what);
+  }
+  if (t->eod_ < 0) {
+    auto it = t->ids_.find("<|endoftext|>");
+    if (it == t->ids_.end())
+      fail(Status::corrupt_data, "GPT2BPETokenizer: ", what,
+           " has no <|endoftext|> token (the end-of-document token)");
+    t->eod_ = it->second;
+  }
+  return t;
+}
+
+std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3);
+  std::lock_guard<std::mutex> lock(mu_);
+  // Cut at the earliest special token (the longest where several start there).
+  std::vector<size_t> next(specials_.size());
+  for (size_t k = 0; k < specials_.size(); k++) next[k] = text.find(specials_[k].first);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t best = std::string_view::npos, k_best = 0;
+    for (size_t k = 0; k < specials_.size(); k++) {
+      if (next[k] != std::string_view::npos && next[k] < pos)
+        next[k] = text.find(specials_[k].first, pos);
+      if (next[k] < best || (next[k] == best && next[k] != std::string_view::npos &&
+                             specials_[k].first.size() > specials_[k_best].first.size())) {
+        best = next[k];
+        k_best = k;
+      }
+    }
+    if (best == std::string_view::npos) {
+      encode_segment(text.substr(pos), out);
+      break;
+    }
+    encode_segment(text.substr(pos, best - pos), out);
+    out.push_back(specials_[k_best].second);
+    pos = best + specials_[k_best].first.size();
+  }
+  return out;
+}
+
+void Gpt2BpeTokenizer::encode_segment(std::string_view text, std::vector<int32_t> &out) const {
+  for (size_t i = 0; i < text.size();) {
+    const size_t end = bpe_pretoken_end(text, i);
+    encode_word(text.substr(i, end - i), out);
+    i = end;
+  }
+}
+
+void Gpt2BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t> &out) const {
+  const bool cacheable = word.size() <= kMaxCachedWord;
+  if (cacheable) {
+    key_.assign(word.data(), word.size());
+    auto it = cache_.find(key_);
+    if (it != cache_.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<int32_t> ids;
+  if (ignore_merges_) {
+    auto it = ids_.find(std::string(word));
+    if (it != ids_.end()) ids.push_back(it->second);
+  }
+  if (ids.empty()) {
+    // One symbol per byte in a linked list; a heap of candidate merges, lowest
+    // rank first and leftmost among equals. An entry whose symbols changed
+    // since it was pushed is dropped when it comes up.
+    const int n = (int)word.size();
+    std::vector<int32_t> id(n), prev(n), nxt(n);
+    for (int i = 0; i < n; i++) {
+      id[i] = byte_id_[(unsigned char)word[i]];
+      prev[i] = i - 1;
+      nxt[i] = i + 1 < n ? i + 1 : -1;
+    }
+    struct Cand {
+      int32_t rank, pos, new_id;
+      bool operator>(const Cand &o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+    auto push = [&](int p) {
+      if (p < 0 || nxt[p] < 0) return;
+      auto it = merges_.find((uint64_t)id[p] << 32 | (uint32_t)id[nxt[p]]);
+      if (it != merges_.end()) heap.push({it->second.rank, p, it->second.id});
+    };
+    for (int i = 0; i + 1 < n; i++) push(i);
+    while (!heap.empty()) {
+      const Cand c = heap.top();
+      heap.pop();
+      if (id[c.pos] < 0 || nxt[c.pos] < 0) continue;
+      auto it = merges_.find((uint64_t)id[c.pos] << 32 | (uint32_t)id[nxt[c.pos]]);
+      if (it == merges_.end() || it->second.id != c.new_id) continue;
+      const int r = nxt[c.pos];
+      id[c.pos] = c.new_id;
+      id[r] = -1;
+      nxt[c.pos] = nxt[r];
+      if (nxt[r] >= 0) prev[nxt[r]] = c.pos;
+      push(prev[c.pos]);
+      push(c.pos);
+    }
+    for (int i = 0; i >= 0 && i < n; i = nxt[i]) ids.push_back(id[i]);
+  }
+  out.insert(out.end(), ids.begin(), ids.end());
+  if (cacheable) {
+    if (cache_.size() >= kMaxCacheEntries) cache_.clear();
+    cache_.emplace(key_, std::move(ids));
+  }
+}
+
+std::string Gpt2BpeTokenizer::decode(const int32_t *tokens, size_t n) const {
+  std::string out;
+  for (size_t i = 0; i < n; i++)
+    if (tokens[i] >= 0 && (size_t)tokens[i] < token_bytes_.size()) out += token_bytes_[tokens[i]];
+  return out;
+}
+
+}  // namespace ptdp

@@ -1,0 +1,66 @@
+// GPT-2's byte-level BPE (Megatron's GPT2BPETokenizer), from vocab.json +
+// merges.txt or from a Hugging Face tokenizer.json of that kind. Text is cut
+// at the special tokens (<|endoftext|> and any other added token of a
+// tokenizer.json, which encode to their ids as in Hugging Face's tokenizers),
+// then into GPT-2's pre-tokens (bpe_pretokenize), and each pre-token's bytes
+// are merged by rank. Encoding gives the ids of Hugging Face's tokenizers.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/data/tokenizer.h"
+
+namespace ptdp {
+
+// The end of the first pre-token of text[i..]: GPT-2's regex
+// 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// over UTF-8 (a byte that is not valid UTF-8 counts as one "other" character).
+size_t bpe_pretoken_end(std::string_view text, size_t i);
+
+class Gpt2BpeTokenizer final : public Tokenizer {
+ public:
+  static std::unique_ptr<Gpt2BpeTokenizer> from_vocab_merges(const std::string &vocab_file,
+                                                             const std::string &merge_file);
+  static std::unique_ptr<Gpt2BpeTokenizer> from_tokenizer_json(const std::string &path);
+
+  std::string name() const override { return "GPT2BPETokenizer"; }
+  int vocab_size() const override { return (int)token_bytes_.size(); }
+  int32_t eod() const override { return eod_; }
+  std::vector<int32_t> encode(std::string_view text) const override;
+  // Ids outside the vocabulary (the model's padding) are skipped.
+  std::string decode(const int32_t *tokens, size_t n) const override;
+
+ private:
+  struct Merge {
+    int32_t rank, id;
+  };
+  Gpt2BpeTokenizer() = default;
+  // vocab: GPT-2's byte-alphabet strings and their ids; merges in rank order.
+  void build(const std::vector<std::pair<std::string, int64_t>> &vocab,
+             const std::vector<std::pair<std::string, std::string>> &merges,
+             const std::string &what);
+  void add_special(const std::string &content, int64_t id, const std::string &what);
+  void encode_segment(std::string_view text, std::vector<int32_t> &out) const;
+  void encode_word(std::string_view word, std::vector<int32_t> &out) const;
+
+  std::vector<std::string> token_bytes_;          // id -> bytes ("" for an unused id)
+  std::unordered_map<std::string, int32_t> ids_;  // bytes -> id (the model's vocabulary)
+  std::unordered_map<uint64_t, Merge> merges_;    // (left id << 32 | right id) -> merge
+  int32_t byte_id_[256] = {};
+  std::vector<std::pair<std::string, int32_t>> specials_;  // cut out of the text first
+  int32_t eod_ = -1;
+  bool ignore_merges_ = false;  // tokenizer.json: a word in the vocabulary is one token
+
+  // Words seen before and their ids: text repeats words, and merging is the slow part.
+  mutable std::mutex mu_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  mutable std::string key_;
+};
+
+}  // namespace ptdp

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The trainer on a GPU, from the bundle scripts/pack_gpu_bundle.sh makes (the
+# GPU machine lacks LuaJIT, HDF5, Open MPI and OpenBLAS): unpacks it, runs
+# test_cuda_trainer (every layout on the one GPU against the CPU's serial run),
+# then the launcher's training script in bf16 with (t, p, d) = (2, 2, 1), its
+# loss falling. Called by scripts/gpu_check.sh; exit 1 when anything failed.
+#   usage: bash scripts/gpu_trainer_check.sh [BUNDLE.tar.xz] [DEVICE]
+#   (DEVICE cpu: a dry run of the script itself on a machine without a GPU)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bundle=${1:-build/gpu_bundle.tar.xz}
+device=${2:-cuda}
+dir=$(mktemp -d /tmp/ptdp_bundle.XXXXXX)
+tar -C "$dir" -xJf "$bundle" || exit 1
+bin=$dir/gpu_bundle/bin
+export LD_LIBRARY_PATH=$dir/gpu_bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+export PTDP_LUA_PATH=$PWD/lua PTDP_TEST_DATA_DIR=$PWD/tests/data PTDP_TEST_GPU_DEVICE=$device
+if ldd "$bin/test_cuda_trainer" "$bin/ptdp" | grep "not found"; then
+  echo "libraries missing on this machine (above): the bundle needs them too"
+  exit 1
+fi
+rc=0
+echo "== test_cuda_trainer (device $device)"
+"$bin/test_cuda_trainer" || rc=1
+
+echo "== scripts/train_gpt.lua --device $device --bf16, (t, p, d) = (2, 2, 1)"
+"$bin/ptdp" tokenize --format fortune --output "$dir/tiny.ptdp" tests/data/tiny_corpus.txt || rc=1
+"$bin/ptdp" scripts/train_gpt.lua --device "$device" --bf16 --data-path "$dir/tiny.ptdp" \
+  --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 \
+  --micro-batch-size 4 --global-batch-size 16 --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 --train-iters 60 --lr 3e-3 --log-interval 20 \
+  --eval-interval 0 --eval-iters 2 --sample-tokens 40 --log-json "$dir/log.jsonl" || rc=1
+# The loss must fall: the first logged interval's mean above the last's.
+python3 - "$dir/log.jsonl" <<'EOF' || rc=1
+import json, sys
+train = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "train"]
+first, last = train[0]["lm_loss"], train[-1]["lm_loss"]
+print(f"lm loss {first:.3f} -> {last:.3f}")
+sys.exit(0 if last < first - 0.3 else 1)
+EOF
+rm -rf "$dir"
+exit $rc

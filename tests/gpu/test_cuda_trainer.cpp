@@ -1,0 +1,192 @@
+// The whole trainer on the GPU (--device cuda) against the CPU's serial run:
+// the pipeline schedules, the threads communicators staged through the host
+// (StagedComm), the gradient reductions, clipping, AdamW and the loss scaler,
+// with every rank of a layout on the one GPU (each its own stream). Needs the
+// full build (HDF5, the data path); scripts/pack_gpu_bundle.sh carries it to a
+// GPU machine. Exits 77 (skipped) without a GPU.
+//   PTDP_TEST_DATA_DIR overrides the compiled-in tests/data (the GPU machine
+//   runs the binary from another checkout); PTDP_TEST_GPU_DEVICE=cpu runs the
+//   "GPU" side on the CPU, to check the test itself where there is no GPU.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "engine/data/corpus.h"
+#include "engine/device/device.h"
+#include "engine/train/trainer.h"
+#include "tests/unit/trained_run.h"
+
+using namespace ptdp;
+
+namespace {
+
+std::string data_dir() {
+  const char *env = std::getenv("PTDP_TEST_DATA_DIR");
+  return env && *env ? env : PTDP_TEST_DATA_DIR;
+}
+
+// tests/data/tiny_corpus.txt tokenized once per process.
+const std::string &dataset() {
+  static const std::string path = [] {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("ptdp_gpu_test_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    const std::string out = (dir / "tiny.ptdp").string();
+    ByteTokenizer tok;
+    build_token_dataset({data_dir() + "/tiny_corpus.txt"}, "fortune", tok, out);
+    return out;
+  }();
+  return path;
+}
+
+using Settings = std::initializer_list<std::pair<const char *, std::string>>;
+
+// tests/unit/test_parallel.cpp's run with 4 layers: dropout on, several buckets.
+TrainerOptions options(const std::string &device, int t, int d, int p, int v = 1,
+                       Settings extra = {}) {
+  Config c;
+  for (auto [k, val] : Settings{{"num_layers", "4"},
+                                {"hidden_size", "48"},
+                                {"num_attention_heads", "12"},
+                                {"seq_length", "16"},
+                                {"micro_batch_size", "2"},
+                                {"global_batch_size", "8"},
+                                {"train_iters", "10"},
+                                {"lr", "3e-3"},
+                                {"min_lr", "3e-4"},
+                                {"lr_warmup_iters", "2"},
+                                {"hidden_dropout", "0.1"},
+                                {"attention_dropout", "0.1"},
+                                {"split", "80,20"},
+                                {"ddp_bucket_size", "5000"},
+                                {"device", device},
+                                {"tensor_model_parallel_size", std::to_string(t)},
+                                {"data_parallel_size", std::to_string(d)},
+                                {"pipeline_model_parallel_size", std::to_string(p)}})
+    c.set(k, val);
+  if (v > 1) c.set("num_layers_per_virtual_pipeline_stage", std::to_string(4 / (p * v)));
+  for (auto [k, val] : extra) c.set(k, val);
+  c.set("data_path", dataset());
+  return TrainerOptions::from_config(c);
+}
+
+// The device under test: cuda, or what PTDP_TEST_GPU_DEVICE says.
+std::string device_under_test() {
+  const char *env = std::getenv("PTDP_TEST_GPU_DEVICE");
+  return env && *env ? env : "cuda";
+}
+
+const TrainedRun &cpu_serial() {
+  static const TrainedRun r = train_run(options("cpu", 1, 1, 1), 10);
+  return r;
+}
+
+}  // namespace
+
+// One rank on the GPU: cuBLASLt and the CUDA kernels sum in other orders than
+// OpenBLAS and the CPU kernels, which is what expect_matches_serial's bounds
+// allow for (fp32, ten steps of Adam).
+TEST(CudaTrainer, SerialMatchesCpu) {
+  expect_matches_serial(train_run(options(device_under_test(), 1, 1, 1), 10), cpu_serial());
+}
+
+struct Layout {
+  int t, d, p, v;
+};
+class CudaLayouts : public ::testing::TestWithParam<Layout> {};
+
+// Several ranks on the one GPU, each its own stream; the threads communicators
+// stage device buffers through the host.
+TEST_P(CudaLayouts, MatchCpuSerial) {
+  const Layout l = GetParam();
+  expect_matches_serial(train_run(options(device_under_test(), l.t, l.d, l.p, l.v), 10),
+                        cpu_serial());
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaLayouts,
+                         ::testing::Values(Layout{2, 1, 1, 1}, Layout{1, 2, 1, 1},
+                                           Layout{1, 1, 2, 1}, Layout{1, 1, 2, 2},
+                                           Layout{2, 2, 2, 1}),
+                         [](const auto &info) {
+                           const Layout &l = info.param;
+                           return "t" + std::to_string(l.t) + "d" + std::to_string(l.d) + "p" +
+                                  std::to_string(l.p) + "v" + std::to_string(l.v);
+                         });
+
+// The CUDA flash-attention kernel in a parallel layout against the CPU's fused twin.
+TEST(CudaTrainer, FlashAttentionMatchesCpu) {
+  TrainerOptions cpu = options("cpu", 1, 1, 1), gpu = options(device_under_test(), 2, 1, 2);
+  cpu.use_flash_attn = gpu.use_flash_attn = true;
+  expect_matches_serial(train_run(gpu, 10), train_run(cpu, 10));
+}
+
+// bf16 on the GPU (bf16 GEMMs on tensor cores) against the CPU's emulated bf16.
+// A value summed in another order can round to the neighbouring bf16 number
+// (2^-8 relative), so the runs part by rounding noise, not by a bug's O(1):
+// the losses stay within 1% (a skipped or mis-scaled update moves the loss by
+// more within ten steps at lr 3e-3), parameters within a few lr-sized steps.
+TEST(CudaTrainer, Bf16TracksCpuBf16) {
+  TrainerOptions cpu = options("cpu", 1, 1, 1), gpu = options(device_under_test(), 2, 1, 1);
+  cpu.precision.dtype = gpu.precision.dtype = DType::bf16;
+  const TrainedRun a = train_run(gpu, 10), b = train_run(cpu, 10);
+  for (size_t i = 0; i < a.losses.size(); i++)
+    EXPECT_NEAR(a.losses[i], b.losses[i], 1e-2 * b.losses[i]) << "step " << i;
+  for (size_t k = 0; k < a.params.size(); k++) {
+    double diff = 0;
+    for (size_t i = 0; i < a.params[k].size(); i++)
+      diff = std::max(diff, (double)std::abs(a.params[k][i] - b.params[k][i]));
+    EXPECT_LT(diff, 2e-2) << "parameter tensor " << k;
+  }
+}
+
+// fp16 with dynamic loss scaling on the GPU: an injected overflow (an inf
+// written into a device gradient) skips exactly that step and halves the scale
+// (hysteresis 1), as on the CPU (tests/unit/test_mixed_precision.cpp).
+TEST(CudaTrainer, Fp16OverflowSkipsTheStep) {
+  TrainerOptions o = options(device_under_test(), 1, 2, 1, 1,
+                             {{"fp16", "1"}, {"hysteresis", "1"}, {"initial_loss_scale", "1024"}});
+  o.inject_overflow_iteration = 3;
+  Trainer tr(o);
+  double scale_before = 0;
+  for (int it = 1; it <= 5; it++) {
+    const StepMetrics m = tr.step();
+    EXPECT_TRUE(std::isfinite(m.lm_loss)) << "iteration " << it;
+    EXPECT_EQ(m.skipped_iters, it >= 3 ? 1 : 0) << "iteration " << it;
+    if (it == 2) scale_before = m.loss_scale;
+    if (it == 3) {
+      EXPECT_EQ(m.loss_scale, scale_before / 2);
+    }
+  }
+}
+
+// A checkpoint saved by GPU ranks (staged through the host) loads into the CPU
+// in another layout with the same parameters, bit for bit.
+TEST(CudaTrainer, CheckpointMovesBetweenDevices) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("ptdp_gpu_ckpt_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  TrainerOptions o = options(device_under_test(), 2, 1, 2);
+  Trainer gpu(o);
+  for (int i = 0; i < 3; i++) gpu.step();
+  gpu.save(dir.string());
+  Trainer cpu(options("cpu", 1, 1, 1));
+  cpu.load(dir.string());
+  EXPECT_EQ(cpu.iteration(), 3);
+  GPT<float> shape(o.model, 1);
+  for (const ParamInfo &p : shape.param_table())
+    EXPECT_EQ(gpu.gather_parameter(p.name), cpu.gather_parameter(p.name)) << p.name;
+  fs::remove_all(dir);
+}
+
+int main(int argc, char **argv) {
+  if (device_under_test() == "cuda" && cuda_device_count() == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
