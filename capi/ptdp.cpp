@@ -219,6 +219,11 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     else if (n == "train_samples") *value = (double)tr.train_samples();
     else if (n == "valid_samples") *value = (double)tr.valid_samples();
     else if (n == "peak_memory_bytes") *value = (double)ptdp::CpuAllocator::instance().peak_bytes();
+    else if (n == "device_peak_memory_bytes") {
+      metric(0);  // wrong_state before the first step
+      *value = 0;
+      for (int r = 0; r < tr.local_ranks(); r++) *value += (double)tr.rank_report(r).device_peak_bytes;
+    }
     else if (n == "world_size") *value = tr.world_size();
     else if (n == "local_ranks") *value = tr.local_ranks();
     else if (n == "rank") *value = tr.first_local_rank();
@@ -249,7 +254,7 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
       ptdp::fail(ptdp::Status::invalid_argument, "unknown trainer value '", n,
                  "'; known: iteration, consumed_samples, train_iters, num_parameters, failed_saves, "
                  "padded_vocab_size, unigram_entropy, train_samples, valid_samples, "
-                 "peak_memory_bytes, world_size, local_ranks, rank, tp_rank, dp_rank, pp_rank, "
+                 "peak_memory_bytes, device_peak_memory_bytes, world_size, local_ranks, rank, tp_rank, dp_rank, pp_rank, "
                  "tensor_model_parallel_size, pipeline_model_parallel_size, data_parallel_size, "
                  "virtual_pipeline_stages, comm_seconds, replayed_bubble, lm_loss, lr, grad_norm, "
                  "loss_scale, skipped_iters, nan_iters, elapsed_ms, tokens_per_s, "
@@ -276,7 +281,8 @@ ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *t, int32_t local_rank, con
       if (key.rfind(prefix, 0) == 0) group = key.substr(std::strlen(prefix));
     const bool known_group = group == "tp" || group == "pp" || group == "dp" || group == "embedding";
     const bool step_value = known_group || key == "step_seconds" || key == "compute_seconds" ||
-                            key == "idle_fraction" || key == "peak_activation_bytes";
+                            key == "idle_fraction" || key == "peak_activation_bytes" ||
+                            key == "device_peak_bytes" || key == "device_in_use_bytes";
     if (step_value && tr.iteration() == 0)
       ptdp::fail(ptdp::Status::wrong_state, "rank value '", key,
                  "' is not available before the first ptdp_trainer_step");
@@ -295,10 +301,13 @@ ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *t, int32_t local_rank, con
     else if (key == "compute_seconds") *value = r.compute_seconds;
     else if (key == "idle_fraction") *value = r.idle_fraction();
     else if (key == "peak_activation_bytes") *value = (double)r.peak_activation_bytes;
+    else if (key == "device_peak_bytes") *value = (double)r.device_peak_bytes;
+    else if (key == "device_in_use_bytes") *value = (double)r.device_in_use_bytes;
     else
       ptdp::fail(ptdp::Status::invalid_argument, "unknown rank value '", key,
                  "'; known: world_rank, tp_rank, pp_rank, dp_rank, step_seconds, "
-                 "compute_seconds, idle_fraction, peak_activation_bytes, bytes_tp, bytes_pp, "
+                 "compute_seconds, idle_fraction, peak_activation_bytes, device_peak_bytes, "
+                 "device_in_use_bytes, bytes_tp, bytes_pp, "
                  "bytes_dp, bytes_embedding, seconds_tp, seconds_pp, seconds_dp, "
                  "seconds_embedding, calls_tp, calls_pp, calls_dp, calls_embedding");
   });

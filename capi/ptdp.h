@@ -96,7 +96,10 @@ PTDP_API ptdp_status ptdp_trainer_evaluate(ptdp_trainer *trainer, int64_t iters,
 /* A named number: metrics of the last step (iteration, consumed_samples, lm_loss,
  * lr, grad_norm, loss_scale, skipped_iters, nan_iters, elapsed_ms, tokens_per_s,
  * tflops_per_rank) or facts of the run (num_parameters, padded_vocab_size,
- * unigram_entropy, train_samples, valid_samples, train_iters, peak_memory_bytes,
+ * unigram_entropy, train_samples, valid_samples, train_iters, peak_memory_bytes
+ * (the process's host allocations, from its start), device_peak_memory_bytes (the
+ * last step's peak device memory, summed over this process's ranks; on the CPU
+ * device, the part of the host's held as device tensors),
  * failed_saves (saves of this run that failed; each is also in last_save_error when it happens),
  * world_size, local_ranks, rank (this process's first rank) and its coordinates
  * tp_rank, dp_rank, pp_rank,
@@ -116,7 +119,9 @@ PTDP_API ptdp_status ptdp_trainer_get(const ptdp_trainer *trainer, const char *n
  * local_rank is the world rank). Its place: world_rank, tp_rank, pp_rank,
  * dp_rank. Its last step (PTDP_ERR_WRONG_STATE before the first): step_seconds,
  * compute_seconds (forward, backward, optimizer), idle_fraction
- * (1 - compute/step), peak_activation_bytes (stashed for backward), and for
+ * (1 - compute/step), peak_activation_bytes (stashed for backward),
+ * device_peak_bytes and device_in_use_bytes (the rank's device memory: its
+ * most in use at once during the step, and in use after it), and for
  * each group g of tp, pp, dp, embedding: bytes_g (payload bytes the rank
  * contributed), seconds_g (time inside the group's operations, waiting
  * included), calls_g (operations); 0 for embedding on ranks outside an

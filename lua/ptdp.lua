@@ -201,14 +201,16 @@ function Trainer:get(name)
 end
 
 local rank_names = { 'world_rank', 'tp_rank', 'pp_rank', 'dp_rank', 'step_seconds',
-                     'compute_seconds', 'idle_fraction', 'peak_activation_bytes' }
+                     'compute_seconds', 'idle_fraction', 'peak_activation_bytes',
+                     'device_peak_bytes', 'device_in_use_bytes' }
 local groups = { 'tp', 'pp', 'dp', 'embedding' }
 
 -- One rank hosted by this process, after a step: local_rank counts from 0 like
 -- every rank number of the module (default 0; up to layout().local_ranks - 1;
 -- without mpirun it is the world rank). Returns { world_rank, tp_rank,
 -- pp_rank, dp_rank, step_seconds, compute_seconds, idle_fraction,
--- peak_activation_bytes, bytes = {tp=, pp=, dp=, embedding=}, seconds = {...},
+-- peak_activation_bytes, device_peak_bytes, device_in_use_bytes,
+-- bytes = {tp=, pp=, dp=, embedding=}, seconds = {...},
 -- calls = {...} } of the last step (embedding is 0 off the first and last
 -- pipeline stages).
 function Trainer:rank_report(local_rank)

@@ -452,6 +452,7 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
   r.timeline.clear();
   r.report.timings.clear();
   model.reset_peak_stashed_bytes();
+  model.device().reset_peak();
   std::map<std::string, CommStats> comm_before;
   for (auto &[name, c] : r.groups()) comm_before[name] = c->stats();
 
@@ -513,6 +514,9 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
   rep.compute_seconds = compute_ns * 1e-9;
   rep.step_seconds = (double)(Timeline::now_ns() - t_start) * 1e-9;
   rep.peak_activation_bytes = model.peak_stashed_bytes();
+  const MemoryStats mem = model.device().memory();
+  rep.device_peak_bytes = mem.peak;
+  rep.device_in_use_bytes = mem.in_use;
   for (auto &[name, c] : r.groups()) rep.comm[name] = c->stats().since(comm_before[name]);
 }
 

@@ -106,6 +106,9 @@ class Trainer {
     double step_seconds = 0;     // the whole step on this rank
     double compute_seconds = 0;  // forward, backward and optimizer: the rest is idle
     int64_t peak_activation_bytes = 0;  // stashed for backward, peak of the step
+    // The rank's device memory (parameters, optimizer state, activations,
+    // scratch): the most in use at once during the step, and in use after it.
+    int64_t device_peak_bytes = 0, device_in_use_bytes = 0;
     std::vector<PipeOp> schedule;       // this rank's operations
     std::vector<OpTiming> timings;      // its compute ops as they ran
     // The step's traffic per group this rank belongs to (tp, pp, dp, embedding).

@@ -546,6 +546,11 @@ static void test_training(const char *data_path) {
   CHECK(v > 0, "tflops_per_rank positive");
   EXPECT_OK(ptdp_trainer_get(t, "peak_memory_bytes", &v), "get peak_memory_bytes");
   CHECK(v > 0, "peak_memory_bytes positive");
+  {
+    double dev = 0;
+    EXPECT_OK(ptdp_trainer_get(t, "device_peak_memory_bytes", &dev), "get device_peak_memory_bytes");
+    CHECK(dev > 0 && dev <= v, "device memory (CPU device) is part of the host's allocations");
+  }
   EXPECT_OK(ptdp_trainer_get(t, "virtual_pipeline_stages", &v), "get virtual_pipeline_stages");
   CHECK(v == 1, "one model chunk without pipelining");
   EXPECT_OK(ptdp_trainer_get(t, "replayed_bubble", &v), "get replayed_bubble (p = 1)");
@@ -738,6 +743,14 @@ static void test_pipeline(const char *data_path) {
     EXPECT_OK(ptdp_trainer_rank_get(t, r, "peak_activation_bytes", &v),
               "rank_get peak_activation_bytes");
     CHECK(v > 0, "activations were stashed for backward");
+    {
+      double peak = 0, in_use = 0;
+      EXPECT_OK(ptdp_trainer_rank_get(t, r, "device_peak_bytes", &peak), "rank_get device_peak_bytes");
+      EXPECT_OK(ptdp_trainer_rank_get(t, r, "device_in_use_bytes", &in_use),
+                "rank_get device_in_use_bytes");
+      CHECK(peak >= v && peak >= in_use && in_use > 0,
+            "device peak >= the stash's peak and >= memory in use after the step");
+    }
     EXPECT_OK(ptdp_trainer_rank_get(t, r, "bytes_pp", &v), "rank_get bytes_pp");
     /* Each stage sends 4 micro-batches x 2 chunks x (1 x 32 x 32 floats) at
      * least once (activations forward or gradients backward). */

@@ -297,6 +297,16 @@ TEST(Pipeline, RecomputationStashesWhatIsPredicted) {
   Trainer gp(TrainerOptions::from_config(run_config({1, 2, 1, 1, "gpipe", true, false})));
   gp.step();
   EXPECT_EQ(gp.rank_report(0).peak_activation_bytes, 8 * (tokens + Lc * layer));
+  // The device's own count holds the parameters, gradients, Adam's two moments
+  // and the stash at its peak; GPipe's larger stash shows there too.
+  const Trainer::RankReport &g = gp.rank_report(0);
+  const int64_t state = 4 * (int64_t)gp.model(0).num_params() * (int64_t)sizeof(float);
+  EXPECT_GE(g.device_peak_bytes, state + g.peak_activation_bytes);
+  EXPECT_GE(g.device_peak_bytes, g.device_in_use_bytes);
+  Trainer f(TrainerOptions::from_config(run_config({1, 2, 1, 1, "1f1b", true, false})));
+  f.step();
+  EXPECT_GT(g.device_peak_bytes - f.rank_report(0).device_peak_bytes,
+            g.peak_activation_bytes - f.rank_report(0).peak_activation_bytes - 1);
 }
 
 // Validation loss and greedy samples do not depend on the layout.
