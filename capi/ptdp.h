@@ -131,7 +131,9 @@ PTDP_API ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *trainer, int32_t 
 /* A named text of the run: loaded_checkpoint (which checkpoint the last load
  * took, why, and the layouts it was saved with and loaded into), last_checkpoint
  * (directory of the last checkpoint saved), last_save_error (why the last save
- * made by a step at save_interval failed; training goes on), each "" if none. */
+ * made by a step at save_interval failed; training goes on), each "" if none;
+ * device (the first local rank's, e.g. "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)":
+ * what the device option, by default auto, chose). */
 PTDP_API ptdp_status ptdp_trainer_get_text(const ptdp_trainer *trainer, const char *name,
                                            char *buf, size_t cap, size_t *out_len);
 /* Saves the whole training state (parameters, Adam moments, iteration,

@@ -333,7 +333,8 @@ function Trainer:load(dir)
   return self:text('loaded_checkpoint')
 end
 
--- loaded_checkpoint, last_checkpoint or last_save_error ('' if none).
+-- loaded_checkpoint, last_checkpoint or last_save_error ('' if none), or device
+-- (the first local rank's: what --device, by default auto, chose).
 function Trainer:text(name)
   return read_text(function(buf, cap, len) return C.ptdp_trainer_get_text(self.handle, name, buf, cap, len) end)
 end

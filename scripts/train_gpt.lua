@@ -65,8 +65,8 @@ local entropy = trainer:get('unigram_entropy')
 print(string.format('ptdp %s | parameters: %d | padded vocab: %d | train samples: %d | valid samples: %d',
                     ptdp.version(), trainer:get('num_parameters'), trainer:get('padded_vocab_size'),
                     trainer:get('train_samples'), trainer:get('valid_samples')))
-print(string.format('layout: t=%d p=%d d=%d, %d ranks (%d in this process)', layout.t, layout.p,
-                    layout.d, layout.world_size, layout.local_ranks))
+print(string.format('layout: t=%d p=%d d=%d, %d ranks (%d in this process) | device: %s', layout.t,
+                    layout.p, layout.d, layout.world_size, layout.local_ranks, trainer:text('device')))
 print(string.format('unigram entropy of the training split: %.4f nats/token (%.4f bits)',
                     entropy, entropy / math.log(2)))
 

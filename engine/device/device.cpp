@@ -17,6 +17,7 @@ std::unique_ptr<Device> make_cuda_device(int) {
 
 std::unique_ptr<Device> make_device(const std::string &spec, int rank) {
   if (spec == "cpu") return make_cpu_device();
+  if (spec == "auto") return make_device(cuda_device_count() > 0 ? "cuda" : "cpu", rank);
   if (spec == "cuda") {
     const int count = cuda_device_count();
     if (count == 0) make_cuda_device(0);  // throws with the reason
@@ -27,7 +28,7 @@ std::unique_ptr<Device> make_device(const std::string &spec, int rank) {
     const long ordinal = std::strtol(spec.c_str() + 5, &end, 10);
     if (*end == '\0' && ordinal >= 0 && ordinal < (1 << 20)) return make_cuda_device((int)ordinal);
   }
-  fail(Status::bad_value, "device '", spec, "' (allowed: cpu, cuda, cuda:N)");
+  fail(Status::bad_value, "device '", spec, "' (allowed: auto, cpu, cuda, cuda:N)");
 }
 
 void device_array_size_mismatch(size_t have, size_t given) {

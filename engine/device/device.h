@@ -69,7 +69,8 @@ std::unique_ptr<Device> make_cpu_device();
 // is visible, or the ordinal is out of range.
 std::unique_ptr<Device> make_cuda_device(int ordinal);
 // "cpu", "cuda" (rank r gets GPU r mod count: several ranks may share one GPU,
-// each with its own stream) or "cuda:N". Anything else is an error naming the choices.
+// each with its own stream), "cuda:N", or "auto" (cuda when a GPU is visible,
+// else cpu). Anything else is an error naming the choices.
 std::unique_ptr<Device> make_device(const std::string &spec, int rank);
 // Number of visible CUDA devices; 0 without CUDA or without a GPU.
 int cuda_device_count();

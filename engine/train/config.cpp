@@ -112,8 +112,9 @@ const std::vector<OptionSpec> &option_schema() {
        "write each step's per-rank timeline to this Chrome trace JSON file (Perfetto)"},
       // machine
       {"num_threads", T::Int, "0", 0, 4096, nullptr, "CPU threads of the process (0 = all cores)"},
-      {"device", T::String, "cpu", 0, 0, nullptr,
-       "each rank's device: cpu, cuda (rank r on GPU r mod count) or cuda:N"},
+      {"device", T::String, "auto", 0, 0, nullptr,
+       "each rank's device: auto (cuda when a GPU is visible, else cpu), cpu, cuda (rank r on "
+       "GPU r mod count) or cuda:N"},
   });
   return schema;
 }

@@ -535,6 +535,8 @@ void Trainer::write_timeline() const {
   write_chrome_trace(path, tracks, step_origin_ns_);
 }
 
+std::string Trainer::device_name(int rank) const { return ranks_.at(rank)->device->name(); }
+
 const Trainer::RankReport &Trainer::rank_report(int rank) const {
   return ranks_.at((size_t)rank)->report;
 }

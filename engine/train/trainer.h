@@ -42,7 +42,9 @@ struct TrainerOptions {
   std::string vocab_file, merge_file, tokenizer_file;  // the tokenizer's (TokenizerSpec)
   int eval_iters = 10;
   int num_threads = 0;
-  std::string device = "cpu";  // each rank's device: cpu, cuda (round-robin) or cuda:N
+  // Each rank's device: auto, cpu, cuda (round-robin) or cuda:N (make_device).
+  // The option's default is auto; a TrainerOptions made in code runs on the CPU.
+  std::string device = "cpu";
   // Device buffers reach the threads/mpi backends through host copies
   // (StagedComm); always on a GPU, and on the CPU when a test asks.
   bool stage_comm_through_host = false;
@@ -163,6 +165,8 @@ class Trainer {
   // The directory of the last checkpoint saved, and the line of the last load ("" if none).
   const std::string &last_saved() const { return last_saved_; }
   const std::string &last_loaded() const { return last_loaded_; }
+  // The device of this process's r-th rank, e.g. "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)".
+  std::string device_name(int rank) const;
 
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_; }

@@ -127,10 +127,13 @@ inline int run(ptdp::Device &dev) {
 inline int run_factory() {
   Checker c;
   c.check(ptdp::make_device("cpu", 3)->kind() == ptdp::DeviceKind::cpu, "make_device(cpu)");
+  // auto: the GPU when one is visible, else the CPU.
+  const auto want = ptdp::cuda_device_count() > 0 ? ptdp::DeviceKind::cuda : ptdp::DeviceKind::cpu;
+  c.check(ptdp::make_device("auto", 1)->kind() == want, "make_device(auto)");
   c.expect_error([] { ptdp::make_device("gpu", 0); }, ptdp::Status::bad_value,
-                 "allowed: cpu, cuda, cuda:N", "unknown device");
+                 "allowed: auto, cpu, cuda, cuda:N", "unknown device");
   c.expect_error([] { ptdp::make_device("cuda:x", 0); }, ptdp::Status::bad_value,
-                 "allowed: cpu, cuda, cuda:N", "bad ordinal");
+                 "allowed: auto, cpu, cuda, cuda:N", "bad ordinal");
   if (ptdp::cuda_device_count() > 0)
     c.expect_error([] { ptdp::make_device("cuda:999", 0); }, ptdp::Status::bad_value,
                    "does not exist", "ordinal out of range");

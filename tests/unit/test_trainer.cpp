@@ -146,7 +146,7 @@ TEST(Trainer, DeviceChoiceErrorsNameTheChoices) {
   Config c = tiny_config();
   c.set("device", "tpu");
   expect_error([&] { Trainer t(TrainerOptions::from_config(c)); }, Status::bad_value,
-               "device 'tpu' (allowed: cpu, cuda, cuda:N)");
+               "device 'tpu' (allowed: auto, cpu, cuda, cuda:N)");
   if (cuda_device_count() == 0) {
     c.set("device", "cuda");
     expect_error([&] { Trainer t(TrainerOptions::from_config(c)); }, Status::invalid_config,
