@@ -33,21 +33,27 @@ std::string format_log_line(const StepMetrics &m) {
   return s;
 }
 
-void LossInterval::add(double loss, bool skipped) {
+void LogInterval::add(double loss, bool skipped, double seconds) {
   sum_all_ += loss;
+  seconds_ += seconds;
   steps_all_++;
   if (skipped) return;
   sum_ += loss;
   steps_++;
 }
 
-double LossInterval::mean_at(int64_t iteration, double none) {
-  if (iteration == closed_at_) return closed_mean_;
-  closed_mean_ = steps_ ? sum_ / (double)steps_ : steps_all_ ? sum_all_ / (double)steps_all_ : none;
+IntervalMeans LogInterval::mean_at(int64_t iteration, IntervalMeans none) {
+  if (iteration == closed_at_) return closed_;
+  if (steps_all_ == 0) {
+    closed_ = none;
+  } else {
+    closed_.lm_loss = steps_ ? sum_ / (double)steps_ : sum_all_ / (double)steps_all_;
+    closed_.seconds = seconds_ / (double)steps_all_;
+  }
   closed_at_ = iteration;
-  sum_ = sum_all_ = 0;
+  sum_ = sum_all_ = seconds_ = 0;
   steps_ = steps_all_ = 0;
-  return closed_mean_;
+  return closed_;
 }
 
 std::string json_number(double x) { return std::isfinite(x) ? number_text(x) : "null"; }

@@ -16,22 +16,27 @@ struct StepMetrics {
 
 std::string format_log_line(const StepMetrics &m);
 
-// The lm loss of a log line is, as Megatron logs it, the mean over the log
-// interval: the steps since the previous log line, leaving out steps that were
-// skipped (an fp16 overflow) unless every one of them was. The first read at
-// an iteration closes the interval; later reads at that iteration (the log
-// line, then its JSON record) get the same mean.
-class LossInterval {
+// A log line shows, as Megatron's does, means over the log interval (the
+// steps since the previous log line): the lm loss, leaving out steps that were
+// skipped (an fp16 overflow) unless every one of them was, and the time per
+// iteration (so the throughput too). The first read at an iteration closes the
+// interval; later reads at that iteration (the log line, then its JSON record)
+// get the same means.
+struct IntervalMeans {
+  double lm_loss = 0, seconds = 0;
+};
+class LogInterval {
  public:
-  void add(double loss, bool skipped);
-  // The mean of the interval closing at `iteration`; `none` when no step ran in it.
-  double mean_at(int64_t iteration, double none);
+  void add(double loss, bool skipped, double seconds);
+  // The means of the interval closing at `iteration`; `none` when no step ran in it.
+  IntervalMeans mean_at(int64_t iteration, IntervalMeans none);
 
  private:
   double sum_ = 0, sum_all_ = 0;  // the interval's steps that counted, and all of them
+  double seconds_ = 0;            // of all its steps
   int64_t steps_ = 0, steps_all_ = 0;
   int64_t closed_at_ = -1;
-  double closed_mean_ = 0;
+  IntervalMeans closed_;
 };
 
 // The same step as one JSON object on one line (a JSON-lines metrics file for

@@ -571,6 +571,21 @@ double Trainer::replayed_bubble() const {
   return makespan / busiest - 1.0;
 }
 
+StepMetrics Trainer::log_metrics() const {
+  StepMetrics m = last_;
+  const IntervalMeans mean =
+      log_interval_.mean_at(last_.iteration, {last_.lm_loss, last_.elapsed_ms * 1e-3});
+  m.lm_loss = mean.lm_loss;
+  if (mean.seconds > 0 && last_.elapsed_ms > 0) {  // rates scale with 1 / time
+    const double f = last_.elapsed_ms * 1e-3 / mean.seconds;
+    m.elapsed_ms = mean.seconds * 1e3;
+    m.tokens_per_s *= f;
+    m.tflops_per_rank *= f;
+    if (m.mfu >= 0) m.mfu *= f;
+  }
+  return m;
+}
+
 StepMetrics Trainer::step() {
   auto t0 = std::chrono::steady_clock::now();
   const int64_t it = iteration_ + 1;
@@ -601,7 +616,7 @@ StepMetrics Trainer::step() {
   res.tflops_per_rank = opt_.model.flops_per_batch(opt_.global_batch_size, all_recomputed) / sec /
                         1e12 / (double)world_size();
   last_ = res;
-  loss_interval_.add(res.lm_loss, ranks_[0]->metrics.skipped_iters != 0);
+  log_interval_.add(res.lm_loss, ranks_[0]->metrics.skipped_iters != 0, sec);
   if (!opt_.timeline_path.empty()) write_timeline();  // not counted in the step's time
   const bool at_interval = opt_.save_interval > 0 && it % opt_.save_interval == 0;
   if (!opt_.save_path.empty() && (at_interval || it == opt_.train_iters)) {

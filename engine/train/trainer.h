@@ -171,13 +171,10 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_; }
   const StepMetrics &last_metrics() const { return last_; }
-  // The last step's metrics as its log line shows them: lm_loss is the mean
-  // over the log interval (LossInterval: the steps since the previous call).
-  StepMetrics log_metrics() const {
-    StepMetrics m = last_;
-    m.lm_loss = loss_interval_.mean_at(last_.iteration, last_.lm_loss);
-    return m;
-  }
+  // The last step's metrics as its log line shows them: the lm loss and the
+  // time per iteration (and with it tokens/s, TFLOP/s, MFU) are means over the
+  // log interval (LogInterval: the steps since the previous call).
+  StepMetrics log_metrics() const;
   // The loss scale the next step uses (1 without a loss scaler).
   double loss_scale() const { return opt_.use_loss_scaler ? scaler_.scale() : 1.0; }
   // Entropy (nats/token) of the unigram distribution of the training split.
@@ -214,7 +211,7 @@ class Trainer {
   Sampler *feed_ = nullptr;  // the caller's batch during step_tokens, else each rank's sampler
   int64_t iteration_ = 0, consumed_ = 0, skipped_ = 0, nan_ = 0;
   LossScaler scaler_;
-  mutable LossInterval loss_interval_;  // read (and closed) by the const log_metrics
+  mutable LogInterval log_interval_;  // read (and closed) by the const log_metrics
   std::string last_save_error_, last_saved_, last_loaded_;
   int failed_saves_ = 0;
   StepMetrics last_;

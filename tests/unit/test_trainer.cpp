@@ -158,21 +158,24 @@ TEST(Trainer, DeviceChoiceErrorsNameTheChoices) {
 }
 
 // Megatron logs the lm loss as the mean over the log interval; skipped steps
-// (an fp16 overflow) are left out unless the interval has nothing else.
-TEST(LossInterval, MeanSincePreviousRead) {
-  LossInterval w;
-  EXPECT_EQ(w.mean_at(0, -1.0), -1.0);  // no step yet
-  w.add(1.0, false);
-  w.add(2.0, false);
-  w.add(6.0, false);
-  EXPECT_EQ(w.mean_at(3, -1.0), 3.0);
-  EXPECT_EQ(w.mean_at(3, -1.0), 3.0);  // the log line, then its JSON record
-  w.add(10.0, false);
-  w.add(1e9, true);  // skipped
-  EXPECT_EQ(w.mean_at(5, -1.0), 10.0);
-  w.add(4.0, true);
-  w.add(8.0, true);
-  EXPECT_EQ(w.mean_at(7, -1.0), 6.0);  // all skipped: their mean, not a made-up 0
+// (an fp16 overflow) are left out unless the interval has nothing else. The
+// time per iteration is the mean over every step of the interval.
+TEST(LogInterval, MeansSincePreviousRead) {
+  LogInterval w;
+  auto loss = [&](int64_t it) { return w.mean_at(it, {-1.0, -1.0}).lm_loss; };
+  EXPECT_EQ(loss(0), -1.0);  // no step yet
+  w.add(1.0, false, 0.5);
+  w.add(2.0, false, 1.0);
+  w.add(6.0, false, 3.0);
+  EXPECT_EQ(loss(3), 3.0);
+  EXPECT_EQ(w.mean_at(3, {}).seconds, 1.5);  // the log line, then its JSON record
+  w.add(10.0, false, 1.0);
+  w.add(1e9, true, 2.0);  // skipped: its loss left out, its time counted
+  EXPECT_EQ(loss(5), 10.0);
+  EXPECT_EQ(w.mean_at(5, {}).seconds, 1.5);
+  w.add(4.0, true, 1.0);
+  w.add(8.0, true, 1.0);
+  EXPECT_EQ(loss(7), 6.0);  // all skipped: their mean, not a made-up 0
 }
 
 // The log line and record at iteration 3 show the mean of steps 1-3, while
@@ -185,7 +188,16 @@ TEST(Trainer, LogLineShowsTheMeanOverTheLogInterval) {
     x = a.step().lm_loss;
     EXPECT_EQ(a.log_metrics().lm_loss, x);  // logged every step: the step's loss
   }
-  for (int i = 0; i < 3; i++) EXPECT_EQ(b.step().lm_loss, l[i]);
+  double ms = 0, tokens = 0;  // the interval's time, and the tokens it trained on
+  for (int i = 0; i < 3; i++) {
+    const StepMetrics m = b.step();
+    EXPECT_EQ(m.lm_loss, l[i]);
+    ms += m.elapsed_ms;
+    tokens += m.tokens_per_s * m.elapsed_ms * 1e-3;
+  }
+  // Time per iteration and throughput over the interval too, as Megatron's.
+  EXPECT_NEAR(b.log_metrics().elapsed_ms, ms / 3, 1e-9 * ms);
+  EXPECT_NEAR(b.log_metrics().tokens_per_s, tokens / (ms * 1e-3), 1e-9 * tokens / (ms * 1e-3));
   const double mean = (l[0] + l[1] + l[2]) / 3;
   EXPECT_NE(mean, l[2]);
   EXPECT_EQ(b.log_metrics().lm_loss, mean);
