@@ -14,16 +14,22 @@ namespace {
 
 class CpuTimer : public DeviceTimer {
  public:
-  void start() override { t0_ = std::chrono::steady_clock::now(), stopped_ = false; }
+  void start() override { t0_ = std::chrono::steady_clock::now(), started_ = true, stopped_ = false; }
   void stop() override { t1_ = std::chrono::steady_clock::now(), stopped_ = true; }
   double elapsed_ms() override {
     if (!stopped_) fail(Status::wrong_state, "DeviceTimer::elapsed_ms before start and stop");
     return std::chrono::duration<double, std::milli>(t1_ - t0_).count();
   }
+  double ms_since(DeviceTimer &earlier) override {
+    auto *e = dynamic_cast<CpuTimer *>(&earlier);
+    if (!e || !started_ || !e->started_)
+      fail(Status::wrong_state, "DeviceTimer::ms_since needs two started timers of one device");
+    return std::chrono::duration<double, std::milli>(t0_ - e->t0_).count();
+  }
 
  private:
   std::chrono::steady_clock::time_point t0_, t1_;
-  bool stopped_ = false;
+  bool started_ = false, stopped_ = false;
 };
 
 class CpuDevice : public Device {

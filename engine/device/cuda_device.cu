@@ -45,6 +45,15 @@ class CudaTimer : public DeviceTimer {
     check(cudaEventElapsedTime(&ms, a_, b_), where_, "cudaEventElapsedTime");
     return ms;
   }
+  double ms_since(DeviceTimer &earlier) override {
+    auto *e = dynamic_cast<CudaTimer *>(&earlier);
+    if (!e || !started_ || !e->started_)
+      fail(Status::wrong_state, "DeviceTimer::ms_since needs two started timers of one device");
+    check(cudaEventSynchronize(a_), where_, "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, e->a_, a_), where_, "cudaEventElapsedTime");
+    return ms;
+  }
 
  private:
   cudaStream_t stream_;

@@ -33,6 +33,10 @@ class DeviceTimer {
   virtual void stop() = 0;
   // Milliseconds between start and stop; waits for the stop to be reached.
   virtual double elapsed_ms() = 0;
+  // Milliseconds from `earlier`'s start to this timer's start (both started on
+  // the same device): where a span sits on the device's own time line. Waits
+  // for both starts to be reached.
+  virtual double ms_since(DeviceTimer &earlier) = 0;
 };
 
 class Device {

@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <memory>
 
 #include "engine/core/status.h"
 
@@ -61,6 +62,32 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
   const size_t Nh = (size_t)s * b * model_.config().hidden_size;
   Device &dev = model_.device();
   double loss_sum = 0;
+  // Off the CPU, device timers of the compute ops, read once the run is over
+  // (a GPU's events are reached only then); `origin` maps them onto the host's clock.
+  const bool device_timers = timings && dev.kind() != DeviceKind::cpu;
+  std::unique_ptr<DeviceTimer> origin;
+  std::vector<std::unique_ptr<DeviceTimer>> timers;
+  int64_t origin_ns = 0;
+  if (timings) timings->clear();
+  if (device_timers) {
+    origin = dev.make_timer();
+    origin->start();
+    origin_ns = now_ns();
+  }
+  // Runs one compute op, timed when timings are asked for.
+  auto timed = [&](const PipeOp &op, auto &&compute) {
+    if (!timings) return compute();
+    if (device_timers) {
+      timers.push_back(dev.make_timer());
+      timers.back()->start();
+    }
+    const int64_t t0 = now_ns(), c0 = thread_cpu_ns();
+    auto result = compute();
+    const int64_t t1 = now_ns();
+    timings->push_back({op, t0, t1, thread_cpu_ns() - c0, t0, t1 - t0});
+    if (device_timers) timers.back()->stop();
+    return result;
+  };
   for (const PipeOp &op : ops) {
     const auto key = std::make_pair(op.microbatch, op.chunk);
     switch (op.kind) {
@@ -81,10 +108,10 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
           out = o.data();
         }
         StepContext ctx{training, iteration, mbd.sample_offset};
-        const int64_t t0 = now_ns(), c0 = thread_cpu_ns();
-        double loss = model_.forward_chunk(op.chunk, op.microbatch, mbd.tokens, mbd.targets, in,
-                                           out, s, b, ctx);
-        if (timings) timings->push_back({op, t0, now_ns(), thread_cpu_ns() - c0});
+        const double loss = timed(op, [&] {
+          return model_.forward_chunk(op.chunk, op.microbatch, mbd.tokens, mbd.targets, in, out, s,
+                                      b, ctx);
+        });
         if (head) loss_sum += loss * b * s;
         if (!embedding) inputs_.erase(key);
         break;
@@ -108,9 +135,10 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
           d.resize(dev, Nh);
           din = d.data();
         }
-        const int64_t t0 = now_ns(), c0 = thread_cpu_ns();
-        model_.backward_chunk(op.chunk, op.microbatch, dout, din, dloss);
-        if (timings) timings->push_back({op, t0, now_ns(), thread_cpu_ns() - c0});
+        timed(op, [&] {
+          model_.backward_chunk(op.chunk, op.microbatch, dout, din, dloss);
+          return 0;
+        });
         if (!head) doutputs_.erase(key);
         break;
       }
@@ -122,6 +150,11 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
   }
   if (!inputs_.empty() || !outputs_.empty() || !doutputs_.empty() || !dinputs_.empty())
     fail(Status::internal, "pipeline schedule left boundary tensors unconsumed");
+  for (size_t i = 0; i < timers.size(); i++) {
+    OpTiming &t = (*timings)[i];
+    t.device_ns = (int64_t)(timers[i]->elapsed_ms() * 1e6);
+    t.device_start_ns = origin_ns + (int64_t)(timers[i]->ms_since(*origin) * 1e6);
+  }
   return loss_sum;
 }
 

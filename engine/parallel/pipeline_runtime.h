@@ -34,10 +34,14 @@ struct MicroBatch {
 // When one compute op (forward or backward) ran, by steady_clock ns, and the
 // CPU time of the calling thread meanwhile: with one thread per rank, that is
 // what the op costs on a core of its own, whatever else shares the cores.
+// And when it ran on the device: on a GPU, where the host only queues the
+// work, the op's span from DeviceTimers (its start mapped onto the host's
+// clock); on the CPU device, [start_ns, end_ns) itself.
 struct OpTiming {
   PipeOp op;
   int64_t start_ns = 0, end_ns = 0;
   int64_t cpu_ns = 0;
+  int64_t device_start_ns = 0, device_ns = 0;
 };
 
 class PipelineRuntime {

@@ -472,12 +472,13 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
     const float inf = INFINITY;
     model.device().copy_from_host(grads, &inf, sizeof inf);
   }
+  // The ops' spans on the device (on a GPU the host only queued them).
   double compute_ns = 0;
   for (const OpTiming &t : r.report.timings) {
-    compute_ns += (double)(t.end_ns - t.start_ns);
+    compute_ns += (double)t.device_ns;
     const bool fwd = t.op.kind == PipeOpKind::forward;
-    r.timeline.add(Span{fwd ? "F" : "B", fwd ? "forward" : "backward", t.start_ns, t.end_ns,
-                        t.op.microbatch, t.op.chunk, "", -1});
+    r.timeline.add(Span{fwd ? "F" : "B", fwd ? "forward" : "backward", t.device_start_ns,
+                        t.device_start_ns + t.device_ns, t.op.microbatch, t.op.chunk, "", -1});
   }
 
   sync_gradients(model, r.embedding ? r.embedding_d : nullptr, opt_.parallel.d > 1 ? r.dp_d : nullptr,
@@ -503,12 +504,17 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
     // step); a NaN loss, or bad gradients without a scaler, is a NaN iteration.
     res.nan_iters = loss_bad || !opt_.use_loss_scaler ? 1 : 0;
   } else {
+    // (Timed on the device off the CPU: the host only queues the update.)
+    const bool on_cpu = model.device().kind() == DeviceKind::cpu;
+    auto timer = on_cpu ? nullptr : model.device().make_timer();
+    if (timer) timer->start();
     const int64_t t0 = Timeline::now_ns();
     scale_gradients(model, (1.0 / scale) * clip_factor(res.grad_norm, opt_.clip_grad));
     r.adam->update(model, res.lr, it - skipped_);
-    const int64_t t1 = Timeline::now_ns();
-    compute_ns += (double)(t1 - t0);
-    r.timeline.add(Span{"optimizer", "optimizer", t0, t1, -1, -1, "", -1});
+    if (timer) timer->stop();
+    const int64_t ns = timer ? (int64_t)(timer->elapsed_ms() * 1e6) : Timeline::now_ns() - t0;
+    compute_ns += (double)ns;
+    r.timeline.add(Span{"optimizer", "optimizer", t0, t0 + ns, -1, -1, "", -1});
   }
   RankReport &rep = r.report;
   rep.compute_seconds = compute_ns * 1e-9;
@@ -560,7 +566,12 @@ double Trainer::replayed_bubble() const {
         const OpTiming &t = r.timings.at(k++);
         // Ranks sharing cores run slower while more of them are busy; with one
         // thread per rank its CPU time is the op's cost on a core of its own.
-        c = (double)(threads_per_rank_ == 1 ? t.cpu_ns : t.end_ns - t.start_ns) * 1e-9;
+        // On a GPU, the op's time on the device.
+        const bool on_cpu = ranks_[0]->device->kind() == DeviceKind::cpu;
+        c = (double)(!on_cpu ? t.device_ns
+                     : threads_per_rank_ == 1 ? t.cpu_ns
+                                              : t.end_ns - t.start_ns) *
+            1e-9;
       }
       cost[(size_t)st].push_back(c);
       busy += c;

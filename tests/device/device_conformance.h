@@ -104,6 +104,15 @@ inline int run(ptdp::Device &dev) {
     t->stop();
     const double ms = t->elapsed_ms();
     c.check(ms >= 0 && ms < 10000, "timer measures a span (" + std::to_string(ms) + " ms)");
+    auto later = dev.make_timer();
+    c.expect_error([&] { later->ms_since(*t); }, Status::wrong_state, "two started timers",
+                   "ms_since before start");
+    later->start();
+    w.zero();
+    later->stop();
+    const double since = later->ms_since(*t);
+    c.check(since >= ms && since < 10000,
+            "a later timer starts after the earlier one's span (" + std::to_string(since) + " ms)");
   }
 
   // Errors: a foreign pointer, an impossible size; the device stays usable.

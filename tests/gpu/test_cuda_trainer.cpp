@@ -163,6 +163,24 @@ TEST(CudaTrainer, Fp16OverflowSkipsTheStep) {
   }
 }
 
+// On a GPU the host only queues the work: compute times, the timeline and the
+// replayed bubble come from device events, and stay inside the step.
+TEST(CudaTrainer, OpTimesComeFromTheDevice) {
+  Trainer tr(options(device_under_test(), 1, 1, 2));
+  tr.step();
+  tr.step();
+  for (int r = 0; r < tr.local_ranks(); r++) {
+    const Trainer::RankReport &rep = tr.rank_report(r);
+    ASSERT_FALSE(rep.timings.empty());
+    for (const OpTiming &t : rep.timings) EXPECT_GT(t.device_ns, 0);
+    EXPECT_GT(rep.compute_seconds, 0);
+    EXPECT_LE(rep.compute_seconds, rep.step_seconds);
+    EXPECT_GT(rep.device_peak_bytes, 0);
+  }
+  const double bubble = tr.replayed_bubble();
+  EXPECT_TRUE(bubble >= 0 && bubble < 10) << bubble;
+}
+
 // A checkpoint saved by GPU ranks (staged through the host) loads into the CPU
 // in another layout with the same parameters, bit for bit.
 TEST(CudaTrainer, CheckpointMovesBetweenDevices) {
