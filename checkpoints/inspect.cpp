@@ -71,12 +71,20 @@ std::string manifest_checksum_text(const Manifest &m) {
                          "are not checked)";
 }
 
+// The model as the manifest records it (ffn_hidden_size and max_position_embeddings resolved).
+Rows model_rows(const GptConfig &g) {
+  Rows rows;
+  for (const GptConfigField &f : gpt_config_fields())
+    rows.emplace_back(f.name, f.kind == GptConfigField::Int ? num((int64_t)f.int_value(g))
+                                                            : num(f.float_value(g)));
+  return rows;
+}
+
 }  // namespace
 
 std::string inspect_checkpoint(const std::string &path) {
   const CheckpointRef ref = open_checkpoint(path);
   const Manifest &m = ref.manifest;
-  const GptConfig &g = m.model;
   const Totals tot = totals(m);
   std::string out =
       sections({{"checkpoint",
@@ -87,19 +95,7 @@ std::string inspect_checkpoint(const std::string &path) {
                   {"manifest checksum", manifest_checksum_text(m)},
                   {"file", m.file + ", " + num(m.file_bytes) + " bytes"},
                   {"saved with", m.layout.text()}}},
-                {"model",
-                 {{"num_layers", num((int64_t)g.num_layers)},
-                  {"hidden_size", num((int64_t)g.hidden_size)},
-                  {"num_attention_heads", num((int64_t)g.num_attention_heads)},
-                  {"ffn_hidden_size", num((int64_t)g.ffn())},
-                  {"vocab_size", num((int64_t)g.vocab_size)},
-                  {"make_vocab_size_divisible_by", num((int64_t)g.make_vocab_size_divisible_by)},
-                  {"seq_length", num((int64_t)g.seq_length)},
-                  {"max_position_embeddings", num((int64_t)g.max_positions())},
-                  {"hidden_dropout", num(g.hidden_dropout)},
-                  {"attention_dropout", num(g.attention_dropout)},
-                  {"init_method_std", num(g.init_method_std)},
-                  {"layernorm_epsilon", num(g.layernorm_epsilon)}}},
+                {"model", model_rows(m.model)},
                 {"training", Rows(m.training.begin(), m.training.end())},
                 {"totals",
                  {{"datasets", num((int64_t)m.datasets.size())},

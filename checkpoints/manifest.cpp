@@ -4,8 +4,10 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "checkpoints/crc32c.h"
 #include "engine/core/status.h"
@@ -35,19 +37,17 @@ std::string CheckpointLayout::text() const {
 
 namespace {
 
+// Ints as JSON integers, floats widened to double as nlohmann does for a float:
+// the bytes (and so manifest_crc32c) of the manifests written before the table.
 json model_json(const GptConfig &m) {
-  return json{{"num_layers", m.num_layers},
-              {"hidden_size", m.hidden_size},
-              {"num_attention_heads", m.num_attention_heads},
-              {"ffn_hidden_size", m.ffn()},
-              {"vocab_size", m.vocab_size},
-              {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
-              {"seq_length", m.seq_length},
-              {"max_position_embeddings", m.max_positions()},
-              {"hidden_dropout", m.hidden_dropout},
-              {"attention_dropout", m.attention_dropout},
-              {"init_method_std", m.init_method_std},
-              {"layernorm_epsilon", m.layernorm_epsilon}};
+  json j = json::object();
+  for (const GptConfigField &f : gpt_config_fields()) {
+    if (f.kind == GptConfigField::Int)
+      j[f.name] = f.int_value(m);
+    else
+      j[f.name] = f.float_value(m);
+  }
+  return j;
 }
 
 std::string crc_text(uint32_t c) {
@@ -66,11 +66,28 @@ uint32_t fields_crc(const json &j) {
   return crc32c(0, text.data(), text.size());
 }
 
+// Whether j is an integer that T holds: nlohmann converts a float or a
+// too-large integer with a plain cast (undefined for a float out of range).
+template <class T>
+bool integer_fits(const json &j) {
+  if (!j.is_number_integer()) return false;
+  if (j.is_number_unsigned()) return j.get<uint64_t>() <= (uint64_t)std::numeric_limits<T>::max();
+  const int64_t v = j.get<int64_t>();
+  return v >= (int64_t)std::numeric_limits<T>::min() && v <= (int64_t)std::numeric_limits<T>::max();
+}
+
 // Reads field `key` of object `o` as T, or fails naming where it is.
 template <class T>
 T field(const json &o, const std::string &key, const std::string &where) {
   if (!o.is_object() || !o.contains(key))
     fail(Status::corrupt_data, where, ": field '", key, "' is missing");
+  bool fits = true;
+  if constexpr (std::is_integral_v<T>) fits = integer_fits<T>(o.at(key));
+  if constexpr (std::is_same_v<T, std::vector<int64_t>>)
+    for (const json &e : o.at(key)) fits = fits && integer_fits<int64_t>(e);
+  if (!fits)
+    fail(Status::corrupt_data, where, ": field '", key, "' has the wrong type (", o.at(key).dump(),
+         ")");
   try {
     return o.at(key).get<T>();
   } catch (const json::exception &) {
@@ -136,18 +153,13 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
   const json model = j.contains("model") ? j["model"] : json();
   const std::string mw = where + " model";
   GptConfig &g = m.model;
-  g.num_layers = field<int>(model, "num_layers", mw);
-  g.hidden_size = field<int>(model, "hidden_size", mw);
-  g.num_attention_heads = field<int>(model, "num_attention_heads", mw);
-  g.ffn_hidden_size = field<int>(model, "ffn_hidden_size", mw);
-  g.vocab_size = field<int>(model, "vocab_size", mw);
-  g.make_vocab_size_divisible_by = field<int>(model, "make_vocab_size_divisible_by", mw);
-  g.seq_length = field<int>(model, "seq_length", mw);
-  g.max_position_embeddings = field<int>(model, "max_position_embeddings", mw);
-  g.hidden_dropout = field<float>(model, "hidden_dropout", mw);
-  g.attention_dropout = field<float>(model, "attention_dropout", mw);
-  g.init_method_std = field<float>(model, "init_method_std", mw);
-  g.layernorm_epsilon = field<float>(model, "layernorm_epsilon", mw);
+  // Resolved values (ffn_hidden_size = ffn()) read back into the members, which resolve the same.
+  for (const GptConfigField &f : gpt_config_fields()) {
+    if (f.kind == GptConfigField::Int)
+      g.*f.int_member = field<int>(model, f.name, mw);
+    else
+      g.*f.float_member = field<float>(model, f.name, mw);
+  }
   try {
     g.validate();
   } catch (const Error &e) {
@@ -169,6 +181,13 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
     if (out.dtype != "float32" && out.dtype != "int64")
       fail(Status::corrupt_data, dw, ": dtype '", out.dtype, "' is not float32 or int64");
     out.shape = field<std::vector<int64_t>>(d, "shape", dw);
+    int64_t elements = 1;  // bounded so that numel() and bytes() cannot overflow
+    for (int64_t k : out.shape) {
+      if (k < 0 || (k > 0 && elements > INT64_MAX / 8 / k))
+        fail(Status::corrupt_data, dw, ": shape ", json(out.shape).dump(),
+             " has a negative or too large dimension");
+      elements *= k;
+    }
     const json blocks = d.contains("blocks") ? d["blocks"] : json();
     if (!blocks.is_array()) fail(Status::corrupt_data, dw, ": field 'blocks' is missing");
     int64_t covered = 0;
@@ -185,8 +204,10 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
         fail(Status::corrupt_data, dw, ": a block's offset/count do not have ", out.shape.size(),
              " dimensions");
       for (size_t k = 0; k < out.shape.size(); k++)
-        if (mb.offset[k] < 0 || mb.count[k] < 0 || mb.offset[k] + mb.count[k] > out.shape[k])
+        if (mb.offset[k] < 0 || mb.count[k] < 0 || mb.count[k] > out.shape[k] - mb.offset[k])
           fail(Status::corrupt_data, dw, ": a block lies outside the dataset's shape");
+      if (mb.numel() > INT64_MAX - covered)  // more than the shape holds: they must overlap
+        fail(Status::corrupt_data, dw, ": two of its blocks overlap");
       covered += mb.numel();
       out.blocks.push_back(std::move(mb));
     }
@@ -232,12 +253,8 @@ std::string model_shape_mismatch(const GptConfig &saved, const GptConfig &wanted
       out += std::string(out.empty() ? "" : "; ") + name + ": checkpoint " + std::to_string(a) +
              ", this run " + std::to_string(b);
   };
-  check("num_layers", saved.num_layers, wanted.num_layers);
-  check("hidden_size", saved.hidden_size, wanted.hidden_size);
-  check("num_attention_heads", saved.num_attention_heads, wanted.num_attention_heads);
-  check("ffn_hidden_size", saved.ffn(), wanted.ffn());
-  check("vocab_size", saved.vocab_size, wanted.vocab_size);
-  check("max_position_embeddings", saved.max_positions(), wanted.max_positions());
+  for (const GptConfigField &f : gpt_config_fields())
+    if (f.shape) check(f.name, f.int_value(saved), f.int_value(wanted));  // shape fields are ints
   return out;
 }
 

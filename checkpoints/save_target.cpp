@@ -49,17 +49,15 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
       out += (out.empty() ? "" : "; ") + name + ": checkpoint " + was + ", this run " + now;
   };
   // The model fields that leave the parameter shapes alone but change the run.
-  const GptConfig &s = saved.model;
-  add("seq_length", std::to_string(s.seq_length), std::to_string(model.seq_length));
-  add("make_vocab_size_divisible_by", std::to_string(s.make_vocab_size_divisible_by),
-      std::to_string(model.make_vocab_size_divisible_by));
-  auto add_float = [&](const std::string &name, float was, float now) {
-    if (was != now) add(name, float_text(was, now), float_text(now, was));
-  };
-  add_float("hidden_dropout", s.hidden_dropout, model.hidden_dropout);
-  add_float("attention_dropout", s.attention_dropout, model.attention_dropout);
-  add_float("init_method_std", s.init_method_std, model.init_method_std);
-  add_float("layernorm_epsilon", s.layernorm_epsilon, model.layernorm_epsilon);
+  for (const GptConfigField &f : gpt_config_fields()) {
+    if (f.shape) continue;
+    if (f.kind == GptConfigField::Int) {
+      add(f.name, std::to_string(f.int_value(saved.model)), std::to_string(f.int_value(model)));
+    } else {
+      const float was = f.float_value(saved.model), now = f.float_value(model);
+      if (was != now) add(f.name, float_text(was, now), float_text(now, was));
+    }
+  }
   for (const auto &[key, was] : saved.training) {
     auto now = training.find(key);
     if (now != training.end() && !may_differ(key)) add(key, was, now->second);

@@ -142,6 +142,7 @@ class CudaDevice : public Device {
             "cudaMemcpyAsync(device to device)");
   }
   void synchronize() override { check(cudaStreamSynchronize(stream_), where_, "cudaStreamSynchronize"); }
+  void bind_thread() override { use(); }
   std::unique_ptr<DeviceTimer> make_timer() override {
     use();
     return std::make_unique<CudaTimer>(stream_, where_);

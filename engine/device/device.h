@@ -59,6 +59,12 @@ class Device {
   virtual void copy(void *dst, const void *src, size_t bytes) = 0;  // device to device
   // Waits for all queued work; reports an asynchronous failure as an Error.
   virtual void synchronize() = 0;
+  // Readies the calling thread to queue work here; a rank's worker thread
+  // calls it first. CUDA: makes this GPU the thread's current device (ranks on
+  // different GPUs in one process). CPU: flushes denormals to zero on the
+  // thread and its OpenMP team (tiny attention probabilities and gradients
+  // otherwise drop the kernels onto the slow microcode path).
+  virtual void bind_thread() = 0;
 
   virtual std::unique_ptr<DeviceTimer> make_timer() = 0;
   // The stream work is queued on: cudaStream_t on CUDA, nullptr on the CPU.

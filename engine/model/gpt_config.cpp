@@ -4,6 +4,43 @@
 
 namespace ptdp {
 
+const std::vector<GptConfigField> &gpt_config_fields() {
+  using F = GptConfigField;
+  using G = GptConfig;
+  auto i = [](const char *name, int G::*m, bool shape, const char *def, double lo, double hi,
+              const char *help, int (G::*resolved)() const = nullptr) {
+    return F{name, F::Int, m, nullptr, resolved, shape, def, lo, hi, help};
+  };
+  auto f = [](const char *name, float G::*m, const char *def, double lo, double hi,
+              const char *help) {
+    return F{name, F::Float, nullptr, m, nullptr, false, def, lo, hi, help};
+  };
+  const bool shape = true, run = false;
+  static const std::vector<F> fields = {
+      i("num_layers", &G::num_layers, shape, "4", 1, 4096, "transformer layers"),
+      i("hidden_size", &G::hidden_size, shape, "256", 1, 1 << 20, "hidden size h"),
+      i("num_attention_heads", &G::num_attention_heads, shape, "4", 1, 1 << 16,
+        "attention heads a"),
+      i("ffn_hidden_size", &G::ffn_hidden_size, shape, "0", 0, 1 << 22, "MLP hidden size (0 = 4h)",
+        &G::ffn),
+      // The option's 0 is the tokenizer's vocabulary (TrainerOptions::from_config).
+      i("vocab_size", &G::vocab_size, shape, "0", 0, 1 << 24,
+        "model vocabulary (0 = the tokenizer's; larger leaves ids unused)"),
+      // Checkpoints hold the unpadded vocabulary, so the padding may change on load.
+      i("make_vocab_size_divisible_by", &G::make_vocab_size_divisible_by, run, "128", 1, 1 << 16,
+        "vocabulary padding"),
+      i("seq_length", &G::seq_length, run, "128", 1, 1 << 20, "tokens per sample s"),
+      i("max_position_embeddings", &G::max_position_embeddings, shape, "0", 0, 1 << 20,
+        "learned positions (0 = seq_length)", &G::max_positions),
+      f("hidden_dropout", &G::hidden_dropout, "0.1", 0, 0.999, "dropout on the residual branches"),
+      f("attention_dropout", &G::attention_dropout, "0.1", 0, 0.999,
+        "dropout on attention probabilities"),
+      f("init_method_std", &G::init_method_std, "0.02", 1e-8, 10, "std of the normal init"),
+      f("layernorm_epsilon", &G::layernorm_epsilon, "1e-5", 1e-12, 1, "LayerNorm epsilon"),
+  };
+  return fields;
+}
+
 int GptConfig::padded_vocab(int t) const {
   int m = make_vocab_size_divisible_by * t;
   return (vocab_size + m - 1) / m * m;
@@ -23,6 +60,13 @@ void GptConfig::validate(int t) const {
     fail(Status::invalid_config, "num_attention_heads (", num_attention_heads,
          ") must divide hidden_size (", hidden_size, ")");
   if (t < 1) fail(Status::invalid_config, "tensor_model_parallel_size must be positive, got ", t);
+  // ffn() and padded_vocab() compute in int: sizes past it are refused, not wrapped.
+  if (ffn_hidden_size <= 0 && hidden_size > INT32_MAX / 4)
+    fail(Status::invalid_config, "hidden_size ", hidden_size,
+         " is too large: its 4 x hidden_size MLP does not fit in 32 bits");
+  if ((int64_t)vocab_size + (int64_t)make_vocab_size_divisible_by * t > INT32_MAX)
+    fail(Status::invalid_config, "vocab_size ", vocab_size, " padded to a multiple of ",
+         (int64_t)make_vocab_size_divisible_by * t, " does not fit in 32 bits");
   if (num_attention_heads % t != 0)
     fail(Status::invalid_config, "tensor_model_parallel_size (", t,
          ") must divide num_attention_heads (", num_attention_heads, ")");

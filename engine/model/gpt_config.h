@@ -1,6 +1,7 @@
 // Shape and regularisation of a GPT model (Megatron's argument names).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace ptdp {
 
@@ -8,8 +9,8 @@ struct GptConfig {
   int num_layers = 4;
   int hidden_size = 256;
   int num_attention_heads = 4;
-  int ffn_hidden_size = 0;          // 0 = 4 * hidden_size
-  int vocab_size = 257;             // real vocabulary; padded for the embedding
+  int ffn_hidden_size = 0;  // 0 = 4 * hidden_size
+  int vocab_size = 257;     // real vocabulary; padded for the embedding
   int make_vocab_size_divisible_by = 128;
   int seq_length = 128;
   int max_position_embeddings = 0;  // 0 = seq_length
@@ -35,5 +36,34 @@ struct GptConfig {
   // generalised to any ffn size; recompute adds one more forward of every layer.
   double flops_per_batch(int64_t samples, bool recompute) const;
 };
+
+// One row per GptConfig field: the one list behind the training options, the
+// checkpoint manifest (writer, reader, resume checks) and `ckpt inspect`, so a
+// new field is one row in gpt_config_fields().
+struct GptConfigField {
+  enum Kind { Int, Float };
+  const char *name;  // the option key and the manifest key
+  Kind kind;
+  int GptConfig::*int_member;      // Int fields
+  float GptConfig::*float_member;  // Float fields
+  // Int fields whose 0 means a default: the value the manifest records and
+  // resume compares (ffn(), max_positions()); null = the member itself.
+  int (GptConfig::*resolved)() const;
+  // Parameter shapes depend on it, so a checkpoint loads only into the same
+  // value (an Int field); the others must match only to resume the same run.
+  bool shape;
+  // The training option: its default as text, inclusive range, help line.
+  const char *option_default;
+  double option_min, option_max;
+  const char *option_help;
+
+  int int_value(const GptConfig &c) const {  // resolved
+    return resolved ? (c.*resolved)() : c.*int_member;
+  }
+  float float_value(const GptConfig &c) const { return c.*float_member; }
+};
+
+// In the order of GptConfig's members.
+const std::vector<GptConfigField> &gpt_config_fields();
 
 }  // namespace ptdp

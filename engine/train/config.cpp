@@ -15,7 +15,6 @@ namespace ptdp {
 namespace {
 constexpr double kBig = 1e18;
 
-
 // The model's options, from GptConfig's field table, then `rest`.
 std::vector<OptionSpec> with_model_options(const std::vector<OptionSpec> &rest) {
   std::vector<OptionSpec> s;
@@ -25,6 +24,7 @@ std::vector<OptionSpec> with_model_options(const std::vector<OptionSpec> &rest) 
   s.insert(s.end(), rest.begin(), rest.end());
   return s;
 }
+
 }  // namespace
 
 const std::vector<OptionSpec> &option_schema() {

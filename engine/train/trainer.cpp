@@ -50,23 +50,17 @@ TokenizerSpec tokenizer_spec(const TrainerOptions &o) {
 TrainerOptions TrainerOptions::from_config(const Config &c) {
   TrainerOptions o;
   GptConfig &m = o.model;
-  m.num_layers = (int)c.get_int("num_layers");
-  m.hidden_size = (int)c.get_int("hidden_size");
-  m.num_attention_heads = (int)c.get_int("num_attention_heads");
-  m.ffn_hidden_size = (int)c.get_int("ffn_hidden_size");
-  m.seq_length = (int)c.get_int("seq_length");
-  m.max_position_embeddings = (int)c.get_int("max_position_embeddings");
-  m.make_vocab_size_divisible_by = (int)c.get_int("make_vocab_size_divisible_by");
-  m.hidden_dropout = (float)c.get_double("hidden_dropout");
-  m.attention_dropout = (float)c.get_double("attention_dropout");
-  m.init_method_std = (float)c.get_double("init_method_std");
-  m.layernorm_epsilon = (float)c.get_double("layernorm_epsilon");
+  for (const GptConfigField &f : gpt_config_fields()) {
+    if (f.kind == GptConfigField::Int)
+      m.*f.int_member = (int)c.get_int(f.name);
+    else
+      m.*f.float_member = (float)c.get_double(f.name);
+  }
   o.tokenizer = c.get("tokenizer_type");
   o.vocab_file = c.get("vocab_file");
   o.merge_file = c.get("merge_file");
   o.tokenizer_file = c.get("tokenizer_file");
   const int tokenizer_vocab = make_tokenizer(tokenizer_spec(o))->vocab_size();
-  m.vocab_size = (int)c.get_int("vocab_size");
   if (m.vocab_size == 0) m.vocab_size = tokenizer_vocab;
   if (m.vocab_size < tokenizer_vocab)
     fail(Status::invalid_config, "vocab_size (", m.vocab_size, ") is smaller than the '",
@@ -352,10 +346,7 @@ void Trainer::run_on_ranks(const std::function<void(Rank &)> &fn) {
     fail(Status::wrong_state, "the job failed earlier and cannot continue: ", failure_);
   auto guarded = [&](Rank &r) {
     omp_set_num_threads(threads_per_rank_);
-    // Flush denormals to zero on every worker thread: tiny attention probabilities
-    // and gradients otherwise drop the kernels onto the slow microcode path.
-#pragma omp parallel
-    _mm_setcsr(_mm_getcsr() | 0x8040);
+    r.device->bind_thread();  // its GPU current; on the CPU, denormals flushed
     fn(r);
   };
   if (ranks_.size() == 1) {
