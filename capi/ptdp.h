@@ -87,8 +87,11 @@ PTDP_API ptdp_status ptdp_trainer_step(ptdp_trainer *trainer, double *loss);
  * these sequences (the same losses and parameters). NULL ids, another count
  * or an id outside [0, vocab_size) is PTDP_ERR_INVALID_ARGUMENT (the message
  * names the index and value) and changes nothing. Under mpirun every process
- * passes the same whole batch. *loss (may be NULL) gets the mean lm loss. The
- * trainer still opens data_path (the validation split and the statistics). */
+ * passes the same whole batch. *loss (may be NULL) gets the mean lm loss. A
+ * trainer made without data_path trains on these batches only: it has no
+ * validation split (ptdp_trainer_evaluate, unigram_entropy:
+ * PTDP_ERR_WRONG_STATE; train_samples and valid_samples are 0), and
+ * ptdp_trainer_step is PTDP_ERR_WRONG_STATE. */
 PTDP_API ptdp_status ptdp_trainer_step_tokens(ptdp_trainer *trainer, const int32_t *ids,
                                               size_t count, double *loss);
 /* Mean validation loss over `iters` global batches (iters <= 0: the config's eval_iters). */

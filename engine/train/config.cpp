@@ -48,7 +48,8 @@ const std::vector<OptionSpec> &option_schema() {
       {"clip_grad", T::Float, "1.0", 0, 1e9, nullptr, "global gradient-norm clip (0 = off)"},
       // data
       {"data_path", T::String, "", 0, 0, nullptr,
-       "token dataset: a ptdp file, a Megatron PREFIX (PREFIX.bin + PREFIX.idx), or a blend W1 P1 W2 P2 ..."},
+       "token dataset: a ptdp file, a Megatron PREFIX (PREFIX.bin + PREFIX.idx), or a blend W1 P1 W2 P2 "
+       "... (empty: the caller feeds every batch, step_tokens)"},
       {"split", T::String, "98,2", 0, 0, nullptr, "train,valid[,test] weights over documents"},
       {"tokenizer_type", T::Choice, "byte", 0, 0, "byte,GPT2BPETokenizer",
        "tokenizer: bytes, or GPT-2's byte-level BPE (with vocab_file + merge_file or "

@@ -173,8 +173,6 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   if (o.lr.style != "constant" && o.lr.decay_iters <= o.lr.warmup_iters && o.train_iters > 0)
     fail(Status::invalid_config, "lr_decay_iters (", o.lr.decay_iters,
          ", 0 = train_iters) must exceed lr_warmup_iters (", o.lr.warmup_iters, ")");
-  if (o.data_path.empty())
-    fail(Status::invalid_config, "data_path is not set: give a token dataset made by `ptdp tokenize`");
   return o;
 }
 
@@ -216,10 +214,13 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     check_save_target(opt_.save_path, opt_.finetune ? "" : opt_.load_path, opt_.model,
                       resumption_options(opt_));
   }
-  data_ = open_training_data(opt_.data_path, opt_.split);
-  for (const auto &src : data_.sources)
-    check_source_vocab(*src, opt_.model.vocab_size, opt_.tokenizer);
-  check_training_data(data_, opt_.model.seq_length);
+  // Without data_path the caller feeds every batch (step_tokens).
+  if (!opt_.data_path.empty()) {
+    data_ = open_training_data(opt_.data_path, opt_.split);
+    for (const auto &src : data_.sources)
+      check_source_vocab(*src, opt_.model.vocab_size, opt_.tokenizer);
+    check_training_data(data_, opt_.model.seq_length);
+  }
   // Under mpirun each process hosts one rank; otherwise this process hosts all.
   std::vector<int> local;
   if (MpiWorld::launched_by_mpirun()) {
@@ -257,8 +258,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       // Making groups is collective over the mpi world: a middle stage takes
       // part with a group of its own, which it then has no use for.
       world_->group("embedding", {r}, r);
-    R->train = make_sampler(data_, 0, opt_.model.seq_length, opt_.seed, true);
-    R->valid = make_sampler(data_, 1, opt_.model.seq_length, opt_.seed, false);
+    if (!opt_.data_path.empty()) {
+      R->train = make_sampler(data_, 0, opt_.model.seq_length, opt_.seed, true);
+      R->valid = make_sampler(data_, 1, opt_.model.seq_length, opt_.seed, false);
+    }
     R->device = make_device(opt_.device, r);
     const bool stage = R->device->kind() != DeviceKind::cpu || opt_.stage_comm_through_host;
     Communicator **bound[4] = {&R->tp_d, &R->dp_d, &R->pp_d, &R->embedding_d};
@@ -589,6 +592,9 @@ StepMetrics Trainer::log_metrics() const {
 }
 
 StepMetrics Trainer::step() {
+  if (!feed_ && !ranks_[0]->train)
+    fail(Status::wrong_state, "this trainer has no dataset (data_path is not set): give data_path ",
+         "(a token dataset made by `ptdp tokenize`), or feed each batch with step_tokens");
   auto t0 = std::chrono::steady_clock::now();
   const int64_t it = iteration_ + 1;
   step_origin_ns_ = Timeline::now_ns();
@@ -702,6 +708,9 @@ double Trainer::rank_evaluate(Rank &r, int iters) {
 
 double Trainer::evaluate(int iters) {
   if (iters <= 0) fail(Status::invalid_argument, "evaluate needs iters > 0, got ", iters);
+  if (!ranks_[0]->valid)
+    fail(Status::wrong_state, "evaluate needs data_path (its validation split): this trainer has "
+         "no dataset");
   run_on_ranks([&](Rank &r) { r.value = rank_evaluate(r, iters); });
   return ranks_[0]->value;
 }
@@ -736,13 +745,19 @@ std::vector<float> Trainer::gather_parameter(const std::string &name) const {
 }
 
 double Trainer::unigram_entropy() const {
+  if (!ranks_[0]->train)
+    fail(Status::wrong_state, "unigram_entropy needs data_path: this trainer has no dataset");
   double h = 0;
   for (double p : ranks_[0]->train->unigram())
     if (p > 0) h -= p * std::log(p);
   return h;
 }
 
-uint64_t Trainer::train_samples() const { return ranks_[0]->train->num_samples(); }
-uint64_t Trainer::valid_samples() const { return ranks_[0]->valid->num_samples(); }
+uint64_t Trainer::train_samples() const {
+  return ranks_[0]->train ? ranks_[0]->train->num_samples() : 0;
+}
+uint64_t Trainer::valid_samples() const {
+  return ranks_[0]->valid ? ranks_[0]->valid->num_samples() : 0;
+}
 
 }  // namespace ptdp

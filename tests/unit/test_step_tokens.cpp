@@ -92,6 +92,25 @@ void check_layout(int t, int p, int d) {
 TEST(StepTokens, SameRunAsTheDatasetSerial) { check_layout(1, 1, 1); }
 TEST(StepTokens, SameRunAsTheDatasetParallel) { check_layout(2, 2, 2); }
 
+// Without data_path the caller feeds every batch: the same run as the
+// dataset's; what needs a dataset is a clear wrong_state, not a crash.
+TEST(StepTokens, TrainerWithoutADataset) {
+  const TrainerOptions o = options(2, 1, 2);
+  TrainerOptions bare = o;
+  bare.data_path.clear();
+  Trainer data(o), fed(bare);
+  EXPECT_EQ(fed.train_samples(), 0u);
+  EXPECT_EQ(fed.valid_samples(), 0u);
+  expect_error([&] { fed.step(); }, Status::wrong_state, "feed each batch with step_tokens");
+  expect_error([&] { fed.evaluate(1); }, Status::wrong_state, "evaluate needs data_path");
+  expect_error([&] { fed.unigram_entropy(); }, Status::wrong_state, "needs data_path");
+  for (int k = 0; k < 2; k++)
+    expect_same_metrics(data.step(), fed.step_tokens(dataset_batch(o, fed.consumed_samples()).data(),
+                                                     fed.step_tokens_count()));
+  expect_same_state(data, fed);
+  EXPECT_FALSE(fed.generate("The ", 4, 0, 1).empty());
+}
+
 // NULL, a wrong count, ids outside the vocabulary: clear errors, and the
 // trainer is as it was (the next good batch gives the dataset's step).
 TEST(StepTokens, BadBatchesChangeNothing) {
