@@ -398,6 +398,14 @@ TEST_F(CheckpointImport, FinetuneStartsAfresh) {
   EXPECT_NEAR(m.lr, 5e-4 / 3, 1e-12);
   EXPECT_TRUE(std::isfinite(m.lm_loss));
 
+  // Fine-tuning the imported model learns the corpus: ten steps lower the
+  // validation loss of the imported (random) weights (5.21 -> 4.56 nats seen)
+  // by far more than evaluation noise (the same batches both times).
+  const double before = ft->evaluate(2);
+  for (int i = 0; i < 10; i++) ft->step();
+  const double after = ft->evaluate(2);
+  EXPECT_LT(after, before - 0.3) << "validation loss " << before << " -> " << after;
+
   // finetune needs a checkpoint to take the weights of.
   Config none = config("");
   none.set("finetune", "1");
