@@ -80,9 +80,11 @@ Machine machine_from_json(const std::string &text, const std::string &origin) {
   } catch (const json::exception &e) {
     fail(Status::bad_value, origin, " is not valid JSON: ", e.what());
   }
-  only_keys(j, {"name", "description", "devices_per_node", "peak_flops", "memory_bytes",
-                "memory_reserved_bytes", "memory_bandwidth", "memory_efficiency", "gemm",
-                "op_overhead_s", "intra_node", "inter_node", "shared_node", "device_hour_usd"},
+  only_keys(j,
+            {"name", "description", "devices_per_node", "peak_flops", "memory_bytes",
+             "memory_reserved_bytes", "memory_bandwidth", "memory_efficiency",
+             "elementwise_bandwidth", "gemm", "op_overhead_s", "optimizer_params_per_s",
+             "intra_node", "inter_node", "shared_node", "device_hour_usd"},
             origin);
   Machine m;
   if (!j.contains("name") || !j["name"].is_string())
@@ -104,6 +106,7 @@ Machine machine_from_json(const std::string &text, const std::string &origin) {
   m.memory_reserved_bytes = number(j, "memory_reserved_bytes", origin, true, 0);
   m.memory_bandwidth = number(j, "memory_bandwidth", origin);
   m.memory_efficiency = number(j, "memory_efficiency", origin, false, 1.0);
+  m.elementwise_bandwidth = number(j, "elementwise_bandwidth", origin, true, 0);
   if (!j.contains("gemm")) fail(Status::bad_value, origin, ": missing field 'gemm'");
   const json &g = j["gemm"];
   std::string gw = origin + " gemm";
@@ -116,6 +119,7 @@ Machine machine_from_json(const std::string &text, const std::string &origin) {
   if (m.gemm_max_efficiency > 1 || m.memory_efficiency > 1)
     fail(Status::bad_value, origin, ": efficiencies must be in (0, 1]");
   m.op_overhead_s = number(j, "op_overhead_s", origin, true, 0);
+  m.optimizer_params_per_s = number(j, "optimizer_params_per_s", origin, true, 0);
   m.intra = link(j, "intra_node", origin);
   m.inter = link(j, "inter_node", origin);
   if (j.contains("shared_node")) {
@@ -137,15 +141,22 @@ std::string machine_to_json(const Machine &m) {
       {"memory_reserved_bytes", m.memory_reserved_bytes},
       {"memory_bandwidth", m.memory_bandwidth},
       {"memory_efficiency", m.memory_efficiency},
+      {"elementwise_bandwidth", m.elementwise_bandwidth},
       {"gemm",
-       {{"units", m.gemm_units}, {"tile_m", m.gemm_tile_m}, {"tile_n", m.gemm_tile_n},
-        {"k_half", m.gemm_k_half}, {"max_efficiency", m.gemm_max_efficiency}}},
+       {{"units", m.gemm_units},
+        {"tile_m", m.gemm_tile_m},
+        {"tile_n", m.gemm_tile_n},
+        {"k_half", m.gemm_k_half},
+        {"max_efficiency", m.gemm_max_efficiency}}},
       {"op_overhead_s", m.op_overhead_s},
+      {"optimizer_params_per_s", m.optimizer_params_per_s},
       {"intra_node",
-       {{"bandwidth", m.intra.bandwidth}, {"efficiency", m.intra.efficiency},
+       {{"bandwidth", m.intra.bandwidth},
+        {"efficiency", m.intra.efficiency},
         {"latency_s", m.intra.latency_s}}},
       {"inter_node",
-       {{"bandwidth", m.inter.bandwidth}, {"efficiency", m.inter.efficiency},
+       {{"bandwidth", m.inter.bandwidth},
+        {"efficiency", m.inter.efficiency},
         {"latency_s", m.inter.latency_s}}},
       {"shared_node", m.shared_node},
       {"device_hour_usd", m.device_hour_usd},

@@ -28,11 +28,18 @@ struct Machine {
   double memory_reserved_bytes = 0;  // context, communication buffers, fragmentation
   double memory_bandwidth = 0;       // bytes/s per device
   double memory_efficiency = 1;      // what streaming element-wise kernels reach
+  // Bytes per second (as the model counts them) of the element-wise kernels
+  // when they are compute-bound rather than memory-bound (a CPU: GeLU,
+  // softmax, dropout's random numbers); 0 = memory_bandwidth x efficiency.
+  double elementwise_bandwidth = 0;
   // GEMM efficiency: output tiles of tile_m x tile_n spread over `units`
   // (SMs, cores) in waves; a tile's work is K long and costs k_half of setup.
   int gemm_units = 1, gemm_tile_m = 128, gemm_tile_n = 128;
   double gemm_k_half = 0, gemm_max_efficiency = 1;
   double op_overhead_s = 0;  // fixed cost of every kernel (launch)
+  // Parameters per second of the optimizer step (gradient norm, AdamW) when it
+  // is compute-bound (a CPU); 0 = from the memory bandwidth (a GPU).
+  double optimizer_params_per_s = 0;
   Link intra, inter;
   // Devices of a node that share one set of cores and one memory (CPU thread
   // ranks): each of r ranks gets 1/r of the FLOP/s, memory bandwidth and units.
@@ -50,9 +57,20 @@ Machine load_machine(const std::string &name_or_file);
 Machine machine_from_json(const std::string &text, const std::string &origin);
 std::string machine_to_json(const Machine &m);
 
-// Measures this machine's CPU (fp32 GEMMs of a few shapes, streaming memory
-// bandwidth) in well under a second per measurement, as a one-node machine
-// whose `devices` thread ranks share the cores. `log` gets what was measured.
-Machine calibrate_this_machine(std::string *log);
+// The layer shape calibration times ptdp's element-wise kernels at (one
+// sequence of `seq` tokens); a model's own shape when it is small enough.
+struct CalibrationShape {
+  int seq = 256, hidden = 256, heads = 4, ffn = 1024;
+};
+
+// Measures this machine's CPU as a one-node machine whose thread ranks share
+// the cores, in about a second: on one core, ptdp's GEMM at a few shapes
+// (peak, k_half, per-call cost), ptdp's element-wise kernels of one layer
+// (their bytes as the model counts them per second), its AdamW step, and two
+// threads handing buffers over through shared memory (the thread
+// communicator's bandwidth and latency); all cores' GEMM rate for the log.
+// Per-core rates are scaled by the cores: r ranks get cores / r threads each.
+// `log` gets what was measured.
+Machine calibrate_this_machine(std::string *log, const CalibrationShape &shape = {});
 
 }  // namespace ptdp::plan

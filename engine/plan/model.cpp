@@ -194,6 +194,32 @@ std::string layout_problem(const ModelSpec &m, const TrainSpec &tr, const Layout
   return "";
 }
 
+std::vector<StreamOp> layer_elementwise_ops(const ModelSpec &m, int t, int64_t b, DType dt) {
+  const double e = dtype_bytes(dt), s = (double)m.seq, h = (double)m.hidden, a = (double)m.heads;
+  const double E = b * s * h, A = b * a * s * s / t, Ft = b * s * m.ffn_size() / t, Et = E / t;
+  // Layernorms, fused scale-mask-softmax, attention dropout, bias+dropout+add
+  // (x2), bias+GeLU; masks one byte.
+  return {
+      {"layernorm", 2 * E * e, 1, true, false},
+      {"layernorm", 2 * E * e, 1, true, false},
+      {"softmax", 2 * A * e, 1, true, true},
+      {"attention dropout", 2 * A * e + A, 1, true, true},
+      {"bias+dropout+add", 3 * E * e + E, 1, true, false},
+      {"bias+dropout+add", 3 * E * e + E, 1, true, false},
+      {"bias+gelu", 2 * Ft * e, 1, true, false},
+      {"layernorm", 3 * E * e, 1, false, false},
+      {"layernorm", 3 * E * e, 1, false, false},
+      {"softmax", 3 * A * e, 1, false, true},
+      {"attention dropout", 2 * A * e + A, 1, false, true},
+      {"bias+dropout+add", 2 * E * e + E, 1, false, false},
+      {"bias+dropout+add", 2 * E * e + E, 1, false, false},
+      {"residual add", 3 * E * e, 1, false, false},
+      {"residual add", 3 * E * e, 1, false, false},
+      {"bias+gelu", 3 * Ft * e, 1, false, false},
+      {"bias gradients", (3 * Et + 2 * E + Ft) * e, 4, false, false},
+  };
+}
+
 // ---- communication ----------------------------------------------------------------
 
 namespace {
@@ -254,12 +280,14 @@ OpTimes op_times(const ModelSpec &m, const TrainSpec &tr, const Machine &mach, c
                  int rpn) {
   OpTimes o;
   const DType dt = tr.dtype;
-  const double e = dtype_bytes(dt), s = (double)m.seq, h = (double)m.hidden, a = (double)m.heads;
-  const double b = (double)L.b, t = L.t;
-  const double E = b * s * h, A = b * a * s * s / t, Ft = b * s * m.ffn_size() / t;
-  const double Et = E / t;
+  const double e = dtype_bytes(dt), s = (double)m.seq, h = (double)m.hidden;
+  const double b = (double)L.b;
+  const double E = b * s * h;
   Share sh = share_of(mach, rpn);
-  const double bw = mach.memory_bandwidth * mach.memory_efficiency * sh.bw_scale;
+  const double bw =
+      (mach.elementwise_bandwidth > 0 ? mach.elementwise_bandwidth
+                                      : mach.memory_bandwidth * mach.memory_efficiency) *
+      sh.bw_scale;
   auto stream = [&](double bytes, int kernels) { return bytes / bw + kernels * mach.op_overhead_s; };
 
   double f_gemm = 0, b_gemm = 0, core_f = 0;
@@ -270,14 +298,12 @@ OpTimes op_times(const ModelSpec &m, const TrainSpec &tr, const Machine &mach, c
     b_gemm += gemm_seconds(mach, dt, {g.name, g.k, g.n, g.m, g.batch}, rpn);  // weight gradient
     if (g.batch > 1) core_f += fwd;  // the attention core (scores, context)
   }
-  // Memory-bound ops of a layer: layernorms, fused scale-mask-softmax,
-  // attention dropout, bias+dropout+add (x2), bias+GeLU; masks one byte.
-  double softmax_f = stream(2 * A * e, 1), adrop_f = stream(2 * A * e + A, 1);
-  double f_ew = 2 * stream(2 * E * e, 1) + softmax_f + adrop_f + 2 * stream(3 * E * e + E, 1) +
-                stream(2 * Ft * e, 1);
-  double b_ew = 2 * stream(3 * E * e, 1) + stream(3 * A * e, 1) + stream(2 * A * e + A, 1) +
-                2 * stream(2 * E * e + E, 1) + 2 * stream(3 * E * e, 1) + stream(3 * Ft * e, 1) +
-                stream((3 * Et + 2 * E + Ft) * e, 4);  // bias gradients
+  double f_ew = 0, b_ew = 0, core_ew = 0;
+  for (const StreamOp &op : layer_elementwise_ops(m, L.t, L.b, dt)) {
+    double x = stream(op.bytes, op.kernels);
+    (op.forward ? f_ew : b_ew) += x;
+    if (op.forward && op.attention_core) core_ew += x;
+  }
   const Net tp = group_net(mach, tr.num_gpus, L.t, 1);
   const double ar = allreduce_seconds(E * e, L.t, tp);
   o.layer_f_gemm = f_gemm;
@@ -292,7 +318,7 @@ OpTimes op_times(const ModelSpec &m, const TrainSpec &tr, const Machine &mach, c
     o.layer_b_tp += 2 * ar;
   } else if (L.recompute == Recompute::selective) {
     o.layer_b_gemm += core_f;
-    o.layer_b_ew += softmax_f + adrop_f;
+    o.layer_b_ew += core_ew;
   }
   // Embedding (first virtual stage): word + position gather, dropout; its
   // vocab-parallel output is all-reduced. Backward scatters into the table.
@@ -430,8 +456,11 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
   Share sh = share_of(mach, rpn);
   double touched = tr.dtype == DType::fp32 ? 32 : 2 * g + 24 + e + g;  // + zeroing the grads
   double opt_params = tr.distributed_optimizer ? params_max / L.d : params_max;
-  double optimizer = opt_params * touched / (mach.memory_bandwidth * mach.memory_efficiency * sh.bw_scale) +
-                     10 * mach.op_overhead_s;
+  double optimizer =
+      mach.optimizer_params_per_s > 0
+          ? opt_params / (mach.optimizer_params_per_s * sh.peak_scale)
+          : opt_params * touched / (mach.memory_bandwidth * mach.memory_efficiency * sh.bw_scale);
+  optimizer += 10 * mach.op_overhead_s;
 
   P.iteration_s = makespan + dp + emb + optimizer;
   P.time.gemm = busy.gemm * mb;

@@ -74,6 +74,18 @@ double gemm_seconds(const Machine &mach, DType dt, const Gemm &g, int ranks_per_
 // The forward GEMMs of one transformer layer for a micro-batch on one tensor rank.
 std::vector<Gemm> layer_forward_gemms(const ModelSpec &m, int t, int64_t b);
 
+// The memory-bound (element-wise) ops of one transformer layer for a
+// micro-batch on one tensor rank, forward and backward without recomputation:
+// bytes each streams and its kernels. Calibration times ptdp's own kernels
+// against these bytes, so the list is the one the prediction sums.
+struct StreamOp {
+  const char *name;
+  double bytes;
+  int kernels;
+  bool forward, attention_core;  // attention_core: recomputed by selective recomputation
+};
+std::vector<StreamOp> layer_elementwise_ops(const ModelSpec &m, int t, int64_t b, DType dt);
+
 // Where the time of an iteration goes, seconds.
 struct TimeBreakdown {
   double gemm = 0, elementwise = 0;                  // compute on the busiest stage

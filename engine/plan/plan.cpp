@@ -81,7 +81,18 @@ Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_
 
 PlanResult run_plan(const PlanRequest &req) {
   PlanResult res;
-  res.machine = req.calibrate ? calibrate_this_machine(&res.machine_log) : load_machine(req.machine);
+  if (req.calibrate) {
+    // Element-wise kernels are timed at the model's own layer shape unless
+    // that would take long (an attention matrix or MLP over 4M elements).
+    CalibrationShape shape;
+    const ModelSpec &mm = req.model;
+    if (mm.heads * mm.seq * mm.seq <= (1 << 22) &&
+        mm.seq * std::max(3 * mm.hidden, mm.ffn_size()) <= (1 << 22))
+      shape = {(int)mm.seq, (int)mm.hidden, (int)mm.heads, (int)mm.ffn_size()};
+    res.machine = calibrate_this_machine(&res.machine_log, shape);
+  } else {
+    res.machine = load_machine(req.machine);
+  }
   if (!req.save_machine.empty()) {
     std::ofstream f(req.save_machine);
     f << machine_to_json(res.machine);

@@ -337,6 +337,10 @@ TEST(PlanMachines, PresetsRoundTripAndBadFilesSayWhy) {
     EXPECT_EQ(again.peak_bf16, m.peak_bf16);
     EXPECT_EQ(again.inter.latency_s, m.inter.latency_s);
     EXPECT_EQ(again.gemm_k_half, m.gemm_k_half);
+    // GPUs: element-wise ops and the optimizer are memory-bound (the CPU's
+    // calibrated rates are not used).
+    EXPECT_EQ(m.elementwise_bandwidth, 0);
+    EXPECT_EQ(m.optimizer_params_per_s, 0);
   }
   EXPECT_NE(error_of([] { load_machine("selena"); }, ptdp::Status::bad_value).find("known presets: dgx-h100, selene"),
             std::string::npos);
@@ -392,6 +396,46 @@ TEST(PlanCalibrate, MeasuresThisCpuQuickly) {
   EXPECT_GT(m.memory_bandwidth, 1e8);
   EXPECT_TRUE(m.shared_node);
   EXPECT_NE(log.find("sgemm"), std::string::npos);
+  // What issue 13 adds for ptdp's own runs: ptdp's element-wise kernels and
+  // optimizer step as rates, and the thread communicator as the link. Only
+  // structure is checked: timings on a loaded CI machine are not (the
+  // comparison with measured runs is scripts/bench_plan_calibration.lua).
+  EXPECT_GT(m.elementwise_bandwidth, 1e6);
+  EXPECT_GT(m.optimizer_params_per_s, 1e5);
+  EXPECT_GE(m.gemm_k_half, 0);
+  EXPECT_GT(m.intra.bandwidth, 1e7);
+  EXPECT_GT(m.intra.latency_s, 0);
+  EXPECT_LT(m.intra.latency_s, 1.0);
+  EXPECT_GE(m.op_overhead_s, 0);
+  for (const char *what : {"element-wise kernels", "optimizer", "thread hand-over"})
+    EXPECT_NE(log.find(what), std::string::npos) << what << " in: " << log;
+  // The calibration is a machine file like any other: saved and loaded, the
+  // same machine.
+  Machine again = machine_from_json(machine_to_json(m), "round trip");
+  EXPECT_EQ(again.elementwise_bandwidth, m.elementwise_bandwidth);
+  EXPECT_EQ(again.optimizer_params_per_s, m.optimizer_params_per_s);
+  EXPECT_EQ(again.intra.latency_s, m.intra.latency_s);
+  EXPECT_TRUE(again.shared_node);
+  // With it, the small GPT of the benchmark: t=2 pays the thread
+  // communicator's all-reduces, serial pays none; on thread ranks sharing the
+  // cores no layout of 2 ranks is 2x faster than one rank with all the cores.
+  ModelSpec spec;
+  spec.layers = 4, spec.hidden = 256, spec.heads = 4, spec.seq = 128, spec.vocab = 512;
+  TrainSpec tr;
+  tr.global_batch = 8, tr.dtype = DType::fp32;
+  Layout serial;
+  serial.recompute = Recompute::none;
+  tr.num_gpus = 1;
+  Prediction p1 = predict(spec, tr, m, serial);
+  Layout tp = serial;
+  tp.t = 2;
+  tr.num_gpus = 2;
+  Prediction p2 = predict(spec, tr, m, tp);
+  EXPECT_EQ(p1.time.tp, 0);
+  EXPECT_GT(p2.time.tp, 0);
+  EXPECT_GT(p2.iteration_s, 0.5 * p1.iteration_s);
+  EXPECT_GT(p1.time.elementwise, 0);
+  EXPECT_GT(p1.time.optimizer, 0);
   // It plans: a tiny model on 4 thread ranks.
   PlanRequest req = parse_plan_request({{"num_layers", "4"}, {"hidden_size", "64"}, {"num_attention_heads", "4"},
                                         {"seq_length", "32"}, {"vocab_size", "257"}, {"global_batch_size", "8"},

@@ -61,6 +61,15 @@ ptdp_plan_cli_test(lua_plan_cli_calibrate --rc 0 --expect "calibrated this CPU"
   --expect "GPUs of this-cpu" --match "^tflops_per_gpu=.* tensor=[0-9]+ pipeline=[0-9]+ data=[0-9]+"
   -- ${PTDP_LAUNCHER} plan --calibrate --num-layers 4 --hidden-size 64 --num-attention-heads 4
      --seq-length 32 --vocab-size 257 --global-batch-size 8 --num-gpus 4 --fp32)
+# scripts/bench_plan_calibration.lua end to end on a tiny GPT, one step per
+# layout: its table and last line. Timings are not checked (CI runs loaded).
+ptdp_plan_cli_test(lua_plan_bench_calibration --rc 0 --expect "calibrated this CPU"
+  --match "^interleaved +1 +2 +1 +1 +2 +8 +[0-9.]+ +[0-9.]+ +[0-9.]+ "
+  --match "^layouts=11 mean_abs_rel_err=[0-9.]+ max_abs_rel_err=[0-9.]+$"
+  -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_plan_calibration.lua
+     --iters 1 --warmup 0 --rounds 1 --num-layers 4 --hidden-size 64 --num-attention-heads 4
+     --seq-length 32 --data-path ${PTDP_TEST_TMP}/lua/plan_calibration.ptdp
+     --corpus ${PTDP_TEST_CORPUS} --corpus-format lines)
 ptdp_plan_cli_test(lua_plan_api --rc 0 --expect "plan_api: PASS"
   -- ${PTDP_LAUNCHER} ${CMAKE_CURRENT_SOURCE_DIR}/plan/plan_api.lua)
 set_tests_properties(${PTDP_PLAN_LUA_TESTS} PROPERTIES LABELS lua TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")

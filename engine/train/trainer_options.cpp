@@ -1,0 +1,158 @@
+// TrainerOptions from a Config: every field read, then the cross-checks that
+// need several of them (layout, batch sizes, schedule, precision), each a
+// clear invalid_config naming the fields.
+#include "engine/train/trainer_options.h"
+
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+namespace {
+constexpr int64_t kMaxRanks = 4096;  // keeps every rank count and index comfortably in an int
+}  // namespace
+
+TokenizerSpec TrainerOptions::tokenizer_spec() const {
+  TokenizerSpec s;
+  s.type = tokenizer;
+  s.vocab_file = vocab_file;
+  s.merge_file = merge_file;
+  s.tokenizer_file = tokenizer_file;
+  return s;
+}
+
+TrainerOptions TrainerOptions::from_config(const Config &c) {
+  TrainerOptions o;
+  GptConfig &m = o.model;
+  for (const GptConfigField &f : gpt_config_fields()) {
+    if (f.kind == GptConfigField::Int)
+      m.*f.int_member = (int)c.get_int(f.name);
+    else
+      m.*f.float_member = (float)c.get_double(f.name);
+  }
+  o.tokenizer = c.get("tokenizer_type");
+  o.vocab_file = c.get("vocab_file");
+  o.merge_file = c.get("merge_file");
+  o.tokenizer_file = c.get("tokenizer_file");
+  const int tokenizer_vocab = make_tokenizer(o.tokenizer_spec())->vocab_size();
+  if (m.vocab_size == 0) m.vocab_size = tokenizer_vocab;
+  if (m.vocab_size < tokenizer_vocab)
+    fail(Status::invalid_config, "vocab_size (", m.vocab_size, ") is smaller than the '",
+         o.tokenizer, "' tokenizer's vocabulary (", tokenizer_vocab, ")");
+  o.parallel.t = (int)c.get_int("tensor_model_parallel_size");
+  o.parallel.p = (int)c.get_int("pipeline_model_parallel_size");
+  o.parallel.d = (int)c.get_int("data_parallel_size");
+  o.micro_batch_size = (int)c.get_int("micro_batch_size");
+  o.global_batch_size = (int)c.get_int("global_batch_size");
+  o.train_iters = c.get_int("train_iters");
+  o.seed = (uint64_t)c.get_int("seed");
+  o.lr.max_lr = c.get_double("lr");
+  o.lr.min_lr = c.get_double("min_lr");
+  o.lr.warmup_iters = c.get_int("lr_warmup_iters");
+  o.lr.decay_iters = c.get_int("lr_decay_iters");
+  if (o.lr.decay_iters == 0) o.lr.decay_iters = o.train_iters;
+  o.lr.style = c.get("lr_decay_style");
+  o.adam.weight_decay = c.get_double("weight_decay");
+  o.adam.beta1 = c.get_double("adam_beta1");
+  o.adam.beta2 = c.get_double("adam_beta2");
+  o.adam.eps = c.get_double("adam_eps");
+  o.clip_grad = c.get_double("clip_grad");
+  o.data_path = c.get("data_path");
+  o.split = c.get("split");
+  o.eval_iters = (int)c.get_int("eval_iters");
+  o.num_threads = (int)c.get_int("num_threads");
+  o.device = c.get("device");
+  o.use_flash_attn = c.get_int("use_flash_attn") != 0;
+  o.ddp_bucket_size = c.get_int("ddp_bucket_size");
+  o.comm_timeout_s = c.get_double("comm_timeout");
+  o.scatter_gather = c.get_int("scatter_gather_tensors_in_pipeline") != 0;
+  o.timeline_path = c.get("timeline");
+  o.save_path = c.get("save");
+  o.load_path = c.get("load");
+  o.save_interval = c.get_int("save_interval");
+  o.keep_last_checkpoints = (int)c.get_int("keep_last_checkpoints");
+  o.verify_checkpoint = c.get_int("verify_checkpoint") != 0;
+  o.override_opt_param_scheduler = c.get_int("override_opt_param_scheduler") != 0;
+  o.finetune = c.get_int("finetune") != 0;
+  if (o.finetune && o.load_path.empty())
+    fail(Status::invalid_config,
+         "finetune is set but load is not: give the checkpoint whose weights to fine-tune");
+  const bool bf16 = c.get_int("bf16") != 0, fp16 = c.get_int("fp16") != 0;
+  if (bf16 && fp16)
+    fail(Status::invalid_config,
+         "bf16 and fp16 are both set; choose one 16-bit type (or neither for fp32)");
+  o.precision.dtype = bf16 ? DType::bf16 : fp16 ? DType::f16 : DType::f32;
+  o.precision.grads_in_fp32 = c.get_int("accumulate_allreduce_grads_in_fp32") != 0;
+  LossScalerConfig &ls = o.loss_scaler;
+  ls.initial_scale = c.get_double("initial_loss_scale");
+  ls.min_scale = c.get_double("min_loss_scale");
+  ls.window = c.get_int("loss_scale_window");
+  ls.hysteresis = c.get_int("hysteresis");
+  ls.dynamic = !c.is_set("loss_scale");
+  ls.static_scale = c.get_double("loss_scale");
+  // As Megatron: a static --loss-scale for either 16-bit type, else dynamic
+  // scaling for fp16 and none for bf16 (its range is fp32's).
+  o.use_loss_scaler = fp16 || (bf16 && !ls.dynamic);
+  if (!bf16 && !fp16) {
+    for (const char *k :
+         {"loss_scale", "initial_loss_scale", "min_loss_scale", "loss_scale_window", "hysteresis"})
+      if (c.is_set(k))
+        fail(Status::invalid_config, k,
+             " is set but the run is fp32: loss scaling needs fp16 (or bf16 with a static "
+             "loss_scale)");
+    if (c.is_set("accumulate_allreduce_grads_in_fp32") && !o.precision.grads_in_fp32)
+      fail(Status::invalid_config,
+           "accumulate_allreduce_grads_in_fp32 = 0 needs bf16 or fp16: an fp32 run's gradients are "
+           "fp32");
+  }
+  if (ls.min_scale > ls.initial_scale && ls.dynamic && fp16)
+    fail(Status::invalid_config, "min_loss_scale (", ls.min_scale, ") exceeds initial_loss_scale (",
+         ls.initial_scale, ")");
+
+  const int64_t world = (int64_t)o.parallel.t * o.parallel.p * o.parallel.d;
+  if (world > kMaxRanks)
+    fail(Status::invalid_config, "t*p*d = ", o.parallel.t, "*", o.parallel.p, "*", o.parallel.d,
+         " = ", world, " ranks; at most ", kMaxRanks, " are supported");
+  m.validate(o.parallel.t);
+  // Pipeline: p stages of v model chunks each (ARCHITECTURE §4).
+  const int p = o.parallel.p;
+  const int64_t per_chunk = c.get_int("num_layers_per_virtual_pipeline_stage");
+  if (per_chunk > 0) {
+    if (m.num_layers % (p * per_chunk) != 0)
+      fail(Status::invalid_config, "num_layers (", m.num_layers,
+           ") must be divisible by pipeline_model_parallel_size x "
+           "num_layers_per_virtual_pipeline_stage (",
+           p, " x ", per_chunk, " = ", p * per_chunk, ")");
+    o.virtual_stages = (int)(m.num_layers / (p * per_chunk));
+  }
+  m.validate_pipeline(p, o.virtual_stages);
+  const int64_t bd = (int64_t)o.micro_batch_size * o.parallel.d;
+  if (o.global_batch_size % bd != 0)
+    fail(Status::invalid_config, "global_batch_size (", o.global_batch_size,
+         ") must be divisible by micro_batch_size x data_parallel_size (", o.micro_batch_size,
+         " x ", o.parallel.d, " = ", bd, ")");
+  const std::string schedule = c.get("pipeline_schedule");
+  if (schedule == "auto")
+    o.schedule = o.virtual_stages > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+  else
+    o.schedule = parse_schedule(schedule);
+  validate_schedule(o.schedule, p, o.virtual_stages, o.microbatches());
+  const std::string granularity = c.get("recompute_granularity");
+  o.recompute.enabled = granularity == "full";
+  o.recompute.method =
+      c.get("recompute_method") == "block" ? RecomputeMethod::block : RecomputeMethod::uniform;
+  o.recompute.num_layers = (int)c.get_int("recompute_num_layers");
+  const int layers_per_chunk = m.num_layers / (p * o.virtual_stages);
+  if (o.recompute.enabled && o.recompute.num_layers > layers_per_chunk)
+    fail(Status::invalid_config, "recompute_num_layers (", o.recompute.num_layers,
+         ") exceeds the layers per model chunk (", layers_per_chunk,
+         " = num_layers / (p x v) = ", m.num_layers, " / (", p, " x ", o.virtual_stages, "))");
+  if (o.lr.min_lr > o.lr.max_lr)
+    fail(Status::invalid_config, "min_lr (", o.lr.min_lr, ") must not exceed lr (", o.lr.max_lr,
+         ")");
+  if (o.lr.style != "constant" && o.lr.decay_iters <= o.lr.warmup_iters && o.train_iters > 0)
+    fail(Status::invalid_config, "lr_decay_iters (", o.lr.decay_iters,
+         ", 0 = train_iters) must exceed lr_warmup_iters (", o.lr.warmup_iters, ")");
+  return o;
+}
+
+}  // namespace ptdp

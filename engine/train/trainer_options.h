@@ -1,0 +1,70 @@
+// A training run's options (Megatron's names, ARCHITECTURE §7): what the
+// Trainer is made from, read from a Config (the option schema of config.cpp)
+// and cross-checked before any work.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "engine/comm/grid.h"
+#include "engine/data/tokenizer.h"
+#include "engine/model/gpt.h"
+#include "engine/parallel/schedule.h"
+#include "engine/train/config.h"
+#include "engine/train/loss_scaler.h"
+#include "engine/train/lr_schedule.h"
+#include "engine/train/optimizer.h"
+
+namespace ptdp {
+
+struct TrainerOptions {
+  GptConfig model;
+  ParallelDims parallel;
+  int micro_batch_size = 8, global_batch_size = 32;
+  int64_t train_iters = 1000;
+  uint64_t seed = 1234;
+  LrSchedule lr;
+  AdamWConfig adam;
+  double clip_grad = 1.0;
+  std::string data_path, split = "98,2", tokenizer = "byte";
+  std::string vocab_file, merge_file, tokenizer_file;  // the tokenizer's (TokenizerSpec)
+  int eval_iters = 10;
+  int num_threads = 0;
+  // Each rank's device: auto, cpu, cuda (round-robin) or cuda:N (make_device).
+  // The option's default is auto; a TrainerOptions made in code runs on the CPU.
+  std::string device = "cpu";
+  // Device buffers reach the threads/mpi backends through host copies
+  // (StagedComm); always on a GPU, and on the CPU when a test asks.
+  bool stage_comm_through_host = false;
+  bool use_flash_attn = false;  // GPT::set_flash_attention
+  int64_t ddp_bucket_size = 1000000;
+  double comm_timeout_s = 300;
+  int virtual_stages = 1;  // v: model chunks per pipeline rank
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  bool scatter_gather = true;  // only matters when t > 1 and p > 1
+  Recompute recompute;
+  std::string timeline_path;  // Chrome trace of each step, rewritten after it
+  // Checkpoints (ARCHITECTURE §5)
+  std::string save_path, load_path;
+  int64_t save_interval = 0;  // 0 = only after the last iteration
+  int keep_last_checkpoints = 0;
+  bool verify_checkpoint = true;
+  bool override_opt_param_scheduler = false;
+  // Megatron's --finetune: load_path's weights only; the optimizer, iteration,
+  // LR schedule, data position and loss scale start afresh.
+  bool finetune = false;
+  // Mixed precision (--bf16, --fp16): the model's dtype and where gradients
+  // accumulate; the loss scaler is used by fp16 (dynamic) or by any 16-bit
+  // run given a static --loss-scale.
+  Precision precision;
+  LossScalerConfig loss_scaler;
+  bool use_loss_scaler = false;
+  // Fault injection for tests: at this iteration (0 = never) the first
+  // gradient of world rank 0 becomes inf after backward, as an fp16 overflow would.
+  int64_t inject_overflow_iteration = 0;
+  int microbatches() const { return global_batch_size / (micro_batch_size * parallel.d); }
+  TokenizerSpec tokenizer_spec() const;  // make_tokenizer's
+  // Reads and cross-checks a Config; throws invalid_config naming the fields.
+  static TrainerOptions from_config(const Config &c);
+};
+
+}  // namespace ptdp
