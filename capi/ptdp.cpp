@@ -65,6 +65,23 @@ void require(const void *p, const char *what) {
   if (!p) ptdp::fail(ptdp::Status::invalid_argument, what, " must not be NULL");
 }
 
+// A C array argument of n strings: every one non-NULL, at least one when
+// `nonempty` (inputs), any number otherwise (options; NULL when n = 0).
+std::vector<std::string> strings(const char *const *a, int32_t n, const char *name, bool nonempty) {
+  if (nonempty) require(a, name);
+  if (nonempty ? n <= 0 : n < 0)
+    ptdp::fail(ptdp::Status::invalid_argument, "num_", name, " must be ",
+               nonempty ? "positive" : "zero or more", ", got ", n);
+  if (n > 0 && !a)
+    ptdp::fail(ptdp::Status::invalid_argument, name, " must hold num_", name, " (", n, ") strings");
+  std::vector<std::string> out;
+  for (int32_t i = 0; i < n; i++) {
+    if (!a[i]) ptdp::fail(ptdp::Status::invalid_argument, name, "[", i, "] must not be NULL");
+    out.emplace_back(a[i]);
+  }
+  return out;
+}
+
 // A caller's text buffer: NULL only with cap 0 (asking for the size).
 // Checked on entry, before any work is done for the text.
 void check_buffer(const char *buf, size_t cap) {
@@ -429,17 +446,10 @@ ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs, const c
                           const char *tokenizer, const char *output_path, int64_t *num_docs,
                           int64_t *num_tokens) {
   return guard([&] {
-    require(inputs, "inputs");
     require(format, "format");
     require(tokenizer, "tokenizer");
     require(output_path, "output_path");
-    if (num_inputs <= 0)
-      ptdp::fail(ptdp::Status::invalid_argument, "num_inputs must be positive, got ", num_inputs);
-    std::vector<std::string> in;
-    for (int32_t i = 0; i < num_inputs; i++) {
-      require(inputs[i], "inputs[i]");
-      in.emplace_back(inputs[i]);
-    }
+    const std::vector<std::string> in = strings(inputs, num_inputs, "inputs", true);
     auto tok = ptdp::make_tokenizer(tokenizer);
     ptdp::CorpusStats st = ptdp::build_token_dataset(in, format, *tok, output_path);
     if (num_docs) *num_docs = (int64_t)st.num_docs;
@@ -451,21 +461,8 @@ ptdp_status ptdp_tokenize_options(const char *const *inputs, int32_t num_inputs,
                                   const char *const *options, int32_t num_options,
                                   int64_t *num_docs, int64_t *num_tokens) {
   return guard([&] {
-    require(inputs, "inputs");
-    if (num_inputs <= 0)
-      ptdp::fail(ptdp::Status::invalid_argument, "num_inputs must be positive, got ", num_inputs);
-    if (num_options < 0 || (num_options > 0 && !options))
-      ptdp::fail(ptdp::Status::invalid_argument, "options must hold num_options (", num_options,
-                 ") strings");
-    std::vector<std::string> in, kv;
-    for (int32_t i = 0; i < num_inputs; i++) {
-      require(inputs[i], "inputs[i]");
-      in.emplace_back(inputs[i]);
-    }
-    for (int32_t i = 0; i < num_options; i++) {
-      require(options[i], "options[i]");
-      kv.emplace_back(options[i]);
-    }
+    const std::vector<std::string> in = strings(inputs, num_inputs, "inputs", true),
+                                   kv = strings(options, num_options, "options", false);
     ptdp::TokenizeOptions o = ptdp::parse_tokenize_options(kv);
     auto tok = ptdp::make_tokenizer(o.tokenizer);
     ptdp::CorpusStats st = ptdp::build_token_dataset(in, o.format, *tok, o.output);
@@ -478,21 +475,8 @@ ptdp_status ptdp_tokenize_indexed(const char *const *inputs, int32_t num_inputs,
                                   const char *const *options, int32_t num_options,
                                   int64_t *num_docs, int64_t *num_tokens) {
   return guard([&] {
-    require(inputs, "inputs");
-    if (num_inputs <= 0)
-      ptdp::fail(ptdp::Status::invalid_argument, "num_inputs must be positive, got ", num_inputs);
-    if (num_options < 0 || (num_options > 0 && !options))
-      ptdp::fail(ptdp::Status::invalid_argument, "options must hold num_options (",
-                 num_options, ") strings");
-    std::vector<std::string> in, kv;
-    for (int32_t i = 0; i < num_inputs; i++) {
-      require(inputs[i], "inputs[i]");
-      in.emplace_back(inputs[i]);
-    }
-    for (int32_t i = 0; i < num_options; i++) {
-      require(options[i], "options[i]");
-      kv.emplace_back(options[i]);
-    }
+    const std::vector<std::string> in = strings(inputs, num_inputs, "inputs", true),
+                                   kv = strings(options, num_options, "options", false);
     ptdp::IndexedTokenizeOptions o = ptdp::parse_indexed_tokenize_options(kv);
     auto tok = ptdp::make_tokenizer(o.tokenizer);
     std::vector<ptdp::IndexedOutput> out = ptdp::build_indexed_dataset(in, o, *tok);

@@ -33,14 +33,8 @@ MAGIC = b"MMIDIDX\x00\x00"
 DTYPES = {1: ("B", 1), 2: ("b", 1), 3: ("h", 2), 4: ("i", 4), 5: ("q", 8), 8: ("H", 2)}
 EOD = 256
 
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures += 1
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from pycheck import check, result  # noqa: E402
 
 
 def megatron_bytes(docs, code):
@@ -228,8 +222,7 @@ def main():
     rc, out = run([ptdp, train_gpt, "--data-path", "gpt2ids", "--vocab-size", "50257"] + tiny)
     check(rc == 0 and " iteration        3/       3 |" in out, "--vocab-size 50257 trains on them")
 
-    print("PASS" if failures == 0 else "%d FAILED" % failures)
-    return 1 if failures else 0
+    return result()
 
 
 if __name__ == "__main__":

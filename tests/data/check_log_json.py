@@ -13,14 +13,8 @@ import shutil
 import subprocess
 import sys
 
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures += 1
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from pycheck import check, result  # noqa: E402
 
 
 def run(cmd):
@@ -84,8 +78,7 @@ def main():
     check(rc != 0 and "is a directory" in out and " iteration " not in out,
           "a directory as --log-json stops the run before the first iteration")
 
-    print("PASS" if failures == 0 else "%d FAILED" % failures)
-    return 1 if failures else 0
+    return result()
 
 
 if __name__ == "__main__":

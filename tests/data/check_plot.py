@@ -17,14 +17,8 @@ import subprocess
 import sys
 import zlib
 
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures += 1
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from pycheck import check, result  # noqa: E402
 
 
 def run(cmd):
@@ -130,8 +124,7 @@ def main():
     except (AssertionError, OSError, zlib.error, struct.error) as e:
         check(False, "the plan's plot decodes: %s" % e)
 
-    print("PASS" if failures == 0 else "%d FAILED" % failures)
-    return 1 if failures else 0
+    return result()
 
 
 if __name__ == "__main__":

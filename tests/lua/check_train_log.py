@@ -18,14 +18,8 @@ import subprocess
 import sys
 import time
 
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures += 1
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from pycheck import check, result  # noqa: E402
 
 
 def losses(out):
@@ -97,7 +91,7 @@ def main():
     print(got.decode(errors="replace")[-2000:])
     check(seen and busy, "the first log line arrived through the pipe while the run was busy")
     check(b"end of arguments" in got and got.endswith(b"\n"), "the killed run left whole lines")
-    return 1 if failures else 0
+    return result()
 
 
 if __name__ == "__main__":
