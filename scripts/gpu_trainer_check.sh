@@ -14,6 +14,10 @@ dir=$(mktemp -d /tmp/ptdp_bundle.XXXXXX)
 tar -C "$dir" -xJf "$bundle" || exit 1
 bin=$dir/gpu_bundle/bin
 export LD_LIBRARY_PATH=$dir/gpu_bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+# The CUDA 13 libraries of PyTorch's wheels (nvidia/*/lib), where the toolkit's
+# own directory lacks one.
+wheels=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib")))))' 2>/dev/null)
+[[ -n $wheels ]] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$wheels
 export PTDP_LUA_PATH=$PWD/lua PTDP_TEST_DATA_DIR=$PWD/tests/data PTDP_TEST_GPU_DEVICE=$device
 if ldd "$bin/test_cuda_trainer" "$bin/ptdp" | grep "not found"; then
   echo "libraries missing on this machine (above): the bundle needs them too"
