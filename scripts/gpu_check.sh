@@ -18,7 +18,7 @@ quick=0 torch=1
 [[ "${1:-}" == --quick ]] && quick=1
 [[ "${1:-}" == --no-torch ]] && torch=0
 declare -a summary=()
-deadline=$((SECONDS + 540))
+deadline=$((SECONDS + 530))
 step() {  # step NAME LIMIT_S LOG CMD...: runs CMD with a time limit, records its outcome
   local name=$1 limit=$2 log=$3
   shift 3
@@ -28,11 +28,11 @@ step() {  # step NAME LIMIT_S LOG CMD...: runs CMD with a time limit, records it
     return 1
   fi
   ((limit > left)) && limit=$left
-  timeout "$limit" "$@" >"$OUT/$log" 2>&1
+  timeout -k 10 "$limit" "$@" >"$OUT/$log" 2>&1  # -k: a step deaf to SIGTERM is killed
   local rc=$?
   local what=ok
-  ((rc == 124)) && what="TIMED OUT after ${limit}s"
-  ((rc != 0 && rc != 124)) && what="FAILED (exit $rc)"
+  ((rc == 124 || rc == 137)) && what="TIMED OUT after ${limit}s"
+  ((rc != 0 && rc != 124 && rc != 137)) && what="FAILED (exit $rc)"
   summary+=("$(printf '%-22s %-28s %4ds  %s' "$name" "$what" $((SECONDS - t0)) "$log")")
   echo "== $name: $what ($((SECONDS - t0)) s)"
   return $rc
@@ -70,7 +70,7 @@ if ((!torch)); then
 elif ((quick)); then
   step bench_torch 300 bench_torch.log env PYTHONUNBUFFERED=1 python3 scripts/bench_torch_gpu.py --skip-compile --steps 5
 else
-  step bench_torch 240 bench_torch.log env PYTHONUNBUFFERED=1 python3 scripts/bench_torch_gpu.py
+  step bench_torch 180 bench_torch.log env PYTHONUNBUFFERED=1 python3 scripts/bench_torch_gpu.py
 fi
 
 step bench_ops 90 bench_ops.log build-gpu/tests/gpu/bench_gpu_ops

@@ -31,7 +31,13 @@ def main(out):
         print(f"{r['shape'] + ' ' + trans:34s} {r['dtype']:5s} {mine:12.1f} "
               f"{t if t else float('nan'):8.1f} {mine / t if t else float('nan'):6.2f}")
     for r in ops:
-        if r.get("name") not in ("gemm", "copy"):
+        if r.get("name") == "attention":  # times, not a bandwidth
+            print(f"{'attention (ms)':34s} {r.get('dtype', 'f32'):5s} unfused fwd "
+                  f"{r.get('unfused_fwd_ms')}, fused fwd {r.get('fused_fwd_ms')}, "
+                  f"fused bwd {r.get('fused_bwd_ms')}")
+        elif "gbs" not in r:
+            continue
+        elif r.get("name") not in ("gemm", "copy"):
             print(f"{r['name']:34s} {r.get('dtype', 'f32'):5s} {float(r['gbs']):9.0f} GB/s  "
                   f"{100 * float(r['of_copy']):4.0f}% of copy")
         elif r.get("name") == "copy":

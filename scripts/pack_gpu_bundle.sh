@@ -18,7 +18,7 @@ rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib"
 bins=("$build/ptdp" "$build/tests/gpu/test_cuda_trainer")
 cp "${bins[@]}" "$stage/bin/"
-system='^(libc|libm|libdl|librt|libpthread|libresolv|libstdc\+\+|libgcc_s|libcu[a-zA-Z]*|libnccl|libnvrtc|libnvJitLink)\.so'
+system='^(libc|libm|libdl|librt|libpthread|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvrtc|libnvJitLink)\.so'
 for b in "${bins[@]}"; do
   ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do

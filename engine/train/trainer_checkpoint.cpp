@@ -43,6 +43,7 @@ std::vector<RankShard> Trainer::local_shards() {
   for (auto &r : ranks_) {
     GPT<float> &m = *r->model;
     AdamW &a = *r->adam;
+    r->device->bind_thread();  // on the caller's thread: this rank's GPU current
     if (r->device->kind() == DeviceKind::cpu) {
       shards.push_back({r->coord, &m.param_table(), m.params(), a.exp_avg(), a.exp_avg_sq(),
                         a.master()});
@@ -67,6 +68,7 @@ std::vector<RankShard> Trainer::local_shards() {
 void Trainer::unstage_shards() {
   for (auto &r : ranks_) {
     if (r->device->kind() == DeviceKind::cpu) continue;
+    r->device->bind_thread();
     GPT<float> &m = *r->model;
     AdamW &a = *r->adam;
     const size_t bytes = m.num_params() * sizeof(float);
@@ -140,12 +142,16 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
       failure_ = std::string("loading '") + ckpt.dir + "' failed part-way: " + e.what();
     throw;
   }
-  for (auto &r : ranks_) r->adam->master_to_model(*r->model);  // 16-bit: params = round(master)
+  for (auto &r : ranks_) {
+    r->device->bind_thread();
+    r->adam->master_to_model(*r->model);  // 16-bit: params = round(master)
+  }
   if (opt_.finetune) {
     // Megatron's --finetune: the weights go on, everything else starts afresh
     // (Adam's moments zeroed even after steps taken before this load).
     for (auto &r : ranks_) {
       const size_t bytes = r->model->num_params() * sizeof(float);
+      r->device->bind_thread();
       r->device->zero(r->adam->exp_avg(), bytes);
       r->device->zero(r->adam->exp_avg_sq(), bytes);
     }
