@@ -117,7 +117,9 @@ class CudaDevice : public Device {
     check(cudaFreeAsync(p, stream_), where_, "cudaFreeAsync");
   }
   void zero(void *p, size_t bytes) override {
-    if (bytes) check(cudaMemsetAsync(p, 0, bytes, stream_), where_, "cudaMemsetAsync");
+    if (!bytes) return;
+    use();
+    check(cudaMemsetAsync(p, 0, bytes, stream_), where_, "cudaMemsetAsync");
   }
   // Pageable host memory: the copy returns once the source is staged, so the
   // host buffer may be reused; pinned staging for large transfers comes with
@@ -137,11 +139,15 @@ class CudaDevice : public Device {
     check(cudaStreamSynchronize(stream_), where_, "cudaStreamSynchronize");
   }
   void copy(void *dst, const void *src, size_t bytes) override {
-    if (bytes)
-      check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), where_,
-            "cudaMemcpyAsync(device to device)");
+    if (!bytes) return;
+    use();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), where_,
+          "cudaMemcpyAsync(device to device)");
   }
-  void synchronize() override { check(cudaStreamSynchronize(stream_), where_, "cudaStreamSynchronize"); }
+  void synchronize() override {
+    use();
+    check(cudaStreamSynchronize(stream_), where_, "cudaStreamSynchronize");
+  }
   void bind_thread() override { use(); }
   std::unique_ptr<DeviceTimer> make_timer() override {
     use();
