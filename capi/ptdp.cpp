@@ -279,6 +279,49 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
   });
 }
 
+namespace {
+
+// The named value of a rank's report (ptdp_trainer_rank_get and
+// ptdp_trainer_world_rank_get); `stepped`: a step has run, so the values of
+// the last step exist.
+double rank_value(const ptdp::Trainer::RankReport &r, const std::string &key, bool stepped) {
+  std::string group;  // of bytes_<group>, seconds_<group>, calls_<group>
+  for (const char *prefix : {"bytes_", "seconds_", "calls_"})
+    if (key.rfind(prefix, 0) == 0) group = key.substr(std::strlen(prefix));
+  const bool known_group = group == "tp" || group == "pp" || group == "dp" || group == "embedding";
+  const bool step_value = known_group || key == "step_seconds" || key == "compute_seconds" ||
+                          key == "idle_fraction" || key == "peak_activation_bytes" ||
+                          key == "device_peak_bytes" || key == "device_in_use_bytes";
+  if (step_value && !stepped)
+    ptdp::fail(ptdp::Status::wrong_state, "rank value '", key,
+               "' is not available before the first ptdp_trainer_step");
+  // A group the rank is not in (embedding off the first and last stages) moved nothing.
+  const auto it = known_group ? r.comm.find(group) : r.comm.end();
+  const ptdp::CommStats none;
+  const ptdp::CommStats &c = it == r.comm.end() ? none : it->second;
+  if (key == "world_rank") return r.world_rank;
+  if (key == "tp_rank") return r.coord.tp;
+  if (key == "pp_rank") return r.coord.pp;
+  if (key == "dp_rank") return r.coord.dp;
+  if (known_group && key[0] == 'b') return (double)c.total_bytes();
+  if (known_group && key[0] == 's') return c.seconds;
+  if (known_group && key[0] == 'c') return (double)c.total_calls();
+  if (key == "step_seconds") return r.step_seconds;
+  if (key == "compute_seconds") return r.compute_seconds;
+  if (key == "idle_fraction") return r.idle_fraction();
+  if (key == "peak_activation_bytes") return (double)r.peak_activation_bytes;
+  if (key == "device_peak_bytes") return (double)r.device_peak_bytes;
+  if (key == "device_in_use_bytes") return (double)r.device_in_use_bytes;
+  ptdp::fail(ptdp::Status::invalid_argument, "unknown rank value '", key,
+             "'; known: world_rank, tp_rank, pp_rank, dp_rank, step_seconds, "
+             "compute_seconds, idle_fraction, peak_activation_bytes, device_peak_bytes, "
+             "device_in_use_bytes, bytes_tp, bytes_pp, "
+             "bytes_dp, bytes_embedding, seconds_tp, seconds_pp, seconds_dp, "
+             "seconds_embedding, calls_tp, calls_pp, calls_dp, calls_embedding");
+}
+
+}  // namespace
+
 ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *t, int32_t local_rank, const char *name,
                                   double *value) {
   return guard([&] {
@@ -290,43 +333,32 @@ ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *t, int32_t local_rank, con
     if (local_rank < 0 || local_rank >= n)
       ptdp::fail(ptdp::Status::invalid_argument, "local_rank ", local_rank, " is outside [0, ", n,
                  "): this process hosts ", n, " rank", n == 1 ? "" : "s");
-    const std::string key = name;
     // The rank's place is known from the start; the rest describes the last step.
-    const ptdp::Trainer::RankReport &r = tr.rank_report(local_rank);
-    std::string group;  // of bytes_<group>, seconds_<group>, calls_<group>
-    for (const char *prefix : {"bytes_", "seconds_", "calls_"})
-      if (key.rfind(prefix, 0) == 0) group = key.substr(std::strlen(prefix));
-    const bool known_group = group == "tp" || group == "pp" || group == "dp" || group == "embedding";
-    const bool step_value = known_group || key == "step_seconds" || key == "compute_seconds" ||
-                            key == "idle_fraction" || key == "peak_activation_bytes" ||
-                            key == "device_peak_bytes" || key == "device_in_use_bytes";
-    if (step_value && tr.iteration() == 0)
-      ptdp::fail(ptdp::Status::wrong_state, "rank value '", key,
+    *value = rank_value(tr.rank_report(local_rank), name, tr.iteration() > 0);
+  });
+}
+
+ptdp_status ptdp_trainer_gather_reports(ptdp_trainer *t) {
+  return guard([&] {
+    require(t, "trainer");
+    t->trainer->gather_rank_reports();
+  });
+}
+
+ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *t, int32_t world_rank, const char *name,
+                                        double *value) {
+  return guard([&] {
+    require(t, "trainer");
+    require(name, "name");
+    require(value, "value");
+    const ptdp::Trainer &tr = *t->trainer;
+    if (world_rank < 0 || world_rank >= tr.world_size())
+      ptdp::fail(ptdp::Status::invalid_argument, "world_rank ", world_rank, " is outside [0, ",
+                 tr.world_size(), ")");
+    if (tr.iteration() == 0)
+      ptdp::fail(ptdp::Status::wrong_state, "rank value '", name,
                  "' is not available before the first ptdp_trainer_step");
-    // A group the rank is not in (embedding off the first and last stages) moved nothing.
-    const auto it = known_group ? r.comm.find(group) : r.comm.end();
-    const ptdp::CommStats none;
-    const ptdp::CommStats &c = it == r.comm.end() ? none : it->second;
-    if (key == "world_rank") *value = r.world_rank;
-    else if (key == "tp_rank") *value = r.coord.tp;
-    else if (key == "pp_rank") *value = r.coord.pp;
-    else if (key == "dp_rank") *value = r.coord.dp;
-    else if (known_group && key[0] == 'b') *value = (double)c.total_bytes();
-    else if (known_group && key[0] == 's') *value = c.seconds;
-    else if (known_group && key[0] == 'c') *value = (double)c.total_calls();
-    else if (key == "step_seconds") *value = r.step_seconds;
-    else if (key == "compute_seconds") *value = r.compute_seconds;
-    else if (key == "idle_fraction") *value = r.idle_fraction();
-    else if (key == "peak_activation_bytes") *value = (double)r.peak_activation_bytes;
-    else if (key == "device_peak_bytes") *value = (double)r.device_peak_bytes;
-    else if (key == "device_in_use_bytes") *value = (double)r.device_in_use_bytes;
-    else
-      ptdp::fail(ptdp::Status::invalid_argument, "unknown rank value '", key,
-                 "'; known: world_rank, tp_rank, pp_rank, dp_rank, step_seconds, "
-                 "compute_seconds, idle_fraction, peak_activation_bytes, device_peak_bytes, "
-                 "device_in_use_bytes, bytes_tp, bytes_pp, "
-                 "bytes_dp, bytes_embedding, seconds_tp, seconds_pp, seconds_dp, "
-                 "seconds_embedding, calls_tp, calls_pp, calls_dp, calls_embedding");
+    *value = rank_value(tr.world_rank_report(world_rank), name, true);
   });
 }
 

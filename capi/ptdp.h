@@ -131,6 +131,18 @@ PTDP_API ptdp_status ptdp_trainer_get(const ptdp_trainer *trainer, const char *n
  * embedding group (it joins the first and last pipeline stages when p > 1). */
 PTDP_API ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *trainer, int32_t local_rank,
                                            const char *name, double *value);
+/* Collective: under mpirun every process calls it, after the same step. Brings
+ * the last step's values of every rank (those of ptdp_trainer_rank_get) to the
+ * process of world rank 0, so that one process can report all ranks in order
+ * (without mpirun they are all local and nothing is sent).
+ * PTDP_ERR_WRONG_STATE before the first step. */
+PTDP_API ptdp_status ptdp_trainer_gather_reports(ptdp_trainer *trainer);
+/* A named number of world rank world_rank in [0, world_size), as of the last
+ * ptdp_trainer_gather_reports; names as ptdp_trainer_rank_get. Only on the
+ * process of world rank 0 and only until the next step: elsewhere, before a
+ * gather or after a later step, PTDP_ERR_WRONG_STATE. */
+PTDP_API ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *trainer, int32_t world_rank,
+                                                 const char *name, double *value);
 /* A named text of the run: loaded_checkpoint (which checkpoint the last load
  * took, why, and the layouts it was saved with and loaded into), last_checkpoint
  * (directory of the last checkpoint saved), last_save_error (why the last save
@@ -224,8 +236,9 @@ PTDP_API ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs
  * format=fortune (default) | lines | file; tokenizer_type=byte (default) |
  * GPT2BPETokenizer, which takes vocab_file=vocab.json + merge_file=merges.txt
  * or tokenizer_file=tokenizer.json (Hugging Face's, of a GPT-2 byte-level
- * BPE). A file given to the byte tokenizer, or GPT2BPETokenizer without its
- * files, is PTDP_ERR_INVALID_CONFIG; an unreadable file PTDP_ERR_IO; a
+ * BPE); workers=N threads encoding (default 1, 0: one per core, at most
+ * 1024; the file is the same for any N). A file given to the byte tokenizer,
+ * or GPT2BPETokenizer without its files, is PTDP_ERR_INVALID_CONFIG; an unreadable file PTDP_ERR_IO; a
  * malformed one PTDP_ERR_CORRUPT_DATA. Counts may be NULL. */
 PTDP_API ptdp_status ptdp_tokenize_options(const char *const *inputs, int32_t num_inputs,
                                            const char *const *options, int32_t num_options,
@@ -238,7 +251,7 @@ PTDP_API ptdp_status ptdp_tokenize_options(const char *const *inputs, int32_t nu
  * (jsonl only; default text); tokenizer_type=byte (default) | GPT2BPETokenizer
  * with vocab_file + merge_file or tokenizer_file (as ptdp_tokenize_options);
  * append_eod=0|1
- * (default 0, as Megatron's --append-eod). Writes P_KEY_document.bin and
+ * (default 0, as Megatron's --append-eod); workers=N (as ptdp_tokenize_options). Writes P_KEY_document.bin and
  * P_KEY_document.idx for each key (Megatron's names; KEY is text for the
  * formats other than jsonl): P_KEY_document is what data_path takes.
  * num_docs, num_tokens: NULL, or arrays with one entry per key, in order. */

@@ -205,6 +205,24 @@ local rank_names = { 'world_rank', 'tp_rank', 'pp_rank', 'dp_rank', 'step_second
                      'device_peak_bytes', 'device_in_use_bytes' }
 local groups = { 'tp', 'pp', 'dp', 'embedding' }
 
+-- The report of one rank through get (ptdp_trainer_rank_get or
+-- ptdp_trainer_world_rank_get), as rank_report returns it.
+local function rank_values(get, handle, rank)
+  local v = ffi.new('double[1]')
+  local out = { bytes = {}, seconds = {}, calls = {} }
+  for _, n in ipairs(rank_names) do
+    check(get(handle, rank, n, v))
+    out[n] = v[0]
+  end
+  for _, g in ipairs(groups) do
+    for _, kind in ipairs { 'bytes', 'seconds', 'calls' } do
+      check(get(handle, rank, kind .. '_' .. g, v))
+      out[kind][g] = v[0]
+    end
+  end
+  return out
+end
+
 -- One rank hosted by this process, after a step: local_rank counts from 0 like
 -- every rank number of the module (default 0; up to layout().local_ranks - 1;
 -- without mpirun it is the world rank). Returns { world_rank, tp_rank,
@@ -214,18 +232,19 @@ local groups = { 'tp', 'pp', 'dp', 'embedding' }
 -- calls = {...} } of the last step (embedding is 0 off the first and last
 -- pipeline stages).
 function Trainer:rank_report(local_rank)
-  local i = local_rank or 0
-  local v = ffi.new('double[1]')
-  local out = { bytes = {}, seconds = {}, calls = {} }
-  for _, n in ipairs(rank_names) do
-    check(C.ptdp_trainer_rank_get(self.handle, i, n, v))
-    out[n] = v[0]
-  end
-  for _, g in ipairs(groups) do
-    for _, kind in ipairs { 'bytes', 'seconds', 'calls' } do
-      check(C.ptdp_trainer_rank_get(self.handle, i, kind .. '_' .. g, v))
-      out[kind][g] = v[0]
-    end
+  return rank_values(C.ptdp_trainer_rank_get, self.handle, local_rank or 0)
+end
+
+-- Every world rank's rank_report of the last step, gathered on the process of
+-- world rank 0 (ptdp_trainer_gather_reports, so under mpirun every process
+-- calls it after the same step). Returns on that process a table of
+-- layout().world_size reports indexed by world rank from 0, and nil on the others.
+function Trainer:rank_reports()
+  check(C.ptdp_trainer_gather_reports(self.handle))
+  if self:get('rank') ~= 0 then return nil end
+  local out = {}
+  for r = 0, self:get('world_size') - 1 do
+    out[r] = rank_values(C.ptdp_trainer_world_rank_get, self.handle, r)
   end
   return out
 end
@@ -387,7 +406,8 @@ end
 -- writes Megatron's indexed dataset P_KEY_document.{bin,idx} per key; returns
 -- the first key's documents, tokens and prefix (what data_path takes).
 -- tokenizer = 'GPT2BPETokenizer' takes vocab_file + merge_file (vocab.json,
--- merges.txt) or tokenizer_file (a Hugging Face tokenizer.json).
+-- merges.txt) or tokenizer_file (a Hugging Face tokenizer.json). workers = N
+-- threads encode (default 1, 0: one per core); the output is the same for any N.
 function M.tokenize(t)
   if type(t) ~= 'table' then raise('ptdp.tokenize takes a table, e.g. { inputs = ..., output = ... }') end
   local inputs = type(t.inputs) == 'table' and t.inputs or { t.inputs }
@@ -397,6 +417,7 @@ function M.tokenize(t)
   for _, k in ipairs { 'vocab_file', 'merge_file', 'tokenizer_file' } do
     if t[k] and t[k] ~= '' then kv[#kv + 1] = k .. '=' .. t[k] end
   end
+  if t.workers ~= nil then kv[#kv + 1] = 'workers=' .. tostring(t.workers) end
   local function options()
     local opts = ffi.new('const char*[?]', #kv)
     for i, v in ipairs(kv) do opts[i - 1] = v end

@@ -124,11 +124,14 @@ for it = trainer:get('iteration') + 1, iters do
   end
   if opts.eval_interval > 0 and it % opts.eval_interval == 0 and it ~= iters then validate(it) end
 end
--- Where each rank of this process spent the last step (every process reports
--- its own ranks, one line each).
+-- Where each rank spent the last step, one line per rank in world-rank order,
+-- all printed by world rank 0's process: under mpirun each process's output
+-- reaches the terminal on its own, so lines printed by several would interleave.
+-- (rank_reports is collective: every process calls it.)
 if layout.world_size > 1 then
-  for i = 0, layout.local_ranks - 1 do
-    local r = trainer:rank_report(i)
+  local reports = trainer:rank_reports()
+  for i = 0, reports and layout.world_size - 1 or -1 do
+    local r = reports[i]
     local mb = function(g) return r.bytes[g] / 1e6 end
     io.stdout:write(string.format(
       ' rank %d (tp %d, pp %d, dp %d) | idle: %.1f%% of the last step | peak activations: %.1f MB | ' ..

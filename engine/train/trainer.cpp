@@ -397,6 +397,121 @@ const Trainer::RankReport &Trainer::rank_report(int rank) const {
   return ranks_.at((size_t)rank)->report;
 }
 
+namespace {
+
+// A RankReport as doubles for gather_rank_reports (exact: every count is far
+// below 2^53): its place and the step's scalars, then for each group of
+// kReportGroups whether the rank is in it, its seconds, and its calls and bytes
+// per operation.
+const char *const kReportGroups[] = {"tp", "pp", "dp", "embedding"};
+constexpr size_t kReportScalars = 9;
+constexpr size_t kGroupFields = 2 + 2 * (size_t)CommOp::count;
+constexpr size_t kReportFields = kReportScalars + 4 * kGroupFields;
+
+std::vector<double> pack_report(const Trainer::RankReport &r) {
+  std::vector<double> f = {(double)r.world_rank,
+                           (double)r.coord.tp,
+                           (double)r.coord.pp,
+                           (double)r.coord.dp,
+                           r.step_seconds,
+                           r.compute_seconds,
+                           (double)r.peak_activation_bytes,
+                           (double)r.device_peak_bytes,
+                           (double)r.device_in_use_bytes};
+  for (const char *g : kReportGroups) {
+    const auto it = r.comm.find(g);
+    f.push_back(it != r.comm.end() ? 1.0 : 0.0);
+    const CommStats c = it != r.comm.end() ? it->second : CommStats{};
+    f.push_back(c.seconds);
+    for (int64_t n : c.calls) f.push_back((double)n);
+    for (int64_t n : c.bytes) f.push_back((double)n);
+  }
+  return f;
+}
+
+Trainer::RankReport unpack_report(const double *f) {
+  Trainer::RankReport r;
+  r.world_rank = (int)f[0];
+  r.coord.tp = (int)f[1];
+  r.coord.pp = (int)f[2];
+  r.coord.dp = (int)f[3];
+  r.step_seconds = f[4];
+  r.compute_seconds = f[5];
+  r.peak_activation_bytes = (int64_t)f[6];
+  r.device_peak_bytes = (int64_t)f[7];
+  r.device_in_use_bytes = (int64_t)f[8];
+  f += kReportScalars;
+  for (const char *g : kReportGroups) {
+    if (f[0] != 0) {
+      CommStats &c = r.comm[g];
+      c.group = g;
+      c.seconds = f[1];
+      for (int i = 0; i < (int)CommOp::count; i++) {
+        c.calls[i] = (int64_t)f[2 + i];
+        c.bytes[i] = (int64_t)f[2 + (int)CommOp::count + i];
+      }
+    }
+    f += kGroupFields;
+  }
+  return r;
+}
+
+}  // namespace
+
+void Trainer::gather_rank_reports() {
+  if (iteration_ == 0)
+    fail(Status::wrong_state, "the rank reports are not available before the first training step");
+  const int n = world_size();
+  std::vector<RankReport> all;
+  if (local_ranks() == n) {  // threads: copies of the local reports
+    all.resize((size_t)n);
+    for (const auto &r : ranks_) {
+      RankReport &c = all[(size_t)r->world_rank];
+      c = r->report;
+      c.schedule.clear();  // as the ranks of other processes arrive
+      c.timings.clear();
+    }
+  } else {
+    // Making a group is collective over the processes: each makes it here, at
+    // its first gather, with every rank it hosts.
+    std::vector<int> members((size_t)n);
+    for (int q = 0; q < n; q++) members[(size_t)q] = q;
+    for (auto &r : ranks_)
+      if (!r->world) r->world = world_->group("world", members, r->world_rank);
+    if (first_local_rank() == 0) all.resize((size_t)n);
+    run_on_ranks([&](Rank &r) {
+      const std::vector<double> mine = pack_report(r.report);
+      if (r.world_rank != 0) {
+        r.world->send(mine.data(), mine.size(), 0);
+        return;
+      }
+      all[0] = unpack_report(mine.data());
+      std::vector<double> theirs(kReportFields);
+      for (int q = 1; q < n; q++) {
+        r.world->recv(theirs.data(), theirs.size(), q);
+        all[(size_t)q] = unpack_report(theirs.data());
+      }
+    });
+  }
+  gathered_ = std::move(all);
+}
+
+const Trainer::RankReport &Trainer::world_rank_report(int world_rank) const {
+  const int n = world_size();
+  if (world_rank < 0 || world_rank >= n)
+    fail(Status::invalid_argument, "world rank ", world_rank, " is outside [0, ", n, ")");
+  if (first_local_rank() != 0)
+    fail(Status::wrong_state, "the gathered rank reports are held by the process of world rank 0 ",
+         "only; this process hosts world rank", local_ranks() == 1 ? " " : "s ", first_local_rank(),
+         local_ranks() == 1 ? "" : " to " + std::to_string(first_local_rank() + local_ranks() - 1));
+  if (gathered_.empty())
+    fail(Status::wrong_state,
+         iteration_ == 0 ? "the rank reports are not available before the first training step"
+                         : "the last step's rank reports have not been gathered: gather them (on "
+                           "every process) after the step");
+  return gathered_[(size_t)world_rank];
+}
+
 double Trainer::replayed_bubble() const {
   if ((int)ranks_.size() != world_size())
     fail(Status::wrong_state, "replayed_bubble needs every rank in this process");
@@ -454,6 +569,7 @@ StepMetrics Trainer::step() {
   auto t0 = std::chrono::steady_clock::now();
   const int64_t it = iteration_ + 1;
   step_origin_ns_ = Timeline::now_ns();
+  gathered_.clear();  // they describe the previous step
   run_on_ranks([&](Rank &r) { rank_step(r, it, feed_ ? *feed_ : *r.train); });
   StepMetrics res = ranks_[0]->metrics;
   if (res.nan_iters) nan_++;

@@ -73,6 +73,16 @@ class Trainer {
   };
   // Filled by each training step (coordinates only before the first).
   const RankReport &rank_report(int rank) const;
+  // Collective (every process calls it after the same step): brings every
+  // world rank's report of the last step to the process of world rank 0, which
+  // keeps them for world_rank_report, so that one process can print them all in
+  // order. Under threads every rank is local and nothing is sent. The gathered
+  // reports have no schedule or timings. wrong_state before the first step.
+  void gather_rank_reports();
+  // World rank r's report from the last gather_rank_reports. Only on the process
+  // of world rank 0, and only until the next step (else wrong_state);
+  // invalid_argument outside [0, world_size).
+  const RankReport &world_rank_report(int world_rank) const;
   // The last step's bubble from replaying the executed schedules of the
   // pipeline ranks of (tp 0, dp 0) with each op's measured duration (its CPU
   // time when each rank has one thread), as if each rank had its own device:
@@ -167,6 +177,7 @@ class Trainer {
   std::string last_save_error_, last_saved_, last_loaded_;
   int failed_saves_ = 0;
   StepMetrics last_;
+  std::vector<RankReport> gathered_;  // by world rank, on world rank 0; cleared by each step
 };
 
 }  // namespace ptdp

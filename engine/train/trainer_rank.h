@@ -20,6 +20,9 @@ struct Trainer::Rank {
   RankCoord coord;
   std::unique_ptr<Communicator> tp, dp, pp;
   std::unique_ptr<Communicator> embedding;  // first and last stage when p > 1, else null
+  // Every rank (group rank = world rank), made by the first gather_rank_reports
+  // under mpirun; unused under threads.
+  std::unique_ptr<Communicator> world;
   std::unique_ptr<Device> device;           // outlives the model and optimizer on it
   // The groups as the model and the gradient reductions use them: over device
   // memory (staged copies of the above when the device is not the host's, else

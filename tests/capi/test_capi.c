@@ -729,6 +729,10 @@ static void test_pipeline(const char *data_path) {
          "first ptdp_trainer_step", "rank_get idle_fraction before the first step");
   EXPECT(ptdp_trainer_rank_get(t, 0, "bytes_pp", &v), PTDP_ERR_WRONG_STATE, "bytes_pp",
          "rank_get bytes_pp before the first step");
+  EXPECT(ptdp_trainer_gather_reports(t), PTDP_ERR_WRONG_STATE, "first training step",
+         "gather_reports before the first step");
+  EXPECT(ptdp_trainer_world_rank_get(t, 0, "world_rank", &v), PTDP_ERR_WRONG_STATE,
+         "first ptdp_trainer_step", "world_rank_get before the first step");
 
   EXPECT_OK(ptdp_trainer_step(t, NULL), "pipeline step 1");
   EXPECT_OK(ptdp_trainer_step(t, NULL), "pipeline step 2");
@@ -807,6 +811,44 @@ static void test_pipeline(const char *data_path) {
     CHECK(after == v, "rank values stay those of the last step");
   }
 
+  /* Every rank's values gathered on world rank 0 (here all ranks are local and
+   * nothing is sent): the same numbers as ptdp_trainer_rank_get. */
+  {
+    static const char *const names[] = {
+        "world_rank", "tp_rank", "pp_rank", "dp_rank", "step_seconds", "compute_seconds",
+        "idle_fraction", "peak_activation_bytes", "device_peak_bytes", "device_in_use_bytes",
+        "bytes_tp", "bytes_pp", "bytes_dp", "bytes_embedding", "seconds_tp", "seconds_pp",
+        "seconds_dp", "seconds_embedding", "calls_tp", "calls_pp", "calls_dp", "calls_embedding"};
+    size_t i;
+    int same = 1;
+    double local = -1, world = -2;
+    EXPECT(ptdp_trainer_world_rank_get(t, 0, "world_rank", &v), PTDP_ERR_WRONG_STATE,
+           "not been gathered", "world_rank_get before gather_reports");
+    EXPECT_OK(ptdp_trainer_gather_reports(t), "gather_reports");
+    for (r = 0; r < 2; r++)
+      for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (ptdp_trainer_rank_get(t, r, names[i], &local) != PTDP_OK ||
+            ptdp_trainer_world_rank_get(t, r, names[i], &world) != PTDP_OK || local != world) {
+          printf("     rank %d %s: rank_get %.17g, world_rank_get %.17g (%s)\n", r, names[i],
+                 local, world, ptdp_last_error());
+          same = 0;
+        }
+      }
+    CHECK(same, "world_rank_get equals rank_get for every value of both ranks");
+    EXPECT(ptdp_trainer_world_rank_get(t, 2, "idle_fraction", &v), PTDP_ERR_INVALID_ARGUMENT,
+           "outside [0, 2)", "world_rank_get world rank 2 of 2");
+    EXPECT(ptdp_trainer_world_rank_get(t, -1, "idle_fraction", &v), PTDP_ERR_INVALID_ARGUMENT,
+           "outside [0, 2)", "world_rank_get world rank -1");
+    EXPECT(ptdp_trainer_world_rank_get(t, 0, "bubble", &v), PTDP_ERR_INVALID_ARGUMENT,
+           "known: world_rank", "world_rank_get an unknown name");
+    EXPECT(ptdp_trainer_world_rank_get(t, 0, NULL, &v), PTDP_ERR_INVALID_ARGUMENT, "name",
+           "world_rank_get(NULL name)");
+    EXPECT(ptdp_trainer_world_rank_get(t, 0, "step_seconds", NULL), PTDP_ERR_INVALID_ARGUMENT,
+           "value", "world_rank_get(NULL value)");
+    EXPECT(ptdp_trainer_gather_reports(NULL), PTDP_ERR_INVALID_ARGUMENT, "trainer",
+           "gather_reports(NULL trainer)");
+  }
+
   /* The trace of the last step as a picture. */
   EXPECT_OK(ptdp_render_timeline(trace, png, 0), "render_timeline (width 0 = 1600)");
   CHECK(is_png(png), "render_timeline wrote a PNG");
@@ -853,6 +895,14 @@ static void test_pipeline(const char *data_path) {
     EXPECT(ptdp_plot_log(NULL, png), PTDP_ERR_INVALID_ARGUMENT, "log_json", "plot_log(NULL log)");
     EXPECT(ptdp_plot_log(log_path, NULL), PTDP_ERR_INVALID_ARGUMENT, "png", "plot_log(NULL png)");
   }
+
+  /* A step makes the gathered values stale: they must be gathered again. */
+  EXPECT_OK(ptdp_trainer_step(t, NULL), "pipeline step 3");
+  EXPECT(ptdp_trainer_world_rank_get(t, 1, "step_seconds", &v), PTDP_ERR_WRONG_STATE,
+         "not been gathered", "world_rank_get after a later step");
+  EXPECT_OK(ptdp_trainer_gather_reports(t), "gather_reports after step 3");
+  EXPECT_OK(ptdp_trainer_world_rank_get(t, 1, "pp_rank", &v), "world_rank_get pp_rank");
+  CHECK(v == 1, "world rank 1 is pipeline stage 1");
 
   ptdp_trainer_destroy(t);
 }

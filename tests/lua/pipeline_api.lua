@@ -53,6 +53,8 @@ expect_error('not available before the first', 'rank_report before the first ste
              trainer.rank_report, trainer, 0)
 expect_error('not available before the first', 'replayed_bubble before the first step',
              trainer.replayed_bubble, trainer)
+expect_error('not available before the first', 'rank_reports before the first step',
+             trainer.rank_reports, trainer)
 
 for _ = 1, 2 do trainer:step() end
 for i = 0, 1 do
@@ -71,6 +73,25 @@ for i = 0, 1 do
   check(r.bytes.tp == 0 and r.bytes.dp == 0, 'rank ' .. i .. ': no tp or dp traffic (t = d = 1)')
 end
 check(trainer:rank_report().world_rank == 0, 'rank_report() is local rank 0')
+-- rank_reports: every world rank's report on world rank 0 (all local here),
+-- the same values as rank_report.
+local all = trainer:rank_reports()
+check(all ~= nil and all[0] ~= nil and all[1] ~= nil and all[2] == nil,
+      'rank_reports holds world ranks 0 and 1')
+for i = 0, 1 do
+  local a, b, differ = all[i], trainer:rank_report(i), {}
+  for k, x in pairs(b) do
+    if type(x) == 'table' then
+      for g, y in pairs(x) do
+        if a[k][g] ~= y then differ[#differ + 1] = k .. '.' .. g end
+      end
+    elseif a[k] ~= x then
+      differ[#differ + 1] = k
+    end
+  end
+  check(#differ == 0, string.format('rank_reports()[%d] equals rank_report(%d)%s', i, i,
+                                    #differ > 0 and ' (differ: ' .. table.concat(differ, ', ') .. ')' or ''))
+end
 expect_error('outside [0, 2)', 'rank_report(2) of two local ranks', trainer.rank_report, trainer, 2)
 local bubble = trainer:replayed_bubble()
 check(bubble >= 0 and bubble < 2, string.format('replayed bubble %.4f', bubble))

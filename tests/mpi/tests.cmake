@@ -124,6 +124,37 @@ foreach(layout "8;2;2;2" "2;2;4;1")
          --recompute-granularity full)
 endforeach()
 
+# train_gpt.lua's per-rank report lines come from world rank 0's process alone,
+# in world-rank order after the last iteration line (rank_report_lines.sh): one
+# rank per process, and 2 processes hosting 4 thread ranks each.
+foreach(layout "4;2;2;1" "2;2;2;2")
+  list(GET layout 0 np)
+  list(GET layout 1 t)
+  list(GET layout 2 p)
+  list(GET layout 3 d)
+  set(name mpi_rank_report_lines_np${np}_t${t}p${p}d${d})
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/rank_report_lines.sh
+                   $<TARGET_FILE:ptdp_launcher> ${MPIEXEC_EXECUTABLE} ${np} ${PTDP_TEST_TMP}/${name}
+                   ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                   ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
+                   --tensor-model-parallel-size ${t} --pipeline-model-parallel-size ${p}
+                   --data-parallel-size ${d})
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np}
+                       ENVIRONMENT "OMP_NUM_THREADS=1")
+  # ... and trainer:rank_reports itself (rank_reports.lua): the gathered values
+  # equal rank_report's on world rank 0, and nothing elsewhere.
+  set(name mpi_rank_reports_np${np}_t${t}p${p}d${d})
+  set(dir ${PTDP_TEST_TMP}/${name})
+  file(MAKE_DIRECTORY ${dir})
+  add_test(NAME ${name}
+           COMMAND bash -c "\"$1\" tokenize --format lines --output d.ptdp \"$2\" >/dev/null && timeout 120 ${MPIEXEC_EXECUTABLE} -np ${np} --allow-run-as-root --oversubscribe \"$1\" \"$3\" d.ptdp ${t} ${p} ${d} | tee out.txt && grep -q 'mpi rank_reports: PASS' out.txt"
+                   ${name} $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                   ${CMAKE_CURRENT_SOURCE_DIR}/mpi/rank_reports.lua)
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np}
+                       WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
+
 # Batches from the embedder under mpirun (every process passes the whole
 # batch): the same run as the dataset's, one and two ranks per process.
 foreach(np 8 4)
