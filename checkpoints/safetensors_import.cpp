@@ -133,22 +133,21 @@ template <class... Args>
   fail(Status::corrupt_data, "'", file, "' is not a valid safetensors file: ", why...);
 }
 
-Safetensors parse_safetensors(const std::string &file, const MappedFile &m) {
-  if (m.size() < 8)
-    not_safetensors(file, "it has ", m.size(), " bytes, fewer than its header size");
+Safetensors parse_safetensors(const std::string &file, const unsigned char *data, size_t size) {
+  if (size < 8) not_safetensors(file, "it has ", size, " bytes, fewer than its header size");
   uint64_t n = 0;
-  for (int i = 7; i >= 0; i--) n = n << 8 | m.data()[i];
-  if (n > m.size() - 8)
-    not_safetensors(file, "its header of ", n, " bytes is longer than the file (", m.size(), ")");
+  for (int i = 7; i >= 0; i--) n = n << 8 | data[i];
+  if (n > size - 8)
+    not_safetensors(file, "its header of ", n, " bytes is longer than the file (", size, ")");
   json header;
   try {
-    header = json::parse(m.data() + 8, m.data() + 8 + n);
+    header = json::parse(data + 8, data + 8 + n);
   } catch (const json::exception &e) {
     not_safetensors(file, "its header is not JSON (", e.what(), ")");
   }
   if (!header.is_object()) not_safetensors(file, "its header is not a JSON object");
-  const unsigned char *base = m.data() + 8 + n;
-  const uint64_t data_size = m.size() - 8 - n;
+  const unsigned char *base = data + 8 + n;
+  const uint64_t data_size = size - 8 - n;
   Safetensors out;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const json &v = it.value();
@@ -282,16 +281,17 @@ std::string read_text(const std::string &path) {
 }
 
 // The GPT2Config text and where it came from (for messages).
+// (look_beside: whether a config.json beside the file may be read.)
 std::pair<std::string, std::string> config_source(const std::string &file,
                                                   const std::string &config_json,
-                                                  const Safetensors &st) {
+                                                  const Safetensors &st, bool look_beside) {
   if (!config_json.empty()) return {read_text(config_json), "config '" + config_json + "'"};
   auto it = st.metadata.find("gpt2_config");
   if (it != st.metadata.end() && it->is_string())
     return {it->get<std::string>(), "the gpt2_config metadata of '" + file + "'"};
   const fs::path beside = fs::path(file).parent_path() / "config.json";
   std::error_code ec;
-  if (fs::is_regular_file(beside, ec))
+  if (look_beside && fs::is_regular_file(beside, ec))
     return {read_text(beside.string()), "config '" + beside.string() + "'"};
   fail(Status::invalid_argument, "no GPT2Config for '", file,
        "': give its config.json (there is none beside it, and the file has no gpt2_config "
@@ -322,6 +322,60 @@ void check_import_target(const std::string &dir, const GptConfig &cfg,
     fail(Status::invalid_config, "'", dir, "' holds checkpoints of another run (newest: '", newest,
          "', iteration ", saved.iteration, "; ", why,
          "); importing there would mix two runs. Import into an empty directory");
+}
+
+// Every tensor of the file by its GPT-2 name (GPT-2 name -> (the file's
+// name, the tensor)), checked against the model `table` lists: names, shapes,
+// dtypes, and lm_head tied to wte.
+std::map<std::string, std::pair<std::string, const SourceTensor *>> match_tensors(
+    const std::string &file, const Safetensors &st, const GptConfig &cfg, const std::string &where,
+    const std::vector<ParamInfo> &table) {
+  // Every tensor of the file by its GPT-2 name; the "transformer." prefix of
+  // GPT2LMHeadModel dropped, buffers skipped, lm_head kept aside.
+  std::map<std::string, const ParamInfo *> ours;
+  for (const ParamInfo &p : table) ours[p.name] = &p;
+  std::map<std::string, std::pair<std::string, const SourceTensor *>> found;
+  for (const auto &[key, t] : st.tensors) {
+    const std::string name = key.rfind("transformer.", 0) == 0 ? key.substr(12) : key;
+    if (is_buffer(name)) continue;
+    if (name != "lm_head.weight" && !ours.count(name))
+      fail(Status::invalid_config, "tensor '", key, "' in '", file,
+           "' is not a parameter of a GPT-2 language model (h.N.{ln_1, attn.c_attn, attn.c_proj, ",
+           "ln_2, mlp.c_fc, mlp.c_proj}, wte, wpe, ln_f, lm_head) with ", cfg.num_layers,
+           " layers");
+    if (found.count(name))
+      fail(Status::corrupt_data, "'", file, "' holds '", name, "' twice (as '", found[name].first,
+           "' and '", key, "')");
+    found[name] = {key, &t};
+  }
+  const int64_t h = cfg.hidden_size;
+  for (const ParamInfo &p : table) {
+    if (!found.count(p.name))
+      fail(Status::invalid_config, "tensor '", p.name, "' is missing from '", file, "' (", where,
+           " makes a GPT-2 of ", cfg.num_layers, " layers: h.0 to h.", cfg.num_layers - 1, ")");
+    const auto &[key, t] = found[p.name];
+    const Layout l = layout_of(p, cfg);
+    if (t->shape != l.gpt2_shape)
+      fail(Status::invalid_config, "tensor '", key, "' in '", file, "' is ", dims_text(t->shape),
+           " but ", where, " makes it ", dims_text(l.gpt2_shape),
+           l.transpose ? " (GPT-2's Conv1D weights are [in, out])" : "");
+    check_dtype(file, key, *t);
+  }
+  // lm_head, when the file has one, must be wte itself: ptdp ties them.
+  if (found.count("lm_head.weight")) {
+    const auto &[key, t] = found["lm_head.weight"];
+    const std::vector<int64_t> want{cfg.vocab_size, h};
+    if (t->shape != want)
+      fail(Status::invalid_config, "tensor '", key, "' in '", file, "' is ", dims_text(t->shape),
+           " but ", where, " makes it ", dims_text(want));
+    const std::vector<float> head = widen(file, key, *t);
+    const std::vector<float> wte =
+        widen(file, found["wte.weight"].first, *found["wte.weight"].second);
+    if (std::memcmp(head.data(), wte.data(), head.size() * sizeof(float)) != 0)
+      fail(Status::invalid_config, "'", key, "' in '", file, "' differs from wte: ptdp ties the ",
+           "output layer to the input embedding, so an untied GPT-2 cannot be imported");
+  }
+  return found;
 }
 
 }  // namespace
@@ -357,7 +411,7 @@ GptConfig gpt_config_from_gpt2(const std::string &text, const std::string &where
          "the same function) can be imported");
   if (c.contains("n_inner") && !c["n_inner"].is_null()) {
     const int f = positive_int(c, "n_inner", where);
-    g.ffn_hidden_size = f == 4 * g.hidden_size ? 0 : f;
+    g.ffn_hidden_size = (int64_t)f == 4 * (int64_t)g.hidden_size ? 0 : f;
   }
   g.attention_dropout = probability(c, "attn_pdrop", where);
   g.hidden_dropout = probability(c, "resid_pdrop", where);
@@ -392,63 +446,27 @@ GptConfig gpt_config_from_gpt2(const std::string &text, const std::string &where
   return g;
 }
 
+GptConfig check_safetensors(const unsigned char *data, size_t size, const std::string &file) {
+  const Safetensors st = parse_safetensors(file, data, size);
+  const auto [config_text, where] = config_source(file, "", st, false);
+  const GptConfig cfg = gpt_config_from_gpt2(config_text, where);
+  match_tensors(file, st, cfg, where, gpt_param_table(cfg, 1, {}));
+  return cfg;
+}
+
 std::string import_safetensors(const std::string &file, const std::string &config_json,
                                const std::string &dir) {
   if (file.empty()) fail(Status::invalid_argument, "import_safetensors: no safetensors file given");
   if (dir.empty())
     fail(Status::invalid_argument, "import_safetensors: no checkpoint directory given");
   const MappedFile map(file);
-  const Safetensors st = parse_safetensors(file, map);
-  const auto [config_text, where] = config_source(file, config_json, st);
+  const Safetensors st = parse_safetensors(file, map.data(), map.size());
+  const auto [config_text, where] = config_source(file, config_json, st, true);
   const GptConfig cfg = gpt_config_from_gpt2(config_text, where);
 
-  // Every tensor of the file by its GPT-2 name; the "transformer." prefix of
-  // GPT2LMHeadModel dropped, buffers skipped, lm_head kept aside.
   const std::vector<ParamInfo> table = gpt_param_table(cfg, 1, {});
-  std::map<std::string, const ParamInfo *> ours;
-  for (const ParamInfo &p : table) ours[p.name] = &p;
-  // GPT-2 name -> (the file's name, the tensor)
-  std::map<std::string, std::pair<std::string, const SourceTensor *>> found;
-  for (const auto &[key, t] : st.tensors) {
-    const std::string name = key.rfind("transformer.", 0) == 0 ? key.substr(12) : key;
-    if (is_buffer(name)) continue;
-    if (name != "lm_head.weight" && !ours.count(name))
-      fail(Status::invalid_config, "tensor '", key, "' in '", file,
-           "' is not a parameter of a GPT-2 language model (h.N.{ln_1, attn.c_attn, attn.c_proj, ",
-           "ln_2, mlp.c_fc, mlp.c_proj}, wte, wpe, ln_f, lm_head) with ", cfg.num_layers,
-           " layers");
-    if (found.count(name))
-      fail(Status::corrupt_data, "'", file, "' holds '", name, "' twice (as '", found[name].first,
-           "' and '", key, "')");
-    found[name] = {key, &t};
-  }
+  auto found = match_tensors(file, st, cfg, where, table);
   const int64_t h = cfg.hidden_size, hd = cfg.head_dim();
-  for (const ParamInfo &p : table) {
-    if (!found.count(p.name))
-      fail(Status::invalid_config, "tensor '", p.name, "' is missing from '", file, "' (", where,
-           " makes a GPT-2 of ", cfg.num_layers, " layers: h.0 to h.", cfg.num_layers - 1, ")");
-    const auto &[key, t] = found[p.name];
-    const Layout l = layout_of(p, cfg);
-    if (t->shape != l.gpt2_shape)
-      fail(Status::invalid_config, "tensor '", key, "' in '", file, "' is ", dims_text(t->shape),
-           " but ", where, " makes it ", dims_text(l.gpt2_shape),
-           l.transpose ? " (GPT-2's Conv1D weights are [in, out])" : "");
-    check_dtype(file, key, *t);
-  }
-  // lm_head, when the file has one, must be wte itself: ptdp ties them.
-  if (found.count("lm_head.weight")) {
-    const auto &[key, t] = found["lm_head.weight"];
-    const std::vector<int64_t> want{cfg.vocab_size, h};
-    if (t->shape != want)
-      fail(Status::invalid_config, "tensor '", key, "' in '", file, "' is ", dims_text(t->shape),
-           " but ", where, " makes it ", dims_text(want));
-    const std::vector<float> head = widen(file, key, *t);
-    const std::vector<float> wte =
-        widen(file, found["wte.weight"].first, *found["wte.weight"].second);
-    if (std::memcmp(head.data(), wte.data(), head.size() * sizeof(float)) != 0)
-      fail(Status::invalid_config, "'", key, "' in '", file, "' differs from wte: ptdp ties the ",
-           "output layer to the input embedding, so an untied GPT-2 cannot be imported");
-  }
 
   const std::map<std::string, std::string> training = {
       {"imported_from", fs::weakly_canonical(fs::absolute(file)).string()}};

@@ -8,6 +8,7 @@
 // unpadded, as every checkpoint is, so it loads into any layout (the loading
 // run pads wte with zero rows to its own make_vocab_size_divisible_by).
 #pragma once
+#include <cstddef>
 #include <string>
 
 #include "engine/model/gpt_config.h"
@@ -29,6 +30,12 @@ namespace ptdp {
 // Returns the checkpoint's directory.
 std::string import_safetensors(const std::string &file, const std::string &config_json,
                                const std::string &dir);
+
+// What import_safetensors checks before it writes anything, on a file's bytes
+// in memory (for the fuzzer): the header, the GPT2Config of its gpt2_config
+// metadata (no config.json is looked for), every tensor's name, shape and
+// dtype. `file` names it in errors. Throws as import_safetensors; returns the config.
+GptConfig check_safetensors(const unsigned char *data, size_t size, const std::string &file);
 
 // The GptConfig of a GPT2Config given as JSON text; `where` names it in errors.
 // seq_length and max_position_embeddings are n_positions.

@@ -127,7 +127,7 @@ int run_tokenize(int argc, char **argv) {
   std::vector<std::string> inputs, input_flags, json_keys{"text"};
   std::string output, prefix, format, tokenizer = "byte", vocab_file, merge_file, tokenizer_file;
   bool append_eod = false;
-  int workers = 1;
+  int64_t workers = 1;
   app.add_option("inputs", inputs, "text files or directories");
   // One value per flag: a list would swallow the positional inputs after it.
   app.add_option("--input", input_flags, "an input file (Megatron's flag; may be repeated)")
@@ -157,7 +157,10 @@ int run_tokenize(int argc, char **argv) {
   app.add_flag("--append-eod", append_eod,
                "end each non-empty document with the end-of-document token (Megatron's flag; "
                "--output always does)");
-  app.add_option("--workers", workers, "accepted for Megatron's command lines; ptdp uses one thread");
+  app.add_option("--workers", workers,
+                 "threads encoding the text (0: one per core, at most 1024); the output is the "
+                 "same for any number")
+      ->capture_default_str();
   try {
     app.parse(argc - 1, argv + 1);
   } catch (const CLI::ParseError &e) {
@@ -178,6 +181,7 @@ int run_tokenize(int argc, char **argv) {
   if (!vocab_file.empty()) kv.push_back("vocab_file=" + vocab_file);
   if (!merge_file.empty()) kv.push_back("merge_file=" + merge_file);
   if (!tokenizer_file.empty()) kv.push_back("tokenizer_file=" + tokenizer_file);
+  kv.push_back("workers=" + std::to_string(workers));
   std::vector<const char *> opts;
   if (!output.empty()) {
     if (format.empty()) format = "fortune";

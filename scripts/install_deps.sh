@@ -10,5 +10,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libopenblas-openmp-dev libluajit-5.1-dev luajit \
   libhdf5-openmpi-dev hdf5-tools openmpi-bin libopenmpi-dev \
   libgtest-dev googletest nlohmann-json3-dev libxxhash-dev libcli11-dev zlib1g-dev \
-  binutils fortunes >/dev/null
+  binutils fortunes clang lld libclang-rt-14-dev >/dev/null
 echo "install_deps: done"

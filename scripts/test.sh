@@ -10,7 +10,8 @@ cmake --build build-asan -j2 --target test_kernels test_dtype test_gpt test_data
   test_comm_threads test_parallel test_schedule test_pipeline test_timeline \
   test_checkpoint_hdf5 test_checkpoint_commit test_checkpoint_trainer test_checkpoint_export \
   test_mixed_precision test_output_file test_plan test_indexed_dataset test_step_tokens \
-  test_device test_canvas test_bpe_tokenizer test_checkpoint_import
+  test_device test_canvas test_bpe_tokenizer test_checkpoint_import test_fuzz_regressions \
+  test_parallel_tokenize
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp
 echo "== unit, multirank, pipeline, checkpoint and precision tests under AddressSanitizer + UndefinedBehaviorSanitizer"
@@ -19,5 +20,7 @@ ctest --test-dir build-asan -L "unit|multirank|pipeline|checkpoint|precision" -L
   -E "CheckpointCrash|test_checkpoint_crash" --output-on-failure -j2
 echo "== threads communicator under ThreadSanitizer"
 bash tests/run_tsan.sh build-tsan
+echo "== parsers of untrusted files under libFuzzer + ASan + UBSan (tests/fuzz, 12 s each)"
+bash tests/fuzz/run_fuzz.sh 12
 echo "== all tests (Release)"
 ctest --test-dir build --output-on-failure -j2

@@ -17,7 +17,7 @@ namespace {
 
 constexpr int64_t kMaxVocab = 1 << 24;
 constexpr size_t kMaxCachedWord = 256;        // longer words are merged every time
-constexpr size_t kMaxCacheEntries = 1 << 20;  // then the cache starts over
+constexpr size_t kMaxCacheEntries = 1 << 20;  // per cache (one a worker); then it starts over
 
 // GPT-2's byte alphabet: a printable byte stands for itself; the others
 // (controls, space, 0x7F..0xA0, 0xAD) for U+0100 onwards, in byte order, so
@@ -184,6 +184,7 @@ void Gpt2BpeTokenizer::build(const std::vector<std::pair<std::string, int64_t>> 
     return true;
   };
   std::string bytes;
+  std::vector<const std::string *> owner;  // id -> its token, to refuse an id given twice
   for (const auto &[tok, id] : vocab) {
     if (id < 0 || id >= kMaxVocab)
       fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": token '", tok, "' has id ", id,
@@ -195,6 +196,12 @@ void Gpt2BpeTokenizer::build(const std::vector<std::pair<std::string, int64_t>> 
     if ((size_t)id >= token_bytes_.size()) token_bytes_.resize(id + 1);
     if (!ids_.emplace(bytes, (int32_t)id).second)
       fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": token '", tok, "' appears twice");
+    // Two tokens with one id would decode one as the other.
+    if ((size_t)id >= owner.size()) owner.resize(id + 1);
+    if (owner[id])
+      fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": tokens '", *owner[id], "' and '",
+           tok, "' have the same id ", id);
+    owner[id] = &tok;
     token_bytes_[id] = bytes;
   }
   for (int b = 0; b < 256; b++) {
@@ -233,6 +240,17 @@ void Gpt2BpeTokenizer::add_special(const std::string &content, int64_t id,
   if (id < 0 || id >= kMaxVocab)
     fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": added token '", content, "' has id ",
          id, "; ids must be in [0, ", kMaxVocab, ")");
+  // An id already given to other bytes (a vocabulary token or another added
+  // token) would decode them as this token.
+  if ((size_t)id < token_bytes_.size() && token_bytes_[id] != content) {
+    const auto v = ids_.find(token_bytes_[id]);
+    const bool taken = (v != ids_.end() && v->second == id) ||
+                       std::any_of(specials_.begin(), specials_.end(),
+                                   [&](const auto &s) { return s.second == id; });
+    if (taken)
+      fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": added token '", content,
+           "' has id ", id, ", which is already the id of another token");
+  }
   if ((size_t)id >= token_bytes_.size()) token_bytes_.resize(id + 1);
   token_bytes_[id] = content;
   specials_.emplace_back(content, (int32_t)id);
@@ -343,9 +361,26 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
 }
 
 std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return encode_cached(text, shared_cache_);
+}
+
+std::unique_ptr<Tokenizer::Cache> Gpt2BpeTokenizer::new_cache() const {
+  return std::make_unique<WordCache>();
+}
+
+std::vector<int32_t> Gpt2BpeTokenizer::encode_with(std::string_view text, Cache &cache) const {
+  auto *words = dynamic_cast<WordCache *>(&cache);
+  if (!words)
+    fail(Status::invalid_argument,
+         "GPT2BPETokenizer::encode_with: the cache is not from GPT2BPETokenizer::new_cache()");
+  return encode_cached(text, *words);
+}
+
+std::vector<int32_t> Gpt2BpeTokenizer::encode_cached(std::string_view text,
+                                                     WordCache &cache) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3);
-  std::lock_guard<std::mutex> lock(mu_);
   // Cut at the earliest special token (the longest where several start there).
   std::vector<size_t> next(specials_.size());
   for (size_t k = 0; k < specials_.size(); k++) next[k] = text.find(specials_[k].first);
@@ -362,30 +397,32 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const {
       }
     }
     if (best == std::string_view::npos) {
-      encode_segment(text.substr(pos), out);
+      encode_segment(text.substr(pos), cache, out);
       break;
     }
-    encode_segment(text.substr(pos, best - pos), out);
+    encode_segment(text.substr(pos, best - pos), cache, out);
     out.push_back(specials_[k_best].second);
     pos = best + specials_[k_best].first.size();
   }
   return out;
 }
 
-void Gpt2BpeTokenizer::encode_segment(std::string_view text, std::vector<int32_t> &out) const {
+void Gpt2BpeTokenizer::encode_segment(std::string_view text, WordCache &cache,
+                                      std::vector<int32_t> &out) const {
   for (size_t i = 0; i < text.size();) {
     const size_t end = bpe_pretoken_end(text, i);
-    encode_word(text.substr(i, end - i), out);
+    encode_word(text.substr(i, end - i), cache, out);
     i = end;
   }
 }
 
-void Gpt2BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t> &out) const {
+void Gpt2BpeTokenizer::encode_word(std::string_view word, WordCache &cache,
+                                   std::vector<int32_t> &out) const {
   const bool cacheable = word.size() <= kMaxCachedWord;
   if (cacheable) {
-    key_.assign(word.data(), word.size());
-    auto it = cache_.find(key_);
-    if (it != cache_.end()) {
+    cache.key.assign(word.data(), word.size());
+    auto it = cache.ids.find(cache.key);
+    if (it != cache.ids.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
@@ -435,8 +472,8 @@ void Gpt2BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t> &
   }
   out.insert(out.end(), ids.begin(), ids.end());
   if (cacheable) {
-    if (cache_.size() >= kMaxCacheEntries) cache_.clear();
-    cache_.emplace(key_, std::move(ids));
+    if (cache.ids.size() >= kMaxCacheEntries) cache.ids.clear();
+    cache.ids.emplace(cache.key, std::move(ids));
   }
 }
 

@@ -33,6 +33,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   int vocab_size() const override { return (int)token_bytes_.size(); }
   int32_t eod() const override { return eod_; }
   std::vector<int32_t> encode(std::string_view text) const override;
+  // A word cache of the caller's own: encode_with takes no lock.
+  std::unique_ptr<Cache> new_cache() const override;
+  std::vector<int32_t> encode_with(std::string_view text, Cache &cache) const override;
   // Ids outside the vocabulary (the model's padding) are skipped.
   std::string decode(const int32_t *tokens, size_t n) const override;
 
@@ -40,14 +43,20 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   struct Merge {
     int32_t rank, id;
   };
+  // Words seen before and their ids: text repeats words, and merging is the slow part.
+  struct WordCache final : Cache {
+    std::unordered_map<std::string, std::vector<int32_t>> ids;
+    std::string key;  // the lookup key, its buffer reused
+  };
   Gpt2BpeTokenizer() = default;
   // vocab: GPT-2's byte-alphabet strings and their ids; merges in rank order.
   void build(const std::vector<std::pair<std::string, int64_t>> &vocab,
              const std::vector<std::pair<std::string, std::string>> &merges,
              const std::string &what);
   void add_special(const std::string &content, int64_t id, const std::string &what);
-  void encode_segment(std::string_view text, std::vector<int32_t> &out) const;
-  void encode_word(std::string_view word, std::vector<int32_t> &out) const;
+  std::vector<int32_t> encode_cached(std::string_view text, WordCache &cache) const;
+  void encode_segment(std::string_view text, WordCache &cache, std::vector<int32_t> &out) const;
+  void encode_word(std::string_view word, WordCache &cache, std::vector<int32_t> &out) const;
 
   std::vector<std::string> token_bytes_;          // id -> bytes ("" for an unused id)
   std::unordered_map<std::string, int32_t> ids_;  // bytes -> id (the model's vocabulary)
@@ -57,10 +66,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   int32_t eod_ = -1;
   bool ignore_merges_ = false;  // tokenizer.json: a word in the vocabulary is one token
 
-  // Words seen before and their ids: text repeats words, and merging is the slow part.
+  // encode()'s cache, shared by the threads calling it.
   mutable std::mutex mu_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
-  mutable std::string key_;
+  mutable WordCache shared_cache_;
 };
 
 }  // namespace ptdp

@@ -9,6 +9,7 @@
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
 #include "engine/data/dataset.h"
+#include "engine/data/ordered_parallel.h"
 
 namespace ptdp {
 
@@ -72,22 +73,51 @@ std::vector<std::string> expand_inputs(const std::vector<std::string> &inputs) {
   return files;
 }
 
+bool DocumentReader::next(std::vector<std::string> &chunk, size_t max_bytes) {
+  size_t bytes = 0;
+  while (bytes < max_bytes) {
+    if (pos_ == docs_.size()) {
+      if (file_ == files_.size()) break;
+      docs_ = read_documents(files_[file_++], format_);
+      pos_ = 0;
+      continue;
+    }
+    bytes += docs_[pos_].size();
+    chunk.push_back(std::move(docs_[pos_++]));
+  }
+  return !chunk.empty();
+}
+
 CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const std::string &format,
-                                const Tokenizer &tok, const std::string &out_path) {
+                                const Tokenizer &tok, const std::string &out_path, int workers) {
+  const int threads = resolve_workers(workers);
   const std::vector<std::string> files = expand_inputs(inputs);
   // Before any work: the output must be a file we may replace, and no input.
   output_target(out_path, "tokenize output");
   check_output_not_input(out_path, files, "tokenize output");
-  std::vector<std::vector<int32_t>> docs;
+  using Docs = std::vector<std::vector<int32_t>>;
+  Docs docs;  // the whole tokenized corpus, once: it is shuffled before writing
   CorpusStats st;
-  for (const auto &f : files) {
-    for (const auto &d : read_documents(f, format)) {
-      std::vector<int32_t> t = tok.encode(d);
-      t.push_back(tok.eod());
-      st.num_tokens += t.size();
-      docs.push_back(std::move(t));
-    }
-  }
+  DocumentReader reader(files, format);
+  std::vector<std::unique_ptr<Tokenizer::Cache>> caches;  // one per worker
+  for (int w = 0; w < threads; w++) caches.push_back(tok.new_cache());
+  run_ordered<std::vector<std::string>>(
+      threads,
+      [&](std::vector<std::string> &chunk) { return reader.next(chunk, kTokenizeChunkBytes); },
+      [&](std::vector<std::string> &chunk, int w) {
+        Docs out(chunk.size());
+        for (size_t i = 0; i < chunk.size(); i++) {
+          out[i] = tok.encode_with(chunk[i], *caches[w]);
+          out[i].push_back(tok.eod());
+        }
+        return out;
+      },
+      [&](Docs &out) {
+        for (auto &t : out) {
+          st.num_tokens += t.size();
+          docs.push_back(std::move(t));
+        }
+      });
   if (docs.empty()) fail(Status::invalid_argument, "the corpus inputs hold no documents");
   // Shuffle documents (fixed key) so that contiguous train/valid splits draw
   // from every input file, not from the alphabetically last ones.
@@ -101,7 +131,8 @@ CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const st
 }
 
 TokenizeOptions parse_tokenize_options(const std::vector<std::string> &kv) {
-  const char *keys = "output, format, tokenizer_type, vocab_file, merge_file, tokenizer_file";
+  const char *keys =
+      "output, format, workers, tokenizer_type, vocab_file, merge_file, tokenizer_file";
   TokenizeOptions o;
   for (const std::string &item : kv) {
     const size_t eq = item.find('=');
@@ -112,6 +143,8 @@ TokenizeOptions parse_tokenize_options(const std::vector<std::string> &kv) {
       o.output = value;
     else if (key == "format")
       o.format = value;
+    else if (key == "workers")
+      o.workers = parse_workers(value);
     else if (!set_tokenizer_option(o.tokenizer, key, value))
       fail(Status::unknown_option, "unknown tokenize option '", key, "'; allowed: ", keys);
   }

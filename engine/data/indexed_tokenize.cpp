@@ -8,6 +8,7 @@
 #include "engine/core/status.h"
 #include "engine/data/corpus.h"
 #include "engine/data/indexed_dataset.h"
+#include "engine/data/ordered_parallel.h"
 
 namespace ptdp {
 
@@ -15,7 +16,7 @@ namespace {
 
 const char *kOptionKeys =
     "output_prefix, format, json_keys, tokenizer_type, vocab_file, merge_file, tokenizer_file, "
-    "append_eod";
+    "append_eod, workers";
 
 std::vector<std::string> split_commas(const std::string &s) {
   std::vector<std::string> out;
@@ -42,6 +43,104 @@ std::vector<std::string> texts_of(const nlohmann::json &v, const std::string &ke
        "; expected a string or a list of strings");
 }
 
+// A chunk of input: JSON lines (with their file and line numbers), or the
+// documents of the other formats.
+struct TextChunk {
+  std::string file;
+  std::vector<uint64_t> line_numbers;  // jsonl
+  std::vector<std::string> texts;
+};
+
+// Reads the inputs in order, in chunks of about kTokenizeChunkBytes.
+class TextReader {
+ public:
+  TextReader(const std::vector<std::string> &files, const std::string &format)
+      : files_(files), jsonl_(format == "jsonl"), docs_(files, format) {}
+
+  bool next(TextChunk &chunk) {
+    if (!jsonl_) return docs_.next(chunk.texts, kTokenizeChunkBytes);
+    size_t bytes = 0;
+    while (bytes < kTokenizeChunkBytes) {
+      if (!in_.is_open()) {
+        if (file_ == files_.size()) break;
+        if (!chunk.texts.empty()) break;  // a chunk holds one file's lines
+        in_.open(files_[file_], std::ios::binary);
+        if (!in_) fail(Status::io_error, "cannot open input '", files_[file_], "'");
+        line_ = 0;
+      }
+      if (!std::getline(in_, text_)) {
+        if (in_.bad()) fail(Status::io_error, "cannot read input '", files_[file_], "'");
+        in_.close();
+        file_++;
+        continue;
+      }
+      line_++;
+      if (text_.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
+      chunk.file = files_[file_];
+      chunk.line_numbers.push_back(line_);
+      bytes += text_.size();
+      chunk.texts.push_back(std::move(text_));
+    }
+    return !chunk.texts.empty();
+  }
+
+ private:
+  const std::vector<std::string> &files_;
+  bool jsonl_;
+  DocumentReader docs_;  // the other formats
+  std::ifstream in_;     // jsonl: files_[file_], at line line_
+  size_t file_ = 0;
+  uint64_t line_ = 0;
+  std::string text_;
+};
+
+using Sequences = std::vector<std::vector<int32_t>>;  // one document of one key
+
+// One document: its sequences tokenized, EOD on the last one if asked.
+Sequences encode_document(const std::vector<std::string> &texts, bool append_eod,
+                          const Tokenizer &tok, Tokenizer::Cache &cache) {
+  Sequences seqs;
+  for (const auto &t : texts) {
+    std::vector<int32_t> ids = tok.encode_with(t, cache);
+    if (!ids.empty()) seqs.push_back(std::move(ids));
+  }
+  if (append_eod && !seqs.empty()) seqs.back().push_back(tok.eod());
+  return seqs;
+}
+
+// A chunk's documents, each with one Sequences per JSON key.
+std::vector<std::vector<Sequences>> encode_chunk(const TextChunk &chunk,
+                                                 const IndexedTokenizeOptions &opt,
+                                                 const Tokenizer &tok, Tokenizer::Cache &cache) {
+  std::vector<std::vector<Sequences>> docs;
+  docs.reserve(chunk.texts.size());
+  for (size_t i = 0; i < chunk.texts.size(); i++) {
+    if (opt.format != "jsonl") {
+      docs.push_back({encode_document({chunk.texts[i]}, opt.append_eod, tok, cache)});
+      continue;
+    }
+    const std::string where = chunk.file + ":" + std::to_string(chunk.line_numbers[i]);
+    nlohmann::json doc;
+    try {
+      doc = nlohmann::json::parse(chunk.texts[i]);
+    } catch (const nlohmann::json::exception &e) {
+      fail(Status::invalid_argument, where, ": not valid JSON: ", e.what());
+    }
+    if (!doc.is_object())
+      fail(Status::invalid_argument, where,
+           ": a line must be a JSON object, got: ", doc.type_name());
+    std::vector<Sequences> per_key;
+    for (const auto &key : opt.json_keys) {
+      auto it = doc.find(key);
+      if (it == doc.end())
+        fail(Status::invalid_argument, where, ": no key '", key, "' (the json_keys asked for)");
+      per_key.push_back(encode_document(texts_of(*it, key, where), opt.append_eod, tok, cache));
+    }
+    docs.push_back(std::move(per_key));
+  }
+  return docs;
+}
+
 }  // namespace
 
 IndexedTokenizeOptions parse_indexed_tokenize_options(const std::vector<std::string> &kv) {
@@ -63,6 +162,8 @@ IndexedTokenizeOptions parse_indexed_tokenize_options(const std::vector<std::str
       if (value != "0" && value != "1")
         fail(Status::bad_value, "append_eod must be 0 or 1, got '", value, "'");
       o.append_eod = value == "1";
+    } else if (key == "workers") {
+      o.workers = parse_workers(value);
     } else {
       fail(Status::unknown_option, "unknown tokenize option '", key, "'; allowed: ", kOptionKeys);
     }
@@ -88,6 +189,7 @@ std::string indexed_output_prefix(const std::string &prefix, const std::string &
 std::vector<IndexedOutput> build_indexed_dataset(const std::vector<std::string> &inputs,
                                                  const IndexedTokenizeOptions &opt,
                                                  const Tokenizer &tok) {
+  const int threads = resolve_workers(opt.workers);
   const std::vector<std::string> files = expand_inputs(inputs);
   // Every output is checked (and its temporary opened) before any work.
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
@@ -95,47 +197,16 @@ std::vector<IndexedOutput> build_indexed_dataset(const std::vector<std::string> 
     writers.push_back(std::make_unique<IndexedDatasetWriter>(
         indexed_output_prefix(opt.output_prefix, key), tok.vocab_size(), files));
 
-  // One document: its sequences tokenized, EOD on the last one if asked.
-  auto add = [&](IndexedDatasetWriter &w, const std::vector<std::string> &texts) {
-    std::vector<std::vector<int32_t>> seqs;
-    for (const auto &t : texts) {
-      std::vector<int32_t> ids = tok.encode(t);
-      if (!ids.empty()) seqs.push_back(std::move(ids));
-    }
-    if (opt.append_eod && !seqs.empty()) seqs.back().push_back(tok.eod());
-    w.add_document(seqs);
-  };
-
-  for (const auto &f : files) {
-    if (opt.format != "jsonl") {
-      for (const auto &d : read_documents(f, opt.format)) add(*writers[0], {d});
-      continue;
-    }
-    std::ifstream in(f, std::ios::binary);
-    if (!in) fail(Status::io_error, "cannot open input '", f, "'");
-    std::string line;
-    for (uint64_t n = 1; std::getline(in, line); n++) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
-      const std::string where = f + ":" + std::to_string(n);
-      nlohmann::json doc;
-      try {
-        doc = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception &e) {
-        fail(Status::invalid_argument, where, ": not valid JSON: ", e.what());
-      }
-      if (!doc.is_object())
-        fail(Status::invalid_argument, where, ": a line must be a JSON object, got: ",
-             doc.type_name());
-      for (size_t k = 0; k < opt.json_keys.size(); k++) {
-        auto it = doc.find(opt.json_keys[k]);
-        if (it == doc.end())
-          fail(Status::invalid_argument, where, ": no key '", opt.json_keys[k],
-               "' (the json_keys asked for)");
-        add(*writers[k], texts_of(*it, opt.json_keys[k], where));
-      }
-    }
-    if (in.bad()) fail(Status::io_error, "cannot read input '", f, "'");
-  }
+  TextReader reader(files, opt.format);
+  std::vector<std::unique_ptr<Tokenizer::Cache>> caches;  // one per worker
+  for (int w = 0; w < threads; w++) caches.push_back(tok.new_cache());
+  run_ordered<TextChunk>(
+      threads, [&](TextChunk &chunk) { return reader.next(chunk); },
+      [&](TextChunk &chunk, int w) { return encode_chunk(chunk, opt, tok, *caches[w]); },
+      [&](std::vector<std::vector<Sequences>> &docs) {
+        for (const auto &doc : docs)
+          for (size_t k = 0; k < writers.size(); k++) writers[k]->add_document(doc[k]);
+      });
   if (writers[0]->num_docs() == 0)
     fail(Status::invalid_argument, "the inputs hold no documents (", files.size(), " files read)");
 

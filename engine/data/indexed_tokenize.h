@@ -21,11 +21,12 @@ struct IndexedTokenizeOptions {
   TokenizerSpec tokenizer;  // make_tokenizer's type and files
   bool append_eod = false;
   std::string output_prefix;
+  int workers = 1;  // threads parsing and encoding (0: one per core); same output for any
 };
 
 // From "key=value" strings (the C ABI's way to pass them): output_prefix,
 // format, json_keys (comma-separated), tokenizer_type, vocab_file, merge_file,
-// tokenizer_file (see TokenizerSpec), append_eod (0 or 1).
+// tokenizer_file (see TokenizerSpec), append_eod (0 or 1), workers (0..1024).
 // An unknown key or a bad value is an error listing what is allowed.
 IndexedTokenizeOptions parse_indexed_tokenize_options(const std::vector<std::string> &kv);
 

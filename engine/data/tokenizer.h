@@ -9,14 +9,31 @@
 
 namespace ptdp {
 
+// A tokenizer is immutable once made. encode(text) may be called from any
+// thread; a tokenizer that caches (GPT-2 BPE) then shares one cache behind a
+// lock. A thread that encodes a lot (`ptdp tokenize --workers N`) makes its own
+// cache with new_cache() and calls encode_with(text, cache): no lock, same ids.
 class Tokenizer {
  public:
+  // One thread's encoding state; never used by two threads at once.
+  class Cache {
+   public:
+    virtual ~Cache() = default;
+  };
+
   virtual ~Tokenizer() = default;
   virtual std::string name() const = 0;
   virtual int vocab_size() const = 0;
   virtual int32_t eod() const = 0;  // end-of-document token appended to every document
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const int32_t *tokens, size_t n) const = 0;
+
+  // A cache for encode_with; a tokenizer without one returns an empty Cache.
+  virtual std::unique_ptr<Cache> new_cache() const { return std::make_unique<Cache>(); }
+  // encode(text) with the caller's cache (from this tokenizer's new_cache()).
+  virtual std::vector<int32_t> encode_with(std::string_view text, Cache &) const {
+    return encode(text);
+  }
 };
 
 // Bytes 0..255 are tokens 0..255; 256 is end-of-document.

@@ -24,6 +24,12 @@ expect_error(function() ptdp.tokenize { inputs = jsonl, output_prefix = tmp .. '
              "no key 'nope'")
 expect_error(function() ptdp.tokenize { inputs = jsonl, output = tmp .. '/x.ptdp', output_prefix = tmp .. '/x' } end,
              'not both')
+-- workers: the same counts from two threads; a bad count names the range.
+local docs_w, toks_w = ptdp.tokenize { inputs = jsonl, output_prefix = tmp .. '/mod_w',
+                                       append_eod = true, workers = 2 }
+assert(docs_w == 200 and toks_w == 7670, string.format('workers = 2: %s, %s', docs_w, toks_w))
+expect_error(function() ptdp.tokenize { inputs = text, output = tmp .. '/w.ptdp', workers = -1 } end,
+             'workers must be in [0, 1024]')
 
 local function config(path)
   return { model = { num_layers = 1, hidden_size = 32, num_attention_heads = 2, seq_length = 16,

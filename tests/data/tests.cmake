@@ -100,6 +100,20 @@ ptdp_data_test(data_tokenize_bpe_no_files --rc nonzero
   --expect "GPT2BPETokenizer needs vocab_file + merge_file (vocab.json, merges.txt) or tokenizer_file"
   -- ${PTDP_DATA_LAUNCHER} tokenize --format lines --tokenizer-type GPT2BPETokenizer
      --output-prefix ${PTDP_DATA_TMP}/bpe_none ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+# --workers N: the same bytes for 1, 2 and 3 workers; a bad count names the range.
+ptdp_data_test(data_tokenize_workers --rc 0
+  --expect "workers 1, 2, 3: identical files (byte)" --expect "workers 1, 2, 3: identical files (bpe)"
+  -- sh ${CMAKE_CURRENT_SOURCE_DIR}/data/check_workers.sh ${PTDP_DATA_LAUNCHER}
+     ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe/text.txt
+     ${PTDP_DATA_JSONL} ${PTDP_DATA_TMP}/workers)
+ptdp_data_test(data_tokenize_workers_range --rc nonzero
+  --expect "workers must be in [0, 1024] (0: one per core), got -1"
+  -- ${PTDP_DATA_LAUNCHER} tokenize --workers -1 --format lines
+     --output ${PTDP_DATA_TMP}/w.ptdp ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+ptdp_data_test(data_tokenize_workers_too_many --rc nonzero
+  --expect "workers must be in [0, 1024] (0: one per core), got 5000"
+  -- ${PTDP_DATA_LAUNCHER} tokenize --workers 5000 --format lines
+     --output-prefix ${PTDP_DATA_TMP}/w ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
 ptdp_data_test(data_train_byte_with_vocab --rc nonzero
   --expect "the byte tokenizer takes no files, but vocab_file is set" --reject "iteration "
   -- ${PTDP_DATA_LAUNCHER} ${PTDP_DATA_TRAIN} --data-path ${PTDP_DATA_TMP}/bpe_text_document
@@ -143,3 +157,12 @@ add_executable(bench_bpe_tokenizer data/bench_bpe_tokenizer.cpp)
 target_link_libraries(bench_bpe_tokenizer PRIVATE ptdp_static)
 target_compile_definitions(bench_bpe_tokenizer PRIVATE
   PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+
+# `ptdp tokenize --workers N`: BPE on several threads, ordered chunks, and
+# byte-identical files for any N.
+add_executable(test_parallel_tokenize data/test_parallel_tokenize.cpp)
+target_link_libraries(test_parallel_tokenize PRIVATE ptdp_static GTest::gtest_main)
+target_compile_definitions(test_parallel_tokenize PRIVATE
+  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+gtest_discover_tests(test_parallel_tokenize PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1"
+                     DISCOVERY_TIMEOUT 60)

@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""Runs the bad inputs the test suite covers through the built launcher and
+writes tests/BAD_INPUTS.md: one line each, the input and the first line of
+what ptdp prints about it (and the test that covers it), so the catalogue is
+made from what ptdp says today rather than written by hand.
+
+    python3 tests/bad_inputs.py build/ptdp [tests/BAD_INPUTS.md]
+
+Every case must fail (non-zero exit); one that succeeds is printed and makes
+the script exit 1. A case that no other test runs says so. Paths in messages read $WORK (the scratch directory) and
+$REPO. Standard library only.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+launcher = os.path.abspath(sys.argv[1])
+repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+out_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(repo, "tests", "BAD_INPUTS.md")
+work = tempfile.mkdtemp(prefix="ptdp_bad_inputs.")
+corpus = os.path.join(repo, "tests", "data", "capi_corpus.txt")
+jsonl = os.path.join(repo, "tests", "data", "capi_corpus.jsonl")
+bpe = os.path.join(repo, "tests", "data", "bpe")
+hf = os.path.join(repo, "tests", "checkpoint", "hf")
+train = [os.path.join(repo, "scripts", "train_gpt.lua")]
+tiny = ["--num-layers", "1", "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length",
+        "16", "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "1",
+        "--eval-interval", "0", "--sample-tokens", "0", "--num-threads", "1"]
+sections, failures = [], []
+ONLY = "this script only"  # no other test runs this input
+
+
+def run(args):
+    p = subprocess.run([launcher, *args], capture_output=True, text=True, cwd=work,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
+    return p.returncode, p.stderr + p.stdout
+
+
+def first_line(text):
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    for i, l in enumerate(lines):
+        if l.startswith("FAULTY:") and i + 1 < len(lines):  # ckpt verify: the fault is next
+            return l + " " + lines[i + 1]
+        if l.startswith("ptdp") or "error" in l.lower():
+            return l
+    return lines[0] if lines else "(nothing printed)"
+
+
+def clean(msg):
+    msg = msg.replace(work, "$WORK").replace(repo, "$REPO")
+    return msg if len(msg) <= 240 else msg[:240] + " …"
+
+
+def section(title):
+    sections.append((title, []))
+
+
+def case(what, args, test):
+    rc, text = run(args)
+    if rc == 0:
+        failures.append(f"{what}: exit 0\n{text}")
+    sections[-1][1].append(f"- {what} → `{clean(first_line(text))}` ({test})")
+
+
+def write(name, data):
+    path = os.path.join(work, name)
+    with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+    return path
+
+
+def sh(args):  # a set-up step that must succeed
+    rc, text = run(args)
+    if rc != 0:
+        sys.exit(f"bad_inputs.py: set-up {args} failed:\n{text}")
+
+
+# ---- set-up: good inputs to spoil -------------------------------------------
+sh(["tokenize", "--format", "lines", "--output", "good.ptdp", corpus])
+sh(["tokenize", "--format", "lines", "--output-prefix", "meg", corpus])
+sh(["ckpt", "import-safetensors", os.path.join(hf, "model.safetensors"), "ckpt"])
+ptdp_file = open(os.path.join(work, "good.ptdp"), "rb").read()
+idx = open(os.path.join(work, "meg_text_document.idx"), "rb").read()
+bin_ = open(os.path.join(work, "meg_text_document.bin"), "rb").read()
+
+
+def megatron(name, i, b):
+    write(name + ".idx", i)
+    write(name + ".bin", b)
+    return name
+
+
+S, D = struct.unpack("<QQ", idx[18:34])
+
+section("Launcher and command line")
+case("an unknown command: `ptdp frobnicate`", ["frobnicate"], "lua_launcher_unknown_command")
+case("a script that does not exist", ["no_such_script.lua"], "lua_launcher_missing_script")
+case("train_gpt.lua: an unknown flag `--num-layer 2`", train + ["--num-layer", "2"],
+     "lua_train_gpt_unknown_flag")
+case("train_gpt.lua: `--num-layers abc`", train + ["--num-layers", "abc"], "lua_train_gpt_bad_value")
+case("train_gpt.lua: `--lr-decay-style exponential`", train + ["--lr-decay-style", "exponential"],
+     "lua_bad_config_bad_choice")
+case("train_gpt.lua: `--temperature -1`", train + ["--temperature", "-1"],
+     "lua_train_gpt_bad_script_option")
+case("train_gpt.lua: `--log-interval 0`", train + ["--log-interval", "0"],
+     "lua_train_gpt_bad_log_interval")
+case("train_gpt.lua: 3 heads for hidden size 32",
+     train + ["--data-path", "good.ptdp"] + tiny + ["--num-attention-heads", "3"], "lua_bad_config_heads")
+case("train_gpt.lua: global batch 5, micro batch 2",
+     train + ["--data-path", "good.ptdp"] + tiny + ["--global-batch-size", "5"], "lua_bad_config_batch")
+case("train_gpt.lua: `--finetune` without `--load`",
+     train + ["--data-path", "good.ptdp", "--finetune"] + tiny, "checkpoint_import_cli")
+case("`ptdp ckpt frobnicate`", ["ckpt", "frobnicate"], "lua_ckpt_cli_unknown_subcommand")
+case("`ptdp timeline-png` of a trace that does not exist", ["timeline-png", "no_such_trace.json", "t.png"],
+     "lua_timeline_png_cli_missing")
+
+section("Datasets (ptdp token files, Megatron indexed datasets, blends, tokenize)")
+case("`--data-path` that does not exist", train + ["--data-path", "nope.ptdp"] + tiny,
+     "lua_bad_config_missing, data_path_safety.sh")
+write("trunc.ptdp", ptdp_file[:-7])
+case("a ptdp token file missing its last 7 bytes", train + ["--data-path", "trunc.ptdp"] + tiny,
+     "lua_bad_config_truncated")
+case("Megatron .idx with a bad magic", train + ["--data-path", megatron("magic", b"X" + idx[1:], bin_)]
+     + tiny, "test_indexed_dataset")
+case("Megatron .idx cut inside its header", train + ["--data-path", megatron("short", idx[:20], bin_)]
+     + tiny, "test_indexed_dataset")
+case("Megatron .idx of version 2", train + ["--data-path", megatron(
+    "version", idx[:9] + struct.pack("<Q", 2) + idx[17:], bin_)] + tiny, "test_indexed_dataset")
+case("Megatron .idx with dtype code 6 (float64)", train + ["--data-path", megatron(
+    "dtype", idx[:17] + b"\x06" + idx[18:], bin_)] + tiny, "test_indexed_dataset")
+case("Megatron .idx missing its last byte", train + ["--data-path", megatron("idxcut", idx[:-1], bin_)]
+     + tiny, "test_indexed_dataset")
+case("Megatron .bin missing its last token", train + ["--data-path", megatron("bincut", idx, bin_[:-2])]
+     + tiny, "test_indexed_dataset")
+case("Megatron .bin with a trailing byte", train + ["--data-path", megatron("binlong", idx, bin_ + b"\0")]
+     + tiny, "test_indexed_dataset")
+doc0 = 34 + 12 * S
+case("Megatron document index starting at 1", train + ["--data-path", megatron(
+    "doc", idx[:doc0] + struct.pack("<q", 1) + idx[doc0 + 8:], bin_)] + tiny, "test_indexed_dataset")
+case("Megatron sequence with a negative length", train + ["--data-path", megatron(
+    "neglen", idx[:34] + struct.pack("<i", -1) + idx[38:], bin_)] + tiny, "test_indexed_dataset")
+case("a blend whose weights sum to 0", train + ["--data-path", "0", "meg_text_document", "0",
+     "meg_text_document"] + tiny, "data_blend_zero_weights")
+case("a blend naming a prefix that does not exist", train + ["--data-path", "0.5", "meg_text_document",
+     "0.5", "no_such_prefix"] + tiny, "data_blend_missing_part")
+case("`tokenize --format jsonl --output X.ptdp`", ["tokenize", "--format", "jsonl", "--output", "x.ptdp",
+     jsonl], "data_tokenize_jsonl_needs_prefix")
+case("`tokenize --json-keys body` of lines without it", ["tokenize", "--json-keys", "body",
+     "--output-prefix", "nokey", jsonl], "data_tokenize_missing_key")
+case("`tokenize` of an input that does not exist", ["tokenize", "--output", "x.ptdp", "no_such.txt"],
+     "lua_tokenize_cli_missing")
+case("`tokenize --output` naming its own input", ["tokenize", "--format", "lines", "--output", "good.ptdp",
+     "good.ptdp"], "data_path_safety.sh")
+
+section("GPT-2 BPE tokenizer files")
+bpe_args = lambda v, m: ["tokenize", "--format", "lines", "--output", "bpe.ptdp", "--tokenizer-type",
+                         "GPT2BPETokenizer", "--vocab-file", v, "--merge-file", m, corpus]
+vocab = json.load(open(os.path.join(bpe, "vocab.json"), encoding="utf-8"))
+merges = os.path.join(bpe, "merges.txt")
+case("GPT2BPETokenizer without files", ["tokenize", "--format", "lines", "--output", "x.ptdp",
+     "--tokenizer-type", "GPT2BPETokenizer", corpus], "data_tokenize_bpe_no_files")
+case("the byte tokenizer given `--vocab-file`", train + ["--data-path", "good.ptdp", "--vocab-file",
+     os.path.join(bpe, "vocab.json")] + tiny, "data_train_byte_with_vocab")
+case("vocab.json that is not JSON", bpe_args(write("v_text.json", "{\"a\": 1,"), merges),
+     "test_bpe_tokenizer")
+case("vocab.json with a string id", bpe_args(write("v_str.json", json.dumps({"a": "1"})), merges),
+     ONLY)
+v = dict(vocab)
+del v["<|endoftext|>"]
+case("vocab.json without <|endoftext|>", bpe_args(write("v_noeod.json", json.dumps(v)), merges),
+     "test_bpe_tokenizer")
+v = {t: i for t, i in vocab.items() if t != "A"}
+case("vocab.json lacking the byte 'A'", bpe_args(write("v_nobyte.json", json.dumps(v)), merges),
+     ONLY)
+v = dict(vocab, zzzq=vocab["a"])
+case("vocab.json giving two tokens one id", bpe_args(write("v_dup.json", json.dumps(v)), merges),
+     "test_fuzz_regressions")
+case("merges.txt with a line of three tokens", bpe_args(os.path.join(bpe, "vocab.json"),
+     write("m_three.txt", "#version: 0.2\na b c\n")), "test_bpe_tokenizer")
+case("merges.txt naming a token not in vocab.json", bpe_args(os.path.join(bpe, "vocab.json"),
+     write("m_unknown.txt", "#version: 0.2\nq \u4e2d\n")), "test_bpe_tokenizer")
+tok_args = lambda path: ["tokenize", "--format", "lines", "--output", "tj.ptdp", "--tokenizer-type",
+                         "GPT2BPETokenizer", "--tokenizer-file", path, corpus]
+tj = json.load(open(os.path.join(bpe, "tokenizer.json"), encoding="utf-8"))
+case("tokenizer.json without a model", tok_args(write("t_nomodel.json", "{}")), ONLY)
+t = json.loads(json.dumps(tj))
+t["model"]["type"] = "WordPiece"
+case("tokenizer.json of a WordPiece model", tok_args(write("t_wp.json", json.dumps(t))), "test_bpe_tokenizer")
+t = json.loads(json.dumps(tj))
+t["pre_tokenizer"]["add_prefix_space"] = True
+case("tokenizer.json with add_prefix_space", tok_args(write("t_prefix.json", json.dumps(t))),
+     "test_bpe_tokenizer")
+t = json.loads(json.dumps(tj))
+t["added_tokens"].append({"id": 5, "content": "<|pad|>"})
+case("tokenizer.json with an added token on a vocabulary id", tok_args(write("t_added.json", json.dumps(t))),
+     "test_fuzz_regressions")
+
+section("Checkpoints (manifest, model.h5, `ptdp ckpt`)")
+case("`ptdp ckpt inspect` of a directory without checkpoints", ["ckpt", "inspect", "empty_dir_x"],
+     "lua_ckpt_cli_missing")
+shutil.copytree(os.path.join(work, "ckpt"), os.path.join(work, "edited"))
+man_path = os.path.join(work, "edited", "iter_0000000", "manifest.json")
+m = json.load(open(man_path))
+m["iteration"] = 7
+json.dump(m, open(man_path, "w"), indent=1)
+case("a manifest.json edited after the save (iteration changed)", ["ckpt", "verify", "edited"],
+     "lua_ckpt_verify_bad_manifest")
+write("edited/iter_0000000/manifest.json", "{\"format\": \"ptdp-checkpoint\", ")
+case("a manifest.json that is not JSON", ["ckpt", "verify", "edited"], "test_checkpoint_trainer")
+shutil.copytree(os.path.join(work, "ckpt"), os.path.join(work, "shortfile"))
+h5 = os.path.join(work, "shortfile", "iter_0000000", "model.h5")
+os.truncate(h5, os.path.getsize(h5) - 100)
+case("a model.h5 missing its last 100 bytes", ["ckpt", "verify", "shortfile"], "test_checkpoint_trainer")
+write("afile", "x")
+case("train_gpt.lua `--save` under a file", train + ["--data-path", "good.ptdp", "--save", "afile/ck"]
+     + tiny, "lua_train_gpt_save_under_a_file")
+case("train_gpt.lua `--load` of a file", train + ["--data-path", "good.ptdp", "--load", "afile"] + tiny,
+     "lua_train_gpt_load_a_file")
+case("`--load` of a checkpoint of another shape", train + ["--data-path", "good.ptdp", "--load", "ckpt"]
+     + tiny, "test_checkpoint_trainer")
+
+section("Hugging Face safetensors import (`ptdp ckpt import-safetensors`)")
+model = os.path.join(hf, "model.safetensors")
+config = json.load(open(os.path.join(hf, "config.json")))
+imp = lambda f, c, d: ["ckpt", "import-safetensors", f, c, d]
+c = dict(config)
+del c["n_head"]
+case("config.json without n_head", imp(model, write("c_nohead.json", json.dumps(c)), "i1"),
+     "checkpoint_import_cli")
+case("config.json with activation relu", imp(model, write("c_relu.json", json.dumps(dict(
+    config, activation_function="relu"))), "i2"), "checkpoint_import_cli")
+case("config.json with n_head 5 (does not divide n_embd 32)", imp(model, write("c_heads.json", json.dumps(
+    dict(config, n_head=5))), "i3"), ONLY)
+raw = open(model, "rb").read()
+case("a safetensors file of 4 bytes", imp(write("short.safetensors", raw[:4]), os.path.join(hf, "config.json"),
+     "i4"), "test_checkpoint_import")
+case("a safetensors header longer than the file", imp(write("hdr.safetensors", raw[:1000]),
+     os.path.join(hf, "config.json"), "i5"), ONLY)
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+header.pop("transformer.h.1.mlp.c_fc.bias")
+text = json.dumps(header).encode()
+case("a safetensors file without h.1.mlp.c_fc.bias", imp(write("missing.safetensors", struct.pack(
+    "<Q", len(text)) + text + raw[8 + n:]), os.path.join(hf, "config.json"), "i6"), "checkpoint_import_cli")
+case("`ptdp ckpt import-safetensors` with one path", ["ckpt", "import-safetensors", model],
+     "checkpoint_import_cli")
+
+section("`ptdp plot` of a --log-json file")
+write("text.jsonl", "not json\n")
+write("m.jsonl", "{\"type\": \"run\"}\n")
+os.makedirs(os.path.join(work, "adir"), exist_ok=True)
+for args in (["none.jsonl", "x.png"], ["text.jsonl", "x.png"], ["m.jsonl", "x.png"],
+             ["m.jsonl", "adir"], ["m.jsonl", "/dev/null"], ["m.jsonl", "m.jsonl"]):
+    case(f"`ptdp plot {' '.join(args)}`", ["plot", *args], "data_plot")
+
+with open(out_path, "w") as f:
+    f.write("# Bad inputs and what ptdp says\n\n"
+            "Made by `python3 tests/bad_inputs.py build/ptdp` (do not edit by hand): each input\n"
+            "below was run through the launcher, and the line is the first line of its message,\n"
+            "followed by the test that covers the case. The C ABI returns the same text from\n"
+            "`ptdp_last_error()`.\n")
+    for title, lines in sections:
+        f.write(f"\n## {title}\n\n" + "\n".join(lines) + "\n")
+shutil.rmtree(work)
+if failures:
+    sys.exit("bad_inputs.py: inputs that did not fail:\n" + "\n".join(failures))
+print(f"bad_inputs.py: wrote {out_path}")
