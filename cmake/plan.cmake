@@ -21,7 +21,8 @@ add_library(ptdp_plan OBJECT
   engine/plan/options.cpp
   engine/plan/plan.cpp
   engine/plan/calibrate.cpp
-  engine/plan/plot.cpp)
+  engine/plan/plot.cpp
+  engine/plan/ptdp_stash.cpp)
 target_include_directories(ptdp_plan PUBLIC ${CMAKE_SOURCE_DIR} ${CBLAS_INCLUDE_DIR}
   PRIVATE ${CMAKE_BINARY_DIR}/generated)
 # --calibrate times ptdp's CPU kernels (kernels/cpu), not the training code.

@@ -73,3 +73,12 @@ ptdp_plan_cli_test(lua_plan_bench_calibration --rc 0 --expect "calibrated this C
 ptdp_plan_cli_test(lua_plan_api --rc 0 --expect "plan_api: PASS"
   -- ${PTDP_LAUNCHER} ${CMAKE_CURRENT_SOURCE_DIR}/plan/plan_api.lua)
 set_tests_properties(${PTDP_PLAN_LUA_TESTS} PROPERTIES LABELS lua TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# The planner against the engine itself: predicted and reported peak activation
+# memory (the planner's objects over the engine's archive).
+add_executable(test_plan_engine plan/test_plan_engine.cpp $<TARGET_OBJECTS:ptdp_plan>)
+target_link_libraries(test_plan_engine PRIVATE ptdp_static ptdp_cpu_kernels
+  nlohmann_json::nlohmann_json ZLIB::ZLIB GTest::gtest_main)
+target_compile_definitions(test_plan_engine PRIVATE PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+gtest_discover_tests(test_plan_engine PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1"
+                     DISCOVERY_TIMEOUT 60)

@@ -1,0 +1,53 @@
+#include "engine/plan/ptdp_stash.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/core/status.h"
+#include "engine/parallel/schedule.h"
+
+namespace ptdp::plan {
+
+double ptdp_chunk_stash_bytes(const ModelSpec &m, const Layout &L, int stage, int chunk,
+                              const PtdpStash &o) {
+  if (L.recompute == Recompute::selective)
+    fail(Status::invalid_argument, "ptdp has no selective recomputation (none or full)");
+  const int p = L.p, v = L.v;
+  const double N = (double)L.b * m.seq, h = (double)m.hidden, w = h / L.t;
+  const double f = (double)m.ffn_size() / L.t, heads = (double)m.heads / L.t;
+  const double probs = L.b * heads * m.seq * m.seq;
+  const int64_t layers = m.layers / ((int64_t)p * v);
+  // Floats per layer: everything, or the input only.
+  double layer = N * h;  // x
+  if (L.recompute == Recompute::none) {
+    layer += N * h + 2 * N;                                // ln1, its mean and rstd
+    layer += N * 3 * w;                                    // qkv
+    layer += o.flash ? L.b * heads * m.seq : probs;        // log-sum-exp, or probabilities
+    layer += o.attention_dropout && !o.flash ? probs : 0;  // after dropout
+    layer += N * w + N * h + N * h + 2 * N;                // context, mid, ln2 and stats
+    layer += 2 * N * f;                                    // fc1 before and after GeLU
+  }
+  double floats = (double)layers * layer;
+  if (chunk == 0 && stage == 0) floats += N;  // tokens (int32)
+  if (chunk == v - 1 && stage == p - 1) {
+    const double vocab = (double)padded_vocab(m, L.t) / L.t;
+    floats += 2 * N * h + 2 * N;  // the final LayerNorm's input, output and statistics
+    floats += N * vocab + 3 * N;  // logits, the loss's max, sum and target logit
+    floats += 2 * N;              // per-token losses (host) and targets (int32)
+  }
+  return 4 * floats;
+}
+
+double ptdp_peak_stash_bytes(const ModelSpec &m, const Layout &L, int64_t microbatches, int stage,
+                             const PtdpStash &o) {
+  const std::vector<PipeOp> ops = pipeline_schedule(L.schedule, L.p, L.v, (int)microbatches, stage);
+  double now = 0, peak = 0;
+  for (const PipeOp &op : ops) {
+    const double bytes = ptdp_chunk_stash_bytes(m, L, stage, op.chunk, o);
+    if (op.kind == PipeOpKind::forward) peak = std::max(peak, now += bytes);
+    if (op.kind == PipeOpKind::backward) now -= bytes;
+  }
+  return peak;
+}
+
+}  // namespace ptdp::plan
