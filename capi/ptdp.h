@@ -186,7 +186,8 @@ PTDP_API ptdp_status ptdp_append_line(const char *path, const char *line, int32_
 
 /* Continues `prompt` by up to max_new_tokens tokens (stops at end of document).
  * temperature 0 = greedy; otherwise sampling keyed by `seed`, so a retry with a
- * larger buffer returns the same text. */
+ * larger buffer returns the same text. The text is valid UTF-8: an ill-formed
+ * part (a character the model cut short) becomes U+FFFD. */
 PTDP_API ptdp_status ptdp_trainer_generate(ptdp_trainer *trainer, const char *prompt,
                                            int32_t max_new_tokens, double temperature,
                                            uint64_t seed, char *buf, size_t cap,

@@ -109,6 +109,8 @@ class Trainer {
   // positions and every id in [0, vocab_size), else invalid_argument.
   std::vector<float> logits(const std::vector<int32_t> &tokens);
   // Continues `prompt`; temperature 0 is greedy, else samples with a keyed RNG.
+  // The text is valid UTF-8: an ill-formed part (a character cut by the byte
+  // tokenizer, say) is replaced by U+FFFD.
   std::string generate(const std::string &prompt, int max_new_tokens, double temperature,
                        uint64_t seed);
 

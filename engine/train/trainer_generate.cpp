@@ -7,6 +7,7 @@
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/core/utf8.h"
 #include "engine/parallel/schedule.h"
 #include "engine/train/trainer.h"
 #include "engine/train/trainer_rank.h"
@@ -125,7 +126,7 @@ std::string Trainer::generate(const std::string &prompt, int max_new_tokens, dou
   if (!(temperature >= 0) || !std::isfinite(temperature))
     fail(Status::invalid_argument, "temperature must be >= 0 (0 = greedy), got ", temperature);
   run_on_ranks([&](Rank &r) { r.text = rank_generate(r, prompt, max_new_tokens, temperature, seed); });
-  return ranks_[0]->text;
+  return valid_utf8(ranks_[0]->text);  // the model may stop inside a character
 }
 
 }  // namespace ptdp

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "engine/core/status.h"
+#include "engine/core/utf8.h"
 #include "tests/unit/expect_error.h"
 #include "tests/unit/tiny_dataset.h"
 #include "engine/data/corpus.h"
@@ -210,4 +211,13 @@ TEST(Trainer, LogLineShowsTheMeanOverTheLogInterval) {
             std::string::npos);
   b.step();  // the next interval starts after the last read
   EXPECT_EQ(b.log_metrics().lm_loss, b.last_metrics().lm_loss);
+}
+
+// An untrained byte-level model samples arbitrary bytes: the text it returns
+// is still valid UTF-8 (ill-formed parts replaced), and not empty.
+TEST(Trainer, GeneratedTextIsValidUtf8) {
+  Trainer t(TrainerOptions::from_config(tiny_config()));
+  const std::string s = t.generate("", 200, 2.0, 7);
+  EXPECT_FALSE(s.empty());
+  EXPECT_EQ(valid_utf8(s), s);
 }

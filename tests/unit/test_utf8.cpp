@@ -1,0 +1,35 @@
+// valid_utf8: generated samples are printed as valid UTF-8.
+#include <gtest/gtest.h>
+
+#include "engine/core/utf8.h"
+
+using ptdp::valid_utf8;
+
+namespace {
+const std::string R = "\xEF\xBF\xBD";  // U+FFFD
+}
+
+TEST(Utf8, ValidTextIsUnchanged) {
+  for (const std::string &s : {std::string(""), std::string("plain ascii\n"),
+                               std::string("caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80"),
+                               std::string("\xF4\x8F\xBF\xBF"), std::string("a\0b", 3)})
+    EXPECT_EQ(valid_utf8(s), s);
+}
+
+TEST(Utf8, IllFormedPartsBecomeReplacementCharacters) {
+  EXPECT_EQ(valid_utf8("a\x80"
+                       "b"),
+            "a" + R + "b");          // stray continuation byte
+  EXPECT_EQ(valid_utf8("\xC3"), R);  // truncated at the end
+  EXPECT_EQ(valid_utf8("\xE6\x97"
+                       "x"),
+            R + "x");                                        // one maximal subpart, one U+FFFD
+  EXPECT_EQ(valid_utf8("\xC0\xAF"), R + R);                  // overlong: C0 never starts one
+  EXPECT_EQ(valid_utf8("\xE0\x80\x80"), R + R + R);          // overlong three-byte form
+  EXPECT_EQ(valid_utf8("\xED\xA0\x80"), R + R + R);          // a surrogate
+  EXPECT_EQ(valid_utf8("\xF4\x90\x80\x80"), R + R + R + R);  // past U+10FFFF
+  EXPECT_EQ(valid_utf8("\xFF\xFE"), R + R);
+  EXPECT_EQ(valid_utf8("\xF0\x9F\x98"
+                       "\xC3\xA9"),
+            R + "\xC3\xA9");  // cut emoji, then a good é
+}
