@@ -177,6 +177,9 @@ class Trainer {
   LossScaler scaler_;
   mutable LogInterval log_interval_;  // read (and closed) by the const log_metrics
   std::string last_save_error_, last_saved_, last_loaded_;
+  // The checkpoint this run resumed from ("" for a new run, and when fine-tuning):
+  // saving into its directory continues that run.
+  std::string resumed_from_;
   int failed_saves_ = 0;
   StepMetrics last_;
   std::vector<RankReport> gathered_;  // by world rank, on world rank 0; cleared by each step

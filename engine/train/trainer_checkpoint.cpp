@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/status.h"
 #include "engine/train/trainer.h"
@@ -98,6 +99,9 @@ std::string Trainer::save(const std::string &root) {
     req.state.loss_scale_hysteresis_tracker = ls.hysteresis_tracker;
   }
   req.training = resumption_options(opt_);
+  // Every save, not only --save's: a directory holding another run's
+  // checkpoints is not written into (this run's own, or the one it resumed, is).
+  check_save_target(root, resumed_from_, opt_.model, req.training);
   last_saved_ = save_checkpoint(req, local_shards());
   return last_saved_;
 }
@@ -173,6 +177,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   last_loaded_ = "loaded " + ckpt.dir + " (" + ckpt.why + "), iteration " +
                  std::to_string(iteration_) + ", saved with " + ckpt.manifest.layout.text() +
                  ", loaded into " + now_layout.text();
+  resumed_from_ = opt_.finetune ? "" : ckpt.dir;
   if (opt_.finetune)
     last_loaded_ = "loaded the weights of " + ckpt.dir + " (" + ckpt.why + ", saved at iteration " +
                    std::to_string(ckpt.manifest.iteration) + " with " +

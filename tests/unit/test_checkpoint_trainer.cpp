@@ -426,6 +426,30 @@ TEST_F(CheckpointFaults, SaveAmongAnotherRunsCheckpointsIsRefused) {
                "cannot be told whether they are this run's");
 }
 
+// An explicit save (Trainer::save, the C ABI's and Lua's) keeps to the same
+// rule: another run's directory is refused and left as it was; this run's own
+// directory, and the one it resumed from, take its checkpoints.
+TEST_F(CheckpointFaults, ExplicitSaveAmongAnotherRunsCheckpointsIsRefused) {
+  TrainerOptions other = options({1, 1, 1, 1});
+  other.seed = 7;
+  Trainer b(other);
+  b.step();
+  const auto before = fs::last_write_time(ckpt + "/manifest.json");
+  expect_error([&] { b.save(dir.path); }, Status::invalid_config,
+               "holds checkpoints of another run (newest: '" + ckpt + "', iteration 1; seed: "
+               "checkpoint 1234, this run 7)");
+  EXPECT_EQ(fs::last_write_time(ckpt + "/manifest.json"), before);
+  TempDir mine;
+  EXPECT_NO_THROW(b.save(mine.path));
+  b.step();
+  EXPECT_NO_THROW(b.save(mine.path));  // its own checkpoints
+  TrainerOptions same = options({1, 1, 1, 1});
+  same.load_path = dir.path;
+  Trainer a(same);
+  a.step();
+  EXPECT_NO_THROW(a.save(dir.path));  // the run it resumed
+}
+
 TEST_F(CheckpointFaults, ManifestNotJson) {
   write_file(ckpt + "/manifest.json", "{\"format\": \"ptdp-checkpoint\", ");
   Trainer tr(options({1, 1, 1, 1}));
