@@ -12,11 +12,11 @@ cmake --build build-asan -j2 --target test_kernels test_dtype test_gpt test_data
   test_mixed_precision test_output_file test_plan test_indexed_dataset test_step_tokens \
   test_device test_canvas test_bpe_tokenizer test_checkpoint_import test_fuzz_regressions \
   test_parallel_tokenize
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp
 echo "== unit, multirank, pipeline, checkpoint and precision tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # (not the crash test: it kills the launcher, which the Release run covers)
-ctest --test-dir build-asan -L "unit|multirank|pipeline|checkpoint|precision" -LE mpi \
+ctest --test-dir build-asan -L "unit|multirank|pipeline|checkpoint|precision" -LE "mpi|lua" \
   -E "CheckpointCrash|test_checkpoint_crash" --output-on-failure -j2
 echo "== threads communicator under ThreadSanitizer"
 bash tests/run_tsan.sh build-tsan
