@@ -580,13 +580,10 @@ ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops) {
 extern "C" ptdp_status ptdp_plan(const char *const *options, int32_t num_options, char *buf,
                                  size_t cap, size_t *out_len) {
   return guard([&] {
-    if (num_options < 0 || num_options > 4096)
+    if (num_options > 4096)
       ptdp::fail(ptdp::Status::invalid_argument, "num_options must be in [0, 4096], got ", num_options);
-    if (num_options > 0) require(options, "options");
     std::vector<std::pair<std::string, std::string>> kv;
-    for (int32_t i = 0; i < num_options; i++) {
-      require(options[i], "options[i]");
-      std::string o = options[i];
+    for (const std::string &o : strings(options, num_options, "options", false)) {
       size_t eq = o.find('=');
       if (o == "help" || o == "--help") kv.push_back({"help", ""});
       else if (eq == std::string::npos || eq == 0)

@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle=${1:-build/gpu_bundle.tar.xz}
 device=${2:-cuda}
-dir=$(mktemp -d /tmp/ptdp_bundle.XXXXXX)
+dir=$(mktemp -d -t ptdp_bundle.XXXXXX)  # under $TMPDIR
 tar -C "$dir" -xJf "$bundle" || exit 1
 bin=$dir/gpu_bundle/bin
 export LD_LIBRARY_PATH=$dir/gpu_bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}

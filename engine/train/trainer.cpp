@@ -518,6 +518,10 @@ double Trainer::replayed_bubble() const {
   const int p = opt_.parallel.p;
   std::vector<std::vector<PipeOp>> ops((size_t)p);
   std::vector<std::vector<double>> cost((size_t)p);  // per op of ops[stage]; transfers free
+  // Ranks sharing cores run slower while more of them are busy; with one
+  // thread per rank its CPU time is the op's cost on a core of its own.
+  // Otherwise the op's span on its device (on the CPU device, its wall time).
+  const bool cpu_time = ranks_[0]->device->kind() == DeviceKind::cpu && threads_per_rank_ == 1;
   double busiest = 0;
   for (int st = 0; st < p; st++) {
     const RankReport &r = ranks_[(size_t)grid_->rank_of({0, 0, st})]->report;
@@ -529,14 +533,7 @@ double Trainer::replayed_bubble() const {
       double c = 0;
       if (op.kind == PipeOpKind::forward || op.kind == PipeOpKind::backward) {
         const OpTiming &t = r.timings.at(k++);
-        // Ranks sharing cores run slower while more of them are busy; with one
-        // thread per rank its CPU time is the op's cost on a core of its own.
-        // On a GPU, the op's time on the device.
-        const bool on_cpu = ranks_[0]->device->kind() == DeviceKind::cpu;
-        c = (double)(!on_cpu ? t.device_ns
-                     : threads_per_rank_ == 1 ? t.cpu_ns
-                                              : t.end_ns - t.start_ns) *
-            1e-9;
+        c = (double)(cpu_time ? t.cpu_ns : t.device_ns) * 1e-9;
       }
       cost[(size_t)st].push_back(c);
       busy += c;

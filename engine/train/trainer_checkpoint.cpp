@@ -44,7 +44,6 @@ std::vector<RankShard> Trainer::local_shards() {
   for (auto &r : ranks_) {
     GPT<float> &m = *r->model;
     AdamW &a = *r->adam;
-    r->device->bind_thread();  // on the caller's thread: this rank's GPU current
     if (r->device->kind() == DeviceKind::cpu) {
       shards.push_back({r->coord, &m.param_table(), m.params(), a.exp_avg(), a.exp_avg_sq(),
                         a.master()});
@@ -69,7 +68,6 @@ std::vector<RankShard> Trainer::local_shards() {
 void Trainer::unstage_shards() {
   for (auto &r : ranks_) {
     if (r->device->kind() == DeviceKind::cpu) continue;
-    r->device->bind_thread();
     GPT<float> &m = *r->model;
     AdamW &a = *r->adam;
     const size_t bytes = m.num_params() * sizeof(float);
@@ -146,19 +144,18 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
       failure_ = std::string("loading '") + ckpt.dir + "' failed part-way: " + e.what();
     throw;
   }
-  for (auto &r : ranks_) {
-    r->device->bind_thread();
-    r->adam->master_to_model(*r->model);  // 16-bit: params = round(master)
-  }
+  // Device work of each rank on its own thread (its GPU current there): 16-bit
+  // params = round(master), and for Megatron's --finetune Adam's moments
+  // zeroed (even after steps taken before this load).
+  run_on_ranks([&](Rank &r) {
+    r.adam->master_to_model(*r.model);
+    if (!opt_.finetune) return;
+    const size_t bytes = r.model->num_params() * sizeof(float);
+    r.device->zero(r.adam->exp_avg(), bytes);
+    r.device->zero(r.adam->exp_avg_sq(), bytes);
+  });
   if (opt_.finetune) {
-    // Megatron's --finetune: the weights go on, everything else starts afresh
-    // (Adam's moments zeroed even after steps taken before this load).
-    for (auto &r : ranks_) {
-      const size_t bytes = r->model->num_params() * sizeof(float);
-      r->device->bind_thread();
-      r->device->zero(r->adam->exp_avg(), bytes);
-      r->device->zero(r->adam->exp_avg_sq(), bytes);
-    }
+    // The weights go on, everything else starts afresh.
     st = TrainingState{};
     scaler_ = LossScaler(opt_.loss_scaler);
   }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,8 +46,7 @@ inline void check(bool ok, const char *what) {
 // A directory of this process's own for the files a path-only parser reads.
 inline const std::string &scratch_dir() {
   static const std::string dir = [] {
-    const char *base = std::getenv("TMPDIR");
-    std::string t = std::string(base && *base ? base : "/tmp") + "/ptdp_fuzz.XXXXXX";
+    std::string t = (std::filesystem::temp_directory_path() / "ptdp_fuzz.XXXXXX").string();
     if (!::mkdtemp(&t[0])) std::abort();
     return t;
   }();
