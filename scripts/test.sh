@@ -20,6 +20,12 @@ ctest --test-dir build-asan -L "unit|multirank|pipeline|checkpoint|precision" -L
   -E "CheckpointCrash|test_checkpoint_crash" --output-on-failure -j2
 echo "== threads communicator under ThreadSanitizer"
 bash tests/run_tsan.sh build-tsan
+echo "== the trainer's rank threads and gradient-reduction threads under ThreadSanitizer"
+# One OpenMP thread per rank: libgomp is not instrumented, so its own
+# synchronisation would look like races.
+cmake -S . -B build-tsan-full -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTDP_TSAN=ON >/dev/null
+cmake --build build-tsan-full -j2 --target test_parallel
+OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan-full/tests/test_parallel
 echo "== parsers of untrusted files under libFuzzer + ASan + UBSan (tests/fuzz, 12 s each)"
 bash tests/fuzz/run_fuzz.sh 12
 echo "== all tests (Release)"

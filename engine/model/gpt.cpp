@@ -69,7 +69,7 @@ std::vector<ParamInfo> gpt_param_table(const GptConfig &cfg, int t, const Pipeli
   size_t total = 0;
   for (auto &p : table) {
     p.offset = total;
-    total += (p.numel + 15) / 16 * 16;  // keep each tensor 64-byte aligned
+    total = p.padded_end();
   }
   return table;
 }
@@ -112,7 +112,7 @@ GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStag
 
   table_ = gpt_param_table(cfg_, t, pp_);
   const ParamInfo &last = table_.back();
-  const size_t total = last.offset + (last.numel + 15) / 16 * 16;
+  const size_t total = last.padded_end();
   params_.resize(*dev_, total);
   grads_.resize(*dev_, total);
   pool_.resize((size_t)pp_.chunks);
@@ -196,6 +196,19 @@ typename GPT<T>::Layer GPT<T>::layer(T *base, int li) {
 template <class T>
 void GPT<T>::to_storage(T *x, size_t n) {
   if (prec_.dtype != DType::f32) ops_->round_to_storage(x, n, prec_.dtype);
+}
+
+template <class T>
+void GPT<T>::grads_written(size_t offset, size_t n, bool final) {
+  // 16-bit gradient accumulation: the sum so far is stored in the 16-bit type.
+  if (!prec_.grads_in_fp32) to_storage(grads_.data() + offset, n);
+  if (final && grad_ready_) grad_ready_(offset, n);
+}
+
+template <class T>
+void GPT<T>::param_grads_written(const char *first, const char *last, bool final) {
+  const ParamInfo &a = param(first), &b = param(last);
+  grads_written(a.offset, b.padded_end() - a.offset, final);
 }
 
 template <class T>

@@ -15,6 +15,7 @@
 // any pipeline schedule can interleave them.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,6 +42,9 @@ struct ParamInfo {
   // The last stage's copy of the tied embedding (p > 1): the first stage's copy
   // is the one counted in the gradient norm.
   bool tied_copy = false;
+  // Where the next tensor starts in the flat buffers: each tensor is padded to
+  // a multiple of 16 elements (64-byte aligned).
+  size_t padded_end() const { return offset + (numel + 15) / 16 * 16; }
 };
 
 // This rank's place in its tensor-parallel group; comm is null when size = 1.
@@ -138,8 +142,16 @@ class GPT {
   // Backward of a stashed forward; accumulates into grads(). The head chunk
   // starts from the loss, each token weighted by dloss (1 / tokens in the
   // global batch); the others from `doutput`. Writes d(input) to `dinput`
-  // except on the embedding chunk.
-  void backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dloss);
+  // except on the embedding chunk. `grads_final`: this is the step's last
+  // backward of the chunk, so each of its gradient ranges is reported to the
+  // grad-ready hook as soon as it is final (an overlapped gradient reduction).
+  void backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dloss,
+                      bool grads_final = false);
+  // Called with [offset, offset + n) of grads() when that range is final for
+  // the step: each layer as its backward ends, then ln_f, wte and wpe (whole
+  // tensors with their padding, so that the ranges cover the flat buffer).
+  using GradReadyHook = std::function<void(size_t offset, size_t n)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
   // Bytes of activations stashed for backward now, and the peak since reset.
   int64_t stashed_bytes() const { return stashed_bytes_; }
   int64_t peak_stashed_bytes() const { return peak_stashed_bytes_; }
@@ -184,6 +196,10 @@ class GPT {
 
   void tp_all_reduce(T *buf, size_t n);  // and rounds the sum to the storage type
   void to_storage(T *x, size_t n);        // rounds to prec_.dtype (16-bit only)
+  // A backward wrote [offset, offset + n) of grads(): rounds it to the storage
+  // type when gradients accumulate in 16 bits, and reports it when final.
+  void grads_written(size_t offset, size_t n, bool final);
+  void param_grads_written(const char *first, const char *last, bool final);
   T *param_data(const char *name) { return params_.data() + param(name).offset; }
   T *grad_data(const char *name) { return grads_.data() + param(name).offset; }
   void vocab_parallel_loss(ChunkActs &A);
@@ -204,6 +220,7 @@ class GPT {
   int vocab_start_ = 0, local_vocab_ = 0, local_real_vocab_ = 0;
   std::vector<ParamInfo> table_;
   DeviceArray<T> params_, grads_;
+  GradReadyHook grad_ready_;
 
   // Stashed activations per (chunk, micro-batch), and finished ones kept for reuse.
   std::map<std::pair<int, int>, std::unique_ptr<ChunkActs>> live_;

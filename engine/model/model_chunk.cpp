@@ -98,7 +98,8 @@ double GPT<T>::forward(const int32_t *tokens, const int32_t *targets, int s, int
 }
 
 template <class T>
-void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dloss) {
+void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dloss,
+                            bool grads_final) {
   auto it = live_.find(std::make_pair(chunk, mb));
   if (it == live_.end() || !it->second->ctx.training)
     fail(Status::wrong_state, "backward of micro-batch ", mb, " chunk ", chunk,
@@ -112,16 +113,24 @@ void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dl
   const size_t Nh = (size_t)s * b * h;
   const StepContext &ctx = A.ctx;
   T *dresid = dresid_.data();
-  if (head)
+  if (head) {
     head_backward(A, dresid, dloss);
-  else
+    param_grads_written("ln_f.weight", "ln_f.bias", grads_final);
+  } else {
     dev_->copy(dresid, doutput, Nh * sizeof(T));
+  }
+  auto layer_done = [&](int li) {
+    const ParamInfo &first = table_[(size_t)li * kParamsPerLayer];
+    const ParamInfo &last = table_[(size_t)li * kParamsPerLayer + kParamsPerLayer - 1];
+    grads_written(first.offset, last.padded_end() - first.offset, grads_final);
+  };
 
   const int base = chunk * layers_per_chunk_;
   for (int j = layers_per_chunk_ - 1; j >= 0;) {
     if (keeps_all(j)) {
       LayerActs &a = A.layers[(size_t)j];
       layer_backward(base + j, a.x.data(), a, dresid, s, b, ctx);
+      layer_done(base + j);
       j--;
       continue;
     }
@@ -139,6 +148,7 @@ void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dl
     for (int k = n - 1; k >= 0; k--) {
       const T *xin = k == 0 ? A.layers[(size_t)u].x.data() : recompute_[(size_t)k]->x.data();
       layer_backward(base + u + k, xin, *recompute_[(size_t)k], dresid, s, b, ctx);
+      layer_done(base + u + k);
     }
     j = u - 1;
   }
@@ -148,8 +158,10 @@ void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dl
   } else {
     dev_->copy(dinput, dresid, Nh * sizeof(T));
   }
-  // 16-bit gradient accumulation: the sum so far is stored in the 16-bit type.
-  if (!prec_.grads_in_fp32) to_storage(grads_.data(), grads_.size());
+  // The tied embedding is written by the head and the embedding; ln_f and
+  // the layers were reported as they finished.
+  if (head || embedding) param_grads_written("wte.weight", "wte.weight", grads_final);
+  if (embedding) param_grads_written("wpe.weight", "wpe.weight", grads_final);
   if (last_head_ == &A) last_head_ = nullptr;  // its logits now hold gradients
   release(chunk, mb);
 }
@@ -169,7 +181,7 @@ void GPT<T>::backward(T dloss) {
                                         T *, int, int, const StepContext &);                   \
   template double GPT<T>::forward(const int32_t *, const int32_t *, int, int,                  \
                                   const StepContext &);                                        \
-  template void GPT<T>::backward_chunk(int, int, const T *, T *, T);                           \
+  template void GPT<T>::backward_chunk(int, int, const T *, T *, T, bool);                           \
   template void GPT<T>::backward(T);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)

@@ -88,7 +88,12 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
     if (device_timers) timers.back()->stop();
     return result;
   };
-  for (const PipeOp &op : ops) {
+  // Each chunk's last backward of the run finalises its gradients.
+  std::map<int, size_t> last_backward;
+  for (size_t i = 0; i < ops.size(); i++)
+    if (ops[i].kind == PipeOpKind::backward) last_backward[ops[i].chunk] = i;
+  for (size_t i = 0; i < ops.size(); i++) {
+    const PipeOp &op = ops[i];
     const auto key = std::make_pair(op.microbatch, op.chunk);
     switch (op.kind) {
       case PipeOpKind::recv_forward: {
@@ -136,7 +141,8 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
           din = d.data();
         }
         timed(op, [&] {
-          model_.backward_chunk(op.chunk, op.microbatch, dout, din, dloss);
+          model_.backward_chunk(op.chunk, op.microbatch, dout, din, dloss,
+                                last_backward[op.chunk] == i);
           return 0;
         });
         if (!head) doutputs_.erase(key);

@@ -22,7 +22,9 @@ int64_t Timeline::now_ns() {
 }
 
 void Timeline::add(Span s) {
-  if (enabled_) spans_.push_back(std::move(s));
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  spans_.push_back(std::move(s));
 }
 
 void write_chrome_trace(const std::string &path, const std::vector<RankTimeline> &ranks,

@@ -4,6 +4,7 @@
 // (JSON, opens in Perfetto / chrome://tracing), one track per rank.
 #pragma once
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,9 @@ struct Span {
   int64_t bytes = -1;                 // payload of comm spans, -1 = n/a
 };
 
-// One per rank, used by that rank's thread only (no locking).
+// One per rank. add() may also come from the rank's gradient-reduction
+// thread (an overlapped all-reduce), so it locks; clear() and spans() are
+// for the rank's own thread between steps, when that thread is idle.
 class Timeline {
  public:
   static int64_t now_ns();  // steady_clock
@@ -30,6 +33,7 @@ class Timeline {
 
  private:
   bool enabled_ = false;
+  std::mutex mu_;
   std::vector<Span> spans_;
 };
 

@@ -78,6 +78,9 @@ const std::vector<OptionSpec> &option_schema() {
       {"recompute_num_layers", T::Int, "1", 1, 4096, nullptr, "layers per recomputed unit or block"},
       {"ddp_bucket_size", T::Int, "1000000", 1, 1 << 30, nullptr,
        "gradient elements per data-parallel all-reduce"},
+      {"overlap_grad_reduce", T::Int, "0", 0, 1, nullptr,
+       "reduce each gradient bucket over the data-parallel replicas while the backward goes on, "
+       "on a communication thread per rank (1 = on; the same result)"},
       {"comm_timeout", T::Float, "300", 0.001, 1e6, nullptr,
        "seconds a rank waits in a communication before the job fails"},
       // checkpoints

@@ -143,6 +143,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     for (Communicator *c : {R->tp.get(), R->dp.get(), R->pp.get(), R->embedding.get()})
       if (c) c->stats().timeline = &R->timeline;
     R->adam = std::make_unique<AdamW>(*R->model, opt_.adam);
+    R->grad_reducer = std::make_unique<GradReducer>(
+        *R->model, R->embedding ? R->embedding_d : nullptr,
+        opt_.parallel.d > 1 ? R->dp_d : nullptr, (size_t)opt_.ddp_bucket_size,
+        opt_.overlap_grad_reduce);
     R->sample.resize((size_t)opt_.model.seq_length + 1);
     ranks_.push_back(std::move(R));
   }
@@ -316,12 +320,16 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
   // The loss's gradient carries the loss scale (1 without a scaler); the
   // gradients are unscaled before clipping and the update.
   const double scale = loss_scale();
-  double loss_sum = r.pipeline->run(r.report.schedule, s, b, (uint32_t)it, true,
-                                    (float)(scale / tokens), batch, &r.report.timings);
+  // A test's overflow: an infinite gradient that the backward accumulates into
+  // and the reduction spreads (injected first, since buckets may be reduced
+  // while the backward runs).
   if (it == opt_.inject_overflow_iteration && r.world_rank == 0 && model.num_params()) {
     const float inf = INFINITY;
     model.device().copy_from_host(grads, &inf, sizeof inf);
   }
+  r.grad_reducer->start();
+  double loss_sum = r.pipeline->run(r.report.schedule, s, b, (uint32_t)it, true,
+                                    (float)(scale / tokens), batch, &r.report.timings);
   // The ops' spans on the device (on a GPU the host only queued them).
   double compute_ns = 0;
   for (const OpTiming &t : r.report.timings) {
@@ -331,8 +339,9 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
                         t.device_start_ns + t.device_ns, t.op.microbatch, t.op.chunk, "", -1});
   }
 
-  sync_gradients(model, r.embedding ? r.embedding_d : nullptr, opt_.parallel.d > 1 ? r.dp_d : nullptr,
-                 (size_t)opt_.ddp_bucket_size);
+  r.grad_reducer->finish();
+  r.report.grad_buckets = (int)r.grad_reducer->buckets().size();
+  r.report.overlapped_grad_buckets = r.grad_reducer->overlapped_buckets();
   // The loss lives on the last stage, the gradients on every stage.
   if (opt_.parallel.p > 1) r.pp->all_reduce(&loss_sum, 1);
   if (opt_.parallel.d > 1) r.dp->all_reduce(&loss_sum, 1);

@@ -63,6 +63,9 @@ class Trainer {
     // The rank's device memory (parameters, optimizer state, activations,
     // scratch): the most in use at once during the step, and in use after it.
     int64_t device_peak_bytes = 0, device_in_use_bytes = 0;
+    // Data-parallel gradient buckets, and how many were reduced while the
+    // backward ran (--overlap-grad-reduce; 0 without it).
+    int grad_buckets = 0, overlapped_grad_buckets = 0;
     std::vector<PipeOp> schedule;       // this rank's operations
     std::vector<OpTiming> timings;      // its compute ops as they ran
     // The step's traffic per group this rank belongs to (tp, pp, dp, embedding).

@@ -37,6 +37,7 @@ struct TrainerOptions {
   bool stage_comm_through_host = false;
   bool use_flash_attn = false;  // GPT::set_flash_attention
   int64_t ddp_bucket_size = 1000000;
+  bool overlap_grad_reduce = false;  // buckets reduced during the backward (grad_sync.h)
   double comm_timeout_s = 300;
   int virtual_stages = 1;  // v: model chunks per pipeline rank
   ScheduleKind schedule = ScheduleKind::one_f_one_b;

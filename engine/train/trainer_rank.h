@@ -10,6 +10,7 @@
 
 #include "engine/comm/staged_comm.h"
 #include "engine/device/device.h"
+#include "engine/parallel/grad_sync.h"
 #include "engine/trace/timeline.h"
 #include "engine/train/trainer.h"
 
@@ -51,6 +52,8 @@ struct Trainer::Rank {
   StepMetrics metrics;
   double value = 0;
   std::string text;
+  // Last, so that it goes first: its thread uses the model and communicators.
+  std::unique_ptr<GradReducer> grad_reducer;
 };
 
 // The options a resumed run must share with the saved one, as text
