@@ -124,6 +124,16 @@ foreach(layout "8;2;2;2" "2;2;4;1")
          --recompute-granularity full)
 endforeach()
 
+# --overlap-grad-reduce under mpirun: each rank's communication thread reduces
+# gradient buckets over MPI while its backward goes on (MPI_THREAD_MULTIPLE,
+# or one MPI call at a time): one rank per process, and 2 processes hosting
+# (p, d) = (2, 2) as thread ranks.
+ptdp_mpi_training_equivalence(mpi_train_np4_d4_overlap 4 LABELS mpi
+  ARGS --data-parallel-size 4 --overlap-grad-reduce 1 --ddp-bucket-size 5000)
+ptdp_mpi_training_equivalence(mpi_train_np2_p2d2_overlap 2 LABELS mpi pipeline
+  ARGS --pipeline-model-parallel-size 2 --data-parallel-size 2 --overlap-grad-reduce 1
+       --ddp-bucket-size 5000)
+
 # train_gpt.lua's per-rank report lines come from world rank 0's process alone,
 # in world-rank order after the last iteration line (rank_report_lines.sh): one
 # rank per process, and 2 processes hosting 4 thread ranks each.
