@@ -19,13 +19,18 @@ export LD_LIBRARY_PATH=$dir/gpu_bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda
 wheels=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib")))))' 2>/dev/null)
 [[ -n $wheels ]] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$wheels
 export PTDP_LUA_PATH=$PWD/lua PTDP_TEST_DATA_DIR=$PWD/tests/data PTDP_TEST_GPU_DEVICE=$device
-if ldd "$bin/test_cuda_trainer" "$bin/ptdp" | grep "not found"; then
+if ldd "$bin/test_cuda_trainer" "$bin/test_nccl_comm" "$bin/ptdp" | grep "not found"; then
   echo "libraries missing on this machine (above): the bundle needs them too"
   exit 1
 fi
 rc=0
 echo "== test_cuda_trainer (device $device)"
 "$bin/test_cuda_trainer" || rc=1
+
+echo "== test_nccl_comm (the communicator conformance suite on NCCL, one rank per GPU)"
+"$bin/test_nccl_comm"
+nccl_rc=$?
+[[ $nccl_rc == 0 || $nccl_rc == 77 ]] || rc=1
 
 echo "== scripts/train_gpt.lua --device $device --bf16, (t, p, d) = (2, 2, 1)"
 "$bin/ptdp" tokenize --format fortune --output "$dir/tiny.ptdp" tests/data/tiny_corpus.txt || rc=1

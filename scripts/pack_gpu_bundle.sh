@@ -12,11 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
-cmake --build "$build" -j2 --target ptdp_launcher test_cuda_trainer
+cmake --build "$build" -j2 --target ptdp_launcher test_cuda_trainer test_nccl_comm
 stage=$build/gpu_bundle
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib"
-bins=("$build/ptdp" "$build/tests/gpu/test_cuda_trainer")
+bins=("$build/ptdp" "$build/tests/gpu/test_cuda_trainer" "$build/tests/gpu/test_nccl_comm")
 cp "${bins[@]}" "$stage/bin/"
 system='^(libc|libm|libdl|librt|libpthread|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvrtc|libnvJitLink)\.so'
 for b in "${bins[@]}"; do

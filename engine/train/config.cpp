@@ -119,6 +119,10 @@ const std::vector<OptionSpec> &option_schema() {
       {"device", T::String, "auto", 0, 0, nullptr,
        "each rank's device: auto (cuda when a GPU is visible, else cpu), cpu, cuda (rank r on "
        "GPU r mod count) or cuda:N"},
+      {"distributed_backend", T::Choice, "auto", 0, 0, "auto,nccl,host",
+       "how GPU ranks communicate: nccl (one rank per GPU), host (the threads/mpi backends "
+       "through host copies; ranks may share a GPU), auto (nccl for groups of several ranks "
+       "when the build has NCCL and no two ranks of a process share a GPU, else host)"},
   });
   return schema;
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/comm/mpi_comm.h"
 #include "engine/comm/mpi_threads_comm.h"
+#include "engine/comm/nccl_comm.h"
 #include "engine/comm/thread_comm.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
@@ -117,13 +119,11 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       R->valid = make_sampler(data_, 1, opt_.model.seq_length, opt_.seed, false);
     }
     R->device = make_device(opt_.device, r);
-    const bool stage = R->device->kind() != DeviceKind::cpu || opt_.stage_comm_through_host;
-    Communicator **bound[4] = {&R->tp_d, &R->dp_d, &R->pp_d, &R->embedding_d};
-    Communicator *raw[4] = {R->tp.get(), R->dp.get(), R->pp.get(), R->embedding.get()};
-    for (int k = 0; k < 4; k++) {
-      if (raw[k] && stage) R->staged[k] = std::make_unique<StagedComm>(*raw[k], *R->device);
-      *bound[k] = stage && raw[k] ? R->staged[k].get() : raw[k];
-    }
+    ranks_.push_back(std::move(R));
+  }
+  bind_device_comms();
+  for (auto &R : ranks_) {
+    const int r = R->world_rank, p = opt_.parallel.p;
     R->model = std::make_unique<GPT<float>>(
         opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp_d},
         PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute, opt_.precision,
@@ -146,7 +146,6 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
         opt_.parallel.d > 1 ? R->dp_d : nullptr, (size_t)opt_.ddp_bucket_size,
         opt_.overlap_grad_reduce);
     R->sample.resize((size_t)opt_.model.seq_length + 1);
-    ranks_.push_back(std::move(R));
   }
   if (!opt_.load_path.empty()) {
     std::error_code ec;
@@ -171,6 +170,46 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
 }
 
 Trainer::~Trainer() = default;
+
+// The groups as the model and the gradient reductions use them (Rank::tp_d,
+// ...): NCCL communicators, the host ones through copies (StagedComm), or on
+// the CPU the host ones themselves. NCCL communicators are made collectively,
+// so on every rank's own thread.
+void Trainer::bind_device_comms() {
+  const std::string &backend = opt_.distributed_backend;
+  const bool on_gpu = ranks_[0]->device->kind() != DeviceKind::cpu;
+  if (backend == "nccl" && !on_gpu)
+    fail(Status::invalid_config, "--distributed-backend nccl needs the ranks on GPUs (--device ",
+         "cuda); they are on ", ranks_[0]->device->name());
+  // NCCL cannot put two ranks on one GPU.
+  std::set<std::string> gpus;
+  for (auto &R : ranks_) gpus.insert(R->device->name());
+  const bool own_gpus = gpus.size() == ranks_.size();
+  if (backend == "nccl" && !own_gpus)
+    fail(Status::invalid_config, "--distributed-backend nccl needs a GPU per rank, but the ",
+         ranks_.size(), " ranks of this process share ", gpus.size(),
+         " GPU(s); use --distributed-backend host (or auto)");
+  run_on_ranks([&](Rank &R) {
+    const bool stage = on_gpu || opt_.stage_comm_through_host;
+    Communicator **bound[4] = {&R.tp_d, &R.dp_d, &R.pp_d, &R.embedding_d};
+    Communicator *raw[4] = {R.tp.get(), R.dp.get(), R.pp.get(), R.embedding.get()};
+    for (int k = 0; k < 4; k++) {
+      if (!raw[k]) continue;
+      bool nccl = on_gpu && backend == "nccl";
+      if (on_gpu && backend == "auto" && raw[k]->size() > 1) {
+        // The same choice on every member, whatever its process found.
+        double unable = nccl_built() && own_gpus ? 0 : 1;
+        raw[k]->all_reduce(&unable, 1);
+        nccl = unable == 0;
+      }
+      if (nccl)
+        R.staged[k] = make_nccl_comm(*raw[k], *R.device, opt_.comm_timeout_s);
+      else if (stage)
+        R.staged[k] = std::make_unique<StagedComm>(*raw[k], *R.device);
+      *bound[k] = R.staged[k] ? R.staged[k].get() : raw[k];
+    }
+  });
+}
 
 
 int Trainer::first_local_rank() const { return ranks_[0]->world_rank; }

@@ -61,6 +61,7 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.eval_iters = (int)c.get_int("eval_iters");
   o.num_threads = (int)c.get_int("num_threads");
   o.device = c.get("device");
+  o.distributed_backend = c.get("distributed_backend");
   o.use_flash_attn = c.get_int("use_flash_attn") != 0;
   o.ddp_bucket_size = c.get_int("ddp_bucket_size");
   o.overlap_grad_reduce = c.get_int("overlap_grad_reduce") != 0;

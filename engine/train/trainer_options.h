@@ -35,6 +35,11 @@ struct TrainerOptions {
   // Device buffers reach the threads/mpi backends through host copies
   // (StagedComm); always on a GPU, and on the CPU when a test asks.
   bool stage_comm_through_host = false;
+  // How GPU ranks communicate (--distributed-backend): "nccl"; "host" (the
+  // threads/mpi backends through host copies); "auto": nccl for the groups of
+  // more than one rank when NCCL is built and no two ranks of this process
+  // share a GPU, else host.
+  std::string distributed_backend = "auto";
   bool use_flash_attn = false;  // GPT::set_flash_attention
   int64_t ddp_bucket_size = 1000000;
   bool overlap_grad_reduce = false;  // buckets reduced during the backward (grad_sync.h)

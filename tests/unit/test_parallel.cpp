@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/comm/grid.h"
+#include "engine/comm/nccl_comm.h"
 #include "engine/comm/thread_comm.h"
 #include "engine/core/status.h"
 #include "engine/data/corpus.h"
@@ -264,6 +265,23 @@ TEST(DataParallel, OverlappedGradReduceIsBitIdentical) {
       }
     }
   }
+}
+
+// NCCL needs GPUs: asked for on CPU ranks it is a clear error, in the
+// trainer's options and in the communicator itself.
+TEST(Parallel, NcclOnTheCpuIsAClearError) {
+  TrainerOptions o = run_options(1, 2);
+  o.distributed_backend = "nccl";
+  expect_error([&] { Trainer tr(o); }, Status::invalid_config,
+               "--distributed-backend nccl needs the ranks on GPUs");
+  ThreadWorld host(1, 10);
+  auto cpu = make_cpu_device();
+  if (nccl_built())
+    expect_error([&] { make_nccl_comm(host.group("tp", {0}, 0), *cpu, 10); },
+                 Status::invalid_config, "needs every rank on a CUDA device");
+  else
+    expect_error([&] { make_nccl_comm(host.group("tp", {0}, 0), *cpu, 10); },
+                 Status::invalid_config, "has no NCCL");
 }
 
 TEST(Parallel, BadLayoutsAreClearErrors) {
