@@ -1,6 +1,7 @@
 -- Does the planner predict ptdp's own runs? Calibrates this machine (or loads
 -- a saved calibration), then for several layouts of a small GPT on thread
--- ranks (serial; t=2; d=2; p=2 with 1F1B; p=2 interleaved with v=2; a few
+-- ranks (serial; t=2; d=2; p=2 with 1F1B; p=2 interleaved with v=2; full
+-- recomputation serial and with 1F1B; a few
 -- micro-batch sizes) predicts the iteration time with `ptdp plan` and
 -- measures it with the trainer: warm-up steps, then the median of the timed
 -- ones. Other processes only ever slow a step down, so the layouts are
@@ -63,6 +64,7 @@ local function predict(layout)
   for k, v in pairs(model) do q[k] = v end
   q.machine, q.num_gpus = machine, layout.t * layout.p * layout.d
   q.t, q.p, q.d, q.b, q.v = layout.t, layout.p, layout.d, layout.b, layout.v
+  if layout.recompute then q.recompute_granularity = 'full' end
   if layout.p > 1 then q.pipeline_schedule = layout.v > 1 and 'interleaved' or '1f1b' end
   local r = ptdp.plan(q)
   assert(r.best, 'the planner has no prediction for ' .. layout.name)
@@ -80,6 +82,7 @@ local function measure(layout)
   for k, v in pairs(config) do c[k] = v end
   c.tensor_model_parallel_size, c.pipeline_model_parallel_size = layout.t, layout.p
   c.data_parallel_size, c.micro_batch_size = layout.d, layout.b
+  if layout.recompute then c.recompute_granularity = 'full' end
   if layout.v > 1 then
     c.num_layers_per_virtual_pipeline_stage = L / (layout.p * layout.v)
     c.pipeline_schedule = 'interleaved'
@@ -98,8 +101,9 @@ local function measure(layout)
 end
 
 local layouts = {}
-local function add(name, t, p, d, b, v)
-  layouts[#layouts + 1] = { name = name, t = t, p = p, d = d, b = b, v = v or 1 }
+local function add(name, t, p, d, b, v, recompute)
+  layouts[#layouts + 1] = { name = name, t = t, p = p, d = d, b = b, v = v or 1,
+                            recompute = recompute }
 end
 add('serial', 1, 1, 1, 1)
 add('serial', 1, 1, 1, 2)
@@ -112,6 +116,9 @@ add('1f1b', 1, n, 1, 1)
 add('1f1b', 1, n, 1, 2)
 add('interleaved', 1, n, 1, 1, 2)
 add('interleaved', 1, n, 1, 2, 2)
+-- Full recomputation: every layer's forward again in the backward.
+add('recompute', 1, 1, 1, 2, 1, true)
+add('1f1b+recomp', 1, n, 1, 2, 1, true)
 
 print(string.format('GPT l=%d h=%d a=%d s=%d V=%d, global batch %d, fp32; %d warm-up + median of ' ..
                     '%d steps, lowest of %d rounds', L, h, model.num_attention_heads, seq,
