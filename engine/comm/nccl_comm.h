@@ -5,20 +5,20 @@
 // NCCL's unique id from group rank 0 to the others, so the same code serves
 // thread ranks of one process with several GPUs and one rank per process
 // under mpirun. Operations:
-//   - collectives run on the device's stream, in order with the model's work;
-//     f32 and f64 are reduced by NCCL (its ring or tree order: the result is
-//     the same on every member but not summed in member order); bf16 and f16
-//     are gathered and summed on the host in member order in fp32 and rounded
-//     once, as every backend does (the trainer's arrays are f32: these serve
-//     the API, not the training step);
-//   - send copies the buffer into memory of its own and returns; recv waits.
-//     Messages to higher group ranks and to lower ones go over separate NCCL
-//     communicators and streams, so two stages that send to each other before
-//     receiving never wait on each other;
-//   - every operation but send completes before it returns: the host polls
-//     its completion, NCCL's asynchronous error and the timeout, so a dead or
+//   - collectives run on a stream of the communicator's own, after the work
+//     queued on the device's stream; f32 and f64 are reduced by NCCL (its ring
+//     or tree order: the result is the same on every member but not summed in
+//     member order); bf16 and f16 are gathered and summed on the host in
+//     member order in fp32 and rounded once, as every backend does (the
+//     trainer's arrays are f32: these serve the API, not the training step);
+//   - every collective completes before it returns: the host polls its
+//     completion, NCCL's asynchronous error and the timeout, so a dead or
 //     stopped peer ends the job with a message naming the group and the
-//     operation, never a silent hang.
+//     operation, never a silent hang;
+//   - send and recv go through the host group with host copies, as StagedComm
+//     does: an NCCL send waits for its recv (on the GPU, and on the host for
+//     a pair's first message), which the Communicator contract does not allow.
+//     Pipeline boundaries therefore do not use NVLink yet.
 // Its counters and timeline spans are the host communicator's.
 //
 // Several ranks cannot share one GPU in NCCL: such a layout keeps the host

@@ -199,7 +199,9 @@ void Trainer::bind_device_comms() {
       if (on_gpu && backend == "auto" && raw[k]->size() > 1) {
         // The same choice on every member, whatever its process found.
         double unable = nccl_built() && own_gpus ? 0 : 1;
+        const CommStats before = raw[k]->stats();  // set-up, not the group's traffic
         raw[k]->all_reduce(&unable, 1);
+        raw[k]->stats() = before;
         nccl = unable == 0;
       }
       if (nccl)
