@@ -89,7 +89,7 @@ class NcclComm final : public Communicator {
   cudaEvent_t event_ = nullptr;
   void *scratch_ = nullptr;  // from the device's pool
   size_t scratch_bytes_ = 0;
-  std::vector<char> stage_;  // host copies of point-to-point messages
+  HostStage stage_{dev_};  // host copies of point-to-point messages (page-locked)
   bool aborted_ = false;
 };
 
@@ -183,11 +183,14 @@ void NcclComm::abort(const std::string &why) {
 
 void NcclComm::settle(ncclResult_t rc, const std::string &what) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
-  while (rc == ncclInProgress) {
+  for (int polls = 0; rc == ncclInProgress; polls++) {
     if (Clock::now() > deadline)
       abort(what + " did not complete within " + std::to_string(timeout_s_) +
             " s (comm_timeout): a member of the group never called it");
-    std::this_thread::yield();
+    if (polls < 1000)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
     if (ncclCommGetAsyncError(comm_, &rc) != ncclSuccess) break;
   }
   if (rc != ncclSuccess)
@@ -329,17 +332,17 @@ void NcclComm::barrier() {
 void NcclComm::send(const void *buf, size_t n, DType dt, int peer) {
   const size_t bytes = n * elem_size(dt, CommOp::send);
   dev_.bind_thread();
-  stage_.resize(bytes);
-  copy(stage_.data(), buf, bytes);
-  host_.send(stage_.data(), n, dt, peer);  // the backend copies: stage_ is free again
+  char *host = stage_.reserve(bytes);
+  copy(host, buf, bytes);
+  host_.send(host, n, dt, peer);  // the backend copies: stage_ is free again
 }
 
 void NcclComm::recv(void *buf, size_t n, DType dt, int peer) {
   const size_t bytes = n * elem_size(dt, CommOp::recv);
   dev_.bind_thread();
-  stage_.resize(bytes);
-  host_.recv(stage_.data(), n, dt, peer);
-  copy(buf, stage_.data(), bytes);
+  char *host = stage_.reserve(bytes);
+  host_.recv(host, n, dt, peer);
+  copy(buf, host, bytes);
 }
 
 }  // namespace

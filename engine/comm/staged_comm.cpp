@@ -11,13 +11,13 @@ StagedComm::StagedComm(std::unique_ptr<Communicator> host, Device &dev)
       host_(*owned_),
       dev_(dev) {}
 
-void *StagedComm::to_host(std::vector<char> &stage, const void *dev_buf, size_t bytes) {
-  stage.resize(bytes);
-  if (bytes) dev_.copy_to_host(stage.data(), dev_buf, bytes);  // waits for the queued work
-  return stage.data();
+void *StagedComm::to_host(HostStage &stage, const void *dev_buf, size_t bytes) {
+  char *host = stage.reserve(bytes);
+  if (bytes) dev_.copy_to_host(host, dev_buf, bytes);  // waits for the queued work
+  return host;
 }
 
-void StagedComm::from_host(void *dev_buf, const std::vector<char> &stage, size_t bytes) {
+void StagedComm::from_host(void *dev_buf, const HostStage &stage, size_t bytes) {
   if (bytes) dev_.copy_from_host(dev_buf, stage.data(), bytes);
 }
 
@@ -29,15 +29,15 @@ void StagedComm::all_reduce(void *buf, size_t n, DType dt, ReduceOp op) {
 
 void StagedComm::all_gather(const void *in, void *out, size_t n, DType dt) {
   const size_t bytes = n * elem_size(dt, CommOp::all_gather);
-  out_.resize(bytes * (size_t)size());
-  host_.all_gather(to_host(in_, in, bytes), out_.data(), n, dt);
-  from_host(out, out_, out_.size());
+  void *gathered = out_.reserve(bytes * (size_t)size());
+  host_.all_gather(to_host(in_, in, bytes), gathered, n, dt);
+  from_host(out, out_, bytes * (size_t)size());
 }
 
 void StagedComm::reduce_scatter(const void *in, void *out, size_t n, DType dt) {
   const size_t bytes = n * elem_size(dt, CommOp::reduce_scatter);
-  out_.resize(bytes);
-  host_.reduce_scatter(to_host(in_, in, bytes * (size_t)size()), out_.data(), n, dt);
+  void *mine = out_.reserve(bytes);
+  host_.reduce_scatter(to_host(in_, in, bytes * (size_t)size()), mine, n, dt);
   from_host(out, out_, bytes);
 }
 
@@ -48,8 +48,7 @@ void StagedComm::broadcast(void *buf, size_t n, DType dt, int root) {
     host_.broadcast(to_host(in_, buf, bytes), n, dt, root);
     return;
   }
-  in_.resize(bytes);
-  host_.broadcast(in_.data(), n, dt, root);
+  host_.broadcast(in_.reserve(bytes), n, dt, root);
   from_host(buf, in_, bytes);
 }
 
@@ -60,8 +59,7 @@ void StagedComm::send(const void *buf, size_t n, DType dt, int peer) {
 
 void StagedComm::recv(void *buf, size_t n, DType dt, int peer) {
   const size_t bytes = n * elem_size(dt, CommOp::recv);
-  in_.resize(bytes);
-  host_.recv(in_.data(), n, dt, peer);
+  host_.recv(in_.reserve(bytes), n, dt, peer);
   from_host(buf, in_, bytes);
 }
 

@@ -31,13 +31,14 @@ class StagedComm final : public Communicator {
 
  private:
   // Host copies of a device buffer (to_host) and back (from_host); two staging
-  // areas, for the ops that read one buffer and write another.
-  void *to_host(std::vector<char> &stage, const void *dev_buf, size_t bytes);
-  void from_host(void *dev_buf, const std::vector<char> &stage, size_t bytes);
+  // areas in the device's host memory (page-locked on a GPU), for the ops that
+  // read one buffer and write another.
+  void *to_host(HostStage &stage, const void *dev_buf, size_t bytes);
+  void from_host(void *dev_buf, const HostStage &stage, size_t bytes);
   std::unique_ptr<Communicator> owned_;
   Communicator &host_;
   Device &dev_;
-  std::vector<char> in_, out_;
+  HostStage in_{dev_}, out_{dev_};
 };
 
 }  // namespace ptdp

@@ -38,6 +38,7 @@ class CpuDevice : public Device {
  public:
   DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override { return "cpu"; }
+  std::string hardware_id() const override { return "cpu"; }
 
   void *allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
@@ -55,6 +56,14 @@ class CpuDevice : public Device {
   void zero(void *p, size_t bytes) override {
     if (bytes) std::memset(p, 0, bytes);
   }
+  // The device's memory is the host's: staging is plain memory.
+  void *allocate_host(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (!p) fail(Status::out_of_memory, "cpu: cannot allocate ", bytes, " bytes of staging memory");
+    return p;
+  }
+  void free_host(void *p) override { std::free(p); }
   void copy_from_host(void *dst, const void *host, size_t bytes) override { copy(dst, host, bytes); }
   void copy_to_host(void *host, const void *src, size_t bytes) override { copy(host, src, bytes); }
   void copy(void *dst, const void *src, size_t bytes) override {

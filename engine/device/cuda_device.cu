@@ -69,6 +69,9 @@ class CudaDevice : public Device {
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, ordinal), where_, "cudaGetDeviceProperties");
     name_ = where_ + " (" + prop.name + ")";
+    char bus[32] = {};
+    check(cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal), where_, "cudaDeviceGetPCIBusId");
+    hardware_id_ = bus;
     use();
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), where_, "cudaStreamCreate");
     cudaMemPoolProps props{};
@@ -91,6 +94,7 @@ class CudaDevice : public Device {
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
   std::string name() const override { return name_; }
+  std::string hardware_id() const override { return hardware_id_; }
 
   void *allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
@@ -121,9 +125,24 @@ class CudaDevice : public Device {
     use();
     check(cudaMemsetAsync(p, 0, bytes, stream_), where_, "cudaMemsetAsync");
   }
-  // Pageable host memory: the copy returns once the source is staged, so the
-  // host buffer may be reused; pinned staging for large transfers comes with
-  // the checkpoint path.
+  // Portable page-locked memory: any GPU's DMA reads and writes it directly.
+  void *allocate_host(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    use();
+    void *p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      fail(Status::out_of_memory, where_, ": cannot allocate ", bytes,
+           " bytes of page-locked host memory (", cudaGetErrorString(e), ")");
+    }
+    return p;
+  }
+  void free_host(void *p) override {
+    if (p) cudaFreeHost(p);
+  }
+  // Both copies wait for the stream, so the host buffer (pageable or
+  // page-locked) may be reused when they return.
   void copy_from_host(void *dst, const void *host, size_t bytes) override {
     if (!bytes) return;
     use();
@@ -169,6 +188,7 @@ class CudaDevice : public Device {
   void use() { check(cudaSetDevice(ordinal_), where_, "cudaSetDevice"); }
 
   int ordinal_;
+  std::string hardware_id_;
   std::string where_, name_;
   cudaStream_t stream_ = nullptr;
   cudaMemPool_t pool_ = nullptr;

@@ -45,6 +45,10 @@ class Device {
   virtual DeviceKind kind() const = 0;
   // "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)".
   virtual std::string name() const = 0;
+  // The hardware, the same whatever a process's numbering: "cpu", or a GPU's
+  // PCI bus id ("0000:1b:00.0"). Together with the host name it tells whether
+  // ranks of different processes share a GPU.
+  virtual std::string hardware_id() const = 0;
 
   // 256-byte aligned; 0 bytes gives nullptr. Throws Error(out_of_memory) naming
   // the size asked for and what is in use.
@@ -52,6 +56,11 @@ class Device {
   // Stream-ordered: the memory may be reused by work queued after this call.
   virtual void free(void *p) = 0;
   virtual void zero(void *p, size_t bytes) = 0;
+  // Host memory that copies to and from this device are fastest with (page-
+  // locked on CUDA: the DMA reads it directly; ordinary memory on the CPU), for
+  // staging buffers. Not counted in memory(). 0 bytes gives nullptr.
+  virtual void *allocate_host(size_t bytes) = 0;
+  virtual void free_host(void *p) = 0;
   // Returns when `host` may be reused (the copy itself may still be queued).
   virtual void copy_from_host(void *dst, const void *host, size_t bytes) = 0;
   // Returns when the bytes are in `host` (waits for the work queued before).
@@ -72,6 +81,33 @@ class Device {
 
   virtual MemoryStats memory() const = 0;
   virtual void reset_peak() = 0;
+};
+
+// A reusable staging buffer in `dev`'s host memory (allocate_host): grows to
+// the largest size reserved, never shrinks. The device must outlive it.
+class HostStage {
+ public:
+  explicit HostStage(Device &dev) : dev_(dev) {}
+  ~HostStage() { dev_.free_host(p_); }
+  HostStage(const HostStage &) = delete;
+  HostStage &operator=(const HostStage &) = delete;
+  // At least `bytes` bytes; earlier contents are lost when it grows.
+  char *reserve(size_t bytes) {
+    if (bytes > capacity_) {
+      dev_.free_host(p_);
+      p_ = nullptr;
+      capacity_ = 0;
+      p_ = static_cast<char *>(dev_.allocate_host(bytes));
+      capacity_ = bytes;
+    }
+    return p_;
+  }
+  char *data() const { return p_; }
+
+ private:
+  Device &dev_;
+  char *p_ = nullptr;
+  size_t capacity_ = 0;
 };
 
 std::unique_ptr<Device> make_cpu_device();

@@ -183,12 +183,20 @@ void Trainer::bind_device_comms() {
          "cuda); they are on ", ranks_[0]->device->name());
   // NCCL cannot put two ranks on one GPU.
   std::set<std::string> gpus;
-  for (auto &R : ranks_) gpus.insert(R->device->name());
+  for (auto &R : ranks_) gpus.insert(R->device->hardware_id());
   const bool own_gpus = gpus.size() == ranks_.size();
   if (backend == "nccl" && !own_gpus)
     fail(Status::invalid_config, "--distributed-backend nccl needs a GPU per rank, but the ",
          ranks_.size(), " ranks of this process share ", gpus.size(),
          " GPU(s); use --distributed-backend host (or auto)");
+  // This rank's GPU as a number every process computes alike (host and PCI
+  // bus id, hashed to 52 bits so that a double holds it exactly).
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  auto gpu_key = [&](const Rank &R) {
+    const uint64_t h = std::hash<std::string>{}(std::string(host) + "/" + R.device->hardware_id());
+    return (double)(h >> 12);
+  };
   run_on_ranks([&](Rank &R) {
     const bool stage = on_gpu || opt_.stage_comm_through_host;
     Communicator **bound[4] = {&R.tp_d, &R.dp_d, &R.pp_d, &R.embedding_d};
@@ -197,12 +205,16 @@ void Trainer::bind_device_comms() {
       if (!raw[k]) continue;
       bool nccl = on_gpu && backend == "nccl";
       if (on_gpu && backend == "auto" && raw[k]->size() > 1) {
-        // The same choice on every member, whatever its process found.
-        double unable = nccl_built() && own_gpus ? 0 : 1;
+        // NCCL when every member has it and a GPU of its own, also across
+        // processes: the same choice on every member.
         const CommStats before = raw[k]->stats();  // set-up, not the group's traffic
+        double unable = nccl_built() ? 0 : 1;
         raw[k]->all_reduce(&unable, 1);
+        const double mine = gpu_key(R);
+        std::vector<double> keys((size_t)raw[k]->size());
+        raw[k]->all_gather(&mine, keys.data(), 1);
         raw[k]->stats() = before;
-        nccl = unable == 0;
+        nccl = unable == 0 && std::set<double>(keys.begin(), keys.end()).size() == keys.size();
       }
       if (nccl)
         R.staged[k] = make_nccl_comm(*raw[k], *R.device, opt_.comm_timeout_s);

@@ -4,6 +4,7 @@
 // under GoogleTest (tests/unit/test_device.cpp: CPU, and CUDA where a GPU is
 // present) and in the GPU-only build (tests/gpu/test_cuda_device.cu).
 #pragma once
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -57,6 +58,26 @@ inline int run(ptdp::Device &dev) {
   dev.free(b);
   s = dev.memory();
   c.check(s.in_use - s0.in_use == 1000, "free returns the bytes");
+
+  // Staging memory (page-locked on CUDA): copies through it round-trip, and it
+  // is not the device's memory.
+  c.check(dev.allocate_host(0) == nullptr, "allocate_host(0) is nullptr");
+  {
+    ptdp::HostStage stage(dev);
+    float *h = reinterpret_cast<float *>(stage.reserve(1000 * sizeof(float)));
+    for (int i = 0; i < 1000; i++) h[i] = 0.5f * (float)i;
+    void *d = dev.allocate(1000 * sizeof(float));
+    dev.copy_from_host(d, h, 1000 * sizeof(float));
+    std::fill(h, h + 1000, -1.0f);
+    dev.copy_to_host(h, d, 1000 * sizeof(float));
+    bool same = true;
+    for (int i = 0; i < 1000; i++) same = same && h[i] == 0.5f * (float)i;
+    c.check(same, "copies through staging memory round-trip");
+    c.check(stage.reserve(10) == reinterpret_cast<char *>(h), "a smaller reserve keeps the buffer");
+    c.check(dev.memory().in_use - s0.in_use == 1000 + 1000 * (int64_t)sizeof(float),
+            "staging memory is not counted as the device's");
+    dev.free(d);
+  }
   c.check(s.peak - s0.in_use >= 1000 + (3 << 20), "peak keeps the high mark");
   dev.reset_peak();
   c.check(dev.memory().peak == dev.memory().in_use, "reset_peak");

@@ -65,7 +65,7 @@ ptdp_plan_cli_test(lua_plan_cli_calibrate --rc 0 --expect "calibrated this CPU"
 # layout: its table and last line. Timings are not checked (CI runs loaded).
 ptdp_plan_cli_test(lua_plan_bench_calibration --rc 0 --expect "calibrated this CPU"
   --match "^interleaved +1 +2 +1 +1 +2 +8 +[0-9.]+ +[0-9.]+ +[0-9.]+ "
-  --match "^layouts=11 mean_abs_rel_err=[0-9.]+ max_abs_rel_err=[0-9.]+$"
+  --match "^layouts=13 mean_abs_rel_err=[0-9.]+ max_abs_rel_err=[0-9.]+$"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_plan_calibration.lua
      --iters 1 --warmup 0 --rounds 1 --num-layers 4 --hidden-size 64 --num-attention-heads 4
      --seq-length 32 --data-path ${PTDP_TEST_TMP}/lua/plan_calibration.ptdp
