@@ -126,6 +126,17 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaLayouts,
                                   std::to_string(l.p) + "v" + std::to_string(l.v);
                          });
 
+// --overlap-grad-reduce on GPU ranks: each rank's reduction thread stages its
+// buckets through the host while the rank's thread queues the rest of the
+// backward on the same stream. Not bit for bit: the embedding's backward adds
+// token rows with atomics, so two GPU runs differ by rounding. A bucket taken
+// before its gradients were final would be off by whole gradients.
+TEST(CudaTrainer, OverlappedGradReduceMatchesPlain) {
+  TrainerOptions plain = options(device_under_test(), 1, 2, 2), overlapped = plain;
+  overlapped.overlap_grad_reduce = true;
+  expect_matches_serial(train_run(overlapped, 10), train_run(plain, 10), kParamTol);
+}
+
 // The CUDA flash-attention kernel in a parallel layout against the CPU's fused twin.
 TEST(CudaTrainer, FlashAttentionMatchesCpu) {
   TrainerOptions cpu = options("cpu", 1, 1, 1), gpu = options(device_under_test(), 2, 1, 2);
