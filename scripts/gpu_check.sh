@@ -74,7 +74,7 @@ else
 fi
 
 step bench_ops 90 bench_ops.log build-gpu/tests/gpu/bench_gpu_ops
-step memcheck 150 memcheck.log bash -c 'rc=0
+step memcheck 210 memcheck.log bash -c 'rc=0
   mkdir -p build-gpu/memcheck
   for t in build-gpu/tests/gpu/test_cuda_*; do
     [[ -f "$t" && -x "$t" ]] || continue
@@ -85,6 +85,16 @@ step memcheck 150 memcheck.log bash -c 'rc=0
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$t" >"$log" 2>&1 ||
       { rc=1; cat "$log"; }
     echo "$(basename "$t"): $(grep "ERROR SUMMARY" "$log")"
+  done
+  # racecheck: shared-memory hazards of the kernels that reduce in shared
+  # memory (layernorm, softmax, the loss, flash attention), each cut to 60 s.
+  for name in test_cuda_layers test_cuda_loss test_cuda_flash_attention; do
+    t=build-gpu/tests/gpu/$name
+    [[ -x "$t" ]] || continue
+    log=build-gpu/memcheck/$name.racecheck.log
+    timeout -k 5 60 compute-sanitizer --tool racecheck --error-exitcode 1 "$t" >"$log" 2>&1 ||
+      { rc=1; tail -40 "$log"; }
+    echo "$name racecheck: $(grep "RACECHECK SUMMARY\|ERROR SUMMARY" "$log" | tail -1)"
   done; exit $rc'
 echo
 grep -hE -A1 "FAIL|rror" "$OUT/tests.log" "$OUT/trainer.log" "$OUT/memcheck.log" 2>/dev/null | head -60
