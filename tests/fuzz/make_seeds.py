@@ -77,6 +77,19 @@ for name, flags in [("byte", []), ("bpe", bpe_flags)]:
         idx2 = idx[:34 + 4 * s] + struct.pack(f"<{s}q", *new_ptrs) + idx[34 + 12 * s:]
         seed("fuzz_indexed_dataset", "byte_reordered", two(idx2, b"".join(parts)))
 
+# ---- ptdp's own token datasets -----------------------------------------------
+run("tokenize", "--format", "lines", "--output", "few.ptdp", "few.txt")
+seed("fuzz_token_dataset", "byte_u16", open(os.path.join(work, "few.ptdp"), "rb").read())
+run("tokenize", "--format", "lines", "--output", "few_bpe.ptdp", *bpe_flags, "few.txt")
+seed("fuzz_token_dataset", "bpe_u16", open(os.path.join(work, "few_bpe.ptdp"), "rb").read())
+# 4-byte tokens (a vocabulary over 65,535 ids), written by hand: two documents.
+docs = [[70000, 5, 69999], [1, 69999]]
+toks = [t for d in docs for t in d]
+offs = [0, len(docs[0]), len(toks)]
+seed("fuzz_token_dataset", "u32",
+     b"PTDPTOK\0" + struct.pack("<IIIIQQ", 1, 4, 70001, 0, len(docs), len(toks)) + bytes(24)
+     + struct.pack(f"<{len(offs)}Q", *offs) + struct.pack(f"<{len(toks)}I", *toks))
+
 # ---- the checkpoint manifest -----------------------------------------------
 run("ckpt", "import-safetensors", os.path.join(hf, "model.safetensors"), "ckpt")
 man = open(os.path.join(work, "ckpt", "iter_0000000", "manifest.json")).read()

@@ -13,7 +13,7 @@ shift || true
 build=$(realpath -m "${PTDP_FUZZ_BUILD:-build-fuzz}")
 fuzzers=("$@")
 if [ ${#fuzzers[@]} -eq 0 ]; then
-  fuzzers=(fuzz_indexed_dataset fuzz_manifest fuzz_safetensors fuzz_bpe_vocab_merges
+  fuzzers=(fuzz_indexed_dataset fuzz_token_dataset fuzz_manifest fuzz_safetensors fuzz_bpe_vocab_merges
            fuzz_bpe_tokenizer_json fuzz_bpe_roundtrip)
 fi
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DPTDP_FUZZ=ON \
