@@ -42,6 +42,15 @@ first, last = train[0]["lm_loss"], train[-1]["lm_loss"]
 print(f"lm loss {first:.3f} -> {last:.3f}")
 sys.exit(0 if last < first - 0.3 else 1)
 EOF
+# What the planner's DGX H100 preset (data-sheet figures, not yet calibrated on
+# a GPU) predicts for gpu_check's bench_gpt run (1.3B, b=2, bf16, full
+# recomputation): compare its iteration_s with bench_gpt.log's step time.
+echo "== ptdp plan's prediction for bench_gpu_gpt --bf16 1 (dgx-h100 preset)"
+"$bin/ptdp" plan --machine dgx-h100 --num-gpus 1 --num-layers 24 --hidden-size 2048 \
+  --num-attention-heads 16 --seq-length 2048 --vocab-size 50304 --global-batch-size 2 \
+  --micro-batch-size 2 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 \
+  --bf16 --recompute-granularity full | tail -1
+
 # Last, and cut short (one GPU runs only its one-rank cases): the trainer's
 # checks above matter more within gpu_check's time limit.
 echo "== test_nccl_comm (the communicator conformance suite on NCCL, one rank per GPU)"
