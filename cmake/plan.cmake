@@ -1,6 +1,7 @@
 # The planner (engine/plan): the paper's performance and memory model. It
 # depends on nothing of the training code: the pipeline schedules, status
-# errors, the output-file helper and (for --calibrate) the CPU kernels only. Included after the `ptdp` target.
+# errors, the output-file helper and (for --calibrate) the devices and their op table only.
+# Included after the `ptdp` target.
 
 # Machine presets are data (engine/plan/machines/*.json) compiled into the library.
 file(GLOB PTDP_PLAN_MACHINES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/engine/plan/machines/*.json)
@@ -25,8 +26,8 @@ add_library(ptdp_plan OBJECT
   engine/plan/ptdp_stash.cpp)
 target_include_directories(ptdp_plan PUBLIC ${CMAKE_SOURCE_DIR} ${CBLAS_INCLUDE_DIR}
   PRIVATE ${CMAKE_BINARY_DIR}/generated)
-# --calibrate times ptdp's CPU kernels (kernels/cpu), not the training code.
-target_link_libraries(ptdp_plan PUBLIC nlohmann_json::nlohmann_json ZLIB::ZLIB ptdp_cpu_kernels)
+# --calibrate times ptdp's op table on a device (engine/device), not the training code.
+target_link_libraries(ptdp_plan PUBLIC nlohmann_json::nlohmann_json ZLIB::ZLIB ptdp_device)
 
 # libptdp.so gets the planner (its other pieces are in ptdp_static already).
 target_sources(ptdp PRIVATE $<TARGET_OBJECTS:ptdp_plan>)
@@ -37,5 +38,5 @@ add_library(ptdp_plan_standalone STATIC $<TARGET_OBJECTS:ptdp_plan>
   engine/parallel/schedule.cpp engine/core/status.cpp engine/core/output_file.cpp
   engine/core/canvas.cpp engine/core/font5x7.cpp engine/core/chart.cpp)
 target_include_directories(ptdp_plan_standalone PUBLIC ${CMAKE_SOURCE_DIR})
-target_link_libraries(ptdp_plan_standalone PUBLIC ptdp_cpu_kernels ${OPENBLAS_LIB}
+target_link_libraries(ptdp_plan_standalone PUBLIC ptdp_device ${OPENBLAS_LIB}
   nlohmann_json::nlohmann_json ZLIB::ZLIB)

@@ -45,11 +45,17 @@ EOF
 # What the planner's DGX H100 preset (data-sheet figures, not yet calibrated on
 # a GPU) predicts for gpu_check's bench_gpt run (1.3B, b=2, bf16, full
 # recomputation): compare its iteration_s with bench_gpt.log's step time.
+bench=(--num-gpus 1 --num-layers 24 --hidden-size 2048 --num-attention-heads 16
+  --seq-length 2048 --vocab-size 50304 --global-batch-size 2 --micro-batch-size 2
+  --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --bf16
+  --recompute-granularity full)
 echo "== ptdp plan's prediction for bench_gpu_gpt --bf16 1 (dgx-h100 preset)"
-"$bin/ptdp" plan --machine dgx-h100 --num-gpus 1 --num-layers 24 --hidden-size 2048 \
-  --num-attention-heads 16 --seq-length 2048 --vocab-size 50304 --global-batch-size 2 \
-  --micro-batch-size 2 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 \
-  --bf16 --recompute-granularity full | tail -1
+"$bin/ptdp" plan --machine dgx-h100 "${bench[@]}" | tail -1
+# The same with this GPU measured through ptdp's ops (--calibrate; off a GPU
+# the dry run measures the CPU): its iteration_s against bench_gpt's step.
+echo "== the same, calibrated on this device (ptdp plan --calibrate --device $device)"
+"$bin/ptdp" plan --calibrate --device "$device" --machine dgx-h100 "${bench[@]}" |
+  grep -E "calibrated|^tflops_per_gpu" || rc=1
 
 # Last, and cut short (one GPU runs only its one-rank cases): the trainer's
 # checks above matter more within gpu_check's time limit.

@@ -18,7 +18,8 @@
 
 #include "engine/plan/machine.h"
 #include "engine/plan/model.h"
-#include "kernels/cpu/ops.h"
+#include "engine/device/device.h"
+#include "engine/device/ops.h"
 
 extern "C" void openblas_set_num_threads(int);
 extern "C" int openblas_get_num_threads(void);
@@ -57,71 +58,109 @@ struct Threads {
   }
 };
 
-// Seconds of one m x n x k fp32 GEMM as ptdp's forward runs it (B transposed).
-double time_gemm(int m, int n, int k, int reps) {
-  std::vector<float> a((size_t)m * k, 0.01f), b((size_t)n * k, 0.02f), c((size_t)m * n);
-  return best_of(reps, [&] {
-    cpu::gemm<float>(false, true, m, n, k, 1.f, a.data(), k, b.data(), k, 0.f, c.data(), n);
-  });
+// Device memory filled with one value, freed with the object.
+struct Filled {
+  Device &dev;
+  float *p;
+  Filled(Device &d, size_t n, float value) : dev(d) {
+    p = static_cast<float *>(dev.allocate(n * sizeof(float)));
+    const std::vector<float> host(n, value);
+    dev.copy_from_host(p, host.data(), n * sizeof(float));
+  }
+  ~Filled() { dev.free(p); }
+  Filled(const Filled &) = delete;
+  Filled &operator=(const Filled &) = delete;
+};
+
+// The fastest of `reps` runs of f timed on the device's stream, after one
+// untimed run.
+template <class F>
+double device_best_of(Device &dev, int reps, F f) {
+  f();
+  dev.synchronize();
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    auto timer = dev.make_timer();
+    timer->start();
+    f();
+    timer->stop();
+    best = std::min(best, timer->elapsed_ms() * 1e-3);
+  }
+  return best;
+}
+
+// Seconds of one m x n x k GEMM as ptdp's forward runs it (B transposed), in
+// the op table's storage type.
+double time_gemm(Ops<float> &ops, int m, int n, int k, int reps) {
+  Device &dev = ops.device();
+  Filled a(dev, (size_t)m * k, 0.01f), b(dev, (size_t)n * k, 0.02f), c(dev, (size_t)m * n, 0.f);
+  return device_best_of(dev, reps,
+                        [&] { ops.gemm(false, true, m, n, k, 1.f, a.p, k, b.p, k, 0.f, c.p, n); });
 }
 
 // Streaming bandwidth: bytes read + written per second by a large copy.
-double copy_bandwidth() {
-  const size_t n = (size_t)16 << 20;  // 64 MiB each way
-  std::vector<float> a(n, 1.f), b(n, 0.f);
-  double t = best_of(2, [&] { std::memcpy(b.data(), a.data(), n * sizeof(float)); });
+double copy_bandwidth(Device &dev, size_t n) {
+  Filled a(dev, n, 1.f), b(dev, n, 0.f);
+  const double t = device_best_of(dev, 2, [&] { dev.copy(b.p, a.p, n * sizeof(float)); });
   return 2.0 * n * sizeof(float) / t;
 }
 
 // Seconds of the element-wise kernels of one transformer layer, forward and
 // backward, for one sequence (what transformer_layer.cpp and attention.cpp
 // run besides GEMMs; dropout on as in training).
-double time_layer_elementwise(const CalibrationShape &sh) {
+double time_layer_elementwise(Ops<float> &ops, const CalibrationShape &sh) {
+  Device &dev = ops.device();
   const int s = sh.seq, h = sh.hidden, a = sh.heads, f = sh.ffn, N = s;
   const size_t E = (size_t)N * h, F = (size_t)N * f, A = (size_t)a * s * s, Q = 3 * E;
-  std::vector<float> x(E, 0.5f), y(E, 0.25f), z(E), dz(E), w(h, 1.f), bias(f, 0.1f), dw(h), db(f);
-  std::vector<float> mean(N), rstd(N), qkv(Q, 0.1f), fz(F, 0.3f), fg(F), df(F, 0.01f);
-  std::vector<float> scores(A, 0.2f), probs(A), pdrop(A), dp(A, 0.01f), dqkv(Q, 0.01f);
+  Filled x(dev, E, 0.5f), y(dev, E, 0.25f), z(dev, E, 0.f), dz(dev, E, 0.f), w(dev, h, 1.f);
+  Filled bias(dev, f, 0.1f), dw(dev, h, 0.f), db(dev, f, 0.f), mean(dev, N, 0.f), rstd(dev, N, 0.f);
+  Filled qkv(dev, Q, 0.1f), fz(dev, F, 0.3f), fg(dev, F, 0.f), df(dev, F, 0.01f);
+  Filled scores(dev, A, 0.2f), probs(dev, A, 0.f), pdrop(dev, A, 0.f), dp(dev, A, 0.01f);
+  Filled dqkv(dev, Q, 0.01f);
   DropoutSpec drop{{1234, 7, 1}, 0.1f, 0};
-  return best_of(4, [&] {
+  return device_best_of(dev, 4, [&] {
     // forward
-    cpu::layernorm_forward<float>(z.data(), mean.data(), rstd.data(), x.data(), w.data(),
-                                  bias.data(), N, h, 1e-5f);
-    cpu::bias_dropout_add_forward<float>(qkv.data(), nullptr, qkv.data(), bias.data(), s, 1, 3 * h,
-                                         DropoutSpec{});
-    cpu::scale_mask_softmax_forward<float>(probs.data(), scores.data(), a, s, s, 0.125f, true,
-                                           nullptr);
-    cpu::dropout_attention<float>(pdrop.data(), probs.data(), 1, a, s, s, 0, drop);
-    cpu::bias_dropout_add_forward<float>(y.data(), x.data(), z.data(), bias.data(), s, 1, h, drop);
-    cpu::layernorm_forward<float>(z.data(), mean.data(), rstd.data(), y.data(), w.data(),
-                                  bias.data(), N, h, 1e-5f);
-    cpu::bias_gelu_forward<float>(fz.data(), fg.data(), fz.data(), bias.data(), N, f);
-    cpu::bias_dropout_add_forward<float>(y.data(), x.data(), z.data(), bias.data(), s, 1, h, drop);
+    ops.layernorm_forward(z.p, mean.p, rstd.p, x.p, w.p, bias.p, N, h, 1e-5f);
+    ops.bias_dropout_add_forward(qkv.p, nullptr, qkv.p, bias.p, s, 1, 3 * h, DropoutSpec{});
+    ops.scale_mask_softmax_forward(probs.p, scores.p, a, s, s, 0.125f, true, nullptr);
+    ops.dropout_attention(pdrop.p, probs.p, 1, a, s, s, 0, drop);
+    ops.bias_dropout_add_forward(y.p, x.p, z.p, bias.p, s, 1, h, drop);
+    ops.layernorm_forward(z.p, mean.p, rstd.p, y.p, w.p, bias.p, N, h, 1e-5f);
+    ops.bias_gelu_forward(fz.p, fg.p, fz.p, bias.p, N, f);
+    ops.bias_dropout_add_forward(y.p, x.p, z.p, bias.p, s, 1, h, drop);
     // backward
-    cpu::bias_dropout_add_backward<float>(dz.data(), db.data(), y.data(), s, 1, h, drop);
-    cpu::bias_gelu_backward<float>(df.data(), db.data(), df.data(), fz.data(), N, f);
-    cpu::layernorm_backward<float>(dz.data(), dw.data(), db.data(), y.data(), x.data(), w.data(),
-                                   mean.data(), rstd.data(), N, h);
-    cpu::bias_dropout_add_backward<float>(dz.data(), db.data(), y.data(), s, 1, h, drop);
-    cpu::dropout_backward_from_output<float>(dp.data(), dp.data(), pdrop.data(), A, 0.1f);
-    cpu::scale_mask_softmax_backward<float>(dp.data(), probs.data(), dp.data(), a, s, s, 0.125f);
-    cpu::colsum_accumulate<float>(db.data(), dqkv.data(), N, 3 * h);
-    cpu::layernorm_backward<float>(dz.data(), dw.data(), db.data(), y.data(), x.data(), w.data(),
-                                   mean.data(), rstd.data(), N, h);
+    ops.bias_dropout_add_backward(dz.p, db.p, y.p, s, 1, h, drop);
+    ops.bias_gelu_backward(df.p, db.p, df.p, fz.p, N, f);
+    ops.layernorm_backward(dz.p, dw.p, db.p, y.p, x.p, w.p, mean.p, rstd.p, N, h);
+    ops.bias_dropout_add_backward(dz.p, db.p, y.p, s, 1, h, drop);
+    ops.dropout_backward_from_output(dp.p, dp.p, pdrop.p, A, 0.1f);
+    ops.scale_mask_softmax_backward(dp.p, probs.p, dp.p, a, s, s, 0.125f);
+    ops.colsum_accumulate(db.p, dqkv.p, N, 3 * h);
+    ops.layernorm_backward(dz.p, dw.p, db.p, y.p, x.p, w.p, mean.p, rstd.p, N, h);
   });
 }
 
 // Parameters per second of ptdp's optimizer step: gradient norm, AdamW.
-double optimizer_rate() {
-  const size_t n = (size_t)1 << 20;
-  std::vector<float> p(n, 0.1f), g(n, 0.01f), m1(n), m2(n);
-  cpu::AdamWParams ap{1e-4, 0.9, 0.95, 1e-8, 0.01, 1};
-  double t = best_of(3, [&] {
-    volatile double sq = cpu::sum_squares<float>(g.data(), n);
+double optimizer_rate(Ops<float> &ops, size_t n) {
+  Device &dev = ops.device();
+  Filled p(dev, n, 0.1f), g(dev, n, 0.01f), m1(dev, n, 0.f), m2(dev, n, 0.f);
+  const AdamWStep step{1e-4, 0.9, 0.95, 1e-8, 0.01, 1};
+  const double t = device_best_of(dev, 3, [&] {
+    volatile double sq = ops.sum_squares(g.p, n);
     (void)sq;
-    cpu::adamw_update<float>(p.data(), g.data(), m1.data(), m2.data(), n, ap);
+    ops.adamw_update(p.p, g.p, m1.p, m2.p, n, step);
   });
   return (double)n / t;
+}
+
+// The bytes of one layer's element-wise kernels as the model counts them.
+double layer_elementwise_bytes(const CalibrationShape &shape, DType dt) {
+  ModelSpec one_layer;
+  one_layer.layers = 1, one_layer.hidden = shape.hidden, one_layer.heads = shape.heads;
+  one_layer.seq = shape.seq, one_layer.ffn = shape.ffn;
+  double bytes = 0;
+  for (const StreamOp &op : layer_elementwise_ops(one_layer, 1, 1, dt)) bytes += op.bytes;
+  return bytes;
 }
 
 // Two threads handing a buffer back and forth as ThreadComm's send/recv do
@@ -185,6 +224,8 @@ double omp_region_seconds(int n) {
 }  // namespace
 
 Machine calibrate_this_machine(std::string *log, const CalibrationShape &shape) {
+  auto cpu = make_cpu_device();
+  auto ops = make_ops<float>(*cpu);
   Machine m;
   m.name = "this-cpu";
   const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
@@ -192,12 +233,12 @@ Machine calibrate_this_machine(std::string *log, const CalibrationShape &shape) 
   {
     Threads th(cores);
     const int N = 1024;
-    all_cores_rate = 2.0 * N * N * N / time_gemm(N, N, N, 3);
+    all_cores_rate = 2.0 * N * N * N / time_gemm(*ops, N, N, N, 3);
   }
   Threads one(1);
   // GEMM time is linear in K: t = 2 M N (K + k_half) / peak. Two K fit both.
   const int M = 256, K1 = 64, K2 = 512;
-  const double t1 = time_gemm(M, M, K1, 9), t2 = time_gemm(M, M, K2, 5);
+  const double t1 = time_gemm(*ops, M, M, K1, 9), t2 = time_gemm(*ops, M, M, K2, 5);
   const double slope = (t2 - t1) / (K2 - K1);
   double peak_core = 2.0 * M * M * K2 / t2, k_half = 0;
   if (slope > 0) {
@@ -209,18 +250,13 @@ Machine calibrate_this_machine(std::string *log, const CalibrationShape &shape) 
   m.gemm_tile_m = m.gemm_tile_n = 64;
   m.gemm_k_half = k_half;
   m.gemm_max_efficiency = 1.0;
-  m.memory_bandwidth = copy_bandwidth();
+  m.memory_bandwidth = copy_bandwidth(*cpu, (size_t)16 << 20);  // 64 MiB each way
   m.memory_efficiency = 1.0;
   // Element-wise kernels: the bytes the model counts for them per second.
-  ModelSpec one_layer;
-  one_layer.layers = 1, one_layer.hidden = shape.hidden, one_layer.heads = shape.heads;
-  one_layer.seq = shape.seq, one_layer.ffn = shape.ffn;
-  double ew_bytes = 0;
-  for (const StreamOp &op : layer_elementwise_ops(one_layer, 1, 1, DType::fp32))
-    ew_bytes += op.bytes;
-  const double ew_core = ew_bytes / time_layer_elementwise(shape);
+  const double ew_core =
+      layer_elementwise_bytes(shape, DType::fp32) / time_layer_elementwise(*ops, shape);
   m.elementwise_bandwidth = ew_core * cores;
-  m.optimizer_params_per_s = optimizer_rate() * cores;
+  m.optimizer_params_per_s = optimizer_rate(*ops, (size_t)1 << 20) * cores;
   // A kernel's fixed cost: the OpenMP region a rank of all the cores forks.
   m.op_overhead_s = omp_region_seconds(cores);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -251,6 +287,56 @@ Machine calibrate_this_machine(std::string *log, const CalibrationShape &shape) 
         shape.seq, shape.hidden, shape.heads, m.optimizer_params_per_s / cores / 1e6,
         m.memory_bandwidth / 1e9, m.op_overhead_s * 1e6, lat * 1e6, link_bw / 1e9,
         m.memory_bytes / 1e9);
+    *log = buf;
+  }
+  return m;
+}
+
+Machine calibrate_gpu(Device &dev, DType dt, const Machine &base, std::string *log,
+                      const CalibrationShape &shape, int gemm_size) {
+  auto ops = make_ops<float>(dev);
+  Machine m = base;
+  m.name = "this-gpu";
+  // GEMM time is linear in K: t = 2 M N (K + k_half) / peak; two K fit both.
+  // In the run's type: 16-bit GEMMs read 16-bit copies, as a run's do.
+  ops->set_storage_type(dt == DType::bf16   ? ptdp::DType::bf16
+                        : dt == DType::fp16 ? ptdp::DType::f16
+                                            : ptdp::DType::f32);
+  const int M = gemm_size, K1 = gemm_size / 8, K2 = gemm_size;
+  const double t1 = time_gemm(*ops, M, M, K1, 5), t2 = time_gemm(*ops, M, M, K2, 5);
+  const double slope = (t2 - t1) / (K2 - K1);
+  double peak = 2.0 * M * M * K2 / t2, k_half = 0;
+  if (slope > 0) {
+    peak = std::max(peak, 2.0 * M * M / slope);
+    k_half = std::max(0.0, t1 / slope - K1);
+  }
+  (dt == DType::bf16 ? m.peak_bf16 : dt == DType::fp16 ? m.peak_fp16 : m.peak_fp32) = peak;
+  m.gemm_k_half = k_half;
+  m.gemm_max_efficiency = 1.0;  // the measured peak is ptdp's own
+  ops->set_storage_type(ptdp::DType::f32);
+  // Streams of 4 M^2 floats: 256 MiB each way at M = 4096, far over any cache.
+  const size_t stream = (size_t)4 * M * M;
+  m.memory_bandwidth = copy_bandwidth(dev, stream);
+  // Element-wise kernels are memory-bound here: their rate against the copy's.
+  const double ew = layer_elementwise_bytes(shape, dt) / time_layer_elementwise(*ops, shape);
+  m.elementwise_bandwidth = 0;
+  m.memory_efficiency = ew / m.memory_bandwidth;
+  m.optimizer_params_per_s = optimizer_rate(*ops, stream);
+  Filled one(dev, 1, 1.f);
+  m.op_overhead_s = device_best_of(dev, 20, [&] { ops->scale_inplace(one.p, 1, 1.f); });
+  m.description = dev.name() + ", measured with ptdp's ops (" + dtype_name(dt) +
+                  " GEMM, copy, a layer's element-wise ops, AdamW, kernel cost); links, node, "
+                  "memory and tiling from " + base.name;
+  if (log) {
+    char buf[800];
+    std::snprintf(buf, sizeof buf,
+                  "  calibrated %s: %s GEMM %.1f TFLOP/s (%dx%d, K %d..%d: k_half %.0f); copy "
+                  "bandwidth %.0f GB/s; element-wise kernels %.0f GB/s as counted = %.2f of it "
+                  "(a layer at s=%d h=%d a=%d); optimizer %.2f G params/s; kernel %.1f us\n",
+                  dev.name().c_str(), dtype_name(dt), peak / 1e12, M, M, K1, K2, k_half,
+                  m.memory_bandwidth / 1e9, ew / 1e9, m.memory_efficiency, shape.seq,
+                  shape.hidden, shape.heads, m.optimizer_params_per_s / 1e9,
+                  m.op_overhead_s * 1e6);
     *log = buf;
   }
   return m;

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace ptdp {
+class Device;
+}
+
 namespace ptdp::plan {
 
 enum class DType { fp32, bf16, fp16 };
@@ -72,5 +76,14 @@ struct CalibrationShape {
 // Per-core rates are scaled by the cores: r ranks get cores / r threads each.
 // `log` gets what was measured.
 Machine calibrate_this_machine(std::string *log, const CalibrationShape &shape = {});
+
+// Measures one GPU (`dev`) through ptdp's op table in `dt`, in a few seconds:
+// its GEMM (peak, k_half), a copy's bandwidth, one layer's element-wise ops
+// (their efficiency against that bandwidth), the optimizer step and the cost of
+// a tiny kernel. The rest (links, GPUs per node, memory, GEMM tiling, price)
+// is `base`'s, which one GPU cannot measure. `gemm_size`: M = N of the timed
+// GEMMs (K up to it); the copy and the optimizer stream 4 M^2 floats.
+Machine calibrate_gpu(Device &dev, DType dt, const Machine &base, std::string *log,
+                      const CalibrationShape &shape, int gemm_size = 4096);
 
 }  // namespace ptdp::plan

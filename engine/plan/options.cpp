@@ -38,7 +38,11 @@ const Opt kOptions[] = {
     {"accumulate_allreduce_grads_in_fp32", "0 | 1 (default: 1 for bf16, 0 for fp16)"},
     {"use_distributed_optimizer", "flag: shard the optimizer state over the d replicas"},
     {"machine", "a preset (selene, dgx-h100) or a JSON file (default selene)"},
-    {"calibrate", "flag: measure this machine's CPU and plan for thread ranks on it"},
+    {"calibrate", "flag: measure this machine's device (see device) with ptdp's own ops and plan "
+                  "for it: the CPU's thread ranks, or GPUs like the one measured (what one GPU "
+                  "cannot measure, its links, GPUs per node, memory and price, from machine)"},
+    {"device", "what calibrate measures: auto (a GPU when one is visible, else the CPU), cpu, "
+               "cuda or cuda:N"},
     {"save_machine", "write the machine description used (e.g. calibrated) to this JSON file"},
     {"train_tokens", "tokens to train on, for days and GPU-hours (default 300B; K/M/B/T suffixes)"},
     {"max_micro_batch_size", "largest b searched (default 64)"},
@@ -148,6 +152,11 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
       if (val.empty()) fail(Status::bad_value, "machine needs a preset name or a JSON file");
       r.machine = val;
     } else if (k == "calibrate") r.calibrate = flag(k, val);
+    else if (k == "device") {
+      if (val != "auto" && val != "cpu" && val != "cuda" && val.rfind("cuda:", 0) != 0)
+        fail(Status::bad_value, "device '", val, "': allowed are auto, cpu, cuda and cuda:N");
+      r.device = val;
+    }
     else if (k == "save_machine") r.save_machine = val;
     else if (k == "train_tokens") r.train.train_tokens = tokens(k, val);
     else if (k == "max_micro_batch_size") r.max_micro_batch = (int)whole(k, val, 1, 1 << 20);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "engine/core/status.h"
+#include "engine/device/device.h"
 
 namespace ptdp::plan {
 
@@ -86,10 +87,19 @@ PlanResult run_plan(const PlanRequest &req) {
     // that would take long (an attention matrix or MLP over 4M elements).
     CalibrationShape shape;
     const ModelSpec &mm = req.model;
+    const CalibrationShape own{(int)mm.seq, (int)mm.hidden, (int)mm.heads, (int)mm.ffn_size()};
     if (mm.heads * mm.seq * mm.seq <= (1 << 22) &&
         mm.seq * std::max(3 * mm.hidden, mm.ffn_size()) <= (1 << 22))
-      shape = {(int)mm.seq, (int)mm.hidden, (int)mm.heads, (int)mm.ffn_size()};
-    res.machine = calibrate_this_machine(&res.machine_log, shape);
+      shape = own;
+    const bool gpu = req.device == "auto" ? cuda_device_count() > 0 : req.device != "cpu";
+    if (gpu) {
+      // One sequence of the model's own layer: a GPU holds it.
+      auto dev = make_device(req.device == "auto" ? "cuda" : req.device, 0);
+      res.machine = calibrate_gpu(*dev, req.train.dtype, load_machine(req.machine),
+                                  &res.machine_log, own);
+    } else {
+      res.machine = calibrate_this_machine(&res.machine_log, shape);
+    }
   } else {
     res.machine = load_machine(req.machine);
   }

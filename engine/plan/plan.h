@@ -15,6 +15,7 @@ struct PlanRequest {
   TrainSpec train;
   std::string machine = "selene";
   bool calibrate = false;
+  std::string device = "auto";  // what calibrate measures
   std::string save_machine;  // write the machine used (e.g. calibrated) as JSON
   // Constraints on the layout; 0 / -1 = search.
   int t = 0, p = 0, d = 0, b = 0, v = 0;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/core/status.h"
+#include "engine/device/device.h"
 #include "engine/plan/plan.h"
 #include "tests/unit/png_decode.h"
 
@@ -387,6 +388,32 @@ TEST(PlanBadInput, LayoutsThatCannotWorkAreNamedWithTheReason) {
   std::string big = plan_error({{"num_layers", "128"}, {"hidden_size", "25600"}, {"num_attention_heads", "160"},
                                 {"global_batch_size", "64"}, {"num_gpus", "8"}});
   EXPECT_NE(big.find("no layout fits in 80.0 GiB"), std::string::npos) << big;
+}
+
+// The GPU calibration goes through the op table, so it runs on any device:
+// here the CPU's, at small sizes, for its structure (on a GPU machine `ptdp
+// plan --calibrate` measures the GPU with it). What one device cannot measure
+// stays the base machine's.
+TEST(PlanCalibrate, GpuPathMeasuresAnyDeviceThroughItsOps) {
+  auto cpu = ptdp::make_cpu_device();
+  const Machine base = load_machine("dgx-h100");
+  std::string log;
+  const Machine m = calibrate_gpu(*cpu, DType::bf16, base, &log, {64, 64, 2, 256}, 128);
+  EXPECT_EQ(m.name, "this-gpu");
+  EXPECT_GT(m.peak_bf16, 1e8);
+  EXPECT_EQ(m.peak_fp32, base.peak_fp32);  // only the run's type is measured
+  EXPECT_GE(m.gemm_k_half, 0);
+  EXPECT_GT(m.memory_bandwidth, 1e8);
+  EXPECT_GT(m.memory_efficiency, 0);
+  EXPECT_TRUE(std::isfinite(m.memory_efficiency));
+  EXPECT_EQ(m.elementwise_bandwidth, 0);  // memory-bound: bandwidth x efficiency
+  EXPECT_GT(m.optimizer_params_per_s, 1e5);
+  EXPECT_GT(m.op_overhead_s, 0);
+  EXPECT_EQ(m.intra.bandwidth, base.intra.bandwidth);
+  EXPECT_EQ(m.devices_per_node, base.devices_per_node);
+  EXPECT_EQ(m.memory_bytes, base.memory_bytes);
+  EXPECT_NE(log.find("calibrated cpu: bf16 GEMM"), std::string::npos) << log;
+  EXPECT_NE(m.description.find("from dgx-h100"), std::string::npos) << m.description;
 }
 
 TEST(PlanCalibrate, MeasuresThisCpuQuickly) {
