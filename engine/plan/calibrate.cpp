@@ -98,6 +98,22 @@ double time_gemm(Ops<float> &ops, int m, int n, int k, int reps) {
                         [&] { ops.gemm(false, true, m, n, k, 1.f, a.p, k, b.p, k, 0.f, c.p, n); });
 }
 
+// ptdp's GEMM (M x M x K) at two K: its time is linear in K, t = 2 M M (K +
+// k_half) / peak, so the two fit both.
+struct GemmFit {
+  double peak, k_half;
+};
+GemmFit fit_gemm(Ops<float> &ops, int M, int K1, int K2, int reps1, int reps2) {
+  const double t1 = time_gemm(ops, M, M, K1, reps1), t2 = time_gemm(ops, M, M, K2, reps2);
+  const double slope = (t2 - t1) / (K2 - K1);
+  GemmFit f{2.0 * M * M * K2 / t2, 0};
+  if (slope > 0) {
+    f.peak = std::max(f.peak, 2.0 * M * M / slope);
+    f.k_half = std::max(0.0, t1 / slope - K1);
+  }
+  return f;
+}
+
 // Streaming bandwidth: bytes read + written per second by a large copy.
 double copy_bandwidth(Device &dev, size_t n) {
   Filled a(dev, n, 1.f), b(dev, n, 0.f);
@@ -236,15 +252,9 @@ Machine calibrate_this_machine(std::string *log, const CalibrationShape &shape) 
     all_cores_rate = 2.0 * N * N * N / time_gemm(*ops, N, N, N, 3);
   }
   Threads one(1);
-  // GEMM time is linear in K: t = 2 M N (K + k_half) / peak. Two K fit both.
   const int M = 256, K1 = 64, K2 = 512;
-  const double t1 = time_gemm(*ops, M, M, K1, 9), t2 = time_gemm(*ops, M, M, K2, 5);
-  const double slope = (t2 - t1) / (K2 - K1);
-  double peak_core = 2.0 * M * M * K2 / t2, k_half = 0;
-  if (slope > 0) {
-    peak_core = std::max(peak_core, 2.0 * M * M / slope);
-    k_half = std::max(0.0, t1 / slope - K1);
-  }
+  const GemmFit fit = fit_gemm(*ops, M, K1, K2, 9, 5);
+  const double peak_core = fit.peak, k_half = fit.k_half;
   m.peak_fp32 = m.peak_bf16 = m.peak_fp16 = peak_core * cores;  // 16-bit types compute in fp32
   m.gemm_units = cores;
   m.gemm_tile_m = m.gemm_tile_n = 64;
@@ -297,19 +307,13 @@ Machine calibrate_gpu(Device &dev, DType dt, const Machine &base, std::string *l
   auto ops = make_ops<float>(dev);
   Machine m = base;
   m.name = "this-gpu";
-  // GEMM time is linear in K: t = 2 M N (K + k_half) / peak; two K fit both.
   // In the run's type: 16-bit GEMMs read 16-bit copies, as a run's do.
   ops->set_storage_type(dt == DType::bf16   ? ptdp::DType::bf16
                         : dt == DType::fp16 ? ptdp::DType::f16
                                             : ptdp::DType::f32);
   const int M = gemm_size, K1 = gemm_size / 8, K2 = gemm_size;
-  const double t1 = time_gemm(*ops, M, M, K1, 5), t2 = time_gemm(*ops, M, M, K2, 5);
-  const double slope = (t2 - t1) / (K2 - K1);
-  double peak = 2.0 * M * M * K2 / t2, k_half = 0;
-  if (slope > 0) {
-    peak = std::max(peak, 2.0 * M * M / slope);
-    k_half = std::max(0.0, t1 / slope - K1);
-  }
+  const GemmFit fit = fit_gemm(*ops, M, K1, K2, 5, 5);
+  const double peak = fit.peak, k_half = fit.k_half;
   (dt == DType::bf16 ? m.peak_bf16 : dt == DType::fp16 ? m.peak_fp16 : m.peak_fp32) = peak;
   m.gemm_k_half = k_half;
   m.gemm_max_efficiency = 1.0;  // the measured peak is ptdp's own

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "engine/data/indexed_dataset.h"
-#include "tests/fuzz/fuzz_util.h"
+#include "tests/fuzz/token_source_checks.h"
 
 using namespace ptdp_fuzz;
 
@@ -16,13 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   accepts([&] {
     const ptdp::IndexedDataset ds(scratch_dir() + "/d");
     const uint64_t n = ds.num_tokens();
-    check(n <= bin_bytes, "more tokens than .bin bytes");
-    check(ds.doc_offset(0) == 0 && ds.doc_offset(ds.num_docs()) == n, "documents do not span");
-    for (uint64_t d = 1; d <= ds.num_docs(); d++)
-      check(ds.doc_offset(d - 1) <= ds.doc_offset(d), "document offsets decrease");
-    std::vector<int32_t> tokens(n);
-    ds.read(0, n, tokens.data());
-    for (int32_t t : tokens) check(t >= 0 && t < ds.vocab_size(), "token outside vocab_size()");
+    const std::vector<int32_t> tokens = check_token_source(ds, bin_bytes);
     // Reads that start inside a sequence, as the sampler's windows do.
     for (uint64_t first = 1; first < n; first += 7) {
       int32_t t[3];
