@@ -87,8 +87,7 @@ class NcclComm final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the collectives'
   cudaEvent_t event_ = nullptr;
-  void *scratch_ = nullptr;  // from the device's pool
-  size_t scratch_bytes_ = 0;
+  DeviceArray<char> scratch_;  // grows only
   HostStage stage_{dev_};  // host copies of point-to-point messages (page-locked)
   bool aborted_ = false;
 };
@@ -147,8 +146,7 @@ void NcclComm::release() {
       ncclCommAbort(comm_);
     comm_ = nullptr;
   }
-  if (scratch_) dev_.free(scratch_);
-  scratch_ = nullptr;
+  scratch_ = DeviceArray<char>();
   if (event_) cudaEventDestroy(event_);
   event_ = nullptr;
   if (stream_) cudaStreamDestroy(stream_);
@@ -230,13 +228,9 @@ void NcclComm::copy(void *dst, const void *src, size_t bytes) {
 }
 
 void *NcclComm::scratch(size_t bytes) {
-  if (scratch_bytes_ < bytes) {
-    if (scratch_) dev_.free(scratch_);
-    scratch_ = nullptr;
-    scratch_ = dev_.allocate(bytes);  // stream-ordered: after_compute() orders its use
-    scratch_bytes_ = bytes;
-  }
-  return scratch_;
+  // Stream-ordered memory of the device: after_compute() orders its use.
+  if (scratch_.size() < bytes) scratch_.resize(dev_, bytes);
+  return scratch_.data();
 }
 
 std::vector<char> NcclComm::gather_to_host(const void *in, size_t bytes) {

@@ -57,7 +57,6 @@ void GradReducer::start() {
     b.pending = b.hi - b.lo;
     b.launched = false;
   }
-  overlapped_ = 0;
   active_ = true;
 }
 
@@ -77,13 +76,18 @@ void GradReducer::ready(size_t offset, size_t n) {
 
 void GradReducer::launch(size_t b) {
   buckets_[b].launched = true;
-  overlapped_++;
   {
     std::lock_guard<std::mutex> lk(mu_);
     queue_.push_back(b);
     launched_++;
   }
   cv_.notify_all();
+}
+
+// Launched is set only for the buckets the backward handed to the thread.
+int GradReducer::overlapped_buckets() const {
+  return (int)std::count_if(buckets_.begin(), buckets_.end(),
+                            [](const Bucket &b) { return b.launched; });
 }
 
 void GradReducer::reduce(size_t b) {

@@ -48,7 +48,7 @@ class GradReducer {
     bool launched = false;
   };
   const std::vector<Bucket> &buckets() const { return buckets_; }
-  int overlapped_buckets() const { return overlapped_; }
+  int overlapped_buckets() const;
 
  private:
   void ready(size_t offset, size_t n);  // the model's grad-ready hook
@@ -63,7 +63,6 @@ class GradReducer {
   size_t wte_lo_ = 0, wte_hi_ = 0;  // the tied embedding's range (empty without one)
   std::vector<Bucket> buckets_;
   bool active_ = false;  // between start() and finish()
-  int overlapped_ = 0;
 
   std::thread worker_;
   std::mutex mu_;

@@ -58,19 +58,12 @@ struct Threads {
   }
 };
 
-// Device memory filled with one value, freed with the object.
-struct Filled {
-  Device &dev;
-  float *p;
-  Filled(Device &d, size_t n, float value) : dev(d) {
-    p = static_cast<float *>(dev.allocate(n * sizeof(float)));
-    const std::vector<float> host(n, value);
-    dev.copy_from_host(p, host.data(), n * sizeof(float));
-  }
-  ~Filled() { dev.free(p); }
-  Filled(const Filled &) = delete;
-  Filled &operator=(const Filled &) = delete;
-};
+// n floats on the device, all `value`.
+DeviceArray<float> filled(Device &dev, size_t n, float value) {
+  DeviceArray<float> a(dev, n);
+  a.copy_from_host(std::vector<float>(n, value));
+  return a;
+}
 
 // The fastest of `reps` runs of f timed on the device's stream, after one
 // untimed run.
@@ -93,9 +86,11 @@ double device_best_of(Device &dev, int reps, F f) {
 // the op table's storage type.
 double time_gemm(Ops<float> &ops, int m, int n, int k, int reps) {
   Device &dev = ops.device();
-  Filled a(dev, (size_t)m * k, 0.01f), b(dev, (size_t)n * k, 0.02f), c(dev, (size_t)m * n, 0.f);
-  return device_best_of(dev, reps,
-                        [&] { ops.gemm(false, true, m, n, k, 1.f, a.p, k, b.p, k, 0.f, c.p, n); });
+  auto a = filled(dev, (size_t)m * k, 0.01f), b = filled(dev, (size_t)n * k, 0.02f),
+       c = filled(dev, (size_t)m * n, 0.f);
+  return device_best_of(dev, reps, [&] {
+    ops.gemm(false, true, m, n, k, 1.f, a.data(), k, b.data(), k, 0.f, c.data(), n);
+  });
 }
 
 // ptdp's GEMM (M x M x K) at two K: its time is linear in K, t = 2 M M (K +
@@ -116,8 +111,8 @@ GemmFit fit_gemm(Ops<float> &ops, int M, int K1, int K2, int reps1, int reps2) {
 
 // Streaming bandwidth: bytes read + written per second by a large copy.
 double copy_bandwidth(Device &dev, size_t n) {
-  Filled a(dev, n, 1.f), b(dev, n, 0.f);
-  const double t = device_best_of(dev, 2, [&] { dev.copy(b.p, a.p, n * sizeof(float)); });
+  auto a = filled(dev, n, 1.f), b = filled(dev, n, 0.f);
+  const double t = device_best_of(dev, 2, [&] { dev.copy(b.data(), a.data(), n * sizeof(float)); });
   return 2.0 * n * sizeof(float) / t;
 }
 
@@ -128,43 +123,53 @@ double time_layer_elementwise(Ops<float> &ops, const CalibrationShape &sh) {
   Device &dev = ops.device();
   const int s = sh.seq, h = sh.hidden, a = sh.heads, f = sh.ffn, N = s;
   const size_t E = (size_t)N * h, F = (size_t)N * f, A = (size_t)a * s * s, Q = 3 * E;
-  Filled x(dev, E, 0.5f), y(dev, E, 0.25f), z(dev, E, 0.f), dz(dev, E, 0.f), w(dev, h, 1.f);
-  Filled bias(dev, f, 0.1f), dw(dev, h, 0.f), db(dev, f, 0.f), mean(dev, N, 0.f), rstd(dev, N, 0.f);
-  Filled qkv(dev, Q, 0.1f), fz(dev, F, 0.3f), fg(dev, F, 0.f), df(dev, F, 0.01f);
-  Filled scores(dev, A, 0.2f), probs(dev, A, 0.f), pdrop(dev, A, 0.f), dp(dev, A, 0.01f);
-  Filled dqkv(dev, Q, 0.01f);
+  auto x = filled(dev, E, 0.5f), y = filled(dev, E, 0.25f), z = filled(dev, E, 0.f),
+       dz = filled(dev, E, 0.f), w = filled(dev, h, 1.f);
+  auto bias = filled(dev, f, 0.1f), dw = filled(dev, h, 0.f), db = filled(dev, f, 0.f),
+       mean = filled(dev, N, 0.f), rstd = filled(dev, N, 0.f);
+  auto qkv = filled(dev, Q, 0.1f), fz = filled(dev, F, 0.3f), fg = filled(dev, F, 0.f),
+       df = filled(dev, F, 0.01f);
+  auto scores = filled(dev, A, 0.2f), probs = filled(dev, A, 0.f), pdrop = filled(dev, A, 0.f),
+       dp = filled(dev, A, 0.01f);
+  auto dqkv = filled(dev, Q, 0.01f);
   DropoutSpec drop{{1234, 7, 1}, 0.1f, 0};
   return device_best_of(dev, 4, [&] {
     // forward
-    ops.layernorm_forward(z.p, mean.p, rstd.p, x.p, w.p, bias.p, N, h, 1e-5f);
-    ops.bias_dropout_add_forward(qkv.p, nullptr, qkv.p, bias.p, s, 1, 3 * h, DropoutSpec{});
-    ops.scale_mask_softmax_forward(probs.p, scores.p, a, s, s, 0.125f, true, nullptr);
-    ops.dropout_attention(pdrop.p, probs.p, 1, a, s, s, 0, drop);
-    ops.bias_dropout_add_forward(y.p, x.p, z.p, bias.p, s, 1, h, drop);
-    ops.layernorm_forward(z.p, mean.p, rstd.p, y.p, w.p, bias.p, N, h, 1e-5f);
-    ops.bias_gelu_forward(fz.p, fg.p, fz.p, bias.p, N, f);
-    ops.bias_dropout_add_forward(y.p, x.p, z.p, bias.p, s, 1, h, drop);
+    ops.layernorm_forward(z.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, h,
+                          1e-5f);
+    ops.bias_dropout_add_forward(qkv.data(), nullptr, qkv.data(), bias.data(), s, 1, 3 * h,
+                                 DropoutSpec{});
+    ops.scale_mask_softmax_forward(probs.data(), scores.data(), a, s, s, 0.125f, true, nullptr);
+    ops.dropout_attention(pdrop.data(), probs.data(), 1, a, s, s, 0, drop);
+    ops.bias_dropout_add_forward(y.data(), x.data(), z.data(), bias.data(), s, 1, h, drop);
+    ops.layernorm_forward(z.data(), mean.data(), rstd.data(), y.data(), w.data(), bias.data(), N, h,
+                          1e-5f);
+    ops.bias_gelu_forward(fz.data(), fg.data(), fz.data(), bias.data(), N, f);
+    ops.bias_dropout_add_forward(y.data(), x.data(), z.data(), bias.data(), s, 1, h, drop);
     // backward
-    ops.bias_dropout_add_backward(dz.p, db.p, y.p, s, 1, h, drop);
-    ops.bias_gelu_backward(df.p, db.p, df.p, fz.p, N, f);
-    ops.layernorm_backward(dz.p, dw.p, db.p, y.p, x.p, w.p, mean.p, rstd.p, N, h);
-    ops.bias_dropout_add_backward(dz.p, db.p, y.p, s, 1, h, drop);
-    ops.dropout_backward_from_output(dp.p, dp.p, pdrop.p, A, 0.1f);
-    ops.scale_mask_softmax_backward(dp.p, probs.p, dp.p, a, s, s, 0.125f);
-    ops.colsum_accumulate(db.p, dqkv.p, N, 3 * h);
-    ops.layernorm_backward(dz.p, dw.p, db.p, y.p, x.p, w.p, mean.p, rstd.p, N, h);
+    ops.bias_dropout_add_backward(dz.data(), db.data(), y.data(), s, 1, h, drop);
+    ops.bias_gelu_backward(df.data(), db.data(), df.data(), fz.data(), N, f);
+    ops.layernorm_backward(dz.data(), dw.data(), db.data(), y.data(), x.data(), w.data(),
+                           mean.data(), rstd.data(), N, h);
+    ops.bias_dropout_add_backward(dz.data(), db.data(), y.data(), s, 1, h, drop);
+    ops.dropout_backward_from_output(dp.data(), dp.data(), pdrop.data(), A, 0.1f);
+    ops.scale_mask_softmax_backward(dp.data(), probs.data(), dp.data(), a, s, s, 0.125f);
+    ops.colsum_accumulate(db.data(), dqkv.data(), N, 3 * h);
+    ops.layernorm_backward(dz.data(), dw.data(), db.data(), y.data(), x.data(), w.data(),
+                           mean.data(), rstd.data(), N, h);
   });
 }
 
 // Parameters per second of ptdp's optimizer step: gradient norm, AdamW.
 double optimizer_rate(Ops<float> &ops, size_t n) {
   Device &dev = ops.device();
-  Filled p(dev, n, 0.1f), g(dev, n, 0.01f), m1(dev, n, 0.f), m2(dev, n, 0.f);
+  auto p = filled(dev, n, 0.1f), g = filled(dev, n, 0.01f), m1 = filled(dev, n, 0.f),
+       m2 = filled(dev, n, 0.f);
   const AdamWStep step{1e-4, 0.9, 0.95, 1e-8, 0.01, 1};
   const double t = device_best_of(dev, 3, [&] {
-    volatile double sq = ops.sum_squares(g.p, n);
+    volatile double sq = ops.sum_squares(g.data(), n);
     (void)sq;
-    ops.adamw_update(p.p, g.p, m1.p, m2.p, n, step);
+    ops.adamw_update(p.data(), g.data(), m1.data(), m2.data(), n, step);
   });
   return (double)n / t;
 }
@@ -326,11 +331,12 @@ Machine calibrate_gpu(Device &dev, DType dt, const Machine &base, std::string *l
   m.elementwise_bandwidth = 0;
   m.memory_efficiency = ew / m.memory_bandwidth;
   m.optimizer_params_per_s = optimizer_rate(*ops, stream);
-  Filled one(dev, 1, 1.f);
-  m.op_overhead_s = device_best_of(dev, 20, [&] { ops->scale_inplace(one.p, 1, 1.f); });
+  auto one = filled(dev, 1, 1.f);
+  m.op_overhead_s = device_best_of(dev, 20, [&] { ops->scale_inplace(one.data(), 1, 1.f); });
   m.description = dev.name() + ", measured with ptdp's ops (" + dtype_name(dt) +
                   " GEMM, copy, a layer's element-wise ops, AdamW, kernel cost); links, node, "
-                  "memory and tiling from " + base.name;
+                  "memory and tiling from " +
+                  base.name;
   if (log) {
     char buf[800];
     std::snprintf(buf, sizeof buf,
@@ -338,9 +344,8 @@ Machine calibrate_gpu(Device &dev, DType dt, const Machine &base, std::string *l
                   "bandwidth %.0f GB/s; element-wise kernels %.0f GB/s as counted = %.2f of it "
                   "(a layer at s=%d h=%d a=%d); optimizer %.2f G params/s; kernel %.1f us\n",
                   dev.name().c_str(), dtype_name(dt), peak / 1e12, M, M, K1, K2, k_half,
-                  m.memory_bandwidth / 1e9, ew / 1e9, m.memory_efficiency, shape.seq,
-                  shape.hidden, shape.heads, m.optimizer_params_per_s / 1e9,
-                  m.op_overhead_s * 1e6);
+                  m.memory_bandwidth / 1e9, ew / 1e9, m.memory_efficiency, shape.seq, shape.hidden,
+                  shape.heads, m.optimizer_params_per_s / 1e9, m.op_overhead_s * 1e6);
     *log = buf;
   }
   return m;

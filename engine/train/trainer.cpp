@@ -197,7 +197,7 @@ void Trainer::bind_device_comms() {
     const uint64_t h = std::hash<std::string>{}(std::string(host) + "/" + R.device->hardware_id());
     return (double)(h >> 12);
   };
-  run_on_ranks([&](Rank &R) {
+  auto bind = [&](Rank &R) {
     const bool stage = on_gpu || opt_.stage_comm_through_host;
     Communicator **bound[4] = {&R.tp_d, &R.dp_d, &R.pp_d, &R.embedding_d};
     Communicator *raw[4] = {R.tp.get(), R.dp.get(), R.pp.get(), R.embedding.get()};
@@ -222,7 +222,13 @@ void Trainer::bind_device_comms() {
         R.staged[k] = std::make_unique<StagedComm>(*raw[k], *R.device);
       *bound[k] = R.staged[k] ? R.staged[k].get() : raw[k];
     }
-  });
+  };
+  // Only NCCL's set-up is collective and needs every rank on its own thread.
+  if (on_gpu && backend != "host") {
+    run_on_ranks(bind);
+  } else {
+    for (auto &R : ranks_) bind(*R);
+  }
 }
 
 

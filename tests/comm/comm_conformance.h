@@ -79,6 +79,13 @@ inline std::string setup_name(const ::testing::TestParamInfo<CommSetup> &info) {
   return info.param.backend->name() + "_w" + std::to_string(info.param.world);
 }
 
+// Ranks 0 .. n-1.
+inline std::vector<int> iota_ranks(int n) {
+  std::vector<int> v(n);
+  for (int i = 0; i < n; i++) v[i] = i;
+  return v;
+}
+
 // Runs body(me) on one thread per rank in `ranks`; on_error(me, what) is called
 // on the thread of a rank whose body threw.
 inline void run_on_threads(const std::vector<int> &ranks, const std::function<void(int)> &body,

@@ -124,15 +124,15 @@ TEST(OrderedParallel, TheFirstErrorInInputOrderWins) {
     // Work fails at chunks 5 and 9 (9 quickly, 5 slowly); the input at 12.
     int produced = 0;
     std::vector<int> seen;
+    auto input = [&](int &chunk) {
+      if (produced == 12) fail(Status::io_error, "input error at 12");
+      chunk = produced++;
+      return true;
+    };
     expect_error(
         [&] {
           run_ordered<int>(
-              workers,
-              [&](int &chunk) {
-                if (produced == 12) fail(Status::io_error, "input error at 12");
-                chunk = produced++;
-                return true;
-              },
+              workers, input,
               [&](int &chunk, int) {
                 if (chunk == 5) {
                   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -151,13 +151,8 @@ TEST(OrderedParallel, TheFirstErrorInInputOrderWins) {
     expect_error(
         [&] {
           run_ordered<int>(
-              workers,
-              [&](int &chunk) {
-                if (produced == 12) fail(Status::io_error, "input error at 12");
-                chunk = produced++;
-                return true;
-              },
-              [&](int &chunk, int) { return chunk; }, [&](int &r) { seen.push_back(r); });
+              workers, input, [&](int &chunk, int) { return chunk; },
+              [&](int &r) { seen.push_back(r); });
         },
         Status::io_error, "input error at 12");
     EXPECT_EQ(seen.size(), 12u) << workers;

@@ -17,14 +17,9 @@
 namespace {
 
 using namespace ptdp;
+using comm_conformance::iota_ranks;
 
 constexpr double kTimeout = 60;
-
-std::vector<int> iota_ranks(int n) {
-  std::vector<int> v;
-  for (int i = 0; i < n; i++) v.push_back(i);
-  return v;
-}
 
 // Every group an NcclComm over its own GPU, its NCCL id carried by the
 // threads backend's group of the same members.

@@ -28,6 +28,7 @@
 #include "tests/unit/expect_error.h"
 
 using namespace ptdp;
+using comm_conformance::iota_ranks;
 
 namespace {
 
@@ -81,12 +82,6 @@ void run_ok(int size, F fn, double timeout = kTimeout) {
   ThreadWorld world(size, timeout);
   auto res = run_ranks(world, [&](int r) { fn(world, r); });
   for (int r = 0; r < size; r++) EXPECT_FALSE(res[r].threw) << "rank " << r << ": " << res[r].what;
-}
-
-std::vector<int> iota_ranks(int n) {
-  std::vector<int> v(n);
-  for (int i = 0; i < n; i++) v[i] = i;
-  return v;
 }
 
 // ---------------------------------------------------------------------------
