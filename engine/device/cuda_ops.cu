@@ -82,17 +82,27 @@ class CudaOps final : public Ops<float> {
                                    int s_k, float scale) override {
     cuda::scale_mask_softmax_backward<float>(dS, P, dP, batch, s_q, s_k, scale, stream_);
   }
+  // A 16-bit run's attention runs on tensor cores (its operands are 16-bit
+  // values); fp32 keeps the CUDA-core kernels, as no TF32 is used anywhere.
   void flash_attention_forward(float *ctx, float *lse, const float *qkv, int s, int b, int heads,
                                int hd, float scale, int head_offset,
                                const DropoutSpec &d) override {
-    cuda::flash_attention_forward<float>(ctx, lse, qkv, s, b, heads, hd, scale, head_offset, d,
-                                         stream_);
+    if (storage_type() != DType::f32)
+      cuda::flash_attention_forward_mma(ctx, lse, qkv, s, b, heads, hd, scale, head_offset, d,
+                                        storage_type(), stream_);
+    else
+      cuda::flash_attention_forward<float>(ctx, lse, qkv, s, b, heads, hd, scale, head_offset, d,
+                                           stream_);
   }
   void flash_attention_backward(float *dqkv, const float *dctx, const float *ctx, const float *qkv,
                                 const float *lse, int s, int b, int heads, int hd, float scale,
                                 int head_offset, const DropoutSpec &d) override {
-    cuda::flash_attention_backward<float>(dqkv, dctx, ctx, qkv, lse, s, b, heads, hd, scale,
-                                          head_offset, d, stream_);
+    if (storage_type() != DType::f32)
+      cuda::flash_attention_backward_mma(dqkv, dctx, ctx, qkv, lse, s, b, heads, hd, scale,
+                                         head_offset, d, storage_type(), stream_);
+    else
+      cuda::flash_attention_backward<float>(dqkv, dctx, ctx, qkv, lse, s, b, heads, hd, scale,
+                                            head_offset, d, stream_);
   }
   void embedding_forward(float *x, const int32_t *tokens, const float *wte, int vocab_start,
                          int vocab_rows, const float *wpe, int s, int b, int h) override {

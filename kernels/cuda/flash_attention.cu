@@ -22,7 +22,7 @@
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
-#include "kernels/cuda/dropout_mask.cuh"
+#include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/storage.cuh"
 
@@ -30,24 +30,15 @@ namespace ptdp::cuda {
 
 namespace {
 
+using namespace flash;
+
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr int kMaxHeadDim = 128;  // kD <= 4 dims per lane
 constexpr int kRowsPerWarp = 4;   // forward, dQ: query rows per warp
 constexpr int kRows = kWarps * kRowsPerWarp;  // forward, dQ: query rows per block (16)
 constexpr int kKeys = 32;                     // forward, dQ: key tile, lane j scores key j
 constexpr int kKeysPerWarp = 4;               // dK dV: keys per warp
 constexpr int kBlockKeys = kWarps * kKeysPerWarp;  // dK dV: keys per block (16)
 constexpr int kQueries = 32;                  // dK dV: query tile, lane i scores query i
-
-// Z_ij: the keep scale of probability (i, j) of (bi, head), 0 when dropped, as
-// dropout_attention numbers it (element (head_offset + head)*s*s + i*s + j of
-// sample sample_offset + bi). One Philox call per element: the lanes of a warp
-// hold different elements, so sharing a call per quad would need shuffles.
-__device__ __forceinline__ float keep_scale(const Drop &d, int bi, int head, int s, int i, int j) {
-  if (!d.on) return 1.f;
-  const uint64_t e = (uint64_t)(d.head_offset + head) * s * s + (uint64_t)i * s + j;
-  return dropout_bits(d.key, d.sample_offset + (uint32_t)bi, e) >= d.threshold ? d.scale : 0.f;
-}
 
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -148,21 +139,6 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (lane == 0) lse[(size_t)bh * s + i] = m[r] + logf(l[r]);
   }
-}
-
-// D[bh*s + i] = dO_i . O_i (= sum_j P_ij dP_ij), one warp per row of a head.
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-    dot_rows(float *D, const T *dctx, const T *ctx, int s, int bhs, int hd) {
-  const int64_t row = (int64_t)blockIdx.x * kWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= (int64_t)bhs * s) return;
-  const int bh = (int)(row / s), i = (int)(row % s);
-  const size_t off = (size_t)i * bhs * hd + (size_t)bh * hd;  // ctx row stride b*heads*hd
-  float acc = 0.f;
-  for (int d = lane; d < hd; d += 32) acc += to_f32(dctx[off + d]) * to_f32(ctx[off + d]);
-  acc = warp_sum(acc);
-  if (lane == 0) D[row] = acc;
 }
 
 // dK, dV. Block: kBlockKeys keys [j0, j0 + kBlockKeys) of bh, warp w keys
@@ -329,11 +305,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-void check_head_dim(int hd, const char *what) {
-  if (hd < 1 || hd > kMaxHeadDim)
-    fail(Status::invalid_argument, what, ": head dim hd=", hd, " is not in [1, ", kMaxHeadDim, "]");
-}
-
 // Calls f(integral_constant<kD>) with kD = ceil(hd / 32) dims per lane.
 template <class F>
 void with_dims(int hd, F f) {
@@ -343,21 +314,6 @@ void with_dims(int hd, F f) {
     case 3: return f(std::integral_constant<int, 3>{});
     default: return f(std::integral_constant<int, 4>{});
   }
-}
-
-// Dynamic shared memory above the default 48 KiB needs an opt-in per kernel.
-template <class Kernel>
-void allow_smem(Kernel kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
-          "flash_attention: cudaFuncSetAttribute");
-}
-
-// Blocks for ntiles tiles of each of bh heads, as an int grid.
-int grid_blocks(int s, int tile, int bh, const char *what) {
-  const int64_t n = (int64_t)((s + tile - 1) / tile) * bh;
-  if (n > INT32_MAX) fail(Status::invalid_argument, what, ": too many blocks (", n, ")");
-  return (int)n;
 }
 
 }  // namespace
@@ -387,11 +343,7 @@ void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_drop(d, head_offset);
   const int bh = b * heads;
-  const int64_t rows = (int64_t)bh * s;
-  float *D = nullptr;  // [b * heads, s]: dO_i . O_i
-  check(cudaMallocAsync(&D, sizeof(float) * rows, stream), "flash_attention_backward: cudaMallocAsync");
-  dot_rows<T><<<(int)((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(D, dctx, ctx, s, bh, hd);
-  check_launch("flash_attention_backward (D)");
+  float *D = launch_dot_rows(dctx, ctx, s, bh, hd, stream);  // [b * heads, s]: dO_i . O_i
 
   const int kv_blocks = grid_blocks(s, kBlockKeys, bh, "flash_attention_backward");
   const int q_blocks = grid_blocks(s, kRows, bh, "flash_attention_backward");

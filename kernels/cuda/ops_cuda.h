@@ -130,6 +130,17 @@ template <class T>
 void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv,
                               const float *lse, int s, int b, int heads, int hd, float scale,
                               int head_offset, const DropoutSpec &d, cudaStream_t stream);
+// The same on tensor cores (flash_attention_mma.cu; sm_80 and later) for a
+// 16-bit run's float arrays: qkv and dctx must hold values of `mma` (bf16 or
+// f16), the products' operands; P Z and dS are rounded to it as operands, sums
+// are fp32, and ctx, dqkv come out rounded to it. hd <= 128.
+void flash_attention_forward_mma(float *ctx, float *lse, const float *qkv, int s, int b, int heads,
+                                 int hd, float scale, int head_offset, const DropoutSpec &d,
+                                 DType mma, cudaStream_t stream);
+void flash_attention_backward_mma(float *dqkv, const float *dctx, const float *ctx,
+                                  const float *qkv, const float *lse, int s, int b, int heads,
+                                  int hd, float scale, int head_offset, const DropoutSpec &d,
+                                  DType mma, cudaStream_t stream);
 
 // Vocab-parallel embedding: x[si*b+bi] = (token in [vocab_start, vocab_start +
 // vocab_rows) ? wte[token - vocab_start] : 0) + (wpe ? wpe[si] : 0); x: [s*b, h].
@@ -139,8 +150,8 @@ void embedding_forward(T *x, const int32_t *tokens, const T *wte, int vocab_star
 // x[si*b+bi] += wpe[si]: the positions added after the vocab-parallel sum (t > 1).
 template <class T>
 void add_position_embedding(T *x, const T *wpe, int s, int b, int h, cudaStream_t stream);
-// Accumulates dwte (rows of local tokens; atomics, so the order of the sums
-// varies) and dwpe when not null (in a fixed order).
+// Accumulates dwte (rows of local tokens, each token's rows added in row
+// order, as the CPU does) and dwpe when not null (in a fixed order).
 template <class T>
 void embedding_backward(float *dwte, float *dwpe, const T *dx, const int32_t *tokens, int s, int b,
                         int h, int vocab_start, int vocab_rows, cudaStream_t stream);

@@ -11,6 +11,13 @@
 // S_ij are absolute, ~kTol * A_i with A_i = scale * max_j sum_d |Q_id K_jd|, and
 // become relative errors of P_ij = exp(S_ij - lse_i). 16-bit outputs add one
 // rounding: storage_eps<T>() relative plus storage_tiny<T>() absolute.
+//
+// The tensor-core kernels (flash_attention_mma.cu) read float arrays of 16-bit
+// values and round the operands P Z and dS to the 16-bit type: one more
+// relative error of storage_eps per term of those sums (op_eps). Their fp32
+// sums run inside the MMA units, whose rounding NVIDIA does not document
+// (measurements found truncation rather than rounding to nearest, so up to
+// twice the error per add); they are held to 4 * kTol.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,7 +34,8 @@ using namespace gpu_test;
 
 namespace {
 
-constexpr double kTol = 1e-5;  // fp32 error per unit of sum |terms|, see above
+constexpr double kTol = 1e-5;        // fp32 error per unit of sum |terms|, see above
+constexpr double kTolMma = 4 * kTol;  // the same inside the tensor cores
 
 struct Shape {
   int s, b, heads, hd;
@@ -41,9 +49,11 @@ struct Ref {
 };
 
 // Forward and backward of every (bi, head) in double, naive loops, with the
-// error bounds of the fp32 kernels storing T (eps, tiny: storage_eps, _tiny).
+// error bounds of kernels summing with error kTol per unit, rounding P Z and dS
+// as operands with op_eps and storing T (eps, tiny: storage_eps, _tiny).
 Ref reference(const std::vector<float> &qkv, const std::vector<float> &dctx, const Shape &sh,
-              float scale, int head_offset, const ptdp::DropoutSpec &d, double eps, double tiny) {
+              float scale, int head_offset, const ptdp::DropoutSpec &d, double eps, double tiny,
+              double kTol = ::kTol, double op_eps = 0) {
   const int s = sh.s, hd = sh.hd, bh_n = sh.b * sh.heads;
   const size_t ld = (size_t)bh_n * 3 * hd, ldc = (size_t)bh_n * hd;
   const double keep_scale = d.p > 0 ? (double)(1.f / (1.f - d.p)) : 1.0;  // in float, as the kernels
@@ -101,7 +111,7 @@ Ref reference(const std::vector<float> &qkv, const std::vector<float> &dctx, con
       }
       for (int c = 0; c < hd; c++) {
         // fp32: P's relative error and the sum's; then one rounding to T.
-        const double fp32 = (r[i] + kTol) * Ob[i][c];
+        const double fp32 = (r[i] + kTol + op_eps) * Ob[i][c];
         Ob[i][c] = fp32 + eps * (std::fabs(O[i][c]) + fp32) + tiny;
         R.ctx[i * ldc + (size_t)bh * hd + c] = (float)O[i][c];
         R.ctx_bound[i * ldc + (size_t)bh * hd + c] = (float)Ob[i][c];
@@ -129,11 +139,11 @@ Ref reference(const std::vector<float> &qkv, const std::vector<float> &dctx, con
         for (int c = 0; c < hd; c++) {
           const double pz = P[i][j] * Z[i][j];
           dV[j][c] += pz * dO[i][c];
-          dVb[j][c] += pz * std::fabs(dO[i][c]) * (r[i] + kTol);
+          dVb[j][c] += pz * std::fabs(dO[i][c]) * (r[i] + kTol + op_eps);
           dQ[i][c] += dS[i][j] * K[j][c];
-          dQb[i][c] += dSb[i][j] * std::fabs(K[j][c]) + kTol * std::fabs(dS[i][j] * K[j][c]);
+          dQb[i][c] += dSb[i][j] * std::fabs(K[j][c]) + (kTol + op_eps) * std::fabs(dS[i][j] * K[j][c]);
           dK[j][c] += dS[i][j] * Q[i][c];
-          dKb[j][c] += dSb[i][j] * std::fabs(Q[i][c]) + kTol * std::fabs(dS[i][j] * Q[i][c]);
+          dKb[j][c] += dSb[i][j] * std::fabs(Q[i][c]) + (kTol + op_eps) * std::fabs(dS[i][j] * Q[i][c]);
         }
       }
     auto put = [&](int i, int part, int c, double v, double fp32) {
@@ -157,6 +167,28 @@ std::vector<float> part_of(const std::vector<float> &x, const Shape &sh, int par
   for (size_t k = 0; k < x.size(); k++)
     if ((int)(k % (3 * sh.hd)) / sh.hd == part) out.push_back(x[k]);
   return out;
+}
+
+// ctx, lse and dQ, dK, dV against the reference; the second backward's bits
+// equal the first's (no atomics).
+void compare_outputs(const char *type, const Shape &sh, float p, const Ref &R,
+                     const std::vector<float> &ctx, const std::vector<float> &lse,
+                     const std::vector<float> &dqkv, const std::vector<float> &dqkv2) {
+  char what[112];
+  auto label = [&](const char *name) {
+    std::snprintf(what, sizeof what, "%s %s s=%d b=%d h=%d hd=%d p=%g", name, type, sh.s, sh.b,
+                  sh.heads, sh.hd, p);
+    return what;
+  };
+  compare_bound(label("ctx"), ctx, R.ctx, R.ctx_bound);
+  compare_bound(label("lse"), lse, R.lse, R.lse_bound);
+  const char *names[3] = {"dQ", "dK", "dV"};
+  for (int part = 0; part < 3; part++)
+    compare_bound(label(names[part]), part_of(dqkv, sh, part), part_of(R.dqkv, sh, part),
+                  part_of(R.dqkv_bound, sh, part));
+  const bool same = std::memcmp(dqkv.data(), dqkv2.data(), dqkv.size() * sizeof(float)) == 0;
+  std::printf("%-48s %s\n", label("backward deterministic"), same ? "ok" : "FAIL");
+  if (!same) failures++;
 }
 
 template <class T>
@@ -184,24 +216,49 @@ void check_case(const Shape &sh, float p, unsigned seed) {
 
   const Ref R = reference(qkv_f, dctx_f, sh, scale, head_offset, d, storage_eps<T>(),
                           storage_tiny<T>());
-  char what[96];
-  auto label = [&](const char *name) {
-    std::snprintf(what, sizeof what, "%s %s s=%d b=%d h=%d hd=%d p=%g", name, type_name<T>(), s, b,
-                  heads, hd, p);
-    return what;
-  };
-  compare_bound(label("ctx"), download(ctx), R.ctx, R.ctx_bound);
-  compare_bound(label("lse"), lse.get(), R.lse, R.lse_bound);
-  const std::vector<float> g = download(dqkv);
-  const char *names[3] = {"dQ", "dK", "dV"};
-  for (int part = 0; part < 3; part++)
-    compare_bound(label(names[part]), part_of(g, sh, part), part_of(R.dqkv, sh, part),
-                  part_of(R.dqkv_bound, sh, part));
-  // No atomics: a second run gives the same bits.
-  const std::vector<T> a = dqkv.get(), a2 = dqkv2.get();
-  const bool same = std::memcmp(a.data(), a2.data(), a.size() * sizeof(T)) == 0;
-  std::printf("%-48s %s\n", label("backward deterministic"), same ? "ok" : "FAIL");
-  if (!same) failures++;
+  compare_outputs(type_name<T>(), sh, p, R, download(ctx), lse.get(), download(dqkv),
+                  download(dqkv2));
+}
+
+// The tensor-core kernels on float arrays of M values (a 16-bit run's tensors).
+template <class M>
+void check_mma_case(const Shape &sh, float p, unsigned seed) {
+  const int s = sh.s, b = sh.b, heads = sh.heads, hd = sh.hd;
+  const size_t n_qkv = (size_t)s * b * heads * 3 * hd, n_ctx = (size_t)s * b * heads * hd;
+  const float scale = 1.f / std::sqrt((float)hd);
+  const int head_offset = 2;
+  const ptdp::DropoutSpec d{{0x0123456789abcdefull, 0x5eedf00du, 7}, p, 3};
+  const ptdp::DType mma = dtype_of<M>();
+
+  std::vector<float> qkv_f = randn(n_qkv, seed), dctx_f = randn(n_ctx, seed + 1);
+  upload_rounded<M>(qkv_f);  // rounds the host copies to M
+  upload_rounded<M>(dctx_f);
+  DevArray<float> qkv(qkv_f), dctx(dctx_f);
+  DevArray<float> ctx(n_ctx), dqkv(n_qkv), dqkv2(n_qkv);  // poisoned with NaN
+  DevArray<float> lse((size_t)b * heads * s);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  ptdp::cuda::flash_attention_forward_mma(ctx.p, lse.p, qkv.p, s, b, heads, hd, scale, head_offset,
+                                          d, mma, stream);
+  ptdp::cuda::flash_attention_backward_mma(dqkv.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, hd,
+                                           scale, head_offset, d, mma, stream);
+  ptdp::cuda::flash_attention_backward_mma(dqkv2.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, hd,
+                                           scale, head_offset, d, mma, stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+
+  const Ref R = reference(qkv_f, dctx_f, sh, scale, head_offset, d, storage_eps<M>(),
+                          storage_tiny<M>(), kTolMma, storage_eps<M>());
+  char name[32];
+  std::snprintf(name, sizeof name, "mma %s", type_name<M>());
+  compare_outputs(name, sh, p, R, ctx.get(), lse.get(), dqkv.get(), dqkv2.get());
+  // Every output is a value of M, as a 16-bit run stores it.
+  std::vector<float> all = ctx.get(), g = dqkv.get();
+  all.insert(all.end(), g.begin(), g.end());
+  size_t off = 0;
+  for (float v : all) off += from_storage(to_storage<M>(v)) != v;
+  std::printf("%-48s %s\n", "  outputs are values of the operand type", off ? "FAIL" : "ok");
+  if (off) failures++;
 }
 
 template <class T>
@@ -211,6 +268,17 @@ void check_type() {
   unsigned seed = 100;
   for (const Shape &sh : shapes)
     for (float p : {0.f, 0.1f}) check_case<T>(sh, p, seed += 2);
+}
+
+// The tensor-core kernels: head dims padded to each tile (32 .. 128), rows
+// across several 64-row and 32-row tiles.
+template <class M>
+void check_mma_type() {
+  const Shape shapes[] = {{1, 1, 1, 8},    {5, 2, 3, 16},   {64, 2, 2, 64}, {130, 1, 2, 128},
+                          {257, 2, 1, 32}, {200, 1, 2, 80}, {40, 1, 1, 72}, {96, 1, 1, 96}};
+  unsigned seed = 300;
+  for (const Shape &sh : shapes)
+    for (float p : {0.f, 0.1f}) check_mma_case<M>(sh, p, seed += 2);
 }
 
 // hd above the kernels' limit of 128 is refused before any launch.
@@ -231,8 +299,23 @@ void check_head_dim_limit() {
     threw += e.code() == ptdp::Status::invalid_argument;
     std::printf("  backward hd=129: %s\n", e.what());
   }
-  std::printf("%-48s %s\n", "hd=129 refused (invalid_argument)", threw == 2 ? "ok" : "FAIL");
-  if (threw != 2) failures++;
+  try {
+    ptdp::cuda::flash_attention_forward_mma(nullptr, nullptr, nullptr, 4, 1, 1, 129, 1.f, 0, d,
+                                            ptdp::DType::bf16, nullptr);
+  } catch (const ptdp::Error &e) {
+    threw += e.code() == ptdp::Status::invalid_argument;
+    std::printf("  mma forward hd=129: %s\n", e.what());
+  }
+  try {  // tensor cores take 16-bit operands only
+    ptdp::cuda::flash_attention_backward_mma(nullptr, nullptr, nullptr, nullptr, nullptr, 4, 1, 1,
+                                             64, 1.f, 0, d, ptdp::DType::f32, nullptr);
+  } catch (const ptdp::Error &e) {
+    threw += e.code() == ptdp::Status::invalid_argument;
+    std::printf("  mma backward f32: %s\n", e.what());
+  }
+  std::printf("%-48s %s\n", "hd=129, f32 operands refused (invalid_argument)",
+              threw == 4 ? "ok" : "FAIL");
+  if (threw != 4) failures++;
 }
 
 }  // namespace
@@ -242,6 +325,8 @@ int main() {
   check_type<float>();
   check_type<__nv_bfloat16>();
   check_type<__half>();
+  check_mma_type<__nv_bfloat16>();
+  check_mma_type<__half>();
   check_head_dim_limit();
   std::printf("%d failure(s)\n", failures);
   return failures ? 1 : 0;

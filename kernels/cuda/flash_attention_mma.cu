@@ -1,0 +1,506 @@
+// Fused causal self-attention on tensor cores for 16-bit runs: the math of
+// flash_attention.cu (same layout, dropout bits, lse and deterministic
+// backward) with the five products of each tile on mma.sync.m16n8k16: bf16 or
+// f16 operands, fp32 accumulation, sm_80 and later. FlashAttention-2's split of
+// the work: a warp owns 16 rows of every product of its block and keeps them in
+// registers.
+//
+// Numerics (ARCHITECTURE §3, a 16-bit run): Q, K, V and dO hold values of the
+// 16-bit type M already, so their products are exact and summed in fp32. The
+// probabilities P Z and dS enter their products rounded to M, as FlashAttention
+// does and as the unfused path stores them; the softmax sums, lse and D stay
+// fp32. Each output is rounded once to M. The arrays are float (the engine's
+// 16-bit tensors are float arrays of rounded values); a head dim below the tile
+// (32, 64, 96 or 128) is padded with zeros in shared memory.
+//
+// Fragments of mma.m16n8k16 (PTX ISA), lane = 4g + t, (row, column):
+//   A 16x16: a[0] = (g, 2t..2t+1)  a[1] = (g+8, 2t..)  a[2] = (g, 2t+8..)  a[3] = (g+8, 2t+8..)
+//   B 16x8:  b0 = (2t..2t+1, g)    b1 = (2t+8..2t+9, g)
+//   C 16x8:  c[0..1] = (g, 2t..2t+1)  c[2..3] = (g+8, 2t..2t+1)
+// Two 16-bit values of one register: the lower index in the low half. The C
+// tiles of two adjacent 8-column blocks are, element for element, the A
+// fragment of their 16 columns, so P and dS pass from one product to the next
+// in registers.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "engine/core/status.h"
+#include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/storage.cuh"
+
+namespace ptdp::cuda {
+
+namespace {
+
+using namespace flash;
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kRowTile = 16 * kWarps;  // forward, dQ: query rows per block; dK dV: keys per block
+constexpr int kFwdKeys = 64;           // forward: the key tile
+constexpr int kBwdTile = 32;           // backward: the other side's tile (queries, or keys for dQ)
+
+// Shared-memory row stride in elements: + 8 makes the fragment loads of a warp
+// hit 32 different banks.
+template <int kD>
+constexpr int kStride = kD + 8;
+
+template <class M>
+__device__ __forceinline__ uint32_t bits(M x) {
+  if constexpr (std::is_same_v<M, __nv_bfloat16>)
+    return __bfloat16_as_ushort(x);
+  else
+    return __half_as_ushort(x);
+}
+// Two fp32 values rounded to M, packed (lo in the low half).
+template <class M>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  return bits(from_f32<M>(lo)) | bits(from_f32<M>(hi)) << 16;
+}
+// p[0], p[1] of shared memory as one register (p 4-byte aligned).
+template <class M>
+__device__ __forceinline__ uint32_t pair(const M *p) {
+  return *reinterpret_cast<const uint32_t *>(p);
+}
+// p[0], p[stride]: two values of one column.
+template <class M>
+__device__ __forceinline__ uint32_t column_pair(const M *p, int stride) {
+  return bits(p[0]) | bits(p[stride]) << 16;
+}
+template <class M>
+__device__ __forceinline__ float round_to_m(float x) {
+  return to_f32(from_f32<M>(x));
+}
+
+// c += a b on the tensor cores.
+template <class M>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<M, __nv_bfloat16>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // the launchers refuse devices below sm_80
+#endif
+}
+
+// The A fragment of rows row0.., columns k0.. of a [rows][stride] tile.
+template <class M>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const M *tile, int stride, int row0,
+                                       int k0, int g, int t) {
+  const M *p = tile + (row0 + g) * stride + k0 + 2 * t;
+  a[0] = pair(p);
+  a[1] = pair(p + 8 * stride);
+  a[2] = pair(p + 8);
+  a[3] = pair(p + 8 * stride + 8);
+}
+// The A fragment of C tiles lo (columns 0..7) and hi (8..15), rounded to M.
+template <class M>
+__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = pack<M>(lo[0], lo[1]);
+  a[1] = pack<M>(lo[2], lo[3]);
+  a[2] = pack<M>(hi[0], hi[1]);
+  a[3] = pack<M>(hi[2], hi[3]);
+}
+// c += A X^T over k = 0..kD: X's rows n0.. are B's columns (K in Q K^T).
+template <class M, int kD>
+__device__ __forceinline__ void mma_rows(float (&c)[4], const uint32_t (&a)[kD / 16][4], const M *X,
+                                         int n0, int g, int t) {
+  const M *p = X + (n0 + g) * kStride<kD> + 2 * t;
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; kk++) mma<M>(c, a[kk], pair(p + 16 * kk), pair(p + 16 * kk + 8));
+}
+// c[nd] += a X[k0..k0+15][8nd..8nd+7] for every 8-column block nd of X (V in P V).
+template <class M, int kD>
+__device__ __forceinline__ void mma_cols(float (&c)[kD / 8][4], const uint32_t (&a)[4], const M *X,
+                                         int k0, int g, int t) {
+  const M *p = X + (k0 + 2 * t) * kStride<kD> + g;
+#pragma unroll
+  for (int nd = 0; nd < kD / 8; nd++)
+    mma<M>(c[nd], a, column_pair(p + 8 * nd, kStride<kD>),
+           column_pair(p + 8 * nd + 8 * kStride<kD>, kStride<kD>));
+}
+
+// Rows [r0, r0 + n) of a head's [s, hd] float matrix (row stride ld) into the
+// shared [n][kStride] tile as M; rows past s and columns past hd as zeros.
+template <class M, int kD>
+__device__ void load_tile(M *dst, const float *src, size_t ld, int r0, int n, int s, int hd) {
+  for (int e = threadIdx.x; e < n * kD; e += kThreads) {
+    const int r = e / kD, d = e % kD;
+    dst[r * kStride<kD> + d] =
+        from_f32<M>(r0 + r < s && d < hd ? src[(size_t)(r0 + r) * ld + d] : 0.f);
+  }
+}
+
+// Writes the 16 x kD result c (rows row[0], row[1] of this lane, times `mul`)
+// to out + row * ld, columns below hd, rows below s.
+template <class M, int kD>
+__device__ void store_rows(float *out, size_t ld, const float (&c)[kD / 8][4], const int (&row)[2],
+                           float mul0, float mul1, int s, int hd, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    if (row[r] >= s) continue;
+    float *o = out + (size_t)row[r] * ld;
+    const float mul = r ? mul1 : mul0;
+#pragma unroll
+    for (int nd = 0; nd < kD / 8; nd++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int d = 8 * nd + 2 * t + e;
+        if (d < hd) o[d] = round_to_m<M>(c[nd][2 * r + e] * mul);
+      }
+  }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Forward. Block: query rows [i0, i0 + 64) of (bi, head) = bh, warp w rows
+// i0 + 16w.. (lane: rows g and g + 8). Key tiles of 64 up to the diagonal.
+// Shared: Q [64], K, V [64] rows of kStride.
+template <class M, int kD>
+__global__ void __launch_bounds__(kThreads)
+    fwd(float *ctx, float *lse, const float *qkv, int s, int b, int heads, int hd, float scale,
+        Drop dr) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  constexpr int S = kStride<kD>;
+  M *sQ = reinterpret_cast<M *>(smem_bytes), *sK = sQ + kRowTile * S, *sV = sK + kFwdKeys * S;
+  const int ntiles = (s + kRowTile - 1) / kRowTile;
+  const int bh = blockIdx.x / ntiles, i0 = (ntiles - 1 - blockIdx.x % ntiles) * kRowTile;
+  const int bi = bh / heads, head = bh % heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const size_t ld = (size_t)b * heads * 3 * hd;
+  const float *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+  const int w0 = i0 + 16 * warp;
+  const int row[2] = {w0 + g, w0 + g + 8};
+
+  load_tile<M, kD>(sQ, Q, ld, i0, kRowTile, s, hd);
+  __syncthreads();
+  uint32_t qa[kD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; kk++) load_a(qa[kk], sQ, S, 16 * warp, 16 * kk, g, t);
+  float o[kD / 8][4] = {};                                   // sum_j P~ Z V of rows g, g + 8
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max; this lane's part of the sum
+
+  const int iend = min(s, i0 + kRowTile);
+  for (int j0 = 0; j0 < iend; j0 += kFwdKeys) {
+    __syncthreads();  // the previous tile is consumed
+    load_tile<M, kD>(sK, K, ld, j0, kFwdKeys, s, hd);
+    load_tile<M, kD>(sV, V, ld, j0, kFwdKeys, s, hd);
+    __syncthreads();
+    if (w0 >= s || j0 > w0 + 15) continue;  // warp-uniform: no rows, or no visible key
+    const int nt_end = min(kFwdKeys / 8, (w0 + 15 - j0) / 8 + 1);  // 8-key blocks with a visible key
+    float sc[kFwdKeys / 8][4] = {};
+#pragma unroll
+    for (int nt = 0; nt < kFwdKeys / 8; nt++)
+      if (nt < nt_end) mma_rows<M, kD>(sc[nt], qa, sK, 8 * nt, g, t);
+    // Scale and mask; the row max over the tile (the 4 lanes of a quad share a row).
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kFwdKeys / 8; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int r = e / 2, j = j0 + 8 * nt + 2 * t + (e & 1);
+        const bool vis = j <= row[r] && row[r] < s;  // causal (and so j < s)
+        sc[nt][e] = vis ? sc[nt][e] * scale : -INFINITY;
+        mx[r] = fmaxf(mx[r], sc[nt][e]);
+      }
+    float base[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const float mnew = fmaxf(m[r], quad_max(mx[r]));
+      base[r] = mnew == -INFINITY ? 0.f : mnew;  // a row past s sees no key: keep it finite
+      const float alpha = expf(m[r] - base[r]);  // rescales the old terms; 0 at first
+      m[r] = mnew;
+      l[r] *= alpha;
+#pragma unroll
+      for (int nd = 0; nd < kD / 8; nd++) o[nd][2 * r] *= alpha, o[nd][2 * r + 1] *= alpha;
+    }
+    // P~ = exp(x - m) (the sum excludes dropout), then P~ Z for the product.
+#pragma unroll
+    for (int nt = 0; nt < kFwdKeys / 8; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int r = e / 2, j = j0 + 8 * nt + 2 * t + (e & 1);
+        const float p = expf(sc[nt][e] - base[r]);
+        l[r] += p;
+        sc[nt][e] = p == 0.f ? 0.f : p * keep_scale(dr, bi, head, s, row[r], j);
+      }
+#pragma unroll
+    for (int kk = 0; kk < kFwdKeys / 16; kk++) {
+      if (2 * kk >= nt_end) continue;  // all of these keys above the diagonal
+      uint32_t pa[4];
+      c_to_a<M>(pa, sc[2 * kk], sc[2 * kk + 1]);
+      mma_cols<M, kD>(o, pa, sV, 16 * kk, g, t);
+    }
+  }
+  // ctx = o / l; lse = m + log(l) (l >= 1: the row max contributes exp(0)).
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    l[r] = quad_sum(l[r]);
+    inv[r] = 1.f / l[r];
+    if (t == 0 && row[r] < s) lse[(size_t)bh * s + row[r]] = m[r] + logf(l[r]);
+  }
+  store_rows<M, kD>(ctx + (size_t)bh * hd, (size_t)b * heads * hd, o, row, inv[0], inv[1], s, hd, t);
+}
+
+// dK, dV. Block: keys [j0, j0 + 64) of bh, warp w keys j0 + 16w.. (lane: keys
+// g and g + 8), summed over the query tiles of 32 from j0 on (causal: earlier
+// queries see none of them). Products transposed: S^T = K Q^T, dP^T = V dO^T,
+// dV += (P Z)^T dO, dK += dS^T Q. Shared: K, V [64], Q, dO [32] rows of
+// kStride; the tile's lse and D.
+template <class M, int kD>
+__global__ void __launch_bounds__(kThreads)
+    bwd_dkdv(float *dqkv, const float *dctx, const float *qkv, const float *lse, const float *D,
+             int s, int b, int heads, int hd, float scale, Drop dr) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  constexpr int S = kStride<kD>;
+  M *sK = reinterpret_cast<M *>(smem_bytes), *sV = sK + kRowTile * S, *sQ = sV + kRowTile * S,
+    *sO = sQ + kBwdTile * S;  // sO: dO
+  float *sL = reinterpret_cast<float *>(sO + kBwdTile * S), *sD = sL + kBwdTile;
+  const int ntiles = (s + kRowTile - 1) / kRowTile;
+  const int bh = blockIdx.x / ntiles, j0 = (blockIdx.x % ntiles) * kRowTile;  // first: most work
+  const int bi = bh / heads, head = bh % heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const size_t ld = (size_t)b * heads * 3 * hd, ldc = (size_t)b * heads * hd;
+  const float *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+  const float *dO = dctx + (size_t)bh * hd;
+  const int w0 = j0 + 16 * warp;
+  const int key[2] = {w0 + g, w0 + g + 8};
+
+  load_tile<M, kD>(sK, K, ld, j0, kRowTile, s, hd);
+  load_tile<M, kD>(sV, V, ld, j0, kRowTile, s, hd);
+  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
+  for (int q0 = j0; q0 < s; q0 += kBwdTile) {
+    __syncthreads();  // the previous tile is consumed (first time: K, V are in)
+    load_tile<M, kD>(sQ, Q, ld, q0, kBwdTile, s, hd);
+    load_tile<M, kD>(sO, dO, ldc, q0, kBwdTile, s, hd);
+    for (int e = threadIdx.x; e < kBwdTile; e += kThreads) {
+      const int i = q0 + e;
+      sL[e] = i < s ? lse[(size_t)bh * s + i] : 0.f;
+      sD[e] = i < s ? D[(size_t)bh * s + i] : 0.f;
+    }
+    __syncthreads();
+    if (w0 >= s || w0 > q0 + kBwdTile - 1) continue;  // warp-uniform: no keys, or no visible query
+    float st[kBwdTile / 8][4] = {}, dpt[kBwdTile / 8][4] = {};  // S^T, dP^T: keys x queries
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; kk++) {
+      uint32_t ka[1][4], va[1][4];  // one k-step of the warp's K and V rows
+      load_a(ka[0], sK, S, 16 * warp, 16 * kk, g, t);
+      load_a(va[0], sV, S, 16 * warp, 16 * kk, g, t);
+#pragma unroll
+      for (int nt = 0; nt < kBwdTile / 8; nt++) {
+        const M *q = sQ + (8 * nt + g) * S + 16 * kk + 2 * t, *od = sO + (8 * nt + g) * S + 16 * kk + 2 * t;
+        mma<M>(st[nt], ka[0], pair(q), pair(q + 8));
+        mma<M>(dpt[nt], va[0], pair(od), pair(od + 8));
+      }
+    }
+    // P Z into st, dS / scale into dpt.
+#pragma unroll
+    for (int nt = 0; nt < kBwdTile / 8; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int j = key[e / 2], qi = 8 * nt + 2 * t + (e & 1), i = q0 + qi;
+        float pz = 0.f, ds = 0.f;
+        if (j <= i && i < s) {  // causal (and so j < s)
+          const float p = expf(st[nt][e] * scale - sL[qi]);
+          const float z = keep_scale(dr, bi, head, s, i, j);
+          pz = p * z;
+          ds = p * (z * dpt[nt][e] - sD[qi]);
+        }
+        st[nt][e] = pz;
+        dpt[nt][e] = ds;
+      }
+#pragma unroll
+    for (int kq = 0; kq < kBwdTile / 16; kq++) {
+      uint32_t pa[4], da[4];
+      c_to_a<M>(pa, st[2 * kq], st[2 * kq + 1]);
+      c_to_a<M>(da, dpt[2 * kq], dpt[2 * kq + 1]);
+      mma_cols<M, kD>(dv, pa, sO, 16 * kq, g, t);
+      mma_cols<M, kD>(dk, da, sQ, 16 * kq, g, t);
+    }
+  }
+  float *dK = dqkv + (size_t)bh * 3 * hd + hd, *dV = dK + hd;
+  store_rows<M, kD>(dK, ld, dk, key, scale, scale, s, hd, t);
+  store_rows<M, kD>(dV, ld, dv, key, 1.f, 1.f, s, hd, t);
+}
+
+// dQ. Block and warps as the forward: rows [i0, i0 + 64), key tiles of 32 up
+// to the diagonal; dS = P (Z dP - D) from S = Q K^T and dP = dO V^T, then
+// dQ += dS K. Shared: Q, dO [64] (read once into registers), K, V [32].
+template <class M, int kD>
+__global__ void __launch_bounds__(kThreads)
+    bwd_dq(float *dqkv, const float *dctx, const float *qkv, const float *lse, const float *D,
+           int s, int b, int heads, int hd, float scale, Drop dr) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  constexpr int S = kStride<kD>;
+  M *sQ = reinterpret_cast<M *>(smem_bytes), *sO = sQ + kRowTile * S, *sK = sO + kRowTile * S,
+    *sV = sK + kBwdTile * S;
+  const int ntiles = (s + kRowTile - 1) / kRowTile;
+  const int bh = blockIdx.x / ntiles, i0 = (ntiles - 1 - blockIdx.x % ntiles) * kRowTile;
+  const int bi = bh / heads, head = bh % heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const size_t ld = (size_t)b * heads * 3 * hd, ldc = (size_t)b * heads * hd;
+  const float *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+  const int w0 = i0 + 16 * warp;
+  const int row[2] = {w0 + g, w0 + g + 8};
+
+  load_tile<M, kD>(sQ, Q, ld, i0, kRowTile, s, hd);
+  load_tile<M, kD>(sO, dctx + (size_t)bh * hd, ldc, i0, kRowTile, s, hd);
+  __syncthreads();
+  uint32_t qa[kD / 16][4], oa[kD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; kk++) {
+    load_a(qa[kk], sQ, S, 16 * warp, 16 * kk, g, t);
+    load_a(oa[kk], sO, S, 16 * warp, 16 * kk, g, t);
+  }
+  float L[2], Dr[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    L[r] = row[r] < s ? lse[(size_t)bh * s + row[r]] : 0.f;
+    Dr[r] = row[r] < s ? D[(size_t)bh * s + row[r]] : 0.f;
+  }
+  float dq[kD / 8][4] = {};  // dQ / scale
+  const int iend = min(s, i0 + kRowTile);
+  for (int k0 = 0; k0 < iend; k0 += kBwdTile) {
+    __syncthreads();  // the previous tile is consumed
+    load_tile<M, kD>(sK, K, ld, k0, kBwdTile, s, hd);
+    load_tile<M, kD>(sV, V, ld, k0, kBwdTile, s, hd);
+    __syncthreads();
+    if (w0 >= s || k0 > w0 + 15) continue;  // warp-uniform
+    float sc[kBwdTile / 8][4] = {}, dp[kBwdTile / 8][4] = {};
+#pragma unroll
+    for (int nt = 0; nt < kBwdTile / 8; nt++) {
+      mma_rows<M, kD>(sc[nt], qa, sK, 8 * nt, g, t);
+      mma_rows<M, kD>(dp[nt], oa, sV, 8 * nt, g, t);
+    }
+#pragma unroll
+    for (int nt = 0; nt < kBwdTile / 8; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int r = e / 2, i = row[r], j = k0 + 8 * nt + 2 * t + (e & 1);
+        float ds = 0.f;
+        if (j <= i && i < s) {
+          const float p = expf(sc[nt][e] * scale - L[r]);
+          const float z = keep_scale(dr, bi, head, s, i, j);
+          ds = p * (z * dp[nt][e] - Dr[r]);
+        }
+        sc[nt][e] = ds;
+      }
+#pragma unroll
+    for (int kk = 0; kk < kBwdTile / 16; kk++) {
+      uint32_t da[4];
+      c_to_a<M>(da, sc[2 * kk], sc[2 * kk + 1]);
+      mma_cols<M, kD>(dq, da, sK, 16 * kk, g, t);
+    }
+  }
+  store_rows<M, kD>(dqkv + (size_t)bh * 3 * hd, ld, dq, row, scale, scale, s, hd, t);
+}
+
+// Calls f(integral_constant<kD>) with the smallest tile of 32, 64, 96, 128 >= hd.
+template <class F>
+void with_head_tile(int hd, F f) {
+  if (hd <= 32) return f(std::integral_constant<int, 32>{});
+  if (hd <= 64) return f(std::integral_constant<int, 64>{});
+  if (hd <= 96) return f(std::integral_constant<int, 96>{});
+  return f(std::integral_constant<int, 128>{});
+}
+
+// Calls f(M{}) for the operand type; checks the device can run mma.sync.
+template <class F>
+void with_operand_type(DType mma, const char *what, F f) {
+  if (mma != DType::bf16 && mma != DType::f16)
+    fail(Status::invalid_argument, what, ": operand type ", dtype_name(mma),
+         " is not a 16-bit type (bf16 or f16)");
+  int dev = 0, major = 0;
+  check(cudaGetDevice(&dev), what);
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), what);
+  if (major < 8)
+    fail(Status::invalid_config, what, ": tensor-core attention needs compute capability 8.0 or ",
+         "newer; this GPU has ", major, ".x");
+  if (mma == DType::bf16)
+    f(__nv_bfloat16{});
+  else
+    f(__half{});
+}
+
+// The shared memory of a kernel with `rows` rows of the tile and `floats` floats.
+template <class M, int kD>
+constexpr size_t smem_bytes(int rows, int floats = 0) {
+  return sizeof(M) * rows * kStride<kD> + sizeof(float) * floats;
+}
+
+}  // namespace
+
+void flash_attention_forward_mma(float *ctx, float *lse, const float *qkv, int s, int b, int heads,
+                                 int hd, float scale, int head_offset, const DropoutSpec &d,
+                                 DType mma, cudaStream_t stream) {
+  const char *what = "flash_attention_forward_mma";
+  check_head_dim(hd, what);
+  if (s <= 0 || b <= 0 || heads <= 0) return;
+  const Drop dr = make_drop(d, head_offset);
+  const int blocks = grid_blocks(s, kRowTile, b * heads, what);
+  with_operand_type(mma, what, [&](auto m) {
+    using M = decltype(m);
+    with_head_tile(hd, [&](auto kd) {
+      constexpr int kD = decltype(kd)::value;
+      const size_t smem = smem_bytes<M, kD>(kRowTile + 2 * kFwdKeys);
+      auto kernel = fwd<M, kD>;
+      allow_smem(kernel, smem);
+      kernel<<<blocks, kThreads, smem, stream>>>(ctx, lse, qkv, s, b, heads, hd, scale, dr);
+    });
+  });
+  check_launch(what);
+}
+
+void flash_attention_backward_mma(float *dqkv, const float *dctx, const float *ctx,
+                                  const float *qkv, const float *lse, int s, int b, int heads,
+                                  int hd, float scale, int head_offset, const DropoutSpec &d,
+                                  DType mma, cudaStream_t stream) {
+  const char *what = "flash_attention_backward_mma";
+  check_head_dim(hd, what);
+  if (s <= 0 || b <= 0 || heads <= 0) return;
+  const Drop dr = make_drop(d, head_offset);
+  const int bh = b * heads;
+  const int blocks = grid_blocks(s, kRowTile, bh, what);
+  with_operand_type(mma, what, [&](auto m) {
+    using M = decltype(m);
+    with_head_tile(hd, [&](auto kd) {
+      constexpr int kD = decltype(kd)::value;
+      float *D = launch_dot_rows(dctx, ctx, s, bh, hd, stream);  // [b * heads, s]: dO_i . O_i
+      const size_t kv_smem = smem_bytes<M, kD>(2 * kRowTile + 2 * kBwdTile, 2 * kBwdTile);
+      auto dkdv = bwd_dkdv<M, kD>;
+      allow_smem(dkdv, kv_smem);
+      dkdv<<<blocks, kThreads, kv_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);
+      check_launch("flash_attention_backward_mma (dK, dV)");
+      const size_t q_smem = smem_bytes<M, kD>(2 * kRowTile + 2 * kBwdTile);
+      auto dq = bwd_dq<M, kD>;
+      allow_smem(dq, q_smem);
+      dq<<<blocks, kThreads, q_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);
+      check_launch("flash_attention_backward_mma (dQ)");
+      check(cudaFreeAsync(D, stream), "flash_attention_backward_mma: cudaFreeAsync");
+    });
+  });
+}
+
+}  // namespace ptdp::cuda
