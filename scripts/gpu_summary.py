@@ -35,6 +35,9 @@ def main(out):
             print(f"{'attention (ms)':34s} {r.get('dtype', 'f32'):5s} unfused fwd "
                   f"{r.get('unfused_fwd_ms')}, fused fwd {r.get('fused_fwd_ms')}, "
                   f"fused bwd {r.get('fused_bwd_ms')}")
+        elif r.get("name") == "attention_mma":
+            print(f"{'attention, tensor cores (ms)':34s} {r.get('dtype')} fused fwd "
+                  f"{r.get('fused_fwd_ms')}, fused bwd {r.get('fused_bwd_ms')}")
         elif "gbs" not in r:
             continue
         elif r.get("name") not in ("gemm", "copy"):

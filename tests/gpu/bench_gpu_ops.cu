@@ -208,6 +208,33 @@ void bench_attention(ptdp::cuda::Gemm &gemm) {
   cudaFree(qkv), cudaFree(dqkv), cudaFree(ctx), cudaFree(dctx), cudaFree(lse), cudaFree(probs);
 }
 
+// The tensor-core kernels on the same layer, as a bf16 run calls them: float
+// arrays, bf16 operands (the inputs are rounded as the kernels load them).
+void bench_attention_mma() {
+  const int s = 2048, b = 2, a = 16, hd = 128, w = a * hd;
+  const ptdp::DropoutSpec drop{{1234, 78, 5}, 0.1f, 0};
+  float *qkv = (float *)random_device((size_t)s * b * 3 * w, 4, 50);
+  float *dqkv = (float *)random_device((size_t)s * b * 3 * w, 4, 51);
+  float *ctx = (float *)random_device((size_t)s * b * w, 4, 52);
+  float *dctx = (float *)random_device((size_t)s * b * w, 4, 53);
+  float *lse = (float *)random_device((size_t)b * a * s, 4, 54);
+  const float scale = 1.f / std::sqrt((float)hd);
+  const double fwd_flops = 2.0 * b * a * (double)s * s * hd;
+  const double fwd = time_ms([&] {
+    ptdp::cuda::flash_attention_forward_mma(ctx, lse, qkv, s, b, a, hd, scale, 0, drop, DType::bf16, 0);
+  });
+  const double bwd = time_ms([&] {
+    ptdp::cuda::flash_attention_backward_mma(dqkv, dctx, ctx, qkv, lse, s, b, a, hd, scale, 0, drop,
+                                             DType::bf16, 0);
+  });
+  std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", "bf16", "attention fwd fused, tensor cores",
+              fwd, fwd_flops / fwd / 1e9);
+  std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", "bf16", "attention bwd fused, tensor cores",
+              bwd, 2.5 * fwd_flops / bwd / 1e9);
+  std::printf("bench name=attention_mma dtype=bf16 fused_fwd_ms=%.3f fused_bwd_ms=%.3f\n", fwd, bwd);
+  cudaFree(qkv), cudaFree(dqkv), cudaFree(ctx), cudaFree(dctx), cudaFree(lse);
+}
+
 struct GemmShape {
   const char *name;
   bool ta, tb;
@@ -266,6 +293,7 @@ int main() {
   }
 
   bench_attention<__nv_bfloat16>(gemm);
+  bench_attention_mma();
   bench_elementwise<float>(copy_gbs);
   bench_elementwise<__nv_bfloat16>(copy_gbs);
   {  // AdamW over fp32 master weights and moments (16-bit runs too).
