@@ -343,7 +343,8 @@ void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_drop(d, head_offset);
   const int bh = b * heads;
-  float *D = launch_dot_rows(dctx, ctx, s, bh, hd, stream);  // [b * heads, s]: dO_i . O_i
+  const RowDots dots(dctx, ctx, s, bh, hd, stream);  // [b * heads, s]: dO_i . O_i
+  const float *D = dots.D;
 
   const int kv_blocks = grid_blocks(s, kBlockKeys, bh, "flash_attention_backward");
   const int q_blocks = grid_blocks(s, kRows, bh, "flash_attention_backward");
@@ -359,7 +360,6 @@ void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv
     dq<<<q_blocks, kThreads, q_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);
     check_launch("flash_attention_backward (dQ)");
   });
-  check(cudaFreeAsync(D, stream), "flash_attention_backward: cudaFreeAsync");
 }
 
 #define PTDP_INSTANTIATE(T)                                                                    \

@@ -487,7 +487,8 @@ void flash_attention_backward_mma(float *dqkv, const float *dctx, const float *c
     using M = decltype(m);
     with_head_tile(hd, [&](auto kd) {
       constexpr int kD = decltype(kd)::value;
-      float *D = launch_dot_rows(dctx, ctx, s, bh, hd, stream);  // [b * heads, s]: dO_i . O_i
+      const RowDots dots(dctx, ctx, s, bh, hd, stream);  // [b * heads, s]: dO_i . O_i
+      const float *D = dots.D;
       const size_t kv_smem = smem_bytes<M, kD>(2 * kRowTile + 2 * kBwdTile, 2 * kBwdTile);
       auto dkdv = bwd_dkdv<M, kD>;
       allow_smem(dkdv, kv_smem);
@@ -498,7 +499,6 @@ void flash_attention_backward_mma(float *dqkv, const float *dctx, const float *c
       allow_smem(dq, q_smem);
       dq<<<blocks, kThreads, q_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);
       check_launch("flash_attention_backward_mma (dQ)");
-      check(cudaFreeAsync(D, stream), "flash_attention_backward_mma: cudaFreeAsync");
     });
   });
 }

@@ -40,19 +40,26 @@ __global__ void __launch_bounds__(32 * kDotWarps)
   if (lane == 0) D[row] = acc;
 }
 
-// D for the backward of [b * heads, s] rows, in stream-ordered memory the
-// caller frees with cudaFreeAsync after its last kernel.
-template <class T>
-float *launch_dot_rows(const T *dctx, const T *ctx, int s, int bh, int hd, cudaStream_t stream) {
-  const int64_t rows = (int64_t)bh * s;
+// D for the backward of [b * heads, s] rows, in stream-ordered memory that is
+// freed on the stream when it goes out of scope (also when a launch fails).
+struct RowDots {
   float *D = nullptr;
-  check(cudaMallocAsync(&D, sizeof(float) * rows, stream),
-        "flash_attention_backward: cudaMallocAsync");
-  dot_rows<T><<<(int)((rows + kDotWarps - 1) / kDotWarps), 32 * kDotWarps, 0, stream>>>(
-      D, dctx, ctx, s, bh, hd);
-  check_launch("flash_attention_backward (D)");
-  return D;
-}
+  cudaStream_t stream;
+  RowDots(const RowDots &) = delete;
+  RowDots &operator=(const RowDots &) = delete;
+  template <class T>
+  RowDots(const T *dctx, const T *ctx, int s, int bh, int hd, cudaStream_t st) : stream(st) {
+    const int64_t rows = (int64_t)bh * s;
+    check(cudaMallocAsync(&D, sizeof(float) * rows, stream),
+          "flash_attention_backward: cudaMallocAsync");
+    dot_rows<T><<<(int)((rows + kDotWarps - 1) / kDotWarps), 32 * kDotWarps, 0, stream>>>(
+        D, dctx, ctx, s, bh, hd);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) cudaFreeAsync(D, stream);  // no destructor for a throwing constructor
+    check(e, "flash_attention_backward (D) kernel launch");
+  }
+  ~RowDots() { cudaFreeAsync(D, stream); }
+};
 
 inline void check_head_dim(int hd, const char *what) {
   if (hd < 1 || hd > kMaxHeadDim)
