@@ -57,11 +57,13 @@ else
   summary+=("$(printf '%-22s %-28s %4ds  %s' trainer "SKIPPED (no bundle)" 0 \
     "build/gpu_bundle.tar.xz: run scripts/pack_gpu_bundle.sh, carry it")")
 fi
-# ptdp's own training step of the 1.3B GPT: bf16 (GEMMs on tensor cores) with
-# and without flash attention, then fp32. (One log for all: the device tool
-# returns at most 8 files.)
-step bench_gpt 200 bench_gpt.log bash -c "rc=0
+# ptdp's own training step of the 1.3B GPT: bf16 (GEMMs and flash attention on
+# tensor cores) with full recompute, then without it (PyTorch's eager flash
+# run recomputes nothing: the like-for-like ratio), bf16 with unfused
+# attention, then fp32. (One log for all: the device tool returns at most 8 files.)
+step bench_gpt 240 bench_gpt.log bash -c "rc=0
   build-gpu/tests/gpu/bench_gpu_gpt --steps $((quick ? 2 : 3)) --bf16 1 --flash 1 || rc=1
+  build-gpu/tests/gpu/bench_gpu_gpt --steps 2 --bf16 1 --flash 1 --recompute 0 || rc=1
   build-gpu/tests/gpu/bench_gpu_gpt --steps 2 --bf16 1 || rc=1
   build-gpu/tests/gpu/bench_gpu_gpt --steps 2 --flash 1 || rc=1
   exit \$rc"
