@@ -62,7 +62,7 @@ fi
 # run recomputes nothing: the like-for-like ratio), bf16 with unfused
 # attention, then fp32. (One log for all: the device tool returns at most 8 files.)
 step bench_gpt 240 bench_gpt.log bash -c "rc=0
-  build-gpu/tests/gpu/bench_gpu_gpt --steps $((quick ? 2 : 3)) --bf16 1 --flash 1 || rc=1
+  build-gpu/tests/gpu/bench_gpu_gpt --steps $((quick ? 2 : 3)) --bf16 1 --flash 1 --profile 1 || rc=1
   build-gpu/tests/gpu/bench_gpu_gpt --steps 2 --bf16 1 --flash 1 --recompute 0 || rc=1
   build-gpu/tests/gpu/bench_gpu_gpt --steps 2 --bf16 1 || rc=1
   build-gpu/tests/gpu/bench_gpu_gpt --steps 2 --flash 1 || rc=1

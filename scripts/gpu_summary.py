@@ -16,6 +16,19 @@ def read(path):
     return rows
 
 
+def op_profile(path, top=14):
+    """The first rows of bench_gpu_gpt's --profile table: where a step's GPU time goes."""
+    if not os.path.exists(path):
+        return []
+    lines = open(path, errors="replace").read().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("op profile of one step"):
+            table = lines[i:i + 2 + top]
+            ends = [l for l in lines[i:] if l.startswith(("gemm (all shapes)", "total (device time"))]
+            return table + ends[:2]
+    return []
+
+
 def main(out):
     ops, torch = read(os.path.join(out, "bench_ops.log")), read(os.path.join(out, "bench_torch.log"))
     gpt = read(os.path.join(out, "bench_gpt.log"))
@@ -49,6 +62,8 @@ def main(out):
         print(f"ptdp train {r['variant']:23s} {float(r['tokens_per_s']):9.0f} tokens/s "
               f"{float(r['tflops']):6.1f} TFLOP/s MFU {100 * float(r['mfu']):4.1f}% {r['mem_gib']} GiB "
               f"({100 * float(r['of_fp32_peak']):.0f}% of fp32 peak)")
+    for line in op_profile(os.path.join(out, "bench_gpt.log")):
+        print(line)
     for r in torch:
         if r.get("name") == "torch_train":
             print(f"torch train {r['variant']:22s} {float(r['tokens_per_s']):9.0f} tokens/s "

@@ -227,6 +227,19 @@ void GPT<T>::set_flash_attention(bool on) {
 }
 
 template <class T>
+void GPT<T>::set_op_profiling(bool on) {
+  auto *profiled = dynamic_cast<ProfiledOps<T> *>(ops_.get());
+  if (on && !profiled) ops_ = std::make_unique<ProfiledOps<T>>(std::move(ops_));
+  if (!on && profiled) ops_ = profiled->release();
+}
+
+template <class T>
+std::vector<OpTime> GPT<T>::take_op_profile() {
+  auto *profiled = dynamic_cast<ProfiledOps<T> *>(ops_.get());
+  return profiled ? profiled->take() : std::vector<OpTime>{};
+}
+
+template <class T>
 const T *GPT<T>::logits() const {
   if (!last_head_) fail(Status::wrong_state, "logits() needs a forward of the head chunk first");
   return last_head_->logits.data();

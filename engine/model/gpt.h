@@ -26,6 +26,7 @@
 #include "engine/core/dtype.h"
 #include "engine/device/device.h"
 #include "engine/device/ops.h"
+#include "engine/device/profiled_ops.h"
 #include "engine/model/gpt_config.h"
 
 namespace ptdp {
@@ -109,6 +110,11 @@ class GPT {
   void set_flash_attention(bool on);
   bool flash_attention() const { return flash_; }
   Ops<T> &ops() const { return *ops_; }
+  // Times every op of the model and of its optimizer (which calls ops()) on the
+  // device's clock (ProfiledOps) until turned off; take_op_profile gives the
+  // sums since the last take, slowest first (empty when off). Any time.
+  void set_op_profiling(bool on);
+  std::vector<OpTime> take_op_profile();
   // Global index of local element i of parameter p (the init RNG's counter).
   int64_t global_index(const ParamInfo &p, size_t i) const;
 

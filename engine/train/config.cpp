@@ -114,6 +114,9 @@ const std::vector<OptionSpec> &option_schema() {
        "fp16: overflows after which the loss scale halves (refilled when it grows)"},
       {"timeline", T::String, "", 0, 0, nullptr,
        "write each step's per-rank timeline to this Chrome trace JSON file (Perfetto)"},
+      {"profile_ops", T::String, "", 0, 0, nullptr,
+       "write each step's device time per op (calls, ms, share, TFLOP/s) of every rank to this "
+       "text file"},
       // machine
       {"num_threads", T::Int, "0", 0, 4096, nullptr, "CPU threads of the process (0 = all cores)"},
       {"device", T::String, "auto", 0, 0, nullptr,

@@ -20,6 +20,7 @@
 #include "engine/comm/mpi_threads_comm.h"
 #include "engine/comm/nccl_comm.h"
 #include "engine/comm/thread_comm.h"
+#include "engine/core/output_file.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/parallel/grad_sync.h"
@@ -129,6 +130,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
         PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute, opt_.precision,
         R->device.get());
     R->model->set_flash_attention(opt_.use_flash_attn);
+    R->model->set_op_profiling(!opt_.op_profile_path.empty());
     R->pipeline = std::make_unique<PipelineRuntime>(
         *R->model, p > 1 ? R->pp_d : nullptr, opt_.parallel.t > 1 ? R->tp_d : nullptr,
         opt_.scatter_gather);
@@ -377,6 +379,21 @@ void Trainer::write_timeline() const {
   write_chrome_trace(path, tracks, step_origin_ns_);
 }
 
+// Every local rank's op table of the step just taken (the sums start again).
+void Trainer::write_op_profile() {
+  std::string text;
+  for (auto &r : ranks_) {
+    const RankCoord &c = r->coord;
+    text += "rank " + std::to_string(r->world_rank) + " (tp " + std::to_string(c.tp) + ", pp " +
+            std::to_string(c.pp) + ", dp " + std::to_string(c.dp) + ") on " + r->device->name() +
+            ", iteration " + std::to_string(iteration_) + "\n" +
+            format_op_profile(r->model->take_op_profile()) + "\n";
+  }
+  std::string path = opt_.op_profile_path;
+  if (local_ranks() < world_size()) path += ".rank" + std::to_string(first_local_rank());
+  write_file_atomic(path, text, "--profile-ops");
+}
+
 std::string Trainer::device_name(int rank) const { return ranks_.at(rank)->device->name(); }
 
 StepMetrics Trainer::log_metrics() const {
@@ -430,6 +447,7 @@ StepMetrics Trainer::step() {
   last_ = res;
   log_interval_.add(res.lm_loss, ranks_[0]->metrics.skipped_iters != 0, sec);
   if (!opt_.timeline_path.empty()) write_timeline();  // not counted in the step's time
+  if (!opt_.op_profile_path.empty()) write_op_profile();
   const bool at_interval = opt_.save_interval > 0 && it % opt_.save_interval == 0;
   if (!opt_.save_path.empty() && (at_interval || it == opt_.train_iters)) {
     // A failed save must not end the run: report it, keep training, and the

@@ -155,6 +155,7 @@ class Trainer {
   void fill_batch(Rank &r, Sampler &sampler, uint64_t first, int b);
   void rank_step(Rank &r, int64_t it, Sampler &train);
   void write_timeline() const;
+  void write_op_profile();
   void bind_device_comms();  // Rank::tp_d, dp_d, pp_d, embedding_d
   std::vector<RankShard> local_shards();
   void unstage_shards();

@@ -68,6 +68,7 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.comm_timeout_s = c.get_double("comm_timeout");
   o.scatter_gather = c.get_int("scatter_gather_tensors_in_pipeline") != 0;
   o.timeline_path = c.get("timeline");
+  o.op_profile_path = c.get("profile_ops");
   o.save_path = c.get("save");
   o.load_path = c.get("load");
   o.save_interval = c.get_int("save_interval");

@@ -49,6 +49,7 @@ struct TrainerOptions {
   bool scatter_gather = true;  // only matters when t > 1 and p > 1
   Recompute recompute;
   std::string timeline_path;  // Chrome trace of each step, rewritten after it
+  std::string op_profile_path;  // time per op of each step and rank, rewritten after it
   // Checkpoints (ARCHITECTURE §5)
   std::string save_path, load_path;
   int64_t save_interval = 0;  // 0 = only after the last iteration

@@ -8,7 +8,9 @@
 //   bench_gpu_gpt [--layers 24] [--hidden 2048] [--heads 16] [--seq 2048]
 //                 [--vocab 50304] [--batch 2] [--steps 3] [--recompute 1]
 //                 [--flash 0] [--bf16 0] [--bf16-peak 989] [--fp32-peak 67]
-// Prints "bench name=ptdp_train ..." for scripts/gpu_summary.py.
+//                 [--profile 0]
+// Prints "bench name=ptdp_train ..." for scripts/gpu_summary.py; --profile 1
+// then times every op of one more step (ProfiledOps) and prints the table.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -31,7 +33,7 @@ int main(int argc, char **argv) {
   cfg.num_attention_heads = 16;
   cfg.seq_length = 2048;
   cfg.vocab_size = 50304;
-  int batch = 2, steps = 3, recompute = 1, flash = 0, bf16 = 0;
+  int batch = 2, steps = 3, recompute = 1, flash = 0, bf16 = 0, profile = 0;
   double bf16_peak = 989, fp32_peak = 67;  // H100 SXM dense, TFLOP/s
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -56,6 +58,8 @@ int main(int argc, char **argv) {
       flash = (int)v;
     else if (k == "--bf16")
       bf16 = (int)v;
+    else if (k == "--profile")
+      profile = (int)v;
     else if (k == "--bf16-peak")
       bf16_peak = v;
     else if (k == "--fp32-peak")
@@ -84,7 +88,7 @@ int main(int argc, char **argv) {
     const std::vector<int32_t> tokens = gpu_test::random_ids(N, cfg.vocab_size, 1),
                                targets = gpu_test::random_ids(N, cfg.vocab_size, 2);
     double seconds = 0, loss = 0;
-    for (int step = 0; step <= steps; step++) {  // step 0 warms up (plans, pool)
+    auto train_step = [&](int step) {  // seconds
       dev->synchronize();
       const auto t0 = std::chrono::steady_clock::now();
       dev->zero(model.grads(), model.num_params() * sizeof(float));
@@ -99,7 +103,18 @@ int main(int argc, char **argv) {
       const double dt =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::printf("step %d: %.3f s, loss %.4f, grad norm %.3f\n", step, dt, loss, norm);
+      return dt;
+    };
+    for (int step = 0; step <= steps; step++) {  // step 0 warms up (plans, pool)
+      const double dt = train_step(step);
       if (step > 0) seconds += dt;
+    }
+    if (profile) {  // one more step, every op timed on the GPU's clock
+      model.set_op_profiling(true);
+      const double dt = train_step(steps + 1);
+      std::printf("op profile of one step (%.3f s with the op timers):\n%s", dt,
+                  format_op_profile(model.take_op_profile()).c_str());
+      model.set_op_profiling(false);
     }
     const double per_step = seconds / steps;
     const double flops = cfg.flops_per_batch(batch, rc.enabled);

@@ -278,3 +278,46 @@ TEST(Gpt, RejectsBadInputs) {
   bad_heads.num_attention_heads = 3;
   EXPECT_THROW(GPT<float>(bad_heads, 1), ptdp::Error);
 }
+
+// The op profile times every op and changes nothing: the same loss and
+// gradients bit for bit, each op counted as often as the model calls it.
+TEST(Gpt, OpProfileCountsEveryOpAndChangesNothing) {
+  GptConfig c = tiny_config();
+  GPT<float> plain(c, 9), profiled(c, 9);
+  profiled.set_op_profiling(true);
+  Batch bt(c.vocab_size);
+  const StepContext ctx{true, 2, 40};
+  const double l0 = plain.forward(bt.tokens.data(), bt.targets.data(), bt.s, bt.b, ctx);
+  const double l1 = profiled.forward(bt.tokens.data(), bt.targets.data(), bt.s, bt.b, ctx);
+  EXPECT_EQ(l0, l1);
+  plain.backward(1.f / 15);
+  profiled.backward(1.f / 15);
+  for (size_t i = 0; i < plain.num_params(); i++) ASSERT_EQ(plain.grads()[i], profiled.grads()[i]);
+
+  const std::vector<ptdp::OpTime> rows = profiled.take_op_profile();
+  std::map<std::string, ptdp::OpTime> by_op;
+  double gemm_flops = 0;
+  for (const ptdp::OpTime &r : rows) {
+    by_op[r.op] = r;
+    EXPECT_GE(r.ms, 0.0) << r.op;
+    if (r.op.rfind("gemm ", 0) == 0) gemm_flops += r.flops;
+  }
+  for (size_t i = 1; i < rows.size(); i++) EXPECT_GE(rows[i - 1].ms, rows[i].ms);  // slowest first
+  // Two layernorms per layer and the final one, forward and backward.
+  EXPECT_EQ(by_op["layernorm_forward"].calls, 2 * c.num_layers + 1);
+  EXPECT_EQ(by_op["layernorm_backward"].calls, 2 * c.num_layers + 1);
+  EXPECT_EQ(by_op["bias_gelu_forward"].calls, c.num_layers);
+  // Forward GEMMs alone: qkv, proj, fc1, fc2 per layer and the logits, 2 N k n each.
+  const double N = bt.s * bt.b, h = c.hidden_size, f = c.ffn_hidden_size;
+  const double forward_flops = 2 * N * (c.num_layers * (3 * h * h + h * h + 2 * h * f) + h * 16);
+  EXPECT_GT(gemm_flops, 2.9 * forward_flops);  // with the backward's two per forward one
+  const std::string table = ptdp::format_op_profile(rows);
+  EXPECT_NE(table.find("layernorm_forward"), std::string::npos);
+  EXPECT_NE(table.find("total"), std::string::npos);
+
+  EXPECT_TRUE(profiled.take_op_profile().empty());  // taken: the sums start again
+  profiled.set_op_profiling(false);
+  profiled.forward(bt.tokens.data(), bt.targets.data(), bt.s, bt.b, ctx);
+  profiled.backward(1.f / 15);
+  EXPECT_TRUE(profiled.take_op_profile().empty());
+}

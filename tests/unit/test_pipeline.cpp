@@ -359,6 +359,33 @@ TEST(Pipeline, TimelineHasEveryRanksSpans) {
   EXPECT_GT(tr.replayed_bubble(), 0);
 }
 
+// --profile-ops: each rank's time per op for the step just taken, and the run
+// is the one without it, bit for bit.
+TEST(Pipeline, OpProfileHasEveryRanksTable) {
+  namespace fs = std::filesystem;
+  const std::string path = (fs::path(tiny_dataset_path()).parent_path() / "ops.txt").string();
+  Config cfg = run_config({2, 2, 2, 2, "interleaved", true, false});
+  Trainer plain(TrainerOptions::from_config(cfg));
+  cfg.set("profile_ops", path);
+  Trainer tr(TrainerOptions::from_config(cfg));
+  for (int i = 0; i < 2; i++) EXPECT_EQ(tr.step().lm_loss, plain.step().lm_loss) << "step " << i;
+  // The tables, each starting with its "rank N (tp, pp, dp) on DEVICE" line.
+  std::ifstream in(path);
+  std::vector<std::string> tables;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("rank ", 0) == 0) tables.emplace_back();
+    ASSERT_FALSE(tables.empty()) << "the file starts with: " << line;
+    tables.back() += line + "\n";
+  }
+  ASSERT_EQ(tables.size(), 8u);
+  for (const std::string &table : tables) {
+    EXPECT_NE(table.find("iteration 2"), std::string::npos) << table;
+    // Every rank runs layers, their backward and the optimizer.
+    for (const char *op : {"gemm ", "layernorm_forward", "layernorm_backward", "adamw_update", "total"})
+      EXPECT_NE(table.find(op), std::string::npos) << op << " in\n" << table;
+  }
+}
+
 // With one stage the replayed schedule has no bubble.
 TEST(Pipeline, NoBubbleWithoutPipeline) {
   Trainer tr(TrainerOptions::from_config(run_config({2, 1, 2, 1, "1f1b", true, false})));
