@@ -154,15 +154,12 @@ void vocab_ce_backward(T *dlogits, const T *logits, const float *row_max, const 
 void cross_entropy_forward(float *losses, const float *logits, const int32_t *targets, int N,
                            int Vp, int V, cudaStream_t stream) {
   if (N <= 0) return;
-  float *stats = nullptr;
-  const cudaError_t e = cudaMallocAsync(&stats, 2 * (size_t)N * sizeof(float), stream);
-  if (e != cudaSuccess)
-    fail(Status::out_of_memory, "cross_entropy_forward: ", 2 * N, " floats: ", cudaGetErrorString(e));
+  const StreamScratch scratch(2 * (size_t)N * sizeof(float), stream, "cross_entropy_forward scratch");
+  float *stats = scratch.as<float>();
   vocab_ce_local_max(stats, logits, N, Vp, V, stream);
   vocab_ce_local_sums(stats + N, losses, logits, stats, targets, N, Vp, V, 0, stream);
   finish_losses<<<(N + 255) / 256, 256, 0, stream>>>(losses, stats, stats + N, N);
   check_launch("cross_entropy_forward");
-  cudaFreeAsync(stats, stream);
 }
 
 #define PTDP_INSTANTIATE(T)                                                                     \

@@ -174,9 +174,8 @@ void embedding_backward_v(float *dwte, float *dwpe, const T *dx, const int32_t *
                                         (int32_t *)nullptr, n, 0, bits, stream),
         "cub::DeviceRadixSort::SortPairs (size)");
   const size_t ints = (size_t)n * sizeof(int32_t);
-  char *work = nullptr;
-  check(cudaMallocAsync((void **)&work, 4 * ints + sort_bytes, stream),
-        "embedding_backward scratch (cudaMallocAsync)");
+  const StreamScratch scratch(4 * ints + sort_bytes, stream, "embedding_backward scratch");
+  char *work = scratch.as<char>();
   uint32_t *keys = (uint32_t *)work, *sorted_keys = (uint32_t *)(work + ints);
   int32_t *rows = (int32_t *)(work + 2 * ints), *sorted_rows = (int32_t *)(work + 3 * ints);
   embedding_sort_keys<<<grid_for((size_t)n, kThreads), kThreads, 0, stream>>>(
@@ -188,7 +187,6 @@ void embedding_backward_v(float *dwte, float *dwpe, const T *dx, const int32_t *
   embedding_backward_tokens<T, V><<<grid_for((size_t)n * (h / V), kThreads), kThreads, 0, stream>>>(
       dwte, dx, sorted_keys, sorted_rows, n, h, vocab_rows);
   check_launch("embedding_backward (tokens)");
-  check(cudaFreeAsync(work, stream), "embedding_backward scratch (cudaFreeAsync)");
 }
 
 }  // namespace

@@ -40,25 +40,19 @@ __global__ void __launch_bounds__(32 * kDotWarps)
   if (lane == 0) D[row] = acc;
 }
 
-// D for the backward of [b * heads, s] rows, in stream-ordered memory that is
-// freed on the stream when it goes out of scope (also when a launch fails).
+// D for the backward of [b * heads, s] rows, in stream-ordered scratch.
 struct RowDots {
-  float *D = nullptr;
-  cudaStream_t stream;
-  RowDots(const RowDots &) = delete;
-  RowDots &operator=(const RowDots &) = delete;
+  StreamScratch scratch;
+  float *D;
   template <class T>
-  RowDots(const T *dctx, const T *ctx, int s, int bh, int hd, cudaStream_t st) : stream(st) {
+  RowDots(const T *dctx, const T *ctx, int s, int bh, int hd, cudaStream_t stream)
+      : scratch(sizeof(float) * (size_t)bh * s, stream, "flash_attention_backward scratch (D)"),
+        D(scratch.as<float>()) {
     const int64_t rows = (int64_t)bh * s;
-    check(cudaMallocAsync(&D, sizeof(float) * rows, stream),
-          "flash_attention_backward: cudaMallocAsync");
     dot_rows<T><<<(int)((rows + kDotWarps - 1) / kDotWarps), 32 * kDotWarps, 0, stream>>>(
         D, dctx, ctx, s, bh, hd);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) cudaFreeAsync(D, stream);  // no destructor for a throwing constructor
-    check(e, "flash_attention_backward (D) kernel launch");
+    check_launch("flash_attention_backward (D)");
   }
-  ~RowDots() { cudaFreeAsync(D, stream); }
 };
 
 inline void check_head_dim(int hd, const char *what) {

@@ -210,24 +210,17 @@ void layernorm_backward(T *dx, float *dw, float *db, const T *dout, const T *x, 
                         const float *mean, const float *rstd, int N, int h, cudaStream_t stream) {
   if (N <= 0 || h <= 0) return;
   const int chunks = (N + kChunk - 1) / kChunk;
-  float *partial = nullptr;
-  check(cudaMallocAsync(&partial, sizeof(float) * 2 * h * chunks, stream),
-        "cudaMallocAsync of the layernorm_backward scratch");
-  auto launched = [&](const char *what) {
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) cudaFreeAsync(partial, stream);
-    check(e, what);
-  };
+  const StreamScratch scratch(sizeof(float) * 2 * h * chunks, stream, "layernorm_backward scratch");
+  float *partial = scratch.as<float>();
   if (h % kVec<T> == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(w))
     layernorm_bwd_chunk<T, kVec<T>>
         <<<chunks, kThreads, 0, stream>>>(dx, partial, dout, x, w, mean, rstd, N, h);
   else
     layernorm_bwd_chunk<T, 1>
         <<<chunks, kThreads, 0, stream>>>(dx, partial, dout, x, w, mean, rstd, N, h);
-  launched("layernorm_backward (dx) kernel launch");
+  check(cudaGetLastError(), "layernorm_backward (dx) kernel launch");
   layernorm_bwd_sum<<<(2 * h + 31) / 32, dim3(32, 8), 0, stream>>>(dw, db, partial, chunks, h);
-  launched("layernorm_backward (dw, db) kernel launch");
-  check(cudaFreeAsync(partial, stream), "cudaFreeAsync of the layernorm_backward scratch");
+  check(cudaGetLastError(), "layernorm_backward (dw, db) kernel launch");
 }
 
 #define PTDP_INSTANTIATE(T)                                                                     \

@@ -149,11 +149,9 @@ void colsum_accumulate(float *out, const T *x, int N, int cols, cudaStream_t str
   // to fill the GPU, few partials to add. Depends on N only, so do the sums.
   const int rows = std::max(16, (N + kColChunks - 1) / kColChunks);
   const int chunks = (N + rows - 1) / rows, threads = 128;
-  float *partial = nullptr;
-  const cudaError_t e = cudaMallocAsync(&partial, (size_t)chunks * cols * sizeof(float), stream);
-  if (e != cudaSuccess)
-    fail(Status::out_of_memory, "colsum_accumulate: scratch of ", chunks, " x ", cols,
-         " floats: ", cudaGetErrorString(e));
+  const StreamScratch scratch((size_t)chunks * cols * sizeof(float), stream,
+                             "colsum_accumulate scratch");
+  float *partial = scratch.as<float>();
   constexpr int V = kVec<T>;
   if (cols % V == 0 && aligned16(x)) {
     const int per_block = threads * V;
@@ -165,7 +163,6 @@ void colsum_accumulate(float *out, const T *x, int N, int cols, cudaStream_t str
   }
   colsum_finish<<<(cols + threads - 1) / threads, threads, 0, stream>>>(out, partial, chunks, cols);
   check_launch("colsum_accumulate");
-  cudaFreeAsync(partial, stream);
 }
 
 void cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n,

@@ -65,6 +65,28 @@ inline void check_launch(const char *what) {
   if (e != cudaSuccess) fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
 }
 
+// Scratch memory from the stream's pool (cudaMallocAsync), freed on the stream
+// when it goes out of scope: also when a launch check after it throws.
+class StreamScratch {
+ public:
+  StreamScratch(size_t bytes, cudaStream_t stream, const char *what) : stream_(stream) {
+    check(cudaMallocAsync(&p_, bytes, stream), what);
+  }
+  ~StreamScratch() {
+    if (p_) cudaFreeAsync(p_, stream_);  // stream-ordered: after the kernels queued before
+  }
+  StreamScratch(const StreamScratch &) = delete;
+  StreamScratch &operator=(const StreamScratch &) = delete;
+  template <class T>
+  T *as() const {
+    return static_cast<T *>(p_);
+  }
+
+ private:
+  void *p_ = nullptr;
+  cudaStream_t stream_;
+};
+
 // A grid-stride loop's grid: enough blocks to cover n, at most 8 per SM's worth.
 inline int grid_for(size_t n, int threads) {
   return (int)std::max<size_t>(1, std::min<size_t>((n + threads - 1) / threads, 132 * 16));
