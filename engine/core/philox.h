@@ -50,16 +50,24 @@ inline uint64_t fnv1a64(std::string_view s) {
   return h;
 }
 
-// Standard normal for element `index` of the stream keyed by (seed, stream):
-// one Philox call yields two normals (Box-Muller), shared by indices 2k, 2k+1.
-inline double normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
-  uint64_t pair = index >> 1;
+// Standard normals for elements 2k (first) and 2k + 1 (second) of the stream
+// keyed by (seed, stream): one Philox call, Box-Muller.
+struct NormalPair {
+  double first, second;
+};
+inline NormalPair normal_pair_at(uint64_t seed, uint64_t stream, uint64_t pair) {
   Philox4x32 r = philox4x32((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)pair,
                             (uint32_t)(pair >> 32), (uint32_t)stream, (uint32_t)(stream >> 32));
   double u1 = uniform_from_u32(r.v[0]), u2 = uniform_from_u32(r.v[1]);
   double rad = std::sqrt(-2.0 * std::log(u1));
   double ang = 6.283185307179586 * u2;
-  return (index & 1) ? rad * std::sin(ang) : rad * std::cos(ang);
+  return {rad * std::cos(ang), rad * std::sin(ang)};
+}
+
+// Standard normal for element `index` of that stream.
+inline double normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
+  const NormalPair n = normal_pair_at(seed, stream, index >> 1);
+  return (index & 1) ? n.second : n.first;
 }
 
 // Dropout keep-decision source: a 32-bit uniform for (seed, stream, sample, element).

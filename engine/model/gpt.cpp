@@ -175,10 +175,26 @@ void GPT<T>::init_parameters(uint64_t seed) {
     double sd = ends_with(n, "c_proj.weight") ? std_out : cfg_.init_method_std;
     uint64_t stream = fnv1a64(n);
     const bool is_wte = n == "wte.weight";
+    auto value = [&](int64_t g, double normal) {
+      return is_wte && g >= real_wte ? T(0) : T(sd * normal);
+    };
+    // Local elements two by two: where they are global elements 2k and 2k + 1
+    // (almost always), one Philox call and one Box-Muller give both.
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < p.numel; i++) {
-      int64_t g = global_index(p, i);
-      w[i] = is_wte && g >= real_wte ? T(0) : T(sd * normal_at(seed, stream, (uint64_t)g));
+    for (size_t k = 0; k < (p.numel + 1) / 2; k++) {
+      const size_t i = 2 * k;
+      const int64_t g = global_index(p, i);
+      if (i + 1 < p.numel && g % 2 == 0 && global_index(p, i + 1) == g + 1) {
+        const NormalPair n = normal_pair_at(seed, stream, (uint64_t)g / 2);
+        w[i] = value(g, n.first);
+        w[i + 1] = value(g + 1, n.second);
+        continue;
+      }
+      w[i] = value(g, normal_at(seed, stream, (uint64_t)g));
+      if (i + 1 < p.numel) {
+        const int64_t g1 = global_index(p, i + 1);
+        w[i + 1] = value(g1, normal_at(seed, stream, (uint64_t)g1));
+      }
     }
   }
   params_.copy_from_host(host);

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "engine/comm/thread_comm.h"
 #include "engine/core/status.h"
 #include "engine/model/gpt.h"
 
@@ -320,4 +321,32 @@ TEST(Gpt, OpProfileCountsEveryOpAndChangesNothing) {
   profiled.forward(bt.tokens.data(), bt.targets.data(), bt.s, bt.b, ctx);
   profiled.backward(1.f / 15);
   EXPECT_TRUE(profiled.take_op_profile().empty());
+}
+
+// Every initial value is the named stream's normal at the element's global
+// index (the pairwise draw of init_parameters is only a shortcut): on a tensor
+// rank whose column shards start at odd global columns too.
+TEST(Gpt, InitIsTheNormalAtEachGlobalIndex) {
+  GptConfig c = tiny_config();
+  c.hidden_size = 6;  // heads of 3: shards of 3 columns, odd starts
+  c.ffn_hidden_size = 10;
+  const uint64_t seed = 21;
+  ptdp::ThreadWorld world(2, 60);
+  for (int rank = 0; rank < 2; rank++) {
+    const auto tp = world.group("tp", {0, 1}, rank);  // the init draws without it
+    GPT<double> m(c, seed, ptdp::TensorParallel{rank, 2, tp.get()});
+    const double std_out = c.init_method_std / std::sqrt(2.0 * c.num_layers);
+    for (const ptdp::ParamInfo &p : m.param_table()) {
+      const std::string &n = p.name;
+      if (n.find("ln_") != std::string::npos || n.size() > 5 && n.substr(n.size() - 5) == ".bias")
+        continue;
+      const double sd = n.find("c_proj.weight") != std::string::npos ? std_out : c.init_method_std;
+      for (size_t i = 0; i < p.numel; i++) {
+        const int64_t g = m.global_index(p, i);
+        const bool padding = n == "wte.weight" && g >= (int64_t)c.vocab_size * c.hidden_size;
+        const double want = padding ? 0.0 : sd * ptdp::normal_at(seed, ptdp::fnv1a64(n), (uint64_t)g);
+        ASSERT_EQ(m.params()[p.offset + i], want) << n << " element " << i << " rank " << rank;
+      }
+    }
+  }
 }
