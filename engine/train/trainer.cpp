@@ -122,6 +122,11 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     R->device = make_device(opt_.device, r);
     ranks_.push_back(std::move(R));
   }
+  // The per-step outputs: a path that cannot be written is refused now, not
+  // after the first step.
+  if (!opt_.timeline_path.empty()) output_target(process_path(opt_.timeline_path), "--timeline");
+  if (!opt_.op_profile_path.empty())
+    output_target(process_path(opt_.op_profile_path), "--profile-ops");
   bind_device_comms();
   for (auto &R : ranks_) {
     const int r = R->world_rank, p = opt_.parallel.p;
@@ -373,10 +378,7 @@ void Trainer::write_timeline() const {
                           std::to_string(c.dp),
                       &r->timeline});
   }
-  // Under mpirun each process writes its own ranks' tracks.
-  std::string path = opt_.timeline_path;
-  if (local_ranks() < world_size()) path += ".rank" + std::to_string(first_local_rank());
-  write_chrome_trace(path, tracks, step_origin_ns_);
+  write_chrome_trace(process_path(opt_.timeline_path), tracks, step_origin_ns_);
 }
 
 // Every local rank's op table of the step just taken (the sums start again).
@@ -389,9 +391,13 @@ void Trainer::write_op_profile() {
             ", iteration " + std::to_string(iteration_) + "\n" +
             format_op_profile(r->model->take_op_profile()) + "\n";
   }
-  std::string path = opt_.op_profile_path;
-  if (local_ranks() < world_size()) path += ".rank" + std::to_string(first_local_rank());
-  write_file_atomic(path, text, "--profile-ops");
+  write_file_atomic(process_path(opt_.op_profile_path), text, "--profile-ops");
+}
+
+// Under mpirun each process writes its own ranks' outputs: path.rankN.
+std::string Trainer::process_path(const std::string &path) const {
+  if (local_ranks() < world_size()) return path + ".rank" + std::to_string(first_local_rank());
+  return path;
 }
 
 std::string Trainer::device_name(int rank) const { return ranks_.at(rank)->device->name(); }

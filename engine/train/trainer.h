@@ -156,6 +156,7 @@ class Trainer {
   void rank_step(Rank &r, int64_t it, Sampler &train);
   void write_timeline() const;
   void write_op_profile();
+  std::string process_path(const std::string &path) const;
   void bind_device_comms();  // Rank::tp_d, dp_d, pp_d, embedding_d
   std::vector<RankShard> local_shards();
   void unstage_shards();

@@ -141,6 +141,14 @@ TEST(Trainer, ConfigErrorsNameTheProblem) {
   long_seq.set("seq_length", "4096");
   expect_error([&] { Trainer t(TrainerOptions::from_config(long_seq)); }, Status::invalid_config,
                "at least seq_length+1");
+  // Per-step outputs onto a directory: refused before the first step.
+  const std::string dir = testing::TempDir();
+  for (const char *key : {"timeline", "profile_ops"}) {
+    Config out = tiny_config();
+    out.set(key, dir);
+    expect_error([&] { Trainer t(TrainerOptions::from_config(out)); }, Status::invalid_argument,
+                 "is a directory");
+  }
 }
 
 TEST(Trainer, DeviceChoiceErrorsNameTheChoices) {
