@@ -60,7 +60,8 @@ def main(out):
             print(f"{'copy ceiling':34s}       {float(r['gbs']):9.0f} GB/s")
     for r in gpt:
         print(f"ptdp train {r['variant']:23s} {float(r['tokens_per_s']):9.0f} tokens/s "
-              f"{float(r['tflops']):6.1f} TFLOP/s MFU {100 * float(r['mfu']):4.1f}% {r['mem_gib']} GiB "
+              f"{float(r['tflops']):6.1f} TFLOP/s MFU {100 * float(r['mfu']):4.1f}% "
+              f"(HFU {100 * float(r.get('hfu', r['mfu'])):4.1f}%) {r['mem_gib']} GiB "
               f"({100 * float(r['of_fp32_peak']):.0f}% of fp32 peak)")
     for line in op_profile(os.path.join(out, "bench_gpt.log")):
         print(line)
