@@ -3,8 +3,10 @@
 // arrays with round_to_storage, as the CPU does), fp32 arithmetic, no TF32.
 // In a 16-bit run the GEMMs read 16-bit copies of their operands (as
 // torch.autocast casts a matmul's inputs): tensor cores, fp32 sums and results.
+// The weights' copy is made once per set_weights (each forward), not per GEMM.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
 
 #include "engine/core/status.h"
@@ -153,6 +155,11 @@ class CudaOps final : public Ops<float> {
   void round_to_storage(float *x, size_t n, DType dtype) override {
     cuda::round_to(x, n, dtype, stream_);
   }
+  void set_weights(const float *base, size_t n) override {
+    weights_ = base;
+    weights_n_ = n;
+    weights16_fresh_ = false;  // made again at the first GEMM that reads a weight
+  }
 
  private:
   // A 16-bit copy (in scratch `slot`) of the span of memory an operand covers:
@@ -162,6 +169,16 @@ class CudaOps final : public Ops<float> {
   const void *narrow(int slot, const float *x, int rows, int cols, int ld, int64_t stride,
                      int batch) {
     const size_t n = (size_t)(rows - 1) * ld + cols + (size_t)(batch - 1) * stride;
+    const uintptr_t at = (uintptr_t)x, w = (uintptr_t)weights_;
+    if (weights_ && at >= w && at + n * sizeof(float) <= w + weights_n_ * sizeof(float)) {
+      // A weight: one 16-bit copy of all of them per set_weights.
+      if (!weights16_fresh_) {
+        if (weights16_.size() < weights_n_) weights16_.resize(device(), weights_n_);
+        cuda::cast(weights16_.data(), storage_type(), weights_, DType::f32, weights_n_, stream_);
+        weights16_fresh_ = true;
+      }
+      return weights16_.data() + (x - weights_);
+    }
     DeviceArray<uint16_t> &buf = narrow_[slot];
     if (buf.size() < n) buf.resize(device(), n);
     cuda::cast(buf.data(), storage_type(), x, DType::f32, n, stream_);
@@ -171,6 +188,10 @@ class CudaOps final : public Ops<float> {
   cudaStream_t stream_;
   cuda::Gemm gemm_;
   DeviceArray<uint16_t> narrow_[2];  // the A and B operands of a 16-bit GEMM
+  const float *weights_ = nullptr;   // set_weights: the model's weights, and their 16-bit copy
+  size_t weights_n_ = 0;
+  DeviceArray<uint16_t> weights16_;
+  bool weights16_fresh_ = false;
 };
 
 }  // namespace

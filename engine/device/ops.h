@@ -102,6 +102,15 @@ class Ops {
   // held in float. Nothing to do for f32 (and for T = double).
   virtual void round_to_storage(T *x, size_t n, DType dtype) = 0;
 
+  // [base, base + n) holds the model's weights, unchanged until the next call
+  // (the model calls it at every forward): a backend may keep one 16-bit copy
+  // of them for the GEMMs of a 16-bit run instead of narrowing each weight
+  // operand at every call (CUDA does; 2 bytes per parameter).
+  virtual void set_weights(const T *base, size_t n) {
+    (void)base;
+    (void)n;
+  }
+
   // The type the model's tensors are rounded to (f32: none). With a 16-bit
   // type every GEMM operand holds values of that type, so a backend may run
   // the GEMM on 16-bit copies with fp32 accumulation and an fp32 result: the

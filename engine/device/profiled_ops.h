@@ -80,6 +80,7 @@ class ProfiledOps final : public Ops<T> {
   void scale_inplace(T *x, size_t n, T alpha) override;
   double sum_squares(const T *x, size_t n) override;
   void round_to_storage(T *x, size_t n, DType dtype) override;
+  void set_weights(const T *base, size_t n) override { inner_->set_weights(base, n); }
 
  private:
   // Runs f between the start and stop of a pooled timer, charged to `op`.

@@ -34,6 +34,7 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
   if (ctx.training && head && !targets)
     fail(Status::invalid_argument, "a training forward of the head chunk needs targets");
 
+  ops_->set_weights(params_.data(), params_.size());  // they may have changed since
   ChunkActs &A = acquire(chunk, mb, s, b);
   A.ctx = ctx;
   const bool stash = ctx.training;

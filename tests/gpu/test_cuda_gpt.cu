@@ -148,6 +148,38 @@ void run_case(Device &cuda, const Case &c) {
         rel_l2(d_gpu.data(), d_cpu.data(), d_cpu.size()), c.update_tol);
 }
 
+// A bf16 model's GEMMs read one 16-bit copy of the weights made at each
+// forward: after the weights change (here: set from the host, as a checkpoint
+// load does), the next forward must see the new ones. Its loss must be a fresh
+// model's with those weights, bit for bit, and differ from the old loss.
+void check_weights_copy_follows_the_weights(Device &cuda) {
+  GptConfig cfg;
+  cfg.num_layers = 2;
+  cfg.hidden_size = 64;
+  cfg.num_attention_heads = 4;
+  cfg.vocab_size = 300;
+  cfg.seq_length = 32;
+  const int s = cfg.seq_length, b = 2, N = s * b;
+  Precision bf16;
+  bf16.dtype = DType::bf16;
+  GPT<float> a(cfg, 5, {}, {}, {}, bf16, &cuda), fresh(cfg, 6, {}, {}, {}, bf16, &cuda);
+  const std::vector<int32_t> tokens = gpu_test::random_ids(N, cfg.vocab_size, 3),
+                             targets = gpu_test::random_ids(N, cfg.vocab_size, 4);
+  StepContext eval;
+  eval.training = false;
+  const double before = a.forward(tokens.data(), targets.data(), s, b, eval);
+  // Seed 6's weights into model a (both hold bf16 values), then both forward.
+  const std::vector<float> w = fresh.params_to_host();
+  cuda.copy_from_host(a.params(), w.data(), w.size() * sizeof(float));
+  const double after = a.forward(tokens.data(), targets.data(), s, b, eval);
+  const double want = fresh.forward(tokens.data(), targets.data(), s, b, eval);
+  std::printf("-- 16-bit weight copy: loss %.7f, then %.7f with new weights (fresh model %.7f)\n",
+              before, after, want);
+  check("the next forward reads the new weights (loss difference to a fresh model)",
+        std::fabs(after - want), 0.0);
+  check("and the loss moved (1 if it did not)", after != before ? 0.0 : 1.0, 0.0);
+}
+
 }  // namespace
 
 int main() {
@@ -186,6 +218,12 @@ int main() {
       std::printf("%s: FAIL, threw: %s\n", c.name, e.what());
       gpu_test::failures++;
     }
+  }
+  try {
+    check_weights_copy_follows_the_weights(*cuda);
+  } catch (const std::exception &e) {
+    std::printf("weights copy: FAIL, threw: %s\n", e.what());
+    gpu_test::failures++;
   }
   // Every activation and parameter went back to the device's pool.
   check("device memory in use after the models (bytes)", (double)cuda->memory().in_use, 0.0);

@@ -338,7 +338,7 @@ TEST(Gpt, InitIsTheNormalAtEachGlobalIndex) {
     const double std_out = c.init_method_std / std::sqrt(2.0 * c.num_layers);
     for (const ptdp::ParamInfo &p : m.param_table()) {
       const std::string &n = p.name;
-      if (n.find("ln_") != std::string::npos || n.size() > 5 && n.substr(n.size() - 5) == ".bias")
+      if (n.find("ln_") != std::string::npos || (n.size() > 5 && n.substr(n.size() - 5) == ".bias"))
         continue;
       const double sd = n.find("c_proj.weight") != std::string::npos ? std_out : c.init_method_std;
       for (size_t i = 0; i < p.numel; i++) {
