@@ -180,6 +180,39 @@ void check_weights_copy_follows_the_weights(Device &cuda) {
   check("and the loss moved (1 if it did not)", after != before ? 0.0 : 1.0, 0.0);
 }
 
+// The op profile on CUDA: CUDA-event times for every op of a step, and the
+// step itself unchanged (the same loss and gradients as without it).
+void check_op_profile(Device &cuda) {
+  GptConfig cfg;
+  cfg.num_layers = 2;
+  cfg.hidden_size = 64;
+  cfg.num_attention_heads = 4;
+  cfg.vocab_size = 300;
+  cfg.seq_length = 32;
+  const int s = cfg.seq_length, b = 2, N = s * b;
+  GPT<float> plain(cfg, 5, {}, {}, {}, {}, &cuda), profiled(cfg, 5, {}, {}, {}, {}, &cuda);
+  profiled.set_op_profiling(true);
+  const std::vector<int32_t> tokens = gpu_test::random_ids(N, cfg.vocab_size, 3),
+                             targets = gpu_test::random_ids(N, cfg.vocab_size, 4);
+  StepContext ctx;
+  const double l0 = plain.forward(tokens.data(), targets.data(), s, b, ctx);
+  const double l1 = profiled.forward(tokens.data(), targets.data(), s, b, ctx);
+  plain.backward(1.f / N);
+  profiled.backward(1.f / N);
+  check("op profile: loss difference to the unprofiled model", std::fabs(l1 - l0), 0.0);
+  const std::vector<float> g0 = plain.grads_to_host(), g1 = profiled.grads_to_host();
+  check("op profile: gradient difference (relative L2)", rel_l2(g1.data(), g0.data(), g0.size()), 0.0);
+  const std::vector<OpTime> rows = profiled.take_op_profile();
+  double total = 0, bad = 0;
+  for (const OpTime &r : rows) {
+    total += r.ms;
+    bad += !(r.ms >= 0) || r.calls <= 0;
+  }
+  std::printf("%s", format_op_profile(rows).c_str());
+  check("op profile: ops with no calls or a negative time", bad, 0.0);
+  check("op profile: device time in ops > 0 (1 if not)", total > 0 ? 0.0 : 1.0, 0.0);
+}
+
 }  // namespace
 
 int main() {
@@ -220,6 +253,7 @@ int main() {
     }
   }
   try {
+    check_op_profile(*cuda);
     check_weights_copy_follows_the_weights(*cuda);
   } catch (const std::exception &e) {
     std::printf("weights copy: FAIL, threw: %s\n", e.what());
