@@ -369,28 +369,25 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
   for (auto &[name, c] : r.groups()) rep.comm[name] = c->stats().since(comm_before[name]);
 }
 
+// "tp 1, pp 0, dp 1": a rank's place, as the trace and the op profile name it.
+static std::string coord_label(const RankCoord &c) {
+  return "tp " + std::to_string(c.tp) + ", pp " + std::to_string(c.pp) + ", dp " +
+         std::to_string(c.dp);
+}
+
 void Trainer::write_timeline() const {
   std::vector<RankTimeline> tracks;
-  for (auto &r : ranks_) {
-    const RankCoord &c = r->coord;
-    tracks.push_back({r->world_rank,
-                      "tp " + std::to_string(c.tp) + ", pp " + std::to_string(c.pp) + ", dp " +
-                          std::to_string(c.dp),
-                      &r->timeline});
-  }
+  for (auto &r : ranks_) tracks.push_back({r->world_rank, coord_label(r->coord), &r->timeline});
   write_chrome_trace(process_path(opt_.timeline_path), tracks, step_origin_ns_);
 }
 
 // Every local rank's op table of the step just taken (the sums start again).
 void Trainer::write_op_profile() {
   std::string text;
-  for (auto &r : ranks_) {
-    const RankCoord &c = r->coord;
-    text += "rank " + std::to_string(r->world_rank) + " (tp " + std::to_string(c.tp) + ", pp " +
-            std::to_string(c.pp) + ", dp " + std::to_string(c.dp) + ") on " + r->device->name() +
-            ", iteration " + std::to_string(iteration_) + "\n" +
+  for (auto &r : ranks_)
+    text += "rank " + std::to_string(r->world_rank) + " (" + coord_label(r->coord) + ") on " +
+            r->device->name() + ", iteration " + std::to_string(iteration_) + "\n" +
             format_op_profile(r->model->take_op_profile()) + "\n";
-  }
   write_file_atomic(process_path(opt_.op_profile_path), text, "--profile-ops");
 }
 

@@ -116,12 +116,17 @@ float from_storage(T t) {
     return std::is_same_v<T, __nv_bfloat16> ? ptdp::bf16_to_float(bits) : ptdp::f16_to_float(bits);
   }
 }
+// v rounded to T in place; returns the T values.
+template <class T>
+std::vector<T> round_host(std::vector<float> &v) {
+  std::vector<T> t(v.size());
+  for (size_t i = 0; i < v.size(); i++) t[i] = to_storage<T>(v[i]), v[i] = from_storage(t[i]);
+  return t;
+}
 // v rounded to T (in place) and the device copy of it.
 template <class T>
 DevArray<T> upload_rounded(std::vector<float> &v) {
-  std::vector<T> t(v.size());
-  for (size_t i = 0; i < v.size(); i++) t[i] = to_storage<T>(v[i]), v[i] = from_storage(t[i]);
-  return DevArray<T>(t);
+  return DevArray<T>(round_host<T>(v));
 }
 template <class T>
 std::vector<float> download(const DevArray<T> &d) {

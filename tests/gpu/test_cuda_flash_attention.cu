@@ -231,8 +231,8 @@ void check_mma_case(const Shape &sh, float p, unsigned seed) {
   const ptdp::DType mma = dtype_of<M>();
 
   std::vector<float> qkv_f = randn(n_qkv, seed), dctx_f = randn(n_ctx, seed + 1);
-  upload_rounded<M>(qkv_f);  // rounds the host copies to M
-  upload_rounded<M>(dctx_f);
+  round_host<M>(qkv_f);  // values of M, held in float as a 16-bit run holds them
+  round_host<M>(dctx_f);
   DevArray<float> qkv(qkv_f), dctx(dctx_f);
   DevArray<float> ctx(n_ctx), dqkv(n_qkv), dqkv2(n_qkv);  // poisoned with NaN
   DevArray<float> lse((size_t)b * heads * s);

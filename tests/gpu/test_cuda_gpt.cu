@@ -53,13 +53,20 @@ struct Case {
   double loss_tol, tensor_tol, update_tol;
 };
 
-void run_case(Device &cuda, const Case &c) {
+// The model of these checks: 2 layers, h 64, 4 heads, V 300 (padded to 384:
+// the padding columns are masked), s 32.
+GptConfig small_config() {
   GptConfig cfg;
   cfg.num_layers = 2;
   cfg.hidden_size = 64;
   cfg.num_attention_heads = 4;
-  cfg.vocab_size = 300;  // padded to 384: the padding columns are masked
+  cfg.vocab_size = 300;
   cfg.seq_length = 32;
+  return cfg;
+}
+
+void run_case(Device &cuda, const Case &c) {
+  GptConfig cfg = small_config();
   cfg.hidden_dropout = 0.1f;  // masks must be equal for the losses to agree
   cfg.attention_dropout = 0.1f;
   const int s = cfg.seq_length, b = 3, N = s * b;
@@ -146,17 +153,6 @@ void run_case(Device &cuda, const Case &c) {
   }
   check("parameter updates after 3 AdamW steps (relative L2)",
         rel_l2(d_gpu.data(), d_cpu.data(), d_cpu.size()), c.update_tol);
-}
-
-// The model of the two checks below: 2 layers, h 64, 4 heads, V 300, s 32.
-GptConfig small_config() {
-  GptConfig cfg;
-  cfg.num_layers = 2;
-  cfg.hidden_size = 64;
-  cfg.num_attention_heads = 4;
-  cfg.vocab_size = 300;
-  cfg.seq_length = 32;
-  return cfg;
 }
 
 // A bf16 model's GEMMs read one 16-bit copy of the weights made at each
