@@ -63,10 +63,27 @@ void round_to(DType t, float *x, size_t n) {
 }
 
 void to_16bit(DType t, const float *in, uint16_t *out, size_t n) {
-  if (t == DType::bf16)
-    for (size_t i = 0; i < n; i++) out[i] = float_to_bf16(in[i]);
-  else
-    for (size_t i = 0; i < n; i++) out[i] = float_to_f16(in[i]);
+  const size_t chunk = 1 << 16;
+#pragma omp parallel for schedule(static) if (n > 2 * chunk)
+  for (size_t c = 0; c < n; c += chunk) {
+    const size_t end = n - c < chunk ? n : c + chunk;
+    if (t == DType::bf16)
+      for (size_t i = c; i < end; i++) out[i] = float_to_bf16(in[i]);
+    else
+      for (size_t i = c; i < end; i++) out[i] = float_to_f16(in[i]);
+  }
+}
+
+void from_16bit(DType t, const uint16_t *in, float *out, size_t n) {
+  const size_t chunk = 1 << 16;
+#pragma omp parallel for schedule(static) if (n > 2 * chunk)
+  for (size_t c = 0; c < n; c += chunk) {
+    const size_t end = n - c < chunk ? n : c + chunk;
+    if (t == DType::bf16)
+      for (size_t i = c; i < end; i++) out[i] = bf16_to_float(in[i]);
+    else
+      for (size_t i = c; i < end; i++) out[i] = f16_to_float(in[i]);
+  }
 }
 
 }  // namespace ptdp

@@ -91,6 +91,7 @@ inline float round_to(DType t, float x) {
 
 // Bulk conversions (vectorised where the CPU allows).
 void round_to(DType t, float *x, size_t n);  // in place; f32/f64: nothing to do
-void to_16bit(DType t, const float *in, uint16_t *out, size_t n);
+void to_16bit(DType t, const float *in, uint16_t *out, size_t n);    // t: bf16 or f16
+void from_16bit(DType t, const uint16_t *in, float *out, size_t n);  // exact
 
 }  // namespace ptdp

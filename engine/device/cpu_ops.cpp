@@ -1,5 +1,7 @@
 // The CPU op table: kernels/cpu over host memory, every call done at once.
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "engine/core/status.h"
 #include "engine/device/ops.h"
@@ -9,107 +11,233 @@ namespace ptdp {
 
 namespace {
 
+// Elements a GEMM operand spans: `batch` matrices of rows x cols with leading
+// dimension ld, `stride` apart.
+size_t span(int rows, int cols, int ld, int64_t stride, int batch) {
+  return (size_t)(rows - 1) * ld + cols + (size_t)(batch - 1) * stride;
+}
+
+// T views of a 16-bit run's activations for the T kernels (kernels/cpu):
+// inputs are widened (exactly); outputs are widened too, since some ops add
+// into them or write part of their span, and narrowed back when the call is
+// done, each value rounded once to nearest even: what the GPU's 16-bit kernels
+// store. Arguments already in T pass through. The buffers are the table's
+// scratch, reused call after call.
+template <class T>
+class Widened {
+ public:
+  explicit Widened(std::vector<std::vector<T>> &scratch) : scratch_(scratch) {}
+  ~Widened() {
+    for (const Out &o : outs_)
+      if constexpr (std::is_same_v<T, float>)
+        to_16bit(o.to.t, o.from, static_cast<uint16_t *>(o.to.p), o.n);
+  }
+  Widened(const Widened &) = delete;
+  Widened &operator=(const Widened &) = delete;
+
+  const T *in(CAct a, size_t n) {
+    if (!a.p || a.t == dtype_of<T>()) return static_cast<const T *>(a.p);
+    return widen(a, n);
+  }
+  T *out(Act a, size_t n) {
+    if (!a.p || a.t == dtype_of<T>()) return static_cast<T *>(a.p);
+    T *x = widen(a, n);
+    outs_.push_back({a, x, n});
+    return x;
+  }
+
+ private:
+  struct Out {
+    Act to;
+    const T *from;
+    size_t n;
+  };
+  T *widen(CAct a, size_t n) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (a.t == DType::bf16 || a.t == DType::f16) {
+        if (used_ == scratch_.size()) scratch_.emplace_back();
+        std::vector<T> &buf = scratch_[used_++];
+        if (buf.size() < n) buf.resize(n);
+        from_16bit(a.t, static_cast<const uint16_t *>(a.p), buf.data(), n);
+        return buf.data();
+      }
+    }
+    fail(Status::internal, "a ", dtype_name(dtype_of<T>()), " op table got ", dtype_name(a.t),
+         " data (allowed: ", dtype_name(dtype_of<T>()), ", and bf16 or f16 for f32)");
+  }
+  std::vector<std::vector<T>> &scratch_;
+  size_t used_ = 0;
+  std::vector<Out> outs_;
+};
+
 template <class T>
 class CpuOps final : public Ops<T> {
  public:
   explicit CpuOps(Device &dev) : Ops<T>(dev) {}
 
-  void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T *A, int lda, const T *B,
-            int ldb, T beta, T *C, int ldc) override {
-    cpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  void gemm(bool ta, bool tb, int M, int N, int K, T alpha, CAct A, int lda, CAct B, int ldb,
+            T beta, Act C, int ldc) override {
+    gemm_strided_batched(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
   }
-  void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, T alpha, const T *A, int lda,
-                            int64_t strideA, const T *B, int ldb, int64_t strideB, T beta, T *C,
+  void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, T alpha, CAct A, int lda,
+                            int64_t strideA, CAct B, int ldb, int64_t strideB, T beta, Act C,
                             int ldc, int64_t strideC, int batch) override {
-    cpu::gemm_strided_batched<T>(ta, tb, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C,
+    if (M == 0 || N == 0 || batch == 0) return;
+    if (M < 0 || N < 0 || K < 0 || batch < 0)
+      fail(Status::invalid_argument, "gemm: M, N, K, batch = ", M, ", ", N, ", ", K, ", ", batch,
+           " (sizes must be >= 0)");
+    Widened<T> w(scratch_);
+    // Stored shapes: A is [M, K] ([K, M] if ta), B is [K, N] ([N, K] if tb);
+    // with K = 0 neither is read (C = beta * C).
+    const T *a = K ? w.in(A, span(ta ? K : M, ta ? M : K, lda, strideA, batch)) : nullptr;
+    const T *b = K ? w.in(B, span(tb ? N : K, tb ? K : N, ldb, strideB, batch)) : nullptr;
+    T *c = w.out(C, span(M, N, ldc, strideC, batch));
+    cpu::gemm_strided_batched<T>(ta, tb, M, N, K, alpha, a, lda, strideA, b, ldb, strideB, beta, c,
                                  ldc, strideC, batch);
   }
-  void layernorm_forward(T *out, T *mean, T *rstd, const T *x, const T *w, const T *b, int N, int h,
+  void layernorm_forward(Act out, T *mean, T *rstd, CAct x, const T *w, const T *b, int N, int h,
                          T eps) override {
-    cpu::layernorm_forward<T>(out, mean, rstd, x, w, b, N, h, eps);
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)N * h;
+    cpu::layernorm_forward<T>(v.out(out, n), mean, rstd, v.in(x, n), w, b, N, h, eps);
   }
-  void layernorm_backward(T *dx, T *dw, T *db, const T *dout, const T *x, const T *w, const T *mean,
+  void layernorm_backward(Act dx, T *dw, T *db, CAct dout, CAct x, const T *w, const T *mean,
                           const T *rstd, int N, int h) override {
-    cpu::layernorm_backward<T>(dx, dw, db, dout, x, w, mean, rstd, N, h);
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)N * h;
+    cpu::layernorm_backward<T>(v.out(dx, n), dw, db, v.in(dout, n), v.in(x, n), w, mean, rstd, N,
+                               h);
   }
-  void bias_gelu_forward(T *z, T *out, const T *y, const T *bias, int N, int f) override {
-    cpu::bias_gelu_forward<T>(z, out, y, bias, N, f);
+  void bias_gelu_forward(Act z, Act out, CAct y, const T *bias, int N, int f) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)N * f;
+    cpu::bias_gelu_forward<T>(v.out(z, n), v.out(out, n), v.in(y, n), bias, N, f);
   }
-  void bias_gelu_backward(T *dz, T *dbias, const T *dout, const T *z, int N, int f) override {
-    cpu::bias_gelu_backward<T>(dz, dbias, dout, z, N, f);
+  void bias_gelu_backward(Act dz, T *dbias, CAct dout, CAct z, int N, int f) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)N * f;
+    cpu::bias_gelu_backward<T>(v.out(dz, n), dbias, v.in(dout, n), v.in(z, n), N, f);
   }
-  void bias_dropout_add_forward(T *out, const T *residual, const T *y, const T *bias, int s, int b,
-                                int h, const DropoutSpec &d) override {
-    cpu::bias_dropout_add_forward<T>(out, residual, y, bias, s, b, h, d);
-  }
-  void bias_dropout_add_backward(T *dy, T *dbias, const T *dout, int s, int b, int h,
-                                 const DropoutSpec &d) override {
-    cpu::bias_dropout_add_backward<T>(dy, dbias, dout, s, b, h, d);
-  }
-  void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int head_offset,
-                         const DropoutSpec &d) override {
-    cpu::dropout_attention<T>(out, in, b, a, s_q, s_k, head_offset, d);
-  }
-  void dropout_backward_from_output(T *dx, const T *dy, const T *y, size_t n, float p) override {
-    cpu::dropout_backward_from_output<T>(dx, dy, y, n, p);
-  }
-  void scale_mask_softmax_forward(T *P, const T *S, int batch, int s_q, int s_k, T scale,
-                                  bool causal, const uint8_t *mask) override {
-    cpu::scale_mask_softmax_forward<T>(P, S, batch, s_q, s_k, scale, causal, mask);
-  }
-  void scale_mask_softmax_backward(T *dS, const T *P, const T *dP, int batch, int s_q, int s_k,
-                                   T scale) override {
-    cpu::scale_mask_softmax_backward<T>(dS, P, dP, batch, s_q, s_k, scale);
-  }
-  void flash_attention_forward(T *ctx, T *lse, const T *qkv, int s, int b, int heads, int hd,
-                               T scale, int head_offset, const DropoutSpec &d) override {
-    cpu::flash_attention_forward<T>(ctx, lse, qkv, s, b, heads, hd, scale, head_offset, d);
-  }
-  void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv, const T *lse,
-                                int s, int b, int heads, int hd, T scale, int head_offset,
+  void bias_dropout_add_forward(Act out, CAct residual, CAct y, const T *bias, int s, int b, int h,
                                 const DropoutSpec &d) override {
-    cpu::flash_attention_backward<T>(dqkv, dctx, ctx, qkv, lse, s, b, heads, hd, scale,
-                                     head_offset, d);
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)s * b * h;
+    cpu::bias_dropout_add_forward<T>(v.out(out, n), v.in(residual, n), v.in(y, n), bias, s, b, h,
+                                     d);
   }
-  void embedding_forward(T *x, const int32_t *tokens, const T *wte, int vocab_start, int vocab_rows,
+  void bias_dropout_add_backward(Act dy, T *dbias, CAct dout, int s, int b, int h,
+                                 const DropoutSpec &d) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)s * b * h;
+    cpu::bias_dropout_add_backward<T>(v.out(dy, n), dbias, v.in(dout, n), s, b, h, d);
+  }
+  void dropout_attention(Act out, CAct in, int b, int a, int s_q, int s_k, int head_offset,
+                         const DropoutSpec &d) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)b * a * s_q * s_k;
+    cpu::dropout_attention<T>(v.out(out, n), v.in(in, n), b, a, s_q, s_k, head_offset, d);
+  }
+  void dropout_backward_from_output(Act dx, CAct dy, CAct y, size_t n, float p) override {
+    Widened<T> v(scratch_);
+    cpu::dropout_backward_from_output<T>(v.out(dx, n), v.in(dy, n), v.in(y, n), n, p);
+  }
+  void scale_mask_softmax_forward(Act P, CAct S, int batch, int s_q, int s_k, T scale, bool causal,
+                                  const uint8_t *mask) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)batch * s_q * s_k;
+    cpu::scale_mask_softmax_forward<T>(v.out(P, n), v.in(S, n), batch, s_q, s_k, scale, causal,
+                                       mask);
+  }
+  void scale_mask_softmax_backward(Act dS, CAct P, CAct dP, int batch, int s_q, int s_k,
+                                   T scale) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)batch * s_q * s_k;
+    cpu::scale_mask_softmax_backward<T>(v.out(dS, n), v.in(P, n), v.in(dP, n), batch, s_q, s_k,
+                                        scale);
+  }
+  void flash_attention_forward(Act ctx, T *lse, CAct qkv, int s, int b, int heads, int hd, T scale,
+                               int head_offset, const DropoutSpec &d) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)s * b * heads * hd;
+    cpu::flash_attention_forward<T>(v.out(ctx, n), lse, v.in(qkv, 3 * n), s, b, heads, hd, scale,
+                                    head_offset, d);
+  }
+  void flash_attention_backward(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const T *lse, int s, int b,
+                                int heads, int hd, T scale, int head_offset,
+                                const DropoutSpec &d) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)s * b * heads * hd;
+    cpu::flash_attention_backward<T>(v.out(dqkv, 3 * n), v.in(dctx, n), v.in(ctx, n),
+                                     v.in(qkv, 3 * n), lse, s, b, heads, hd, scale, head_offset, d);
+  }
+  void embedding_forward(Act x, const int32_t *tokens, const T *wte, int vocab_start, int vocab_rows,
                          const T *wpe, int s, int b, int h) override {
-    cpu::embedding_forward<T>(x, tokens, wte, vocab_start, vocab_rows, wpe, s, b, h);
+    Widened<T> v(scratch_);
+    cpu::embedding_forward<T>(v.out(x, (size_t)s * b * h), tokens, wte, vocab_start, vocab_rows,
+                              wpe, s, b, h);
   }
-  void add_position_embedding(T *x, const T *wpe, int s, int b, int h) override {
-    cpu::add_position_embedding<T>(x, wpe, s, b, h);
+  void add_position_embedding(Act x, const T *wpe, int s, int b, int h) override {
+    Widened<T> v(scratch_);
+    cpu::add_position_embedding<T>(v.out(x, (size_t)s * b * h), wpe, s, b, h);
   }
-  void embedding_backward(T *dwte, T *dwpe, const T *dx, const int32_t *tokens, int s, int b, int h,
+  void embedding_backward(T *dwte, T *dwpe, CAct dx, const int32_t *tokens, int s, int b, int h,
                           int vocab_start, int vocab_rows) override {
-    cpu::embedding_backward<T>(dwte, dwpe, dx, tokens, s, b, h, vocab_start, vocab_rows);
+    Widened<T> v(scratch_);
+    cpu::embedding_backward<T>(dwte, dwpe, v.in(dx, (size_t)s * b * h), tokens, s, b, h,
+                               vocab_start, vocab_rows);
   }
-  void vocab_ce_local_max(T *row_max, const T *logits, int N, int ld, int cols) override {
-    cpu::vocab_ce_local_max<T>(row_max, logits, N, ld, cols);
+  void vocab_ce_local_max(T *row_max, CAct logits, int N, int ld, int cols) override {
+    Widened<T> v(scratch_);
+    cpu::vocab_ce_local_max<T>(row_max, v.in(logits, (size_t)N * ld), N, ld, cols);
   }
-  void vocab_ce_local_sums(T *sum_exp, T *target_logit, const T *logits, const T *row_max,
+  void vocab_ce_local_sums(T *sum_exp, T *target_logit, CAct logits, const T *row_max,
                            const int32_t *targets, int N, int ld, int cols,
                            int vocab_start) override {
-    cpu::vocab_ce_local_sums<T>(sum_exp, target_logit, logits, row_max, targets, N, ld, cols,
-                                vocab_start);
+    Widened<T> v(scratch_);
+    cpu::vocab_ce_local_sums<T>(sum_exp, target_logit, v.in(logits, (size_t)N * ld), row_max,
+                                targets, N, ld, cols, vocab_start);
   }
-  void vocab_ce_backward(T *dlogits, const T *logits, const T *row_max, const T *sum_exp,
+  void vocab_ce_backward(Act dlogits, CAct logits, const T *row_max, const T *sum_exp,
                          const int32_t *targets, int N, int ld, int cols, int vocab_start,
                          T dloss) override {
-    cpu::vocab_ce_backward<T>(dlogits, logits, row_max, sum_exp, targets, N, ld, cols, vocab_start,
-                              dloss);
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)N * ld;
+    cpu::vocab_ce_backward<T>(v.out(dlogits, n), v.in(logits, n), row_max, sum_exp, targets, N, ld,
+                              cols, vocab_start, dloss);
   }
   void adamw_update(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, size_t n,
                     const AdamWStep &a) override {
     const cpu::AdamWParams p{a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step};
     cpu::adamw_update<T>(param, grad, exp_avg, exp_avg_sq, n, p);
   }
-  void colsum_accumulate(T *out, const T *x, int N, int cols) override {
-    cpu::colsum_accumulate<T>(out, x, N, cols);
+  void colsum_accumulate(T *out, CAct x, int N, int cols) override {
+    Widened<T> v(scratch_);
+    cpu::colsum_accumulate<T>(out, v.in(x, (size_t)N * cols), N, cols);
   }
   void scale_inplace(T *x, size_t n, T alpha) override { cpu::scale_inplace<T>(x, n, alpha); }
   double sum_squares(const T *x, size_t n) override { return cpu::sum_squares<T>(x, n); }
+  void convert(Act dst, CAct src, size_t n) override {
+    if (!n) return;
+    if (dst.t == src.t) {
+      std::memcpy(dst.p, src.p, n * dtype_size(src.t));
+      return;
+    }
+    const bool narrow = src.t == DType::f32 && (dst.t == DType::bf16 || dst.t == DType::f16);
+    const bool widen = dst.t == DType::f32 && (src.t == DType::bf16 || src.t == DType::f16);
+    if (narrow)
+      to_16bit(dst.t, static_cast<const float *>(src.p), static_cast<uint16_t *>(dst.p), n);
+    else if (widen)
+      from_16bit(src.t, static_cast<const uint16_t *>(src.p), static_cast<float *>(dst.p), n);
+    else
+      fail(Status::invalid_argument, "convert from ", dtype_name(src.t), " to ",
+           dtype_name(dst.t), ": the cpu converts between f32 and bf16 or f16 only");
+  }
   void round_to_storage(T *x, size_t n, DType dtype) override {
     if constexpr (std::is_same_v<T, float>) round_to(dtype, x, n);
   }
+
+ private:
+  std::vector<std::vector<T>> scratch_;  // Widened's buffers
 };
 
 }  // namespace

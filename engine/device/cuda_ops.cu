@@ -1,13 +1,17 @@
 // The CUDA op table: kernels/cuda queued on the device's stream, GEMMs through
-// one cuBLASLt handle per rank. fp32 storage (a 16-bit run rounds its float
-// arrays with round_to_storage, as the CPU does), fp32 arithmetic, no TF32.
-// In a 16-bit run the GEMMs read 16-bit copies of their operands (as
-// torch.autocast casts a matmul's inputs): tensor cores, fp32 sums and results.
-// The weights' copy is made once per set_weights (each forward), not per GEMM.
+// one cuBLASLt handle per rank. fp32 arithmetic, no TF32. A 16-bit run keeps
+// its activations in bf16 or f16 and runs every kernel on them directly: the
+// GEMMs on tensor cores with fp32 sums (16-bit results for activations, fp32
+// for weight gradients), attention on tensor cores. Weights are fp32 arrays of
+// 16-bit values (ops.h): the ops read one 16-bit copy of them, made once per
+// set_weights (each forward), not per call.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 
 #include "engine/core/status.h"
 #include "engine/device/ops.h"
@@ -17,129 +21,204 @@ namespace ptdp {
 
 namespace {
 
+// Calls f(S{}) with the CUDA type of `t`: float, __nv_bfloat16 or __half.
+template <class F>
+void with_act_type(DType t, F f) {
+  if (t == DType::bf16)
+    f(__nv_bfloat16{});
+  else if (t == DType::f16)
+    f(__half{});
+  else
+    f(float{});
+}
+
 class CudaOps final : public Ops<float> {
  public:
   explicit CudaOps(Device &dev)
       : Ops<float>(dev), stream_(static_cast<cudaStream_t>(dev.stream())) {}
 
-  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
-            const float *B, int ldb, float beta, float *C, int ldc) override {
+  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, CAct A, int lda, CAct B, int ldb,
+            float beta, Act C, int ldc) override {
     gemm_strided_batched(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
   }
-  void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
-                            int lda, int64_t strideA, const float *B, int ldb, int64_t strideB,
-                            float beta, float *C, int ldc, int64_t strideC, int batch) override {
+  void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, float alpha, CAct A, int lda,
+                            int64_t strideA, CAct B, int ldb, int64_t strideB, float beta, Act C,
+                            int ldc, int64_t strideC, int batch) override {
     if (M <= 0 || N <= 0 || batch <= 0) return;
     const DType st = storage_type();
     if (st == DType::f32 || K <= 0) {  // (K <= 0: Gemm's own error)
-      gemm_.run(DType::f32, ta, tb, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
-                strideC, batch, stream_);
+      gemm_.run(DType::f32, ta, tb, M, N, K, alpha, f32(A, "gemm A"), lda, strideA,
+                f32(B, "gemm B"), ldb, strideB, beta, f32(C, "gemm C"), ldc, strideC, batch,
+                stream_);
       return;
     }
     // Stored shapes: A is [M, K] ([K, M] if ta), B is [K, N] ([N, K] if tb).
-    const void *A16 = narrow(0, A, ta ? K : M, ta ? M : K, lda, strideA, batch);
-    const void *B16 = narrow(1, B, tb ? N : K, tb ? K : N, ldb, strideB, batch);
-    gemm_.run(st, DType::f32, ta, tb, M, N, K, alpha, A16, lda, strideA, B16, ldb, strideB, beta, C,
-              ldc, strideC, batch, stream_);
+    const void *A16 = operand16(0, A, ta ? K : M, ta ? M : K, lda, strideA, batch);
+    const void *B16 = operand16(1, B, tb ? N : K, tb ? K : N, ldb, strideB, batch);
+    if (C.t != st && C.t != DType::f32) bad_type("gemm C", C.t);
+    gemm_.run(st, C.t, ta, tb, M, N, K, alpha, A16, lda, strideA, B16, ldb, strideB, beta, C.p, ldc,
+              strideC, batch, stream_);
   }
-  void layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
-                         const float *b, int N, int h, float eps) override {
-    cuda::layernorm_forward<float>(out, mean, rstd, x, w, b, N, h, eps, stream_);
+  void layernorm_forward(Act out, float *mean, float *rstd, CAct x, const float *w, const float *b,
+                         int N, int h, float eps) override {
+    with_act_type(act_type(), [&](auto z) {
+      using S = decltype(z);
+      cuda::layernorm_forward<S>(act<S>(out), mean, rstd, act<S>(x), weight<S>(w, h, 0),
+                                 weight<S>(b, h, 1), N, h, eps, stream_);
+    });
   }
-  void layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
-                          const float *w, const float *mean, const float *rstd, int N,
-                          int h) override {
-    cuda::layernorm_backward<float>(dx, dw, db, dout, x, w, mean, rstd, N, h, stream_);
+  void layernorm_backward(Act dx, float *dw, float *db, CAct dout, CAct x, const float *w,
+                          const float *mean, const float *rstd, int N, int h) override {
+    with_act_type(act_type(), [&](auto z) {
+      using S = decltype(z);
+      cuda::layernorm_backward<S>(act<S>(dx), dw, db, act<S>(dout), act<S>(x), weight<S>(w, h, 0),
+                                  mean, rstd, N, h, stream_);
+    });
   }
-  void bias_gelu_forward(float *z, float *out, const float *y, const float *bias, int N,
-                         int f) override {
-    cuda::bias_gelu_forward<float>(z, out, y, bias, N, f, stream_);
+  void bias_gelu_forward(Act z, Act out, CAct y, const float *bias, int N, int f) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::bias_gelu_forward<S>(act<S>(z), act<S>(out), act<S>(y), weight<S>(bias, f, 0), N, f,
+                                 stream_);
+    });
   }
-  void bias_gelu_backward(float *dz, float *dbias, const float *dout, const float *z, int N,
-                          int f) override {
-    cuda::bias_gelu_backward<float>(dz, dbias, dout, z, N, f, stream_);
+  void bias_gelu_backward(Act dz, float *dbias, CAct dout, CAct z, int N, int f) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::bias_gelu_backward<S>(act<S>(dz), dbias, act<S>(dout), act<S>(z), N, f, stream_);
+    });
   }
-  void bias_dropout_add_forward(float *out, const float *residual, const float *y,
-                                const float *bias, int s, int b, int h,
-                                const DropoutSpec &d) override {
-    cuda::bias_dropout_add_forward<float>(out, residual, y, bias, s, b, h, d, stream_);
+  void bias_dropout_add_forward(Act out, CAct residual, CAct y, const float *bias, int s, int b,
+                                int h, const DropoutSpec &d) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::bias_dropout_add_forward<S>(act<S>(out), act<S>(residual), act<S>(y),
+                                        weight<S>(bias, h, 0), s, b, h, d, stream_);
+    });
   }
-  void bias_dropout_add_backward(float *dy, float *dbias, const float *dout, int s, int b, int h,
+  void bias_dropout_add_backward(Act dy, float *dbias, CAct dout, int s, int b, int h,
                                  const DropoutSpec &d) override {
-    cuda::bias_dropout_add_backward<float>(dy, dbias, dout, s, b, h, d, stream_);
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::bias_dropout_add_backward<S>(act<S>(dy), dbias, act<S>(dout), s, b, h, d, stream_);
+    });
   }
-  void dropout_attention(float *out, const float *in, int b, int a, int s_q, int s_k,
-                         int head_offset, const DropoutSpec &d) override {
-    cuda::dropout_attention<float>(out, in, b, a, s_q, s_k, head_offset, d, stream_);
+  void dropout_attention(Act out, CAct in, int b, int a, int s_q, int s_k, int head_offset,
+                         const DropoutSpec &d) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::dropout_attention<S>(act<S>(out), act<S>(in), b, a, s_q, s_k, head_offset, d, stream_);
+    });
   }
-  void dropout_backward_from_output(float *dx, const float *dy, const float *y, size_t n,
-                                    float p) override {
-    cuda::dropout_backward_from_output<float>(dx, dy, y, n, p, stream_);
+  void dropout_backward_from_output(Act dx, CAct dy, CAct y, size_t n, float p) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::dropout_backward_from_output<S>(act<S>(dx), act<S>(dy), act<S>(y), n, p, stream_);
+    });
   }
-  void scale_mask_softmax_forward(float *P, const float *S, int batch, int s_q, int s_k,
-                                  float scale, bool causal, const uint8_t *mask) override {
-    cuda::scale_mask_softmax_forward<float>(P, S, batch, s_q, s_k, scale, causal, mask, stream_);
+  void scale_mask_softmax_forward(Act P, CAct S_, int batch, int s_q, int s_k, float scale,
+                                  bool causal, const uint8_t *mask) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::scale_mask_softmax_forward<S>(act<S>(P), act<S>(S_), batch, s_q, s_k, scale, causal,
+                                          mask, stream_);
+    });
   }
-  void scale_mask_softmax_backward(float *dS, const float *P, const float *dP, int batch, int s_q,
-                                   int s_k, float scale) override {
-    cuda::scale_mask_softmax_backward<float>(dS, P, dP, batch, s_q, s_k, scale, stream_);
+  void scale_mask_softmax_backward(Act dS, CAct P, CAct dP, int batch, int s_q, int s_k,
+                                   float scale) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::scale_mask_softmax_backward<S>(act<S>(dS), act<S>(P), act<S>(dP), batch, s_q, s_k,
+                                           scale, stream_);
+    });
   }
-  // A 16-bit run's attention runs on tensor cores (its operands are 16-bit
-  // values); fp32 keeps the CUDA-core kernels, as no TF32 is used anywhere.
-  void flash_attention_forward(float *ctx, float *lse, const float *qkv, int s, int b, int heads,
-                               int hd, float scale, int head_offset,
-                               const DropoutSpec &d) override {
-    if (storage_type() != DType::f32)
-      cuda::flash_attention_forward_mma(ctx, lse, qkv, s, b, heads, hd, scale, head_offset, d,
-                                        storage_type(), stream_);
-    else
-      cuda::flash_attention_forward<float>(ctx, lse, qkv, s, b, heads, hd, scale, head_offset, d,
-                                           stream_);
+  // A 16-bit run's attention runs on tensor cores; fp32 keeps the CUDA-core
+  // kernels, as no TF32 is used anywhere.
+  void flash_attention_forward(Act ctx, float *lse, CAct qkv, int s, int b, int heads, int hd,
+                               float scale, int head_offset, const DropoutSpec &d) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      if constexpr (std::is_same_v<S, float>)
+        cuda::flash_attention_forward<float>(act<S>(ctx), lse, act<S>(qkv), s, b, heads, hd, scale,
+                                             head_offset, d, stream_);
+      else
+        cuda::flash_attention_forward_mma<S>(act<S>(ctx), lse, act<S>(qkv), s, b, heads, hd, scale,
+                                             head_offset, d, act_type(), stream_);
+    });
   }
-  void flash_attention_backward(float *dqkv, const float *dctx, const float *ctx, const float *qkv,
-                                const float *lse, int s, int b, int heads, int hd, float scale,
-                                int head_offset, const DropoutSpec &d) override {
-    if (storage_type() != DType::f32)
-      cuda::flash_attention_backward_mma(dqkv, dctx, ctx, qkv, lse, s, b, heads, hd, scale,
-                                         head_offset, d, storage_type(), stream_);
-    else
-      cuda::flash_attention_backward<float>(dqkv, dctx, ctx, qkv, lse, s, b, heads, hd, scale,
-                                            head_offset, d, stream_);
+  void flash_attention_backward(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const float *lse, int s,
+                                int b, int heads, int hd, float scale, int head_offset,
+                                const DropoutSpec &d) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      if constexpr (std::is_same_v<S, float>)
+        cuda::flash_attention_backward<float>(act<S>(dqkv), act<S>(dctx), act<S>(ctx), act<S>(qkv),
+                                              lse, s, b, heads, hd, scale, head_offset, d,
+                                              stream_);
+      else
+        cuda::flash_attention_backward_mma<S>(act<S>(dqkv), act<S>(dctx), act<S>(ctx),
+                                              act<S>(qkv), lse, s, b, heads, hd, scale,
+                                              head_offset, d, act_type(), stream_);
+    });
   }
-  void embedding_forward(float *x, const int32_t *tokens, const float *wte, int vocab_start,
+  void embedding_forward(Act x, const int32_t *tokens, const float *wte, int vocab_start,
                          int vocab_rows, const float *wpe, int s, int b, int h) override {
-    cuda::embedding_forward<float>(x, tokens, wte, vocab_start, vocab_rows, wpe, s, b, h, stream_);
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::embedding_forward<S>(act<S>(x), tokens, weight<S>(wte, (size_t)vocab_rows * h, 0),
+                                 vocab_start, vocab_rows, weight<S>(wpe, (size_t)s * h, 1), s, b,
+                                 h, stream_);
+    });
   }
-  void add_position_embedding(float *x, const float *wpe, int s, int b, int h) override {
-    cuda::add_position_embedding<float>(x, wpe, s, b, h, stream_);
+  void add_position_embedding(Act x, const float *wpe, int s, int b, int h) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::add_position_embedding<S>(act<S>(x), weight<S>(wpe, (size_t)s * h, 0), s, b, h,
+                                      stream_);
+    });
   }
-  void embedding_backward(float *dwte, float *dwpe, const float *dx, const int32_t *tokens, int s,
-                          int b, int h, int vocab_start, int vocab_rows) override {
-    cuda::embedding_backward<float>(dwte, dwpe, dx, tokens, s, b, h, vocab_start, vocab_rows,
-                                    stream_);
+  void embedding_backward(float *dwte, float *dwpe, CAct dx, const int32_t *tokens, int s, int b,
+                          int h, int vocab_start, int vocab_rows) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::embedding_backward<S>(dwte, dwpe, act<S>(dx), tokens, s, b, h, vocab_start, vocab_rows,
+                                  stream_);
+    });
   }
-  void vocab_ce_local_max(float *row_max, const float *logits, int N, int ld, int cols) override {
-    cuda::vocab_ce_local_max<float>(row_max, logits, N, ld, cols, stream_);
+  void vocab_ce_local_max(float *row_max, CAct logits, int N, int ld, int cols) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::vocab_ce_local_max<S>(row_max, act<S>(logits), N, ld, cols, stream_);
+    });
   }
-  void vocab_ce_local_sums(float *sum_exp, float *target_logit, const float *logits,
-                           const float *row_max, const int32_t *targets, int N, int ld, int cols,
+  void vocab_ce_local_sums(float *sum_exp, float *target_logit, CAct logits, const float *row_max,
+                           const int32_t *targets, int N, int ld, int cols,
                            int vocab_start) override {
-    cuda::vocab_ce_local_sums<float>(sum_exp, target_logit, logits, row_max, targets, N, ld, cols,
-                                     vocab_start, stream_);
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::vocab_ce_local_sums<S>(sum_exp, target_logit, act<S>(logits), row_max, targets, N, ld,
+                                   cols, vocab_start, stream_);
+    });
   }
-  void vocab_ce_backward(float *dlogits, const float *logits, const float *row_max,
-                         const float *sum_exp, const int32_t *targets, int N, int ld, int cols,
-                         int vocab_start, float dloss) override {
-    cuda::vocab_ce_backward<float>(dlogits, logits, row_max, sum_exp, targets, N, ld, cols,
-                                   vocab_start, dloss, stream_);
+  void vocab_ce_backward(Act dlogits, CAct logits, const float *row_max, const float *sum_exp,
+                         const int32_t *targets, int N, int ld, int cols, int vocab_start,
+                         float dloss) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::vocab_ce_backward<S>(act<S>(dlogits), act<S>(logits), row_max, sum_exp, targets, N, ld,
+                                 cols, vocab_start, dloss, stream_);
+    });
   }
   void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
                     const AdamWStep &a) override {
     cuda::adamw_update(param, grad, exp_avg, exp_avg_sq, n, a.lr, a.beta1, a.beta2, a.eps,
                        a.weight_decay, a.step, stream_);
   }
-  void colsum_accumulate(float *out, const float *x, int N, int cols) override {
-    cuda::colsum_accumulate<float>(out, x, N, cols, stream_);
+  void colsum_accumulate(float *out, CAct x, int N, int cols) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::colsum_accumulate<S>(out, act<S>(x), N, cols, stream_);
+    });
   }
   void scale_inplace(float *x, size_t n, float alpha) override {
     cuda::scale_inplace<float>(x, n, alpha, stream_);
@@ -152,26 +231,67 @@ class CudaOps final : public Ops<float> {
     device().copy_to_host(&v, out, sizeof v);
     return v;
   }
+  void convert(Act dst, CAct src, size_t n) override {
+    cuda::cast(dst.p, dst.t, src.p, src.t, n, stream_);
+  }
   void round_to_storage(float *x, size_t n, DType dtype) override {
     cuda::round_to(x, n, dtype, stream_);
   }
   void set_weights(const float *base, size_t n) override {
     weights_ = base;
     weights_n_ = n;
-    weights16_fresh_ = false;  // made again at the first GEMM that reads a weight
+    weights16_fresh_ = false;  // made again at the first op that reads a weight
   }
 
  private:
-  // A 16-bit copy (in scratch `slot`) of the span of memory an operand covers:
-  // `batch` matrices of rows x cols with leading dimension ld, `stride` apart.
-  // Exact: a 16-bit run's values are already rounded to the type. The scratch
-  // only grows, and reuse is safe because the stream runs in order.
-  const void *narrow(int slot, const float *x, int rows, int cols, int ld, int64_t stride,
-                     int batch) {
+  [[noreturn]] void bad_type(const char *what, DType t) const {
+    fail(Status::internal, "CudaOps: ", what, " holds ", dtype_name(t), " data in a run whose ",
+         "activations are ", dtype_name(act_type()));
+  }
+  // An activation argument as S*: it must hold the run's activation type.
+  template <class S>
+  S *act(Act a) const {
+    if (a.p && a.t != act_type()) bad_type("an activation argument", a.t);
+    return static_cast<S *>(a.p);
+  }
+  template <class S>
+  const S *act(CAct a) const {
+    if (a.p && a.t != act_type()) bad_type("an activation argument", a.t);
+    return static_cast<const S *>(a.p);
+  }
+  // An argument of an fp32 run's GEMM.
+  template <class V>
+  V *f32(TypedPtr<V> a, const char *what) const {
+    if (a.p && a.t != DType::f32) bad_type(what, a.t);
+    return a.p;
+  }
+  // A weight (an fp32 array of 16-bit values, n elements) as S: itself in an
+  // fp32 run; else its place in the weights' 16-bit copy, or (not a weight) a
+  // copy in scratch `slot`.
+  template <class S>
+  const S *weight(const float *w, size_t n, int slot) {
+    if constexpr (std::is_same_v<S, float>) {
+      return w;
+    } else {
+      if (!w) return nullptr;
+      return static_cast<const S *>(narrow(slot, w, n));
+    }
+  }
+  // A 16-bit GEMM operand: itself when it holds the storage type; an fp32
+  // array of 16-bit values (a weight) through narrow.
+  const void *operand16(int slot, CAct x, int rows, int cols, int ld, int64_t stride, int batch) {
+    if (x.t == storage_type()) return x.p;
+    if (x.t != DType::f32) bad_type("a GEMM operand", x.t);
     const size_t n = (size_t)(rows - 1) * ld + cols + (size_t)(batch - 1) * stride;
+    return narrow(slot, static_cast<const float *>(x.p), n);
+  }
+  // A 16-bit copy of n floats at x. Exact: a 16-bit run's weights hold values
+  // of the type. Inside the weights of set_weights, their one copy (made at
+  // the first call after set_weights); else scratch `slot`, which only grows
+  // and may be reused at once because the stream runs in order.
+  const void *narrow(int slot, const float *x, size_t n) {
     const uintptr_t at = (uintptr_t)x, w = (uintptr_t)weights_;
     if (weights_ && at >= w && at + n * sizeof(float) <= w + weights_n_ * sizeof(float)) {
-      // A weight: one 16-bit copy of all of them per set_weights.
       if (!weights16_fresh_) {
         if (weights16_.size() < weights_n_) weights16_.resize(device(), weights_n_);
         cuda::cast(weights16_.data(), storage_type(), weights_, DType::f32, weights_n_, stream_);
@@ -187,7 +307,7 @@ class CudaOps final : public Ops<float> {
 
   cudaStream_t stream_;
   cuda::Gemm gemm_;
-  DeviceArray<uint16_t> narrow_[2];  // the A and B operands of a 16-bit GEMM
+  DeviceArray<uint16_t> narrow_[2];  // copies of non-weights: GEMM operands A, B; op weights
   const float *weights_ = nullptr;   // set_weights: the model's weights, and their 16-bit copy
   size_t weights_n_ = 0;
   DeviceArray<uint16_t> weights16_;

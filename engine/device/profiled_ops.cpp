@@ -54,87 +54,72 @@ std::vector<OpTime> ProfiledOps<T>::take() {
 }
 
 template <class T>
-void ProfiledOps<T>::gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T *A, int lda,
-                          const T *B, int ldb, T beta, T *C, int ldc) {
+void ProfiledOps<T>::gemm(bool ta, bool tb, int M, int N, int K, T alpha, CAct A, int lda, CAct B, int ldb, T beta, Act C, int ldc) {
   timed(gemm_key(ta, tb, M, N, K, 1), 2.0 * M * N * K,
         [&] { inner_->gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
 }
 template <class T>
-void ProfiledOps<T>::gemm_strided_batched(bool ta, bool tb, int M, int N, int K, T alpha,
-                                          const T *A, int lda, int64_t strideA, const T *B,
-                                          int ldb, int64_t strideB, T beta, T *C, int ldc,
-                                          int64_t strideC, int batch) {
+void ProfiledOps<T>::gemm_strided_batched(bool ta, bool tb, int M, int N, int K, T alpha, CAct A, int lda, int64_t strideA, CAct B, int ldb, int64_t strideB, T beta, Act C, int ldc, int64_t strideC, int batch) {
   timed(gemm_key(ta, tb, M, N, K, batch), 2.0 * M * N * K * batch, [&] {
     inner_->gemm_strided_batched(ta, tb, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C,
                                  ldc, strideC, batch);
   });
 }
 template <class T>
-void ProfiledOps<T>::layernorm_forward(T *out, T *mean, T *rstd, const T *x, const T *w,
-                                       const T *b, int N, int h, T eps) {
+void ProfiledOps<T>::layernorm_forward(Act out, T *mean, T *rstd, CAct x, const T *w, const T *b, int N, int h, T eps) {
   timed("layernorm_forward", 0, [&] { inner_->layernorm_forward(out, mean, rstd, x, w, b, N, h, eps); });
 }
 template <class T>
-void ProfiledOps<T>::layernorm_backward(T *dx, T *dw, T *db, const T *dout, const T *x,
-                                        const T *w, const T *mean, const T *rstd, int N, int h) {
+void ProfiledOps<T>::layernorm_backward(Act dx, T *dw, T *db, CAct dout, CAct x, const T *w, const T *mean, const T *rstd, int N, int h) {
   timed("layernorm_backward", 0,
         [&] { inner_->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, h); });
 }
 template <class T>
-void ProfiledOps<T>::bias_gelu_forward(T *z, T *out, const T *y, const T *bias, int N, int f) {
+void ProfiledOps<T>::bias_gelu_forward(Act z, Act out, CAct y, const T *bias, int N, int f) {
   timed("bias_gelu_forward", 0, [&] { inner_->bias_gelu_forward(z, out, y, bias, N, f); });
 }
 template <class T>
-void ProfiledOps<T>::bias_gelu_backward(T *dz, T *dbias, const T *dout, const T *z, int N, int f) {
+void ProfiledOps<T>::bias_gelu_backward(Act dz, T *dbias, CAct dout, CAct z, int N, int f) {
   timed("bias_gelu_backward", 0, [&] { inner_->bias_gelu_backward(dz, dbias, dout, z, N, f); });
 }
 template <class T>
-void ProfiledOps<T>::bias_dropout_add_forward(T *out, const T *residual, const T *y, const T *bias,
-                                              int s, int b, int h, const DropoutSpec &d) {
+void ProfiledOps<T>::bias_dropout_add_forward(Act out, CAct residual, CAct y, const T *bias, int s, int b, int h, const DropoutSpec &d) {
   timed("bias_dropout_add_forward", 0,
         [&] { inner_->bias_dropout_add_forward(out, residual, y, bias, s, b, h, d); });
 }
 template <class T>
-void ProfiledOps<T>::bias_dropout_add_backward(T *dy, T *dbias, const T *dout, int s, int b, int h,
-                                               const DropoutSpec &d) {
+void ProfiledOps<T>::bias_dropout_add_backward(Act dy, T *dbias, CAct dout, int s, int b, int h, const DropoutSpec &d) {
   timed("bias_dropout_add_backward", 0,
         [&] { inner_->bias_dropout_add_backward(dy, dbias, dout, s, b, h, d); });
 }
 template <class T>
-void ProfiledOps<T>::dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k,
-                                       int head_offset, const DropoutSpec &d) {
+void ProfiledOps<T>::dropout_attention(Act out, CAct in, int b, int a, int s_q, int s_k, int head_offset, const DropoutSpec &d) {
   timed("dropout_attention", 0,
         [&] { inner_->dropout_attention(out, in, b, a, s_q, s_k, head_offset, d); });
 }
 template <class T>
-void ProfiledOps<T>::dropout_backward_from_output(T *dx, const T *dy, const T *y, size_t n, float p) {
+void ProfiledOps<T>::dropout_backward_from_output(Act dx, CAct dy, CAct y, size_t n, float p) {
   timed("dropout_backward_from_output", 0,
         [&] { inner_->dropout_backward_from_output(dx, dy, y, n, p); });
 }
 template <class T>
-void ProfiledOps<T>::scale_mask_softmax_forward(T *P, const T *S, int batch, int s_q, int s_k,
-                                                T scale, bool causal, const uint8_t *mask) {
+void ProfiledOps<T>::scale_mask_softmax_forward(Act P, CAct S, int batch, int s_q, int s_k, T scale, bool causal, const uint8_t *mask) {
   timed("scale_mask_softmax_forward", 0,
         [&] { inner_->scale_mask_softmax_forward(P, S, batch, s_q, s_k, scale, causal, mask); });
 }
 template <class T>
-void ProfiledOps<T>::scale_mask_softmax_backward(T *dS, const T *P, const T *dP, int batch,
-                                                 int s_q, int s_k, T scale) {
+void ProfiledOps<T>::scale_mask_softmax_backward(Act dS, CAct P, CAct dP, int batch, int s_q, int s_k, T scale) {
   timed("scale_mask_softmax_backward", 0,
         [&] { inner_->scale_mask_softmax_backward(dS, P, dP, batch, s_q, s_k, scale); });
 }
 template <class T>
-void ProfiledOps<T>::flash_attention_forward(T *ctx, T *lse, const T *qkv, int s, int b, int heads,
-                                             int hd, T scale, int head_offset,
-                                             const DropoutSpec &d) {
+void ProfiledOps<T>::flash_attention_forward(Act ctx, T *lse, CAct qkv, int s, int b, int heads, int hd, T scale, int head_offset, const DropoutSpec &d) {
   timed("flash_attention_forward", attention_flops(s, b, heads, hd), [&] {
     inner_->flash_attention_forward(ctx, lse, qkv, s, b, heads, hd, scale, head_offset, d);
   });
 }
 template <class T>
-void ProfiledOps<T>::flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv,
-                                              const T *lse, int s, int b, int heads, int hd,
-                                              T scale, int head_offset, const DropoutSpec &d) {
+void ProfiledOps<T>::flash_attention_backward(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const T *lse, int s, int b, int heads, int hd, T scale, int head_offset, const DropoutSpec &d) {
   // Five products to the forward's two: 2.5x.
   timed("flash_attention_backward", 2.5 * attention_flops(s, b, heads, hd), [&] {
     inner_->flash_attention_backward(dqkv, dctx, ctx, qkv, lse, s, b, heads, hd, scale,
@@ -142,52 +127,45 @@ void ProfiledOps<T>::flash_attention_backward(T *dqkv, const T *dctx, const T *c
   });
 }
 template <class T>
-void ProfiledOps<T>::embedding_forward(T *x, const int32_t *tokens, const T *wte, int vocab_start,
-                                       int vocab_rows, const T *wpe, int s, int b, int h) {
+void ProfiledOps<T>::embedding_forward(Act x, const int32_t *tokens, const T *wte, int vocab_start, int vocab_rows, const T *wpe, int s, int b, int h) {
   timed("embedding_forward", 0, [&] {
     inner_->embedding_forward(x, tokens, wte, vocab_start, vocab_rows, wpe, s, b, h);
   });
 }
 template <class T>
-void ProfiledOps<T>::add_position_embedding(T *x, const T *wpe, int s, int b, int h) {
+void ProfiledOps<T>::add_position_embedding(Act x, const T *wpe, int s, int b, int h) {
   timed("add_position_embedding", 0, [&] { inner_->add_position_embedding(x, wpe, s, b, h); });
 }
 template <class T>
-void ProfiledOps<T>::embedding_backward(T *dwte, T *dwpe, const T *dx, const int32_t *tokens,
-                                        int s, int b, int h, int vocab_start, int vocab_rows) {
+void ProfiledOps<T>::embedding_backward(T *dwte, T *dwpe, CAct dx, const int32_t *tokens, int s, int b, int h, int vocab_start, int vocab_rows) {
   timed("embedding_backward", 0, [&] {
     inner_->embedding_backward(dwte, dwpe, dx, tokens, s, b, h, vocab_start, vocab_rows);
   });
 }
 template <class T>
-void ProfiledOps<T>::vocab_ce_local_max(T *row_max, const T *logits, int N, int ld, int cols) {
+void ProfiledOps<T>::vocab_ce_local_max(T *row_max, CAct logits, int N, int ld, int cols) {
   timed("vocab_ce_local_max", 0, [&] { inner_->vocab_ce_local_max(row_max, logits, N, ld, cols); });
 }
 template <class T>
-void ProfiledOps<T>::vocab_ce_local_sums(T *sum_exp, T *target_logit, const T *logits,
-                                         const T *row_max, const int32_t *targets, int N, int ld,
-                                         int cols, int vocab_start) {
+void ProfiledOps<T>::vocab_ce_local_sums(T *sum_exp, T *target_logit, CAct logits, const T *row_max, const int32_t *targets, int N, int ld, int cols, int vocab_start) {
   timed("vocab_ce_local_sums", 0, [&] {
     inner_->vocab_ce_local_sums(sum_exp, target_logit, logits, row_max, targets, N, ld, cols,
                                 vocab_start);
   });
 }
 template <class T>
-void ProfiledOps<T>::vocab_ce_backward(T *dlogits, const T *logits, const T *row_max,
-                                       const T *sum_exp, const int32_t *targets, int N, int ld,
-                                       int cols, int vocab_start, T dloss) {
+void ProfiledOps<T>::vocab_ce_backward(Act dlogits, CAct logits, const T *row_max, const T *sum_exp, const int32_t *targets, int N, int ld, int cols, int vocab_start, T dloss) {
   timed("vocab_ce_backward", 0, [&] {
     inner_->vocab_ce_backward(dlogits, logits, row_max, sum_exp, targets, N, ld, cols, vocab_start,
                               dloss);
   });
 }
 template <class T>
-void ProfiledOps<T>::adamw_update(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, size_t n,
-                                  const AdamWStep &a) {
+void ProfiledOps<T>::adamw_update(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, size_t n, const AdamWStep &a) {
   timed("adamw_update", 0, [&] { inner_->adamw_update(param, grad, exp_avg, exp_avg_sq, n, a); });
 }
 template <class T>
-void ProfiledOps<T>::colsum_accumulate(T *out, const T *x, int N, int cols) {
+void ProfiledOps<T>::colsum_accumulate(T *out, CAct x, int N, int cols) {
   timed("colsum_accumulate", 0, [&] { inner_->colsum_accumulate(out, x, N, cols); });
 }
 template <class T>
@@ -199,6 +177,10 @@ double ProfiledOps<T>::sum_squares(const T *x, size_t n) {
   double v = 0;
   timed("sum_squares", 0, [&] { v = inner_->sum_squares(x, n); });
   return v;
+}
+template <class T>
+void ProfiledOps<T>::convert(Act dst, CAct src, size_t n) {
+  timed("convert", 0, [&] { inner_->convert(dst, src, n); });
 }
 template <class T>
 void ProfiledOps<T>::round_to_storage(T *x, size_t n, DType dtype) {

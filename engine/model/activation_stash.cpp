@@ -26,23 +26,24 @@ void GPT<T>::size_layer(LayerActs &a, int s, int b, bool full) {
   const size_t N = (size_t)s * b, h = cfg_.hidden_size, w = width_, f = ffn_, A = heads_;
   const size_t probs = (size_t)b * A * s * s;
   auto sz = [&](DeviceArray<T> &buf, size_t n) { buf.resize(*dev_, full ? n : 0); };
-  a.x.resize(*dev_, N * h);
-  sz(a.ln1, N * h);
+  auto act = [&](ActArray &buf, size_t n) { buf.resize(*dev_, full ? n : 0, act_); };
+  a.x.resize(*dev_, N * h, act_);
+  act(a.ln1, N * h);
   sz(a.ln1_mean, N);
   sz(a.ln1_rstd, N);
-  sz(a.qkv, N * 3 * w);
-  sz(a.probs, flash_ ? 0 : probs);
+  act(a.qkv, N * 3 * w);
+  act(a.probs, flash_ ? 0 : probs);
   // Dropped attention probabilities are kept: backward reads the mask back
   // from them instead of regenerating it (flash attention draws it again).
-  sz(a.probs_drop, cfg_.attention_dropout > 0 && !flash_ ? probs : 0);
+  act(a.probs_drop, cfg_.attention_dropout > 0 && !flash_ ? probs : 0);
   sz(a.lse, flash_ ? (size_t)b * A * s : 0);
-  sz(a.ctxv, N * w);
-  sz(a.mid, N * h);
-  sz(a.ln2, N * h);
+  act(a.ctxv, N * w);
+  act(a.mid, N * h);
+  act(a.ln2, N * h);
   sz(a.ln2_mean, N);
   sz(a.ln2_rstd, N);
-  sz(a.fc1_z, N * f);
-  sz(a.fc1_g, N * f);
+  act(a.fc1_z, N * f);
+  act(a.fc1_g, N * f);
 }
 
 template <class T>
@@ -64,15 +65,15 @@ typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
   for (int j = 0; j < layers_per_chunk_; j++) {
     const bool full = keeps_all(j);
     size_layer(A->layers[(size_t)j], s, b, full);
-    if (!full && unit_start(j) != j) A->layers[(size_t)j].x.resize(*dev_, 0);  // inside a unit
+    if (!full && unit_start(j) != j) A->layers[(size_t)j].x.resize(*dev_, 0, act_);  // in a unit
   }
   const bool head = has_head(chunk);
   Device &d = *dev_;
-  A->final_x.resize(d, head ? N * h : 0);
-  A->lnf.resize(d, head ? N * h : 0);
+  A->final_x.resize(d, head ? N * h : 0, act_);
+  A->lnf.resize(d, head ? N * h : 0, act_);
   A->lnf_mean.resize(d, head ? N : 0);
   A->lnf_rstd.resize(d, head ? N : 0);
-  A->logits.resize(d, head ? N * (size_t)local_vocab_ : 0);
+  A->logits.resize(d, head ? N * (size_t)local_vocab_ : 0, act_);
   A->ce.resize(d, head ? 3 * N : 0);
   A->losses.resize(head ? N : 0);
   A->tokens.resize(d, has_embedding(chunk) ? N : 0);
@@ -81,15 +82,11 @@ typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
   A->b = b;
   // Scratch shared by every chunk.
   const size_t w = width_, f = ffn_;
-  dprobs_.resize(d, flash_ ? 0 : (size_t)b * heads_ * s * s);
-  tmp_h_.resize(d, N * h);
-  tmp_h2_.resize(d, N * h);
-  dresid_.resize(d, N * h);
-  x_ping_.resize(d, N * h);
-  x_pong_.resize(d, N * h);
-  dctx_.resize(d, N * w);
-  dqkv_.resize(d, N * 3 * w);
-  dfc_.resize(d, N * f);
+  dprobs_.resize(d, flash_ ? 0 : (size_t)b * heads_ * s * s, act_);
+  for (ActArray *x : {&tmp_h_, &tmp_h2_, &dresid_, &x_ping_, &x_pong_}) x->resize(d, N * h, act_);
+  dctx_.resize(d, N * w, act_);
+  dqkv_.resize(d, N * 3 * w, act_);
+  dfc_.resize(d, N * f, act_);
   return *(live_[key] = std::move(A));
 }
 

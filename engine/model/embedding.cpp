@@ -7,7 +7,7 @@ namespace ptdp {
 using namespace gpt_detail;
 
 template <class T>
-void GPT<T>::embedding_forward_into(T *out, const int32_t *tokens, int s, int b,
+void GPT<T>::embedding_forward_into(Act out, const int32_t *tokens, int s, int b,
                                     const StepContext &ctx) {
   const int h = cfg_.hidden_size;
   const T *wte = param_data("wte.weight"), *wpe = param_data("wpe.weight");
@@ -20,34 +20,30 @@ void GPT<T>::embedding_forward_into(T *out, const int32_t *tokens, int s, int b,
     tp_all_reduce(tmp_h_.data(), (size_t)s * b * h);
     ops_->add_position_embedding(tmp_h_.data(), wpe, s, b, h);
   }
-  const size_t Nh = (size_t)s * b * h;
-  to_storage(tmp_h_.data(), Nh);
   DropoutSpec hid{{seed_, dropout_stream(-1, kEmbedding), ctx.iteration},
                   ctx.training ? cfg_.hidden_dropout : 0.f,
                   ctx.sample_offset};
   ops_->bias_dropout_add_forward(out, nullptr, tmp_h_.data(), nullptr, s, b, h, hid);
-  to_storage(out, Nh);
 }
 
 // Backward of the embedding's dropout, then each rank scatters the rows of its
 // vocabulary shard into dwte (and every position into dwpe).
 template <class T>
-void GPT<T>::embedding_backward_into(ChunkActs &A, const T *dresid) {
+void GPT<T>::embedding_backward_into(ChunkActs &A, CAct dresid) {
   const int s = A.s, b = A.b, h = cfg_.hidden_size;
   const StepContext &ctx = A.ctx;
   DropoutSpec hid{{seed_, dropout_stream(-1, kEmbedding), ctx.iteration},
                   ctx.training ? cfg_.hidden_dropout : 0.f,
                   ctx.sample_offset};
   ops_->bias_dropout_add_backward(tmp_h_.data(), nullptr, dresid, s, b, h, hid);
-  to_storage(tmp_h_.data(), (size_t)s * b * h);
   ops_->embedding_backward(grad_data("wte.weight"), grad_data("wpe.weight"), tmp_h_.data(),
                            A.tokens.data(), s, b, h, vocab_start_, local_vocab_);
 }
 
 #define PTDP_INSTANTIATE(T)                                                    \
-  template void GPT<T>::embedding_forward_into(T *, const int32_t *, int, int, \
-                                               const StepContext &);           \
-  template void GPT<T>::embedding_backward_into(ChunkActs &, const T *);
+  template void GPT<T>::embedding_forward_into(Act, const int32_t *, int, int, \
+                                               const StepContext &);          \
+  template void GPT<T>::embedding_backward_into(ChunkActs &, CAct);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)
 #undef PTDP_INSTANTIATE

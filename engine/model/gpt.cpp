@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
@@ -88,7 +89,8 @@ GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStag
          " model computes in float: GPT<double> (the finite-difference reference) is f32 only");
   if (prec_.dtype == DType::f64)
     fail(Status::invalid_argument, "the model's dtype must be f32, bf16 or f16, not f64");
-  ops_->set_storage_type(prec_.dtype);  // CUDA: 16-bit GEMMs on tensor cores
+  ops_->set_storage_type(prec_.dtype);
+  act_ = ops_->act_type();
   const int t = tp_.size;
   cfg_.validate(t);
   if (tp_.rank < 0 || tp_.rank >= t || (t > 1 && (!tp_.comm || tp_.comm->size() != t)))
@@ -215,6 +217,14 @@ void GPT<T>::to_storage(T *x, size_t n) {
 }
 
 template <class T>
+void GPT<T>::check_act(const char *what, CAct x) const {
+  if (x.p && x.t != act_)
+    fail(Status::invalid_argument, "the chunk's ", what, " holds ", dtype_name(x.t),
+         " elements; this model's activations are ", dtype_name(act_),
+         " (GPT::activation_type())");
+}
+
+template <class T>
 void GPT<T>::grads_written(size_t offset, size_t n, bool final) {
   // 16-bit gradient accumulation: the sum so far is stored in the 16-bit type.
   if (!prec_.grads_in_fp32) to_storage(grads_.data() + offset, n);
@@ -228,10 +238,19 @@ void GPT<T>::param_grads_written(const char *first, const char *last, bool final
 }
 
 template <class T>
-void GPT<T>::tp_all_reduce(T *buf, size_t n) {
+void GPT<T>::tp_all_reduce(Act buf, size_t n) {
   if (tp_.size == 1) return;
-  tp_.comm->all_reduce(buf, n);
-  to_storage(buf, n);
+  if (buf.t == dtype_of<T>()) {
+    tp_.comm->all_reduce(static_cast<T *>(buf.p), n);
+    return;
+  }
+  // 16-bit values summed in T in the communicator's order and rounded once, as
+  // a 16-bit all-reduce of every backend does, without the host round trip
+  // NCCL's would take (nccl_comm.h).
+  if (reduce_buf_.size() < n) reduce_buf_.resize(*dev_, n);
+  ops_->convert(reduce_buf_.data(), buf, n);
+  tp_.comm->all_reduce(reduce_buf_.data(), n);
+  ops_->convert(buf, reduce_buf_.data(), n);
 }
 
 template <class T>
@@ -256,9 +275,24 @@ std::vector<OpTime> GPT<T>::take_op_profile() {
 }
 
 template <class T>
-const T *GPT<T>::logits() const {
-  if (!last_head_) fail(Status::wrong_state, "logits() needs a forward of the head chunk first");
-  return last_head_->logits.data();
+std::vector<T> GPT<T>::logits_to_host(int first_row, int rows) const {
+  if (!last_head_)
+    fail(Status::wrong_state, "logits_to_host needs a forward of the head chunk first");
+  const int N = last_head_->s * last_head_->b;
+  if (first_row < 0 || rows < 0 || first_row + rows > N)
+    fail(Status::invalid_argument, "logits rows [", first_row, ", ", first_row + rows,
+         ") are outside the ", N, " rows of the last forward");
+  const size_t n = (size_t)rows * local_vocab_, at = (size_t)first_row * local_vocab_;
+  std::vector<T> out(n);
+  const CAct src = last_head_->logits.data() + (int64_t)at;
+  if (src.t == dtype_of<T>()) {
+    dev_->copy_to_host(out.data(), src.p, n * sizeof(T));
+    return out;
+  }
+  std::vector<uint16_t> raw(n);
+  dev_->copy_to_host(raw.data(), src.p, n * sizeof(uint16_t));
+  if constexpr (std::is_same_v<T, float>) from_16bit(src.t, raw.data(), out.data(), n);
+  return out;
 }
 
 // Every member defined here; the other files instantiate their own.

@@ -24,6 +24,7 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/core/dtype.h"
+#include "engine/device/act_array.h"
 #include "engine/device/device.h"
 #include "engine/device/ops.h"
 #include "engine/device/profiled_ops.h"
@@ -72,10 +73,11 @@ struct Recompute {
 
 // Mixed precision (ARCHITECTURE §3): parameters and activations held in
 // `dtype`, gradients accumulated in fp32 (Megatron's
-// --accumulate-allreduce-grads-in-fp32) or in `dtype`. On the CPU a 16-bit
-// tensor is an fp32 array whose every value is rounded (to nearest even) to
-// the 16-bit type wherever a GPU run stores one, so an op reads 16-bit inputs
-// and computes in fp32 as the GPU does; memory stays that of fp32.
+// --accumulate-allreduce-grads-in-fp32) or in `dtype`. Activations and their
+// gradients are 16-bit arrays on every backend (2 bytes an element); the
+// parameters (and 16-bit gradients) are fp32 arrays of values rounded to
+// nearest even to the 16-bit type, beside the optimizer's fp32 master copy.
+// Every op reads 16-bit inputs and computes in fp32, on the CPU as on the GPU.
 struct Precision {
   DType dtype = DType::f32;
   bool grads_in_fp32 = true;
@@ -143,16 +145,20 @@ class GPT {
   // [s, b, h]. The head chunk returns the mean cross-entropy (0 without
   // targets); the others write [s, b, h] to `output` and return 0. In training,
   // the chunk's activations are stashed until backward_chunk of the same pair.
+  // input, output (and backward's tensors) hold activation_type() elements.
   double forward_chunk(int chunk, int mb, const int32_t *tokens, const int32_t *targets,
-                       const T *input, T *output, int s, int b, const StepContext &ctx);
+                       CAct input, Act output, int s, int b, const StepContext &ctx);
   // Backward of a stashed forward; accumulates into grads(). The head chunk
   // starts from the loss, each token weighted by dloss (1 / tokens in the
   // global batch); the others from `doutput`. Writes d(input) to `dinput`
   // except on the embedding chunk. `grads_final`: this is the step's last
   // backward of the chunk, so each of its gradient ranges is reported to the
   // grad-ready hook as soon as it is final (an overlapped gradient reduction).
-  void backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dloss,
+  void backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss,
                       bool grads_final = false);
+  // The element type of activations and of the tensors between pipeline
+  // stages: T, or a 16-bit run's type.
+  DType activation_type() const { return act_; }
   // Called with [offset, offset + n) of grads() when that range is final for
   // the step: each layer as its backward ends, then ln_f, wte and wpe (whole
   // tensors with their padding, so that the ranges cover the flat buffer).
@@ -170,9 +176,10 @@ class GPT {
                  const StepContext &ctx);
   // Backward of the last training forward; accumulates into grads().
   void backward(T dloss);
-  // Logits of the last head forward: [s*b, local_vocab()], this rank's vocabulary
+  // Rows [first_row, first_row + rows) of the logits of the last head forward,
+  // copied to the host in T: [rows, local_vocab()], this rank's vocabulary
   // shard; only its first local_real_vocab() columns (real tokens) are computed.
-  const T *logits() const;
+  std::vector<T> logits_to_host(int first_row, int rows) const;
   int vocab_start() const { return vocab_start_; }
   int local_vocab() const { return local_vocab_; }
   int local_real_vocab() const { return local_real_vocab_; }
@@ -189,19 +196,23 @@ class GPT {
   void size_layer(LayerActs &a, int s, int b, bool full);
   ChunkActs &acquire(int chunk, int mb, int s, int b);
   void release(int chunk, int mb);
-  void layer_forward(int li, const T *x, T *out, LayerActs &a, int s, int b,
-                     const StepContext &ctx);
-  void layer_backward(int li, const T *x, LayerActs &a, T *dresid, int s, int b,
+  void layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b, const StepContext &ctx);
+  void layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int b,
                       const StepContext &ctx);
   void attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx);
   void attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx);
-  void embedding_forward_into(T *out, const int32_t *tokens, int s, int b, const StepContext &ctx);
-  void embedding_backward_into(ChunkActs &A, const T *dresid);  // accumulates dwte, dwpe
+  void embedding_forward_into(Act out, const int32_t *tokens, int s, int b,
+                              const StepContext &ctx);
+  void embedding_backward_into(ChunkActs &A, CAct dresid);  // accumulates dwte, dwpe
   void head_forward(ChunkActs &A, const int32_t *targets);
-  void head_backward(ChunkActs &A, T *dresid, T dloss);
+  void head_backward(ChunkActs &A, Act dresid, T dloss);
 
-  void tp_all_reduce(T *buf, size_t n);  // and rounds the sum to the storage type
-  void to_storage(T *x, size_t n);        // rounds to prec_.dtype (16-bit only)
+  // Sums activations over the tensor group: in T (a 16-bit run's through
+  // reduce_buf_), the sum rounded once to the activation type.
+  void tp_all_reduce(Act buf, size_t n);
+  void to_storage(T *x, size_t n);  // rounds to prec_.dtype (16-bit only)
+  // A tensor handed to forward_chunk/backward_chunk must hold activation_type().
+  void check_act(const char *what, CAct x) const;
   // A backward wrote [offset, offset + n) of grads(): rounds it to the storage
   // type when gradients accumulate in 16 bits, and reports it when final.
   void grads_written(size_t offset, size_t n, bool final);
@@ -220,6 +231,7 @@ class GPT {
   std::unique_ptr<Device> own_dev_;  // when no device was given
   Device *dev_;
   std::unique_ptr<Ops<T>> ops_;
+  DType act_ = DType::f32;  // ops_->act_type()
   int layers_per_chunk_ = 0;
   // Local sizes: heads, attention width, MLP width, vocabulary shard.
   int heads_ = 0, width_ = 0, ffn_ = 0;
@@ -235,11 +247,12 @@ class GPT {
   int64_t stashed_bytes_ = 0, peak_stashed_bytes_ = 0;
   // Scratch shared by all layers (never stashed).
   std::vector<std::unique_ptr<LayerActs>> recompute_;  // a recomputed unit's layers
-  DeviceArray<T> x_ping_, x_pong_;           // [N, h] inputs inside a recomputed unit
-  DeviceArray<T> dprobs_;                    // [b, a/t, s, s]
-  DeviceArray<T> tmp_h_, tmp_h2_, dresid_;   // [N, h]
-  DeviceArray<T> dctx_;                      // [N, w]
-  DeviceArray<T> dqkv_, dfc_;                // [N, 3w], [N, f/t]
+  ActArray x_ping_, x_pong_;                 // [N, h] inputs inside a recomputed unit
+  ActArray dprobs_;                          // [b, a/t, s, s]
+  ActArray tmp_h_, tmp_h2_, dresid_;         // [N, h]
+  ActArray dctx_;                            // [N, w]
+  ActArray dqkv_, dfc_;                      // [N, 3w], [N, f/t]
+  DeviceArray<T> reduce_buf_;                // [N, h] tp_all_reduce of a 16-bit run
   std::vector<T> ce_host_;                   // [3, N] the loss's statistics, on the host
 };
 

@@ -26,25 +26,30 @@ struct GPT<T>::Layer {
 };
 
 // One layer's activations. x is its input; the rest is empty for a layer whose
-// unit is recomputed (only the unit's first x is kept then).
+// unit is recomputed (only the unit's first x is kept then). ActArrays hold
+// the activation type (T, or a 16-bit run's bf16/f16); statistics stay in T.
 // Shapes with w, a, f meaning this rank's share (h/t, a/t, f/t); N = s*b.
 template <class T>
 struct GPT<T>::LayerActs {
-  DeviceArray<T> x;                        // [N, h]
-  DeviceArray<T> ln1, ln1_mean, ln1_rstd;  // [N, h], [N]
-  DeviceArray<T> qkv;                      // [N, 3w]  ordered [s, b, a, 3, hd]
-  DeviceArray<T> probs, probs_drop;        // [b, a, s, s] softmax output, after dropout
+  ActArray x;                              // [N, h]
+  ActArray ln1;                            // [N, h]
+  DeviceArray<T> ln1_mean, ln1_rstd;       // [N]
+  ActArray qkv;                            // [N, 3w]  ordered [s, b, a, 3, hd]
+  ActArray probs, probs_drop;              // [b, a, s, s] softmax output, after dropout
   DeviceArray<T> lse;                      // [b*a, s] instead of probs, with flash attention
-  DeviceArray<T> ctxv;                     // [N, w]  attention context
-  DeviceArray<T> mid;                      // [N, h]  residual after attention
-  DeviceArray<T> ln2, ln2_mean, ln2_rstd;  // [N, h], [N]
-  DeviceArray<T> fc1_z, fc1_g;             // [N, f]  pre-GeLU (with bias), post-GeLU
+  ActArray ctxv;                           // [N, w]  attention context
+  ActArray mid;                            // [N, h]  residual after attention
+  ActArray ln2;                            // [N, h]
+  DeviceArray<T> ln2_mean, ln2_rstd;       // [N]
+  ActArray fc1_z, fc1_g;                   // [N, f]  pre-GeLU (with bias), post-GeLU
   int64_t bytes() const {
     size_t n = 0;
-    for (const DeviceArray<T> *b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &probs, &probs_drop, &lse,
-                                    &ctxv, &mid, &ln2, &ln2_mean, &ln2_rstd, &fc1_z, &fc1_g})
-      n += b->size();
-    return (int64_t)(n * sizeof(T));
+    for (const ActArray *b : {&x, &ln1, &qkv, &probs, &probs_drop, &ctxv, &mid, &ln2, &fc1_z,
+                              &fc1_g})
+      n += b->bytes();
+    for (const DeviceArray<T> *b : {&ln1_mean, &ln1_rstd, &lse, &ln2_mean, &ln2_rstd})
+      n += b->bytes();
+    return (int64_t)n;
   }
 };
 
@@ -55,16 +60,17 @@ struct GPT<T>::ChunkActs {
   StepContext ctx;
   DeviceArray<int32_t> tokens, targets;    // [N] embedding chunk, head chunk
   std::vector<LayerActs> layers;           // per layer of the chunk
-  DeviceArray<T> final_x;                  // [N, h] head input (last layer's output)
-  DeviceArray<T> lnf, lnf_mean, lnf_rstd;  // [N, h], [N]
-  DeviceArray<T> logits;                   // [N, Vp/t]
+  ActArray final_x;                        // [N, h] head input (last layer's output)
+  ActArray lnf;                            // [N, h]
+  DeviceArray<T> lnf_mean, lnf_rstd;       // [N]
+  ActArray logits;                         // [N, Vp/t]
   DeviceArray<T> ce;                       // [3, N] row max, sum of exp, target logit
   std::vector<T> losses;                   // [N] on the host
   int64_t bytes() const {
     int64_t n = (int64_t)((tokens.size() + targets.size()) * sizeof(int32_t));
     for (auto &l : layers) n += l.bytes();
-    for (const DeviceArray<T> *x : {&final_x, &lnf, &lnf_mean, &lnf_rstd, &logits, &ce})
-      n += (int64_t)x->bytes();
+    for (const ActArray *x : {&final_x, &lnf, &logits}) n += (int64_t)x->bytes();
+    for (const DeviceArray<T> *x : {&lnf_mean, &lnf_rstd, &ce}) n += (int64_t)x->bytes();
     return n + (int64_t)(losses.size() * sizeof(T));
   }
 };

@@ -35,40 +35,35 @@ void GPT<T>::head_forward(ChunkActs &A, const int32_t *targets) {
   ops_->layernorm_forward(A.lnf.data(), A.lnf_mean.data(), A.lnf_rstd.data(), A.final_x.data(),
                           param_data("ln_f.weight"), param_data("ln_f.bias"), N, h,
                           (T)cfg_.layernorm_epsilon);
-  to_storage(A.lnf.data(), (size_t)N * h);
   ops_->gemm(false, true, N, local_real_vocab_, h, 1, A.lnf.data(), h, param_data("wte.weight"), h,
              0, A.logits.data(), local_vocab_);
-  to_storage(A.logits.data(), A.logits.size());  // the loss reads them in fp32
   if (targets) vocab_parallel_loss(A);
 }
 
 // LM head (vocab-parallel) and final LayerNorm; f's backward all-reduces dlnf.
 template <class T>
-void GPT<T>::head_backward(ChunkActs &A, T *dresid, T dloss) {
+void GPT<T>::head_backward(ChunkActs &A, Act dresid, T dloss) {
   const int N = A.s * A.b, h = cfg_.hidden_size;
   const size_t Nh = (size_t)N * h;
   const ParamInfo &wte = param("wte.weight"), &lw = param("ln_f.weight"), &lb = param("ln_f.bias");
-  T *dlogits = A.logits.data();
+  Act dlogits = A.logits.data();
   ops_->vocab_ce_backward(dlogits, A.logits.data(), A.ce.data(), A.ce.data() + N, A.targets.data(),
                           N, local_vocab_, local_real_vocab_, vocab_start_, dloss);
-  to_storage(dlogits, A.logits.size());
   ops_->gemm(true, false, local_real_vocab_, h, N, 1, dlogits, local_vocab_, A.lnf.data(), h, 1,
              grads_.data() + wte.offset, h);
   ops_->gemm(false, false, N, h, local_real_vocab_, 1, dlogits, local_vocab_,
              params_.data() + wte.offset, h, 0, tmp_h_.data(), h);
-  to_storage(tmp_h_.data(), Nh);
   tp_all_reduce(tmp_h_.data(), Nh);
-  dev_->zero(dresid, Nh * sizeof(T));
+  dev_->zero(dresid.p, Nh * dtype_size(dresid.t));
   ops_->layernorm_backward(dresid, grads_.data() + lw.offset, grads_.data() + lb.offset,
                            tmp_h_.data(), A.final_x.data(), params_.data() + lw.offset,
                            A.lnf_mean.data(), A.lnf_rstd.data(), N, h);
-  to_storage(dresid, Nh);
 }
 
 #define PTDP_INSTANTIATE(T)                                         \
   template void GPT<T>::vocab_parallel_loss(ChunkActs &);           \
   template void GPT<T>::head_forward(ChunkActs &, const int32_t *); \
-  template void GPT<T>::head_backward(ChunkActs &, T *, T);
+  template void GPT<T>::head_backward(ChunkActs &, Act, T);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)
 #undef PTDP_INSTANTIATE

@@ -11,7 +11,7 @@ using namespace gpt_detail;
 
 template <class T>
 double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int32_t *targets,
-                             const T *input, T *output, int s, int b, const StepContext &ctx) {
+                             CAct input, Act output, int s, int b, const StepContext &ctx) {
   if (chunk < 0 || chunk >= pp_.chunks)
     fail(Status::invalid_argument, "model chunk ", chunk, " is outside [0, ", pp_.chunks, ")");
   if (s <= 0 || b <= 0) fail(Status::invalid_argument, "forward needs s > 0 and b > 0");
@@ -33,6 +33,8 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
            " is outside the vocabulary [0, ", V, ")");
   if (ctx.training && head && !targets)
     fail(Status::invalid_argument, "a training forward of the head chunk needs targets");
+  check_act("input", input);
+  check_act("output", output);
 
   ops_->set_weights(params_.data(), params_.size());  // they may have changed since
   ChunkActs &A = acquire(chunk, mb, s, b);
@@ -43,11 +45,11 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
   if (head && targets) dev_->copy_from_host(A.targets.data(), targets, (size_t)N * sizeof(int32_t));
   const size_t Nh = (size_t)N * h;
 
-  T *x = A.layers[0].x.data();
+  Act x = A.layers[0].x.data();
   if (embedding)
     embedding_forward_into(x, A.tokens.data(), s, b, ctx);
   else
-    dev_->copy(x, input, Nh * sizeof(T));
+    dev_->copy(x.p, input.p, Nh * dtype_size(act_));
   for (int j = 0; j < layers_per_chunk_; j++) {
     const int li = chunk * layers_per_chunk_ + j;
     const bool full = keeps_all(j);
@@ -58,13 +60,13 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
       a = recompute_[0].get();
       size_layer(*a, s, b, true);
     }
-    T *out;
+    Act out;
     if (j + 1 == layers_per_chunk_)
       out = head ? A.final_x.data() : output;
     else if (A.layers[(size_t)j + 1].x.size())
       out = A.layers[(size_t)j + 1].x.data();
     else
-      out = x == x_ping_.data() ? x_pong_.data() : x_ping_.data();
+      out = x.p == x_ping_.data().p ? x_pong_.data() : x_ping_.data();
     layer_forward(li, x, out, *a, s, b, ctx);
     x = out;
   }
@@ -99,7 +101,7 @@ double GPT<T>::forward(const int32_t *tokens, const int32_t *targets, int s, int
 }
 
 template <class T>
-void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dloss,
+void GPT<T>::backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss,
                             bool grads_final) {
   auto it = live_.find(std::make_pair(chunk, mb));
   if (it == live_.end() || !it->second->ctx.training)
@@ -110,15 +112,17 @@ void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dl
   if (!head && !doutput) fail(Status::invalid_argument, "chunk ", chunk, " backward needs doutput");
   if (!embedding && !dinput)
     fail(Status::invalid_argument, "chunk ", chunk, " backward needs dinput");
+  check_act("doutput", doutput);
+  check_act("dinput", dinput);
   const int s = A.s, b = A.b, h = cfg_.hidden_size;
   const size_t Nh = (size_t)s * b * h;
   const StepContext &ctx = A.ctx;
-  T *dresid = dresid_.data();
+  Act dresid = dresid_.data();
   if (head) {
     head_backward(A, dresid, dloss);
     param_grads_written("ln_f.weight", "ln_f.bias", grads_final);
   } else {
-    dev_->copy(dresid, doutput, Nh * sizeof(T));
+    dev_->copy(dresid.p, doutput.p, Nh * dtype_size(act_));
   }
   auto layer_done = [&](int li) {
     const ParamInfo &first = table_[(size_t)li * kParamsPerLayer];
@@ -140,14 +144,14 @@ void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dl
     while ((int)recompute_.size() < n + 1) recompute_.push_back(std::make_unique<LayerActs>());
     // recompute_[k] holds layer u+k; recompute_[n] only the unit's output (not needed).
     for (int k = 0; k <= n; k++) size_layer(*recompute_[(size_t)k], s, b, k < n);
-    const T *x = A.layers[(size_t)u].x.data();
+    CAct x = A.layers[(size_t)u].x.data();
     for (int k = 0; k < n; k++) {
-      T *out = recompute_[(size_t)k + 1]->x.data();
+      Act out = recompute_[(size_t)k + 1]->x.data();
       layer_forward(base + u + k, x, out, *recompute_[(size_t)k], s, b, ctx);
       x = out;
     }
     for (int k = n - 1; k >= 0; k--) {
-      const T *xin = k == 0 ? A.layers[(size_t)u].x.data() : recompute_[(size_t)k]->x.data();
+      CAct xin = k == 0 ? A.layers[(size_t)u].x.data() : recompute_[(size_t)k]->x.data();
       layer_backward(base + u + k, xin, *recompute_[(size_t)k], dresid, s, b, ctx);
       layer_done(base + u + k);
     }
@@ -157,7 +161,7 @@ void GPT<T>::backward_chunk(int chunk, int mb, const T *doutput, T *dinput, T dl
   if (embedding) {
     embedding_backward_into(A, dresid);
   } else {
-    dev_->copy(dinput, dresid, Nh * sizeof(T));
+    dev_->copy(dinput.p, dresid.p, Nh * dtype_size(act_));
   }
   // The tied embedding is written by the head and the embedding; ln_f and
   // the layers were reported as they finished.
@@ -178,11 +182,11 @@ void GPT<T>::backward(T dloss) {
 }
 
 #define PTDP_INSTANTIATE(T)                                                                    \
-  template double GPT<T>::forward_chunk(int, int, const int32_t *, const int32_t *, const T *, \
-                                        T *, int, int, const StepContext &);                   \
+  template double GPT<T>::forward_chunk(int, int, const int32_t *, const int32_t *, CAct, Act, \
+                                        int, int, const StepContext &);                        \
   template double GPT<T>::forward(const int32_t *, const int32_t *, int, int,                  \
                                   const StepContext &);                                        \
-  template void GPT<T>::backward_chunk(int, int, const T *, T *, T, bool);                           \
+  template void GPT<T>::backward_chunk(int, int, CAct, Act, T, bool);                          \
   template void GPT<T>::backward(T);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)

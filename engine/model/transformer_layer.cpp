@@ -9,7 +9,7 @@ using namespace gpt_detail;
 
 // One transformer layer: out = x + attention(x), then + MLP; fills a.
 template <class T>
-void GPT<T>::layer_forward(int li, const T *x, T *out, LayerActs &a, int s, int b,
+void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
                            const StepContext &ctx) {
   const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_;
   const int l = first_layer(li / layers_per_chunk_) + li % layers_per_chunk_;  // global
@@ -19,92 +19,72 @@ void GPT<T>::layer_forward(int li, const T *x, T *out, LayerActs &a, int s, int 
                   ctx.training ? cfg_.hidden_dropout : 0.f,
                   ctx.sample_offset};
   // Attention block: mid = x + dropout(g(proj(attn(f(ln1(x))))) + proj_b)
-  // (Every op's output is rounded to the storage type: to_storage.)
+  // (Every op stores its output in the activation type, rounded once.)
   ops_->layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, P.ln1_w, P.ln1_b,
                           N, h, (T)cfg_.layernorm_epsilon);
-  to_storage(a.ln1.data(), Nh);
   ops_->gemm(false, true, N, 3 * w, h, 1, a.ln1.data(), h, P.qkv_w, h, 0, a.qkv.data(), 3 * w);
-  to_storage(a.qkv.data(), (size_t)N * 3 * w);
   ops_->bias_dropout_add_forward(a.qkv.data(), nullptr, a.qkv.data(), P.qkv_b, s, b, 3 * w,
                                  DropoutSpec{});
-  to_storage(a.qkv.data(), (size_t)N * 3 * w);
   attention_forward(l, a, s, b, ctx);
   ops_->gemm(false, true, N, h, w, 1, a.ctxv.data(), w, P.proj_w, w, 0, tmp_h_.data(), h);
-  to_storage(tmp_h_.data(), Nh);
   tp_all_reduce(tmp_h_.data(), Nh);  // g: row-parallel partial sums
   ops_->bias_dropout_add_forward(a.mid.data(), x, tmp_h_.data(), P.proj_b, s, b, h, hid);
-  to_storage(a.mid.data(), Nh);
   // MLP block: out = mid + dropout(g(fc2(gelu(fc1(f(ln2(mid)))))) + fc2_b)
   ops_->layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), P.ln2_w,
                           P.ln2_b, N, h, (T)cfg_.layernorm_epsilon);
-  to_storage(a.ln2.data(), Nh);
   ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.fc1_w, h, 0, a.fc1_z.data(), f);
-  to_storage(a.fc1_z.data(), (size_t)N * f);
   ops_->bias_gelu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.fc1_b, N, f);
-  to_storage(a.fc1_z.data(), (size_t)N * f);
-  to_storage(a.fc1_g.data(), (size_t)N * f);
   ops_->gemm(false, true, N, h, f, 1, a.fc1_g.data(), f, P.fc2_w, f, 0, tmp_h_.data(), h);
-  to_storage(tmp_h_.data(), Nh);
   tp_all_reduce(tmp_h_.data(), Nh);  // g
   hid.key.stream = dropout_stream(l, kMlpOut);
   ops_->bias_dropout_add_forward(out, a.mid.data(), tmp_h_.data(), P.fc2_b, s, b, h, hid);
-  to_storage(out, Nh);
 }
 
 // dresid [N, h]: in, the gradient of the layer's output; out, of its input x.
 template <class T>
-void GPT<T>::layer_backward(int li, const T *x, LayerActs &a, T *dresid, int s, int b,
+void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int b,
                             const StepContext &ctx) {
   const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_;
   const int l = first_layer(li / layers_per_chunk_) + li % layers_per_chunk_;
   const size_t Nh = (size_t)N * h;
   Layer P = layer(params_.data(), li);
   Layer G = layer(grads_.data(), li);
-  T *dy = tmp_h_.data(), *dln = tmp_h2_.data(), *dfc = dfc_.data(), *dqkv = dqkv_.data();
+  Act dy = tmp_h_.data(), dln = tmp_h2_.data(), dfc = dfc_.data(), dqkv = dqkv_.data();
   DropoutSpec hid{{seed_, dropout_stream(l, kMlpOut), ctx.iteration},
                   ctx.training ? cfg_.hidden_dropout : 0.f,
                   ctx.sample_offset};
 
   // MLP block; the input's gradient is a partial sum over tensor ranks (f backward).
-  // Activation gradients are rounded to the storage type; the weight gradients
+  // Activation gradients are in the activation type; the weight gradients
   // accumulate into grads() in fp32 (rounded per chunk when grads are 16-bit).
   ops_->bias_dropout_add_backward(dy, G.fc2_b, dresid, s, b, h, hid);
-  to_storage(dy, Nh);
   ops_->gemm(true, false, h, f, N, 1, dy, h, a.fc1_g.data(), f, 1, G.fc2_w, f);
   ops_->gemm(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dfc, f);
-  to_storage(dfc, (size_t)N * f);
   ops_->bias_gelu_backward(dfc, G.fc1_b, dfc, a.fc1_z.data(), N, f);
-  to_storage(dfc, (size_t)N * f);
   ops_->gemm(true, false, f, h, N, 1, dfc, f, a.ln2.data(), h, 1, G.fc1_w, h);
   ops_->gemm(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
-  to_storage(dln, Nh);
   tp_all_reduce(dln, Nh);
   ops_->layernorm_backward(dresid, G.ln2_w, G.ln2_b, dln, a.mid.data(), P.ln2_w, a.ln2_mean.data(),
                            a.ln2_rstd.data(), N, h);
-  to_storage(dresid, Nh);
 
   // Attention block.
   hid.key.stream = dropout_stream(l, kAttentionOut);
   ops_->bias_dropout_add_backward(dy, G.proj_b, dresid, s, b, h, hid);
-  to_storage(dy, Nh);
   ops_->gemm(true, false, h, w, N, 1, dy, h, a.ctxv.data(), w, 1, G.proj_w, w);
   ops_->gemm(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
-  to_storage(dctx_.data(), (size_t)N * w);
   attention_backward(l, a, s, b, ctx);
   ops_->colsum_accumulate(G.qkv_b, dqkv, N, 3 * w);
   ops_->gemm(true, false, 3 * w, h, N, 1, dqkv, 3 * w, a.ln1.data(), h, 1, G.qkv_w, h);
   ops_->gemm(false, false, N, h, 3 * w, 1, dqkv, 3 * w, P.qkv_w, h, 0, dln, h);
-  to_storage(dln, Nh);
   tp_all_reduce(dln, Nh);
   ops_->layernorm_backward(dresid, G.ln1_w, G.ln1_b, dln, x, P.ln1_w, a.ln1_mean.data(),
                            a.ln1_rstd.data(), N, h);
-  to_storage(dresid, Nh);
 }
 
 #define PTDP_INSTANTIATE(T)                                                        \
-  template void GPT<T>::layer_forward(int, const T *, T *, LayerActs &, int, int,  \
-                                      const StepContext &);                        \
-  template void GPT<T>::layer_backward(int, const T *, LayerActs &, T *, int, int, \
+  template void GPT<T>::layer_forward(int, CAct, Act, LayerActs &, int, int,   \
+                                      const StepContext &);                      \
+  template void GPT<T>::layer_backward(int, CAct, LayerActs &, Act, int, int,  \
                                        const StepContext &);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)

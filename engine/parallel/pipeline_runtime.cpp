@@ -22,8 +22,8 @@ int64_t thread_cpu_ns() {
 }
 // The tensor stored under `key`, which must exist: its absence means the
 // schedule consumes something it never produced.
-DeviceArray<float> &take(std::map<std::pair<int, int>, DeviceArray<float>> &m,
-                         std::pair<int, int> key, const char *what) {
+ActArray &take(std::map<std::pair<int, int>, ActArray> &m, std::pair<int, int> key,
+               const char *what) {
   auto it = m.find(key);
   if (it == m.end())
     fail(Status::internal, "pipeline schedule uses the ", what, " of micro-batch ", key.first,
@@ -36,23 +36,23 @@ PipelineRuntime::PipelineRuntime(GPT<float> &model, Communicator *pp, Communicat
                                  bool scatter_gather)
     : model_(model), pp_(pp), tp_(tp), scatter_gather_(scatter_gather && tp && tp->size() > 1) {}
 
-void PipelineRuntime::send_boundary(const DeviceArray<float> &x, int peer) {
+void PipelineRuntime::send_boundary(const ActArray &x, int peer) {
   if (!pp_) fail(Status::internal, "pipeline send without a pipeline group");
   const size_t n = scatter_gather_ ? x.size() / (size_t)tp_->size() : x.size();
   const size_t first = scatter_gather_ ? (size_t)tp_->rank() * n : 0;
-  pp_->send(x.data() + first, n, peer);
+  pp_->send((x.data() + (int64_t)first).p, n, x.dtype(), peer);
 }
 
-void PipelineRuntime::recv_boundary(DeviceArray<float> &x, int peer) {
+void PipelineRuntime::recv_boundary(ActArray &x, int peer) {
   if (!pp_) fail(Status::internal, "pipeline recv without a pipeline group");
   if (!scatter_gather_) {
-    pp_->recv(x.data(), x.size(), peer);
+    pp_->recv(x.data().p, x.size(), x.dtype(), peer);
     return;
   }
   const size_t n = x.size() / (size_t)tp_->size();
-  slice_.resize(model_.device(), n);
-  pp_->recv(slice_.data(), n, peer);
-  tp_->all_gather(slice_.data(), x.data(), n);
+  slice_.resize(model_.device(), n, x.dtype());
+  pp_->recv(slice_.data().p, n, x.dtype(), peer);
+  tp_->all_gather(slice_.data().p, x.data().p, n, x.dtype());
 }
 
 double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32_t iteration,
@@ -60,6 +60,7 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
                             const std::function<MicroBatch(int, bool)> &batch,
                             std::vector<OpTiming> *timings) {
   const size_t Nh = (size_t)s * b * model_.config().hidden_size;
+  const DType act = model_.activation_type();
   Device &dev = model_.device();
   double loss_sum = 0;
   // Off the CPU, device timers of the compute ops, read once the run is over
@@ -98,18 +99,18 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
     switch (op.kind) {
       case PipeOpKind::recv_forward: {
         auto &x = inputs_[key];
-        x.resize(dev, Nh);
+        x.resize(dev, Nh, act);
         recv_boundary(x, op.peer);
         break;
       }
       case PipeOpKind::forward: {
         const bool head = model_.has_head(op.chunk), embedding = model_.has_embedding(op.chunk);
         MicroBatch mbd = batch(op.microbatch, head || embedding);
-        const float *in = embedding ? nullptr : take(inputs_, key, "input").data();
-        float *out = nullptr;
+        CAct in = embedding ? CAct() : CAct(take(inputs_, key, "input").data());
+        Act out;
         if (!head) {
           auto &o = outputs_[key];
-          o.resize(dev, Nh);
+          o.resize(dev, Nh, act);
           out = o.data();
         }
         StepContext ctx{training, iteration, mbd.sample_offset};
@@ -127,17 +128,17 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
         break;
       case PipeOpKind::recv_backward: {
         auto &d = doutputs_[key];
-        d.resize(dev, Nh);
+        d.resize(dev, Nh, act);
         recv_boundary(d, op.peer);
         break;
       }
       case PipeOpKind::backward: {
         const bool head = model_.has_head(op.chunk), embedding = model_.has_embedding(op.chunk);
-        const float *dout = head ? nullptr : take(doutputs_, key, "output gradient").data();
-        float *din = nullptr;
+        CAct dout = head ? CAct() : CAct(take(doutputs_, key, "output gradient").data());
+        Act din;
         if (!embedding) {
           auto &d = dinputs_[key];
-          d.resize(dev, Nh);
+          d.resize(dev, Nh, act);
           din = d.data();
         }
         timed(op, [&] {

@@ -59,14 +59,16 @@ class PipelineRuntime {
              std::vector<OpTiming> *timings = nullptr);
 
  private:
-  using Tensors = std::map<std::pair<int, int>, DeviceArray<float>>;
-  void send_boundary(const DeviceArray<float> &x, int peer);
-  void recv_boundary(DeviceArray<float> &x, int peer);
+  // Boundary tensors hold the model's activation type (16-bit in a 16-bit
+  // run: half the bytes cross between stages).
+  using Tensors = std::map<std::pair<int, int>, ActArray>;
+  void send_boundary(const ActArray &x, int peer);
+  void recv_boundary(ActArray &x, int peer);
 
   GPT<float> &model_;
   Communicator *pp_, *tp_;
   bool scatter_gather_;
-  DeviceArray<float> slice_;
+  ActArray slice_;
   // Boundary tensors between ops, by (micro-batch, chunk).
   Tensors inputs_, outputs_, doutputs_, dinputs_;
 };

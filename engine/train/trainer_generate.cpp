@@ -59,8 +59,7 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
     int next = 0;
     if (r.coord.pp == p - 1) {
       // The last position's logits, gathered over the vocabulary shards.
-      model.device().copy_to_host(mine.data(), model.logits() + (size_t)(n - 1) * Vl,
-                                  (size_t)Vl * sizeof(float));
+      mine = model.logits_to_host(n - 1, 1);
       if (t > 1)
         r.tp->all_gather(mine.data(), row.data(), (size_t)Vl);
       else
@@ -90,8 +89,7 @@ std::vector<float> Trainer::rank_logits(Rank &r, const std::vector<int32_t> &tok
   std::vector<float> out((size_t)n * V);
   if (r.coord.pp == p - 1) {
     // [n, Vl] per tensor rank, gathered as [t, n, Vl], then rows of the real vocabulary.
-    std::vector<float> mine((size_t)n * Vl), all((size_t)n * Vl * t);
-    model.device().copy_to_host(mine.data(), model.logits(), mine.size() * sizeof(float));
+    std::vector<float> mine = model.logits_to_host(0, n), all((size_t)n * Vl * t);
     if (t > 1)
       r.tp->all_gather(mine.data(), all.data(), mine.size());
     else

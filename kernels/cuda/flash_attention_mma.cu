@@ -9,9 +9,9 @@
 // 16-bit type M already, so their products are exact and summed in fp32. The
 // probabilities P Z and dS enter their products rounded to M, as FlashAttention
 // does and as the unfused path stores them; the softmax sums, lse and D stay
-// fp32. Each output is rounded once to M. The arrays are float (the engine's
-// 16-bit tensors are float arrays of rounded values); a head dim below the tile
-// (32, 64, 96 or 128) is padded with zeros in shared memory.
+// fp32. Each output is rounded once to M. The global arrays (G) are M itself
+// (a 16-bit run's activations) or float arrays of M's values (tests); a head
+// dim below the tile (32, 64, 96 or 128) is padded with zeros in shared memory.
 //
 // Fragments of mma.m16n8k16 (PTX ISA), lane = 4g + t, (row, column):
 //   A 16x16: a[0] = (g, 2t..2t+1)  a[1] = (g+8, 2t..)  a[2] = (g, 2t+8..)  a[3] = (g+8, 2t+8..)
@@ -134,33 +134,38 @@ __device__ __forceinline__ void mma_cols(float (&c)[kD / 8][4], const uint32_t (
            column_pair(p + 8 * nd + 8 * kStride<kD>, kStride<kD>));
 }
 
-// Rows [r0, r0 + n) of a head's [s, hd] float matrix (row stride ld) into the
+// Rows [r0, r0 + n) of a head's [s, hd] matrix of G (row stride ld) into the
 // shared [n][kStride] tile as M; rows past s and columns past hd as zeros.
-template <class M, int kD>
-__device__ void load_tile(M *dst, const float *src, size_t ld, int r0, int n, int s, int hd) {
+template <class M, int kD, class G>
+__device__ void load_tile(M *dst, const G *src, size_t ld, int r0, int n, int s, int hd) {
   for (int e = threadIdx.x; e < n * kD; e += kThreads) {
     const int r = e / kD, d = e % kD;
     dst[r * kStride<kD> + d] =
-        from_f32<M>(r0 + r < s && d < hd ? src[(size_t)(r0 + r) * ld + d] : 0.f);
+        from_f32<M>(r0 + r < s && d < hd ? to_f32(src[(size_t)(r0 + r) * ld + d]) : 0.f);
   }
 }
 
 // Writes the 16 x kD result c (rows row[0], row[1] of this lane, times `mul`)
 // to out + row * ld, columns below hd, rows below s.
-template <class M, int kD>
-__device__ void store_rows(float *out, size_t ld, const float (&c)[kD / 8][4], const int (&row)[2],
+// Rounded once to M: stored as M (G = M) or as M's value in float.
+template <class M, int kD, class G>
+__device__ void store_rows(G *out, size_t ld, const float (&c)[kD / 8][4], const int (&row)[2],
                            float mul0, float mul1, int s, int hd, int t) {
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     if (row[r] >= s) continue;
-    float *o = out + (size_t)row[r] * ld;
+    G *o = out + (size_t)row[r] * ld;
     const float mul = r ? mul1 : mul0;
 #pragma unroll
     for (int nd = 0; nd < kD / 8; nd++)
 #pragma unroll
       for (int e = 0; e < 2; e++) {
         const int d = 8 * nd + 2 * t + e;
-        if (d < hd) o[d] = round_to_m<M>(c[nd][2 * r + e] * mul);
+        if (d >= hd) continue;
+        if constexpr (std::is_same_v<G, float>)
+          o[d] = round_to_m<M>(c[nd][2 * r + e] * mul);
+        else
+          o[d] = from_f32<G>(c[nd][2 * r + e] * mul);
       }
   }
 }
@@ -177,10 +182,9 @@ __device__ __forceinline__ float quad_sum(float v) {
 // Forward. Block: query rows [i0, i0 + 64) of (bi, head) = bh, warp w rows
 // i0 + 16w.. (lane: rows g and g + 8). Key tiles of 64 up to the diagonal.
 // Shared: Q [64], K, V [64] rows of kStride.
-template <class M, int kD>
+template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
-    fwd(float *ctx, float *lse, const float *qkv, int s, int b, int heads, int hd, float scale,
-        Drop dr) {
+    fwd(G *ctx, float *lse, const G *qkv, int s, int b, int heads, int hd, float scale, Drop dr) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   constexpr int S = kStride<kD>;
   M *sQ = reinterpret_cast<M *>(smem_bytes), *sK = sQ + kRowTile * S, *sV = sK + kFwdKeys * S;
@@ -189,7 +193,7 @@ __global__ void __launch_bounds__(kThreads)
   const int bi = bh / heads, head = bh % heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const size_t ld = (size_t)b * heads * 3 * hd;
-  const float *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+  const G *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
   const int w0 = i0 + 16 * warp;
   const int row[2] = {w0 + g, w0 + g + 8};
 
@@ -269,9 +273,9 @@ __global__ void __launch_bounds__(kThreads)
 // queries see none of them). Products transposed: S^T = K Q^T, dP^T = V dO^T,
 // dV += (P Z)^T dO, dK += dS^T Q. Shared: K, V [64], Q, dO [32] rows of
 // kStride; the tile's lse and D.
-template <class M, int kD>
+template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
-    bwd_dkdv(float *dqkv, const float *dctx, const float *qkv, const float *lse, const float *D,
+    bwd_dkdv(G *dqkv, const G *dctx, const G *qkv, const float *lse, const float *D,
              int s, int b, int heads, int hd, float scale, Drop dr) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   constexpr int S = kStride<kD>;
@@ -283,8 +287,8 @@ __global__ void __launch_bounds__(kThreads)
   const int bi = bh / heads, head = bh % heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const size_t ld = (size_t)b * heads * 3 * hd, ldc = (size_t)b * heads * hd;
-  const float *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
-  const float *dO = dctx + (size_t)bh * hd;
+  const G *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+  const G *dO = dctx + (size_t)bh * hd;
   const int w0 = j0 + 16 * warp;
   const int key[2] = {w0 + g, w0 + g + 8};
 
@@ -340,7 +344,7 @@ __global__ void __launch_bounds__(kThreads)
       mma_cols<M, kD>(dk, da, sQ, 16 * kq, g, t);
     }
   }
-  float *dK = dqkv + (size_t)bh * 3 * hd + hd, *dV = dK + hd;
+  G *dK = dqkv + (size_t)bh * 3 * hd + hd, *dV = dK + hd;
   store_rows<M, kD>(dK, ld, dk, key, scale, scale, s, hd, t);
   store_rows<M, kD>(dV, ld, dv, key, 1.f, 1.f, s, hd, t);
 }
@@ -348,9 +352,9 @@ __global__ void __launch_bounds__(kThreads)
 // dQ. Block and warps as the forward: rows [i0, i0 + 64), key tiles of 32 up
 // to the diagonal; dS = P (Z dP - D) from S = Q K^T and dP = dO V^T, then
 // dQ += dS K. Shared: Q, dO [64] (read once into registers), K, V [32].
-template <class M, int kD>
+template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
-    bwd_dq(float *dqkv, const float *dctx, const float *qkv, const float *lse, const float *D,
+    bwd_dq(G *dqkv, const G *dctx, const G *qkv, const float *lse, const float *D,
            int s, int b, int heads, int hd, float scale, Drop dr) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   constexpr int S = kStride<kD>;
@@ -361,7 +365,7 @@ __global__ void __launch_bounds__(kThreads)
   const int bi = bh / heads, head = bh % heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const size_t ld = (size_t)b * heads * 3 * hd, ldc = (size_t)b * heads * hd;
-  const float *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+  const G *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
   const int w0 = i0 + 16 * warp;
   const int row[2] = {w0 + g, w0 + g + 8};
 
@@ -426,8 +430,9 @@ void with_head_tile(int hd, F f) {
   return f(std::integral_constant<int, 128>{});
 }
 
-// Calls f(M{}) for the operand type; checks the device can run mma.sync.
-template <class F>
+// Calls f(M{}) for the operand type; checks the device can run mma.sync and
+// that 16-bit arrays (G) hold that type.
+template <class G, class F>
 void with_operand_type(DType mma, const char *what, F f) {
   if (mma != DType::bf16 && mma != DType::f16)
     fail(Status::invalid_argument, what, ": operand type ", dtype_name(mma),
@@ -438,10 +443,17 @@ void with_operand_type(DType mma, const char *what, F f) {
   if (major < 8)
     fail(Status::invalid_config, what, ": tensor-core attention needs compute capability 8.0 or ",
          "newer; this GPU has ", major, ".x");
-  if (mma == DType::bf16)
+  if constexpr (!std::is_same_v<G, float>) {
+    const DType g = std::is_same_v<G, __half> ? DType::f16 : DType::bf16;
+    if (g != mma)
+      fail(Status::invalid_argument, what, ": arrays of ", dtype_name(g), " with operand type ",
+           dtype_name(mma), " (16-bit arrays must hold the operand type)");
+    f(G{});
+  } else if (mma == DType::bf16) {
     f(__nv_bfloat16{});
-  else
+  } else {
     f(__half{});
+  }
 }
 
 // The shared memory of a kernel with `rows` rows of the tile and `floats` floats.
@@ -452,20 +464,21 @@ constexpr size_t smem_bytes(int rows, int floats = 0) {
 
 }  // namespace
 
-void flash_attention_forward_mma(float *ctx, float *lse, const float *qkv, int s, int b, int heads,
-                                 int hd, float scale, int head_offset, const DropoutSpec &d,
-                                 DType mma, cudaStream_t stream) {
+template <class G>
+void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b, int heads, int hd,
+                                 float scale, int head_offset, const DropoutSpec &d, DType mma,
+                                 cudaStream_t stream) {
   const char *what = "flash_attention_forward_mma";
   check_head_dim(hd, what);
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_drop(d, head_offset);
   const int blocks = grid_blocks(s, kRowTile, b * heads, what);
-  with_operand_type(mma, what, [&](auto m) {
+  with_operand_type<G>(mma, what, [&](auto m) {
     using M = decltype(m);
     with_head_tile(hd, [&](auto kd) {
       constexpr int kD = decltype(kd)::value;
       const size_t smem = smem_bytes<M, kD>(kRowTile + 2 * kFwdKeys);
-      auto kernel = fwd<M, kD>;
+      auto kernel = fwd<M, kD, G>;
       allow_smem(kernel, smem);
       kernel<<<blocks, kThreads, smem, stream>>>(ctx, lse, qkv, s, b, heads, hd, scale, dr);
     });
@@ -473,34 +486,45 @@ void flash_attention_forward_mma(float *ctx, float *lse, const float *qkv, int s
   check_launch(what);
 }
 
-void flash_attention_backward_mma(float *dqkv, const float *dctx, const float *ctx,
-                                  const float *qkv, const float *lse, int s, int b, int heads,
-                                  int hd, float scale, int head_offset, const DropoutSpec &d,
-                                  DType mma, cudaStream_t stream) {
+template <class G>
+void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G *qkv,
+                                  const float *lse, int s, int b, int heads, int hd, float scale,
+                                  int head_offset, const DropoutSpec &d, DType mma,
+                                  cudaStream_t stream) {
   const char *what = "flash_attention_backward_mma";
   check_head_dim(hd, what);
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_drop(d, head_offset);
   const int bh = b * heads;
   const int blocks = grid_blocks(s, kRowTile, bh, what);
-  with_operand_type(mma, what, [&](auto m) {
+  with_operand_type<G>(mma, what, [&](auto m) {
     using M = decltype(m);
     with_head_tile(hd, [&](auto kd) {
       constexpr int kD = decltype(kd)::value;
       const RowDots dots(dctx, ctx, s, bh, hd, stream);  // [b * heads, s]: dO_i . O_i
       const float *D = dots.D;
       const size_t kv_smem = smem_bytes<M, kD>(2 * kRowTile + 2 * kBwdTile, 2 * kBwdTile);
-      auto dkdv = bwd_dkdv<M, kD>;
+      auto dkdv = bwd_dkdv<M, kD, G>;
       allow_smem(dkdv, kv_smem);
       dkdv<<<blocks, kThreads, kv_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);
       check_launch("flash_attention_backward_mma (dK, dV)");
       const size_t q_smem = smem_bytes<M, kD>(2 * kRowTile + 2 * kBwdTile);
-      auto dq = bwd_dq<M, kD>;
+      auto dq = bwd_dq<M, kD, G>;
       allow_smem(dq, q_smem);
       dq<<<blocks, kThreads, q_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);
       check_launch("flash_attention_backward_mma (dQ)");
     });
   });
 }
+
+#define PTDP_INSTANTIATE(G)                                                                     \
+  template void flash_attention_forward_mma<G>(G *, float *, const G *, int, int, int, int,     \
+                                               float, int, const DropoutSpec &, DType,          \
+                                               cudaStream_t);                                   \
+  template void flash_attention_backward_mma<G>(G *, const G *, const G *, const G *,           \
+                                                const float *, int, int, int, int, float, int,  \
+                                                const DropoutSpec &, DType, cudaStream_t);
+PTDP_CUDA_STORAGE_TYPES(PTDP_INSTANTIATE)
+#undef PTDP_INSTANTIATE
 
 }  // namespace ptdp::cuda

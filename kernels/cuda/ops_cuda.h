@@ -131,16 +131,19 @@ void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv
                               const float *lse, int s, int b, int heads, int hd, float scale,
                               int head_offset, const DropoutSpec &d, cudaStream_t stream);
 // The same on tensor cores (flash_attention_mma.cu; sm_80 and later) for a
-// 16-bit run's float arrays: qkv and dctx must hold values of `mma` (bf16 or
-// f16), the products' operands; P Z and dS are rounded to it as operands, sums
-// are fp32, and ctx, dqkv come out rounded to it. hd <= 128.
-void flash_attention_forward_mma(float *ctx, float *lse, const float *qkv, int s, int b, int heads,
-                                 int hd, float scale, int head_offset, const DropoutSpec &d,
-                                 DType mma, cudaStream_t stream);
-void flash_attention_backward_mma(float *dqkv, const float *dctx, const float *ctx,
-                                  const float *qkv, const float *lse, int s, int b, int heads,
-                                  int hd, float scale, int head_offset, const DropoutSpec &d,
-                                  DType mma, cudaStream_t stream);
+// 16-bit run, whose arrays (G) hold the operand type `mma` (bf16 or f16), or
+// are floats holding its values; 16-bit arrays of another type are an error.
+// P Z and dS are rounded to `mma` as operands, sums are fp32, and ctx, dqkv
+// come out rounded to it once. hd <= 128.
+template <class G>
+void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b, int heads, int hd,
+                                 float scale, int head_offset, const DropoutSpec &d, DType mma,
+                                 cudaStream_t stream);
+template <class G>
+void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G *qkv,
+                                  const float *lse, int s, int b, int heads, int hd, float scale,
+                                  int head_offset, const DropoutSpec &d, DType mma,
+                                  cudaStream_t stream);
 
 // Vocab-parallel embedding: x[si*b+bi] = (token in [vocab_start, vocab_start +
 // vocab_rows) ? wte[token - vocab_start] : 0) + (wpe ? wpe[si] : 0); x: [s*b, h].

@@ -208,15 +208,16 @@ void bench_attention(ptdp::cuda::Gemm &gemm) {
   cudaFree(qkv), cudaFree(dqkv), cudaFree(ctx), cudaFree(dctx), cudaFree(lse), cudaFree(probs);
 }
 
-// The tensor-core kernels on the same layer, as a bf16 run calls them: float
-// arrays, bf16 operands (the inputs are rounded as the kernels load them).
+// The tensor-core kernels on the same layer, as a bf16 run calls them: bf16
+// arrays, bf16 operands.
 void bench_attention_mma() {
   const int s = 2048, b = 2, a = 16, hd = 128, w = a * hd;
   const ptdp::DropoutSpec drop{{1234, 78, 5}, 0.1f, 0};
-  float *qkv = (float *)random_device((size_t)s * b * 3 * w, 4, 50);
-  float *dqkv = (float *)random_device((size_t)s * b * 3 * w, 4, 51);
-  float *ctx = (float *)random_device((size_t)s * b * w, 4, 52);
-  float *dctx = (float *)random_device((size_t)s * b * w, 4, 53);
+  using B16 = __nv_bfloat16;
+  B16 *qkv = (B16 *)random_device((size_t)s * b * 3 * w, 2, 50);
+  B16 *dqkv = (B16 *)random_device((size_t)s * b * 3 * w, 2, 51);
+  B16 *ctx = (B16 *)random_device((size_t)s * b * w, 2, 52);
+  B16 *dctx = (B16 *)random_device((size_t)s * b * w, 2, 53);
   float *lse = (float *)random_device((size_t)b * a * s, 4, 54);
   const float scale = 1.f / std::sqrt((float)hd);
   const double fwd_flops = 2.0 * b * a * (double)s * s * hd;

@@ -12,8 +12,9 @@
 // become relative errors of P_ij = exp(S_ij - lse_i). 16-bit outputs add one
 // rounding: storage_eps<T>() relative plus storage_tiny<T>() absolute.
 //
-// The tensor-core kernels (flash_attention_mma.cu) read float arrays of 16-bit
-// values and round the operands P Z and dS to the 16-bit type: one more
+// The tensor-core kernels (flash_attention_mma.cu) read 16-bit arrays (or float
+// arrays of 16-bit values: the same bits out, checked) and round the operands
+// P Z and dS to the 16-bit type: one more
 // relative error of storage_eps per term of those sums (op_eps). Their fp32
 // sums run inside the MMA units, whose rounding NVIDIA does not document
 // (measurements found truncation rather than rounding to nearest, so up to
@@ -220,7 +221,7 @@ void check_case(const Shape &sh, float p, unsigned seed) {
                   download(dqkv2));
 }
 
-// The tensor-core kernels on float arrays of M values (a 16-bit run's tensors).
+// The tensor-core kernels on float arrays of M values, and on arrays of M.
 template <class M>
 void check_mma_case(const Shape &sh, float p, unsigned seed) {
   const int s = sh.s, b = sh.b, heads = sh.heads, hd = sh.hd;
@@ -231,9 +232,8 @@ void check_mma_case(const Shape &sh, float p, unsigned seed) {
   const ptdp::DType mma = dtype_of<M>();
 
   std::vector<float> qkv_f = randn(n_qkv, seed), dctx_f = randn(n_ctx, seed + 1);
-  round_host<M>(qkv_f);  // values of M, held in float as a 16-bit run holds them
-  round_host<M>(dctx_f);
-  DevArray<float> qkv(qkv_f), dctx(dctx_f);
+  DevArray<M> qkv16 = upload_rounded<M>(qkv_f), dctx16 = upload_rounded<M>(dctx_f);
+  DevArray<float> qkv(qkv_f), dctx(dctx_f);  // the same values of M, held in float
   DevArray<float> ctx(n_ctx), dqkv(n_qkv), dqkv2(n_qkv);  // poisoned with NaN
   DevArray<float> lse((size_t)b * heads * s);
   cudaStream_t stream;
@@ -244,8 +244,20 @@ void check_mma_case(const Shape &sh, float p, unsigned seed) {
                                            scale, head_offset, d, mma, stream);
   ptdp::cuda::flash_attention_backward_mma(dqkv2.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, hd,
                                            scale, head_offset, d, mma, stream);
+  // On arrays of M (a 16-bit run's activations): the same operand values, the
+  // same arithmetic and one rounding to M per output, so the same bits.
+  DevArray<M> ctx16(n_ctx), dqkv16(n_qkv);
+  DevArray<float> lse16((size_t)b * heads * s);
+  ptdp::cuda::flash_attention_forward_mma<M>(ctx16.p, lse16.p, qkv16.p, s, b, heads, hd, scale,
+                                             head_offset, d, mma, stream);
+  ptdp::cuda::flash_attention_backward_mma<M>(dqkv16.p, dctx16.p, ctx16.p, qkv16.p, lse16.p, s, b,
+                                              heads, hd, scale, head_offset, d, mma, stream);
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaStreamDestroy(stream));
+  const bool same16 = download(ctx16) == ctx.get() && lse16.get() == lse.get() &&
+                      download(dqkv16) == dqkv.get();
+  std::printf("%-48s %s\n", "  16-bit arrays give the float arrays' bits", same16 ? "ok" : "FAIL");
+  if (!same16) failures++;
 
   const Ref R = reference(qkv_f, dctx_f, sh, scale, head_offset, d, storage_eps<M>(),
                           storage_tiny<M>(), kTolMma, storage_eps<M>());
@@ -300,22 +312,28 @@ void check_head_dim_limit() {
     std::printf("  backward hd=129: %s\n", e.what());
   }
   try {
-    ptdp::cuda::flash_attention_forward_mma(nullptr, nullptr, nullptr, 4, 1, 1, 129, 1.f, 0, d,
-                                            ptdp::DType::bf16, nullptr);
+    ptdp::cuda::flash_attention_forward_mma<float>(nullptr, nullptr, nullptr, 4, 1, 1, 129, 1.f, 0,
+                                                   d, ptdp::DType::bf16, nullptr);
   } catch (const ptdp::Error &e) {
     threw += e.code() == ptdp::Status::invalid_argument;
     std::printf("  mma forward hd=129: %s\n", e.what());
   }
   try {  // tensor cores take 16-bit operands only
-    ptdp::cuda::flash_attention_backward_mma(nullptr, nullptr, nullptr, nullptr, nullptr, 4, 1, 1,
-                                             64, 1.f, 0, d, ptdp::DType::f32, nullptr);
+    ptdp::cuda::flash_attention_backward_mma<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 4,
+                                                    1, 1, 64, 1.f, 0, d, ptdp::DType::f32, nullptr);
   } catch (const ptdp::Error &e) {
     threw += e.code() == ptdp::Status::invalid_argument;
     std::printf("  mma backward f32: %s\n", e.what());
   }
-  std::printf("%-48s %s\n", "hd=129, f32 operands refused (invalid_argument)",
-              threw == 4 ? "ok" : "FAIL");
-  if (threw != 4) failures++;
+  try {  // bf16 arrays read as f16 operands
+    ptdp::cuda::flash_attention_forward_mma<__nv_bfloat16>(nullptr, nullptr, nullptr, 4, 1, 1, 64,
+                                                           1.f, 0, d, ptdp::DType::f16, nullptr);
+  } catch (const ptdp::Error &e) {
+    threw += e.code() == ptdp::Status::invalid_argument;
+    std::printf("  mma forward bf16 arrays, f16 operands: %s\n", e.what());
+  }
+  std::printf("%-48s %s\n", "hd=129, f32 operands, mismatched arrays refused", threw == 5 ? "ok" : "FAIL");
+  if (threw != 5) failures++;
 }
 
 }  // namespace

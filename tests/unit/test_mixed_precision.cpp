@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/gpt.h"
 #include "engine/train/trainer.h"
 #include "tests/unit/expect_error.h"
 #include "tests/unit/pipeline_config.h"
@@ -130,6 +131,46 @@ TEST(MixedPrecision, ParametersAreSixteenBitValues) {
   }
   Trainer f32(options({1, 1, 1, 1}, "f32"));
   EXPECT_EQ(f32.optimizer(0).master(), nullptr);  // fp32 parameters are their own master
+}
+
+// ---- 16-bit activations ---------------------------------------------------------
+
+// A 16-bit run holds its activations and their gradients in 2 bytes, as ptdp
+// plan counts them: a training forward's stash is half the fp32 one but for
+// the fp32 statistics (LayerNorm's mean and rstd, the loss's) and the tokens.
+// Tensors between pipeline stages are in that type; another is refused.
+TEST(MixedPrecision, ActivationsAreHeldInTwoBytes) {
+  GptConfig cfg;
+  cfg.num_layers = 2;
+  cfg.hidden_size = 32;
+  cfg.num_attention_heads = 4;
+  cfg.vocab_size = 64;
+  cfg.seq_length = 16;
+  const int s = 16, b = 2, N = s * b;
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int i = 0; i < N; i++) tokens[i] = (i * 7) % 64, targets[i] = (i * 5 + 1) % 64;
+  const StepContext ctx{true, 1, 0};
+  int64_t stash[2];
+  for (int k = 0; k < 2; k++) {
+    const DType dt = k ? DType::bf16 : DType::f32;
+    GPT<float> m(cfg, 3, {}, {}, {}, Precision{dt});
+    EXPECT_EQ(m.activation_type(), dt);
+    m.forward(tokens.data(), targets.data(), s, b, ctx);
+    stash[k] = m.peak_stashed_bytes();
+  }
+  // 4-byte values a row: 4 statistics per layer, 2 + 3 + 1 at the head (final
+  // LayerNorm's, the loss's three, each token's loss), tokens and targets.
+  const int64_t fixed = (int64_t)N * (4 * cfg.num_layers + 6 + 2) * 4;
+  EXPECT_EQ(stash[1] - fixed, (stash[0] - fixed) / 2) << stash[0] << " vs " << stash[1];
+
+  GPT<float> first(cfg, 3, {}, PipelineStage{0, 2, 1}, {}, Precision{DType::bf16});
+  DeviceArray<float> out(first.device(), (size_t)N * cfg.hidden_size);
+  expect_error([&] { first.forward_chunk(0, 0, tokens.data(), nullptr, nullptr, out.data(), s, b,
+                                         ctx); },
+               Status::invalid_argument, "holds f32 elements; this model's activations are bf16");
+  ActArray ok;
+  ok.resize(first.device(), (size_t)N * cfg.hidden_size, first.activation_type());
+  EXPECT_EQ(first.forward_chunk(0, 0, tokens.data(), nullptr, nullptr, ok.data(), s, b, ctx), 0);
 }
 
 // ---- fp16: overflow and the dynamic loss scale ---------------------------------
