@@ -46,44 +46,43 @@ void round_f16(float *x, size_t n) {
 #endif
   for (; i < n; i++) x[i] = f16_to_float(float_to_f16(x[i]));
 }
+
+// f(begin, end) over [0, n) in chunks of 2^16 elements (multiples of 8), on
+// the OpenMP threads when there are several chunks.
+template <class F>
+void in_chunks(size_t n, F f) {
+  const size_t chunk = 1 << 16;
+#pragma omp parallel for schedule(static) if (n > 2 * chunk)
+  for (size_t c = 0; c < n; c += chunk) f(c, n - c < chunk ? n : c + chunk);
+}
 }  // namespace
 
 void round_to(DType t, float *x, size_t n) {
   if (t != DType::bf16 && t != DType::f16) return;
-  // Chunks over the threads; each chunk a multiple of 8 floats.
-  const size_t chunk = 1 << 16;
-#pragma omp parallel for schedule(static) if (n > 2 * chunk)
-  for (size_t c = 0; c < n; c += chunk) {
-    const size_t m = n - c < chunk ? n - c : chunk;
+  in_chunks(n, [&](size_t b, size_t e) {
     if (t == DType::bf16)
-      round_bf16(x + c, m);
+      round_bf16(x + b, e - b);
     else
-      round_f16(x + c, m);
-  }
+      round_f16(x + b, e - b);
+  });
 }
 
 void to_16bit(DType t, const float *in, uint16_t *out, size_t n) {
-  const size_t chunk = 1 << 16;
-#pragma omp parallel for schedule(static) if (n > 2 * chunk)
-  for (size_t c = 0; c < n; c += chunk) {
-    const size_t end = n - c < chunk ? n : c + chunk;
+  in_chunks(n, [&](size_t b, size_t e) {
     if (t == DType::bf16)
-      for (size_t i = c; i < end; i++) out[i] = float_to_bf16(in[i]);
+      for (size_t i = b; i < e; i++) out[i] = float_to_bf16(in[i]);
     else
-      for (size_t i = c; i < end; i++) out[i] = float_to_f16(in[i]);
-  }
+      for (size_t i = b; i < e; i++) out[i] = float_to_f16(in[i]);
+  });
 }
 
 void from_16bit(DType t, const uint16_t *in, float *out, size_t n) {
-  const size_t chunk = 1 << 16;
-#pragma omp parallel for schedule(static) if (n > 2 * chunk)
-  for (size_t c = 0; c < n; c += chunk) {
-    const size_t end = n - c < chunk ? n : c + chunk;
+  in_chunks(n, [&](size_t b, size_t e) {
     if (t == DType::bf16)
-      for (size_t i = c; i < end; i++) out[i] = bf16_to_float(in[i]);
+      for (size_t i = b; i < e; i++) out[i] = bf16_to_float(in[i]);
     else
-      for (size_t i = c; i < end; i++) out[i] = f16_to_float(in[i]);
-  }
+      for (size_t i = b; i < e; i++) out[i] = f16_to_float(in[i]);
+  });
 }
 
 }  // namespace ptdp

@@ -45,8 +45,9 @@ class CudaOps final : public Ops<float> {
                             int64_t strideA, CAct B, int ldb, int64_t strideB, float beta, Act C,
                             int ldc, int64_t strideC, int batch) override {
     if (M <= 0 || N <= 0 || batch <= 0) return;
+    if (K <= 0) fail(Status::invalid_argument, "GEMM with K = ", K, " (must be >= 1)");
     const DType st = storage_type();
-    if (st == DType::f32 || K <= 0) {  // (K <= 0: Gemm's own error)
+    if (st == DType::f32) {
       gemm_.run(DType::f32, ta, tb, M, N, K, alpha, f32(A, "gemm A"), lda, strideA,
                 f32(B, "gemm B"), ldb, strideB, beta, f32(C, "gemm C"), ldc, strideC, batch,
                 stream_);

@@ -93,6 +93,25 @@ TEST(DType, BulkRoundingEqualsScalar) {
   }
 }
 
+// The bulk conversions a 16-bit run's CPU ops use (widen, compute, narrow)
+// give the scalar ones' bits, across chunks and a tail.
+TEST(DType, BulkConversionsEqualScalar) {
+  std::vector<float> x(300001);
+  for (size_t i = 0; i < x.size(); i++)
+    x[i] = std::ldexp((float)((int)(i * 2654435761u % 200001) - 100000), (int)(i % 50) - 35);
+  for (DType t : {DType::bf16, DType::f16}) {
+    std::vector<uint16_t> h(x.size());
+    std::vector<float> back(x.size());
+    to_16bit(t, x.data(), h.data(), x.size());
+    from_16bit(t, h.data(), back.data(), x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+      const uint16_t want = t == DType::bf16 ? float_to_bf16(x[i]) : float_to_f16(x[i]);
+      ASSERT_EQ(h[i], want) << dtype_name(t) << " element " << i << " = " << x[i];
+      ASSERT_EQ(bits(back[i]), bits(round_to(t, x[i]))) << dtype_name(t) << " element " << i;
+    }
+  }
+}
+
 TEST(DType, ParseNames) {
   DType t;
   EXPECT_TRUE(parse_dtype("bf16", &t) && t == DType::bf16);
