@@ -18,10 +18,10 @@ size_t span(int rows, int cols, int ld, int64_t stride, int batch) {
 }
 
 // T views of a 16-bit run's activations for the T kernels (kernels/cpu):
-// inputs are widened (exactly); outputs are widened too, since some ops add
-// into them or write part of their span, and narrowed back when the call is
+// inputs are widened (exactly); outputs are narrowed back when the call is
 // done, each value rounded once to nearest even: what the GPU's 16-bit kernels
-// store. Arguments already in T pass through. The buffers are the table's
+// store. An output the op adds into, or writes only part of, is widened first
+// (inout). Arguments already in T pass through. The buffers are the table's
 // scratch, reused call after call.
 template <class T>
 class Widened {
@@ -39,12 +39,10 @@ class Widened {
     if (!a.p || a.t == dtype_of<T>()) return static_cast<const T *>(a.p);
     return widen(a, n);
   }
-  T *out(Act a, size_t n) {
-    if (!a.p || a.t == dtype_of<T>()) return static_cast<T *>(a.p);
-    T *x = widen(a, n);
-    outs_.push_back({a, x, n});
-    return x;
-  }
+  // Written whole by the op.
+  T *out(Act a, size_t n) { return output(a, n, false); }
+  // Added into, or written in part.
+  T *inout(Act a, size_t n) { return output(a, n, true); }
 
  private:
   struct Out {
@@ -52,13 +50,25 @@ class Widened {
     const T *from;
     size_t n;
   };
+  T *output(Act a, size_t n, bool read) {
+    if (!a.p || a.t == dtype_of<T>()) return static_cast<T *>(a.p);
+    T *x = read ? widen(a, n) : buffer(a, n);
+    outs_.push_back({a, x, n});
+    return x;
+  }
   T *widen(CAct a, size_t n) {
+    T *x = buffer(a, n);
+    if constexpr (std::is_same_v<T, float>)
+      from_16bit(a.t, static_cast<const uint16_t *>(a.p), x, n);
+    return x;
+  }
+  // A scratch buffer of n elements for 16-bit data a.
+  T *buffer(CAct a, size_t n) {
     if constexpr (std::is_same_v<T, float>) {
       if (a.t == DType::bf16 || a.t == DType::f16) {
         if (used_ == scratch_.size()) scratch_.emplace_back();
         std::vector<T> &buf = scratch_[used_++];
         if (buf.size() < n) buf.resize(n);
-        from_16bit(a.t, static_cast<const uint16_t *>(a.p), buf.data(), n);
         return buf.data();
       }
     }
@@ -91,7 +101,11 @@ class CpuOps final : public Ops<T> {
     // with K = 0 neither is read (C = beta * C).
     const T *a = K ? w.in(A, span(ta ? K : M, ta ? M : K, lda, strideA, batch)) : nullptr;
     const T *b = K ? w.in(B, span(tb ? N : K, tb ? K : N, ldb, strideB, batch)) : nullptr;
-    T *c = w.out(C, span(M, N, ldc, strideC, batch));
+    // C is read when beta != 0, and its span holds elements the GEMM does not
+    // write unless it is dense.
+    const bool dense = ldc == N && (batch == 1 || strideC == (int64_t)M * N);
+    const size_t nc = span(M, N, ldc, strideC, batch);
+    T *c = beta == T(0) && dense ? w.out(C, nc) : w.inout(C, nc);
     cpu::gemm_strided_batched<T>(ta, tb, M, N, K, alpha, a, lda, strideA, b, ldb, strideB, beta, c,
                                  ldc, strideC, batch);
   }
@@ -105,7 +119,7 @@ class CpuOps final : public Ops<T> {
                           const T *rstd, int N, int h) override {
     Widened<T> v(scratch_);
     const size_t n = (size_t)N * h;
-    cpu::layernorm_backward<T>(v.out(dx, n), dw, db, v.in(dout, n), v.in(x, n), w, mean, rstd, N,
+    cpu::layernorm_backward<T>(v.inout(dx, n), dw, db, v.in(dout, n), v.in(x, n), w, mean, rstd, N,
                                h);
   }
   void bias_gelu_forward(Act z, Act out, CAct y, const T *bias, int N, int f) override {
@@ -178,7 +192,7 @@ class CpuOps final : public Ops<T> {
   }
   void add_position_embedding(Act x, const T *wpe, int s, int b, int h) override {
     Widened<T> v(scratch_);
-    cpu::add_position_embedding<T>(v.out(x, (size_t)s * b * h), wpe, s, b, h);
+    cpu::add_position_embedding<T>(v.inout(x, (size_t)s * b * h), wpe, s, b, h);
   }
   void embedding_backward(T *dwte, T *dwpe, CAct dx, const int32_t *tokens, int s, int b, int h,
                           int vocab_start, int vocab_rows) override {
