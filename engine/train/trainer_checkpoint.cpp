@@ -36,6 +36,30 @@ std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
           {"params_dtype", dtype_name(o.precision.dtype)}};
 }
 
+// The staging: page-locked so that the copies run at the DMA's full rate
+// without the driver's own bounce buffers; ordinary memory once the host has
+// refused to lock that much. Kept between saves and loads, as the copies are.
+Trainer::Rank::Staged Trainer::Rank::checkpoint_staging(size_t n) {
+  const bool has_master = adam->master() != nullptr;
+  const size_t count = (has_master ? 4 : 3) * n;
+  float *p = nullptr;
+  if (!checkpoint_lock_failed) {
+    try {
+      if (!checkpoint_stage) checkpoint_stage = std::make_unique<HostStage>(*device);
+      p = reinterpret_cast<float *>(checkpoint_stage->reserve(count * sizeof(float)));
+    } catch (const Error &e) {
+      if (e.code() != Status::out_of_memory) throw;
+      checkpoint_stage.reset();
+      checkpoint_lock_failed = true;
+    }
+  }
+  if (!p) {
+    checkpoint_pageable.resize(count);
+    p = checkpoint_pageable.data();
+  }
+  return {p, p + n, p + 2 * n, has_master ? p + 3 * n : nullptr};
+}
+
 // Checkpoints read and write host memory. A CPU rank hands its own buffers; a
 // rank on another device stages them in host copies (and unstage_shards puts
 // loaded values back).
@@ -51,16 +75,12 @@ std::vector<RankShard> Trainer::local_shards() {
     }
     const size_t n = m.num_params(), bytes = n * sizeof(float);
     Device &dev = *r->device;
-    r->host_params.resize(n);
-    r->host_m.resize(n);
-    r->host_v.resize(n);
-    r->host_master.resize(a.master() ? n : 0);
-    dev.copy_to_host(r->host_params.data(), m.params(), bytes);
-    dev.copy_to_host(r->host_m.data(), a.exp_avg(), bytes);
-    dev.copy_to_host(r->host_v.data(), a.exp_avg_sq(), bytes);
-    if (a.master()) dev.copy_to_host(r->host_master.data(), a.master(), bytes);
-    shards.push_back({r->coord, &m.param_table(), r->host_params.data(), r->host_m.data(),
-                      r->host_v.data(), a.master() ? r->host_master.data() : nullptr});
+    const Trainer::Rank::Staged h = r->checkpoint_staging(n);
+    dev.copy_to_host(h.params, m.params(), bytes);
+    dev.copy_to_host(h.m, a.exp_avg(), bytes);
+    dev.copy_to_host(h.v, a.exp_avg_sq(), bytes);
+    if (h.master) dev.copy_to_host(h.master, a.master(), bytes);
+    shards.push_back({r->coord, &m.param_table(), h.params, h.m, h.v, h.master});
   }
   return shards;
 }
@@ -70,12 +90,13 @@ void Trainer::unstage_shards() {
     if (r->device->kind() == DeviceKind::cpu) continue;
     GPT<float> &m = *r->model;
     AdamW &a = *r->adam;
-    const size_t bytes = m.num_params() * sizeof(float);
+    const size_t n = m.num_params(), bytes = n * sizeof(float);
     Device &dev = *r->device;
-    dev.copy_from_host(m.params(), r->host_params.data(), bytes);
-    dev.copy_from_host(a.exp_avg(), r->host_m.data(), bytes);
-    dev.copy_from_host(a.exp_avg_sq(), r->host_v.data(), bytes);
-    if (a.master()) dev.copy_from_host(a.master(), r->host_master.data(), bytes);
+    const Trainer::Rank::Staged h = r->checkpoint_staging(n);  // as local_shards left them
+    dev.copy_from_host(m.params(), h.params, bytes);
+    dev.copy_from_host(a.exp_avg(), h.m, bytes);
+    dev.copy_from_host(a.exp_avg_sq(), h.v, bytes);
+    if (h.master) dev.copy_from_host(a.master(), h.master, bytes);
   }
 }
 

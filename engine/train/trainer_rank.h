@@ -46,8 +46,18 @@ struct Trainer::Rank {
   std::unique_ptr<Sampler> train, valid;
   std::vector<int32_t> sample, tokens, targets;
   // Host copies of the parameters and optimizer state for checkpoints, when
-  // the device's memory is not the host's.
-  std::vector<float> host_params, host_m, host_v, host_master;
+  // the device's memory is not the host's (trainer_checkpoint.cpp): page-locked
+  // (after `device`, so freed before it), or ordinary memory when the host
+  // cannot lock that much.
+  std::unique_ptr<HostStage> checkpoint_stage;
+  std::vector<float> checkpoint_pageable;
+  bool checkpoint_lock_failed = false;
+  // Where parameters, moments and master weights (null without) of n floats
+  // each lie in the staging (trainer_checkpoint.cpp).
+  struct Staged {
+    float *params, *m, *v, *master;
+  };
+  Staged checkpoint_staging(size_t n);
   // Results of the last operation run on this rank.
   StepMetrics metrics;
   double value = 0;

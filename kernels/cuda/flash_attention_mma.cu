@@ -430,24 +430,28 @@ void with_head_tile(int hd, F f) {
   return f(std::integral_constant<int, 128>{});
 }
 
-// Calls f(M{}) for the operand type; checks the device can run mma.sync and
-// that 16-bit arrays (G) hold that type.
+// Calls f(M{}) for the operand type; checks that 16-bit arrays (G) hold that
+// type, then that the device can run mma.sync (argument errors come first, the
+// same on every device).
 template <class G, class F>
 void with_operand_type(DType mma, const char *what, F f) {
   if (mma != DType::bf16 && mma != DType::f16)
     fail(Status::invalid_argument, what, ": operand type ", dtype_name(mma),
          " is not a 16-bit type (bf16 or f16)");
+  if constexpr (!std::is_same_v<G, float>) {
+    const DType g = std::is_same_v<G, __half> ? DType::f16 : DType::bf16;
+    if (g != mma)
+      fail(Status::invalid_argument, what, ": arrays of ", dtype_name(g), " with operand type ",
+           dtype_name(mma), " (16-bit arrays must hold the operand type)");
+  }
   int dev = 0, major = 0;
   check(cudaGetDevice(&dev), what);
   check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), what);
   if (major < 8)
     fail(Status::invalid_config, what, ": tensor-core attention needs compute capability 8.0 or ",
          "newer; this GPU has ", major, ".x");
+  // 16-bit G: only the matching M is instantiated.
   if constexpr (!std::is_same_v<G, float>) {
-    const DType g = std::is_same_v<G, __half> ? DType::f16 : DType::bf16;
-    if (g != mma)
-      fail(Status::invalid_argument, what, ": arrays of ", dtype_name(g), " with operand type ",
-           dtype_name(mma), " (16-bit arrays must hold the operand type)");
     f(G{});
   } else if (mma == DType::bf16) {
     f(__nv_bfloat16{});

@@ -132,7 +132,8 @@ void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv
                               int head_offset, const DropoutSpec &d, cudaStream_t stream);
 // The same on tensor cores (flash_attention_mma.cu; sm_80 and later) for a
 // 16-bit run, whose arrays (G) hold the operand type `mma` (bf16 or f16), or
-// are floats holding its values; 16-bit arrays of another type are an error.
+// are floats holding its values; 16-bit arrays of another type are an
+// invalid_argument error naming both types.
 // P Z and dS are rounded to `mma` as operands, sums are fp32, and ctx, dqkv
 // come out rounded to it once. hd <= 128.
 template <class G>

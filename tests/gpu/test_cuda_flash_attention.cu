@@ -170,6 +170,11 @@ std::vector<float> part_of(const std::vector<float> &x, const Shape &sh, int par
   return out;
 }
 
+// Bit for bit (== would take -0 for +0).
+bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 // ctx, lse and dQ, dK, dV against the reference; the second backward's bits
 // equal the first's (no atomics).
 void compare_outputs(const char *type, const Shape &sh, float p, const Ref &R,
@@ -187,7 +192,7 @@ void compare_outputs(const char *type, const Shape &sh, float p, const Ref &R,
   for (int part = 0; part < 3; part++)
     compare_bound(label(names[part]), part_of(dqkv, sh, part), part_of(R.dqkv, sh, part),
                   part_of(R.dqkv_bound, sh, part));
-  const bool same = std::memcmp(dqkv.data(), dqkv2.data(), dqkv.size() * sizeof(float)) == 0;
+  const bool same = same_bits(dqkv, dqkv2);
   std::printf("%-48s %s\n", label("backward deterministic"), same ? "ok" : "FAIL");
   if (!same) failures++;
 }
@@ -244,8 +249,9 @@ void check_mma_case(const Shape &sh, float p, unsigned seed) {
                                            scale, head_offset, d, mma, stream);
   ptdp::cuda::flash_attention_backward_mma(dqkv2.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, hd,
                                            scale, head_offset, d, mma, stream);
-  // On arrays of M (a 16-bit run's activations): the same operand values, the
-  // same arithmetic and one rounding to M per output, so the same bits.
+  // On arrays of M (a 16-bit run's activations): the kernels load the same
+  // operand values, do the same arithmetic (D and lse included) and round each
+  // output once to M, stored as M or as its float value: the same bits.
   DevArray<M> ctx16(n_ctx), dqkv16(n_qkv);
   DevArray<float> lse16((size_t)b * heads * s);
   ptdp::cuda::flash_attention_forward_mma<M>(ctx16.p, lse16.p, qkv16.p, s, b, heads, hd, scale,
@@ -254,8 +260,8 @@ void check_mma_case(const Shape &sh, float p, unsigned seed) {
                                               heads, hd, scale, head_offset, d, mma, stream);
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaStreamDestroy(stream));
-  const bool same16 = download(ctx16) == ctx.get() && lse16.get() == lse.get() &&
-                      download(dqkv16) == dqkv.get();
+  const bool same16 = same_bits(download(ctx16), ctx.get()) && same_bits(lse16.get(), lse.get()) &&
+                      same_bits(download(dqkv16), dqkv.get());
   std::printf("%-48s %s\n", "  16-bit arrays give the float arrays' bits", same16 ? "ok" : "FAIL");
   if (!same16) failures++;
 
