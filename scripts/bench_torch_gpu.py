@@ -118,6 +118,7 @@ def bench_train(l, h, a, s, V, b, flash, compile_, peak, steps):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = fwd(idx[:, :-1], idx[:, 1:])
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)  # as ptdp's step
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss
@@ -148,12 +149,15 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--skip-gemms", action="store_true")
     ap.add_argument("--skip-compile", action="store_true")
+    ap.add_argument("--only-flash", action="store_true", help="eager + flash only (like for like)")
     args = ap.parse_args()
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
     h, a, s, V, l, b = 2048, 16, 2048, 50304, 24, 2
     if not args.skip_gemms:
         bench_gemms(h, a, s, b, V)
     variants = [(False, False), (True, False)] + ([] if args.skip_compile else [(True, True)])
+    if args.only_flash:
+        variants = [(True, False)]
     for flash, compile_ in variants:
         try:
             bench_train(l, h, a, s, V, b, flash, compile_, args.peak, args.steps)

@@ -1,112 +1,172 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine (the device tool's `run`, carrying
-# build/gpu_bundle.tar.xz from scripts/pack_gpu_bundle.sh): probe the machine,
-# build the CUDA ops with PTDP_GPU_ONLY (that machine has CUDA, cuBLAS, CMake,
-# ninja and PyTorch, but none of LuaJIT, HDF5, MPI or OpenBLAS), run the `gpu`
-# test label, the trainer on the GPU (from the bundle), time ptdp's own training
-# step and PyTorch's on the same model, benchmark the ops, run compute-sanitizer,
-# and print a summary table last. Logs go to $OUT (or ./gpu_check_out).
-# Each step has a time limit, and every limit is cut to what is left of 9 minutes,
-# so the summary always prints; the steps run most-wanted first.
-#   usage: bash scripts/gpu_check.sh [--quick|--no-torch]
-#   (--quick: no torch.compile and fewer steps; --no-torch: skip the PyTorch baseline)
+# build/gpu_bundle.tar.xz from scripts/pack_gpu_bundle.sh), shaped for a
+# 15-minute lease: the first call ends within PTDP_GPU_DEADLINE seconds (360
+# by default) so a second, narrower call (--only) still fits.
+# Steps, never-run code first; each capped, each cap cut to what is left:
+#   build    configure + build the CUDA side with PTDP_GPU_ONLY (ninja -k 0;
+#            meanwhile `trainer` runs the bundle, which needs no build)
+#   trainer  the whole trainer on the GPU from the bundle (every layout on one
+#            GPU against the CPU serial run; 20 s communicator timeout)
+#   tests    the `gpu` tests one by one, the model first, each capped, output
+#            line-buffered; a CUDA error reruns the case with
+#            CUDA_LAUNCH_BLOCKING=1 so the log names the kernel
+#   bench    ptdp's 1.3B training step: bf16 flash without recompute (the
+#            like-for-like figure) first, then with recompute + op profile
+#   torch    PyTorch eager + flash on the same model, batch, clipping, AdamW
+#   ops      bench_gpu_ops (GEMMs, element-wise kernels against copy)
+#   sanitize compute-sanitizer memcheck + racecheck (only with --full or --only)
+# Logs and summary.txt go to $OUT (at most 8 files); the summary prints last.
+#   usage: bash scripts/gpu_check.sh [--only STEP[,STEP]] [--skip STEP[,STEP]]
+#                                    [--full] [--dry-run]
+#   --full: also fp32/unfused variants, torch.compile, the sanitizer sweep
+#   --dry-run: run on this machine's CPU (no GPU): builds nothing, prints the
+#              summary's shape with every GPU step reported as skipped
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$OUT"
-quick=0 torch=1
-[[ "${1:-}" == --quick ]] && quick=1
-[[ "${1:-}" == --no-torch ]] && torch=0
+all_steps="build trainer tests bench torch ops sanitize"
+only="" skip="" full=0 dry=0
+while (($#)); do
+  case $1 in
+    --only) only=${2:?--only needs STEP[,STEP]}; shift 2 ;;
+    --skip) skip=${2:?--skip needs STEP[,STEP]}; shift 2 ;;
+    --full) full=1; shift ;;
+    --dry-run) dry=1; shift ;;
+    *) echo "gpu_check: unknown option '$1' (allowed: --only STEPS, --skip STEPS, --full, --dry-run;" \
+         "steps: $all_steps)" >&2; exit 2 ;;
+  esac
+done
+for s in ${only//,/ } ${skip//,/ }; do
+  [[ " $all_steps " == *" $s "* ]] || { echo "gpu_check: unknown step '$s' (steps: $all_steps)" >&2; exit 2; }
+done
+wanted() {  # wanted STEP: is STEP selected by --only/--skip (sanitize needs --full or --only)
+  [[ -n $only ]] && { [[ ",$only," == *",$1,"* ]]; return; }
+  [[ ",$skip," == *",$1,"* ]] && return 1
+  [[ $1 == sanitize ]] && ((!full)) && return 1
+  return 0
+}
+start=$SECONDS
+deadline=$((SECONDS + ${PTDP_GPU_DEADLINE:-360}))
 declare -a summary=()
-deadline=$((SECONDS + 530))
-step() {  # step NAME LIMIT_S LOG CMD...: runs CMD with a time limit, records its outcome
+note() { summary+=("$(printf '%-10s %-24s %4ds  %s' "$1" "$2" "${3:-0}" "${4:-}")"); }
+step() {  # step NAME LIMIT_S LOG CMD...: CMD under a time limit, its outcome recorded
   local name=$1 limit=$2 log=$3
   shift 3
   local t0=$SECONDS left=$((deadline - SECONDS))
-  if ((left < 10)); then
-    summary+=("$(printf '%-22s %-28s %4ds  %s' "$name" "SKIPPED (out of time)" 0 "$log")")
-    return 1
-  fi
+  if ((left < 10)); then note "$name" "cut (out of time)" 0 "$log"; return 124; fi
   ((limit > left)) && limit=$left
-  timeout -k 10 "$limit" "$@" >"$OUT/$log" 2>&1  # -k: a step deaf to SIGTERM is killed
-  local rc=$?
-  local what=ok
-  ((rc == 124 || rc == 137)) && what="TIMED OUT after ${limit}s"
-  ((rc != 0 && rc != 124 && rc != 137)) && what="FAILED (exit $rc)"
-  summary+=("$(printf '%-22s %-28s %4ds  %s' "$name" "$what" $((SECONDS - t0)) "$log")")
+  timeout -k 5 "$limit" stdbuf -oL -eL "$@" >>"$OUT/$log" 2>&1
+  local rc=$? what=passed
+  ((rc == 124 || rc == 137)) && what="cut at ${limit}s"
+  ((rc == 77)) && what="skipped (no device)"
+  ((rc != 0 && rc != 77 && rc != 124 && rc != 137)) && what="FAILED (exit $rc)"
+  note "$name" "$what" $((SECONDS - t0)) "$log"
   echo "== $name: $what ($((SECONDS - t0)) s)"
   return $rc
 }
 
-jobs=$(nproc)
-# The machine, then the GPU-only configure (one log: the device tool returns at most 8 files).
-step setup 150 setup.log bash -c '
-  nvidia-smi; nvcc --version; cmake --version | head -1; ninja --version; uname -a
-  nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
-  python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
-  python3 -c "import nvidia.nccl, os; d=list(nvidia.nccl.__path__)[0]; print(\"nccl wheel:\", d); [print(\" \", r, f) for r,_,fs in os.walk(d) for f in fs if \"nccl\" in f]"
-  ls /usr/local/cuda/lib64 | grep -E "cublas|nccl|cudart" || true
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPTDP_GPU_ONLY=ON -DCMAKE_CUDA_ARCHITECTURES=90'
-step build 300 build.log cmake --build build-gpu -j"$jobs"
-step tests 180 tests.log ctest --test-dir build-gpu -L gpu --output-on-failure
-# The whole trainer on the GPU, from the full build packed on the development
-# machine (scripts/pack_gpu_bundle.sh; carried as build/gpu_bundle.tar.xz).
-if [[ -f build/gpu_bundle.tar.xz ]]; then
-  step trainer 150 trainer.log bash scripts/gpu_trainer_check.sh build/gpu_bundle.tar.xz
+if ((dry)); then  # the shape of the summary, on a machine without a GPU
+  for s in $all_steps; do wanted "$s" && note "$s" "skipped (dry run)"; done
+  if [[ -f build/gpu_bundle.tar.xz ]] && wanted trainer; then
+    step trainer 300 trainer.log bash scripts/gpu_trainer_check.sh build/gpu_bundle.tar.xz cpu
+  fi
 else
-  summary+=("$(printf '%-22s %-28s %4ds  %s' trainer "SKIPPED (no bundle)" 0 \
-    "build/gpu_bundle.tar.xz: run scripts/pack_gpu_bundle.sh, carry it")")
-fi
-# ptdp's own training step of the 1.3B GPT: bf16 (GEMMs and flash attention on
-# tensor cores) with full recompute, then without it (PyTorch's eager flash
-# run recomputes nothing: the like-for-like ratio), bf16 with unfused
-# attention, then fp32. (One log for all: the device tool returns at most 8 files.)
-step bench_gpt 240 bench_gpt.log bash -c "rc=0
-  build-gpu/tests/gpu/bench_gpu_gpt --steps $((quick ? 2 : 3)) --bf16 1 --flash 1 --profile 1 || rc=1
-  build-gpu/tests/gpu/bench_gpu_gpt --steps 2 --bf16 1 --flash 1 --recompute 0 || rc=1
-  build-gpu/tests/gpu/bench_gpu_gpt --steps 2 --bf16 1 || rc=1
-  build-gpu/tests/gpu/bench_gpu_gpt --steps 2 --flash 1 || rc=1
-  exit \$rc"
-if ((!torch)); then
-  :
-elif ((quick)); then
-  step bench_torch 300 bench_torch.log env PYTHONUNBUFFERED=1 python3 scripts/bench_torch_gpu.py --skip-compile --steps 5
-else
-  step bench_torch 180 bench_torch.log env PYTHONUNBUFFERED=1 python3 scripts/bench_torch_gpu.py
+  step probe 30 setup.log bash -c '
+    nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
+    nvcc --version | tail -1; uname -r
+    python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"'
+  # The trainer from the bundle needs no build: it runs on the GPU while the CPU builds.
+  trainer_pid=""
+  if wanted trainer; then
+    if [[ -f build/gpu_bundle.tar.xz ]]; then
+      PTDP_COMM_TIMEOUT_S=20 step trainer 200 trainer.log bash scripts/gpu_trainer_check.sh \
+        build/gpu_bundle.tar.xz >"$OUT/trainer.status" 2>&1 &
+      trainer_pid=$!
+    else
+      note trainer "skipped (no bundle)" 0 "run scripts/pack_gpu_bundle.sh, carry build/gpu_bundle.tar.xz"
+    fi
+  fi
+  need_build=0
+  for s in tests bench ops sanitize; do wanted "$s" && need_build=1; done
+  if ((need_build)); then
+    step build 240 build.log bash -c "cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DPTDP_GPU_ONLY=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null &&
+      cmake --build build-gpu -j$(nproc) -- -k 0"
+  fi
+  if [[ -n $trainer_pid ]]; then  # its summary line was recorded in the subshell
+    wait "$trainer_pid"
+    line=$(grep '^== trainer' "$OUT/trainer.status")
+    what=${line#== trainer: }; what=${what% (*}
+    secs=${line##*(}; secs=${secs%% s)}
+    note trainer "$what" "${secs:-0}" trainer.log
+    rm -f "$OUT/trainer.status"
+  fi
+  g=build-gpu/tests/gpu
+  if wanted tests; then
+    for t in test_cuda_gpt test_cuda_flash_attention test_cuda_layers test_cuda_dropout \
+             test_cuda_loss test_cuda_gemm test_cuda_device; do
+      if [[ ! -x $g/$t ]]; then note "$t" "FAILED (not built)" 0 build.log; continue; fi
+      echo "== $t" >>"$OUT/tests.log"
+      step "${t#test_cuda_}" 75 tests.log "$g/$t"
+      rc=$?
+      if ((rc != 0 && rc != 77 && rc != 124)) &&
+         tail -30 "$OUT/tests.log" | grep -qiE "illegal|misaligned|launch failure|cuda error"; then
+        echo "== $t again, CUDA_LAUNCH_BLOCKING=1" >>"$OUT/tests.log"
+        CUDA_LAUNCH_BLOCKING=1 step "${t#test_cuda_}!" 60 tests.log "$g/$t"
+      fi
+    done
+  fi
+  if wanted bench; then
+    if [[ -x $g/bench_gpu_gpt ]]; then
+      step bench_nr 75 bench_gpt.log $g/bench_gpu_gpt --steps 3 --bf16 1 --flash 1 --recompute 0
+      step bench_rc 75 bench_gpt.log $g/bench_gpu_gpt --steps 2 --bf16 1 --flash 1 --profile 1
+      if ((full)); then
+        step bench_unf 90 bench_gpt.log $g/bench_gpu_gpt --steps 2 --bf16 1
+        step bench_f32 90 bench_gpt.log $g/bench_gpu_gpt --steps 2 --flash 1
+      fi
+    else
+      note bench "FAILED (not built)" 0 build.log
+    fi
+  fi
+  if wanted torch; then
+    if ((full)); then
+      step torch 240 bench_torch.log env PYTHONUNBUFFERED=1 python3 scripts/bench_torch_gpu.py
+    else
+      step torch 70 bench_torch.log env PYTHONUNBUFFERED=1 python3 scripts/bench_torch_gpu.py \
+        --skip-gemms --only-flash --steps 5
+    fi
+  fi
+  wanted ops && step ops 50 bench_ops.log $g/bench_gpu_ops
+  if wanted sanitize; then
+    # The newest kernels only (tensor-core attention, the model's ops), each capped.
+    for t in test_cuda_flash_attention test_cuda_layers test_cuda_loss test_cuda_dropout; do
+      [[ -x $g/$t ]] || { note "mc:$t" "FAILED (not built)"; continue; }
+      step "mc:${t#test_cuda_}" 60 memcheck.log compute-sanitizer --tool memcheck --print-limit 20 \
+        --report-api-errors no --error-exitcode 1 "$g/$t"
+    done
+    for t in test_cuda_flash_attention test_cuda_layers test_cuda_loss; do
+      [[ -x $g/$t ]] && step "rc:${t#test_cuda_}" 60 memcheck.log compute-sanitizer --tool racecheck \
+        --print-limit 20 --error-exitcode 1 "$g/$t"
+    done
+  fi
+  nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >>"$OUT/setup.log" 2>&1
 fi
 
-step bench_ops 90 bench_ops.log build-gpu/tests/gpu/bench_gpu_ops
-step memcheck 210 memcheck.log bash -c 'rc=0
-  mkdir -p build-gpu/memcheck
-  for t in build-gpu/tests/gpu/test_cuda_*; do
-    [[ -f "$t" && -x "$t" ]] || continue
-    # The whole model under memcheck takes too long for one call; its ops are covered.
-    [[ $(basename "$t") == test_cuda_gpt ]] && continue
-    log=build-gpu/memcheck/$(basename "$t").log
-    # API errors off: the device tests provoke out-of-memory on purpose.
-    compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$t" >"$log" 2>&1 ||
-      { rc=1; cat "$log"; }
-    echo "$(basename "$t"): $(grep "ERROR SUMMARY" "$log")"
+{
+  echo
+  echo "== first failing lines"
+  for log in build tests trainer bench_gpt memcheck; do
+    [[ -f $OUT/$log.log ]] || continue
+    grep -m8 -E "FAIL|Failure|failed|rror:|error |illegal|misaligned|not found|mismatch" "$OUT/$log.log" |
+      sed "s/^/$log: /"
   done
-  # racecheck: shared-memory hazards of the kernels that reduce in shared
-  # memory (layernorm, softmax, the loss, flash attention), each cut to 60 s.
-  for name in test_cuda_layers test_cuda_loss test_cuda_flash_attention; do
-    t=build-gpu/tests/gpu/$name
-    [[ -x "$t" ]] || continue
-    log=build-gpu/memcheck/$name.racecheck.log
-    timeout -k 5 60 compute-sanitizer --tool racecheck --error-exitcode 1 "$t" >"$log" 2>&1
-    r=$?
-    if ((r == 124 || r == 137)) && ! grep -q "Race reported\|hazard" "$log"; then
-      echo "$name racecheck: cut at 60 s, no hazard reported until then"  # not a failure
-    else
-      ((r != 0)) && { rc=1; tail -40 "$log"; }
-      echo "$name racecheck: $(grep "RACECHECK SUMMARY\|ERROR SUMMARY" "$log" | tail -1)"
-    fi
-  done; exit $rc'
-echo
-grep -hE -A1 "FAIL|rror" "$OUT/tests.log" "$OUT/trainer.log" "$OUT/memcheck.log" 2>/dev/null | head -60
-echo
-python3 scripts/gpu_summary.py "$OUT" 2>&1
-echo
-echo "== summary (logs in $OUT)"
-printf '%s\n' "${summary[@]}"
+  echo
+  python3 scripts/gpu_summary.py "$OUT" 2>&1
+  echo
+  echo "== GPU after the run"; tail -2 "$OUT/setup.log" 2>/dev/null
+  echo
+  echo "== summary ($((SECONDS - start)) s; logs in $OUT)"
+  printf '%s\n' "${summary[@]}"
+} | tee "$OUT/summary.txt"

@@ -18,6 +18,8 @@ export LD_LIBRARY_PATH=$dir/gpu_bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda
 # own directory lacks one.
 wheels=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib")))))' 2>/dev/null)
 [[ -n $wheels ]] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$wheels
+# A deadlock is an error naming the rank and op within 20 s, not a cut step.
+export PTDP_TEST_COMM_TIMEOUT_S=${PTDP_TEST_COMM_TIMEOUT_S:-20}
 export PTDP_LUA_PATH=$PWD/lua PTDP_TEST_DATA_DIR=$PWD/tests/data PTDP_TEST_GPU_DEVICE=$device
 if ldd "$bin/test_cuda_trainer" "$bin/test_nccl_comm" "$bin/ptdp" | grep "not found"; then
   echo "libraries missing on this machine (above): the bundle needs them too"
@@ -33,7 +35,8 @@ echo "== scripts/train_gpt.lua --device $device --bf16, (t, p, d) = (2, 2, 1)"
   --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 \
   --micro-batch-size 4 --global-batch-size 16 --tensor-model-parallel-size 2 \
   --pipeline-model-parallel-size 2 --train-iters 60 --lr 3e-3 --log-interval 20 \
-  --eval-interval 0 --eval-iters 2 --sample-tokens 40 --log-json "$dir/log.jsonl" || rc=1
+  --eval-interval 0 --eval-iters 2 --sample-tokens 40 --comm-timeout "$PTDP_TEST_COMM_TIMEOUT_S" \
+  --log-json "$dir/log.jsonl" || rc=1
 # The loss must fall: the first logged interval's mean above the last's.
 python3 - "$dir/log.jsonl" <<'EOF' || rc=1
 import json, sys

@@ -70,6 +70,10 @@ TrainerOptions options(const std::string &device, int t, int d, int p, int v = 1
                                 {"pipeline_model_parallel_size", std::to_string(p)}})
     c.set(k, val);
   if (v > 1) c.set("num_layers_per_virtual_pipeline_stage", std::to_string(4 / (p * v)));
+  // A deadlock on the GPU is an error naming the rank and op within
+  // PTDP_TEST_COMM_TIMEOUT_S (scripts/gpu_check.sh: 20 s), not a killed test.
+  if (const char *timeout = std::getenv("PTDP_TEST_COMM_TIMEOUT_S"); timeout && *timeout)
+    c.set("comm_timeout", timeout);
   for (auto [k, val] : extra) c.set(k, val);
   c.set("data_path", dataset());
   return TrainerOptions::from_config(c);
