@@ -15,7 +15,8 @@
 #            like-for-like figure) first, then with recompute + op profile
 #   torch    PyTorch eager + flash on the same model, batch, clipping, AdamW
 #   ops      bench_gpu_ops (GEMMs, element-wise kernels against copy)
-#   sanitize compute-sanitizer memcheck + racecheck (only with --full or --only)
+#   sanitize compute-sanitizer memcheck + racecheck (only with --full or --only;
+#            PTDP_SANITIZE="test_cuda_x ..." picks the tests)
 # Logs and summary.txt go to $OUT (at most 8 files); the summary prints last.
 #   usage: bash scripts/gpu_check.sh [--only STEP[,STEP]] [--skip STEP[,STEP]]
 #                                    [--full] [--dry-run]
@@ -140,13 +141,16 @@ else
   fi
   wanted ops && step ops 50 bench_ops.log $g/bench_gpu_ops
   if wanted sanitize; then
-    # The newest kernels only (tensor-core attention, the model's ops), each capped.
-    for t in test_cuda_flash_attention test_cuda_layers test_cuda_loss test_cuda_dropout; do
+    # The newest kernels only (tensor-core attention, the model's ops), each capped;
+    # PTDP_SANITIZE names other test binaries.
+    sanitize=${PTDP_SANITIZE:-test_cuda_flash_attention test_cuda_layers test_cuda_loss test_cuda_dropout}
+    for t in $sanitize; do
       [[ -x $g/$t ]] || { note "mc:$t" "FAILED (not built)"; continue; }
       step "mc:${t#test_cuda_}" 60 memcheck.log compute-sanitizer --tool memcheck --print-limit 20 \
         --report-api-errors no --error-exitcode 1 "$g/$t"
     done
-    for t in test_cuda_flash_attention test_cuda_layers test_cuda_loss; do
+    for t in $sanitize; do
+      [[ $t == test_cuda_dropout ]] && continue  # no shared memory
       [[ -x $g/$t ]] && step "rc:${t#test_cuda_}" 60 memcheck.log compute-sanitizer --tool racecheck \
         --print-limit 20 --error-exitcode 1 "$g/$t"
     done

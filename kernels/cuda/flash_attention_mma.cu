@@ -134,10 +134,51 @@ __device__ __forceinline__ void mma_cols(float (&c)[kD / 8][4], const uint32_t (
            column_pair(p + 8 * nd + 8 * kStride<kD>, kStride<kD>));
 }
 
+// Copies from global to shared memory that run behind the compute (cp.async,
+// sm_80): a kernel issues the next tile's copies, then computes on the
+// current tile, and waits for the copies only when it needs them.
+__device__ __forceinline__ void copy16_async(void *dst, const void *src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(valid ? 16 : 0));  // source size 0: the 16 bytes are zeros
+#else
+  __trap();  // the launchers refuse devices below sm_80
+#endif
+}
+__device__ __forceinline__ void copies_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most `pending` committed groups of this thread are in flight.
+template <int pending>
+__device__ __forceinline__ void copies_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+#endif
+}
+
 // Rows [r0, r0 + n) of a head's [s, hd] matrix of G (row stride ld) into the
 // shared [n][kStride] tile as M; rows past s and columns past hd as zeros.
-template <class M, int kD, class G>
-__device__ void load_tile(M *dst, const G *src, size_t ld, int r0, int n, int s, int hd) {
+// When the rows are 16-byte runs of M itself (a 16-bit run's arrays with hd
+// the tile's width) the copy is asynchronous, 16 bytes a thread at a time, and
+// lands after copies_wait; otherwise it converts element by element and is
+// done when it returns. Either way a __syncthreads must follow before use.
+template <class M, int kD, int n, class G>
+__device__ __forceinline__ void load_tile(M *dst, const G *src, size_t ld, int r0, int s, int hd) {
+  if constexpr (std::is_same_v<G, M>) {
+    if (hd == kD && ld % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+      constexpr int kChunks = kD / 8;  // 16-byte chunks of a row
+#pragma unroll
+      for (int c = threadIdx.x; c < n * kChunks; c += kThreads) {
+        const int r = c / kChunks, d = 8 * (c % kChunks);
+        const bool valid = r0 + r < s;
+        copy16_async(dst + r * kStride<kD> + d, src + (valid ? (size_t)(r0 + r) * ld + d : 0), valid);
+      }
+      return;
+    }
+  }
   for (int e = threadIdx.x; e < n * kD; e += kThreads) {
     const int r = e / kD, d = e % kD;
     dst[r * kStride<kD> + d] =
@@ -180,14 +221,15 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // Forward. Block: query rows [i0, i0 + 64) of (bi, head) = bh, warp w rows
-// i0 + 16w.. (lane: rows g and g + 8). Key tiles of 64 up to the diagonal.
-// Shared: Q [64], K, V [64] rows of kStride.
+// i0 + 16w.. (lane: rows g and g + 8). Key tiles of 64 up to the diagonal,
+// two buffers: tile it + 1 is copied in while tile it is computed.
+// Shared: Q [64], K, V [2][64] rows of kStride.
 template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
     fwd(G *ctx, float *lse, const G *qkv, int s, int b, int heads, int hd, float scale, Drop dr) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
-  constexpr int S = kStride<kD>;
-  M *sQ = reinterpret_cast<M *>(smem_bytes), *sK = sQ + kRowTile * S, *sV = sK + kFwdKeys * S;
+  constexpr int S = kStride<kD>, kTile = kFwdKeys * S;
+  M *sQ = reinterpret_cast<M *>(smem_bytes), *sK = sQ + kRowTile * S, *sV = sK + 2 * kTile;
   const int ntiles = (s + kRowTile - 1) / kRowTile;
   const int bh = blockIdx.x / ntiles, i0 = (ntiles - 1 - blockIdx.x % ntiles) * kRowTile;
   const int bi = bh / heads, head = bh % heads;
@@ -196,8 +238,14 @@ __global__ void __launch_bounds__(kThreads)
   const G *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
   const int w0 = i0 + 16 * warp;
   const int row[2] = {w0 + g, w0 + g + 8};
+  const int key_tiles = (min(s, i0 + kRowTile) + kFwdKeys - 1) / kFwdKeys;
 
-  load_tile<M, kD>(sQ, Q, ld, i0, kRowTile, s, hd);
+  load_tile<M, kD, kRowTile>(sQ, Q, ld, i0, s, hd);
+  copies_commit();
+  load_tile<M, kD, kFwdKeys>(sK, K, ld, 0, s, hd);
+  load_tile<M, kD, kFwdKeys>(sV, V, ld, 0, s, hd);
+  copies_commit();
+  copies_wait<1>();  // Q is in
   __syncthreads();
   uint32_t qa[kD / 16][4];
 #pragma unroll
@@ -205,57 +253,67 @@ __global__ void __launch_bounds__(kThreads)
   float o[kD / 8][4] = {};                                   // sum_j P~ Z V of rows g, g + 8
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max; this lane's part of the sum
 
-  const int iend = min(s, i0 + kRowTile);
-  for (int j0 = 0; j0 < iend; j0 += kFwdKeys) {
-    __syncthreads();  // the previous tile is consumed
-    load_tile<M, kD>(sK, K, ld, j0, kFwdKeys, s, hd);
-    load_tile<M, kD>(sV, V, ld, j0, kFwdKeys, s, hd);
-    __syncthreads();
-    if (w0 >= s || j0 > w0 + 15) continue;  // warp-uniform: no rows, or no visible key
-    const int nt_end = min(kFwdKeys / 8, (w0 + 15 - j0) / 8 + 1);  // 8-key blocks with a visible key
-    float sc[kFwdKeys / 8][4] = {};
-#pragma unroll
-    for (int nt = 0; nt < kFwdKeys / 8; nt++)
-      if (nt < nt_end) mma_rows<M, kD>(sc[nt], qa, sK, 8 * nt, g, t);
-    // Scale and mask; the row max over the tile (the 4 lanes of a quad share a row).
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < kFwdKeys / 8; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int r = e / 2, j = j0 + 8 * nt + 2 * t + (e & 1);
-        const bool vis = j <= row[r] && row[r] < s;  // causal (and so j < s)
-        sc[nt][e] = vis ? sc[nt][e] * scale : -INFINITY;
-        mx[r] = fmaxf(mx[r], sc[nt][e]);
-      }
-    float base[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      const float mnew = fmaxf(m[r], quad_max(mx[r]));
-      base[r] = mnew == -INFINITY ? 0.f : mnew;  // a row past s sees no key: keep it finite
-      const float alpha = expf(m[r] - base[r]);  // rescales the old terms; 0 at first
-      m[r] = mnew;
-      l[r] *= alpha;
-#pragma unroll
-      for (int nd = 0; nd < kD / 8; nd++) o[nd][2 * r] *= alpha, o[nd][2 * r + 1] *= alpha;
+  for (int it = 0; it < key_tiles; it++) {
+    const int j0 = it * kFwdKeys, buf = it & 1;
+    if (it + 1 < key_tiles) {  // into the buffer that tile it - 1 left
+      load_tile<M, kD, kFwdKeys>(sK + (buf ^ 1) * kTile, K, ld, j0 + kFwdKeys, s, hd);
+      load_tile<M, kD, kFwdKeys>(sV + (buf ^ 1) * kTile, V, ld, j0 + kFwdKeys, s, hd);
+      copies_commit();
+      copies_wait<1>();
+    } else {
+      copies_wait<0>();
     }
-    // P~ = exp(x - m) (the sum excludes dropout), then P~ Z for the product.
+    __syncthreads();  // tile it is in
+    const M *tK = sK + buf * kTile, *tV = sV + buf * kTile;
+    if (w0 < s && j0 <= w0 + 15) {  // warp-uniform: rows, and a visible key
+      const int nt_end = min(kFwdKeys / 8, (w0 + 15 - j0) / 8 + 1);  // 8-key blocks with a visible key
+      float sc[kFwdKeys / 8][4] = {};
 #pragma unroll
-    for (int nt = 0; nt < kFwdKeys / 8; nt++)
+      for (int nt = 0; nt < kFwdKeys / 8; nt++)
+        if (nt < nt_end) mma_rows<M, kD>(sc[nt], qa, tK, 8 * nt, g, t);
+      // Scale and mask; the row max over the tile (the 4 lanes of a quad share a row).
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int r = e / 2, j = j0 + 8 * nt + 2 * t + (e & 1);
-        const float p = expf(sc[nt][e] - base[r]);
-        l[r] += p;
-        sc[nt][e] = p == 0.f ? 0.f : p * keep_scale(dr, bi, head, s, row[r], j);
+      for (int nt = 0; nt < kFwdKeys / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int r = e / 2, j = j0 + 8 * nt + 2 * t + (e & 1);
+          const bool vis = j <= row[r] && row[r] < s;  // causal (and so j < s)
+          sc[nt][e] = vis ? sc[nt][e] * scale : -INFINITY;
+          mx[r] = fmaxf(mx[r], sc[nt][e]);
+        }
+      float base[2];
+#pragma unroll
+      for (int r = 0; r < 2; r++) {
+        const float mnew = fmaxf(m[r], quad_max(mx[r]));
+        base[r] = mnew == -INFINITY ? 0.f : mnew;  // a row past s sees no key: keep it finite
+        const float alpha = expf(m[r] - base[r]);  // rescales the old terms; 0 at first
+        m[r] = mnew;
+        l[r] *= alpha;
+#pragma unroll
+        for (int nd = 0; nd < kD / 8; nd++) o[nd][2 * r] *= alpha, o[nd][2 * r + 1] *= alpha;
+      }
+      // P~ = exp(x - m) (the sum excludes dropout), then P~ Z for the product.
+#pragma unroll
+      for (int nt = 0; nt < kFwdKeys / 8; nt++) {
+        float z[4] = {1.f, 1.f, 1.f, 1.f};
+        if (dr.on && nt < nt_end) keep_rows(z, dr, bi, head, s, row, j0 + 8 * nt + 2 * t, t);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float p = expf(sc[nt][e] - base[e / 2]);
+          l[e / 2] += p;
+          sc[nt][e] = p * z[e];
+        }
       }
 #pragma unroll
-    for (int kk = 0; kk < kFwdKeys / 16; kk++) {
-      if (2 * kk >= nt_end) continue;  // all of these keys above the diagonal
-      uint32_t pa[4];
-      c_to_a<M>(pa, sc[2 * kk], sc[2 * kk + 1]);
-      mma_cols<M, kD>(o, pa, sV, 16 * kk, g, t);
+      for (int kk = 0; kk < kFwdKeys / 16; kk++) {
+        if (2 * kk >= nt_end) continue;  // all of these keys above the diagonal
+        uint32_t pa[4];
+        c_to_a<M>(pa, sc[2 * kk], sc[2 * kk + 1]);
+        mma_cols<M, kD>(o, pa, tV, 16 * kk, g, t);
+      }
     }
+    __syncthreads();  // tile it is consumed before its buffer is refilled
   }
   // ctx = o / l; lse = m + log(l) (l >= 1: the row max contributes exp(0)).
   float inv[2];
@@ -270,18 +328,18 @@ __global__ void __launch_bounds__(kThreads)
 
 // dK, dV. Block: keys [j0, j0 + 64) of bh, warp w keys j0 + 16w.. (lane: keys
 // g and g + 8), summed over the query tiles of 32 from j0 on (causal: earlier
-// queries see none of them). Products transposed: S^T = K Q^T, dP^T = V dO^T,
-// dV += (P Z)^T dO, dK += dS^T Q. Shared: K, V [64], Q, dO [32] rows of
-// kStride; the tile's lse and D.
+// queries see none of them), two buffers as in the forward. Products
+// transposed: S^T = K Q^T, dP^T = V dO^T, dV += (P Z)^T dO, dK += dS^T Q.
+// Shared: K, V [64], Q, dO [2][32] rows of kStride; lse and D [2][32].
 template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
     bwd_dkdv(G *dqkv, const G *dctx, const G *qkv, const float *lse, const float *D,
              int s, int b, int heads, int hd, float scale, Drop dr) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
-  constexpr int S = kStride<kD>;
+  constexpr int S = kStride<kD>, kTile = kBwdTile * S;
   M *sK = reinterpret_cast<M *>(smem_bytes), *sV = sK + kRowTile * S, *sQ = sV + kRowTile * S,
-    *sO = sQ + kBwdTile * S;  // sO: dO
-  float *sL = reinterpret_cast<float *>(sO + kBwdTile * S), *sD = sL + kBwdTile;
+    *sO = sQ + 2 * kTile;  // sO: dO
+  float *sL = reinterpret_cast<float *>(sO + 2 * kTile), *sD = sL + 2 * kBwdTile;
   const int ntiles = (s + kRowTile - 1) / kRowTile;
   const int bh = blockIdx.x / ntiles, j0 = (blockIdx.x % ntiles) * kRowTile;  // first: most work
   const int bi = bh / heads, head = bh % heads;
@@ -291,58 +349,77 @@ __global__ void __launch_bounds__(kThreads)
   const G *dO = dctx + (size_t)bh * hd;
   const int w0 = j0 + 16 * warp;
   const int key[2] = {w0 + g, w0 + g + 8};
-
-  load_tile<M, kD>(sK, K, ld, j0, kRowTile, s, hd);
-  load_tile<M, kD>(sV, V, ld, j0, kRowTile, s, hd);
-  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
-  for (int q0 = j0; q0 < s; q0 += kBwdTile) {
-    __syncthreads();  // the previous tile is consumed (first time: K, V are in)
-    load_tile<M, kD>(sQ, Q, ld, q0, kBwdTile, s, hd);
-    load_tile<M, kD>(sO, dO, ldc, q0, kBwdTile, s, hd);
+  const int query_tiles = (s - j0 + kBwdTile - 1) / kBwdTile;
+  auto load_queries = [&](int it) {  // query tile it (from j0) into buffer it & 1
+    const int q0 = j0 + it * kBwdTile, buf = it & 1;
+    load_tile<M, kD, kBwdTile>(sQ + buf * kTile, Q, ld, q0, s, hd);
+    load_tile<M, kD, kBwdTile>(sO + buf * kTile, dO, ldc, q0, s, hd);
     for (int e = threadIdx.x; e < kBwdTile; e += kThreads) {
       const int i = q0 + e;
-      sL[e] = i < s ? lse[(size_t)bh * s + i] : 0.f;
-      sD[e] = i < s ? D[(size_t)bh * s + i] : 0.f;
+      sL[buf * kBwdTile + e] = i < s ? lse[(size_t)bh * s + i] : 0.f;
+      sD[buf * kBwdTile + e] = i < s ? D[(size_t)bh * s + i] : 0.f;
     }
-    __syncthreads();
-    if (w0 >= s || w0 > q0 + kBwdTile - 1) continue;  // warp-uniform: no keys, or no visible query
-    float st[kBwdTile / 8][4] = {}, dpt[kBwdTile / 8][4] = {};  // S^T, dP^T: keys x queries
+    copies_commit();
+  };
+
+  load_tile<M, kD, kRowTile>(sK, K, ld, j0, s, hd);
+  load_tile<M, kD, kRowTile>(sV, V, ld, j0, s, hd);
+  copies_commit();
+  load_queries(0);
+  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
+  for (int it = 0; it < query_tiles; it++) {
+    const int q0 = j0 + it * kBwdTile, buf = it & 1;
+    if (it + 1 < query_tiles) {
+      load_queries(it + 1);
+      copies_wait<1>();
+    } else {
+      copies_wait<0>();
+    }
+    __syncthreads();  // tile it (and K, V) is in
+    const M *tQ = sQ + buf * kTile, *tO = sO + buf * kTile;
+    const float *tL = sL + buf * kBwdTile, *tD = sD + buf * kBwdTile;
+    if (w0 < s && w0 <= q0 + kBwdTile - 1) {  // warp-uniform: keys, and a visible query
+      float st[kBwdTile / 8][4] = {}, dpt[kBwdTile / 8][4] = {};  // S^T, dP^T: keys x queries
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; kk++) {
-      uint32_t ka[1][4], va[1][4];  // one k-step of the warp's K and V rows
-      load_a(ka[0], sK, S, 16 * warp, 16 * kk, g, t);
-      load_a(va[0], sV, S, 16 * warp, 16 * kk, g, t);
+      for (int kk = 0; kk < kD / 16; kk++) {
+        uint32_t ka[1][4], va[1][4];  // one k-step of the warp's K and V rows
+        load_a(ka[0], sK, S, 16 * warp, 16 * kk, g, t);
+        load_a(va[0], sV, S, 16 * warp, 16 * kk, g, t);
+#pragma unroll
+        for (int nt = 0; nt < kBwdTile / 8; nt++) {
+          const M *q = tQ + (8 * nt + g) * S + 16 * kk + 2 * t, *od = tO + (8 * nt + g) * S + 16 * kk + 2 * t;
+          mma<M>(st[nt], ka[0], pair(q), pair(q + 8));
+          mma<M>(dpt[nt], va[0], pair(od), pair(od + 8));
+        }
+      }
+      // P Z into st, dS / scale into dpt.
 #pragma unroll
       for (int nt = 0; nt < kBwdTile / 8; nt++) {
-        const M *q = sQ + (8 * nt + g) * S + 16 * kk + 2 * t, *od = sO + (8 * nt + g) * S + 16 * kk + 2 * t;
-        mma<M>(st[nt], ka[0], pair(q), pair(q + 8));
-        mma<M>(dpt[nt], va[0], pair(od), pair(od + 8));
-      }
-    }
-    // P Z into st, dS / scale into dpt.
+        float z[4] = {1.f, 1.f, 1.f, 1.f};
+        if (dr.on && q0 + 8 * nt + 7 >= w0) keep_cols(z, dr, bi, head, s, w0, q0 + 8 * nt + 2 * t, g, lane);
 #pragma unroll
-    for (int nt = 0; nt < kBwdTile / 8; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int j = key[e / 2], qi = 8 * nt + 2 * t + (e & 1), i = q0 + qi;
-        float pz = 0.f, ds = 0.f;
-        if (j <= i && i < s) {  // causal (and so j < s)
-          const float p = expf(st[nt][e] * scale - sL[qi]);
-          const float z = keep_scale(dr, bi, head, s, i, j);
-          pz = p * z;
-          ds = p * (z * dpt[nt][e] - sD[qi]);
+        for (int e = 0; e < 4; e++) {
+          const int j = key[e / 2], qi = 8 * nt + 2 * t + (e & 1), i = q0 + qi;
+          float pz = 0.f, ds = 0.f;
+          if (j <= i && i < s) {  // causal (and so j < s)
+            const float p = expf(st[nt][e] * scale - tL[qi]);
+            pz = p * z[e];
+            ds = p * (z[e] * dpt[nt][e] - tD[qi]);
+          }
+          st[nt][e] = pz;
+          dpt[nt][e] = ds;
         }
-        st[nt][e] = pz;
-        dpt[nt][e] = ds;
       }
 #pragma unroll
-    for (int kq = 0; kq < kBwdTile / 16; kq++) {
-      uint32_t pa[4], da[4];
-      c_to_a<M>(pa, st[2 * kq], st[2 * kq + 1]);
-      c_to_a<M>(da, dpt[2 * kq], dpt[2 * kq + 1]);
-      mma_cols<M, kD>(dv, pa, sO, 16 * kq, g, t);
-      mma_cols<M, kD>(dk, da, sQ, 16 * kq, g, t);
+      for (int kq = 0; kq < kBwdTile / 16; kq++) {
+        uint32_t pa[4], da[4];
+        c_to_a<M>(pa, st[2 * kq], st[2 * kq + 1]);
+        c_to_a<M>(da, dpt[2 * kq], dpt[2 * kq + 1]);
+        mma_cols<M, kD>(dv, pa, tO, 16 * kq, g, t);
+        mma_cols<M, kD>(dk, da, tQ, 16 * kq, g, t);
+      }
     }
+    __syncthreads();  // tile it is consumed before its buffer is refilled
   }
   G *dK = dqkv + (size_t)bh * 3 * hd + hd, *dV = dK + hd;
   store_rows<M, kD>(dK, ld, dk, key, scale, scale, s, hd, t);
@@ -350,16 +427,17 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dQ. Block and warps as the forward: rows [i0, i0 + 64), key tiles of 32 up
-// to the diagonal; dS = P (Z dP - D) from S = Q K^T and dP = dO V^T, then
-// dQ += dS K. Shared: Q, dO [64] (read once into registers), K, V [32].
+// to the diagonal, two buffers; dS = P (Z dP - D) from S = Q K^T and dP = dO
+// V^T, then dQ += dS K. Shared: Q, dO [64] (read once into registers), K, V
+// [2][32].
 template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
     bwd_dq(G *dqkv, const G *dctx, const G *qkv, const float *lse, const float *D,
            int s, int b, int heads, int hd, float scale, Drop dr) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
-  constexpr int S = kStride<kD>;
+  constexpr int S = kStride<kD>, kTile = kBwdTile * S;
   M *sQ = reinterpret_cast<M *>(smem_bytes), *sO = sQ + kRowTile * S, *sK = sO + kRowTile * S,
-    *sV = sK + kBwdTile * S;
+    *sV = sK + 2 * kTile;
   const int ntiles = (s + kRowTile - 1) / kRowTile;
   const int bh = blockIdx.x / ntiles, i0 = (ntiles - 1 - blockIdx.x % ntiles) * kRowTile;
   const int bi = bh / heads, head = bh % heads;
@@ -368,9 +446,15 @@ __global__ void __launch_bounds__(kThreads)
   const G *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
   const int w0 = i0 + 16 * warp;
   const int row[2] = {w0 + g, w0 + g + 8};
+  const int key_tiles = (min(s, i0 + kRowTile) + kBwdTile - 1) / kBwdTile;
 
-  load_tile<M, kD>(sQ, Q, ld, i0, kRowTile, s, hd);
-  load_tile<M, kD>(sO, dctx + (size_t)bh * hd, ldc, i0, kRowTile, s, hd);
+  load_tile<M, kD, kRowTile>(sQ, Q, ld, i0, s, hd);
+  load_tile<M, kD, kRowTile>(sO, dctx + (size_t)bh * hd, ldc, i0, s, hd);
+  copies_commit();
+  load_tile<M, kD, kBwdTile>(sK, K, ld, 0, s, hd);
+  load_tile<M, kD, kBwdTile>(sV, V, ld, 0, s, hd);
+  copies_commit();
+  copies_wait<1>();  // Q, dO are in
   __syncthreads();
   uint32_t qa[kD / 16][4], oa[kD / 16][4];
 #pragma unroll
@@ -385,38 +469,48 @@ __global__ void __launch_bounds__(kThreads)
     Dr[r] = row[r] < s ? D[(size_t)bh * s + row[r]] : 0.f;
   }
   float dq[kD / 8][4] = {};  // dQ / scale
-  const int iend = min(s, i0 + kRowTile);
-  for (int k0 = 0; k0 < iend; k0 += kBwdTile) {
-    __syncthreads();  // the previous tile is consumed
-    load_tile<M, kD>(sK, K, ld, k0, kBwdTile, s, hd);
-    load_tile<M, kD>(sV, V, ld, k0, kBwdTile, s, hd);
-    __syncthreads();
-    if (w0 >= s || k0 > w0 + 15) continue;  // warp-uniform
-    float sc[kBwdTile / 8][4] = {}, dp[kBwdTile / 8][4] = {};
-#pragma unroll
-    for (int nt = 0; nt < kBwdTile / 8; nt++) {
-      mma_rows<M, kD>(sc[nt], qa, sK, 8 * nt, g, t);
-      mma_rows<M, kD>(dp[nt], oa, sV, 8 * nt, g, t);
+  for (int it = 0; it < key_tiles; it++) {
+    const int k0 = it * kBwdTile, buf = it & 1;
+    if (it + 1 < key_tiles) {
+      load_tile<M, kD, kBwdTile>(sK + (buf ^ 1) * kTile, K, ld, k0 + kBwdTile, s, hd);
+      load_tile<M, kD, kBwdTile>(sV + (buf ^ 1) * kTile, V, ld, k0 + kBwdTile, s, hd);
+      copies_commit();
+      copies_wait<1>();
+    } else {
+      copies_wait<0>();
     }
+    __syncthreads();  // tile it is in
+    const M *tK = sK + buf * kTile, *tV = sV + buf * kTile;
+    if (w0 < s && k0 <= w0 + 15) {  // warp-uniform
+      float sc[kBwdTile / 8][4] = {}, dp[kBwdTile / 8][4] = {};
 #pragma unroll
-    for (int nt = 0; nt < kBwdTile / 8; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int r = e / 2, i = row[r], j = k0 + 8 * nt + 2 * t + (e & 1);
-        float ds = 0.f;
-        if (j <= i && i < s) {
-          const float p = expf(sc[nt][e] * scale - L[r]);
-          const float z = keep_scale(dr, bi, head, s, i, j);
-          ds = p * (z * dp[nt][e] - Dr[r]);
-        }
-        sc[nt][e] = ds;
+      for (int nt = 0; nt < kBwdTile / 8; nt++) {
+        mma_rows<M, kD>(sc[nt], qa, tK, 8 * nt, g, t);
+        mma_rows<M, kD>(dp[nt], oa, tV, 8 * nt, g, t);
       }
 #pragma unroll
-    for (int kk = 0; kk < kBwdTile / 16; kk++) {
-      uint32_t da[4];
-      c_to_a<M>(da, sc[2 * kk], sc[2 * kk + 1]);
-      mma_cols<M, kD>(dq, da, sK, 16 * kk, g, t);
+      for (int nt = 0; nt < kBwdTile / 8; nt++) {
+        float z[4] = {1.f, 1.f, 1.f, 1.f};
+        if (dr.on && k0 + 8 * nt <= w0 + 15) keep_rows(z, dr, bi, head, s, row, k0 + 8 * nt + 2 * t, t);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int r = e / 2, i = row[r], j = k0 + 8 * nt + 2 * t + (e & 1);
+          float ds = 0.f;
+          if (j <= i && i < s) {
+            const float p = expf(sc[nt][e] * scale - L[r]);
+            ds = p * (z[e] * dp[nt][e] - Dr[r]);
+          }
+          sc[nt][e] = ds;
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kBwdTile / 16; kk++) {
+        uint32_t da[4];
+        c_to_a<M>(da, sc[2 * kk], sc[2 * kk + 1]);
+        mma_cols<M, kD>(dq, da, tK, 16 * kk, g, t);
+      }
     }
+    __syncthreads();  // tile it is consumed before its buffer is refilled
   }
   store_rows<M, kD>(dqkv + (size_t)bh * 3 * hd, ld, dq, row, scale, scale, s, hd, t);
 }
@@ -481,7 +575,7 @@ void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b,
     using M = decltype(m);
     with_head_tile(hd, [&](auto kd) {
       constexpr int kD = decltype(kd)::value;
-      const size_t smem = smem_bytes<M, kD>(kRowTile + 2 * kFwdKeys);
+      const size_t smem = smem_bytes<M, kD>(kRowTile + 4 * kFwdKeys);
       auto kernel = fwd<M, kD, G>;
       allow_smem(kernel, smem);
       kernel<<<blocks, kThreads, smem, stream>>>(ctx, lse, qkv, s, b, heads, hd, scale, dr);
@@ -507,12 +601,12 @@ void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G 
       constexpr int kD = decltype(kd)::value;
       const RowDots dots(dctx, ctx, s, bh, hd, stream);  // [b * heads, s]: dO_i . O_i
       const float *D = dots.D;
-      const size_t kv_smem = smem_bytes<M, kD>(2 * kRowTile + 2 * kBwdTile, 2 * kBwdTile);
+      const size_t kv_smem = smem_bytes<M, kD>(2 * kRowTile + 4 * kBwdTile, 4 * kBwdTile);
       auto dkdv = bwd_dkdv<M, kD, G>;
       allow_smem(dkdv, kv_smem);
       dkdv<<<blocks, kThreads, kv_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);
       check_launch("flash_attention_backward_mma (dK, dV)");
-      const size_t q_smem = smem_bytes<M, kD>(2 * kRowTile + 2 * kBwdTile);
+      const size_t q_smem = smem_bytes<M, kD>(2 * kRowTile + 4 * kBwdTile);
       auto dq = bwd_dq<M, kD, G>;
       allow_smem(dq, q_smem);
       dq<<<blocks, kThreads, q_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);

@@ -293,7 +293,8 @@ void check_type() {
 template <class M>
 void check_mma_type() {
   const Shape shapes[] = {{1, 1, 1, 8},    {5, 2, 3, 16},   {64, 2, 2, 64}, {130, 1, 2, 128},
-                          {257, 2, 1, 32}, {200, 1, 2, 80}, {40, 1, 1, 72}, {96, 1, 1, 96}};
+                          {257, 2, 1, 32}, {200, 1, 2, 80}, {40, 1, 1, 72}, {96, 1, 1, 96},
+                          {512, 1, 2, 128}};  // 512: many double-buffered tiles at hd = 128
   unsigned seed = 300;
   for (const Shape &sh : shapes)
     for (float p : {0.f, 0.1f}) check_mma_case<M>(sh, p, seed += 2);
