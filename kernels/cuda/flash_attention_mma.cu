@@ -3,7 +3,11 @@
 // backward) with the five products of each tile on mma.sync.m16n8k16: bf16 or
 // f16 operands, fp32 accumulation, sm_80 and later. FlashAttention-2's split of
 // the work: a warp owns 16 rows of every product of its block and keeps them in
-// registers.
+// registers. Operand fragments come from shared memory by ldmatrix (V, and Q
+// or dO as B, transposed on the way); the tiles reach shared memory by
+// cp.async into two buffers, the next tile's copy running behind this tile's
+// products. Dropout draws one Philox call per four elements (flash_common).
+// Measured figures: docs/gpu.md.
 //
 // Numerics (ARCHITECTURE §3, a 16-bit run): Q, K, V and dO hold values of the
 // 16-bit type M already, so their products are exact and summed in fp32. The
@@ -43,6 +47,9 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kRowTile = 16 * kWarps;  // forward, dQ: query rows per block; dK dV: keys per block
 constexpr int kFwdKeys = 64;           // forward: the key tile
 constexpr int kBwdTile = 32;           // backward: the other side's tile (queries, or keys for dQ)
+// Softmax in base 2 (exp2f is one MUFU.EX2; expf is a longer sequence): lse
+// stays natural, converted on the way out and in.
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 // Shared-memory row stride in elements: + 8 makes the fragment loads of a warp
 // hit 32 different banks.
@@ -60,16 +67,6 @@ __device__ __forceinline__ uint32_t bits(M x) {
 template <class M>
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   return bits(from_f32<M>(lo)) | bits(from_f32<M>(hi)) << 16;
-}
-// p[0], p[1] of shared memory as one register (p 4-byte aligned).
-template <class M>
-__device__ __forceinline__ uint32_t pair(const M *p) {
-  return *reinterpret_cast<const uint32_t *>(p);
-}
-// p[0], p[stride]: two values of one column.
-template <class M>
-__device__ __forceinline__ uint32_t column_pair(const M *p, int stride) {
-  return bits(p[0]) | bits(p[stride]) << 16;
 }
 template <class M>
 __device__ __forceinline__ float round_to_m(float x) {
@@ -97,17 +94,42 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
 #endif
 }
 
-// The A fragment of rows row0.., columns k0.. of a [rows][stride] tile.
+// Four 8x8 matrices of 16-bit values from shared memory in one instruction
+// (ldmatrix): lanes 8i .. 8i + 7 give the addresses of matrix i's 8 rows (16
+// bytes each, 16-byte aligned), and r[i] is this lane's part of matrix i:
+// (row g, columns 2t, 2t + 1), or with kTrans (rows 2t, 2t + 1, column g).
+template <bool kTrans>
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void *row_address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_address));
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+  __trap();  // the launchers refuse devices below sm_80
+#endif
+}
+
+// The A fragment of rows row0.., columns k0.. of a [rows][stride] tile: the
+// four 8x8 quarters (rows +0/+8) x (columns +0/+8) are a[0..3].
 template <class M>
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const M *tile, int stride, int row0,
-                                       int k0, int g, int t) {
-  const M *p = tile + (row0 + g) * stride + k0 + 2 * t;
-  a[0] = pair(p);
-  a[1] = pair(p + 8 * stride);
-  a[2] = pair(p + 8);
-  a[3] = pair(p + 8 * stride + 8);
+                                       int k0, int lane) {
+  ldsm4<false>(a, tile + (row0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * stride + k0 + 8 * (lane >> 4));
 }
-// The A fragment of C tiles lo (columns 0..7) and hi (8..15), rounded to M.
+// B fragments (b0, b1) of two 8-row blocks: rows row0.. and row0 + 8.. of a
+// tile are B's columns, columns k0..k0 + 15 its k (K in Q K^T, Q in K Q^T).
+// b[0], b[1]: rows row0..; b[2], b[3]: rows row0 + 8...
+template <class M, int kD>
+__device__ __forceinline__ void load_b_rows(uint32_t (&b)[4], const M *X, int row0, int k0, int lane) {
+  ldsm4<false>(b, X + (row0 + (lane & 7) + 8 * (lane >> 4)) * kStride<kD> + k0 + 8 * ((lane >> 3) & 1));
+}
+// A fragment of C tiles lo (columns 0..7) and hi (8..15), rounded to M.
 template <class M>
 __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
   a[0] = pack<M>(lo[0], lo[1]);
@@ -115,23 +137,33 @@ __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&lo)[4], c
   a[2] = pack<M>(hi[0], hi[1]);
   a[3] = pack<M>(hi[2], hi[3]);
 }
-// c += A X^T over k = 0..kD: X's rows n0.. are B's columns (K in Q K^T).
+// c += A X^T over k = 0..kD: X's rows n0..n0 + 7 are B's columns (K in Q K^T).
+// One ldmatrix gives the B fragments of two k-steps.
 template <class M, int kD>
 __device__ __forceinline__ void mma_rows(float (&c)[4], const uint32_t (&a)[kD / 16][4], const M *X,
-                                         int n0, int g, int t) {
-  const M *p = X + (n0 + g) * kStride<kD> + 2 * t;
+                                         int n0, int lane) {
+  const M *p = X + (n0 + (lane & 7)) * kStride<kD> + 8 * (lane >> 3);
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; kk++) mma<M>(c, a[kk], pair(p + 16 * kk), pair(p + 16 * kk + 8));
+  for (int kk = 0; kk < kD / 16; kk += 2) {
+    uint32_t b[4];  // k-step kk: b[0], b[1]; kk + 1: b[2], b[3]
+    ldsm4<false>(b, p + 16 * kk);
+    mma<M>(c, a[kk], b[0], b[1]);
+    mma<M>(c, a[kk + 1], b[2], b[3]);
+  }
 }
-// c[nd] += a X[k0..k0+15][8nd..8nd+7] for every 8-column block nd of X (V in P V).
+// c[nd] += a X[k0..k0+15][8nd..8nd+7] for every 8-column block nd of X (V in
+// P V): X's rows are k, read transposed; one ldmatrix serves two blocks.
 template <class M, int kD>
 __device__ __forceinline__ void mma_cols(float (&c)[kD / 8][4], const uint32_t (&a)[4], const M *X,
-                                         int k0, int g, int t) {
-  const M *p = X + (k0 + 2 * t) * kStride<kD> + g;
+                                         int k0, int lane) {
+  const M *p = X + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * kStride<kD> + 8 * (lane >> 4);
 #pragma unroll
-  for (int nd = 0; nd < kD / 8; nd++)
-    mma<M>(c[nd], a, column_pair(p + 8 * nd, kStride<kD>),
-           column_pair(p + 8 * nd + 8 * kStride<kD>, kStride<kD>));
+  for (int nd = 0; nd < kD / 8; nd += 2) {
+    uint32_t b[4];  // block nd: b[0], b[1]; nd + 1: b[2], b[3]
+    ldsm4<true>(b, p + 8 * nd);
+    mma<M>(c[nd], a, b[0], b[1]);
+    mma<M>(c[nd + 1], a, b[2], b[3]);
+  }
 }
 
 // Copies from global to shared memory that run behind the compute (cp.async,
@@ -234,6 +266,7 @@ __global__ void __launch_bounds__(kThreads)
   const int bh = blockIdx.x / ntiles, i0 = (ntiles - 1 - blockIdx.x % ntiles) * kRowTile;
   const int bi = bh / heads, head = bh % heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const float scale2 = scale * kLog2e;  // scores in base 2: exp(x scale) = 2^(x scale2)
   const size_t ld = (size_t)b * heads * 3 * hd;
   const G *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
   const int w0 = i0 + 16 * warp;
@@ -249,7 +282,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   uint32_t qa[kD / 16][4];
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; kk++) load_a(qa[kk], sQ, S, 16 * warp, 16 * kk, g, t);
+  for (int kk = 0; kk < kD / 16; kk++) load_a(qa[kk], sQ, S, 16 * warp, 16 * kk, lane);
   float o[kD / 8][4] = {};                                   // sum_j P~ Z V of rows g, g + 8
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max; this lane's part of the sum
 
@@ -270,7 +303,7 @@ __global__ void __launch_bounds__(kThreads)
       float sc[kFwdKeys / 8][4] = {};
 #pragma unroll
       for (int nt = 0; nt < kFwdKeys / 8; nt++)
-        if (nt < nt_end) mma_rows<M, kD>(sc[nt], qa, tK, 8 * nt, g, t);
+        if (nt < nt_end) mma_rows<M, kD>(sc[nt], qa, tK, 8 * nt, lane);
       // Scale and mask; the row max over the tile (the 4 lanes of a quad share a row).
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -279,7 +312,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 4; e++) {
           const int r = e / 2, j = j0 + 8 * nt + 2 * t + (e & 1);
           const bool vis = j <= row[r] && row[r] < s;  // causal (and so j < s)
-          sc[nt][e] = vis ? sc[nt][e] * scale : -INFINITY;
+          sc[nt][e] = vis ? sc[nt][e] * scale2 : -INFINITY;
           mx[r] = fmaxf(mx[r], sc[nt][e]);
         }
       float base[2];
@@ -287,7 +320,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int r = 0; r < 2; r++) {
         const float mnew = fmaxf(m[r], quad_max(mx[r]));
         base[r] = mnew == -INFINITY ? 0.f : mnew;  // a row past s sees no key: keep it finite
-        const float alpha = expf(m[r] - base[r]);  // rescales the old terms; 0 at first
+        const float alpha = exp2f(m[r] - base[r]);  // rescales the old terms; 0 at first
         m[r] = mnew;
         l[r] *= alpha;
 #pragma unroll
@@ -300,7 +333,7 @@ __global__ void __launch_bounds__(kThreads)
         if (dr.on && nt < nt_end) keep_rows(z, dr, bi, head, s, row, j0 + 8 * nt + 2 * t, t);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const float p = expf(sc[nt][e] - base[e / 2]);
+          const float p = exp2f(sc[nt][e] - base[e / 2]);
           l[e / 2] += p;
           sc[nt][e] = p * z[e];
         }
@@ -310,18 +343,18 @@ __global__ void __launch_bounds__(kThreads)
         if (2 * kk >= nt_end) continue;  // all of these keys above the diagonal
         uint32_t pa[4];
         c_to_a<M>(pa, sc[2 * kk], sc[2 * kk + 1]);
-        mma_cols<M, kD>(o, pa, tV, 16 * kk, g, t);
+        mma_cols<M, kD>(o, pa, tV, 16 * kk, lane);
       }
     }
     __syncthreads();  // tile it is consumed before its buffer is refilled
   }
-  // ctx = o / l; lse = m + log(l) (l >= 1: the row max contributes exp(0)).
+  // ctx = o / l; lse = (m + log2(l)) ln 2 (l >= 1: the row max contributes 2^0).
   float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     l[r] = quad_sum(l[r]);
     inv[r] = 1.f / l[r];
-    if (t == 0 && row[r] < s) lse[(size_t)bh * s + row[r]] = m[r] + logf(l[r]);
+    if (t == 0 && row[r] < s) lse[(size_t)bh * s + row[r]] = (m[r] + log2f(l[r])) * kLn2;
   }
   store_rows<M, kD>(ctx + (size_t)bh * hd, (size_t)b * heads * hd, o, row, inv[0], inv[1], s, hd, t);
 }
@@ -344,6 +377,7 @@ __global__ void __launch_bounds__(kThreads)
   const int bh = blockIdx.x / ntiles, j0 = (blockIdx.x % ntiles) * kRowTile;  // first: most work
   const int bi = bh / heads, head = bh % heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const float scale2 = scale * kLog2e;  // scores in base 2: exp(x scale) = 2^(x scale2)
   const size_t ld = (size_t)b * heads * 3 * hd, ldc = (size_t)b * heads * hd;
   const G *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
   const G *dO = dctx + (size_t)bh * hd;
@@ -356,7 +390,7 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<M, kD, kBwdTile>(sO + buf * kTile, dO, ldc, q0, s, hd);
     for (int e = threadIdx.x; e < kBwdTile; e += kThreads) {
       const int i = q0 + e;
-      sL[buf * kBwdTile + e] = i < s ? lse[(size_t)bh * s + i] : 0.f;
+      sL[buf * kBwdTile + e] = i < s ? lse[(size_t)bh * s + i] * kLog2e : 0.f;
       sD[buf * kBwdTile + e] = i < s ? D[(size_t)bh * s + i] : 0.f;
     }
     copies_commit();
@@ -382,14 +416,18 @@ __global__ void __launch_bounds__(kThreads)
       float st[kBwdTile / 8][4] = {}, dpt[kBwdTile / 8][4] = {};  // S^T, dP^T: keys x queries
 #pragma unroll
       for (int kk = 0; kk < kD / 16; kk++) {
-        uint32_t ka[1][4], va[1][4];  // one k-step of the warp's K and V rows
-        load_a(ka[0], sK, S, 16 * warp, 16 * kk, g, t);
-        load_a(va[0], sV, S, 16 * warp, 16 * kk, g, t);
+        uint32_t ka[4], va[4];  // one k-step of the warp's K and V rows
+        load_a(ka, sK, S, 16 * warp, 16 * kk, lane);
+        load_a(va, sV, S, 16 * warp, 16 * kk, lane);
 #pragma unroll
-        for (int nt = 0; nt < kBwdTile / 8; nt++) {
-          const M *q = tQ + (8 * nt + g) * S + 16 * kk + 2 * t, *od = tO + (8 * nt + g) * S + 16 * kk + 2 * t;
-          mma<M>(st[nt], ka[0], pair(q), pair(q + 8));
-          mma<M>(dpt[nt], va[0], pair(od), pair(od + 8));
+        for (int nt = 0; nt < kBwdTile / 8; nt += 2) {  // query blocks nt, nt + 1
+          uint32_t bq[4], bo[4];
+          load_b_rows<M, kD>(bq, tQ, 8 * nt, 16 * kk, lane);
+          load_b_rows<M, kD>(bo, tO, 8 * nt, 16 * kk, lane);
+          mma<M>(st[nt], ka, bq[0], bq[1]);
+          mma<M>(st[nt + 1], ka, bq[2], bq[3]);
+          mma<M>(dpt[nt], va, bo[0], bo[1]);
+          mma<M>(dpt[nt + 1], va, bo[2], bo[3]);
         }
       }
       // P Z into st, dS / scale into dpt.
@@ -402,7 +440,7 @@ __global__ void __launch_bounds__(kThreads)
           const int j = key[e / 2], qi = 8 * nt + 2 * t + (e & 1), i = q0 + qi;
           float pz = 0.f, ds = 0.f;
           if (j <= i && i < s) {  // causal (and so j < s)
-            const float p = expf(st[nt][e] * scale - tL[qi]);
+            const float p = exp2f(fmaf(st[nt][e], scale2, -tL[qi]));
             pz = p * z[e];
             ds = p * (z[e] * dpt[nt][e] - tD[qi]);
           }
@@ -415,8 +453,8 @@ __global__ void __launch_bounds__(kThreads)
         uint32_t pa[4], da[4];
         c_to_a<M>(pa, st[2 * kq], st[2 * kq + 1]);
         c_to_a<M>(da, dpt[2 * kq], dpt[2 * kq + 1]);
-        mma_cols<M, kD>(dv, pa, tO, 16 * kq, g, t);
-        mma_cols<M, kD>(dk, da, tQ, 16 * kq, g, t);
+        mma_cols<M, kD>(dv, pa, tO, 16 * kq, lane);
+        mma_cols<M, kD>(dk, da, tQ, 16 * kq, lane);
       }
     }
     __syncthreads();  // tile it is consumed before its buffer is refilled
@@ -442,6 +480,7 @@ __global__ void __launch_bounds__(kThreads)
   const int bh = blockIdx.x / ntiles, i0 = (ntiles - 1 - blockIdx.x % ntiles) * kRowTile;
   const int bi = bh / heads, head = bh % heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const float scale2 = scale * kLog2e;  // scores in base 2: exp(x scale) = 2^(x scale2)
   const size_t ld = (size_t)b * heads * 3 * hd, ldc = (size_t)b * heads * hd;
   const G *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
   const int w0 = i0 + 16 * warp;
@@ -459,13 +498,13 @@ __global__ void __launch_bounds__(kThreads)
   uint32_t qa[kD / 16][4], oa[kD / 16][4];
 #pragma unroll
   for (int kk = 0; kk < kD / 16; kk++) {
-    load_a(qa[kk], sQ, S, 16 * warp, 16 * kk, g, t);
-    load_a(oa[kk], sO, S, 16 * warp, 16 * kk, g, t);
+    load_a(qa[kk], sQ, S, 16 * warp, 16 * kk, lane);
+    load_a(oa[kk], sO, S, 16 * warp, 16 * kk, lane);
   }
   float L[2], Dr[2];
 #pragma unroll
   for (int r = 0; r < 2; r++) {
-    L[r] = row[r] < s ? lse[(size_t)bh * s + row[r]] : 0.f;
+    L[r] = row[r] < s ? lse[(size_t)bh * s + row[r]] * kLog2e : 0.f;
     Dr[r] = row[r] < s ? D[(size_t)bh * s + row[r]] : 0.f;
   }
   float dq[kD / 8][4] = {};  // dQ / scale
@@ -485,8 +524,8 @@ __global__ void __launch_bounds__(kThreads)
       float sc[kBwdTile / 8][4] = {}, dp[kBwdTile / 8][4] = {};
 #pragma unroll
       for (int nt = 0; nt < kBwdTile / 8; nt++) {
-        mma_rows<M, kD>(sc[nt], qa, tK, 8 * nt, g, t);
-        mma_rows<M, kD>(dp[nt], oa, tV, 8 * nt, g, t);
+        mma_rows<M, kD>(sc[nt], qa, tK, 8 * nt, lane);
+        mma_rows<M, kD>(dp[nt], oa, tV, 8 * nt, lane);
       }
 #pragma unroll
       for (int nt = 0; nt < kBwdTile / 8; nt++) {
@@ -497,7 +536,7 @@ __global__ void __launch_bounds__(kThreads)
           const int r = e / 2, i = row[r], j = k0 + 8 * nt + 2 * t + (e & 1);
           float ds = 0.f;
           if (j <= i && i < s) {
-            const float p = expf(sc[nt][e] * scale - L[r]);
+            const float p = exp2f(fmaf(sc[nt][e], scale2, -L[r]));
             ds = p * (z[e] * dp[nt][e] - Dr[r]);
           }
           sc[nt][e] = ds;
@@ -507,7 +546,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int kk = 0; kk < kBwdTile / 16; kk++) {
         uint32_t da[4];
         c_to_a<M>(da, sc[2 * kk], sc[2 * kk + 1]);
-        mma_cols<M, kD>(dq, da, tK, 16 * kk, g, t);
+        mma_cols<M, kD>(dq, da, tK, 16 * kk, lane);
       }
     }
     __syncthreads();  // tile it is consumed before its buffer is refilled
