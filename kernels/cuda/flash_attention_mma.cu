@@ -3,8 +3,8 @@
 // backward) with the five products of each tile on mma.sync.m16n8k16: bf16 or
 // f16 operands, fp32 accumulation, sm_80 and later. FlashAttention-2's split of
 // the work: a warp owns 16 rows of every product of its block and keeps them in
-// registers. Operand fragments come from shared memory by ldmatrix (V, and Q
-// or dO as B, transposed on the way); the tiles reach shared memory by
+// registers. Operand fragments come from shared memory by ldmatrix (the
+// right-hand sides of P V, dS K, (P Z)^T dO and dS^T Q transposed on the way); the tiles reach shared memory by
 // cp.async into two buffers, the next tile's copy running behind this tile's
 // products. Dropout draws one Philox call per four elements (flash_common).
 // Measured figures: docs/gpu.md.
