@@ -221,7 +221,8 @@ class CpuOps final : public Ops<T> {
   }
   void adamw_update(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, size_t n,
                     const AdamWStep &a) override {
-    const cpu::AdamWParams p{a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step};
+    const cpu::AdamWParams p{a.lr,   a.beta1,      a.beta2,        a.eps,       a.weight_decay,
+                             a.step, a.grad_scale, a.model_copy, a.model_type};
     cpu::adamw_update<T>(param, grad, exp_avg, exp_avg_sq, n, p);
   }
   void colsum_accumulate(T *out, CAct x, int N, int cols) override {

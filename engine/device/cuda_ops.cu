@@ -213,7 +213,7 @@ class CudaOps final : public Ops<float> {
   void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
                     const AdamWStep &a) override {
     cuda::adamw_update(param, grad, exp_avg, exp_avg_sq, n, a.lr, a.beta1, a.beta2, a.eps,
-                       a.weight_decay, a.step, stream_);
+                       a.weight_decay, a.step, a.grad_scale, a.model_copy, a.model_type, stream_);
   }
   void colsum_accumulate(float *out, CAct x, int N, int cols) override {
     with_act_type(act_type(), [&](auto t) {

@@ -30,6 +30,14 @@ namespace ptdp {
 struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t step;
+  // Folded into the same pass, so the optimizer reads and writes each array
+  // once: gradients are used times grad_scale (loss-scale unscaling and
+  // clipping; the gradient array is left as it was), and where model_copy is
+  // set it receives the updated weights rounded to model_type (a 16-bit
+  // model's parameters from its fp32 master weights; float T only).
+  double grad_scale = 1.0;
+  float *model_copy = nullptr;
+  DType model_type = DType::f32;
 };
 
 // A device pointer and the type of the elements it points to: an activation

@@ -19,8 +19,11 @@ class AdamW {
   // Moments start at zero, master weights as the model's (already rounded)
   // parameters; all on the model's device.
   AdamW(const GPT<float> &model, AdamWConfig cfg);
-  // One update with learning rate lr; `step` counts updates from 1.
-  void update(GPT<float> &model, double lr, int64_t step);
+  // One update with learning rate lr; `step` counts updates from 1. The
+  // gradients are used times grad_scale (loss-scale unscaling and clipping in
+  // the same pass; the gradient array is left as it is), and a 16-bit model's
+  // parameters are rewritten from the master weights in that pass too.
+  void update(GPT<float> &model, double lr, int64_t step, double grad_scale = 1.0);
   // Device pointers, laid out like the model's parameters.
   float *exp_avg() { return m_.data(); }
   float *exp_avg_sq() { return v_.data(); }
@@ -41,7 +44,5 @@ class AdamW {
 double grad_sum_squares(GPT<float> &model);
 // The factor that clips the gradient norm to `clip` (1 when norm <= clip or clip = 0).
 double clip_factor(double norm, double clip);
-// Multiplies every gradient by `factor` (unscaling and clipping in one pass).
-void scale_gradients(GPT<float> &model, double factor);
 
 }  // namespace ptdp

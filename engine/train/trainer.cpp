@@ -352,8 +352,8 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
     auto timer = on_cpu ? nullptr : model.device().make_timer();
     if (timer) timer->start();
     const int64_t t0 = Timeline::now_ns();
-    scale_gradients(model, (1.0 / scale) * clip_factor(res.grad_norm, opt_.clip_grad));
-    r.adam->update(model, res.lr, it - skipped_);
+    r.adam->update(model, res.lr, it - skipped_,
+                   (1.0 / scale) * clip_factor(res.grad_norm, opt_.clip_grad));
     if (timer) timer->stop();
     const int64_t ns = timer ? (int64_t)(timer->elapsed_ms() * 1e6) : Timeline::now_ns() - t0;
     compute_ns += (double)ns;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/core/dtype.h"
 #include "engine/core/philox.h"
 
 namespace ptdp::cpu {
@@ -149,6 +150,9 @@ void cross_entropy_backward(T *dlogits, const T *logits, const int32_t *targets,
 struct AdamWParams {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t step;  // 1-based, for bias correction
+  double grad_scale = 1.0;       // gradients are used times this (rounded to T first)
+  float *model_copy = nullptr;   // if set (float T): the updated weights rounded to model_type
+  DType model_type = DType::f32;
 };
 template <class T>
 void adamw_update(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, size_t n,

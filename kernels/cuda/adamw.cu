@@ -3,24 +3,41 @@
 #include <cstdint>
 
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/storage.cuh"
 
 namespace ptdp::cuda {
 
 namespace {
 
 struct AdamConsts {
-  float b1, b2, omb1, omb2, bc1, bc2, lr, eps, wd;
+  float b1, b2, omb1, omb2, bc1, bc2, lr, eps, wd, gs;
 };
 
+// Where the updated weights also go rounded: nowhere, or a bf16 / f16 model's
+// parameters (16-bit values held in floats).
+enum class Copy { none, bf16, f16 };
+
+template <Copy kCopy>
+__device__ __forceinline__ float rounded(float p) {
+  if constexpr (kCopy == Copy::bf16)
+    return to_f32(from_f32<__nv_bfloat16>(p));
+  else if constexpr (kCopy == Copy::f16)
+    return to_f32(from_f32<__half>(p));
+  else
+    return p;
+}
+
 __device__ __forceinline__ void adam_one(float &p, float g, float &m, float &v, const AdamConsts &c) {
+  g *= c.gs;  // unscaling and clipping, as the separate pass it replaces rounded it
   m = c.b1 * m + c.omb1 * g;
   v = c.b2 * v + c.omb2 * g * g;
   p -= c.lr * ((m * c.bc1) / (sqrtf(v * c.bc2) + c.eps) + c.wd * p);
 }
 
-// Four parameters per thread with 16-byte loads and stores of all four arrays.
+// Four parameters per thread with 16-byte loads and stores of all the arrays.
+template <Copy kCopy>
 __global__ void adamw_vec4(float4 *param, const float4 *grad, float4 *exp_avg, float4 *exp_avg_sq,
-                           size_t n4, AdamConsts c) {
+                           float4 *copy, size_t n4, AdamConsts c) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
        i += (size_t)gridDim.x * blockDim.x) {
     float4 p = param[i], g = grad[i], m = exp_avg[i], v = exp_avg_sq[i];
@@ -31,21 +48,57 @@ __global__ void adamw_vec4(float4 *param, const float4 *grad, float4 *exp_avg, f
     param[i] = p;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
+    if constexpr (kCopy != Copy::none)
+      copy[i] = make_float4(rounded<kCopy>(p.x), rounded<kCopy>(p.y), rounded<kCopy>(p.z),
+                            rounded<kCopy>(p.w));
   }
 }
 
+template <Copy kCopy>
 __global__ void adamw_scalar(float *param, const float *grad, float *exp_avg, float *exp_avg_sq,
-                             size_t begin, size_t n, AdamConsts c) {
+                             float *copy, size_t begin, size_t n, AdamConsts c) {
   for (size_t i = begin + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
+       i += (size_t)gridDim.x * blockDim.x) {
     adam_one(param[i], grad[i], exp_avg[i], exp_avg_sq[i], c);
+    if constexpr (kCopy != Copy::none) copy[i] = rounded<kCopy>(param[i]);
+  }
+}
+
+template <Copy kCopy>
+void launch(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, float *copy,
+            size_t n, const AdamConsts &c, cudaStream_t stream) {
+  const int threads = 256;
+  auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  size_t done = 0;
+  if (aligned(param) && aligned(grad) && aligned(exp_avg) && aligned(exp_avg_sq) &&
+      (kCopy == Copy::none || aligned(copy))) {
+    const size_t n4 = n / 4;
+    if (n4 > 0) {
+      const int blocks = (int)std::min<size_t>((n4 + threads - 1) / threads, 65535);
+      adamw_vec4<kCopy><<<blocks, threads, 0, stream>>>(
+          reinterpret_cast<float4 *>(param), reinterpret_cast<const float4 *>(grad),
+          reinterpret_cast<float4 *>(exp_avg), reinterpret_cast<float4 *>(exp_avg_sq),
+          reinterpret_cast<float4 *>(copy), n4, c);
+    }
+    done = n4 * 4;
+  }
+  if (done < n) {
+    const int blocks = (int)std::min<size_t>((n - done + threads - 1) / threads, 65535);
+    adamw_scalar<kCopy><<<blocks, threads, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, copy,
+                                                        done, n, c);
+  }
+  check_launch("adamw_update");
 }
 
 }  // namespace
 
 void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
                   double lr, double beta1, double beta2, double eps, double weight_decay,
-                  int64_t step, cudaStream_t stream) {
+                  int64_t step, double grad_scale, float *model_copy, DType model_type,
+                  cudaStream_t stream) {
+  if (model_type != DType::f32 && !model_copy)
+    fail(Status::invalid_argument, "adamw_update: a ", dtype_name(model_type),
+         " model copy needs its array");
   if (n == 0) return;
   // Bias corrections on the host, rounded as the CPU kernel rounds them.
   // 1 - beta in double before the cast, as the CPU kernel.
@@ -57,23 +110,15 @@ void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_av
                      1.f / (float)(1.0 - std::pow(beta2, (double)step)),
                      (float)lr,
                      (float)eps,
-                     (float)weight_decay};
-  const int threads = 256;
-  auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  size_t done = 0;
-  if (aligned(param) && aligned(grad) && aligned(exp_avg) && aligned(exp_avg_sq)) {
-    const size_t n4 = n / 4;
-    if (n4 > 0) {
-      const int blocks = (int)std::min<size_t>((n4 + threads - 1) / threads, 65535);
-      adamw_vec4<<<blocks, threads, 0, stream>>>(
-          reinterpret_cast<float4 *>(param), reinterpret_cast<const float4 *>(grad),
-          reinterpret_cast<float4 *>(exp_avg), reinterpret_cast<float4 *>(exp_avg_sq), n4, c);
-    }
-    done = n4 * 4;
-  }
-  if (done < n) {
-    const int blocks = (int)std::min<size_t>((n - done + threads - 1) / threads, 65535);
-    adamw_scalar<<<blocks, threads, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, done, n, c);
+                     (float)weight_decay,
+                     (float)grad_scale};
+  switch (model_type) {
+    case DType::f32: return launch<Copy::none>(param, grad, exp_avg, exp_avg_sq, nullptr, n, c, stream);
+    case DType::bf16: return launch<Copy::bf16>(param, grad, exp_avg, exp_avg_sq, model_copy, n, c, stream);
+    case DType::f16: return launch<Copy::f16>(param, grad, exp_avg, exp_avg_sq, model_copy, n, c, stream);
+    default:
+      fail(Status::invalid_argument, "adamw_update: model copy of type ", dtype_name(model_type),
+           " (allowed: f32 = none, bf16, f16)");
   }
 }
 

@@ -197,9 +197,12 @@ void cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n,
           cudaStream_t stream);
 
 // AdamW with decoupled weight decay over one flat fp32 tensor (the CPU kernel's
-// arithmetic; step is 1-based for the bias corrections).
+// arithmetic; step is 1-based for the bias corrections), gradients used times
+// grad_scale; model_type bf16 / f16 also writes the updated weights rounded to
+// it into model_copy (f32: no copy) in the same pass.
 void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
                   double lr, double beta1, double beta2, double eps, double weight_decay,
-                  int64_t step, cudaStream_t stream);
+                  int64_t step, double grad_scale, float *model_copy, DType model_type,
+                  cudaStream_t stream);
 
 }  // namespace ptdp::cuda

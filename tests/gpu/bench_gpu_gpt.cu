@@ -98,8 +98,7 @@ int main(int argc, char **argv) {
       loss = model.forward(tokens.data(), targets.data(), s, batch, ctx);
       model.backward(1.f / N);
       const double norm = std::sqrt(grad_sum_squares(model));
-      scale_gradients(model, clip_factor(norm, 1.0));
-      opt.update(model, 1e-4, step + 1);
+      opt.update(model, 1e-4, step + 1, clip_factor(norm, 1.0));  // clipping folded into AdamW
       dev->synchronize();
       const double dt =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -302,9 +302,16 @@ int main() {
     float *p = (float *)random_device(n, 4, 21), *g = (float *)random_device(n, 4, 22);
     float *m = (float *)random_device(n, 4, 23), *v = (float *)random_device(n, 4, 24);
     report("f32", "adamw[2^28]", time_ms([&] {
-             ptdp::cuda::adamw_update(p, g, m, v, n, 1e-9, 0.9, 0.95, 1e-8, 0.0, 10, 0);
+             ptdp::cuda::adamw_update(p, g, m, v, n, 1e-9, 0.9, 0.95, 1e-8, 0.0, 10, 1.0, nullptr,
+                                      ptdp::DType::f32, 0);
            }), 7.0 * n * 4, copy_gbs);
-    cudaFree(p), cudaFree(g), cudaFree(m), cudaFree(v);
+    // A bf16 run's step: clipping and the rounded model copy in the same pass.
+    float *copy = (float *)random_device(n, 4, 25);
+    report("f32", "adamw+clip+bf16_copy[2^28]", time_ms([&] {
+             ptdp::cuda::adamw_update(p, g, m, v, n, 1e-9, 0.9, 0.95, 1e-8, 0.0, 10, 0.5, copy,
+                                      ptdp::DType::bf16, 0);
+           }), 8.0 * n * 4, copy_gbs);
+    cudaFree(p), cudaFree(g), cudaFree(m), cudaFree(v), cudaFree(copy);
   }
   return 0;
 }

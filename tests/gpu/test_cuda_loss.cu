@@ -26,26 +26,45 @@ void test_cross_entropy(int N, int Vp, int V) {
   compare(tag.c_str(), dloss.get(), loss, 1e-5f, 1e-5f);
 }
 
-void test_adamw(size_t n, int64_t step) {
+// AdamW with the gradient scale (unscaling, clipping) and the rounded model
+// copy of a 16-bit run folded in (copy_type f32: no copy).
+void test_adamw(size_t n, int64_t step, double grad_scale, ptdp::DType copy_type) {
   auto p = randn(n, 12), g = randn(n, 13, 0.1f), m = randn(n, 14, 0.01f), v = randn(n, 15, 0.01f);
   for (auto &x : v) x = x * x;  // second moments are non-negative
-  Dev dp(p), dg(g), dm(m), dv(v);
-  ptdp::cpu::AdamWParams a{3e-4, 0.9, 0.95, 1e-8, 0.1, step};
+  const bool copy = copy_type != ptdp::DType::f32;
+  std::vector<float> model(copy ? n : 0, -7.f);
+  Dev dp(p), dg(g), dm(m), dv(v), dmodel(n);
+  ptdp::cpu::AdamWParams a{3e-4, 0.9, 0.95, 1e-8, 0.1, step, grad_scale,
+                           copy ? model.data() : nullptr, copy_type};
   ptdp::cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
   ptdp::cuda::adamw_update(dp.p, dg.p, dm.p, dv.p, n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
-                           a.step, 0);
+                           a.step, grad_scale, copy ? dmodel.p : nullptr, copy_type, 0);
   CUDA_OK(cudaDeviceSynchronize());
   // The same float arithmetic per element, but either side may fuse a multiply
   // and an add: a few ulp of the terms. exp_avg = b1*m + (1-b1)*g can cancel to
   // far below its terms, so its bound is on the terms, not on the result.
-  std::string tag = "adamw n=" + std::to_string(n) + " step " + std::to_string(step);
+  std::string tag = "adamw n=" + std::to_string(n) + " step " + std::to_string(step) +
+                    " grad scale " + std::to_string(grad_scale) + " copy " +
+                    ptdp::dtype_name(copy_type);
   const auto m0 = randn(n, 14, 0.01f);  // the inputs again (m was updated in place)
   std::vector<float> m_bound(n);
   for (size_t i = 0; i < n; i++)
-    m_bound[i] = 4 * std::ldexp(1.f, -24) * (0.9f * std::fabs(m0[i]) + 0.1f * std::fabs(g[i]));
+    m_bound[i] = 4 * std::ldexp(1.f, -24) * (0.9f * std::fabs(m0[i]) + 0.1f * std::fabs(g[i]) * grad_scale);
   compare((tag + " param").c_str(), dp.get(), p, 1e-7f, 1e-6f);
   compare_bound((tag + " exp_avg").c_str(), dm.get(), m, m_bound);
   compare((tag + " exp_avg_sq").c_str(), dv.get(), v, 1e-12f, 1e-6f);
+  if (copy) {
+    // The copy is the device's own weights rounded, every element written: a
+    // weight a few ulp off may round to the neighbouring 16-bit value, so it
+    // is held to its own param, not the CPU's copy.
+    const std::vector<float> dev_p = dp.get(), dev_model = dmodel.get();
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) off += dev_model[i] != ptdp::round_to(copy_type, dev_p[i]);
+    std::printf("%-48s %s (%zu of %zu differ)\n", (tag + " model copy").c_str(), off ? "FAIL" : "ok",
+                off, n);
+    if (off) failures++;
+    compare((tag + " model copy vs cpu").c_str(), dev_model, model, 1e-2f, 1e-2f);
+  }
 }
 
 // The three vocab-parallel steps on one tensor rank's shard: columns
@@ -207,7 +226,9 @@ void test_storage_type() {
 int main() {
   require_device();
   for (int V : {1, 257, 50257}) test_cross_entropy(23, (V + 127) / 128 * 128, V);
-  for (size_t n : {1, 7, 4096, 1000003}) test_adamw(n, 1 + (int64_t)(n % 5));
+  for (size_t n : {1, 7, 4096, 1000003}) test_adamw(n, 1 + (int64_t)(n % 5), 1.0, ptdp::DType::f32);
+  test_adamw(1000003, 3, 0.37, ptdp::DType::bf16);  // clipped, bf16 model copy
+  test_adamw(4099, 2, 0.5, ptdp::DType::f16);
   test_storage_type<float>();
   test_storage_type<__nv_bfloat16>();
   test_storage_type<__half>();
