@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/core/status.h"
 #include "kernels/cpu/ops.h"
 
 namespace ptdp::cpu {
@@ -435,6 +436,45 @@ TEST(KernelAdamW, FloatMatchesDoubleFormulaWithBeta2Near1) {
       EXPECT_NEAR(p[i], rp[i], 1e-6 * std::abs(rp[i])) << "step " << step << " element " << i;
     }
   }
+}
+
+// The fused pass (gradient scale and a 16-bit model copy folded in) gives the
+// bits of the passes it replaced: scale_inplace, the update, then the master
+// weights copied and rounded in bulk.
+TEST(KernelAdamW, FusedScaleAndModelCopyMatchSeparatePasses) {
+  const size_t n = 1003;
+  Rng rng(13);
+  for (DType t : {DType::bf16, DType::f16}) {
+    for (double scale : {1.0, 0.37}) {
+      std::vector<float> p(n), g(n), m(n, 0.f), v(n, 0.f);
+      for (auto &x : p) x = (float)rng.nonzero();
+      for (auto &x : g) x = (float)(rng.nonzero() * 3);
+      std::vector<float> p2 = p, g2 = g, m2 = m, v2 = v, copy(n, -1.f);
+      for (int64_t step = 1; step <= 2; step++) {
+        AdamWParams a{1e-2, 0.9, 0.95, 1e-8, 0.1, step};
+        // Separate passes.
+        scale_inplace(g2.data(), n, (float)scale);
+        adamw_update(p2.data(), g2.data(), m2.data(), v2.data(), n, a);
+        std::vector<float> rounded = p2;
+        round_to(t, rounded.data(), n);
+        // Fused.
+        a.grad_scale = scale;
+        a.model_copy = copy.data();
+        a.model_type = t;
+        adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
+        g2 = g;  // the fused pass leaves the gradients as they were
+        ASSERT_EQ(0, std::memcmp(p.data(), p2.data(), n * 4)) << dtype_name(t) << " " << scale;
+        ASSERT_EQ(0, std::memcmp(m.data(), m2.data(), n * 4)) << dtype_name(t) << " " << scale;
+        ASSERT_EQ(0, std::memcmp(v.data(), v2.data(), n * 4)) << dtype_name(t) << " " << scale;
+        ASSERT_EQ(0, std::memcmp(copy.data(), rounded.data(), n * 4)) << dtype_name(t) << " " << scale;
+      }
+    }
+  }
+  // A model copy needs float weights.
+  std::vector<double> pd(4, 1.0), gd(4, 1.0), md(4, 0.0), vd(4, 0.0);
+  float dummy[4];
+  AdamWParams a{1e-2, 0.9, 0.95, 1e-8, 0.1, 1, 1.0, dummy, DType::bf16};
+  EXPECT_THROW(adamw_update(pd.data(), gd.data(), md.data(), vd.data(), 4, a), Error);
 }
 
 // ---- reductions ---------------------------------------------------------------
