@@ -49,7 +49,8 @@ def main(out):
                   f"{r.get('unfused_fwd_ms')}, fused fwd {r.get('fused_fwd_ms')}, "
                   f"fused bwd {r.get('fused_bwd_ms')}")
         elif r.get("name") == "attention_mma":
-            print(f"{'attention, tensor cores (ms)':34s} {r.get('dtype')} fused fwd "
+            label = "attention, tensor cores" + (", p=0" if r.get("dropout") == "0" else "") + " (ms)"
+            print(f"{label:34s} {r.get('dtype')} fused fwd "
                   f"{r.get('fused_fwd_ms')}, fused bwd {r.get('fused_bwd_ms')}")
         elif "gbs" not in r:
             continue

@@ -7,6 +7,7 @@
 // Prints a table, then one "bench key=value ..." line per figure for scripts.
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/ops_cuda.h"
@@ -209,10 +210,10 @@ void bench_attention(ptdp::cuda::Gemm &gemm) {
 }
 
 // The tensor-core kernels on the same layer, as a bf16 run calls them: bf16
-// arrays, bf16 operands.
+// arrays, bf16 operands; with dropout 0.1 (the training figure) and without
+// (what the dropout draws cost).
 void bench_attention_mma() {
   const int s = 2048, b = 2, a = 16, hd = 128, w = a * hd;
-  const ptdp::DropoutSpec drop{{1234, 78, 5}, 0.1f, 0};
   using B16 = __nv_bfloat16;
   B16 *qkv = (B16 *)random_device((size_t)s * b * 3 * w, 2, 50);
   B16 *dqkv = (B16 *)random_device((size_t)s * b * 3 * w, 2, 51);
@@ -221,18 +222,23 @@ void bench_attention_mma() {
   float *lse = (float *)random_device((size_t)b * a * s, 4, 54);
   const float scale = 1.f / std::sqrt((float)hd);
   const double fwd_flops = 2.0 * b * a * (double)s * s * hd;
-  const double fwd = time_ms([&] {
-    ptdp::cuda::flash_attention_forward_mma(ctx, lse, qkv, s, b, a, hd, scale, 0, drop, DType::bf16, 0);
-  });
-  const double bwd = time_ms([&] {
-    ptdp::cuda::flash_attention_backward_mma(dqkv, dctx, ctx, qkv, lse, s, b, a, hd, scale, 0, drop,
-                                             DType::bf16, 0);
-  });
-  std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", "bf16", "attention fwd fused, tensor cores",
-              fwd, fwd_flops / fwd / 1e9);
-  std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", "bf16", "attention bwd fused, tensor cores",
-              bwd, 2.5 * fwd_flops / bwd / 1e9);
-  std::printf("bench name=attention_mma dtype=bf16 fused_fwd_ms=%.3f fused_bwd_ms=%.3f\n", fwd, bwd);
+  for (float p : {0.1f, 0.f}) {
+    const ptdp::DropoutSpec drop{{1234, 78, 5}, p, 0};
+    const double fwd = time_ms([&] {
+      ptdp::cuda::flash_attention_forward_mma(ctx, lse, qkv, s, b, a, hd, scale, 0, drop, DType::bf16, 0);
+    });
+    const double bwd = time_ms([&] {
+      ptdp::cuda::flash_attention_backward_mma(dqkv, dctx, ctx, qkv, lse, s, b, a, hd, scale, 0, drop,
+                                               DType::bf16, 0);
+    });
+    const std::string what = p > 0 ? "" : ", no dropout";
+    std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", "bf16",
+                ("attention fwd fused, tensor cores" + what).c_str(), fwd, fwd_flops / fwd / 1e9);
+    std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", "bf16",
+                ("attention bwd fused, tensor cores" + what).c_str(), bwd, 2.5 * fwd_flops / bwd / 1e9);
+    std::printf("bench name=attention_mma dtype=bf16 dropout=%g fused_fwd_ms=%.3f fused_bwd_ms=%.3f\n",
+                p, fwd, bwd);
+  }
   cudaFree(qkv), cudaFree(dqkv), cudaFree(ctx), cudaFree(dctx), cudaFree(lse);
 }
 
