@@ -12,7 +12,8 @@
 #            line-buffered; a CUDA error reruns the case with
 #            CUDA_LAUNCH_BLOCKING=1 so the log names the kernel
 #   bench    ptdp's 1.3B training step: bf16 flash without recompute (the
-#            like-for-like figure) first, then with recompute + op profile
+#            like-for-like figure) first, unfused without recompute, then
+#            flash with recompute + op profile
 #   torch    PyTorch eager + flash on the same model, batch, clipping, AdamW
 #   ops      bench_gpu_ops (GEMMs, element-wise kernels against copy)
 #   sanitize compute-sanitizer memcheck + racecheck (only with --full or --only;
@@ -122,6 +123,8 @@ else
   if wanted bench; then
     if [[ -x $g/bench_gpu_gpt ]]; then
       step bench_nr 75 bench_gpt.log $g/bench_gpu_gpt --steps 3 --bf16 1 --flash 1 --recompute 0
+      # Unfused attention without recompute: faster than the fused kernels on an H200 (docs/gpu.md).
+      step bench_unf_nr 60 bench_gpt.log $g/bench_gpu_gpt --steps 3 --bf16 1 --flash 0 --recompute 0
       step bench_rc 75 bench_gpt.log $g/bench_gpu_gpt --steps 2 --bf16 1 --flash 1 --profile 1
       if ((full)); then
         step bench_unf 90 bench_gpt.log $g/bench_gpu_gpt --steps 2 --bf16 1
@@ -163,8 +166,9 @@ fi
   echo "== first failing lines"
   for log in build tests trainer bench_gpt memcheck; do
     [[ -f $OUT/$log.log ]] || continue
-    grep -m8 -E "FAIL|Failure|failed|rror:|error |illegal|misaligned|not found|mismatch" "$OUT/$log.log" |
-      sed "s/^/$log: /"
+    # (not the passing tests' own tallies: "0 checks failed", "... refused  ok")
+    grep -E "FAIL|Failure|failed|rror:|error |illegal|misaligned|not found|mismatch" "$OUT/$log.log" |
+      grep -vE " ok$|(^| )0 (device )?checks failed|^0 failure|ERROR SUMMARY: 0 " | head -8 | sed "s/^/$log: /"
   done
   echo
   python3 scripts/gpu_summary.py "$OUT" 2>&1

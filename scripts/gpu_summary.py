@@ -70,6 +70,13 @@ def main(out):
         if r.get("name") == "torch_train":
             print(f"torch train {r['variant']:22s} {float(r['tokens_per_s']):9.0f} tokens/s "
                   f"{float(r['tflops']):6.1f} TFLOP/s MFU {100 * float(r['mfu']):4.1f}% {r['mem_gib']} GiB")
+    # ptdp against PyTorch eager + flash measured in the same call.
+    eager = [float(r["tokens_per_s"]) for r in torch
+             if r.get("name") == "torch_train" and r.get("variant") == "eager+flash"]
+    for r in gpt:
+        if eager:
+            print(f"ptdp {r['variant']:28s} / torch eager+flash: "
+                  f"{float(r['tokens_per_s']) / eager[0]:.2f}x")
 
 
 if __name__ == "__main__":
