@@ -200,6 +200,11 @@ void GPT<T>::init_parameters(uint64_t seed) {
     }
   }
   params_.copy_from_host(host);
+  if constexpr (std::is_same_v<T, float>)
+    if (prec_.dtype != DType::f32) {  // kept for the optimizer's master weights
+      fp32_init_.resize(*dev_, host.size());
+      fp32_init_.copy_from_host(host);
+    }
   to_storage(params_.data(), params_.size());
 }
 

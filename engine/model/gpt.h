@@ -106,6 +106,11 @@ class GPT {
   const PipelineStage &pipeline_stage() const { return pp_; }
   const Precision &precision() const { return prec_; }
   Device &device() const { return *dev_; }
+  // A 16-bit model's initial parameters as drawn, in fp32 before their
+  // rounding, laid out like params(): the optimizer's master weights start
+  // from them, as PyTorch autocast's and Megatron's do. Empty for an fp32 model
+  // and once taken (the first caller owns the memory).
+  DeviceArray<float> take_fp32_init() { return std::move(fp32_init_); }
   // Megatron's --use-flash-attn: attention fused into one op per direction that
   // keeps each row's log-sum-exp instead of the [b, a/t, s, s] probabilities.
   // Not between a training forward and its backward.
@@ -238,6 +243,7 @@ class GPT {
   int vocab_start_ = 0, local_vocab_ = 0, local_real_vocab_ = 0;
   std::vector<ParamInfo> table_;
   DeviceArray<T> params_, grads_;
+  DeviceArray<float> fp32_init_;  // see take_fp32_init
   GradReadyHook grad_ready_;
 
   // Stashed activations per (chunk, micro-batch), and finished ones kept for reuse.

@@ -2,14 +2,17 @@
 
 namespace ptdp {
 
-AdamW::AdamW(const GPT<float> &model, AdamWConfig cfg) : cfg_(cfg) {
+AdamW::AdamW(GPT<float> &model, AdamWConfig cfg) : cfg_(cfg) {
   Device &dev = model.device();
   const size_t n = model.num_params();
   m_.resize(dev, n);
   v_.resize(dev, n);
   if (model.precision().dtype != DType::f32) {
-    master_.resize(dev, n);
-    dev.copy(master_.data(), model.params(), n * sizeof(float));
+    master_ = model.take_fp32_init();
+    if (master_.size() != n) {  // taken before: the rounded parameters are all there is
+      master_.resize(dev, n);
+      dev.copy(master_.data(), model.params(), n * sizeof(float));
+    }
   }
 }
 

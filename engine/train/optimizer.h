@@ -16,9 +16,11 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  // Moments start at zero, master weights as the model's (already rounded)
-  // parameters; all on the model's device.
-  AdamW(const GPT<float> &model, AdamWConfig cfg);
+  // Moments start at zero; a 16-bit model's master weights are its fp32
+  // initial parameters (GPT::take_fp32_init: moved, not copied), or its
+  // rounded parameters when another optimizer took those first. All on the
+  // model's device.
+  AdamW(GPT<float> &model, AdamWConfig cfg);
   // One update with learning rate lr; `step` counts updates from 1. The
   // gradients are used times grad_scale (loss-scale unscaling and clipping in
   // the same pass; the gradient array is left as it is), and a 16-bit model's

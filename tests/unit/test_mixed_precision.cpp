@@ -133,6 +133,33 @@ TEST(MixedPrecision, ParametersAreSixteenBitValues) {
   EXPECT_EQ(f32.optimizer(0).master(), nullptr);  // fp32 parameters are their own master
 }
 
+// The master weights start from the fp32 initial parameters, not from their
+// 16-bit rounding (as PyTorch autocast and Megatron start): before any step a
+// 16-bit trainer's master weights are, bit for bit, the fp32 trainer's
+// parameters, on every rank of a layout, and its parameters their rounding.
+TEST(MixedPrecision, MasterWeightsStartFromTheFp32Init) {
+  Trainer f32(options({2, 2, 1, 1}, "f32"));
+  for (const char *dt : {"bf16", "f16"}) {
+    Trainer half(options({2, 2, 1, 1}, dt));
+    const DType t = std::string(dt) == "bf16" ? DType::bf16 : DType::f16;
+    for (int r = 0; r < half.world_size(); r++) {
+      const size_t n = half.model(r).num_params();
+      ASSERT_EQ(n, f32.model(r).num_params());
+      const float *master = half.optimizer(r).master(), *init = f32.model(r).params(),
+                  *params = half.model(r).params();
+      ASSERT_NE(master, nullptr);
+      EXPECT_EQ(0, std::memcmp(master, init, n * sizeof(float))) << dt << " rank " << r;
+      size_t off = 0, unrounded = 0;
+      for (size_t i = 0; i < n; i++) {
+        off += params[i] != round_to(t, init[i]);
+        unrounded += master[i] != round_to(t, master[i]);
+      }
+      EXPECT_EQ(off, 0u) << dt << " rank " << r;
+      EXPECT_GT(unrounded, n / 2) << dt << " rank " << r;  // the init's own bits, not rounded ones
+    }
+  }
+}
+
 // ---- 16-bit activations ---------------------------------------------------------
 
 // A 16-bit run holds its activations and their gradients in 2 bytes, as ptdp
