@@ -4,7 +4,8 @@
 // GEMMs on tensor cores with fp32 sums (16-bit results for activations, fp32
 // for weight gradients), attention on tensor cores. Weights are fp32 arrays of
 // 16-bit values (ops.h): the ops read one 16-bit copy of them, made once per
-// set_weights (each forward), not per call.
+// set_weights (after each change of the weights: once per optimizer step),
+// not per call.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -154,7 +154,8 @@ class Ops {
   virtual void round_to_storage(T *x, size_t n, DType dtype) = 0;
 
   // [base, base + n) holds the model's weights, unchanged until the next call
-  // (the model calls it at every forward): a backend may keep one 16-bit copy
+  // (the model calls it before a forward whenever its weights were written
+  // since the last call: GPT::params()): a backend may keep one 16-bit copy
   // of them for the ops of a 16-bit run that read weights next to activations
   // (CUDA does: GEMM operands, LayerNorm and bias parameters; 2 bytes per
   // parameter) instead of narrowing them at every call.

@@ -125,7 +125,15 @@ class GPT {
   // Global index of local element i of parameter p (the init RNG's counter).
   int64_t global_index(const ParamInfo &p, size_t i) const;
 
-  T *params() { return params_.data(); }
+  // The parameters. Taking them writable counts as a write: the ops' copy of
+  // the weights (a 16-bit run's 2-byte copy on CUDA, Ops::set_weights) is made
+  // again before the next forward, so no writer (the optimizer, a checkpoint
+  // load, an import) can leave it stale, and a forward with unchanged weights
+  // reuses it (once per optimizer step, not per micro-batch).
+  T *params() {
+    weights_changed_ = true;
+    return params_.data();
+  }
   const T *params() const { return params_.data(); }
   T *grads() { return grads_.data(); }
   const T *grads() const { return grads_.data(); }
@@ -244,6 +252,7 @@ class GPT {
   std::vector<ParamInfo> table_;
   DeviceArray<T> params_, grads_;
   DeviceArray<float> fp32_init_;  // see take_fp32_init
+  bool weights_changed_ = true;   // since the last set_weights (see params())
   GradReadyHook grad_ready_;
 
   // Stashed activations per (chunk, micro-batch), and finished ones kept for reuse.

@@ -36,7 +36,10 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
   check_act("input", input);
   check_act("output", output);
 
-  ops_->set_weights(params_.data(), params_.size());  // they may have changed since
+  if (weights_changed_) {  // written since the last forward (see params())
+    ops_->set_weights(params_.data(), params_.size());
+    weights_changed_ = false;
+  }
   ChunkActs &A = acquire(chunk, mb, s, b);
   A.ctx = ctx;
   const bool stash = ctx.training;
