@@ -8,6 +8,7 @@
 #include "engine/core/status.h"
 #include "engine/device/device.h"
 #include "engine/device/memory_ledger.h"
+#include "kernels/cuda/storage.cuh"
 
 namespace ptdp {
 
@@ -82,8 +83,10 @@ class CudaDevice : public Device {
     uint64_t keep_all = UINT64_MAX;
     check(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_all), where_,
           "cudaMemPoolSetAttribute(ReleaseThreshold)");
+    use();  // again, now that the pool exists: the kernels' scratch comes from it
   }
   ~CudaDevice() override {
+    if (cuda::scratch_pool == pool_) cuda::scratch_pool = nullptr;
     cudaSetDevice(ordinal_);
     cudaStreamSynchronize(stream_);
     ledger_.for_each_live([&](void *p) { cudaFreeAsync(p, stream_); });
@@ -184,8 +187,12 @@ class CudaDevice : public Device {
 
  private:
   // Ranks are threads that may share a GPU or use different ones: every entry
-  // point makes this rank's GPU current on the calling thread.
-  void use() { check(cudaSetDevice(ordinal_), where_, "cudaSetDevice"); }
+  // point makes this rank's GPU current on the calling thread, and its pool
+  // the one the kernels' scratch comes from.
+  void use() {
+    check(cudaSetDevice(ordinal_), where_, "cudaSetDevice");
+    cuda::scratch_pool = pool_;
+  }
 
   int ordinal_;
   std::string hardware_id_;

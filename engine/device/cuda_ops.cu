@@ -35,8 +35,9 @@ void with_act_type(DType t, F f) {
 
 class CudaOps final : public Ops<float> {
  public:
-  explicit CudaOps(Device &dev)
-      : Ops<float>(dev), stream_(static_cast<cudaStream_t>(dev.stream())) {}
+  // The GPU is bound first (stream_ is initialised before gemm_): the GEMM
+  // workspace lands on this device's GPU whichever thread builds the model.
+  explicit CudaOps(Device &dev) : Ops<float>(dev), stream_(bound_stream(dev)) {}
 
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, CAct A, int lda, CAct B, int ldb,
             float beta, Act C, int ldc) override {
@@ -307,7 +308,12 @@ class CudaOps final : public Ops<float> {
     return buf.data();
   }
 
-  cudaStream_t stream_;
+  static cudaStream_t bound_stream(Device &dev) {
+    dev.bind_thread();
+    return static_cast<cudaStream_t>(dev.stream());
+  }
+
+  cudaStream_t stream_;  // before gemm_ (see the constructor)
   cuda::Gemm gemm_;
   DeviceArray<uint16_t> narrow_[2];  // copies of non-weights: GEMM operands A, B; op weights
   const float *weights_ = nullptr;   // set_weights: the model's weights, and their 16-bit copy

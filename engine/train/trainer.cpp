@@ -176,7 +176,27 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   }
 }
 
-Trainer::~Trainer() = default;
+// NCCL (2.23 and later) finalizes a communicator together with the other
+// members: destroyed one after another on this thread, each would wait for
+// members not yet at theirs, up to comm_timeout apiece. So every rank drops
+// its device communicators on a thread of its own, all at once (each bounded
+// by comm_timeout: NcclComm::release), after its gradient reducer, whose
+// thread uses them.
+Trainer::~Trainer() {
+  std::vector<std::thread> threads;
+  for (auto &R : ranks_) {
+    Rank *r = R.get();
+    threads.emplace_back([r] {
+      try {
+        r->device->bind_thread();
+      } catch (const std::exception &) {  // the release below binds again, or frees host objects
+      }
+      r->grad_reducer.reset();
+      for (auto &c : r->staged) c.reset();
+    });
+  }
+  for (auto &t : threads) t.join();
+}
 
 // The groups as the model and the gradient reductions use them (Rank::tp_d,
 // ...): NCCL communicators, the host ones through copies (StagedComm), or on

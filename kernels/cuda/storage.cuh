@@ -65,12 +65,22 @@ inline void check_launch(const char *what) {
   if (e != cudaSuccess) fail(Status::internal, what, " kernel launch failed: ", cudaGetErrorString(e));
 }
 
-// Scratch memory from the stream's pool (cudaMallocAsync), freed on the stream
-// when it goes out of scope: also when a launch check after it throws.
+// The memory pool StreamScratch draws from on this thread: the rank's device
+// pool, set with the current GPU whenever a CudaDevice binds its GPU to a
+// thread, so scratch counts in that device's reserved memory and is kept
+// between steps instead of trimmed at every synchronization. Null (kernels
+// called without a Device, as the op tests call them): the current GPU's
+// default pool.
+inline thread_local cudaMemPool_t scratch_pool = nullptr;
+
+// Scratch memory from scratch_pool, stream-ordered, freed on the stream when
+// it goes out of scope: also when a launch check after it throws.
 class StreamScratch {
  public:
   StreamScratch(size_t bytes, cudaStream_t stream, const char *what) : stream_(stream) {
-    check(cudaMallocAsync(&p_, bytes, stream), what);
+    check(scratch_pool ? cudaMallocFromPoolAsync(&p_, bytes, scratch_pool, stream)
+                       : cudaMallocAsync(&p_, bytes, stream),
+          what);
   }
   ~StreamScratch() {
     if (p_) cudaFreeAsync(p_, stream_);  // stream-ordered: after the kernels queued before
