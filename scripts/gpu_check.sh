@@ -12,8 +12,8 @@
 #            line-buffered; a CUDA error reruns the case with
 #            CUDA_LAUNCH_BLOCKING=1 so the log names the kernel
 #   bench    ptdp's 1.3B training step: bf16 flash without recompute (the
-#            like-for-like figure) first, unfused without recompute, then
-#            flash with recompute + op profile
+#            like-for-like figure) first, unfused without recompute, 4
+#            micro-batches a step, then flash with recompute + op profile
 #   torch    PyTorch eager + flash on the same model, batch, clipping, AdamW
 #   ops      bench_gpu_ops (GEMMs, element-wise kernels against copy)
 #   sanitize compute-sanitizer memcheck + racecheck (only with --full or --only;
@@ -125,6 +125,9 @@ else
       step bench_nr 75 bench_gpt.log $g/bench_gpu_gpt --steps 3 --bf16 1 --flash 1 --recompute 0
       # Unfused attention without recompute: faster than the fused kernels on an H200 (docs/gpu.md).
       step bench_unf_nr 60 bench_gpt.log $g/bench_gpu_gpt --steps 3 --bf16 1 --flash 0 --recompute 0
+      # A training run's step: 4 micro-batches accumulated, then one optimizer pass.
+      step bench_mb4 60 bench_gpt.log $g/bench_gpu_gpt --steps 2 --microbatches 4 --bf16 1 --flash 1 \
+        --recompute 0
       step bench_rc 75 bench_gpt.log $g/bench_gpu_gpt --steps 2 --bf16 1 --flash 1 --profile 1
       if ((full)); then
         step bench_unf 90 bench_gpt.log $g/bench_gpu_gpt --steps 2 --bf16 1

@@ -1,15 +1,15 @@
 // ptdp's training step on one GPU: the whole GPT and AdamW on the CUDA device,
 // tokens/s, model TFLOP/s and MFU (HFU: with the recomputed forward) against
-// the card's dense bf16 peak (what issue 12 measures against; H100 SXM: 989
-// TFLOP/s) and against its fp32 peak. Random
-// tokens: the figure is the step's speed, not learning. Tensors are fp32
-// arrays; --bf16 1 rounds them to bf16 (fp32 master weights in AdamW) and runs
-// the GEMMs on bf16 copies of their operands (tensor cores), fp32 otherwise
-// (no TF32). Real 16-bit storage is still to come.
+// the card's dense bf16 peak (H100 SXM and H200: 989 TFLOP/s) and against its
+// fp32 peak. Random tokens: the figure is the step's speed, not learning.
+// --bf16 1: a bf16 run (16-bit activations, tensor-core GEMMs and attention,
+// fp32 master weights); fp32 otherwise (no TF32). A step is --microbatches
+// forward/backward passes accumulating gradients, then the gradient norm,
+// clipping at 1.0 and AdamW in one pass (1: as scripts/bench_torch_gpu.py).
 //   bench_gpu_gpt [--layers 24] [--hidden 2048] [--heads 16] [--seq 2048]
-//                 [--vocab 50304] [--batch 2] [--steps 3] [--recompute 1]
-//                 [--flash 0] [--bf16 0] [--bf16-peak 989] [--fp32-peak 67]
-//                 [--profile 0]
+//                 [--vocab 50304] [--batch 2] [--microbatches 1] [--steps 3]
+//                 [--recompute 1] [--flash 0] [--bf16 0] [--bf16-peak 989]
+//                 [--fp32-peak 67] [--profile 0]
 // Prints "bench name=ptdp_train ..." for scripts/gpu_summary.py; --profile 1
 // then times every op of one more step (ProfiledOps) and prints the table.
 #include <chrono>
@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
   cfg.num_attention_heads = 16;
   cfg.seq_length = 2048;
   cfg.vocab_size = 50304;
-  int batch = 2, steps = 3, recompute = 1, flash = 0, bf16 = 0, profile = 0;
+  int batch = 2, microbatches = 1, steps = 3, recompute = 1, flash = 0, bf16 = 0, profile = 0;
   double bf16_peak = 989, fp32_peak = 67;  // H100 SXM dense, TFLOP/s
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -51,6 +51,8 @@ int main(int argc, char **argv) {
       cfg.vocab_size = (int)v;
     else if (k == "--batch")
       batch = (int)v;
+    else if (k == "--microbatches")
+      microbatches = (int)v;
     else if (k == "--steps")
       steps = (int)v;
     else if (k == "--recompute")
@@ -72,6 +74,10 @@ int main(int argc, char **argv) {
                    argv[i]);
       return 2;
     }
+  }
+  if (batch < 1 || microbatches < 1 || steps < 1) {
+    std::fprintf(stderr, "--batch, --microbatches and --steps must be >= 1\n");
+    return 2;
   }
   try {
     auto dev = make_device("cuda", 0);
@@ -95,8 +101,12 @@ int main(int argc, char **argv) {
       dev->zero(model.grads(), model.num_params() * sizeof(float));
       StepContext ctx;
       ctx.iteration = (uint32_t)step;
-      loss = model.forward(tokens.data(), targets.data(), s, batch, ctx);
-      model.backward(1.f / N);
+      loss = 0;
+      for (int mb = 0; mb < microbatches; mb++) {  // gradients accumulate
+        ctx.sample_offset = (uint32_t)(mb * batch);
+        loss += model.forward(tokens.data(), targets.data(), s, batch, ctx) / microbatches;
+        model.backward(1.f / ((float)N * microbatches));
+      }
       const double norm = std::sqrt(grad_sum_squares(model));
       opt.update(model, 1e-4, step + 1, clip_factor(norm, 1.0));  // clipping folded into AdamW
       dev->synchronize();
@@ -119,15 +129,17 @@ int main(int argc, char **argv) {
     const double per_step = seconds / steps;
     // Model FLOPs (MFU, as PyTorch's figure counts them) leave the recomputed
     // forward out; hardware FLOPs (HFU) count it.
-    const double tflops = cfg.flops_per_batch(batch, false) / per_step * 1e-12;
-    const double hw_tflops = cfg.flops_per_batch(batch, rc.enabled) / per_step * 1e-12;
+    const double tflops = microbatches * cfg.flops_per_batch(batch, false) / per_step * 1e-12;
+    const double hw_tflops = microbatches * cfg.flops_per_batch(batch, rc.enabled) / per_step * 1e-12;
     const double gib = dev->memory().peak / 1073741824.0;
     std::printf(
-        "bench name=ptdp_train variant=%s%s%s tokens_per_s=%.0f "
+        "bench name=ptdp_train variant=%s%s%s%s tokens_per_s=%.0f "
         "tflops=%.1f mfu=%.4f hfu=%.4f "
-        "of_fp32_peak=%.4f mem_gib=%.2f step_s=%.3f\n",
-        bf16 ? "bf16" : "fp32", rc.enabled ? "+recompute" : "", flash ? "+flash" : "", N / per_step,
-        tflops, tflops / bf16_peak, hw_tflops / bf16_peak, tflops / fp32_peak, gib, per_step);
+        "of_fp32_peak=%.4f mem_gib=%.2f step_s=%.3f microbatches=%d\n",
+        bf16 ? "bf16" : "fp32", rc.enabled ? "+recompute" : "", flash ? "+flash" : "",
+        microbatches > 1 ? ("+" + std::to_string(microbatches) + "mb").c_str() : "",
+        (double)N * microbatches / per_step, tflops, tflops / bf16_peak, hw_tflops / bf16_peak,
+        tflops / fp32_peak, gib, per_step, microbatches);
     return std::isfinite(loss) ? 0 : 1;
   } catch (const std::exception &e) {
     std::printf("bench_gpu_gpt failed: %s\n", e.what());
