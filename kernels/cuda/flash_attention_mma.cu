@@ -218,6 +218,27 @@ __device__ __forceinline__ void load_tile(M *dst, const G *src, size_t ld, int r
   }
 }
 
+// The two buffers of K and V tiles of kRows rows (the forward, dQ): queues
+// the copy of tile it + 1, if there is one, into the buffer that tile it - 1
+// left (the block finished with it at its last __syncthreads), then waits
+// until tile it is in for the whole block. Returns tile it's buffer.
+template <class M, int kD, int kRows, class G>
+__device__ __forceinline__ int key_tile_in(M *sK, M *sV, const G *K, const G *V, size_t ld, int it,
+                                           int tiles, int s, int hd) {
+  constexpr int kTile = kRows * kStride<kD>;
+  const int buf = it & 1;
+  if (it + 1 < tiles) {
+    load_tile<M, kD, kRows>(sK + (buf ^ 1) * kTile, K, ld, (it + 1) * kRows, s, hd);
+    load_tile<M, kD, kRows>(sV + (buf ^ 1) * kTile, V, ld, (it + 1) * kRows, s, hd);
+    copies_commit();
+    copies_wait<1>();
+  } else {
+    copies_wait<0>();
+  }
+  __syncthreads();
+  return buf;
+}
+
 // Writes the 16 x kD result c (rows row[0], row[1] of this lane, times `mul`)
 // to out + row * ld, columns below hd, rows below s.
 // Rounded once to M: stored as M (G = M) or as M's value in float.
@@ -287,16 +308,7 @@ __global__ void __launch_bounds__(kThreads)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max; this lane's part of the sum
 
   for (int it = 0; it < key_tiles; it++) {
-    const int j0 = it * kFwdKeys, buf = it & 1;
-    if (it + 1 < key_tiles) {  // into the buffer that tile it - 1 left
-      load_tile<M, kD, kFwdKeys>(sK + (buf ^ 1) * kTile, K, ld, j0 + kFwdKeys, s, hd);
-      load_tile<M, kD, kFwdKeys>(sV + (buf ^ 1) * kTile, V, ld, j0 + kFwdKeys, s, hd);
-      copies_commit();
-      copies_wait<1>();
-    } else {
-      copies_wait<0>();
-    }
-    __syncthreads();  // tile it is in
+    const int j0 = it * kFwdKeys, buf = key_tile_in<M, kD, kFwdKeys>(sK, sV, K, V, ld, it, key_tiles, s, hd);
     const M *tK = sK + buf * kTile, *tV = sV + buf * kTile;
     if (w0 < s && j0 <= w0 + 15) {  // warp-uniform: rows, and a visible key
       const int nt_end = min(kFwdKeys / 8, (w0 + 15 - j0) / 8 + 1);  // 8-key blocks with a visible key
@@ -509,16 +521,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   float dq[kD / 8][4] = {};  // dQ / scale
   for (int it = 0; it < key_tiles; it++) {
-    const int k0 = it * kBwdTile, buf = it & 1;
-    if (it + 1 < key_tiles) {
-      load_tile<M, kD, kBwdTile>(sK + (buf ^ 1) * kTile, K, ld, k0 + kBwdTile, s, hd);
-      load_tile<M, kD, kBwdTile>(sV + (buf ^ 1) * kTile, V, ld, k0 + kBwdTile, s, hd);
-      copies_commit();
-      copies_wait<1>();
-    } else {
-      copies_wait<0>();
-    }
-    __syncthreads();  // tile it is in
+    const int k0 = it * kBwdTile, buf = key_tile_in<M, kD, kBwdTile>(sK, sV, K, V, ld, it, key_tiles, s, hd);
     const M *tK = sK + buf * kTile, *tV = sV + buf * kTile;
     if (w0 < s && k0 <= w0 + 15) {  // warp-uniform
       float sc[kBwdTile / 8][4] = {}, dp[kBwdTile / 8][4] = {};
