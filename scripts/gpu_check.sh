@@ -53,6 +53,17 @@ start=$SECONDS
 deadline=$((SECONDS + ${PTDP_GPU_DEADLINE:-360}))
 declare -a summary=()
 note() { summary+=("$(printf '%-10s %-24s %4ds  %s' "$1" "$2" "${3:-0}" "${4:-}")"); }
+# again_if_cuda_error RC NAME LOG CMD...: after a step that failed with a CUDA
+# error (illegal address, misaligned, launch failure), CMD once more with
+# CUDA_LAUNCH_BLOCKING=1, so that the log names the kernel.
+again_if_cuda_error() {
+  local rc=$1 name=$2 log=$3
+  shift 3
+  ((rc != 0 && rc != 77 && rc != 124 && rc != 137)) || return 0
+  tail -30 "$OUT/$log" | grep -qiE "illegal|misaligned|launch failure|cuda error" || return 0
+  echo "== $name again, CUDA_LAUNCH_BLOCKING=1" >>"$OUT/$log"
+  CUDA_LAUNCH_BLOCKING=1 step "$name!" 60 "$log" "$@"
+}
 step() {  # step NAME LIMIT_S LOG CMD...: CMD under a time limit, its outcome recorded
   local name=$1 limit=$2 log=$3
   shift 3
@@ -83,7 +94,8 @@ else
   trainer_pid=""
   if wanted trainer; then
     if [[ -f build/gpu_bundle.tar.xz ]]; then
-      PTDP_COMM_TIMEOUT_S=20 step trainer 200 trainer.log bash scripts/gpu_trainer_check.sh \
+      # (its communicators time out after 20 s: PTDP_TEST_COMM_TIMEOUT_S there)
+      step trainer 200 trainer.log bash scripts/gpu_trainer_check.sh \
         build/gpu_bundle.tar.xz >"$OUT/trainer.status" 2>&1 &
       trainer_pid=$!
     else
@@ -100,9 +112,12 @@ else
   if [[ -n $trainer_pid ]]; then  # its summary line was recorded in the subshell
     wait "$trainer_pid"
     line=$(grep '^== trainer' "$OUT/trainer.status")
-    what=${line#== trainer: }; what=${what% (*}
-    secs=${line##*(}; secs=${secs%% s)}
-    note trainer "$what" "${secs:-0}" trainer.log
+    what="cut (out of time)" secs=0
+    if [[ -n $line ]]; then
+      what=${line#== trainer: }; what=${what% (*}
+      secs=${line##*(}; secs=${secs%% s)}
+    fi
+    note trainer "$what" "$secs" trainer.log
     rm -f "$OUT/trainer.status"
   fi
   g=build-gpu/tests/gpu
@@ -112,17 +127,15 @@ else
       if [[ ! -x $g/$t ]]; then note "$t" "FAILED (not built)" 0 build.log; continue; fi
       echo "== $t" >>"$OUT/tests.log"
       step "${t#test_cuda_}" 75 tests.log "$g/$t"
-      rc=$?
-      if ((rc != 0 && rc != 77 && rc != 124)) &&
-         tail -30 "$OUT/tests.log" | grep -qiE "illegal|misaligned|launch failure|cuda error"; then
-        echo "== $t again, CUDA_LAUNCH_BLOCKING=1" >>"$OUT/tests.log"
-        CUDA_LAUNCH_BLOCKING=1 step "${t#test_cuda_}!" 60 tests.log "$g/$t"
-      fi
+      again_if_cuda_error $? "${t#test_cuda_}" tests.log "$g/$t"
     done
   fi
   if wanted bench; then
     if [[ -x $g/bench_gpu_gpt ]]; then
       step bench_nr 75 bench_gpt.log $g/bench_gpu_gpt --steps 3 --bf16 1 --flash 1 --recompute 0
+      # (small: 2 layers, one step)
+      again_if_cuda_error $? bench_nr bench_gpt.log $g/bench_gpu_gpt --layers 2 --steps 1 --bf16 1 \
+        --flash 1 --recompute 0
       # Unfused attention without recompute: faster than the fused kernels on an H200 (docs/gpu.md).
       step bench_unf_nr 60 bench_gpt.log $g/bench_gpu_gpt --steps 3 --bf16 1 --flash 0 --recompute 0
       # A training run's step: 4 micro-batches accumulated, then one optimizer pass.
