@@ -107,6 +107,7 @@ struct Entry {
   int64_t iter;
   std::string name;
   bool tmp, complete;
+  bool link;  // a symbolic link someone put there: loaded through, never deleted
 };
 
 // The iter_* directories of root, newest first (a final before its .tmp).
@@ -116,9 +117,11 @@ std::vector<Entry> scan(const std::string &root) {
   fs::directory_iterator it(root, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     std::string name = it->path().filename().string();
-    Entry e{0, name, false, false};
+    Entry e{0, name, false, false, false};
     e.iter = parse_name(name, &e.tmp);
     if (e.iter < 0 || !is_dir(it->path().string())) continue;
+    e.link = it->is_symlink(ec);
+    if (ec) break;
     e.complete = !e.tmp && has_manifest(it->path().string());
     out.push_back(e);
   }
@@ -281,7 +284,9 @@ std::vector<std::string> prune_checkpoints(const std::string &root, int keep_las
     bool drop = false;
     if (e.tmp) drop = e.iter < newest;  // a newer .tmp may be a save under way
     else if (e.complete) drop = ++kept > keep_last && e.name != keep_tracked;
-    if (!drop) continue;
+    // Rotation deletes only directories the saves made: through a link it
+    // would delete another directory's files (it still counts as kept).
+    if (!drop || e.link) continue;
     std::string path = join(root, e.name);
     // The manifest goes first: a removal cut short leaves an incomplete
     // directory, which no loader takes, never a complete-looking one with data missing.

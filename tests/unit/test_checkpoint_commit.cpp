@@ -187,6 +187,25 @@ TEST_F(Commit, PruneKeepsNewestKAndTheTrackedOne) {
   expect_error([&] { prune_checkpoints(root, 0); }, Status::bad_value, "keep_last must be >= 1");
 }
 
+// A checkpoint directory that is a symbolic link (to a directory outside the
+// save directory) is never deleted through, and the link stays: rotation
+// removes only what the saves made.
+TEST_F(Commit, PruneNeverDeletesThroughALink) {
+  const std::string outside = dir + "/elsewhere";
+  fs::create_directories(outside);
+  spit(outside + "/manifest.json", "{}");
+  spit(outside + "/weights.h5", "precious");
+  for (int it : {300, 400}) save(it);
+  fs::create_symlink(outside, root + "/iter_0000100");  // older than both: would be dropped
+  fs::create_symlink(outside, root + "/iter_0000050.tmp");
+  std::vector<std::string> removed = prune_checkpoints(root, 1);
+  EXPECT_EQ(removed, (std::vector<std::string>{root + "/iter_0000300"}));
+  EXPECT_TRUE(fs::is_symlink(root + "/iter_0000100"));
+  EXPECT_TRUE(fs::is_symlink(root + "/iter_0000050.tmp"));
+  EXPECT_EQ(slurp(outside + "/manifest.json"), "{}");
+  EXPECT_EQ(slurp(outside + "/weights.h5"), "precious");
+}
+
 TEST_F(Commit, UnwritableRootIsIoErrorNamingThePath) {
   // Under a regular file: ENOTDIR, even for root (who ignores permissions).
   spit(dir + "/file", "x");
