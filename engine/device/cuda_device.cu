@@ -86,8 +86,8 @@ class CudaDevice : public Device {
     use();  // again, now that the pool exists: the kernels' scratch comes from it
   }
   ~CudaDevice() override {
-    if (cuda::scratch_pool == pool_) cuda::scratch_pool = nullptr;
     cudaSetDevice(ordinal_);
+    cuda::scratch_pool = {};  // this thread's kernels no longer draw from pool_
     cudaStreamSynchronize(stream_);
     ledger_.for_each_live([&](void *p) { cudaFreeAsync(p, stream_); });
     cudaStreamSynchronize(stream_);
@@ -191,7 +191,7 @@ class CudaDevice : public Device {
   // the one the kernels' scratch comes from.
   void use() {
     check(cudaSetDevice(ordinal_), where_, "cudaSetDevice");
-    cuda::scratch_pool = pool_;
+    cuda::scratch_pool = {pool_, ordinal_};
   }
 
   int ordinal_;

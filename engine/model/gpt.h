@@ -108,8 +108,9 @@ class GPT {
   Device &device() const { return *dev_; }
   // A 16-bit model's initial parameters as drawn, in fp32 before their
   // rounding, laid out like params(): the optimizer's master weights start
-  // from them, as PyTorch autocast's and Megatron's do. Empty for an fp32 model
-  // and once taken (the first caller owns the memory).
+  // from them, as PyTorch autocast's and Megatron's do. Empty for an fp32
+  // model, once taken (the first caller owns the memory), and once anything
+  // took params() writable (then the rounded parameters are the truth).
   DeviceArray<float> take_fp32_init() { return std::move(fp32_init_); }
   // Megatron's --use-flash-attn: attention fused into one op per direction that
   // keeps each row's log-sum-exp instead of the [b, a/t, s, s] probabilities.
@@ -129,9 +130,12 @@ class GPT {
   // the weights (a 16-bit run's 2-byte copy on CUDA, Ops::set_weights) is made
   // again before the next forward, so no writer (the optimizer, a checkpoint
   // load, an import) can leave it stale, and a forward with unchanged weights
-  // reuses it (once per optimizer step, not per micro-batch).
+  // reuses it (once per optimizer step, not per micro-batch). So a writer takes
+  // the pointer again after any forward rather than keeping it. It also drops
+  // the fp32 initial parameters (take_fp32_init): they are no longer the model's.
   T *params() {
     weights_changed_ = true;
+    fp32_init_ = DeviceArray<float>();
     return params_.data();
   }
   const T *params() const { return params_.data(); }

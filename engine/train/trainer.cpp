@@ -183,17 +183,23 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
 // by comm_timeout: NcclComm::release), after its gradient reducer, whose
 // thread uses them.
 Trainer::~Trainer() {
-  std::vector<std::thread> threads;
-  for (auto &R : ranks_) {
-    Rank *r = R.get();
-    threads.emplace_back([r] {
+  auto release = [](Rank *r) {
+    if (r->device && r->device->kind() != DeviceKind::cpu) {
       try {
         r->device->bind_thread();
-      } catch (const std::exception &) {  // the release below binds again, or frees host objects
+      } catch (const std::exception &) {  // NcclComm::release binds again
       }
-      r->grad_reducer.reset();
-      for (auto &c : r->staged) c.reset();
-    });
+    }
+    r->grad_reducer.reset();
+    for (auto &c : r->staged) c.reset();
+  };
+  std::vector<std::thread> threads;
+  for (auto &R : ranks_) {
+    try {
+      threads.emplace_back(release, R.get());
+    } catch (const std::exception &) {  // no thread to be had: on this one
+      release(R.get());
+    }
   }
   for (auto &t : threads) t.join();
 }

@@ -16,8 +16,9 @@ void adamw_update(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, size_t n,
   const T bc1 = T(1) / (T)(1.0 - std::pow(a.beta1, (double)a.step));
   const T bc2 = T(1) / (T)(1.0 - std::pow(a.beta2, (double)a.step));
   const T lr = (T)a.lr, eps = (T)a.eps, wd = (T)a.weight_decay, gs = (T)a.grad_scale;
-  if (a.model_copy && !std::is_same_v<T, float>)
-    fail(Status::invalid_argument, "adamw_update: a rounded model copy needs float weights");
+  if (a.model_copy && (!std::is_same_v<T, float> || a.model_type == DType::f32))
+    fail(Status::invalid_argument, "adamw_update: a rounded model copy needs float weights and a ",
+         "16-bit model type (bf16 or f16), got ", dtype_name(a.model_type));
   float *copy = a.model_copy;
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) {

@@ -96,9 +96,10 @@ void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_av
                   double lr, double beta1, double beta2, double eps, double weight_decay,
                   int64_t step, double grad_scale, float *model_copy, DType model_type,
                   cudaStream_t stream) {
-  if (model_type != DType::f32 && !model_copy)
-    fail(Status::invalid_argument, "adamw_update: a ", dtype_name(model_type),
-         " model copy needs its array");
+  if ((model_type != DType::f32) != (model_copy != nullptr))
+    fail(Status::invalid_argument, "adamw_update: a model copy needs both its array and a 16-bit ",
+         "model type (bf16 or f16); got type ", dtype_name(model_type),
+         model_copy ? " with an array" : " without one");
   if (n == 0) return;
   // Bias corrections on the host, rounded as the CPU kernel rounds them.
   // 1 - beta in double before the cast, as the CPU kernel.

@@ -68,18 +68,26 @@ inline void check_launch(const char *what) {
 // The memory pool StreamScratch draws from on this thread: the rank's device
 // pool, set with the current GPU whenever a CudaDevice binds its GPU to a
 // thread, so scratch counts in that device's reserved memory and is kept
-// between steps instead of trimmed at every synchronization. Null (kernels
-// called without a Device, as the op tests call them): the current GPU's
+// between steps instead of trimmed at every synchronization. Used only while
+// that GPU is still the thread's current one; otherwise (and for kernels
+// called without a Device, as the op tests call them) the current GPU's
 // default pool.
-inline thread_local cudaMemPool_t scratch_pool = nullptr;
+struct ScratchPool {
+  cudaMemPool_t pool = nullptr;
+  int device = -1;  // the GPU the pool is on
+};
+inline thread_local ScratchPool scratch_pool;
 
 // Scratch memory from scratch_pool, stream-ordered, freed on the stream when
 // it goes out of scope: also when a launch check after it throws.
 class StreamScratch {
  public:
   StreamScratch(size_t bytes, cudaStream_t stream, const char *what) : stream_(stream) {
-    check(scratch_pool ? cudaMallocFromPoolAsync(&p_, bytes, scratch_pool, stream)
-                       : cudaMallocAsync(&p_, bytes, stream),
+    int current = -1;
+    const bool own = scratch_pool.pool && cudaGetDevice(&current) == cudaSuccess &&
+                     current == scratch_pool.device;
+    check(own ? cudaMallocFromPoolAsync(&p_, bytes, scratch_pool.pool, stream)
+              : cudaMallocAsync(&p_, bytes, stream),
           what);
   }
   ~StreamScratch() {

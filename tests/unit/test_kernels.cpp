@@ -470,11 +470,14 @@ TEST(KernelAdamW, FusedScaleAndModelCopyMatchSeparatePasses) {
       }
     }
   }
-  // A model copy needs float weights.
+  // A model copy needs float weights and a 16-bit type.
   std::vector<double> pd(4, 1.0), gd(4, 1.0), md(4, 0.0), vd(4, 0.0);
   float dummy[4];
   AdamWParams a{1e-2, 0.9, 0.95, 1e-8, 0.1, 1, 1.0, dummy, DType::bf16};
   EXPECT_THROW(adamw_update(pd.data(), gd.data(), md.data(), vd.data(), 4, a), Error);
+  std::vector<float> pf(4, 1.f), gf(4, 1.f), mf(4, 0.f), vf(4, 0.f);
+  a.model_type = DType::f32;
+  EXPECT_THROW(adamw_update(pf.data(), gf.data(), mf.data(), vf.data(), 4, a), Error);
 }
 
 // ---- reductions ---------------------------------------------------------------
