@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "engine/core/status.h"
 
@@ -24,7 +26,50 @@ const char *kind_of(mode_t m) {
   return "not a regular file";
 }
 
+// The registered inputs (InputFile), by id.
+struct Input {
+  dev_t dev;
+  ino_t ino;
+  std::string path, what;
+};
+std::mutex inputs_mu;
+std::map<uint64_t, Input> inputs;
+uint64_t next_input_id = 1;
+
+// Error when the regular file st (spelled `path`) is a registered input.
+void refuse_if_input(const struct stat &st, const std::string &path, const char *what) {
+  std::lock_guard<std::mutex> lk(inputs_mu);
+  for (const auto &[id, in] : inputs)
+    if (in.dev == st.st_dev && in.ino == st.st_ino)
+      fail(Status::invalid_argument, what, " '", path, "' is the ", in.what, " '", in.path,
+           "' this run reads: refusing to overwrite an input (choose another output path)");
+}
+
 }  // namespace
+
+InputFile::InputFile(const std::string &path, const std::string &what) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return;
+  std::lock_guard<std::mutex> lk(inputs_mu);
+  id_ = next_input_id++;
+  inputs[id_] = Input{st.st_dev, st.st_ino, path, what};
+}
+
+void InputFile::release() {
+  if (!id_) return;
+  std::lock_guard<std::mutex> lk(inputs_mu);
+  inputs.erase(id_);
+  id_ = 0;
+}
+
+InputFile &InputFile::operator=(InputFile &&o) noexcept {
+  if (this != &o) {
+    release();
+    id_ = o.id_;
+    o.id_ = 0;
+  }
+  return *this;
+}
 
 std::string output_target(const std::string &path, const char *what) {
   struct stat st;
@@ -32,14 +77,20 @@ std::string output_target(const std::string &path, const char *what) {
     if (errno == ENOENT) return path;
     fail(Status::io_error, what, " '", path, "': ", std::strerror(errno));
   }
-  if (S_ISREG(st.st_mode)) return path;
+  if (S_ISREG(st.st_mode)) {
+    refuse_if_input(st, path, what);
+    return path;
+  }
   if (S_ISLNK(st.st_mode)) {
     char resolved[PATH_MAX];
     struct stat target;
     if (!::realpath(path.c_str(), resolved) || ::stat(resolved, &target) != 0)
       fail(Status::invalid_argument, what, " '", path,
            "' is a symbolic link to nothing: refusing to replace it (give a file path)");
-    if (S_ISREG(target.st_mode)) return resolved;
+    if (S_ISREG(target.st_mode)) {
+      refuse_if_input(target, path, what);
+      return resolved;
+    }
     fail(Status::invalid_argument, what, " '", path, "' is a symbolic link to ",
          kind_of(target.st_mode), ": refusing to replace it (give a regular file path)");
   }

@@ -4,6 +4,7 @@
 // symbolic link. The rules here keep the user's files what they were.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,28 @@ namespace ptdp {
 //    link): Error(invalid_argument) naming it, and nothing is written.
 // `what` names the output in the message ("--timeline", "tokenize output").
 std::string output_target(const std::string &path, const char *what);
+
+// A file this process reads as an input of a run or command (a dataset, a
+// tokenizer's files, a loaded checkpoint's files), known by identity (device
+// and inode: through symbolic and hard links, whatever the spelling) for as
+// long as the InputFile lives. output_target() refuses every one of them, so
+// the rule "an output is never an input of the same run" holds for every
+// writer in one place. A path that does not exist registers nothing.
+class InputFile {
+ public:
+  InputFile() = default;
+  // `what` names the input in the refusal ("dataset", "--vocab-file").
+  InputFile(const std::string &path, const std::string &what);
+  ~InputFile() { release(); }
+  InputFile(InputFile &&o) noexcept : id_(o.id_) { o.id_ = 0; }
+  InputFile &operator=(InputFile &&o) noexcept;
+  InputFile(const InputFile &) = delete;
+  InputFile &operator=(const InputFile &) = delete;
+
+ private:
+  void release();
+  uint64_t id_ = 0;  // 0: nothing registered
+};
 
 // Error(invalid_argument) when `output` is one of `inputs` (the same file, by
 // device and inode, whatever the spelling): writing it would destroy an input.

@@ -278,6 +278,8 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_vocab_merges(
     merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
   }
   auto t = std::unique_ptr<Gpt2BpeTokenizer>(new Gpt2BpeTokenizer());
+  t->files_.emplace_back(vocab_file, "vocab file");
+  t->files_.emplace_back(merge_file, "merge file");
   t->build(vocab, merges, vwhat);
   // As Megatron's GPT2BPETokenizer: <|endoftext|> of the vocabulary ends documents.
   auto it = t->ids_.find("<|endoftext|>");
@@ -337,6 +339,7 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
          e.dump(), "; a merge is \"left right\" or [\"left\", \"right\"]");
   }
   auto t = std::unique_ptr<Gpt2BpeTokenizer>(new Gpt2BpeTokenizer());
+  t->files_.emplace_back(path, "tokenizer file");
   t->build(vocab, merges, what + " model.vocab");
   t->ignore_merges_ = m.value("ignore_merges", false);
   const nlohmann::json added = j.value("added_tokens", nlohmann::json::array());

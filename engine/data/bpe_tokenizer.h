@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/output_file.h"
 #include "engine/data/tokenizer.h"
 
 namespace ptdp {
@@ -58,6 +59,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   void encode_segment(std::string_view text, WordCache &cache, std::vector<int32_t> &out) const;
   void encode_word(std::string_view word, WordCache &cache, std::vector<int32_t> &out) const;
 
+  std::vector<InputFile> files_;                  // read from: no output may overwrite them
   std::vector<std::string> token_bytes_;          // id -> bytes ("" for an unused id)
   std::unordered_map<std::string, int32_t> ids_;  // bytes -> id (the model's vocabulary)
   std::unordered_map<uint64_t, Merge> merges_;    // (left id << 32 | right id) -> merge

@@ -87,7 +87,7 @@ void write_token_dataset(const std::string &out_path,
   }
 }
 
-TokenDataset::TokenDataset(const std::string &path) : path_(path) {
+TokenDataset::TokenDataset(const std::string &path) : path_(path), input_(path, "dataset") {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0)
     fail(Status::io_error, "cannot open dataset '", path, "': ", std::strerror(errno),

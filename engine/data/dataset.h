@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/output_file.h"
 #include "engine/data/token_source.h"
 
 namespace ptdp {
@@ -45,6 +46,7 @@ class TokenDataset final : public TokenSource {
 
  private:
   std::string path_;
+  InputFile input_;  // no output of the run may overwrite it
   void *map_ = nullptr;
   size_t map_size_ = 0;
   int vocab_size_ = 0;

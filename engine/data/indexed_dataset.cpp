@@ -111,7 +111,9 @@ void unmap(Mapping &m) {
 
 uint8_t indexed_dtype_for_vocab(int vocab_size) { return vocab_size < 65500 ? 8 : 4; }
 
-IndexedDataset::IndexedDataset(const std::string &prefix) : prefix_(prefix) {
+IndexedDataset::IndexedDataset(const std::string &prefix)
+    : prefix_(prefix), idx_input_(prefix + ".idx", "dataset index"),
+      bin_input_(prefix + ".bin", "dataset") {
   const std::string idx = prefix + ".idx", bin = prefix + ".bin";
   Mapping im = map_file(idx, prefix, "index");
   Mapping bm;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/output_file.h"
 #include "engine/data/token_source.h"
 
 namespace ptdp {
@@ -60,6 +61,7 @@ class IndexedDataset final : public TokenSource {
   int64_t load_token(uint64_t byte_offset) const;
 
   std::string prefix_;
+  InputFile idx_input_, bin_input_;  // no output of the run may overwrite them
   void *idx_map_ = nullptr, *bin_map_ = nullptr;
   size_t idx_size_ = 0, bin_size_ = 0;
   uint8_t dtype_ = 0;

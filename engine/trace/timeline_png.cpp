@@ -105,6 +105,10 @@ void render_timeline_png(const std::string &trace_json_path, const std::string &
   if (width < 2 * m + 100 || width > 8192)
     fail(Status::invalid_argument, "timeline PNG width ", width, " is outside [", 2 * m + 100,
          ", 8192]");
+  // The trace is this command's input: the PNG may not replace it (checked now,
+  // before any work, and again when written).
+  const InputFile trace(trace_json_path, "trace");
+  output_target(png_path, "timeline PNG");
   std::vector<Event> events = read_events(trace_json_path);
 
   std::map<int64_t, int> lane_of;  // sorted tids -> lane index

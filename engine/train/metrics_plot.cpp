@@ -121,9 +121,10 @@ MetricsSeries read_metrics_log(const std::string &path) {
 }
 
 void plot_metrics_png(const std::string &log_path, const std::string &png_path) {
-  // The output's rules first: a bad target fails before any work.
+  // The output's rules first: a bad target fails before any work. The log is
+  // this command's input: the PNG may not replace it.
+  const InputFile log(log_path, "metrics log");
   output_target(png_path, "plot output");
-  check_output_not_input(png_path, {log_path}, "plot output");
   const MetricsSeries s = read_metrics_log(log_path);
 
   // Data ranges: x over every logged iteration; loss over both losses; the

@@ -15,6 +15,7 @@
 #include "engine/comm/grid.h"
 #include "engine/comm/communicator.h"
 #include "engine/comm/staged_comm.h"
+#include "engine/core/output_file.h"
 #include "engine/data/blend.h"
 #include "engine/data/sampler.h"
 #include "engine/data/tokenizer.h"
@@ -183,6 +184,9 @@ class Trainer {
   LossScaler scaler_;
   mutable LogInterval log_interval_;  // read (and closed) by the const log_metrics
   std::string last_save_error_, last_saved_, last_loaded_;
+  // The files of the checkpoint this trainer loaded: inputs of the run, which
+  // no output of it (a log, a trace, a profile) may overwrite.
+  std::vector<InputFile> loaded_files_;
   // The checkpoint this run resumed from ("" for a new run, and when fine-tuning):
   // saving into its directory continues that run.
   std::string resumed_from_;

@@ -1,6 +1,7 @@
 // The trainer's checkpoint glue: what a resumed run must share with the
 // saved one, the ranks' shards (staged through the host off the CPU), save
 // and load (checkpoints/ does the files).
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -196,6 +197,11 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
                  std::to_string(iteration_) + ", saved with " + ckpt.manifest.layout.text() +
                  ", loaded into " + now_layout.text();
   resumed_from_ = opt_.finetune ? "" : ckpt.dir;
+  loaded_files_.clear();
+  std::error_code ec;  // (a listing that fails protects less; the load itself succeeded)
+  for (std::filesystem::recursive_directory_iterator it(ckpt.dir, ec), end; !ec && it != end;
+       it.increment(ec))
+    if (it->is_regular_file(ec)) loaded_files_.emplace_back(it->path().string(), "checkpoint file");
   if (opt_.finetune)
     last_loaded_ = "loaded the weights of " + ckpt.dir + " (" + ckpt.why + ", saved at iteration " +
                    std::to_string(ckpt.manifest.iteration) + " with " +

@@ -102,7 +102,7 @@ def main():
             (["run_only.jsonl", "x.png"], "'run_only.jsonl' has no \"train\" records (no iteration was logged)"),
             (["m.jsonl", "adir"], "ptdp plot: invalid argument: plot output 'adir' exists and is a directory"),
             (["m.jsonl", "/dev/null"], "plot output '/dev/null' exists and is a character device"),
-            (["m.jsonl", "m.jsonl"], "plot output 'm.jsonl' is the input 'm.jsonl': refusing to overwrite an input")]:
+            (["m.jsonl", "m.jsonl"], "plot output 'm.jsonl' is the metrics log 'm.jsonl' this run reads: refusing to overwrite an input")]:
         rc, out = run([ptdp, "plot"] + args)
         check(rc == 1 and text in out, "ptdp plot %s: exit 1 and '%s'" % (" ".join(args), text))
     check(open("m.jsonl", "rb").read() == log_before, "the log is untouched")

@@ -6,8 +6,12 @@
 #include <unistd.h>
 
 #include "engine/core/output_file.h"
+#include "engine/data/bpe_tokenizer.h"
 #include "engine/data/corpus.h"
+#include "engine/data/indexed_dataset.h"
+#include "engine/data/token_source.h"
 #include "engine/data/tokenizer.h"
+#include "engine/train/metrics.h"
 #include "tests/unit/expect_error.h"
 #include "tests/unit/temp_dir.h"
 
@@ -80,4 +84,78 @@ TEST(OutputFile, TokenizeRefusesToOverwriteItsInput) {
                ptdp::Status::invalid_argument, "exists and is a character device");
   ptdp::build_token_dataset({text}, "lines", *tok, dir.path + "/fresh.ptdp");
   EXPECT_TRUE(S_ISREG(lmode(dir.path + "/fresh.ptdp")));
+}
+
+// An output is never an input of the same run, by identity: a registered input
+// (InputFile) is refused under any spelling (itself, a hard link, a symbolic
+// link), by every writer (the atomic writer, the JSON-lines log), and only
+// while it is an input.
+TEST(OutputFile, RegisteredInputsAreRefusedUnderAnySpelling) {
+  TempDir dir;
+  const std::string in = dir.path + "/data.bin", hard = dir.path + "/hard.bin",
+                    soft = dir.path + "/soft.bin";
+  write_file(in, "precious");
+  ASSERT_EQ(::link(in.c_str(), hard.c_str()), 0);
+  ASSERT_EQ(::symlink(in.c_str(), soft.c_str()), 0);
+  {
+    ptdp::InputFile input(in, "dataset");
+    for (const std::string &out : {in, hard, soft, dir.path + "/./data.bin"}) {
+      expect_error([&] { ptdp::write_file_atomic(out, "x", "--timeline"); },
+                   ptdp::Status::invalid_argument, "is the dataset '" + in + "' this run reads");
+      expect_error([&] { ptdp::append_json_line(out, "{}", false); },
+                   ptdp::Status::invalid_argument, "refusing to overwrite an input");
+      expect_error([&] { ptdp::append_json_line(out, "{}", true); },
+                   ptdp::Status::invalid_argument, "refusing to overwrite an input");
+    }
+    ptdp::InputFile moved = std::move(input);  // still registered, once
+    expect_error([&] { ptdp::write_file_atomic(in, "x"); }, ptdp::Status::invalid_argument,
+                 "refusing to overwrite an input");
+    EXPECT_EQ(read_file(in), "precious");
+  }
+  ptdp::write_file_atomic(soft, "no longer an input");  // the InputFile is gone
+  EXPECT_EQ(read_file(in), "no longer an input");
+  ptdp::InputFile missing(dir.path + "/not_there", "dataset");  // registers nothing
+  ptdp::write_file_atomic(dir.path + "/not_there", "new");
+}
+
+// The inputs a run opens register themselves: a ptdp dataset, a Megatron
+// dataset's .idx and .bin, a GPT-2 BPE tokenizer's files.
+TEST(OutputFile, DatasetsAndTokenizerFilesAreInputsWhileOpen) {
+  TempDir dir;
+  const std::string text = dir.path + "/corpus.txt", data = dir.path + "/data.ptdp";
+  write_file(text, "hello\nworld\n");
+  auto bytes = ptdp::make_tokenizer("byte");
+  ptdp::build_token_dataset({text}, "lines", *bytes, data);
+  const std::string before = read_file(data);
+  {
+    auto src = ptdp::open_token_source(data);
+    expect_error([&] { ptdp::append_json_line(data, "{}", false); },
+                 ptdp::Status::invalid_argument, "is the dataset '" + data + "'");
+    expect_error([&] { ptdp::build_token_dataset({text}, "lines", *bytes, data); },
+                 ptdp::Status::invalid_argument, "refusing to overwrite an input");
+  }
+  EXPECT_EQ(read_file(data), before);
+  const std::string prefix = dir.path + "/mega";
+  {
+    ptdp::IndexedDatasetWriter w(prefix, 256, {});
+    w.add_document({{104, 105}});
+    w.finish();
+  }
+  {
+    auto src = ptdp::open_token_source(prefix);
+    for (const char *ext : {".idx", ".bin"})
+      expect_error([&] { ptdp::write_file_atomic(prefix + ext, "x", "--profile-ops"); },
+                   ptdp::Status::invalid_argument, "this run reads");
+  }
+  const std::string bpe = std::string(PTDP_TEST_DATA_DIR) + "/bpe";
+  const std::string vocab = dir.path + "/vocab.json", merges = dir.path + "/merges.txt";
+  write_file(vocab, read_file(bpe + "/vocab.json"));
+  write_file(merges, read_file(bpe + "/merges.txt"));
+  {
+    auto tok = ptdp::Gpt2BpeTokenizer::from_vocab_merges(vocab, merges);
+    for (const std::string &f : {vocab, merges})
+      expect_error([&] { ptdp::build_token_dataset({text}, "lines", *tok, f); },
+                   ptdp::Status::invalid_argument, "file '" + f + "' this run reads");
+  }
+  EXPECT_EQ(read_file(vocab), read_file(bpe + "/vocab.json"));
 }

@@ -1,6 +1,7 @@
 // Per-rank timelines: recording, the Chrome trace JSON, and the PNG rendering
 // (decoded here with zlib to look at pixels).
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdlib>
@@ -202,4 +203,11 @@ TEST(TimelinePng, ClearErrors) {
   std::string trace = write_four_rank_trace(), bad_png = dir + "/no/such/dir/out.png";
   expect_error([&] { render_timeline_png(trace, bad_png); }, Status::io_error, bad_png);
   expect_error([&] { render_timeline_png(trace, dir + "/w.png", 10); }, Status::invalid_argument, "width");
+  // The PNG never replaces the trace it is drawn from, however it is spelled.
+  const std::string before = read_file(trace), link = dir + "/trace_link.json";
+  ASSERT_EQ(::symlink(trace.c_str(), link.c_str()), 0);
+  for (const std::string &out : {trace, link})
+    expect_error([&] { render_timeline_png(trace, out); }, Status::invalid_argument,
+                 "is the trace '" + trace + "' this run reads");
+  EXPECT_EQ(read_file(trace), before);
 }

@@ -8,7 +8,10 @@
 #include "engine/core/status.h"
 #include "engine/core/utf8.h"
 #include "tests/unit/expect_error.h"
+#include "tests/unit/temp_dir.h"
 #include "tests/unit/tiny_dataset.h"
+#include "engine/core/output_file.h"
+#include "engine/train/metrics.h"
 #include "engine/data/corpus.h"
 #include "engine/device/device.h"
 #include "engine/train/trainer.h"
@@ -149,6 +152,39 @@ TEST(Trainer, ConfigErrorsNameTheProblem) {
     expect_error([&] { Trainer t(TrainerOptions::from_config(out)); }, Status::invalid_argument,
                  "is a directory");
   }
+}
+
+// An output of a run is never one of its inputs (engine/core/output_file.h):
+// a per-step output naming the dataset, under another spelling too, is
+// refused before the first step and the dataset stays as it was; once a
+// checkpoint is loaded its files are inputs as well.
+TEST(Trainer, OutputsNeverOverwriteTheRunsInputs) {
+  TempDir dir;
+  const std::string data = dir.path + "/data.ptdp", alias = dir.path + "/./data.ptdp";
+  write_file(data, read_file(tiny_dataset_path()));  // its own copy: the shared one stays safe
+  const std::string before = read_file(data);
+  Config c = tiny_config();
+  c.set("data_path", data);
+  c.set("train_iters", "10");
+  for (const char *key : {"timeline", "profile_ops"}) {
+    Config out = c;
+    out.set(key, alias);
+    expect_error([&] { Trainer t(TrainerOptions::from_config(out)); }, Status::invalid_argument,
+                 "is the dataset '" + data + "' this run reads");
+  }
+  EXPECT_EQ(read_file(data), before);
+  Trainer a(TrainerOptions::from_config(c));
+  expect_error([&] { append_json_line(data, "{}", false); }, Status::invalid_argument,
+               "refusing to overwrite an input");
+  a.step();
+  const std::string ckpt = a.save(dir.path + "/ckpt");
+  Trainer b(TrainerOptions::from_config(c));
+  b.load(dir.path + "/ckpt");
+  const std::string manifest = ckpt + "/manifest.json", saved = read_file(manifest);
+  expect_error([&] { write_file_atomic(manifest, "x", "--log-json"); }, Status::invalid_argument,
+               "is the checkpoint file '" + manifest + "' this run reads");
+  EXPECT_EQ(read_file(manifest), saved);
+  EXPECT_EQ(read_file(data), before);
 }
 
 TEST(Trainer, DeviceChoiceErrorsNameTheChoices) {
