@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "checkpoints/disk_bandwidth.h"
+#include "engine/core/output_file.h"
 #include "engine/core/status.h"
 
 namespace fs = std::filesystem;
@@ -59,14 +60,16 @@ void fsync_path(const std::string &path, bool dir) {
   if (::close(fd) != 0) os_fail("close", path, errno);
 }
 
-// Creates/truncates path, writes bytes and fsyncs before returning.
+// Puts bytes at path whole: a fresh temporary file beside it (never opening
+// what is there: a link, a FIFO), fsynced, then renamed over path.
 void write_synced(const std::string &path, const std::string &bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) os_fail("create", path, errno);
+  std::string tmp;
+  const int fd = create_temp_file(path, &tmp);
   auto bail = [&](const char *what) {
     int e = errno;
     ::close(fd);
-    os_fail(what, path, e);
+    ::unlink(tmp.c_str());
+    os_fail(what, tmp, e);
   };
   for (size_t done = 0; done < bytes.size();) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -75,7 +78,16 @@ void write_synced(const std::string &path, const std::string &bytes) {
     done += (size_t)n;
   }
   if (::fsync(fd) != 0) bail("fsync");
-  if (::close(fd) != 0) os_fail("close", path, errno);
+  if (::close(fd) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    os_fail("close", tmp, e);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    os_fail("rename into place", path, e);
+  }
 }
 
 void remove_tree(const std::string &path) {
@@ -239,9 +251,7 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
   if (!old.empty()) remove_tree(old);
   // The tracker is only a hint (the loader falls back to scanning), but it is
   // still replaced atomically so it never holds half a name.
-  std::string tracker = join(root, kTracker), tracker_tmp = tracker + ".tmp";
-  write_synced(tracker_tmp, name + "\n");
-  rename_or_fail(tracker_tmp, tracker);
+  write_synced(join(root, kTracker), name + "\n");
   fsync_path(root, true);
   return final_dir;
 }

@@ -216,11 +216,8 @@ void export_safetensors(const std::string &path, const std::string &out_path,
 
   // The data, one tensor at a time: its blocks read, checked against their
   // checksums and placed in GPT-2's layout, then converted and written.
-  const std::string tmp = out_file + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    fail(Status::io_error, "cannot create '", tmp, "' to export to '", out_file,
-         "': ", std::strerror(errno));
+  std::string tmp;
+  const int fd = create_temp_file(out_file, &tmp);
   bool closed = false;
   try {
     write_all(fd, len, 8, tmp);

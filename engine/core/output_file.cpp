@@ -122,19 +122,32 @@ void write_all(int fd, const void *p, size_t n, const std::string &path) {
   }
 }
 
+int create_temp_file(const std::string &target, std::string *tmp) {
+  // mkstemp: a name of its own, so ranks-as-threads writing side by side never collide.
+  *tmp = target + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(&(*tmp)[0]);
+  if (fd < 0)
+    fail(Status::io_error, "cannot create a temporary file next to '", target, "': ",
+         std::strerror(errno));
+  if (::fchmod(fd, 0644) != 0) {  // mkstemp makes it 0600
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp->c_str());
+    fail(Status::io_error, "cannot set the mode of '", *tmp, "': ", std::strerror(e));
+  }
+  return fd;
+}
+
 void write_file_atomic(const std::string &path, const std::string &bytes, const char *what) {
   const std::string target = output_target(path, what);
-  // mkstemp: a name of its own, so ranks-as-threads writing side by side never collide.
-  std::string tmp = target + ".tmp.XXXXXX";
-  int fd = ::mkstemp(&tmp[0]);
-  if (fd < 0) fail(Status::io_error, "cannot write '", path, "': ", std::strerror(errno));
+  std::string tmp;
+  const int fd = create_temp_file(target, &tmp);
   auto bail = [&](const char *step) {
     int e = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
     fail(Status::io_error, "cannot write '", path, "': ", step, ": ", std::strerror(e));
   };
-  if (::fchmod(fd, 0644) != 0) bail("fchmod");  // mkstemp makes it 0600
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);

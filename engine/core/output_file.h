@@ -46,6 +46,14 @@ class InputFile {
 void check_output_not_input(const std::string &output, const std::vector<std::string> &inputs,
                             const char *what);
 
+// A new, empty file of this process's own beside `target` (same directory:
+// a rename moves it into place), named target + ".tmp.XXXXXX" and created
+// exclusively (mkstemp), so it never opens, truncates or follows whatever is
+// already there (a file, a symbolic link, a FIFO, a device); mode 0644. Every
+// writer's temporary file comes from here. Returns the open descriptor; the
+// name goes to *tmp. An error is Error(io_error) naming `target`.
+int create_temp_file(const std::string &target, std::string *tmp);
+
 // Writes all n bytes to fd (retrying short and interrupted writes); an error
 // is Error(io_error) naming `path`.
 void write_all(int fd, const void *p, size_t n, const std::string &path);

@@ -51,11 +51,10 @@ void write_token_dataset(const std::string &out_path,
   }
   h.num_tokens = offsets.back();
 
-  // A temporary name of this process's own: several processes (mpirun) may
+  // A temporary file of this process's own: several processes (mpirun) may
   // build the same dataset at once; each rename then installs a complete file.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail(Status::io_error, "cannot create '", tmp, "': ", std::strerror(errno));
+  std::string tmp;
+  int fd = create_temp_file(path, &tmp);
   try {
     write_all(fd, &h, sizeof h, tmp);
     write_all(fd, offsets.data(), offsets.size() * sizeof(uint64_t), tmp);

@@ -305,15 +305,6 @@ void IndexedDataset::read(uint64_t first, size_t n, int32_t *out) const {
 
 namespace {
 
-int make_temp(const std::string &target, std::string &tmp) {
-  tmp = target + ".tmp.XXXXXX";
-  int fd = ::mkstemp(&tmp[0]);
-  if (fd < 0) fail(Status::io_error, "cannot create a temporary file next to '", target, "': ",
-                   std::strerror(errno));
-  ::fchmod(fd, 0644);  // mkstemp makes it 0600
-  return fd;
-}
-
 
 template <class T>
 void put(std::string &out, T v) {
@@ -331,7 +322,7 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string &prefix, int vocab_
   idx_path_ = output_target(prefix + ".idx", "tokenize output");
   check_output_not_input(bin_path_, inputs, "tokenize output");
   check_output_not_input(idx_path_, inputs, "tokenize output");
-  fd_ = make_temp(bin_path_, bin_tmp_);
+  fd_ = create_temp_file(bin_path_, &bin_tmp_);
 }
 
 IndexedDatasetWriter::~IndexedDatasetWriter() {
@@ -392,7 +383,7 @@ void IndexedDatasetWriter::finish() {
     ptr += (int64_t)len * (int64_t)dtype_bytes(dtype_);
   }
   for (int64_t d : doc_index_) put<int64_t>(idx, d);
-  int fd = make_temp(idx_path_, idx_tmp_);
+  int fd = create_temp_file(idx_path_, &idx_tmp_);
   try {
     write_all(fd, idx.data(), idx.size(), idx_tmp_);
     if (::fsync(fd) != 0) fail(Status::io_error, "fsync '", idx_tmp_, "': ", std::strerror(errno));

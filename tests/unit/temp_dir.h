@@ -12,6 +12,18 @@
 #include <string>
 #include <vector>
 
+// Whether a writer's temporary file (PATH.tmp or PATH.tmp.XXXXXX) is left
+// beside path.
+inline bool temp_left_beside(const std::string &path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string stem = p.filename().string() + ".tmp";
+  std::error_code ec;
+  for (fs::directory_iterator it(p.parent_path(), ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().rfind(stem, 0) == 0) return true;
+  return false;
+}
+
 struct TempDir {
   std::string path;
   explicit TempDir(const std::string &prefix = "ptdp_test") {

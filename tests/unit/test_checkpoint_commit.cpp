@@ -90,10 +90,26 @@ TEST_F(Commit, BeginAndCommitMakeFinalDirManifestAndTracker) {
   EXPECT_EQ(slurp(final_dir + "/model.h5"), "weights");
   EXPECT_EQ(slurp(final_dir + "/manifest.json"), "{\"format\": 1}");
   EXPECT_EQ(slurp(root + "/latest"), "iter_0001000\n");
-  EXPECT_FALSE(fs::exists(root + "/latest.tmp"));
+  EXPECT_FALSE(temp_left_beside(root + "/latest"));
   std::string why;
   EXPECT_EQ(find_latest_checkpoint(root, &why), final_dir);
   EXPECT_EQ(why, "from the tracker 'latest'");
+}
+
+// The tracker's temporary file is a fresh one of its own: a link or a FIFO
+// someone left under the old fixed name (latest.tmp) is neither followed nor
+// opened (a FIFO would hang the save, a link would truncate its target).
+TEST_F(Commit, TrackerNeverWritesThroughWhatIsThere) {
+  fs::create_directories(root);
+  const std::string precious = dir + "/precious.txt";
+  spit(precious, "keep me");
+  fs::create_symlink(precious, root + "/latest.tmp");
+  ASSERT_EQ(::mkfifo((root + "/latest.tmp.fifo").c_str(), 0644), 0);
+  begin_checkpoint(root, 7);
+  commit_checkpoint(root, 7, "{}");
+  EXPECT_EQ(slurp(root + "/latest"), "iter_0000007\n");
+  EXPECT_EQ(slurp(precious), "keep me");
+  EXPECT_TRUE(fs::is_symlink(root + "/latest.tmp"));
 }
 
 TEST_F(Commit, CommitWithoutBeginIsWrongState) {

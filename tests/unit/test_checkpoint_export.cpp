@@ -145,10 +145,10 @@ class CheckpointExport : public ::testing::Test {
     bytes[at + 5] ^= 0x04;
     write_file(file, bytes);
   }
-  // out and out.tmp are both absent.
+  // out and its temporary file are both absent.
   static void expect_no_output(const std::string &out) {
     EXPECT_FALSE(fs::exists(out)) << out;
-    EXPECT_FALSE(fs::exists(out + ".tmp")) << out;
+    EXPECT_FALSE(temp_left_beside(out)) << out;
   }
   TempDir dir;
   std::unique_ptr<Trainer> tr;
@@ -232,7 +232,7 @@ TEST_F(CheckpointExport, GPT2NamesAndLayouts) {
   write_file(out, "stale");
   export_safetensors(ckpt, out);
   EXPECT_EQ(read_file(out), first);
-  EXPECT_FALSE(fs::exists(out + ".tmp"));
+  EXPECT_FALSE(temp_left_beside(out));
 }
 
 // bf16 and f16: the same tensors, shapes and metadata as the float32 export,
@@ -456,7 +456,7 @@ TEST_F(CheckpointExport, UnwritableDestination) {
   expect_error([&] { export_safetensors(dir.path, dir.path + "/a_dir"); }, Status::invalid_argument,
                "a_dir' exists and is a directory: refusing to replace it");
   EXPECT_TRUE(fs::is_directory(dir.path + "/a_dir"));
-  EXPECT_FALSE(fs::exists(dir.path + "/a_dir.tmp"));
+  EXPECT_FALSE(temp_left_beside(dir.path + "/a_dir"));
   // Never over the checkpoint's own file.
   expect_error([&] { export_safetensors(dir.path, file); }, Status::invalid_argument,
                "is a file of the checkpoint itself");
