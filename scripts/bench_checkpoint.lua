@@ -7,12 +7,14 @@
 -- from the page cache, as the raw measurement does. Load verifies every block's
 -- checksum (the default). The best round of each is reported.
 --   build/ptdp scripts/bench_checkpoint.lua [--dir DIR] [--repeats 3]
+-- It works in a directory of its own that it makes under DIR and removes at
+-- the end; nothing else in DIR is touched.
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
 local config, opts, given = flags.parse(arg, {
-  dir = { default = (os.getenv('TMPDIR') or '/tmp') .. '/ptdp_bench_checkpoint',
-          help = 'where checkpoints and the raw test file go (removed at the end)' },
+  dir = { default = os.getenv('TMPDIR') or '/tmp',
+          help = 'where the benchmark makes its own directory for checkpoints and the raw test file (that directory is removed at the end, nothing else)' },
   repeats = { default = 3, help = 'save + load rounds' },
 }, {
   num_layers = 12, hidden_size = 768, num_attention_heads = 12, seq_length = 128,
@@ -21,15 +23,26 @@ local config, opts, given = flags.parse(arg, {
   data_path = 'data/fortunes.ptdp', keep_last_checkpoints = 1,
 })
 
+if opts.repeats < 1 or opts.repeats ~= math.floor(opts.repeats) then
+  io.stderr:write(string.format('bench_checkpoint: --repeats must be an integer >= 1, got %s\n', opts.repeats))
+  os.exit(2)
+end
 -- The default dataset is tokenized on first use; a --data-path must exist.
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   corpus = '/usr/share/games/fortunes' }
 -- Paths go to the shell single-quoted, so a path is never run as code.
 local function quoted(p) return "'" .. p:gsub("'", "'\\''") .. "'" end
-os.execute('rm -rf ' .. quoted(opts.dir))
-ptdp.mkdirs(opts.dir)
-
 local trainer = ptdp.trainer(config)
+ptdp.mkdirs(opts.dir)
+-- A directory of its own (mktemp -d): the only thing it ever removes.
+local mk = io.popen('mktemp -d ' .. quoted(opts.dir .. '/ptdp_bench_checkpoint.XXXXXX'))
+local work = mk:read('*l')
+mk:close()
+if not work or work == '' then
+  io.stderr:write('bench_checkpoint: cannot make a directory under ' .. opts.dir .. '\n')
+  os.exit(1)
+end
+
 local layout = trainer:layout()
 local params = trainer:get('num_parameters')
 trainer:step()  -- moments that are not zeros
@@ -55,20 +68,20 @@ end
 local best_save, best_load, raw_w, raw_r, bytes = math.huge, math.huge, 0, 0, 0
 for r = 1, opts.repeats do
   local t0 = now()
-  local dir = trainer:save(opts.dir .. '/round' .. r)
+  local dir = trainer:save(work .. '/round' .. r)
   local t1 = now()
   trainer:load(dir)
   local t2 = now()
   bytes = file_size(dir .. '/model.h5')
-  local w, rd = ptdp.benchmark_disk(opts.dir, bytes)
+  local w, rd = ptdp.benchmark_disk(work, bytes)
   best_save, best_load = math.min(best_save, t1 - t0), math.min(best_load, t2 - t1)
   raw_w, raw_r = math.max(raw_w, w), math.max(raw_r, rd)
   local sg, lg = bytes / (t1 - t0) / 1e9, bytes / (t2 - t1) / 1e9
   print(string.format('round %d: save %.2f GB/s (%.0f%% of raw write %.2f), load %.2f GB/s (%.0f%% of raw read %.2f), %.2f GB',
                       r, sg, 100 * sg / w, w, lg, 100 * lg / rd, rd, bytes / 1e9))
-  os.execute('rm -rf ' .. quoted(opts.dir .. '/round' .. r))
+  os.execute('rm -rf ' .. quoted(work .. '/round' .. r))
 end
-os.execute('rm -rf ' .. quoted(opts.dir))
+os.execute('rm -rf ' .. quoted(work))
 
 local save_gbps, load_gbps = bytes / best_save / 1e9, bytes / best_load / 1e9
 print(string.format('model: %.1fM parameters, %.2f GB of state (parameters + Adam moments), ' ..
