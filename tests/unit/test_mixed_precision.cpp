@@ -67,13 +67,17 @@ class Bf16Equivalence : public ::testing::TestWithParam<Layout> {};
 // the loss moves far less than a bf16 step: observed at most 1.8e-5 relative
 // over 3 steps (t = 4); the bound is 1e-4. With t > 1 the row-parallel
 // partial sums are also rounded to bf16 before the all-reduce (as on a GPU),
-// a real difference from the serial run. Parameters (the bf16 model's): Adam
-// divides by the gradient's RMS, so a near-zero gradient that rounds
-// differently can flip its update's sign: a few elements differ by up to one
-// or two steps (lr = 3e-3; observed worst 4.2e-3, bound 1e-2, under the 1.8e-2
-// of opposite moves in all 3 steps). On average they agree far better:
-// observed 5.5e-5 with t > 1, 2e-7 without; bound 2e-4, where a real bug
-// moves most elements by O(lr).
+// a real difference from the serial run. Parameters (the bf16 model's, the
+// rounding of the fp32 master weights): Adam divides by the gradient's RMS, so
+// a near-zero gradient that rounds differently can flip its update's sign, and
+// the two masters of such an element part by up to 2 lr a step (lr = 3e-3:
+// 1.8e-2 over 3 steps); its bf16 value then differs by that and at most one
+// bf16 step more (the masters start from the fp32 initialisation, off the bf16
+// grid, so a small master difference can round either way). Observed worst
+// 8.7e-3 (Release) and 1.1e-2 (the sanitizer build, whose float code rounds
+// differently); bound 2e-2. On average they agree far better: observed 5.6e-5
+// with t > 1, 2e-7 without; bound 2e-4, where a real bug moves most elements
+// by O(lr).
 TEST_P(Bf16Equivalence, MatchesSerialBf16) {
   static const TrainedRun serial = train_run(options({1, 1, 1, 1}, "bf16"), kSteps);
   const TrainedRun run = train_run(options(GetParam(), "bf16"), kSteps);
@@ -91,7 +95,7 @@ TEST_P(Bf16Equivalence, MatchesSerialBf16) {
     }
   std::printf("%s: parameters differ from the serial run by %.3g at most, %.3g on average\n",
               name_of(GetParam()).c_str(), worst, sum / total);
-  EXPECT_LT(worst, 1e-2);
+  EXPECT_LT(worst, 2e-2);
   EXPECT_LT(sum / total, 2e-4);
 }
 
