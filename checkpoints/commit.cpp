@@ -60,36 +60,6 @@ void fsync_path(const std::string &path, bool dir) {
   if (::close(fd) != 0) os_fail("close", path, errno);
 }
 
-// Puts bytes at path whole: a fresh temporary file beside it (never opening
-// what is there: a link, a FIFO), fsynced, then renamed over path.
-void write_synced(const std::string &path, const std::string &bytes) {
-  std::string tmp;
-  const int fd = create_temp_file(path, &tmp);
-  auto bail = [&](const char *what) {
-    int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    os_fail(what, tmp, e);
-  };
-  for (size_t done = 0; done < bytes.size();) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) bail("write");
-    done += (size_t)n;
-  }
-  if (::fsync(fd) != 0) bail("fsync");
-  if (::close(fd) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    os_fail("close", tmp, e);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    os_fail("rename into place", path, e);
-  }
-}
-
 void remove_tree(const std::string &path) {
   std::error_code ec;
   fs::remove_all(path, ec);
@@ -244,14 +214,14 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
     else if (fs::is_directory(st)) fsync_path(it->path().string(), true);
   }
   if (ec) fail(Status::io_error, "cannot list '", tmp, "': ", ec.message());
-  write_synced(join(tmp, kManifest), manifest_json);
+  replace_file(join(tmp, kManifest), manifest_json);
   fsync_path(tmp, true);
   std::string old = put_in_place(tmp, final_dir);
   fsync_path(root, true);  // makes the rename durable
   if (!old.empty()) remove_tree(old);
   // The tracker is only a hint (the loader falls back to scanning), but it is
   // still replaced atomically so it never holds half a name.
-  write_synced(join(root, kTracker), name + "\n");
+  replace_file(join(root, kTracker), name + "\n");
   fsync_path(root, true);
   return final_dir;
 }

@@ -146,26 +146,20 @@ void check_f16_range(const std::string &tensor, const std::vector<float> &x) {
            ", beyond f16's largest value 65504 (it would become inf): export as bf16 or f32");
 }
 
-bool same_file(const std::string &a, const std::string &b) {
-  struct stat sa, sb;
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
-}
-
 }  // namespace
 
 void export_safetensors(const std::string &path, const std::string &out_path,
                         const std::string &dtype) {
   if (out_path.empty()) fail(Status::invalid_argument, "export_safetensors: no output file given");
   // A link to a file writes that file; a device node or directory is refused.
-  const std::string out_file = output_target(out_path, "export_safetensors output");
+  output_target(out_path, "export_safetensors output");
   const DType type = export_dtype(dtype);
   const CheckpointRef ref = open_checkpoint(path);
   const Manifest &m = ref.manifest;
   const std::string file = ref.dir + "/" + m.file;
-  if (same_file(out_file, file) || same_file(out_file, ref.dir + "/manifest.json"))
-    fail(Status::invalid_argument, "export_safetensors: '", out_file,
-         "' is a file of the checkpoint itself");
+  // The checkpoint's files are this command's inputs: never its output.
+  const InputFile reading[] = {{file, "checkpoint file"}, {ref.dir + "/manifest.json", "checkpoint file"}};
+  const std::string out_file = output_target(out_path, "export_safetensors output");
   const GptConfig &cfg = m.model;
   // Any fault, in the optimizer state too, means the checkpoint is not to be
   // trusted: everything `ptdp ckpt verify` checks is checked before the output

@@ -98,18 +98,6 @@ std::string output_target(const std::string &path, const char *what) {
        ": refusing to replace it (give a regular file path)");
 }
 
-void check_output_not_input(const std::string &output, const std::vector<std::string> &inputs,
-                            const char *what) {
-  struct stat out;
-  if (::stat(output.c_str(), &out) != 0) return;  // not there yet: it is no input
-  for (const auto &in : inputs) {
-    struct stat st;
-    if (::stat(in.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
-      fail(Status::invalid_argument, what, " '", output, "' is the input '", in,
-           "': refusing to overwrite an input (choose another output path)");
-  }
-}
-
 void write_all(int fd, const void *p, size_t n, const std::string &path) {
   const char *c = static_cast<const char *>(p);
   while (n) {
@@ -138,30 +126,37 @@ int create_temp_file(const std::string &target, std::string *tmp) {
   return fd;
 }
 
-void write_file_atomic(const std::string &path, const std::string &bytes, const char *what) {
-  const std::string target = output_target(path, what);
+void replace_file(const std::string &target, const std::string &bytes) {
   std::string tmp;
   const int fd = create_temp_file(target, &tmp);
   auto bail = [&](const char *step) {
     int e = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
-    fail(Status::io_error, "cannot write '", path, "': ", step, ": ", std::strerror(e));
+    fail(Status::io_error, "cannot write '", target, "': ", step, ": ", std::strerror(e));
   };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) bail("write");
-    done += (size_t)n;
+  try {
+    write_all(fd, bytes.data(), bytes.size(), tmp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
   if (::fsync(fd) != 0) bail("fsync");
-  ::close(fd);
+  if (::close(fd) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    fail(Status::io_error, "cannot write '", target, "': close: ", std::strerror(e));
+  }
   if (std::rename(tmp.c_str(), target.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
     fail(Status::io_error, "cannot rename '", tmp, "' to '", target, "': ", std::strerror(e));
   }
+}
+
+void write_file_atomic(const std::string &path, const std::string &bytes, const char *what) {
+  replace_file(output_target(path, what), bytes);
 }
 
 }  // namespace ptdp

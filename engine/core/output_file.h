@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace ptdp {
 
@@ -41,11 +40,6 @@ class InputFile {
   uint64_t id_ = 0;  // 0: nothing registered
 };
 
-// Error(invalid_argument) when `output` is one of `inputs` (the same file, by
-// device and inode, whatever the spelling): writing it would destroy an input.
-void check_output_not_input(const std::string &output, const std::vector<std::string> &inputs,
-                            const char *what);
-
 // A new, empty file of this process's own beside `target` (same directory:
 // a rename moves it into place), named target + ".tmp.XXXXXX" and created
 // exclusively (mkstemp), so it never opens, truncates or follows whatever is
@@ -57,6 +51,12 @@ int create_temp_file(const std::string &target, std::string *tmp);
 // Writes all n bytes to fd (retrying short and interrupted writes); an error
 // is Error(io_error) naming `path`.
 void write_all(int fd, const void *p, size_t n, const std::string &path);
+
+// Puts bytes at `target` whole and durably: a fresh temporary file beside it
+// (create_temp_file), fsynced, renamed over it. Readers never see a
+// half-written file; a link at `target` is replaced, not followed. No checks
+// of the target (write_file_atomic makes them): for paths the caller owns.
+void replace_file(const std::string &target, const std::string &bytes);
 
 // Writes bytes to output_target(path) atomically: a temporary file in the same
 // directory, fsync, rename. Readers never see a half-written file.

@@ -93,8 +93,9 @@ CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const st
   const int threads = resolve_workers(workers);
   const std::vector<std::string> files = expand_inputs(inputs);
   // Before any work: the output must be a file we may replace, and no input.
+  std::vector<InputFile> reading;
+  for (const std::string &f : files) reading.emplace_back(f, "tokenize input");
   output_target(out_path, "tokenize output");
-  check_output_not_input(out_path, files, "tokenize output");
   using Docs = std::vector<std::vector<int32_t>>;
   Docs docs;  // the whole tokenized corpus, once: it is shuffled before writing
   CorpusStats st;

@@ -318,10 +318,9 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string &prefix, int vocab_
     : vocab_size_(vocab_size), dtype_(indexed_dtype_for_vocab(vocab_size)) {
   if (prefix.empty()) fail(Status::invalid_argument, "the output prefix is empty");
   if (vocab_size <= 0) fail(Status::invalid_argument, "vocab_size must be positive");
+  for (const std::string &f : inputs) inputs_.emplace_back(f, "tokenize input");
   bin_path_ = output_target(prefix + ".bin", "tokenize output");
   idx_path_ = output_target(prefix + ".idx", "tokenize output");
-  check_output_not_input(bin_path_, inputs, "tokenize output");
-  check_output_not_input(idx_path_, inputs, "tokenize output");
   fd_ = create_temp_file(bin_path_, &bin_tmp_);
 }
 

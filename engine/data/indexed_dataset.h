@@ -105,6 +105,7 @@ class IndexedDatasetWriter {
  private:
   void flush();
 
+  std::vector<InputFile> inputs_;  // what is being tokenized: no output may be one
   std::string bin_path_, idx_path_, bin_tmp_, idx_tmp_;
   int fd_ = -1;
   int vocab_size_;

@@ -459,7 +459,7 @@ TEST_F(CheckpointExport, UnwritableDestination) {
   EXPECT_FALSE(temp_left_beside(dir.path + "/a_dir"));
   // Never over the checkpoint's own file.
   expect_error([&] { export_safetensors(dir.path, file); }, Status::invalid_argument,
-               "is a file of the checkpoint itself");
+               "is the checkpoint file '" + file + "' this run reads");
   bool ok = false;
   verify_checkpoint(ckpt, &ok);
   EXPECT_TRUE(ok);
