@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/storage.cuh"
@@ -13,20 +14,6 @@ struct AdamConsts {
   float b1, b2, omb1, omb2, bc1, bc2, lr, eps, wd, gs;
 };
 
-// Where the updated weights also go rounded: nowhere, or a bf16 / f16 model's
-// parameters (16-bit values held in floats).
-enum class Copy { none, bf16, f16 };
-
-template <Copy kCopy>
-__device__ __forceinline__ float rounded(float p) {
-  if constexpr (kCopy == Copy::bf16)
-    return to_f32(from_f32<__nv_bfloat16>(p));
-  else if constexpr (kCopy == Copy::f16)
-    return to_f32(from_f32<__half>(p));
-  else
-    return p;
-}
-
 __device__ __forceinline__ void adam_one(float &p, float g, float &m, float &v, const AdamConsts &c) {
   g *= c.gs;  // unscaling and clipping, as the separate pass it replaces rounded it
   m = c.b1 * m + c.omb1 * g;
@@ -35,7 +22,9 @@ __device__ __forceinline__ void adam_one(float &p, float g, float &m, float &v, 
 }
 
 // Four parameters per thread with 16-byte loads and stores of all the arrays.
-template <Copy kCopy>
+// S: the model's type, whose rounded copy of the weights goes to `copy`
+// (float: no copy, the model's weights are the master weights).
+template <class S>
 __global__ void adamw_vec4(float4 *param, const float4 *grad, float4 *exp_avg, float4 *exp_avg_sq,
                            float4 *copy, size_t n4, AdamConsts c) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
@@ -48,34 +37,33 @@ __global__ void adamw_vec4(float4 *param, const float4 *grad, float4 *exp_avg, f
     param[i] = p;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
-    if constexpr (kCopy != Copy::none)
-      copy[i] = make_float4(rounded<kCopy>(p.x), rounded<kCopy>(p.y), rounded<kCopy>(p.z),
-                            rounded<kCopy>(p.w));
+    if constexpr (!std::is_same_v<S, float>)
+      copy[i] = make_float4(round_as<S>(p.x), round_as<S>(p.y), round_as<S>(p.z), round_as<S>(p.w));
   }
 }
 
-template <Copy kCopy>
+template <class S>
 __global__ void adamw_scalar(float *param, const float *grad, float *exp_avg, float *exp_avg_sq,
                              float *copy, size_t begin, size_t n, AdamConsts c) {
   for (size_t i = begin + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     adam_one(param[i], grad[i], exp_avg[i], exp_avg_sq[i], c);
-    if constexpr (kCopy != Copy::none) copy[i] = rounded<kCopy>(param[i]);
+    if constexpr (!std::is_same_v<S, float>) copy[i] = round_as<S>(param[i]);
   }
 }
 
-template <Copy kCopy>
+template <class S>
 void launch(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, float *copy,
             size_t n, const AdamConsts &c, cudaStream_t stream) {
   const int threads = 256;
   auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   size_t done = 0;
   if (aligned(param) && aligned(grad) && aligned(exp_avg) && aligned(exp_avg_sq) &&
-      (kCopy == Copy::none || aligned(copy))) {
+      (std::is_same_v<S, float> || aligned(copy))) {
     const size_t n4 = n / 4;
     if (n4 > 0) {
       const int blocks = (int)std::min<size_t>((n4 + threads - 1) / threads, 65535);
-      adamw_vec4<kCopy><<<blocks, threads, 0, stream>>>(
+      adamw_vec4<S><<<blocks, threads, 0, stream>>>(
           reinterpret_cast<float4 *>(param), reinterpret_cast<const float4 *>(grad),
           reinterpret_cast<float4 *>(exp_avg), reinterpret_cast<float4 *>(exp_avg_sq),
           reinterpret_cast<float4 *>(copy), n4, c);
@@ -84,7 +72,7 @@ void launch(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, 
   }
   if (done < n) {
     const int blocks = (int)std::min<size_t>((n - done + threads - 1) / threads, 65535);
-    adamw_scalar<kCopy><<<blocks, threads, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, copy,
+    adamw_scalar<S><<<blocks, threads, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, copy,
                                                         done, n, c);
   }
   check_launch("adamw_update");
@@ -114,9 +102,9 @@ void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_av
                      (float)weight_decay,
                      (float)grad_scale};
   switch (model_type) {
-    case DType::f32: return launch<Copy::none>(param, grad, exp_avg, exp_avg_sq, nullptr, n, c, stream);
-    case DType::bf16: return launch<Copy::bf16>(param, grad, exp_avg, exp_avg_sq, model_copy, n, c, stream);
-    case DType::f16: return launch<Copy::f16>(param, grad, exp_avg, exp_avg_sq, model_copy, n, c, stream);
+    case DType::f32: return launch<float>(param, grad, exp_avg, exp_avg_sq, nullptr, n, c, stream);
+    case DType::bf16: return launch<__nv_bfloat16>(param, grad, exp_avg, exp_avg_sq, model_copy, n, c, stream);
+    case DType::f16: return launch<__half>(param, grad, exp_avg, exp_avg_sq, model_copy, n, c, stream);
     default:
       fail(Status::invalid_argument, "adamw_update: model copy of type ", dtype_name(model_type),
            " (allowed: f32 = none, bf16, f16)");

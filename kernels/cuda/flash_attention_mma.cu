@@ -68,10 +68,6 @@ template <class M>
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   return bits(from_f32<M>(lo)) | bits(from_f32<M>(hi)) << 16;
 }
-template <class M>
-__device__ __forceinline__ float round_to_m(float x) {
-  return to_f32(from_f32<M>(x));
-}
 
 // c += a b on the tensor cores.
 template <class M>
@@ -257,7 +253,7 @@ __device__ void store_rows(G *out, size_t ld, const float (&c)[kD / 8][4], const
         const int d = 8 * nd + 2 * t + e;
         if (d >= hd) continue;
         if constexpr (std::is_same_v<G, float>)
-          o[d] = round_to_m<M>(c[nd][2 * r + e] * mul);
+          o[d] = round_as<M>(c[nd][2 * r + e] * mul);
         else
           o[d] = from_f32<G>(c[nd][2 * r + e] * mul);
       }

@@ -104,7 +104,7 @@ __global__ void cast_kernel(D *dst, const S *src, size_t n) {
 template <class T>
 __global__ void round_kernel(float *x, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    x[i] = to_f32(from_f32<T>(x[i]));
+    x[i] = round_as<T>(x[i]);
 }
 
 template <class S>

@@ -28,6 +28,13 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { retu
 template <>
 __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
 
+// x rounded to the nearest value of T, held in a float (float: x itself): the
+// emulated storage of a 16-bit run on fp32 arrays, as dtype.h's round_to.
+template <class T>
+__device__ __forceinline__ float round_as(float x) {
+  return to_f32(from_f32<T>(x));
+}
+
 // W elements of T loaded or stored as one access: 16 bytes when W = kVec<T>.
 template <class T, int W>
 struct alignas(sizeof(T) * W) Vec {
