@@ -64,19 +64,31 @@ again_if_cuda_error() {
   echo "== $name again, CUDA_LAUNCH_BLOCKING=1" >>"$OUT/$log"
   CUDA_LAUNCH_BLOCKING=1 step "$name!" 60 "$log" "$@"
 }
-step() {  # step NAME LIMIT_S LOG CMD...: CMD under a time limit, its outcome recorded
-  local name=$1 limit=$2 log=$3
-  shift 3
-  local t0=$SECONDS left=$((deadline - SECONDS))
-  if ((left < 10)); then note "$name" "cut (out of time)" 0 "$log"; return 124; fi
-  ((limit > left)) && limit=$left
+capped() {  # capped LIMIT_S LOG CMD...: CMD under a time limit, line-buffered into LOG
+  local limit=$1 log=$2
+  shift 2
   timeout -k 5 "$limit" stdbuf -oL -eL "$@" >>"$OUT/$log" 2>&1
-  local rc=$? what=passed
-  ((rc == 124 || rc == 137)) && what="cut at ${limit}s"
-  ((rc == 77)) && what="skipped (no device)"
-  ((rc != 0 && rc != 77 && rc != 124 && rc != 137)) && what="FAILED (exit $rc)"
-  note "$name" "$what" $((SECONDS - t0)) "$log"
-  echo "== $name: $what ($((SECONDS - t0)) s)"
+}
+record() {  # record NAME RC LIMIT_S SECONDS LOG: a step's outcome into the summary
+  local what
+  case $2 in
+    0) what=passed ;;
+    77) what="skipped (no device)" ;;
+    124 | 137) what="cut at ${3}s" ;;
+    *) what="FAILED (exit $2)" ;;
+  esac
+  note "$1" "$what" "$4" "$5"
+  echo "== $1: $what ($4 s)"
+}
+limit_for() { local left=$((deadline - SECONDS)); echo $(($1 < left ? $1 : left)); }
+step() {  # step NAME LIMIT_S LOG CMD...: CMD under a time limit, its outcome recorded
+  local name=$1 limit log=$3 t0=$SECONDS
+  limit=$(limit_for "$2")
+  shift 3
+  if ((limit < 10)); then note "$name" "cut (out of time)" 0 "$log"; return 124; fi
+  capped "$limit" "$log" "$@"
+  local rc=$?
+  record "$name" $rc "$limit" $((SECONDS - t0)) "$log"
   return $rc
 }
 
@@ -95,8 +107,10 @@ else
   if wanted trainer; then
     if [[ -f build/gpu_bundle.tar.xz ]]; then
       # (its communicators time out after 20 s: PTDP_TEST_COMM_TIMEOUT_S there)
-      step trainer 200 trainer.log bash scripts/gpu_trainer_check.sh \
-        build/gpu_bundle.tar.xz >"$OUT/trainer.status" 2>&1 &
+      trainer_limit=$(limit_for 200)
+      (t0=$SECONDS
+       capped "$trainer_limit" trainer.log bash scripts/gpu_trainer_check.sh build/gpu_bundle.tar.xz
+       echo "$? $((SECONDS - t0))" >"$OUT/trainer.rc") &
       trainer_pid=$!
     else
       note trainer "skipped (no bundle)" 0 "run scripts/pack_gpu_bundle.sh, carry build/gpu_bundle.tar.xz"
@@ -109,16 +123,11 @@ else
       -DPTDP_GPU_ONLY=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null &&
       cmake --build build-gpu -j$(nproc) -- -k 0"
   fi
-  if [[ -n $trainer_pid ]]; then  # its summary line was recorded in the subshell
+  if [[ -n $trainer_pid ]]; then  # its exit status and time, from the subshell
     wait "$trainer_pid"
-    line=$(grep '^== trainer' "$OUT/trainer.status")
-    what="cut (out of time)" secs=0
-    if [[ -n $line ]]; then
-      what=${line#== trainer: }; what=${what% (*}
-      secs=${line##*(}; secs=${secs%% s)}
-    fi
-    note trainer "$what" "$secs" trainer.log
-    rm -f "$OUT/trainer.status"
+    read -r rc secs <"$OUT/trainer.rc"
+    record trainer "$rc" "$trainer_limit" "$secs" trainer.log
+    rm -f "$OUT/trainer.rc"
   fi
   g=build-gpu/tests/gpu
   if wanted tests; then
