@@ -18,12 +18,13 @@ AdamW::AdamW(GPT<float> &model, AdamWConfig cfg) : cfg_(cfg) {
 
 void AdamW::update(GPT<float> &model, double lr, int64_t step, double grad_scale) {
   const bool master = master_.size() > 0;
-  float *weights = master ? master_.data() : model.params();
+  float *params = model.params();  // (taken writable once: the update rewrites them)
+  float *weights = master ? master_.data() : params;
   for (const ParamInfo &p : model.param_table()) {
     AdamWStep a{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, p.weight_decay ? cfg_.weight_decay : 0.0, step};
     a.grad_scale = grad_scale;
     if (master) {  // the model's copy, rounded, in the same pass
-      a.model_copy = model.params() + p.offset;
+      a.model_copy = params + p.offset;
       a.model_type = model.precision().dtype;
     }
     model.ops().adamw_update(weights + p.offset, model.grads() + p.offset, m_.data() + p.offset,
