@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/core/output_file.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -30,7 +31,9 @@ void release_page_cache(const std::string &path) {
 DiskBandwidth measure_disk_bandwidth(const std::string &dir, int64_t bytes) {
   if (bytes < (1 << 20))
     fail(Status::invalid_argument, "measure_disk_bandwidth needs at least 1 MiB, got ", bytes);
-  const std::string path = dir + "/ptdp_disk_bandwidth.tmp";
+  // A fresh file of its own (never a file, link or FIFO already there).
+  std::string path;
+  int fd = create_temp_file(dir + "/ptdp_disk_bandwidth", &path);
   std::vector<char> buf(kChunk);
   for (size_t i = 0; i < buf.size(); i++) buf[i] = (char)(i * 2654435761u >> 13);  // not zeros
   auto io_fail = [&](const char *what) {
@@ -39,8 +42,6 @@ DiskBandwidth measure_disk_bandwidth(const std::string &dir, int64_t bytes) {
     fail(Status::io_error, "cannot ", what, " '", path, "': ", std::strerror(e));
   };
   DiskBandwidth bw;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_fail("create");
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t left = bytes; left > 0;) {
     const ssize_t n = ::write(fd, buf.data(), (size_t)std::min<int64_t>(left, kChunk));

@@ -16,8 +16,10 @@ local flags = require 'ptdp.flags'
 local config, opts, given = flags.parse(arg, {
   iters = { default = 3, help = 'timed steps per schedule' },
   warmup = { default = 2, help = 'untimed steps first' },
-  png = { default = 'pipeline_timeline.png', help = 'picture of an interleaved step' },
-  trace = { default = 'pipeline_timeline.json', help = 'Chrome trace of that step (Perfetto)' },
+  png = { default = (os.getenv('TMPDIR') or '/tmp') .. '/pipeline_timeline.png',
+          help = 'picture of an interleaved step' },
+  trace = { default = (os.getenv('TMPDIR') or '/tmp') .. '/pipeline_timeline.json',
+            help = 'Chrome trace of that step (Perfetto)' },
   width = { default = 1600, help = 'width of the picture in pixels' },
 }, {
   num_layers = 8, hidden_size = 384, num_attention_heads = 6, seq_length = 256,
@@ -67,8 +69,8 @@ local gpipe = run('gpipe', { pipeline_schedule = 'gpipe' })
 collectgarbage()
 local one_f_one_b = run('1f1b', { pipeline_schedule = '1f1b' })
 collectgarbage()
--- The interleaved run also writes each step's timeline: the file ends up with the last one.
-os.remove(opts.trace)
+-- The interleaved run also writes each step's timeline (each replaces the last,
+-- by the writers' rules: a link keeps pointing at its file).
 local interleaved = run('interleaved', { pipeline_schedule = 'interleaved',
                                          num_layers_per_virtual_pipeline_stage = 1,
                                          timeline = opts.trace })

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <sstream>
 
+#include "engine/core/output_file.h"
 #include "engine/core/status.h"
 #include "engine/device/device.h"
 
@@ -82,6 +82,10 @@ Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_
 
 PlanResult run_plan(const PlanRequest &req) {
   PlanResult res;
+  // The output's rules before any work (a calibration takes a while); a
+  // --machine file is this run's input (a preset name registers nothing).
+  const InputFile machine_file(req.machine, "--machine file");
+  if (!req.save_machine.empty()) output_target(req.save_machine, "--save-machine");
   if (req.calibrate) {
     // Element-wise kernels are timed at the model's own layer shape unless
     // that would take long (an attention matrix or MLP over 4M elements).
@@ -103,11 +107,8 @@ PlanResult run_plan(const PlanRequest &req) {
   } else {
     res.machine = load_machine(req.machine);
   }
-  if (!req.save_machine.empty()) {
-    std::ofstream f(req.save_machine);
-    f << machine_to_json(res.machine);
-    if (!f) fail(Status::io_error, "cannot write the machine description to '", req.save_machine, "'");
-  }
+  if (!req.save_machine.empty())
+    write_file_atomic(req.save_machine, machine_to_json(res.machine), "--save-machine");
   const ModelSpec &m = req.model;
   const TrainSpec &tr = req.train;
   const int64_t n = tr.num_gpus, B = tr.global_batch;

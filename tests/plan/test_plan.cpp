@@ -357,6 +357,31 @@ TEST(PlanMachines, PresetsRoundTripAndBadFilesSayWhy) {
   EXPECT_EQ(load_machine(path).name, "selene");
 }
 
+// --save-machine follows every writer's rules (engine/core/output_file.h),
+// checked before any work: no directory, and never the --machine file it read.
+TEST(PlanBadInput, SaveMachineFollowsTheWritersRules) {
+  const std::string dir = std::string(PTDP_PLAN_TMP), machine = dir + "/mine.json";
+  const std::string json = machine_to_json(load_machine("selene"));
+  std::ofstream(machine) << json;
+  auto request = [&](const std::string &save) {
+    return parse_plan_request({{"num_layers", "24"}, {"hidden_size", "2048"},
+                               {"num_attention_heads", "16"}, {"global_batch_size", "512"},
+                               {"num_gpus", "8"}, {"machine", machine}, {"save_machine", save}});
+  };
+  EXPECT_NE(error_of([&] { run_plan(request(dir)); }, ptdp::Status::invalid_argument)
+                .find("is a directory"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { run_plan(request(dir + "/./mine.json")); }, ptdp::Status::invalid_argument)
+                .find("is the --machine file"),
+            std::string::npos);
+  std::ifstream in(machine);
+  std::stringstream kept;
+  kept << in.rdbuf();
+  EXPECT_EQ(kept.str(), json);
+  run_plan(request(dir + "/saved.json"));
+  EXPECT_EQ(load_machine(dir + "/saved.json").name, "selene");
+}
+
 TEST(PlanBadInput, LayoutsThatCannotWorkAreNamedWithTheReason) {
   KV base = {{"num_layers", "24"}, {"hidden_size", "2304"}, {"num_attention_heads", "24"},
              {"global_batch_size", "512"}, {"num_gpus", "32"}};

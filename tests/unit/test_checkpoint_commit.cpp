@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "checkpoints/commit.h"
+#include "checkpoints/disk_bandwidth.h"
 #include "checkpoints/crc32c.h"
 #include "engine/core/status.h"
 #include "tests/unit/expect_error.h"
@@ -110,6 +111,23 @@ TEST_F(Commit, TrackerNeverWritesThroughWhatIsThere) {
   EXPECT_EQ(slurp(root + "/latest"), "iter_0000007\n");
   EXPECT_EQ(slurp(precious), "keep me");
   EXPECT_TRUE(fs::is_symlink(root + "/latest.tmp"));
+}
+
+// The disk measurement writes a file of its own: what is already in the
+// directory (here a link under its old fixed name) is neither followed nor
+// left behind.
+TEST_F(Commit, DiskBandwidthNeverWritesThroughWhatIsThere) {
+  fs::create_directories(root);
+  const std::string precious = dir + "/precious.txt";
+  spit(precious, "keep me");
+  fs::create_symlink(precious, root + "/ptdp_disk_bandwidth.tmp");
+  const DiskBandwidth bw = measure_disk_bandwidth(root, 1 << 20);
+  EXPECT_GT(bw.write_gbps, 0);
+  EXPECT_GT(bw.read_gbps, 0);
+  EXPECT_EQ(slurp(precious), "keep me");
+  size_t entries = 0;
+  for (const auto &e : fs::directory_iterator(root)) entries += e.exists() || e.is_symlink();
+  EXPECT_EQ(entries, 1u);  // the link alone: the measurement's file is gone
 }
 
 TEST_F(Commit, CommitWithoutBeginIsWrongState) {
