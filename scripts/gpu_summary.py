@@ -51,7 +51,8 @@ def main(out):
         elif r.get("name") == "attention_mma":
             label = "attention, tensor cores" + (", p=0" if r.get("dropout") == "0" else "") + " (ms)"
             print(f"{label:34s} {r.get('dtype')} fused fwd "
-                  f"{r.get('fused_fwd_ms')}, fused bwd {r.get('fused_bwd_ms')}")
+                  f"{r.get('fused_fwd_ms')}, fused bwd {r.get('fused_bwd_ms')} "
+                  f"(dQ kernel {r.get('fused_bwd_dq_kernel_ms')})")
         elif "gbs" not in r:
             continue
         elif r.get("name") not in ("gemm", "copy"):

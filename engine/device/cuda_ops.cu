@@ -10,9 +10,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "engine/core/status.h"
 #include "engine/device/ops.h"
@@ -161,7 +164,7 @@ class CudaOps final : public Ops<float> {
       else
         cuda::flash_attention_backward_mma<S>(act<S>(dqkv), act<S>(dctx), act<S>(ctx),
                                               act<S>(qkv), lse, s, b, heads, hd, scale,
-                                              head_offset, d, act_type(), stream_);
+                                              head_offset, d, act_type(), stream_, &gemm_);
     });
   }
   void embedding_forward(Act x, const int32_t *tokens, const float *wte, int vocab_start,
@@ -212,10 +215,22 @@ class CudaOps final : public Ops<float> {
                                  cols, vocab_start, dloss, stream_);
     });
   }
+  // Where the update's model copy is a part of the weights and their 16-bit
+  // copy exists, the same pass writes that part of it too (set_weights keeps
+  // the copy when the updates since weights_written covered all of it).
   void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
                     const AdamWStep &a) override {
+    void *copy16 = nullptr;
+    const float *w = weights_;
+    if (a.model_copy && a.model_type == storage_type() && w && weights16_.size() >= weights_n_ &&
+        a.model_copy >= w && a.model_copy + n <= w + weights_n_) {
+      const size_t at = (size_t)(a.model_copy - w);
+      copy16 = weights16_.data() + at;
+      renewed_.push_back({at, at + n});
+    }
     cuda::adamw_update(param, grad, exp_avg, exp_avg_sq, n, a.lr, a.beta1, a.beta2, a.eps,
-                       a.weight_decay, a.step, a.grad_scale, a.model_copy, a.model_type, stream_);
+                       a.weight_decay, a.step, a.grad_scale, a.model_copy, a.model_type, stream_,
+                       copy16);
   }
   void colsum_accumulate(float *out, CAct x, int N, int cols) override {
     with_act_type(act_type(), [&](auto t) {
@@ -241,10 +256,14 @@ class CudaOps final : public Ops<float> {
     cuda::round_to(x, n, dtype, stream_);
   }
   void set_weights(const float *base, size_t n) override {
+    // The copy stays when the same weights were all rewritten by updates that
+    // wrote it too; otherwise it is made again at the first op reading a weight.
+    weights16_fresh_ = base == weights_ && n == weights_n_ && covers(renewed_, n);
+    renewed_.clear();
     weights_ = base;
     weights_n_ = n;
-    weights16_fresh_ = false;  // made again at the first op that reads a weight
   }
+  void weights_written() override { renewed_.clear(); }
 
  private:
   [[noreturn]] void bad_type(const char *what, DType t) const {
@@ -320,6 +339,20 @@ class CudaOps final : public Ops<float> {
   size_t weights_n_ = 0;
   DeviceArray<uint16_t> weights16_;
   bool weights16_fresh_ = false;
+  // [begin, end) ranges of weights16_ that adamw_update wrote since the last
+  // weights_written or set_weights.
+  std::vector<std::pair<size_t, size_t>> renewed_;
+
+  // Do the ranges cover [0, n)?
+  static bool covers(std::vector<std::pair<size_t, size_t>> ranges, size_t n) {
+    std::sort(ranges.begin(), ranges.end());
+    size_t end = 0;
+    for (auto [b, e] : ranges) {
+      if (b > end) return false;
+      end = std::max(end, e);
+    }
+    return end >= n;
+  }
 };
 
 }  // namespace

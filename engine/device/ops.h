@@ -163,6 +163,12 @@ class Ops {
     (void)base;
     (void)n;
   }
+  // The weights are about to be written (GPT::params() taken writable): a
+  // backend forgets what adamw_update renewed of its copy since set_weights,
+  // so that only an update after this call can spare the next set_weights the
+  // copy (CUDA: the optimizer's pass writes the 16-bit copy too; when it has
+  // rewritten every weight since the last write, the copy is current).
+  virtual void weights_written() {}
 
   // The 16-bit type of a mixed-precision run (f32: none). Its activations are
   // held in it; its weights are T arrays of values of it, so a 16-bit copy of

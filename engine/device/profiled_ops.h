@@ -62,6 +62,7 @@ class ProfiledOps final : public Ops<T> {
   void convert(Act dst, CAct src, size_t n) override;
   void round_to_storage(T *x, size_t n, DType dtype) override;
   void set_weights(const T *base, size_t n) override { inner_->set_weights(base, n); }
+  void weights_written() override { inner_->weights_written(); }
 
  private:
   // Runs f between the start and stop of a pooled timer, charged to `op`.

@@ -135,6 +135,7 @@ class GPT {
   // the fp32 initial parameters (take_fp32_init): they are no longer the model's.
   T *params() {
     weights_changed_ = true;
+    ops_->weights_written();
     fp32_init_ = DeviceArray<float>();
     return params_.data();
   }

@@ -28,6 +28,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -69,18 +70,21 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   return bits(from_f32<M>(lo)) | bits(from_f32<M>(hi)) << 16;
 }
 
-// c += a b on the tensor cores.
+// c += a b on the tensor cores. Not volatile: a pure function of its
+// registers, so the compiler may interleave independent products (volatile
+// asm keeps program order, which made each accumulator's chain of products
+// wait for the one before).
 template <class M>
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (std::is_same_v<M, __nv_bfloat16>)
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   else
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -133,19 +137,23 @@ __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&lo)[4], c
   a[2] = pack<M>(hi[0], hi[1]);
   a[3] = pack<M>(hi[2], hi[3]);
 }
-// c += A X^T over k = 0..kD: X's rows n0..n0 + 7 are B's columns (K in Q K^T).
-// One ldmatrix gives the B fragments of two k-steps.
-template <class M, int kD>
-__device__ __forceinline__ void mma_rows(float (&c)[4], const uint32_t (&a)[kD / 16][4], const M *X,
-                                         int n0, int lane) {
-  const M *p = X + (n0 + (lane & 7)) * kStride<kD> + 8 * (lane >> 3);
+// c[nt] += A X^T over k = 0..kD for the kN 8-row blocks nt of X (K in Q K^T:
+// X's rows are B's columns). The k-steps outside, the blocks inside: the kN
+// accumulators are independent, so their products overlap on the tensor
+// cores; one ldmatrix gives the B fragments of two blocks.
+template <class M, int kD, int kN>
+__device__ __forceinline__ void mma_rows(float (&c)[kN][4], const uint32_t (&a)[kD / 16][4],
+                                         const M *X, int lane) {
+  static_assert(kN % 2 == 0, "blocks come in pairs");
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; kk += 2) {
-    uint32_t b[4];  // k-step kk: b[0], b[1]; kk + 1: b[2], b[3]
-    ldsm4<false>(b, p + 16 * kk);
-    mma<M>(c, a[kk], b[0], b[1]);
-    mma<M>(c, a[kk + 1], b[2], b[3]);
-  }
+  for (int kk = 0; kk < kD / 16; kk++)
+#pragma unroll
+    for (int nt = 0; nt < kN; nt += 2) {
+      uint32_t b[4];
+      load_b_rows<M, kD>(b, X, 8 * nt, 16 * kk, lane);
+      mma<M>(c[nt], a[kk], b[0], b[1]);
+      mma<M>(c[nt + 1], a[kk], b[2], b[3]);
+    }
 }
 // c[nd] += a X[k0..k0+15][8nd..8nd+7] for every 8-column block nd of X (V in
 // P V): X's rows are k, read transposed; one ldmatrix serves two blocks.
@@ -308,18 +316,20 @@ __global__ void __launch_bounds__(kThreads)
     const M *tK = sK + buf * kTile, *tV = sV + buf * kTile;
     if (w0 < s && j0 <= w0 + 15) {  // warp-uniform: rows, and a visible key
       const int nt_end = min(kFwdKeys / 8, (w0 + 15 - j0) / 8 + 1);  // 8-key blocks with a visible key
+      // Every block's product, also the hidden ones of the diagonal tile: a
+      // run-time bound inside the unrolled loop would split it into chains.
       float sc[kFwdKeys / 8][4] = {};
-#pragma unroll
-      for (int nt = 0; nt < kFwdKeys / 8; nt++)
-        if (nt < nt_end) mma_rows<M, kD>(sc[nt], qa, tK, 8 * nt, lane);
-      // Scale and mask; the row max over the tile (the 4 lanes of a quad share a row).
+      mma_rows<M, kD>(sc, qa, tK, lane);
+      // Scale and mask (only the diagonal tile and rows near s hide keys); the
+      // row max over the tile (the 4 lanes of a quad share a row).
+      const bool edge = j0 + kFwdKeys - 1 > w0 || w0 + 15 >= s;  // warp-uniform
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int nt = 0; nt < kFwdKeys / 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int r = e / 2, j = j0 + 8 * nt + 2 * t + (e & 1);
-          const bool vis = j <= row[r] && row[r] < s;  // causal (and so j < s)
+          const bool vis = !edge || (j <= row[r] && row[r] < s);  // causal (and so j < s)
           sc[nt][e] = vis ? sc[nt][e] * scale2 : -INFINITY;
           mx[r] = fmaxf(mx[r], sc[nt][e]);
         }
@@ -347,8 +357,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
 #pragma unroll
-      for (int kk = 0; kk < kFwdKeys / 16; kk++) {
-        if (2 * kk >= nt_end) continue;  // all of these keys above the diagonal
+      for (int kk = 0; kk < kFwdKeys / 16; kk++) {  // hidden keys: P = 0
         uint32_t pa[4];
         c_to_a<M>(pa, sc[2 * kk], sc[2 * kk + 1]);
         mma_cols<M, kD>(o, pa, tV, 16 * kk, lane);
@@ -372,17 +381,21 @@ __global__ void __launch_bounds__(kThreads)
 // queries see none of them), two buffers as in the forward. Products
 // transposed: S^T = K Q^T, dP^T = V dO^T, dV += (P Z)^T dO, dK += dS^T Q.
 // Shared: K, V [64], Q, dO [2][32] rows of kStride; lse and D [2][32].
+// Heads bh0 .. of the grid. With dsT, also the operand dS / scale rounded to M
+// as dS^T, head bh - bh0 at dsT + (bh - bh0) * s * ds_ld, row k (key) of ds_ld
+// columns (queries), zeros where hidden: every column below s of rows below s
+// is written, for the dQ GEMM (dQ = scale dS K).
 template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
     bwd_dkdv(G *dqkv, const G *dctx, const G *qkv, const float *lse, const float *D,
-             int s, int b, int heads, int hd, float scale, Drop dr) {
+             int s, int b, int heads, int hd, float scale, Drop dr, int bh0, M *dsT, int ds_ld) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   constexpr int S = kStride<kD>, kTile = kBwdTile * S;
   M *sK = reinterpret_cast<M *>(smem_bytes), *sV = sK + kRowTile * S, *sQ = sV + kRowTile * S,
     *sO = sQ + 2 * kTile;  // sO: dO
   float *sL = reinterpret_cast<float *>(sO + 2 * kTile), *sD = sL + 2 * kBwdTile;
   const int ntiles = (s + kRowTile - 1) / kRowTile;
-  const int bh = blockIdx.x / ntiles, j0 = (blockIdx.x % ntiles) * kRowTile;  // first: most work
+  const int bh = bh0 + blockIdx.x / ntiles, j0 = (blockIdx.x % ntiles) * kRowTile;  // first: most work
   const int bi = bh / heads, head = bh % heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const float scale2 = scale * kLog2e;  // scores in base 2: exp(x scale) = 2^(x scale2)
@@ -392,6 +405,19 @@ __global__ void __launch_bounds__(kThreads)
   const int w0 = j0 + 16 * warp;
   const int key[2] = {w0 + g, w0 + g + 8};
   const int query_tiles = (s - j0 + kBwdTile - 1) / kBwdTile;
+  M *ds_rows = dsT ? dsT + (size_t)(bh - bh0) * s * ds_ld : nullptr;  // this head's dS^T
+  // dS^T of this lane's keys for queries q .. q + 1 (q even, below ds_ld).
+  auto store_ds = [&](int q, const float (&c)[4]) {
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+      if (key[r] < s && q < s)
+        *reinterpret_cast<uint32_t *>(ds_rows + (size_t)key[r] * ds_ld + q) = pack<M>(c[2 * r], c[2 * r + 1]);
+  };
+  if (ds_rows) {  // the queries before j0 see none of these keys: zeros, 16 bytes a store
+    const int rows = min(kRowTile, s - j0), chunks = j0 / 8;
+    for (int e = threadIdx.x; e < rows * chunks; e += kThreads)
+      reinterpret_cast<uint4 *>(ds_rows + (size_t)(j0 + e / chunks) * ds_ld)[e % chunks] = uint4{0, 0, 0, 0};
+  }
   auto load_queries = [&](int it) {  // query tile it (from j0) into buffer it & 1
     const int q0 = j0 + it * kBwdTile, buf = it & 1;
     load_tile<M, kD, kBwdTile>(sQ + buf * kTile, Q, ld, q0, s, hd);
@@ -439,6 +465,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       // P Z into st, dS / scale into dpt.
+      const bool edge = w0 + 15 > q0 || q0 + kBwdTile > s;  // some query hidden (warp-uniform)
 #pragma unroll
       for (int nt = 0; nt < kBwdTile / 8; nt++) {
         float z[4] = {1.f, 1.f, 1.f, 1.f};
@@ -446,16 +473,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int j = key[e / 2], qi = 8 * nt + 2 * t + (e & 1), i = q0 + qi;
-          float pz = 0.f, ds = 0.f;
-          if (j <= i && i < s) {  // causal (and so j < s)
-            const float p = exp2f(fmaf(st[nt][e], scale2, -tL[qi]));
-            pz = p * z[e];
-            ds = p * (z[e] * dpt[nt][e] - tD[qi]);
-          }
-          st[nt][e] = pz;
-          dpt[nt][e] = ds;
+          // Selects, not branches: a hidden element's values are computed and dropped.
+          const bool vis = !edge || (j <= i && i < s);  // causal (and so j < s)
+          const float p = exp2f(fmaf(st[nt][e], scale2, -tL[qi]));
+          st[nt][e] = vis ? p * z[e] : 0.f;
+          dpt[nt][e] = vis ? p * (z[e] * dpt[nt][e] - tD[qi]) : 0.f;
         }
       }
+      if (ds_rows)
+#pragma unroll
+        for (int nt = 0; nt < kBwdTile / 8; nt++) store_ds(q0 + 8 * nt + 2 * t, dpt[nt]);
 #pragma unroll
       for (int kq = 0; kq < kBwdTile / 16; kq++) {
         uint32_t pa[4], da[4];
@@ -464,6 +491,10 @@ __global__ void __launch_bounds__(kThreads)
         mma_cols<M, kD>(dv, pa, tO, 16 * kq, lane);
         mma_cols<M, kD>(dk, da, tQ, 16 * kq, lane);
       }
+    } else if (ds_rows) {  // every query of the tile before these keys: hidden
+      const float zero[4] = {};
+#pragma unroll
+      for (int nt = 0; nt < kBwdTile / 8; nt++) store_ds(q0 + 8 * nt + 2 * t, zero);
     }
     __syncthreads();  // tile it is consumed before its buffer is refilled
   }
@@ -521,11 +552,9 @@ __global__ void __launch_bounds__(kThreads)
     const M *tK = sK + buf * kTile, *tV = sV + buf * kTile;
     if (w0 < s && k0 <= w0 + 15) {  // warp-uniform
       float sc[kBwdTile / 8][4] = {}, dp[kBwdTile / 8][4] = {};
-#pragma unroll
-      for (int nt = 0; nt < kBwdTile / 8; nt++) {
-        mma_rows<M, kD>(sc[nt], qa, tK, 8 * nt, lane);
-        mma_rows<M, kD>(dp[nt], oa, tV, 8 * nt, lane);
-      }
+      mma_rows<M, kD>(sc, qa, tK, lane);
+      mma_rows<M, kD>(dp, oa, tV, lane);
+      const bool edge = k0 + kBwdTile - 1 > w0 || w0 + 15 >= s;  // some key hidden (warp-uniform)
 #pragma unroll
       for (int nt = 0; nt < kBwdTile / 8; nt++) {
         float z[4] = {1.f, 1.f, 1.f, 1.f};
@@ -533,12 +562,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int r = e / 2, i = row[r], j = k0 + 8 * nt + 2 * t + (e & 1);
-          float ds = 0.f;
-          if (j <= i && i < s) {
-            const float p = exp2f(fmaf(sc[nt][e], scale2, -L[r]));
-            ds = p * (z[e] * dp[nt][e] - Dr[r]);
-          }
-          sc[nt][e] = ds;
+          const bool vis = !edge || (j <= i && i < s);  // a select, as in bwd_dkdv
+          const float p = exp2f(fmaf(sc[nt][e], scale2, -L[r]));
+          sc[nt][e] = vis ? p * (z[e] * dp[nt][e] - Dr[r]) : 0.f;
         }
       }
 #pragma unroll
@@ -626,7 +652,7 @@ template <class G>
 void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G *qkv,
                                   const float *lse, int s, int b, int heads, int hd, float scale,
                                   int head_offset, const DropoutSpec &d, DType mma,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, Gemm *dq_gemm, size_t dq_scratch_bytes) {
   const char *what = "flash_attention_backward_mma";
   check_head_dim(hd, what);
   if (s <= 0 || b <= 0 || heads <= 0) return;
@@ -642,7 +668,33 @@ void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G 
       const size_t kv_smem = smem_bytes<M, kD>(2 * kRowTile + 4 * kBwdTile, 4 * kBwdTile);
       auto dkdv = bwd_dkdv<M, kD, G>;
       allow_smem(dkdv, kv_smem);
-      dkdv<<<blocks, kThreads, kv_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);
+      // dQ = scale dS K as a GEMM over the dS^T that the dK dV kernel leaves in
+      // scratch (rows of 16 bytes), heads in groups that fit dq_scratch_bytes:
+      // no second pass over S, dP and the dropout draws. Needs arrays of M and
+      // hd % 8 == 0 (aligned rows); else, or when one head's dS exceeds the
+      // scratch, the dQ kernel.
+      const int ds_ld = (s + 7) / 8 * 8;
+      const size_t head_bytes = sizeof(M) * (size_t)s * ds_ld;
+      if (std::is_same_v<G, M> && dq_gemm && hd % 8 == 0 && head_bytes <= dq_scratch_bytes) {
+        const int group = (int)std::min<size_t>(bh, dq_scratch_bytes / head_bytes);
+        const StreamScratch scratch(head_bytes * group, stream, "flash_attention_backward_mma scratch (dS)");
+        M *dsT = scratch.as<M>();
+        const int ld = 3 * bh * hd;  // qkv's row stride; head bh at column 3 bh hd
+        for (int bh0 = 0; bh0 < bh; bh0 += group) {
+          const int n = std::min(group, bh - bh0);
+          dkdv<<<grid_blocks(s, kRowTile, n, what), kThreads, kv_smem, stream>>>(
+              dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr, bh0, dsT, ds_ld);
+          check_launch("flash_attention_backward_mma (dK, dV, dS)");
+          // Head i: dQ [s, hd] = scale (dS^T)^T [s, s] K [s, hd] (the stream
+          // orders the next group's dS after this read).
+          const size_t at = (size_t)bh0 * 3 * hd;
+          dq_gemm->run(mma, true, false, s, hd, s, scale, dsT, ds_ld, (int64_t)s * ds_ld,
+                       qkv + at + hd, ld, 3 * hd, 0.f, dqkv + at, ld, 3 * hd, n, stream);
+        }
+        return;
+      }
+      dkdv<<<blocks, kThreads, kv_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr,
+                                                  0, nullptr, 0);
       check_launch("flash_attention_backward_mma (dK, dV)");
       const size_t q_smem = smem_bytes<M, kD>(2 * kRowTile + 4 * kBwdTile);
       auto dq = bwd_dq<M, kD, G>;
@@ -659,7 +711,8 @@ void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G 
                                                cudaStream_t);                                   \
   template void flash_attention_backward_mma<G>(G *, const G *, const G *, const G *,           \
                                                 const float *, int, int, int, int, float, int,  \
-                                                const DropoutSpec &, DType, cudaStream_t);
+                                                const DropoutSpec &, DType, cudaStream_t, Gemm *, \
+                                                size_t);
 PTDP_CUDA_STORAGE_TYPES(PTDP_INSTANTIATE)
 #undef PTDP_INSTANTIATE
 

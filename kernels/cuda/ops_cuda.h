@@ -136,6 +136,11 @@ void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv
 // invalid_argument error naming both types.
 // P Z and dS are rounded to `mma` as operands, sums are fp32, and ctx, dqkv
 // come out rounded to it once. hd <= 128.
+// Backward with dq_gemm (16-bit arrays, hd % 8 == 0): dQ is dq_gemm's GEMM
+// over dS kept in stream-ordered scratch of at most dq_scratch_bytes (heads in
+// groups; a head whose s x s dS does not fit uses the dQ kernel), instead of a
+// second kernel that computes S, dP and the dropout draws again. The same math,
+// summed in another order: deterministic, not the dQ kernel's bits.
 template <class G>
 void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b, int heads, int hd,
                                  float scale, int head_offset, const DropoutSpec &d, DType mma,
@@ -144,7 +149,8 @@ template <class G>
 void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G *qkv,
                                   const float *lse, int s, int b, int heads, int hd, float scale,
                                   int head_offset, const DropoutSpec &d, DType mma,
-                                  cudaStream_t stream);
+                                  cudaStream_t stream, Gemm *dq_gemm = nullptr,
+                                  size_t dq_scratch_bytes = size_t(1) << 30);
 
 // Vocab-parallel embedding: x[si*b+bi] = (token in [vocab_start, vocab_start +
 // vocab_rows) ? wte[token - vocab_start] : 0) + (wpe ? wpe[si] : 0); x: [s*b, h].
@@ -199,10 +205,12 @@ void cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n,
 // AdamW with decoupled weight decay over one flat fp32 tensor (the CPU kernel's
 // arithmetic; step is 1-based for the bias corrections), gradients used times
 // grad_scale; model_type bf16 / f16 also writes the updated weights rounded to
-// it into model_copy (f32: no copy) in the same pass.
+// it into model_copy (f32: no copy) in the same pass, and, where storage_copy
+// is set, the same values as model_type itself into storage_copy (n 16-bit
+// elements: the ops' 16-bit copy of the weights).
 void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
                   double lr, double beta1, double beta2, double eps, double weight_decay,
                   int64_t step, double grad_scale, float *model_copy, DType model_type,
-                  cudaStream_t stream);
+                  cudaStream_t stream, void *storage_copy = nullptr);
 
 }  // namespace ptdp::cuda

@@ -213,6 +213,7 @@ void bench_attention(ptdp::cuda::Gemm &gemm) {
 // arrays, bf16 operands; with dropout 0.1 (the training figure) and without
 // (what the dropout draws cost).
 void bench_attention_mma() {
+  ptdp::cuda::Gemm gemm;
   const int s = 2048, b = 2, a = 16, hd = 128, w = a * hd;
   using B16 = __nv_bfloat16;
   B16 *qkv = (B16 *)random_device((size_t)s * b * 3 * w, 2, 50);
@@ -227,17 +228,23 @@ void bench_attention_mma() {
     const double fwd = time_ms([&] {
       ptdp::cuda::flash_attention_forward_mma(ctx, lse, qkv, s, b, a, hd, scale, 0, drop, DType::bf16, 0);
     });
-    const double bwd = time_ms([&] {
+    const double bwd_kernel = time_ms([&] {  // dQ by its own kernel
       ptdp::cuda::flash_attention_backward_mma(dqkv, dctx, ctx, qkv, lse, s, b, a, hd, scale, 0, drop,
                                                DType::bf16, 0);
+    });
+    const double bwd = time_ms([&] {  // dQ by a GEMM over dS (the training path)
+      ptdp::cuda::flash_attention_backward_mma(dqkv, dctx, ctx, qkv, lse, s, b, a, hd, scale, 0, drop,
+                                               DType::bf16, 0, &gemm);
     });
     const std::string what = p > 0 ? "" : ", no dropout";
     std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", "bf16",
                 ("attention fwd fused, tensor cores" + what).c_str(), fwd, fwd_flops / fwd / 1e9);
-    std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", "bf16",
-                ("attention bwd fused, tensor cores" + what).c_str(), bwd, 2.5 * fwd_flops / bwd / 1e9);
-    std::printf("bench name=attention_mma dtype=bf16 dropout=%g fused_fwd_ms=%.3f fused_bwd_ms=%.3f\n",
-                p, fwd, bwd);
+    std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s (dQ kernel %.3f ms)\n", "bf16",
+                ("attention bwd fused, tensor cores" + what).c_str(), bwd, 2.5 * fwd_flops / bwd / 1e9,
+                bwd_kernel);
+    std::printf("bench name=attention_mma dtype=bf16 dropout=%g fused_fwd_ms=%.3f fused_bwd_ms=%.3f "
+                "fused_bwd_dq_kernel_ms=%.3f\n",
+                p, fwd, bwd, bwd_kernel);
   }
   cudaFree(qkv), cudaFree(dqkv), cudaFree(ctx), cudaFree(dctx), cudaFree(lse);
 }
@@ -250,8 +257,18 @@ struct GemmShape {
 
 }  // namespace
 
-int main() {
+// bench_gpu_ops [attention]: every figure, or only the tensor-core attention
+// (what scripts/gpu_profile_attention.sh profiles).
+int main(int argc, char **argv) {
   gpu_test::require_device();
+  if (argc > 1) {
+    if (argc != 2 || std::string(argv[1]) != "attention") {
+      std::fprintf(stderr, "usage: bench_gpu_ops [attention]\n");
+      return 2;
+    }
+    bench_attention_mma();
+    return 0;
+  }
   const int h = 2048, a = 16, s = 2048, b = 2, V = 50304, f = 4 * h, d = h / a, N = s * b;
 
   // Ceiling 1: copy bandwidth (bytes read + written).

@@ -258,18 +258,37 @@ void check_mma_case(const Shape &sh, float p, unsigned seed) {
                                              head_offset, d, mma, stream);
   ptdp::cuda::flash_attention_backward_mma<M>(dqkv16.p, dctx16.p, ctx16.p, qkv16.p, lse16.p, s, b,
                                               heads, hd, scale, head_offset, d, mma, stream);
+  // dQ by a GEMM over dS in scratch (a 16-bit run's path), twice; and with a
+  // scratch of one head, so that the heads go in groups.
+  ptdp::cuda::Gemm gemm;
+  const size_t one_head = sizeof(M) * (size_t)s * ((s + 7) / 8 * 8);
+  DevArray<M> dqkv_g(n_qkv), dqkv_g2(n_qkv), dqkv_g1(n_qkv);
+  for (auto [out, limit] : {std::pair{&dqkv_g, size_t(1) << 30}, std::pair{&dqkv_g2, size_t(1) << 30},
+                            std::pair{&dqkv_g1, one_head}})
+    ptdp::cuda::flash_attention_backward_mma<M>(out->p, dctx16.p, ctx16.p, qkv16.p, lse16.p, s, b,
+                                                heads, hd, scale, head_offset, d, mma, stream, &gemm,
+                                                limit);
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaStreamDestroy(stream));
   const bool same16 = same_bits(download(ctx16), ctx.get()) && same_bits(lse16.get(), lse.get()) &&
                       same_bits(download(dqkv16), dqkv.get());
   std::printf("%-48s %s\n", "  16-bit arrays give the float arrays' bits", same16 ? "ok" : "FAIL");
   if (!same16) failures++;
+  const std::vector<float> by_gemm = download(dqkv_g);
+  // dK, dV: the same kernel, the same bits; dQ: checked against the reference below.
+  const bool same_kv = same_bits(part_of(by_gemm, sh, 1), part_of(dqkv.get(), sh, 1)) &&
+                       same_bits(part_of(by_gemm, sh, 2), part_of(dqkv.get(), sh, 2));
+  const bool same_g = same_bits(by_gemm, download(dqkv_g2)) && same_bits(by_gemm, download(dqkv_g1));
+  std::printf("%-48s %s\n", "  dQ by GEMM: dK dV bits kept, deterministic, grouped", same_kv && same_g ? "ok" : "FAIL");
+  if (!same_kv || !same_g) failures++;
 
   const Ref R = reference(qkv_f, dctx_f, sh, scale, head_offset, d, storage_eps<M>(),
                           storage_tiny<M>(), kTolMma, storage_eps<M>());
   char name[32];
   std::snprintf(name, sizeof name, "mma %s", type_name<M>());
   compare_outputs(name, sh, p, R, ctx.get(), lse.get(), dqkv.get(), dqkv2.get());
+  std::snprintf(name, sizeof name, "mma %s dQ by GEMM", type_name<M>());
+  compare_bound(name, part_of(by_gemm, sh, 0), part_of(R.dqkv, sh, 0), part_of(R.dqkv_bound, sh, 0));
   // Every output is a value of M, as a 16-bit run stores it.
   std::vector<float> all = ctx.get(), g = dqkv.get();
   all.insert(all.end(), g.begin(), g.end());

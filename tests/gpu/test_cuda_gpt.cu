@@ -180,6 +180,45 @@ void check_weights_copy_follows_the_weights(Device &cuda) {
   check("and the loss moved (1 if it did not)", after != before ? 0.0 : 1.0, 0.0);
 }
 
+// AdamW's pass writes the 16-bit copy too, so the forward after an update
+// makes none: that forward must equal one whose copy is made from the updated
+// parameters (a second model given them), bit for bit. A write between the
+// update and the next forward (a checkpoint load there) must still be seen.
+void check_weights_copy_after_an_update(Device &cuda) {
+  const GptConfig cfg = small_config();
+  const int s = cfg.seq_length, b = 2, N = s * b;
+  Precision bf16;
+  bf16.dtype = DType::bf16;
+  GPT<float> a(cfg, 5, {}, {}, {}, bf16, &cuda), copy(cfg, 5, {}, {}, {}, bf16, &cuda),
+      fresh(cfg, 6, {}, {}, {}, bf16, &cuda);
+  const std::vector<int32_t> tokens = gpu_test::random_ids(N, cfg.vocab_size, 3),
+                             targets = gpu_test::random_ids(N, cfg.vocab_size, 4);
+  StepContext train, eval;
+  eval.training = false;
+  AdamW opt(a, {});
+  auto step = [&](int64_t k) {
+    a.device().zero(a.grads(), a.num_params() * sizeof(float));
+    a.forward(tokens.data(), targets.data(), s, b, train);
+    a.backward(1.f / N);
+    opt.update(a, 1e-2, k, 1.0);
+  };
+  step(1);
+  const double updated = a.forward(tokens.data(), targets.data(), s, b, eval);
+  const std::vector<float> w = a.params_to_host();
+  cuda.copy_from_host(copy.params(), w.data(), w.size() * sizeof(float));
+  const double want = copy.forward(tokens.data(), targets.data(), s, b, eval);
+  std::printf("-- after an update: loss %.7f, a model given its weights %.7f\n", updated, want);
+  check("the forward after an update reads the updated weights (loss difference)",
+        std::fabs(updated - want), 0.0);
+  step(2);
+  const std::vector<float> w6 = fresh.params_to_host();
+  cuda.copy_from_host(a.params(), w6.data(), w6.size() * sizeof(float));
+  const double loaded = a.forward(tokens.data(), targets.data(), s, b, eval);
+  const double want6 = fresh.forward(tokens.data(), targets.data(), s, b, eval);
+  check("a write after an update is read by the next forward (loss difference)",
+        std::fabs(loaded - want6), 0.0);
+}
+
 // The op profile on CUDA: CUDA-event times for every op of a step, and the
 // step itself unchanged (the same loss and gradients as without it).
 void check_op_profile(Device &cuda) {
@@ -250,6 +289,7 @@ int main() {
   try {
     check_op_profile(*cuda);
     check_weights_copy_follows_the_weights(*cuda);
+    check_weights_copy_after_an_update(*cuda);
   } catch (const std::exception &e) {
     std::printf("weights copy: FAIL, threw: %s\n", e.what());
     gpu_test::failures++;
