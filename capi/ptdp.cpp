@@ -231,6 +231,8 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     else if (n == "train_iters") *value = (double)tr.options().train_iters;
     else if (n == "num_parameters") *value = (double)tr.model().num_real_params();
     else if (n == "failed_saves") *value = (double)tr.failed_saves();
+    else if (n == "steps_taken") *value = (double)tr.steps_taken();
+    else if (n == "steps_skipped") *value = (double)tr.steps_skipped();
     else if (n == "padded_vocab_size") *value = tr.options().model.padded_vocab(tr.options().parallel.t);
     else if (n == "unigram_entropy") *value = tr.unigram_entropy();
     else if (n == "train_samples") *value = (double)tr.train_samples();
@@ -270,6 +272,7 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     else
       ptdp::fail(ptdp::Status::invalid_argument, "unknown trainer value '", n,
                  "'; known: iteration, consumed_samples, train_iters, num_parameters, failed_saves, "
+                 "steps_taken, steps_skipped, "
                  "padded_vocab_size, unigram_entropy, train_samples, valid_samples, "
                  "peak_memory_bytes, device_peak_memory_bytes, world_size, local_ranks, rank, tp_rank, dp_rank, pp_rank, "
                  "tensor_model_parallel_size, pipeline_model_parallel_size, data_parallel_size, "
@@ -410,8 +413,9 @@ ptdp_status ptdp_trainer_get_text(const ptdp_trainer *t, const char *name, char 
     if (n == "last_checkpoint") return copy_out(tr.last_saved(), buf, cap, out_len);
     if (n == "last_save_error") return copy_out(tr.last_save_error(), buf, cap, out_len);
     if (n == "device") return copy_out(tr.device_name(0), buf, cap, out_len);
+    if (n == "exit_reason") return copy_out(tr.exit_reason(), buf, cap, out_len);
     ptdp::fail(ptdp::Status::invalid_argument, "unknown text '", n,
-               "'; known: loaded_checkpoint, last_checkpoint, last_save_error, device");
+               "'; known: loaded_checkpoint, last_checkpoint, last_save_error, device, exit_reason");
   });
 }
 

@@ -104,6 +104,8 @@ PTDP_API ptdp_status ptdp_trainer_evaluate(ptdp_trainer *trainer, int64_t iters,
  * last step's peak device memory, summed over this process's ranks; on the CPU
  * device, the part of the host's held as device tensors),
  * failed_saves (saves of this run that failed; each is also in last_save_error when it happens),
+ * steps_taken and steps_skipped (steps this trainer took, and those of them that skipped
+ * the update after an overflow or a NaN),
  * world_size, local_ranks, rank (this process's first rank) and its coordinates
  * tp_rank, dp_rank, pp_rank,
  * tensor_model_parallel_size, pipeline_model_parallel_size, data_parallel_size,
@@ -148,7 +150,9 @@ PTDP_API ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *trainer, in
  * (directory of the last checkpoint saved), last_save_error (why the last save
  * made by a step at save_interval failed; training goes on), each "" if none;
  * device (the first local rank's, e.g. "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)":
- * what the device option, by default auto, chose). */
+ * what the device option, by default auto, chose); exit_reason (why the run
+ * should end after the last step: a signal with exit_signal_handler,
+ * exit_interval or exit_duration_in_mins, and what was saved; "" = go on). */
 PTDP_API ptdp_status ptdp_trainer_get_text(const ptdp_trainer *trainer, const char *name,
                                            char *buf, size_t cap, size_t *out_len);
 /* Saves the whole training state (parameters, Adam moments, iteration,

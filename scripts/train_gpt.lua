@@ -79,6 +79,16 @@ local save_dir = trainer:text('last_checkpoint')
 -- per evaluation. A fresh run replaces the file; a resumed one (--load)
 -- appends to it. The first process writes it.
 local log_json = opts.log_json ~= '' and layout.rank == 0
+-- A metrics file that cannot be written is reported once and dropped: the
+-- training, not its log, is what the run is for.
+local function log_record(line, fresh)
+  if not log_json then return end
+  local ok, err = pcall(ptdp.append_line, opts.log_json, line, fresh)
+  if not ok then
+    io.stderr:write(string.format('ptdp: --log-json: %s; the run goes on without it\n', tostring(err)))
+    log_json = false
+  end
+end
 local function json_number(x)
   if x ~= x or x == math.huge or x == -math.huge then return 'null' end
   return string.format('%.17g', x)
@@ -94,70 +104,91 @@ if log_json then
                        'data_parallel_size', 'train_samples', 'valid_samples', 'unigram_entropy' } do
     fields[#fields + 1] = string.format('"%s": %s', k, json_number(trainer:get(k)))
   end
-  ptdp.append_line(opts.log_json, '{' .. table.concat(fields, ', ') .. '}', trainer:get('iteration') == 0)
+  log_record('{' .. table.concat(fields, ', ') .. '}', trainer:get('iteration') == 0)
 end
 
 local function validate(it)
   local loss = trainer:evaluate()
   print(string.format(' validation loss at iteration %d | lm loss: %.6E | lm loss PPL: %.3f | unigram entropy: %.4f',
                       it, loss, math.exp(loss), entropy))
-  if log_json then
-    ptdp.append_line(opts.log_json, string.format('{"kind": "valid", "iteration": %d, "lm_loss": %s, "lm_loss_ppl": %s}',
-                                                  it, json_number(loss), json_number(math.exp(loss))))
-  end
+  log_record(string.format('{"kind": "valid", "iteration": %d, "lm_loss": %s, "lm_loss_ppl": %s}',
+                           it, json_number(loss), json_number(math.exp(loss))))
   return loss
 end
 
 local loss
 -- A resumed run (--load) goes on from the checkpoint's iteration; with --save
--- the trainer saves every --save-interval iterations and after the last.
+-- the trainer saves every --save-interval iterations and after the last. A
+-- step that meets --exit-signal-handler's signal, --exit-interval or
+-- --exit-duration-in-mins has saved (with --save) and ends the run here.
+local exit_reason = ''
 for it = trainer:get('iteration') + 1, iters do
   trainer:step()
-  if it % opts.log_interval == 0 or it == iters then
+  exit_reason = trainer:text('exit_reason')
+  if it % opts.log_interval == 0 or it == iters or exit_reason ~= '' then
     print(trainer:log_line())
-    if log_json then ptdp.append_line(opts.log_json, trainer:log_json()) end
+    log_record(trainer:log_json())
   end
   local saved = trainer:text('last_checkpoint')
   if saved ~= save_dir then
     save_dir = saved
     print(string.format(' saved checkpoint %s', saved))
   end
+  if exit_reason ~= '' then break end
   if opts.eval_interval > 0 and it % opts.eval_interval == 0 and it ~= iters then validate(it) end
 end
--- Where each rank spent the last step, one line per rank in world-rank order,
--- all printed by world rank 0's process: under mpirun each process's output
--- reaches the terminal on its own, so lines printed by several would interleave.
--- (rank_reports is collective: every process calls it.)
-if layout.world_size > 1 then
-  local reports = trainer:rank_reports()
-  for i = 0, reports and layout.world_size - 1 or -1 do
-    local r = reports[i]
-    local mb = function(g) return r.bytes[g] / 1e6 end
-    io.stdout:write(string.format(
-      ' rank %d (tp %d, pp %d, dp %d) | idle: %.1f%% of the last step | peak activations: %.1f MB | ' ..
-      'MB sent: tp %.2f, pp %.2f, dp %.2f, embedding %.2f\n', r.world_rank, r.tp_rank, r.pp_rank,
-      r.dp_rank, 100 * r.idle_fraction, r.peak_activation_bytes / 1e6, mb('tp'), mb('pp'), mb('dp'),
-      mb('embedding')))
-  end
-end
-loss = validate(iters)
-print(string.format('final validation loss %.4f nats/token vs unigram entropy %.4f nats/token (%.1f%% of it)',
-                    loss, entropy, 100 * loss / entropy))
-if opts.sample_tokens > 0 then
-  local text = trainer:generate(opts.prompt, { max_new_tokens = opts.sample_tokens,
-                                               temperature = opts.temperature, seed = 1 })
-  print('---- sample (prompt ' .. string.format('%q', opts.prompt) .. ') ----')
-  print(text)
-  print('----')
+-- Every step of this run skipped its update (fp16 overflow, NaN): nothing was
+-- learned, which is a failure however the run ends.
+local taken, skipped = trainer:get('steps_taken'), trainer:get('steps_skipped')
+if taken > 0 and skipped == taken then
+  io.stderr:write(string.format('ptdp: every one of the %d step%s of this run skipped its update ' ..
+                                '(a gradient overflow or NaN each time): nothing was learned\n',
+                                taken, taken == 1 and '' or 's'))
+  os.exit(1)
 end
 -- A failed save fails the run: the final checkpoint is what the user asked
 -- for, and earlier failures are repeated here (each was reported as it came).
-local failed = trainer:get('failed_saves')
-if failed > 0 then
-  local last = trainer:text('last_save_error')
-  io.stderr:write(string.format('ptdp: %d checkpoint save%s failed in this run%s\n', failed,
-                                failed == 1 and '' or 's',
-                                last ~= '' and '; the final one: ' .. last or
-                                  ' (the final checkpoint was saved)'))
-  os.exit(1)
+local function fail_on_failed_saves()
+  local failed = trainer:get('failed_saves')
+  if failed > 0 then
+    local last = trainer:text('last_save_error')
+    io.stderr:write(string.format('ptdp: %d checkpoint save%s failed in this run%s\n', failed,
+                                  failed == 1 and '' or 's',
+                                  last ~= '' and '; the final one: ' .. last or
+                                    ' (the final checkpoint was saved)'))
+    os.exit(1)
+  end
 end
+if exit_reason ~= '' then
+  -- Ended early: the checkpoint is what matters; no final evaluation or sample
+  -- (every process agreed on the exit, so none waits in a collective).
+  print(' exiting: ' .. exit_reason)
+else
+  -- Where each rank spent the last step, one line per rank in world-rank order,
+  -- all printed by world rank 0's process: under mpirun each process's output
+  -- reaches the terminal on its own, so lines printed by several would interleave.
+  -- (rank_reports is collective: every process calls it.)
+  if layout.world_size > 1 then
+    local reports = trainer:rank_reports()
+    for i = 0, reports and layout.world_size - 1 or -1 do
+      local r = reports[i]
+      local mb = function(g) return r.bytes[g] / 1e6 end
+      io.stdout:write(string.format(
+        ' rank %d (tp %d, pp %d, dp %d) | idle: %.1f%% of the last step | peak activations: %.1f MB | ' ..
+        'MB sent: tp %.2f, pp %.2f, dp %.2f, embedding %.2f\n', r.world_rank, r.tp_rank, r.pp_rank,
+        r.dp_rank, 100 * r.idle_fraction, r.peak_activation_bytes / 1e6, mb('tp'), mb('pp'), mb('dp'),
+        mb('embedding')))
+    end
+  end
+  loss = validate(iters)
+  print(string.format('final validation loss %.4f nats/token vs unigram entropy %.4f nats/token (%.1f%% of it)',
+                      loss, entropy, 100 * loss / entropy))
+  if opts.sample_tokens > 0 then
+    local text = trainer:generate(opts.prompt, { max_new_tokens = opts.sample_tokens,
+                                                 temperature = opts.temperature, seed = 1 })
+    print('---- sample (prompt ' .. string.format('%q', opts.prompt) .. ') ----')
+    print(text)
+    print('----')
+  end
+end
+fail_on_failed_saves()

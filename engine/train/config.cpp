@@ -91,6 +91,16 @@ const std::vector<OptionSpec> &option_schema() {
        "checkpoint to start from: a save directory (its newest complete checkpoint) or one iter_N"},
       {"keep_last_checkpoints", T::Int, "0", 0, 1e9, nullptr,
        "keep only the newest N complete checkpoints (0 = keep all)"},
+      // preemption and time limits (Megatron's flags)
+      {"exit_signal_handler", T::Int, "0", 0, 1, nullptr,
+       "1 = on SIGTERM or SIGINT finish the step, save (with save set) and end the run (a second "
+       "signal ends it at once)"},
+      {"exit_interval", T::Int, "0", 0, kBig, nullptr,
+       "end the run (saving first, with save set) after the iteration that is a multiple of N "
+       "(0 = off)"},
+      {"exit_duration_in_mins", T::Float, "0", 0, 1e9, nullptr,
+       "end the run (saving first, with save set) while the next step and a save still fit in M "
+       "minutes since the trainer started (0 = off)"},
       {"verify_checkpoint", T::Int, "1", 0, 1, nullptr,
        "check every block loaded against its manifest checksum (1 = on)"},
       {"override_opt_param_scheduler", T::Int, "0", 0, 1, nullptr,

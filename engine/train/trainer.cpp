@@ -56,6 +56,7 @@ void check_save_directory(const std::string &dir) {
 }  // namespace
 
 Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler) {
+  if (opt_.exit_signal_handler) exit_signals_ = std::make_unique<ExitSignalScope>();
   grid_ = std::make_unique<RankGrid>(opt_.parallel);
   const int n = opt_.parallel.world();
   // CPU ranks share the cores (ARCHITECTURE §2): threads per rank = cores / ranks.
@@ -448,10 +449,13 @@ StepMetrics Trainer::step() {
   const int64_t it = iteration_ + 1;
   step_origin_ns_ = Timeline::now_ns();
   gathered_.clear();  // they describe the previous step
+  exit_reason_.clear();
   run_on_ranks([&](Rank &r) { rank_step(r, it, feed_ ? *feed_ : *r.train); });
   StepMetrics res = ranks_[0]->metrics;
   if (res.nan_iters) nan_++;
   if (res.skipped_iters) skipped_++;
+  steps_taken_++;
+  if (res.skipped_iters) steps_skipped_++;
   if (opt_.use_loss_scaler) scaler_.update(res.skipped_iters != 0);
   res.loss_scale = loss_scale();  // after the update, as Megatron logs it
   iteration_ = it;
@@ -477,20 +481,27 @@ StepMetrics Trainer::step() {
   log_interval_.add(res.lm_loss, ranks_[0]->metrics.skipped_iters != 0, sec);
   if (!opt_.timeline_path.empty()) write_timeline();  // not counted in the step's time
   if (!opt_.op_profile_path.empty()) write_op_profile();
+  longest_step_s_ = std::max(longest_step_s_, sec);
   const bool at_interval = opt_.save_interval > 0 && it % opt_.save_interval == 0;
-  if (!opt_.save_path.empty() && (at_interval || it == opt_.train_iters)) {
-    // A failed save must not end the run: report it, keep training, and the
-    // previous checkpoint stays the newest.
-    try {
-      save(opt_.save_path);
-      last_save_error_.clear();
-    } catch (const Error &e) {
-      last_save_error_ = e.what();
-      failed_saves_++;
-      if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", e.what());
-    }
-  }
+  const bool save_now = !opt_.save_path.empty() && (at_interval || it == opt_.train_iters);
+  if (save_now) save_in_run();
+  decide_exit(it, save_now);
   return res;
+}
+
+// A failed save must not end the run: report it, keep training, and the
+// previous checkpoint stays the newest.
+void Trainer::save_in_run() {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    save(opt_.save_path);
+    last_save_error_.clear();
+  } catch (const Error &e) {
+    last_save_error_ = e.what();
+    failed_saves_++;
+    if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", e.what());
+  }
+  last_save_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 namespace {

@@ -5,6 +5,7 @@
 // micro-batches; the loss is the mean over every token of the global batch.
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "engine/parallel/pipeline_runtime.h"
 #include "engine/parallel/schedule.h"
 #include "engine/train/config.h"
+#include "engine/train/exit_signal.h"
 #include "engine/train/loss_scaler.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/metrics.h"
@@ -130,6 +132,16 @@ class Trainer {
   const std::string &last_save_error() const { return last_save_error_; }
   // Saves that failed in this run (each also reported as it happened).
   int failed_saves() const { return failed_saves_; }
+  // Why the run should end after the step just taken ("" = it goes on): a
+  // signal (exit_signal_handler), exit_interval or exit_duration_mins, agreed
+  // by every process. The step has saved the training state first when
+  // save_path is set (a failure counts in failed_saves). The caller ends the
+  // run; a later step decides again.
+  const std::string &exit_reason() const { return exit_reason_; }
+  // Steps this trainer took, and how many of them skipped the update (loss
+  // scale overflow or a NaN): a run whose every step was skipped learned nothing.
+  int64_t steps_taken() const { return steps_taken_; }
+  int64_t steps_skipped() const { return steps_skipped_; }
   // The directory of the last checkpoint saved, and the line of the last load ("" if none).
   const std::string &last_saved() const { return last_saved_; }
   const std::string &last_loaded() const { return last_loaded_; }
@@ -156,6 +168,9 @@ class Trainer {
   void fill_batch(Rank &r, Sampler &sampler, uint64_t first, int b);
   void rank_step(Rank &r, int64_t it, Sampler &train);
   void write_timeline() const;
+  void save_in_run();                   // save(save_path), a failure reported and counted
+  void decide_exit(int64_t it, bool saved);  // trainer_exit.cpp
+  void make_world_groups();             // Rank::world on every local rank (collective)
   void write_op_profile();
   std::string process_path(const std::string &path) const;
   void bind_device_comms();  // Rank::tp_d, dp_d, pp_d, embedding_d
@@ -192,6 +207,12 @@ class Trainer {
   std::string resumed_from_;
   int failed_saves_ = 0;
   StepMetrics last_;
+  // Preemption and time limits (trainer_exit.cpp).
+  std::unique_ptr<ExitSignalScope> exit_signals_;  // with exit_signal_handler
+  std::string exit_reason_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  double longest_step_s_ = 0, last_save_s_ = 0;
+  int64_t steps_taken_ = 0, steps_skipped_ = 0;
   std::vector<RankReport> gathered_;  // by world rank, on world rank 0; cleared by each step
 };
 

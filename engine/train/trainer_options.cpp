@@ -74,6 +74,9 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.save_interval = c.get_int("save_interval");
   o.keep_last_checkpoints = (int)c.get_int("keep_last_checkpoints");
   o.verify_checkpoint = c.get_int("verify_checkpoint") != 0;
+  o.exit_signal_handler = c.get_int("exit_signal_handler") != 0;
+  o.exit_interval = c.get_int("exit_interval");
+  o.exit_duration_mins = c.get_double("exit_duration_in_mins");
   o.override_opt_param_scheduler = c.get_int("override_opt_param_scheduler") != 0;
   o.finetune = c.get_int("finetune") != 0;
   if (o.finetune && o.load_path.empty())

@@ -56,6 +56,11 @@ struct TrainerOptions {
   int keep_last_checkpoints = 0;
   bool verify_checkpoint = true;
   bool override_opt_param_scheduler = false;
+  // Preemption and time limits (Trainer::exit_reason): a step that meets one
+  // saves (with save_path) and asks the caller to end the run.
+  bool exit_signal_handler = false;  // SIGTERM, SIGINT
+  int64_t exit_interval = 0;         // after each iteration that is a multiple of it
+  double exit_duration_mins = 0;     // before the next step and a save would pass it
   // Megatron's --finetune: load_path's weights only; the optimizer, iteration,
   // LR schedule, data position and loss scale start afresh.
   bool finetune = false;

@@ -77,6 +77,15 @@ Trainer::RankReport unpack_report(const double *f) {
 
 }  // namespace
 
+// Making a group is collective over the processes: each makes it at its first
+// use (gather_rank_reports, decide_exit), with every rank it hosts.
+void Trainer::make_world_groups() {
+  std::vector<int> members((size_t)world_size());
+  for (int q = 0; q < world_size(); q++) members[(size_t)q] = q;
+  for (auto &r : ranks_)
+    if (!r->world) r->world = world_->group("world", members, r->world_rank);
+}
+
 void Trainer::gather_rank_reports() {
   if (iteration_ == 0)
     fail(Status::wrong_state, "the rank reports are not available before the first training step");
@@ -91,12 +100,7 @@ void Trainer::gather_rank_reports() {
       c.timings.clear();
     }
   } else {
-    // Making a group is collective over the processes: each makes it here, at
-    // its first gather, with every rank it hosts.
-    std::vector<int> members((size_t)n);
-    for (int q = 0; q < n; q++) members[(size_t)q] = q;
-    for (auto &r : ranks_)
-      if (!r->world) r->world = world_->group("world", members, r->world_rank);
+    make_world_groups();
     if (first_local_rank() == 0) all.resize((size_t)n);
     run_on_ranks([&](Rank &r) {
       const std::vector<double> mine = pack_report(r.report);

@@ -139,6 +139,13 @@ add_test(NAME lua_train_gpt_save_failure
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/save_failure.sh ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT}
           ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/lua/save_failure)
 set(PTDP_LUA_TESTS ${PTDP_LUA_TESTS} lua_train_gpt_save_failure)
+# preemption and time limits: --exit-interval, --exit-duration-in-mins, SIGTERM
+# under --exit-signal-handler (saved, resumed), an unwritable --log-json, a run
+# whose every step was skipped
+add_test(NAME lua_train_gpt_preemption
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/preemption.sh ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT}
+          ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/lua/preemption)
+set(PTDP_LUA_TESTS ${PTDP_LUA_TESTS} lua_train_gpt_preemption)
 ptdp_lua_test(lua_train_gpt_save_under_a_file --rc nonzero
   --expect "cannot be used: Not a directory (checked before the first step)" --reject "iteration "
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --save ${PTDP_TEST_CORPUS}/sub

@@ -11,3 +11,10 @@ run() {
     --eval-interval 0 --sample-tokens 0 --num-threads 1 --data-path d.ptdp --corpus "$corpus" \
     --corpus-format lines "$@"
 }
+# The same as the process itself (for `(run_exec ...) &`: $! is the launcher, to signal).
+run_exec() {
+  exec "$launcher" "$script" --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
+    --micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr-warmup-iters 1 --eval-iters 1 \
+    --eval-interval 0 --sample-tokens 0 --num-threads 1 --data-path d.ptdp --corpus "$corpus" \
+    --corpus-format lines "$@"
+}

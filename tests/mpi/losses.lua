@@ -7,6 +7,7 @@ local config, opts = flags.parse(arg, {
   die_rank = { default = -1, help = 'this rank kills itself (SIGKILL) before step --die-step' },
   die_step = { default = 3, help = 'see --die-rank' },
   error_rank = { default = -1, help = 'this rank raises a Lua error before step --die-step' },
+  term_rank = { default = -1, help = 'this rank sends itself SIGTERM before step --die-step' },
 }, {
   num_layers = 4, hidden_size = 48, num_attention_heads = 12, seq_length = 16,
   micro_batch_size = 2, global_batch_size = 8, lr = 3e-3, min_lr = 3e-4, lr_warmup_iters = 2,
@@ -23,6 +24,14 @@ for step = 1, opts.steps do
   if step == opts.die_step and trainer:layout().rank == opts.error_rank then
     error('script error on rank ' .. opts.error_rank)
   end
+  if step == opts.die_step and trainer:layout().rank == opts.term_rank then
+    ffi.C.kill(ffi.C.getpid(), 15)  -- only this process: every process must end after this step
+  end
   local m = trainer:step()
   if rank0 then print(string.format('%.17g %.17g', m.loss, m.grad_norm)) end
+  local why = trainer:text('exit_reason')
+  if why ~= '' then
+    print(string.format('rank %d: exiting: %s', trainer:layout().rank, why))
+    break
+  end
 end

@@ -1,0 +1,23 @@
+// SIGTERM and SIGINT as a request to end a run cleanly (--exit-signal-handler,
+// as a cluster's scheduler asks a preempted job to stop): the first signal is
+// recorded for the trainer to act on after its step; a second one ends the
+// process at once, as it would without the handler.
+#pragma once
+
+namespace ptdp {
+
+// Handlers for SIGTERM and SIGINT while an ExitSignalScope lives (scopes nest;
+// the handlers found before the first come back after the last).
+class ExitSignalScope {
+ public:
+  ExitSignalScope();
+  ~ExitSignalScope();
+  ExitSignalScope(const ExitSignalScope &) = delete;
+  ExitSignalScope &operator=(const ExitSignalScope &) = delete;
+};
+
+// The first signal received while a scope lives (0 = none); cleared when the
+// last scope ends.
+int exit_signal_received();
+
+}  // namespace ptdp

@@ -1,0 +1,63 @@
+#!/bin/sh
+# preemption.sh LAUNCHER TRAIN_GPT CORPUS WORKDIR — Megatron's exit flags in
+# train_gpt.lua: --exit-interval and --exit-duration-in-mins save and end the
+# run with exit 0; SIGTERM under --exit-signal-handler finishes the step, saves
+# it and exits 0, and the run resumes from that checkpoint; a metrics file that
+# cannot be written does not stop training; a run whose every step skipped its
+# update exits non-zero.
+. "$(dirname "$0")/tiny_train_run.sh"
+fail=0
+check() {  # check WHAT CONDITION...
+  what=$1
+  shift
+  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fail=1; fi
+}
+
+run --train-iters 5 --exit-interval 2 --save every2 >out_interval.txt 2>&1
+rc=$?
+cat out_interval.txt
+check "--exit-interval: exit 0" [ $rc -eq 0 ]
+check "--exit-interval: says why and what it saved" \
+  grep -q "exiting: --exit-interval 2 reached at iteration 2; saved .*every2/iter_0000002" out_interval.txt
+check "--exit-interval: no final evaluation" sh -c '! grep -q "final validation loss" out_interval.txt'
+check "--exit-interval: the checkpoint is there" [ -d every2/iter_0000002 ]
+
+run --train-iters 5 --exit-duration-in-mins 0.00001 >out_duration.txt 2>&1
+rc=$?
+cat out_duration.txt
+check "--exit-duration-in-mins: exit 0 after the first step, nothing to save" \
+  sh -c "[ $rc -eq 0 ] && grep -q 'exiting: --exit-duration-in-mins 1e-05: .* at iteration 1; nothing saved (no --save)' out_duration.txt"
+
+# SIGTERM in the middle of a long run: the step in progress is finished and saved.
+(run_exec --train-iters 1000000 --exit-signal-handler --save sig --log-interval 1 >out_signal.txt 2>&1) &
+pid=$!
+i=0
+while ! grep -q "^ iteration" out_signal.txt 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+kill -TERM $pid
+wait $pid
+rc=$?
+cat out_signal.txt
+check "SIGTERM: exit 0" [ $rc -eq 0 ]
+check "SIGTERM: the handler's message" grep -q "ptdp: signal received: the run ends after this step" out_signal.txt
+it=$(sed -n 's/.*exiting: SIGTERM received at iteration \([0-9]*\); saved .*sig\/iter_0*\([0-9]*\)$/\1 \2/p' out_signal.txt)
+check "SIGTERM: the step in progress saved ($it)" sh -c "[ -n '$it' ] && [ \$(echo $it | cut -d' ' -f1) = \$(echo $it | cut -d' ' -f2) ]"
+n=${it%% *}
+run --train-iters 1000000 --load sig --log-interval 1 --exit-interval $((n + 1)) >out_resume.txt 2>&1
+rc=$?
+cat out_resume.txt
+check "SIGTERM: the run resumes from iteration $n" \
+  sh -c "[ $rc -eq 0 ] && grep -q '^ iteration *$((n + 1))/' out_resume.txt"
+
+run --log-json no_such_dir/metrics.jsonl >out_log.txt 2>&1
+rc=$?
+cat out_log.txt
+check "--log-json unwritable: reported, training goes on, exit 0" \
+  sh -c "[ $rc -eq 0 ] && grep -q 'ptdp: --log-json: .*the run goes on without it' out_log.txt && grep -q 'final validation loss' out_log.txt"
+
+# fp16 with a static loss scale of 1e30: every gradient overflows.
+run --fp16 --loss-scale 1e30 >out_skipped.txt 2>&1
+rc=$?
+cat out_skipped.txt
+check "every step skipped: exit non-zero with the reason" \
+  sh -c "[ $rc -ne 0 ] && grep -q 'every one of the 2 steps of this run skipped its update' out_skipped.txt"
+exit $fail
