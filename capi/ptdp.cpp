@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "checkpoints/disk_bandwidth.h"
@@ -63,6 +65,54 @@ ptdp_status guard(F &&f) {
 
 void require(const void *p, const char *what) {
   if (!p) ptdp::fail(ptdp::Status::invalid_argument, what, " must not be NULL");
+}
+
+// Every live handle and its kind, so that a wrong, destroyed or never-created
+// handle is an error, not a crash: checked by address before anything is read
+// through it. (An address reused by a later handle of the same kind is that
+// handle: the registry cannot tell.)
+enum class HandleKind { config, trainer };
+const char *kind_name(HandleKind k) { return k == HandleKind::config ? "ptdp_config" : "ptdp_trainer"; }
+std::mutex g_handles_mutex;
+std::unordered_map<const void *, HandleKind> &handles() {
+  static auto *h = new std::unordered_map<const void *, HandleKind>();  // outlives static destructors
+  return *h;
+}
+void register_handle(const void *p, HandleKind k) {
+  std::lock_guard<std::mutex> lock(g_handles_mutex);
+  handles()[p] = k;
+}
+// Why p is not a live handle of kind k ("" if it is).
+std::string not_live(const void *p, HandleKind k, const char *what) {
+  const auto it = handles().find(p);
+  if (it == handles().end())
+    return std::string(what) + " is not a live " + kind_name(k) +
+           " handle (destroyed, never created, or not a ptdp handle)";
+  if (it->second != k)
+    return std::string(what) + " is a " + kind_name(it->second) + " handle where a " +
+           kind_name(k) + " is needed";
+  return "";
+}
+// p as a live handle of kind k; invalid_argument naming `what` otherwise.
+void check_handle(const void *p, HandleKind k, const char *what) {
+  require(p, what);
+  std::lock_guard<std::mutex> lock(g_handles_mutex);
+  const std::string why = not_live(p, k, what);
+  if (!why.empty()) ptdp::fail(ptdp::Status::invalid_argument, why);
+}
+void live(const ptdp_config *c, const char *what = "config") { check_handle(c, HandleKind::config, what); }
+void live(const ptdp_trainer *t) { check_handle(t, HandleKind::trainer, "trainer"); }
+// A destructor's check: true when p (not NULL) was a live handle of kind k,
+// now unregistered; else nothing is freed and ptdp_last_error says why.
+bool unregister_handle(const void *p, HandleKind k, const char *fn) {
+  std::lock_guard<std::mutex> lock(g_handles_mutex);
+  const std::string why = not_live(p, k, "the handle");
+  if (!why.empty()) {
+    g_last_error = std::string(fn) + ": " + why + "; nothing was destroyed";
+    return false;
+  }
+  handles().erase(p);
+  return true;
 }
 
 // A C array argument of n strings: every one non-NULL, at least one when
@@ -124,14 +174,18 @@ ptdp_status ptdp_config_create(ptdp_config **out) {
   return guard([&] {
     require(out, "out");
     *out = nullptr;
-    *out = new ptdp_config();
+    auto c = std::make_unique<ptdp_config>();
+    register_handle(c.get(), HandleKind::config);
+    *out = c.release();
   });
 }
-void ptdp_config_destroy(ptdp_config *c) { delete c; }
+void ptdp_config_destroy(ptdp_config *c) {
+  if (c && unregister_handle(c, HandleKind::config, "ptdp_config_destroy")) delete c;
+}
 
 ptdp_status ptdp_config_set(ptdp_config *c, const char *key, const char *value) {
   return guard([&] {
-    require(c, "config");
+    live(c);
     require(key, "key");
     require(value, "value");
     c->config.set(key, value);
@@ -151,7 +205,7 @@ ptdp_status ptdp_config_set_double(ptdp_config *c, const char *key, double value
 ptdp_status ptdp_config_get(const ptdp_config *c, const char *key, char *buf, size_t cap,
                             size_t *out_len) {
   return guard([&] {
-    require(c, "config");
+    live(c);
     require(key, "key");
     copy_out(c->config.get(key), buf, cap, out_len);
   });
@@ -175,17 +229,20 @@ ptdp_status ptdp_trainer_create(const ptdp_config *c, ptdp_trainer **out) {
   return guard([&] {
     require(out, "out");
     *out = nullptr;
-    require(c, "config");
+    live(c);
     auto t = std::make_unique<ptdp_trainer>();
     t->trainer = std::make_unique<ptdp::Trainer>(ptdp::TrainerOptions::from_config(c->config));
+    register_handle(t.get(), HandleKind::trainer);
     *out = t.release();
   });
 }
-void ptdp_trainer_destroy(ptdp_trainer *t) { delete t; }
+void ptdp_trainer_destroy(ptdp_trainer *t) {
+  if (t && unregister_handle(t, HandleKind::trainer, "ptdp_trainer_destroy")) delete t;
+}
 
 ptdp_status ptdp_trainer_step(ptdp_trainer *t, double *loss) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     ptdp::StepMetrics m = t->trainer->step();
     if (loss) *loss = m.lm_loss;
   });
@@ -194,7 +251,7 @@ ptdp_status ptdp_trainer_step(ptdp_trainer *t, double *loss) {
 ptdp_status ptdp_trainer_step_tokens(ptdp_trainer *t, const int32_t *ids, size_t count,
                                      double *loss) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     ptdp::StepMetrics m = t->trainer->step_tokens(ids, count);
     if (loss) *loss = m.lm_loss;
   });
@@ -202,7 +259,7 @@ ptdp_status ptdp_trainer_step_tokens(ptdp_trainer *t, const int32_t *ids, size_t
 
 ptdp_status ptdp_trainer_evaluate(ptdp_trainer *t, int64_t iters, double *loss) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     require(loss, "loss");
     if (iters > 1000000000)
       ptdp::fail(ptdp::Status::invalid_argument, "iters must be at most 1e9, got ", iters);
@@ -213,7 +270,7 @@ ptdp_status ptdp_trainer_evaluate(ptdp_trainer *t, int64_t iters, double *loss) 
 
 ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *value) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     require(name, "name");
     require(value, "value");
     const ptdp::Trainer &tr = *t->trainer;
@@ -328,7 +385,7 @@ double rank_value(const ptdp::Trainer::RankReport &r, const std::string &key, bo
 ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *t, int32_t local_rank, const char *name,
                                   double *value) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     require(name, "name");
     require(value, "value");
     const ptdp::Trainer &tr = *t->trainer;
@@ -343,7 +400,7 @@ ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *t, int32_t local_rank, con
 
 ptdp_status ptdp_trainer_gather_reports(ptdp_trainer *t) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     t->trainer->gather_rank_reports();
   });
 }
@@ -351,7 +408,7 @@ ptdp_status ptdp_trainer_gather_reports(ptdp_trainer *t) {
 ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *t, int32_t world_rank, const char *name,
                                         double *value) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     require(name, "name");
     require(value, "value");
     const ptdp::Trainer &tr = *t->trainer;
@@ -367,7 +424,7 @@ ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *t, int32_t world_ran
 
 ptdp_status ptdp_trainer_log_line(const ptdp_trainer *t, char *buf, size_t cap, size_t *out_len) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     if (t->trainer->iteration() == 0)
       ptdp::fail(ptdp::Status::wrong_state, "no log line before the first ptdp_trainer_step");
     copy_out(ptdp::format_log_line(t->trainer->log_metrics()), buf, cap, out_len);
@@ -376,7 +433,7 @@ ptdp_status ptdp_trainer_log_line(const ptdp_trainer *t, char *buf, size_t cap, 
 
 ptdp_status ptdp_trainer_log_json(const ptdp_trainer *t, char *buf, size_t cap, size_t *out_len) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     if (t->trainer->iteration() == 0)
       ptdp::fail(ptdp::Status::wrong_state, "no log record before the first ptdp_trainer_step");
     copy_out(ptdp::format_log_json(t->trainer->log_metrics()), buf, cap, out_len);
@@ -395,7 +452,7 @@ ptdp_status ptdp_trainer_generate(ptdp_trainer *t, const char *prompt, int32_t m
                                   double temperature, uint64_t seed, char *buf, size_t cap,
                                   size_t *out_len) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     require(prompt, "prompt");
     check_buffer(buf, cap);
     copy_out(t->trainer->generate(prompt, max_new_tokens, temperature, seed), buf, cap, out_len);
@@ -405,7 +462,7 @@ ptdp_status ptdp_trainer_generate(ptdp_trainer *t, const char *prompt, int32_t m
 ptdp_status ptdp_trainer_get_text(const ptdp_trainer *t, const char *name, char *buf, size_t cap,
                                   size_t *out_len) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     require(name, "name");
     const std::string n = name;
     const ptdp::Trainer &tr = *t->trainer;
@@ -421,7 +478,7 @@ ptdp_status ptdp_trainer_get_text(const ptdp_trainer *t, const char *name, char 
 
 ptdp_status ptdp_trainer_save(ptdp_trainer *t, const char *dir) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     require(dir, "dir");
     t->trainer->save(dir);
   });
@@ -429,7 +486,7 @@ ptdp_status ptdp_trainer_save(ptdp_trainer *t, const char *dir) {
 
 ptdp_status ptdp_trainer_load(ptdp_trainer *t, const char *dir) {
   return guard([&] {
-    require(t, "trainer");
+    live(t);
     require(dir, "dir");
     t->trainer->load(dir);
   });

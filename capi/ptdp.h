@@ -3,7 +3,15 @@
  * Conventions: every function returns ptdp_status (0 = PTDP_OK) except the
  * string getters and destructors; on error, ptdp_last_error() (thread-local)
  * says what was wrong and what is allowed. Handles are opaque; *_destroy
- * accepts NULL. Strings returned by the library are owned by it. Output text
+ * accepts NULL. A handle of the wrong kind, a destroyed one, or an address that
+ * was never one gives PTDP_ERR_INVALID_ARGUMENT naming what it is; a destructor
+ * given one (a double destroy) frees nothing and says why in ptdp_last_error
+ * (an address reused by a newer handle of the same kind is that handle).
+ * Threads: one handle is used by one thread at a time (the trainer runs its
+ * own threads inside its calls); different handles, ptdp_last_error (per
+ * thread) and the functions without a handle may be called from any threads
+ * at once; destroying a handle while another thread uses it is undefined.
+ * Strings returned by the library are owned by it. Output text
  * goes to caller-owned buffers: pass the capacity, get the needed size (without
  * the NUL) in *out_len; PTDP_ERR_BUFFER_TOO_SMALL means call again with more.
  * No C++ exception or abort crosses this boundary. The declarations between

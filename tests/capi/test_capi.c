@@ -275,6 +275,50 @@ static void test_null_arguments(const char *corpus, const char *data_path) {
   ptdp_config_destroy(c);
 }
 
+/* A handle of the wrong kind, a destroyed one, a double destroy and an address
+ * that was never a handle: PTDP_ERR_INVALID_ARGUMENT naming what is wrong, or
+ * (destructors) nothing done and the reason in ptdp_last_error, never a crash. */
+static void test_bad_handles(const char *data_path) {
+  const ptdp_status BAD = PTDP_ERR_INVALID_ARGUMENT;
+  ptdp_config *c = tiny_config(data_path), *gone = NULL;
+  ptdp_trainer *t = NULL, *dead = NULL;
+  double v = 0;
+  char buf[64];
+  size_t len = 0;
+  long not_a_handle[16] = {0};
+  printf("-- wrong, destroyed and double-destroyed handles\n");
+  EXPECT_OK(ptdp_trainer_create(c, &t), "trainer_create");
+  EXPECT(ptdp_trainer_step((ptdp_trainer *)c, &v), BAD, "is a ptdp_config handle where a ptdp_trainer",
+         "trainer_step on a config handle");
+  EXPECT(ptdp_config_set((ptdp_config *)t, "num_layers", "2"), BAD,
+         "is a ptdp_trainer handle where a ptdp_config", "config_set on a trainer handle");
+  EXPECT(ptdp_trainer_create((ptdp_config *)t, &dead), BAD, "is a ptdp_trainer handle",
+         "trainer_create from a trainer handle");
+  CHECK(dead == NULL, "and *out stays NULL");
+  EXPECT(ptdp_trainer_get((ptdp_trainer *)not_a_handle, "iteration", &v), BAD,
+         "is not a live ptdp_trainer handle", "trainer_get on an address that is no handle");
+  EXPECT_OK(ptdp_config_create(&gone), "config_create");
+  ptdp_config_destroy(gone);
+  EXPECT(ptdp_config_get(gone, "num_layers", buf, sizeof buf, &len), BAD,
+         "is not a live ptdp_config handle", "config_get on a destroyed config");
+  ptdp_config_destroy(gone);
+  CHECK(strstr(ptdp_last_error(), "ptdp_config_destroy: the handle is not a live ptdp_config") != NULL,
+        "a second config_destroy does nothing and says why");
+  ptdp_trainer_destroy((ptdp_trainer *)c);
+  CHECK(strstr(ptdp_last_error(), "is a ptdp_config handle where a ptdp_trainer") != NULL,
+        "trainer_destroy of a config handle does nothing and says why");
+  EXPECT_OK(ptdp_config_get(c, "num_layers", buf, sizeof buf, &len), "the config is still live");
+  ptdp_trainer_destroy(t);
+  EXPECT(ptdp_trainer_step(t, &v), BAD, "is not a live ptdp_trainer handle",
+         "trainer_step on a destroyed trainer");
+  EXPECT(ptdp_trainer_log_line(t, buf, sizeof buf, &len), BAD, "is not a live ptdp_trainer",
+         "trainer_log_line on a destroyed trainer");
+  ptdp_trainer_destroy(t);
+  CHECK(strstr(ptdp_last_error(), "ptdp_trainer_destroy: the handle is not a live ptdp_trainer") != NULL,
+        "a second trainer_destroy does nothing and says why");
+  ptdp_config_destroy(c);
+}
+
 static void test_options(void) {
   ptdp_config *c = NULL;
   char buf[256];
@@ -1037,6 +1081,7 @@ int main(int argc, char **argv) {
   test_null_arguments(corpus, data_path);
   test_options();
   test_bad_configs(corpus, data_path);
+  test_bad_handles(data_path);
   test_training(data_path);
   test_pipeline(data_path);
   test_checkpoints(data_path);
