@@ -79,8 +79,10 @@ local save_dir = trainer:text('last_checkpoint')
 -- per evaluation. A fresh run replaces the file; a resumed one (--load)
 -- appends to it. The first process writes it.
 local log_json = opts.log_json ~= '' and layout.rank == 0
--- A metrics file that cannot be written is reported once and dropped: the
--- training, not its log, is what the run is for.
+-- The run record is written before the first step: a path that cannot be a
+-- metrics file (a directory, an input of the run, a missing folder) stops the
+-- run there. A later write that fails (a full disk) is reported once and the
+-- file dropped: the training, not its log, is what the run is for.
 local function log_record(line, fresh)
   if not log_json then return end
   local ok, err = pcall(ptdp.append_line, opts.log_json, line, fresh)
@@ -104,7 +106,7 @@ if log_json then
                        'data_parallel_size', 'train_samples', 'valid_samples', 'unigram_entropy' } do
     fields[#fields + 1] = string.format('"%s": %s', k, json_number(trainer:get(k)))
   end
-  log_record('{' .. table.concat(fields, ', ') .. '}', trainer:get('iteration') == 0)
+  ptdp.append_line(opts.log_json, '{' .. table.concat(fields, ', ') .. '}', trainer:get('iteration') == 0)
 end
 
 local function validate(it)

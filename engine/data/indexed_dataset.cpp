@@ -183,8 +183,12 @@ IndexedDataset::IndexedDataset(const std::string &prefix)
            last, " but there are ", num_seqs_, " sequences");
     num_docs_ = doc_entries - 1;
 
-    // Sequences: lengths and pointers, and whether they lie back to back.
-    uint64_t next = 0;  // byte where the next sequence starts when contiguous
+    // Sequences: lengths and pointers. Megatron's builder lays them back to
+    // back, pointer = the bytes of the sequences before it; an index whose
+    // pointers disagree with its lengths and dtype (overlapping, out of order,
+    // misaligned, another dtype byte) would be read as other tokens, so the
+    // first such sequence is named and the dataset refused.
+    uint64_t next = 0;  // byte where sequence s must start
     for (uint64_t s = 0; s < num_seqs_; s++) {
       const int32_t len = load<int32_t>(lengths_ + 4 * s);
       const int64_t ptr = load<int64_t>(pointers_ + 8 * s);
@@ -194,36 +198,24 @@ IndexedDataset::IndexedDataset(const std::string &prefix)
       if (ptr < 0)
         fail(Status::corrupt_data, "Megatron index '", idx, "': sequence ", s,
              " has a negative pointer ", ptr);
-      if ((uint64_t)ptr != next) contiguous_ = false;
+      if ((uint64_t)ptr != next)
+        fail(Status::corrupt_data, "Megatron index '", idx, "': sequence ", s, " starts at byte ",
+             ptr, " but the ", num_tokens_, " tokens of ", dtype_name(dtype_),
+             " before it end at byte ", next,
+             ": its pointers disagree with its lengths or its dtype (Megatron's builder writes "
+             "the sequences back to back)");
       num_tokens_ += (uint64_t)len;
       next += (uint64_t)len * token_bytes_;
-      if (contiguous_ && num_tokens_ > bin_size_)  // more tokens than bytes: truncated
+      if (num_tokens_ > bin_size_)  // more tokens than bytes: truncated
         break;
     }
     const uint64_t need = num_tokens_ * token_bytes_;
-    if (contiguous_ && need != bin_size_)
+    if (need != bin_size_)
       fail(Status::corrupt_data, "Megatron dataset '", prefix, "': '", bin, "' is ", bin_size_,
            " bytes but its index describes ", num_tokens_, num_tokens_ > bin_size_ ? "+" : "",
            " tokens of ", dtype_name(dtype_), " = ", need, num_tokens_ > bin_size_ ? "+" : "",
            " bytes", need > bin_size_ ? ": the .bin is truncated (or the .idx is another dataset's)"
                                       : ": the .bin has trailing bytes (or the .idx is another dataset's)");
-    if (!contiguous_) {
-      // Any layout Megatron's reader would take: every sequence inside the .bin.
-      seq_tokens_.resize(num_seqs_ + 1);
-      uint64_t t = 0;
-      for (uint64_t s = 0; s < num_seqs_; s++) {
-        const uint64_t len = (uint64_t)load<int32_t>(lengths_ + 4 * s);
-        const uint64_t ptr = (uint64_t)load<int64_t>(pointers_ + 8 * s);
-        if (ptr > bin_size_ || len * token_bytes_ > bin_size_ - ptr)
-          fail(Status::corrupt_data, "Megatron dataset '", prefix, "': sequence ", s, " (", len,
-               " tokens at byte ", ptr, ") reaches past the end of '", bin, "' (", bin_size_,
-               " bytes): the .bin is truncated or the index is damaged");
-        seq_tokens_[s] = t;
-        t += len;
-      }
-      seq_tokens_[num_seqs_] = t;
-      num_tokens_ = t;
-    }
 
     // Token ids: none negative, none beyond what a model can embed.
     int64_t max_id = -1;
@@ -261,7 +253,6 @@ IndexedDataset::~IndexedDataset() {
 }
 
 uint64_t IndexedDataset::seq_start(uint64_t s) const {
-  if (!contiguous_) return seq_tokens_[s];
   return s < num_seqs_ ? (uint64_t)load<int64_t>(pointers_ + 8 * s) / token_bytes_ : num_tokens_;
 }
 
@@ -272,33 +263,12 @@ uint64_t IndexedDataset::doc_offset(uint64_t d) const {
 int64_t IndexedDataset::load_token(uint64_t i) const {
   // Only the int64 check calls this; it finds the byte the same way read() does.
   const unsigned char *bin = static_cast<const unsigned char *>(bin_map_);
-  if (contiguous_) return load<int64_t>(bin + i * 8);
-  uint64_t s = (uint64_t)(std::upper_bound(seq_tokens_.begin(), seq_tokens_.end(), i) -
-                          seq_tokens_.begin()) - 1;
-  return load<int64_t>(bin + load<int64_t>(pointers_ + 8 * s) + (i - seq_tokens_[s]) * 8);
+  return load<int64_t>(bin + i * 8);
 }
 
 void IndexedDataset::read(uint64_t first, size_t n, int32_t *out) const {
   const unsigned char *bin = static_cast<const unsigned char *>(bin_map_);
-  if (contiguous_) {
-    decode_tokens(dtype_, bin + first * token_bytes_, n, out);
-    return;
-  }
-  // The last sequence starting at or before `first` holds it (empty ones
-  // share their start with the next and are passed over).
-  uint64_t s = (uint64_t)(std::upper_bound(seq_tokens_.begin(), seq_tokens_.end(), first) -
-                          seq_tokens_.begin()) - 1;
-  while (n > 0) {
-    const uint64_t in = first - seq_tokens_[s];
-    const uint64_t len = seq_tokens_[s + 1] - seq_tokens_[s];
-    const size_t take = (size_t)std::min<uint64_t>(n, len - in);
-    const uint64_t ptr = (uint64_t)load<int64_t>(pointers_ + 8 * s);
-    decode_tokens(dtype_, bin + ptr + in * token_bytes_, take, out);
-    out += take;
-    first += take;
-    n -= take;
-    s++;
-  }
+  decode_tokens(dtype_, bin + first * token_bytes_, n, out);  // back to back: token i at byte i x size
 }
 
 // ---- writer ----------------------------------------------------------------

@@ -16,7 +16,8 @@
 //            non-decreasing, ending with S (an empty document repeats a value)
 //   i8[S]    only in multimodal datasets: a mode per sequence (ignored here)
 // PREFIX.bin: the tokens, nothing else; the builder writes the sequences back
-// to back, so pointer[i] = (tokens before sequence i) x dtype size.
+// to back, so pointer[i] = (tokens before sequence i) x dtype size. An index
+// whose pointers say otherwise is refused on open, naming the first sequence.
 //
 // Megatron's tools pick uint16 when the vocabulary has fewer than 65500 ids
 // and int32 otherwise; ptdp does the same.
@@ -58,7 +59,7 @@ class IndexedDataset final : public TokenSource {
 
  private:
   uint64_t seq_start(uint64_t s) const;  // token index where sequence s starts
-  int64_t load_token(uint64_t byte_offset) const;
+  int64_t load_token(uint64_t token) const;  // the int64 check
 
   std::string prefix_;
   InputFile idx_input_, bin_input_;  // no output of the run may overwrite them
@@ -68,11 +69,8 @@ class IndexedDataset final : public TokenSource {
   size_t token_bytes_ = 0;
   uint64_t num_seqs_ = 0, num_docs_ = 0, num_tokens_ = 0;
   const unsigned char *lengths_ = nullptr, *pointers_ = nullptr, *doc_index_ = nullptr;
-  // Sequences laid back to back from byte 0 (what Megatron writes): token i
-  // is at byte i x size. Otherwise seq_tokens_[s] is where sequence s starts
-  // in the token stream, and reads go through the pointers.
-  bool contiguous_ = true;
-  std::vector<uint64_t> seq_tokens_;
+  // The sequences lie back to back from byte 0 (checked on open): token i is
+  // at byte i x size.
   int vocab_size_ = 0;
 };
 

@@ -66,12 +66,20 @@ std::shared_ptr<const TokenSource> open_token_source(const std::string &path) {
        ".idx' (create one with `ptdp tokenize`)");
 }
 
-void check_source_vocab(const TokenSource &src, int model_vocab, const std::string &tokenizer) {
-  if (src.vocab_size() <= model_vocab) return;
-  if (std::strcmp(src.format_name(), "ptdp") == 0)
+void check_source_vocab(const TokenSource &src, int model_vocab, const std::string &tokenizer,
+                        int tokenizer_vocab) {
+  const bool ptdp_file = std::strcmp(src.format_name(), "ptdp") == 0;
+  if (ptdp_file && src.vocab_size() > model_vocab)
     fail(Status::invalid_config, "dataset '", src.path(), "' has vocabulary size ",
          src.vocab_size(), " but the '", tokenizer, "' tokenizer (and so the model) has ",
          model_vocab);
+  if (ptdp_file && src.vocab_size() != tokenizer_vocab)
+    fail(Status::invalid_config, "dataset '", src.path(), "' was tokenized with a vocabulary of ",
+         src.vocab_size(), src.vocab_size() == 257 ? " (the byte tokenizer's)" : "", " but this run's '",
+         tokenizer, "' tokenizer has ", tokenizer_vocab, ": its ids would mean other tokens. ",
+         "Tokenize the text again with `ptdp tokenize --tokenizer-type ", tokenizer,
+         " ...`, or train with the tokenizer that made it");
+  if (src.vocab_size() <= model_vocab) return;
   fail(Status::invalid_config, "Megatron dataset '", src.path(), "' holds token ids up to ",
        src.vocab_size() - 1, " but the model's vocabulary has ", model_vocab, " ids (the '",
        tokenizer, "' tokenizer's unless vocab_size is set): set vocab_size to at least ",

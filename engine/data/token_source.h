@@ -38,8 +38,11 @@ class TokenSource {
 // Anything else is an error naming the path and what was expected.
 std::shared_ptr<const TokenSource> open_token_source(const std::string &path);
 
-// Throws invalid_config when the source holds ids the model cannot embed,
-// saying which vocabulary is whose and what to change.
-void check_source_vocab(const TokenSource &src, int model_vocab, const std::string &tokenizer);
+// Throws invalid_config when the source holds ids the model cannot embed, or
+// (a ptdp dataset, which records its tokenizer's vocabulary) was made by a
+// tokenizer of another vocabulary than the run's, saying which vocabulary is
+// whose and what to change.
+void check_source_vocab(const TokenSource &src, int model_vocab, const std::string &tokenizer,
+                        int tokenizer_vocab);
 
 }  // namespace ptdp

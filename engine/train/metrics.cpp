@@ -1,6 +1,7 @@
 #include "engine/train/metrics.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -87,7 +88,11 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
   const std::string target = output_target(path, "--log-json");
   int fd = ::open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
   if (fd < 0) fail(Status::io_error, "cannot open '", path, "' to append: ", std::strerror(errno));
-  // One write per record: a reader (or a crash) never sees half a line but the last.
+  // One write per record: a reader (or a crash) never sees half a line but the
+  // last; a write that fails part-way (a full disk) is cut back off, so the
+  // file keeps whole records only.
+  struct stat st;
+  const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
   const std::string rec = line + "\n";
   size_t done = 0;
   while (done < rec.size()) {
@@ -95,6 +100,9 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       int e = errno;
+      if (before >= 0 && ::ftruncate(fd, before) != 0) {
+        // the partial record stays; the write's own error is the one to report
+      }
       ::close(fd);
       fail(Status::io_error, "cannot append to '", path, "': ", std::strerror(e));
     }

@@ -76,7 +76,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   if (!opt_.data_path.empty()) {
     data_ = open_training_data(opt_.data_path, opt_.split);
     for (const auto &src : data_.sources)
-      check_source_vocab(*src, opt_.model.vocab_size, opt_.tokenizer);
+      check_source_vocab(*src, opt_.model.vocab_size, opt_.tokenizer, tok_->vocab_size());
     check_training_data(data_, opt_.model.seq_length);
   }
   // Under mpirun each process hosts one rank; otherwise this process hosts all.

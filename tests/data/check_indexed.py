@@ -196,7 +196,7 @@ def main():
     damaged("shortidx", idx[:40], data, "truncated")
     far = bytearray(idx)
     struct.pack_into("<q", far, 34 + 4 * S + 8 * (S - 1), 10 ** 6)  # the last sequence's pointer
-    damaged("farpointer", bytes(far), data, "reaches past the end of")
+    damaged("farpointer", bytes(far), data, "sequence 3 starts at byte 1000000 but the 6 tokens of uint16 before it end at byte 12")
     bad_end = bytearray(idx)
     struct.pack_into("<q", bad_end, len(idx) - 8, S - 1)
     damaged("docindex", bytes(bad_end), data, "ends at sequence 3 but there are 4")

@@ -129,9 +129,9 @@ TEST(IndexedDataset, WriterRefusesBadTokensAndLeavesNothing) {
   EXPECT_EQ(read_file(dir.path + "/in.bin"), "x");
 }
 
-// Every integer dtype Megatron's DType enum has, and a layout whose sequences
-// are not back to back in the .bin (Megatron's reader follows the pointers).
-TEST(IndexedDataset, ReadsEveryIntegerDtypeAndAnyPointerLayout) {
+// Every integer dtype Megatron's DType enum has; an index whose pointers
+// disagree with its lengths and dtype is refused, naming the first sequence.
+TEST(IndexedDataset, ReadsEveryIntegerDtypeAndRefusesPointersOffTheLengths) {
   TempDir dir;
   struct Case { uint8_t code; int size; };
   for (Case c : {Case{1, 1}, Case{2, 1}, Case{3, 2}, Case{4, 4}, Case{5, 8}, Case{8, 2}}) {
@@ -152,8 +152,8 @@ TEST(IndexedDataset, ReadsEveryIntegerDtypeAndAnyPointerLayout) {
     EXPECT_EQ(read_all(ds), (std::vector<int32_t>{5, 6, 7, 100})) << "dtype " << (int)c.code;
     EXPECT_EQ(ds.vocab_size(), 101);
   }
-  // Sequences stored in reverse order with a gap, and an empty one: the
-  // stream is the index's order.
+  // Sequences stored in reverse order with a gap (Megatron's reader would
+  // follow the pointers; its builder never writes this): refused.
   const std::string p = dir.path + "/scattered";
   write_file(p + ".bin", u16({9, 9, 30, 31, 32, 9, 10, 11}));
   RawIndex ri;
@@ -161,13 +161,20 @@ TEST(IndexedDataset, ReadsEveryIntegerDtypeAndAnyPointerLayout) {
   ri.pointers = {12, 4, 4};
   ri.docs = {0, 1, 3};
   write_file(p + ".idx", ri.bytes());
-  IndexedDataset ds(p);
-  EXPECT_EQ(ds.num_tokens(), 5u);
-  EXPECT_EQ(read_all(ds), (std::vector<int32_t>{10, 11, 30, 31, 32}));
-  std::vector<int32_t> mid(3);
-  ds.read(1, 3, mid.data());  // across the sequence boundary
-  EXPECT_EQ(mid, (std::vector<int32_t>{11, 30, 31}));
-  EXPECT_EQ(ds.doc_offset(1), 2u);
+  expect_error([&] { IndexedDataset ds(p); }, Status::corrupt_data,
+               "sequence 0 starts at byte 12 but the 0 tokens of uint16 before it end at byte 0");
+  // Overlapping (a pointer repeated) and misaligned (half a token in).
+  for (auto [ptrs, want] : std::vector<std::pair<std::vector<int64_t>, std::string>>{
+           {{0, 0, 4}, "sequence 1 starts at byte 0 but the 2 tokens of uint16 before it end at byte 4"},
+           {{0, 5, 5}, "sequence 1 starts at byte 5 but the 2 tokens of uint16 before it end at byte 4"}}) {
+    write_file(p + ".bin", u16({1, 2, 3, 4, 5}));
+    RawIndex r2;
+    r2.lengths = {2, 0, 3};
+    r2.pointers = ptrs;
+    r2.docs = {0, 1, 3};
+    write_file(p + ".idx", r2.bytes());
+    expect_error([&] { IndexedDataset ds(p); }, Status::corrupt_data, want);
+  }
   // A multimodal index (one mode byte per sequence after the document index).
   const std::string mm = dir.path + "/multimodal";
   write_file(mm + ".bin", u16({1, 2, 3}));
@@ -223,8 +230,9 @@ TEST(IndexedDataset, RefusesDamagedFilesNamingThem) {
   check(patched(34 + 16, &minus, 8), bin0, bad, "sequence 0 has a negative pointer -1", ".idx");
   check(idx0, bin0.substr(0, bin0.size() - 2), bad, "the .bin is truncated", ".bin");
   check(idx0, bin0 + "zz", bad, "the .bin has trailing bytes", ".bin");
-  int64_t far = 1000;  // sequence 3 pointed past the end: not contiguous any more
-  check(patched(34 + 16 + 24, &far, 8), bin0, bad, "reaches past the end of", ".bin");
+  int64_t far = 1000;  // sequence 3 pointed past the end: off the lengths
+  check(patched(34 + 16 + 24, &far, 8), bin0, bad,
+        "sequence 3 starts at byte 1000 but the 6 tokens of uint16 before it end at byte 12", ".idx");
   // A negative token in a signed dtype, and an int64 id beyond int32.
   uint8_t i16 = 3;
   std::string negbin = bin0;
@@ -320,9 +328,26 @@ TEST(TokenSource, VocabularyCheckSaysWhatToChange) {
   w.finish();
   auto src = open_token_source(dir.path + "/g");
   EXPECT_EQ(src->vocab_size(), 50257);
-  expect_error([&] { check_source_vocab(*src, 257, "byte"); }, Status::invalid_config,
+  expect_error([&] { check_source_vocab(*src, 257, "byte", 257); }, Status::invalid_config,
                "holds token ids up to 50256 but the model's vocabulary has 257 ids");
-  check_source_vocab(*src, 50257, "byte");  // a larger vocab_size is the way out
+  check_source_vocab(*src, 50257, "byte", 257);  // a larger vocab_size is the way out
+}
+
+// A ptdp dataset records its tokenizer's vocabulary: byte tokens under GPT-2's
+// BPE (ids that fit the model but mean other tokens) are refused, as is the reverse.
+TEST(TokenSource, DatasetOfAnotherTokenizerIsRefused) {
+  TempDir dir;
+  write_token_dataset(dir.path + "/bytes.ptdp", {{104, 105, 256}}, 257);
+  auto bytes = open_token_source(dir.path + "/bytes.ptdp");
+  expect_error([&] { check_source_vocab(*bytes, 50304, "GPT2BPETokenizer", 50257); },
+               Status::invalid_config,
+               "was tokenized with a vocabulary of 257 (the byte tokenizer's) but this run's "
+               "'GPT2BPETokenizer' tokenizer has 50257");
+  check_source_vocab(*bytes, 384, "byte", 257);  // its own tokenizer, a padded model vocabulary
+  write_token_dataset(dir.path + "/bpe.ptdp", {{15496, 50256}}, 50257);
+  auto bpe = open_token_source(dir.path + "/bpe.ptdp");
+  expect_error([&] { check_source_vocab(*bpe, 257, "byte", 257); }, Status::invalid_config,
+               "has vocabulary size 50257 but the 'byte' tokenizer (and so the model) has 257");
 }
 
 TEST(DataPath, ParsesOnePathOrAWeightedBlend) {
