@@ -149,6 +149,12 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
   }
   m.iteration = field<int64_t>(j, "iteration", where);
   m.file = field<std::string>(j, "file", where);
+  // The data file lies in the checkpoint's own directory: a path elsewhere
+  // (a slash, "..") would make a load read, or a tool write, another file.
+  if (m.file.empty() || m.file == "." || m.file == ".." ||
+      m.file.find_first_of(std::string("/\0", 2)) != std::string::npos)
+    fail(Status::corrupt_data, where, ": file '", m.file,
+         "' is not a plain file name inside the checkpoint's directory");
   m.file_bytes = field<int64_t>(j, "file_bytes", where);
   const json model = j.contains("model") ? j["model"] : json();
   const std::string mw = where + " model";
@@ -237,7 +243,18 @@ Manifest Manifest::read(const std::string &dir) {
   if (!in) fail(Status::io_error, "cannot read '", path, "' (no such file or not readable)");
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse(ss.str(), "'" + path + "'");
+  Manifest m = parse(ss.str(), "'" + path + "'");
+  // An iter_N directory holds iteration N (checked also without the
+  // manifest's own checksum, which an older or hand-made manifest may lack).
+  const std::string base = dir.substr(dir.find_last_of('/') + 1);
+  if (base.size() > 5 && base.rfind("iter_", 0) == 0 &&
+      base.find_first_not_of("0123456789", 5) == std::string::npos) {
+    const std::string digits = base.substr(5);
+    if (digits.size() > 18 || std::stoll(digits) != m.iteration)
+      fail(Status::corrupt_data, "'", path, "' says iteration ", m.iteration, " but its directory is '",
+           base, "': the manifest was moved or edited");
+  }
+  return m;
 }
 
 const ManifestDataset *Manifest::find(const std::string &name) const {

@@ -586,6 +586,9 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
     if (verify) check_block_crc(f, name, md->blocks[0], &v, sizeof v);
     state.*s.value = v;
   }
+  if (state.iteration != m.iteration)
+    fail(Status::corrupt_data, "checkpoint '", ckpt.dir, "' stores iteration ", state.iteration,
+         " but its manifest says ", m.iteration, ": the file belongs to another save");
   if (m.find(kLossScale)) {
     state.has_loss_scale = true;
     for (const StateField &s : kScalerState) {

@@ -351,6 +351,39 @@ TEST_F(CheckpointFaults, EditedManifestFieldIsDetected) {
   EXPECT_EQ(ok.iteration(), 1);
 }
 
+// Without the manifest's own checksum (an older checkpoint), the rules that do
+// not need it still hold: its data file is a plain name inside its directory,
+// its iteration is its directory's, and the stored state's.
+TEST_F(CheckpointFaults, UncheckedManifestStillFollowsTheRules) {
+  const std::string path = ckpt + "/manifest.json", original = read_file(path);
+  auto unchecked = [&](const std::function<void(nlohmann::json &)> &fn) {
+    nlohmann::json j = nlohmann::json::parse(original);
+    j.erase("manifest_crc32c");
+    fn(j);
+    write_file(path, j.dump(1));
+  };
+  for (const char *file : {"../model.h5", "/etc/passwd", "sub/model.h5", "..", ""}) {
+    unchecked([&](nlohmann::json &j) { j["file"] = file; });
+    SCOPED_TRACE(file);
+    expect_error([&] { Manifest::read(ckpt); }, Status::corrupt_data,
+                 "' is not a plain file name inside the checkpoint's directory");
+    Trainer tr(options({1, 1, 1, 1}));
+    expect_error([&] { tr.load(ckpt); }, Status::corrupt_data, "is not a plain file name");
+    expect_error([&] { inspect_checkpoint(ckpt); }, Status::corrupt_data, "is not a plain file name");
+  }
+  unchecked([](nlohmann::json &j) { j["iteration"] = 3; });
+  expect_error([&] { Manifest::read(ckpt); }, Status::corrupt_data,
+               "says iteration 3 but its directory is 'iter_0000001'");
+  // The same manifest in a directory of its iteration: the stored state disagrees.
+  const std::string moved = dir.path + "/iter_0000003";
+  std::filesystem::rename(ckpt, moved);
+  Trainer tr(options({1, 1, 1, 1}));
+  expect_error([&] { tr.load(moved); }, Status::corrupt_data,
+               "stores iteration 1 but its manifest says 3: the file belongs to another save");
+  std::filesystem::rename(moved, ckpt);
+  write_file(path, original);
+}
+
 // A checkpoint saved before manifests had their own checksum still loads,
 // and load, inspect and verify say its manifest is unchecked.
 TEST_F(CheckpointFaults, OlderManifestWithoutChecksumLoads) {
