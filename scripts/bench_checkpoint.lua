@@ -15,7 +15,7 @@ local flags = require 'ptdp.flags'
 local config, opts, given = flags.parse(arg, {
   dir = { default = os.getenv('TMPDIR') or '/tmp',
           help = 'where the benchmark makes its own directory for checkpoints and the raw test file (that directory is removed at the end, nothing else)' },
-  repeats = { default = 3, help = 'save + load rounds' },
+  repeats = { default = 3, integer = true, min = 1, help = 'save + load rounds' },
 }, {
   num_layers = 12, hidden_size = 768, num_attention_heads = 12, seq_length = 128,
   vocab_size = 50304, micro_batch_size = 1, global_batch_size = 4, train_iters = 1000,
@@ -23,10 +23,6 @@ local config, opts, given = flags.parse(arg, {
   data_path = 'data/fortunes.ptdp', keep_last_checkpoints = 1,
 })
 
-if opts.repeats < 1 or opts.repeats ~= math.floor(opts.repeats) then
-  io.stderr:write(string.format('bench_checkpoint: --repeats must be an integer >= 1, got %s\n', opts.repeats))
-  os.exit(2)
-end
 -- The default dataset is tokenized on first use; a --data-path must exist.
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   corpus = '/usr/share/games/fortunes' }

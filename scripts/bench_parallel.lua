@@ -6,8 +6,8 @@ local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
 local config, opts, given = flags.parse(arg, {
-  iters = { default = 5, help = 'timed steps per configuration' },
-  warmup = { default = 1, help = 'untimed steps first' },
+  iters = { default = 5, integer = true, min = 1, help = 'timed steps per configuration' },
+  warmup = { default = 1, integer = true, min = 0, help = 'untimed steps first' },
 }, {
   num_layers = 6, hidden_size = 384, num_attention_heads = 6, seq_length = 256,
   micro_batch_size = 8, global_batch_size = 16, train_iters = 1000000,

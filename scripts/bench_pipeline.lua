@@ -14,13 +14,13 @@ local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
 local config, opts, given = flags.parse(arg, {
-  iters = { default = 3, help = 'timed steps per schedule' },
-  warmup = { default = 2, help = 'untimed steps first' },
+  iters = { default = 3, integer = true, min = 1, help = 'timed steps per schedule' },
+  warmup = { default = 2, integer = true, min = 0, help = 'untimed steps first' },
   png = { default = (os.getenv('TMPDIR') or '/tmp') .. '/pipeline_timeline.png',
           help = 'picture of an interleaved step' },
   trace = { default = (os.getenv('TMPDIR') or '/tmp') .. '/pipeline_timeline.json',
             help = 'Chrome trace of that step (Perfetto)' },
-  width = { default = 1600, help = 'width of the picture in pixels' },
+  width = { default = 1600, integer = true, min = 1, help = 'width of the picture in pixels' },
 }, {
   num_layers = 8, hidden_size = 384, num_attention_heads = 6, seq_length = 256,
   micro_batch_size = 2, global_batch_size = 16, train_iters = 1000000,

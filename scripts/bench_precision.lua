@@ -8,7 +8,7 @@ local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
 local config, opts = flags.parse(arg, {
-  steps = { default = 200, help = 'training steps of each run' },
+  steps = { default = 200, integer = true, min = 1, help = 'training steps of each run' },
 }, {
   num_layers = 6, hidden_size = 384, num_attention_heads = 6, seq_length = 256,
   micro_batch_size = 8, global_batch_size = 8, train_iters = 200,

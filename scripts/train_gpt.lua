@@ -6,13 +6,14 @@ local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
 local config, opts, given = flags.parse(arg, {
-  log_interval = { default = 10, help = 'iterations between log lines' },
-  eval_interval = { default = 100, help = 'iterations between validation runs (0 = only at the end)' },
+  log_interval = { default = 10, integer = true, min = 1, help = 'iterations between log lines' },
+  eval_interval = { default = 100, integer = true, min = 0,
+                    help = 'iterations between validation runs (0 = only at the end)' },
   corpus = { default = '/usr/share/games/fortunes', help = 'text tokenized into the dataset when it does not exist yet' },
   corpus_format = { default = 'fortune', help = 'fortune | lines | file' },
   prompt = { default = 'The ', help = 'prompt of the final sample' },
-  sample_tokens = { default = 300, help = 'tokens of the final sample (0 = none)' },
-  temperature = { default = 0.8, help = 'sampling temperature (0 = greedy)' },
+  sample_tokens = { default = 300, integer = true, min = 0, help = 'tokens of the final sample (0 = none)' },
+  temperature = { default = 0.8, min = 0, help = 'sampling temperature (0 = greedy)' },
   log_json = { default = '', help = 'metrics file, JSON lines: the run, then each logged iteration and evaluation' },
 }, {
   -- Defaults for the main job: about five minutes on 2 cores.
@@ -22,12 +23,6 @@ local config, opts, given = flags.parse(arg, {
   weight_decay = 0.1, clip_grad = 1.0, hidden_dropout = 0.0, attention_dropout = 0.0,
   data_path = 'data/fortunes.ptdp', eval_iters = 10, seed = 1234,
 })
--- The script's own options, checked before any work.
-for name, least in pairs { log_interval = 1, eval_interval = 0, sample_tokens = 0, temperature = 0 } do
-  if opts[name] < least then
-    error(string.format('--%s must be >= %s, got %s', name:gsub('_', '-'), least, opts[name]), 0)
-  end
-end
 -- A short run (--train-iters 3) without its own --lr-warmup-iters warms up for
 -- a tenth of it: the default 20 steps would outlast the run. (Flag values are
 -- strings, so a number here is the default.)

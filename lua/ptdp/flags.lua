@@ -29,7 +29,10 @@ local bare_means_one = { bf16 = true, fp16 = true, accumulate_allreduce_grads_in
 local multi_value = { data_path = true }
 
 -- script_spec: { log_interval = { default = 10, help = '...' }, ... }; the type
--- of the default (number, string, boolean) is the type of the flag.
+-- of the default (number, string, boolean) is the type of the flag. A number
+-- flag is always finite; `integer = true` makes it whole and `min`, `max`
+-- bound it, all checked here, before the script does any work, with one line
+-- of error (no traceback).
 -- Returns config (table of engine options), opts (script options) and given
 -- (the keys set on the command line).
 function M.parse(argv, script_spec, config_defaults)
@@ -138,6 +141,18 @@ function M.parse(argv, script_spec, config_defaults)
       if t == 'number' then
         local n = tonumber(value)
         if not n then error(string.format("flag '--%s' must be a number, got '%s'", name, value), 0) end
+        if n ~= n or n == math.huge or n == -math.huge then
+          error(string.format("flag '--%s' must be a finite number, got '%s'", name, value), 0)
+        end
+        if spec.integer and n ~= math.floor(n) then
+          error(string.format("flag '--%s' must be a whole number, got '%s'", name, value), 0)
+        end
+        if spec.min and n < spec.min then
+          error(string.format("flag '--%s' must be >= %s, got %s", name, spec.min, value), 0)
+        end
+        if spec.max and n > spec.max then
+          error(string.format("flag '--%s' must be <= %s, got %s", name, spec.max, value), 0)
+        end
         opts[key] = n
       elseif t == 'boolean' then
         if value ~= 'true' and value ~= 'false' then

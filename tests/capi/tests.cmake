@@ -156,13 +156,27 @@ ptdp_lua_test(lua_train_gpt_load_a_file --rc nonzero
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_load_a_file.ptdp ${PTDP_TRAIN_GPT_DATA})
 # script options out of range stop the run before the first step
 ptdp_lua_test(lua_train_gpt_bad_script_option --rc nonzero
-  --expect "--temperature must be >= 0, got -1" --reject "iteration "
+  --expect "flag '--temperature' must be >= 0, got -1" --reject "iteration "
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --temperature -1
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
 ptdp_lua_test(lua_train_gpt_bad_log_interval --rc nonzero
-  --expect "--log-interval must be >= 1, got 0" --reject "iteration "
+  --expect "flag '--log-interval' must be >= 1, got 0" --reject "iteration "
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --log-interval 0
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
+# numbers are finite, counts whole, in every shipped script: one line, no traceback
+ptdp_lua_test(lua_train_gpt_nan_temperature --rc nonzero
+  --expect "flag '--temperature' must be a finite number, got 'nan'" --reject "traceback"
+  --reject "iteration "
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --temperature nan
+     --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
+ptdp_lua_test(lua_train_gpt_fractional_interval --rc nonzero
+  --expect "flag '--eval-interval' must be a whole number, got '2.5'" --reject "traceback"
+  --reject "iteration "
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --eval-interval 2.5
+     --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
+ptdp_lua_test(lua_bench_checkpoint_zero_repeats --rc nonzero
+  --expect "flag '--repeats' must be >= 1, got 0" --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_checkpoint.lua --repeats 0)
 # a verify of a damaged manifest says what is wrong (it printed nothing)
 ptdp_lua_test(lua_ckpt_verify_bad_manifest --rc nonzero --expect "manifest"
   -- sh -c "rm -rf bad_manifest && mkdir bad_manifest && printf '{' >bad_manifest/manifest.json && exec $0 ckpt verify bad_manifest"
