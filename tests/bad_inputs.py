@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Runs the bad inputs the test suite covers through the built launcher and
-writes tests/BAD_INPUTS.md: one line each, the input and the first line of
-what ptdp prints about it (and the test that covers it), so the catalogue is
-made from what ptdp says today rather than written by hand.
+writes tests/BAD_INPUTS.md: for each, the input, the first line of what ptdp
+prints about it (and the test that covers it), then its whole output (the
+Megatron arguments block left out), so the catalogue is made from what ptdp
+says today rather than written by hand, and nothing hides below a first line.
 
     python3 tests/bad_inputs.py build/ptdp [tests/BAD_INPUTS.md]
 
-Every case must fail (non-zero exit); one that succeeds is printed and makes
-the script exit 1. A case that no other test runs says so. Paths in messages read $WORK (the scratch directory) and
+Every case must fail (non-zero exit) with a message and no Lua stack
+traceback; one that does not is printed and makes the script exit 1. A case that no other test runs says so. Paths in messages read $WORK (the scratch directory) and
 $REPO. Standard library only.
 """
 import json
@@ -55,6 +56,26 @@ def clean(msg):
     return msg if len(msg) <= 240 else msg[:240] + " …"
 
 
+def whole(text, limit=40):
+    """The output as printed, paths made portable, the arguments block (every
+    option's value, printed before training) left out, at most `limit` lines."""
+    lines, skipping = [], False
+    for l in text.replace(work, "$WORK").replace(repo, "$REPO").splitlines():
+        if "arguments ----" in l and not l.strip().startswith("---- end"):
+            skipping = "end of arguments" not in l
+            lines.append("(the arguments block)" if skipping else l)
+            continue
+        if skipping:
+            skipping = "end of arguments" not in l
+            continue
+        lines.append(l.rstrip())
+    while lines and not lines[-1]:
+        lines.pop()
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... ({len(lines) - limit} more lines)"]
+    return "\n".join("    " + l for l in lines) if lines else "    (nothing printed)"
+
+
 def section(title):
     sections.append((title, []))
 
@@ -63,7 +84,9 @@ def case(what, args, test):
     rc, text = run(args)
     if rc == 0:
         failures.append(f"{what}: exit 0\n{text}")
-    sections[-1][1].append(f"- {what} → `{clean(first_line(text))}` ({test})")
+    if "stack traceback" in text:
+        failures.append(f"{what}: a Lua stack traceback for a user's error\n{text}")
+    sections[-1][1].append(f"- {what} → `{clean(first_line(text))}` ({test})\n\n{whole(text)}\n")
 
 
 def write(name, data):
@@ -106,6 +129,12 @@ case("train_gpt.lua: `--lr-decay-style exponential`", train + ["--lr-decay-style
      "lua_bad_config_bad_choice")
 case("train_gpt.lua: `--temperature -1`", train + ["--temperature", "-1"],
      "lua_train_gpt_bad_script_option")
+case("train_gpt.lua: `--temperature nan`", train + ["--temperature", "nan"],
+     "lua_train_gpt_nan_temperature")
+case("train_gpt.lua: `--eval-interval 2.5`", train + ["--eval-interval", "2.5"],
+     "lua_train_gpt_fractional_interval")
+case("bench_checkpoint.lua: `--repeats 0`", [os.path.join(repo, "scripts", "bench_checkpoint.lua"),
+     "--repeats", "0"], "lua_bench_checkpoint_zero_repeats")
 case("train_gpt.lua: `--log-interval 0`", train + ["--log-interval", "0"],
      "lua_train_gpt_bad_log_interval")
 case("train_gpt.lua: 3 heads for hidden size 32",
@@ -143,6 +172,13 @@ case("Megatron document index starting at 1", train + ["--data-path", megatron(
     "doc", idx[:doc0] + struct.pack("<q", 1) + idx[doc0 + 8:], bin_)] + tiny, "test_indexed_dataset")
 case("Megatron sequence with a negative length", train + ["--data-path", megatron(
     "neglen", idx[:34] + struct.pack("<i", -1) + idx[38:], bin_)] + tiny, "test_indexed_dataset")
+ptr1 = 34 + 4 * S + 8  # sequence 1's pointer
+case("Megatron pointers off the lengths (sequence 1 one byte late)", train + ["--data-path", megatron(
+    "misptr", idx[:ptr1] + struct.pack("<q", struct.unpack("<q", idx[ptr1:ptr1 + 8])[0] + 1)
+    + idx[ptr1 + 8:], bin_)] + tiny, "test_indexed_dataset")
+case("a byte-tokenized dataset under GPT2BPETokenizer", train + ["--data-path", "good.ptdp",
+     "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", os.path.join(bpe, "vocab.json"),
+     "--merge-file", os.path.join(bpe, "merges.txt")] + tiny, "test_indexed_dataset")
 case("a blend whose weights sum to 0", train + ["--data-path", "0", "meg_text_document", "0",
      "meg_text_document"] + tiny, "data_blend_zero_weights")
 case("a blend naming a prefix that does not exist", train + ["--data-path", "0.5", "meg_text_document",
@@ -209,6 +245,17 @@ m["iteration"] = 7
 json.dump(m, open(man_path, "w"), indent=1)
 case("a manifest.json edited after the save (iteration changed)", ["ckpt", "verify", "edited"],
      "lua_ckpt_verify_bad_manifest")
+del m["manifest_crc32c"]  # an older manifest: the rules that need no checksum
+m["iteration"] = 0
+m["file"] = "../model.h5"
+json.dump(m, open(man_path, "w"), indent=1)
+case("a manifest.json naming `../model.h5` as its file", ["ckpt", "verify", "edited"],
+     "test_checkpoint_trainer")
+m["file"] = "model.h5"
+m["iteration"] = 7
+json.dump(m, open(man_path, "w"), indent=1)
+case("a manifest.json of iteration 7 in iter_0000000 (no manifest checksum)", ["ckpt", "verify", "edited"],
+     "test_checkpoint_trainer")
 write("edited/iter_0000000/manifest.json", "{\"format\": \"ptdp-checkpoint\", ")
 case("a manifest.json that is not JSON", ["ckpt", "verify", "edited"], "test_checkpoint_trainer")
 shutil.copytree(os.path.join(work, "ckpt"), os.path.join(work, "shortfile"))
@@ -260,8 +307,9 @@ for args in (["none.jsonl", "x.png"], ["text.jsonl", "x.png"], ["m.jsonl", "x.pn
 with open(out_path, "w") as f:
     f.write("# Bad inputs and what ptdp says\n\n"
             "Made by `python3 tests/bad_inputs.py build/ptdp` (do not edit by hand): each input\n"
-            "below was run through the launcher, and the line is the first line of its message,\n"
-            "followed by the test that covers the case. The C ABI returns the same text from\n"
+            "below was run through the launcher: the line is the first line of its message,\n"
+            "followed by the test that covers the case, and below it the whole output (the\n"
+            "arguments block left out). The C ABI returns the same text from\n"
             "`ptdp_last_error()`.\n")
     for title, lines in sections:
         f.write(f"\n## {title}\n\n" + "\n".join(lines) + "\n")
