@@ -484,6 +484,14 @@ ptdp_status ptdp_trainer_save(ptdp_trainer *t, const char *dir) {
   });
 }
 
+ptdp_status ptdp_trainer_wait_for_saves(ptdp_trainer *t, double *seconds) {
+  return guard([&] {
+    live(t);
+    const double s = t->trainer->wait_for_saves();
+    if (seconds) *seconds = s;
+  });
+}
+
 ptdp_status ptdp_trainer_load(ptdp_trainer *t, const char *dir) {
   return guard([&] {
     live(t);

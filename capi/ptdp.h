@@ -169,6 +169,13 @@ PTDP_API ptdp_status ptdp_trainer_get_text(const ptdp_trainer *trainer, const ch
  * beyond keep_last_checkpoints are removed. Under mpirun every process calls
  * it. A failure (PTDP_ERR_IO) leaves the previous checkpoint the newest. */
 PTDP_API ptdp_status ptdp_trainer_save(ptdp_trainer *trainer, const char *dir);
+/* With async_save = 1 the saves of ptdp_trainer_step copy the state to host
+ * memory and a background thread writes them while training goes on (same
+ * commit protocol; the next save, a load and ptdp_trainer_destroy wait for
+ * the one in flight). This waits for it now, so that its outcome is in
+ * last_checkpoint, last_save_error and failed_saves; *seconds (may be NULL)
+ * gets the time waited. Call it before ending a run. */
+PTDP_API ptdp_status ptdp_trainer_wait_for_saves(ptdp_trainer *trainer, double *seconds);
 /* Loads a checkpoint saved under any (t, p, d, v): dir is a save directory
  * (its newest complete checkpoint is taken) or one iter_N directory. The model
  * shape, seed, split and LR schedule must be the checkpoint's

@@ -343,6 +343,15 @@ function Trainer:save(dir)
   return self:text('last_checkpoint')
 end
 
+-- With async_save, waits for the save in flight (its outcome is then in
+-- text('last_checkpoint'), text('last_save_error'), get('failed_saves'));
+-- returns the seconds waited.
+function Trainer:wait_for_saves()
+  local s = ffi.new('double[1]')
+  check(C.ptdp_trainer_wait_for_saves(self.handle, s))
+  return s[0]
+end
+
 -- Loads a checkpoint saved under any layout (dir: a save directory, whose
 -- newest complete checkpoint is taken, or one iter_N); returns the line saying
 -- which was taken, why, and the layouts it was saved with and loaded into.

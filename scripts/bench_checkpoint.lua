@@ -6,7 +6,12 @@
 -- same disk. Both reads are cold: the commit releases the saved file's pages
 -- from the page cache, as the raw measurement does. Load verifies every block's
 -- checksum (the default). The best round of each is reported.
---   build/ptdp scripts/bench_checkpoint.lua [--dir DIR] [--repeats 3]
+-- Then --async-save on the same model: the time a step that starts a save is
+-- blocked (the copy to host memory, and any wait for the save before),
+-- against the synchronous save's, and the time of a step while a save is
+-- being written beside it, against a step without one (same run, same model).
+--   build/ptdp scripts/bench_checkpoint.lua [--dir DIR] [--repeats 3] [--async-steps 8]
+--                                           [--async-interval 4]
 -- It works in a directory of its own that it makes under DIR and removes at
 -- the end; nothing else in DIR is touched.
 local ptdp = require 'ptdp'
@@ -16,6 +21,10 @@ local config, opts, given = flags.parse(arg, {
   dir = { default = os.getenv('TMPDIR') or '/tmp',
           help = 'where the benchmark makes its own directory for checkpoints and the raw test file (that directory is removed at the end, nothing else)' },
   repeats = { default = 3, integer = true, min = 1, help = 'save + load rounds' },
+  async_steps = { default = 8, integer = true, min = 2,
+                  help = 'steps of the --async-save part' },
+  async_interval = { default = 4, integer = true, min = 2,
+                     help = 'the --async-save part saves every N steps' },
 }, {
   num_layers = 12, hidden_size = 768, num_attention_heads = 12, seq_length = 128,
   vocab_size = 50304, micro_batch_size = 1, global_batch_size = 4, train_iters = 1000,
@@ -77,7 +86,47 @@ for r = 1, opts.repeats do
                       r, sg, 100 * sg / w, w, lg, 100 * lg / rd, rd, bytes / 1e9))
   os.execute('rm -rf ' .. quoted(work .. '/round' .. r))
 end
+
+-- --async-save: a step alone (this trainer saves nothing by itself), then a
+-- trainer of the same run saving every second step in the background.
+local function median(t)
+  table.sort(t)
+  local n = #t
+  return n % 2 == 1 and t[(n + 1) / 2] or (t[n / 2] + t[n / 2 + 1]) / 2
+end
+local plain = {}
+for i = 1, opts.async_steps do
+  local t0 = now()
+  trainer:step()
+  plain[i] = now() - t0
+end
+local step_s = median(plain)
+local aconfig = {}
+for k, v in pairs(config) do aconfig[k] = v end
+aconfig.async_save, aconfig.save, aconfig.save_interval = 1, work .. '/async', opts.async_interval
+aconfig.keep_last_checkpoints = 1
+local async = ptdp.trainer(aconfig)
+async:step()  -- its first step (allocations) untimed
+local launching, beside = {}, {}
+-- A step that starts a save, and the one after it (the save is written beside it).
+for i = 2, opts.async_steps + 1 do
+  local t0 = now()
+  async:step()
+  local t = now() - t0
+  if i % opts.async_interval == 0 then launching[#launching + 1] = t - step_s
+  elseif i % opts.async_interval == 1 then beside[#beside + 1] = t end
+end
+local t0 = now()
+async:wait_for_saves()
+local final_wait = now() - t0
+if async:get('failed_saves') > 0 then
+  io.stderr:write('bench_checkpoint: an async save failed: ' .. async:text('last_save_error') .. '\n')
+  os.exit(1)
+end
+async = nil
+collectgarbage()
 os.execute('rm -rf ' .. quoted(work))
+local blocked, step_beside = median(launching), median(beside)
 
 local save_gbps, load_gbps = bytes / best_save / 1e9, bytes / best_load / 1e9
 print(string.format('model: %.1fM parameters, %.2f GB of state (parameters + Adam moments), ' ..
@@ -87,5 +136,11 @@ print(string.format('save: %.2f GB/s = %.0f%% of the raw write %.2f GB/s (fsync 
                     save_gbps, 100 * save_gbps / raw_w, raw_w))
 print(string.format('load: %.2f GB/s = %.0f%% of the raw read %.2f GB/s (cold cache, checksums verified)',
                     load_gbps, 100 * load_gbps / raw_r, raw_r))
-print(string.format('save_gbps=%.3f load_gbps=%.3f raw_write_gbps=%.3f raw_read_gbps=%.3f',
-                    save_gbps, load_gbps, raw_w, raw_r))
+print(string.format('async save: a step is blocked %.3f s per save = %.0f%% of the synchronous ' ..
+                    'save (%.3f s); a step beside a save in flight takes %.3f s = %.0f%% of one ' ..
+                    'without (%.3f s); the last save waited for %.3f s at the end',
+                    blocked, 100 * blocked / best_save, best_save, step_beside,
+                    100 * step_beside / step_s, step_s, final_wait))
+print(string.format('save_gbps=%.3f load_gbps=%.3f raw_write_gbps=%.3f raw_read_gbps=%.3f ' ..
+                    'async_blocked_s=%.4f sync_save_s=%.4f step_s=%.4f step_beside_save_s=%.4f',
+                    save_gbps, load_gbps, raw_w, raw_r, blocked, best_save, step_s, step_beside))

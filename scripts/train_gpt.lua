@@ -146,6 +146,9 @@ end
 -- A failed save fails the run: the final checkpoint is what the user asked
 -- for, and earlier failures are repeated here (each was reported as it came).
 local function fail_on_failed_saves()
+  trainer:wait_for_saves()  -- an --async-save in flight: the run ends when it is on disk
+  local saved = trainer:text('last_checkpoint')
+  if saved ~= save_dir then print(string.format(' saved checkpoint %s', saved)) end
   local failed = trainer:get('failed_saves')
   if failed > 0 then
     local last = trainer:text('last_save_error')

@@ -89,6 +89,9 @@ const std::vector<OptionSpec> &option_schema() {
        "iterations between checkpoints when save is set (0 = only after the last iteration)"},
       {"load", T::String, "", 0, 0, nullptr,
        "checkpoint to start from: a save directory (its newest complete checkpoint) or one iter_N"},
+      {"async_save", T::Int, "0", 0, 1, nullptr,
+       "1 = a save copies the state to host memory and writes it on a background thread while "
+       "training goes on (one process; the next save, a load and the end wait for it)"},
       {"keep_last_checkpoints", T::Int, "0", 0, 1e9, nullptr,
        "keep only the newest N complete checkpoints (0 = keep all)"},
       // preemption and time limits (Megatron's flags)

@@ -89,6 +89,11 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       fail(Status::invalid_config, "the layout needs t*p*d = ", opt_.parallel.t, "*",
            opt_.parallel.p, "*", opt_.parallel.d, " = ", n, " ranks but mpirun started ",
            mpi->size(), " processes, which do not divide them evenly");
+    if (opt_.async_save && mpi->size() > 1)
+      fail(Status::invalid_config, "async_save writes checkpoints on a background thread, whose "
+           "collective file operations would run beside training's MPI calls: under mpirun with ",
+           mpi->size(), " processes use the synchronous save (async_save = 0); it works for ranks "
+           "that are threads of one process");
     const int k = n / mpi->size();  // ranks per process
     for (int i = 0; i < k; i++) local.push_back(mpi->rank() * k + i);
     if (k == 1) {
@@ -184,6 +189,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
 // by comm_timeout: NcclComm::release), after its gradient reducer, whose
 // thread uses them.
 Trainer::~Trainer() {
+  wait_for_saves();  // the background save reads the ranks' staging
   auto release = [](Rank *r) {
     if (r->device && r->device->kind() != DeviceKind::cpu) {
       try {
@@ -450,6 +456,10 @@ StepMetrics Trainer::step() {
   step_origin_ns_ = Timeline::now_ns();
   gathered_.clear();  // they describe the previous step
   exit_reason_.clear();
+  // A background save that has finished: its outcome now, without waiting.
+  if (pending_save_.valid() &&
+      pending_save_.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+    wait_for_saves();
   run_on_ranks([&](Rank &r) { rank_step(r, it, feed_ ? *feed_ : *r.train); });
   StepMetrics res = ranks_[0]->metrics;
   if (res.nan_iters) nan_++;
@@ -489,20 +499,7 @@ StepMetrics Trainer::step() {
   return res;
 }
 
-// A failed save must not end the run: report it, keep training, and the
-// previous checkpoint stays the newest.
-void Trainer::save_in_run() {
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    save(opt_.save_path);
-    last_save_error_.clear();
-  } catch (const Error &e) {
-    last_save_error_ = e.what();
-    failed_saves_++;
-    if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", e.what());
-  }
-  last_save_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+
 
 namespace {
 // The caller's global batch as a sampler holding the samples [first, first + n)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -123,7 +124,15 @@ class Trainer {
   // Saves the whole training state (parameters, Adam moments, iteration,
   // consumed samples, skip counters) as <root>/iter_N, committed atomically;
   // under mpirun every process calls it. Returns the checkpoint's directory.
+  // (Waits for an asynchronous save in flight first.)
   std::string save(const std::string &root);
+  // With async_save, step()'s saves copy the state to host memory and are
+  // written by a background thread while training goes on, under the same
+  // commit protocol; the next save, a load, exit_reason's save and the
+  // trainer's end wait for the one in flight. This waits now: its outcome is
+  // then in last_saved / last_save_error / failed_saves, as a synchronous
+  // save's. Returns the seconds it waited.
+  double wait_for_saves();
   // Loads a checkpoint saved under any layout: `path` is a save directory (its
   // newest complete checkpoint) or one iter_N directory. Returns a line saying
   // which checkpoint was taken, why, and the layout it was saved with.
@@ -169,12 +178,17 @@ class Trainer {
   void rank_step(Rank &r, int64_t it, Sampler &train);
   void write_timeline() const;
   void save_in_run();                   // save(save_path), a failure reported and counted
+  SaveRequest save_request(const std::string &root);  // the request of save(root), checked
+  void save_failed(const std::string &why);            // reported and counted
   void decide_exit(int64_t it, bool saved);  // trainer_exit.cpp
   void make_world_groups();             // Rank::world on every local rank (collective)
   void write_op_profile();
   std::string process_path(const std::string &path) const;
   void bind_device_comms();  // Rank::tp_d, dp_d, pp_d, embedding_d
-  std::vector<RankShard> local_shards();
+  // The local ranks' tensors for a save or load: a CPU rank's own buffers, or
+  // (other devices, or `snapshot` for a save that outlives the step) copies in
+  // the rank's host staging, which a save in flight owns until it is done.
+  std::vector<RankShard> local_shards(bool snapshot = false);
   void unstage_shards();
   std::string load(const CheckpointRef &ckpt);
   double rank_evaluate(Rank &r, int iters);
@@ -213,6 +227,8 @@ class Trainer {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   double longest_step_s_ = 0, last_save_s_ = 0;
   int64_t steps_taken_ = 0, steps_skipped_ = 0;
+  // The asynchronous save in flight (async_save): its directory when done.
+  std::future<std::string> pending_save_;
   std::vector<RankReport> gathered_;  // by world rank, on world rank 0; cleared by each step
 };
 

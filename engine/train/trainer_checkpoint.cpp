@@ -1,7 +1,10 @@
 // The trainer's checkpoint glue: what a resumed run must share with the
 // saved one, the ranks' shards (staged through the host off the CPU), save
 // and load (checkpoints/ does the files).
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <string>
 #include <vector>
@@ -64,12 +67,12 @@ Trainer::Rank::Staged Trainer::Rank::checkpoint_staging(size_t n) {
 // Checkpoints read and write host memory. A CPU rank hands its own buffers; a
 // rank on another device stages them in host copies (and unstage_shards puts
 // loaded values back).
-std::vector<RankShard> Trainer::local_shards() {
+std::vector<RankShard> Trainer::local_shards(bool snapshot) {
   std::vector<RankShard> shards;
   for (auto &r : ranks_) {
     GPT<float> &m = *r->model;
     AdamW &a = *r->adam;
-    if (r->device->kind() == DeviceKind::cpu) {
+    if (r->device->kind() == DeviceKind::cpu && !snapshot) {
       shards.push_back({r->coord, &m.param_table(), m.params(), a.exp_avg(), a.exp_avg_sq(),
                         a.master()});
       continue;
@@ -102,6 +105,12 @@ void Trainer::unstage_shards() {
 }
 
 std::string Trainer::save(const std::string &root) {
+  wait_for_saves();
+  last_saved_ = save_checkpoint(save_request(root), local_shards());
+  return last_saved_;
+}
+
+SaveRequest Trainer::save_request(const std::string &root) {
   if (!failure_.empty())
     fail(Status::wrong_state, "the job failed earlier; its state is not saved: ", failure_);
   if (root.empty()) fail(Status::invalid_argument, "save needs a directory");
@@ -122,11 +131,58 @@ std::string Trainer::save(const std::string &root) {
   // Every save, not only --save's: a directory holding another run's
   // checkpoints is not written into (this run's own, or the one it resumed, is).
   check_save_target(root, resumed_from_, opt_.model, req.training);
-  last_saved_ = save_checkpoint(req, local_shards());
-  return last_saved_;
+  return req;
+}
+
+// A save of step(): synchronous, or (async_save) the state copied to the
+// ranks' host staging now and written by a background thread, after the one
+// before it. A failure is reported and counted either way; training goes on.
+void Trainer::save_in_run() {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    if (!opt_.async_save) {
+      save(opt_.save_path);
+      last_save_error_.clear();
+    } else {
+      wait_for_saves();
+      SaveRequest req = save_request(opt_.save_path);
+      std::vector<RankShard> shards = local_shards(true);
+      // At the trainer's own priority: a lower one (tried) lets busy training
+      // threads starve the write until the next save must wait for it.
+      pending_save_ = std::async(std::launch::async, [req = std::move(req), shards = std::move(shards)] {
+        return save_checkpoint(req, shards);
+      });
+    }
+  } catch (const Error &e) {
+    save_failed(e.what());
+  }
+  last_save_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double Trainer::wait_for_saves() {
+  if (!pending_save_.valid()) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    last_saved_ = pending_save_.get();
+    last_save_error_.clear();
+  } catch (const Error &e) {
+    save_failed(e.what());
+  } catch (const std::exception &e) {
+    save_failed(std::string("internal error in the background save: ") + e.what());
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A failed save must not end the run: report it, keep training, and the
+// previous checkpoint stays the newest.
+void Trainer::save_failed(const std::string &why) {
+  last_save_error_ = why;
+  failed_saves_++;
+  if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", why.c_str());
 }
 
 std::string Trainer::load(const std::string &path) {
+  wait_for_saves();  // it owns the staging that a load fills
   if (!failure_.empty()) fail(Status::wrong_state, "the job failed earlier: ", failure_);
   if (path.empty()) fail(Status::invalid_argument, "load needs a checkpoint directory");
   return load(open_checkpoint(path));

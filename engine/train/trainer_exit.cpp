@@ -64,6 +64,7 @@ void Trainer::decide_exit(int64_t it, bool saved) {
               minutes(opt_.exit_duration_mins) + ": " + minutes(elapsed_s / 60) +
               " minutes used, and the next step with its save may take " + minutes(margin_s / 60);
   if (!opt_.save_path.empty() && !saved) save_in_run();
+  wait_for_saves();  // the run ends: its last save must be on disk
   reason += " at iteration " + std::to_string(it);
   if (opt_.save_path.empty())
     reason += "; nothing saved (no --save)";

@@ -73,6 +73,7 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.load_path = c.get("load");
   o.save_interval = c.get_int("save_interval");
   o.keep_last_checkpoints = (int)c.get_int("keep_last_checkpoints");
+  o.async_save = c.get_int("async_save") != 0;
   o.verify_checkpoint = c.get_int("verify_checkpoint") != 0;
   o.exit_signal_handler = c.get_int("exit_signal_handler") != 0;
   o.exit_interval = c.get_int("exit_interval");

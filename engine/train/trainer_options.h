@@ -54,6 +54,7 @@ struct TrainerOptions {
   std::string save_path, load_path;
   int64_t save_interval = 0;  // 0 = only after the last iteration
   int keep_last_checkpoints = 0;
+  bool async_save = false;  // step()'s saves written by a background thread (Trainer::wait_for_saves)
   bool verify_checkpoint = true;
   bool override_opt_param_scheduler = false;
   // Preemption and time limits (Trainer::exit_reason): a step that meets one

@@ -22,7 +22,7 @@ local switches = {
 -- Engine options that Megatron spells as value-less switches: `--bf16` alone
 -- means 1; `--bf16 0` or `--bf16=0` still work.
 local bare_means_one = { bf16 = true, fp16 = true, accumulate_allreduce_grads_in_fp32 = true,
-                         finetune = true, exit_signal_handler = true }
+                         finetune = true, exit_signal_handler = true, async_save = true }
 
 -- Engine options that take several values, as Megatron's blend
 -- `--data-path 0.3 A 0.7 B`: every argument up to the next flag, joined by spaces.

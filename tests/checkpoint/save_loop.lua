@@ -2,7 +2,8 @@
 -- --save-interval 1 ...), for tests/unit/test_checkpoint_crash.cpp, which
 -- SIGKILLs it at random moments. Every flag is an engine option: the test
 -- keeps the whole configuration, so its in-process reference is the same run.
--- Prints each iteration reached; a failed save ends the run with an error.
+-- Prints each iteration reached (with --async-save its save may still be in
+-- flight); a failed save ends the run with an error.
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 local config = flags.parse(arg, {}, {})
@@ -15,3 +16,5 @@ while trainer:get('iteration') < last do
   io.write(string.format('iteration %d\n', m.iteration))
   io.flush()
 end
+trainer:wait_for_saves()  -- --async-save: the last one on disk before the end
+if trainer:text('last_save_error') ~= '' then error('save failed: ' .. trainer:text('last_save_error'), 0) end

@@ -217,6 +217,11 @@ add_test(NAME mpi_exit_signal
           ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
 set_tests_properties(mpi_exit_signal PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS 2
                      WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+# --async-save under mpirun with several processes: refused before the first
+# step (its collectives would run beside training's), every process saying why.
+ptdp_mpi_training_failure(mpi_async_save_refused 2
+  EXPECT "async_save writes checkpoints on a background thread"
+  ARGS --tensor-model-parallel-size 2 --async-save 1)
 # A script error on one process stops the job at once (not after the 300 s
 # communication timeout): the launcher aborts the MPI job.
 ptdp_mpi_training_failure(mpi_script_error 2
