@@ -173,6 +173,8 @@ std::string checkpoint_name(int64_t iteration) {
   return buf;
 }
 
+std::string tracker_path(const std::string &root) { return join(root, kTracker); }
+
 std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   std::string tmp = join(root, checkpoint_name(iteration) + ".tmp");
   if (exists(root) && !is_dir(root))
@@ -181,6 +183,16 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   fs::create_directories(root, ec);
   if (ec) fail(Status::io_error, "cannot create checkpoint directory '", root, "': ", ec.message());
   if (::access(root.c_str(), W_OK) != 0) os_fail("write into checkpoint directory", root, errno);
+  // The commit swaps out an iter_N of the same iteration: only one that a
+  // save made (complete: its manifest is there). A directory or file of that
+  // name that is something else is the user's, and is not replaced.
+  const std::string final_dir = join(root, checkpoint_name(iteration));
+  struct stat st;
+  if (::lstat(final_dir.c_str(), &st) == 0 && !S_ISLNK(st.st_mode) &&
+      !(S_ISDIR(st.st_mode) && exists(join(final_dir, kManifest))))
+    fail(Status::io_error, "'", final_dir, "' exists and is not a complete checkpoint (",
+         S_ISDIR(st.st_mode) ? "no manifest.json" : "not a directory",
+         "): the save of iteration ", iteration, " would replace it; move it away or save elsewhere");
   remove_tree(tmp);  // the leftover of a save that crashed
   if (::mkdir(tmp.c_str(), 0755) != 0) os_fail("create", tmp, errno);
   return tmp;

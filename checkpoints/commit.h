@@ -35,6 +35,9 @@ void abandon_checkpoint(const std::string &root, int64_t iteration) noexcept;
 std::string commit_checkpoint(const std::string &root, int64_t iteration,
                               const std::string &manifest_json);
 
+// The tracker file of a save directory: <root>/latest.
+std::string tracker_path(const std::string &root);
+
 // The newest complete checkpoint under root: the directory `latest` names if
 // it has a manifest.json, else the highest-iteration iter_* directory (not
 // *.tmp) that has one. `why` (optional) says which rule chose it:

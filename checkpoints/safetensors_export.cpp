@@ -158,7 +158,8 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   const Manifest &m = ref.manifest;
   const std::string file = ref.dir + "/" + m.file;
   // The checkpoint's files are this command's inputs: never its output.
-  const InputFile reading[] = {{file, "checkpoint file"}, {ref.dir + "/manifest.json", "checkpoint file"}};
+  std::vector<InputFile> reading;
+  for (const std::string &f : ref.read_files) reading.emplace_back(f, "checkpoint file");
   const std::string out_file = output_target(out_path, "export_safetensors output");
   const GptConfig &cfg = m.model;
   // Any fault, in the optimizer state too, means the checkpoint is not to be

@@ -438,6 +438,8 @@ CheckpointRef open_checkpoint(const std::string &path) {
   ref.dir = io.broadcast(ref.dir);
   ref.why = io.broadcast(ref.why);
   ref.manifest = Manifest::read(ref.dir);
+  ref.read_files = {ref.dir + "/manifest.json", ref.dir + "/" + ref.manifest.file};
+  if (ref.dir != path) ref.read_files.push_back(tracker_path(path));  // the tracker consulted
   return ref;
 }
 

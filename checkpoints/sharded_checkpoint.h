@@ -63,6 +63,10 @@ struct CheckpointRef {
   std::string dir;  // the checkpoint taken
   std::string why;  // how it was chosen
   Manifest manifest;
+  // The files read to choose and open it (the save directory's tracker when a
+  // save directory was given, the manifest): inputs of the command, which its
+  // outputs must not replace; with the data file, the callers register them.
+  std::vector<std::string> read_files;
 };
 
 // `path` is a save directory (its newest complete checkpoint is taken) or one

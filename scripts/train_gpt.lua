@@ -26,8 +26,10 @@ local config, opts, given = flags.parse(arg, {
 -- A short run (--train-iters 3) without its own --lr-warmup-iters warms up for
 -- a tenth of it: the default 20 steps would outlast the run. (Flag values are
 -- strings, so a number here is the default.)
-if type(config.lr_warmup_iters) == 'number' and tonumber(config.train_iters) <= config.lr_warmup_iters then
-  config.lr_warmup_iters = math.floor(tonumber(config.train_iters) / 10)
+-- (A --train-iters that is no number is left to the engine's check.)
+local train_iters = tonumber(config.train_iters)
+if type(config.lr_warmup_iters) == 'number' and train_iters and train_iters <= config.lr_warmup_iters then
+  config.lr_warmup_iters = math.floor(train_iters / 10)
 end
 
 -- The default dataset (data/fortunes.ptdp in the project) is tokenized from

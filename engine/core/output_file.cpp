@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "engine/core/status.h"
 
@@ -62,6 +64,23 @@ void InputFile::release() {
   id_ = 0;
 }
 
+bool same_output(const std::string &a, const std::string &b) {
+  struct stat sa, sb;
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  std::error_code ec;
+  const auto na = std::filesystem::weakly_canonical(a, ec), nb = std::filesystem::weakly_canonical(b, ec);
+  return na == nb;
+}
+
+void hold_input(const std::string &path, const std::string &what) {
+  static std::mutex held_mu;
+  static auto *held = new std::vector<InputFile>();  // never released: the process's inputs
+  InputFile f(path, what);
+  std::lock_guard<std::mutex> lk(held_mu);
+  held->push_back(std::move(f));
+}
+
 InputFile &InputFile::operator=(InputFile &&o) noexcept {
   if (this != &o) {
     release();
@@ -74,8 +93,18 @@ InputFile &InputFile::operator=(InputFile &&o) noexcept {
 std::string output_target(const std::string &path, const char *what) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return path;
-    fail(Status::io_error, what, " '", path, "': ", std::strerror(errno));
+    if (errno != ENOENT) fail(Status::io_error, what, " '", path, "': ", std::strerror(errno));
+    // A new file: its directory must be there, so that the refusal comes now,
+    // before any work, not when the output is first written.
+    const size_t slash = path.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    struct stat ds;
+    if (::stat(dir.c_str(), &ds) != 0)
+      fail(Status::io_error, what, " '", path, "': its directory '", dir, "' ",
+           errno == ENOENT ? "does not exist" : std::strerror(errno));
+    if (!S_ISDIR(ds.st_mode))
+      fail(Status::io_error, what, " '", path, "': '", dir, "' is not a directory");
+    return path;
   }
   if (S_ISREG(st.st_mode)) {
     refuse_if_input(st, path, what);

@@ -10,7 +10,7 @@
 namespace ptdp {
 
 // The path to rename the finished output onto:
-//  - nothing there: `path`;
+//  - nothing there: `path`, when its directory exists (else Error(io_error));
 //  - a regular file: `path` (replaced whole);
 //  - a symbolic link to a regular file: the file it points to (the link stays);
 //  - anything else (a directory, a device node, a FIFO, a socket, a dangling
@@ -39,6 +39,15 @@ class InputFile {
   void release();
   uint64_t id_ = 0;  // 0: nothing registered
 };
+
+// Whether two output paths name one file: the same file when both exist (any
+// links), else the same normalized path.
+bool same_output(const std::string &a, const std::string &b);
+
+// An input of this process's run from now to its end (what it was made from:
+// a tokenized corpus stays an input of the run that trains on it): `path`
+// registered as by an InputFile that is never released.
+void hold_input(const std::string &path, const std::string &what);
 
 // A new, empty file of this process's own beside `target` (same directory:
 // a rename moves it into place), named target + ".tmp.XXXXXX" and created

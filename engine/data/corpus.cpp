@@ -95,6 +95,9 @@ CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const st
   // Before any work: the output must be a file we may replace, and no input.
   std::vector<InputFile> reading;
   for (const std::string &f : files) reading.emplace_back(f, "tokenize input");
+  // What the dataset is made from stays an input of this process's run after
+  // the tokenizing (a run's --log-json must not replace its --corpus).
+  for (const std::string &f : files) hold_input(f, "tokenized corpus");
   output_target(out_path, "tokenize output");
   using Docs = std::vector<std::vector<int32_t>>;
   Docs docs;  // the whole tokenized corpus, once: it is shuffled before writing

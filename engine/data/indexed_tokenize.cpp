@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/core/output_file.h"
 #include "engine/core/status.h"
 #include "engine/data/corpus.h"
 #include "engine/data/indexed_dataset.h"
@@ -191,6 +192,7 @@ std::vector<IndexedOutput> build_indexed_dataset(const std::vector<std::string> 
                                                  const Tokenizer &tok) {
   const int threads = resolve_workers(opt.workers);
   const std::vector<std::string> files = expand_inputs(inputs);
+  for (const std::string &f : files) hold_input(f, "tokenized corpus");  // as build_token_dataset
   // Every output is checked (and its temporary opened) before any work.
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const auto &key : opt.json_keys)

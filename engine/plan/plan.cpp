@@ -86,6 +86,12 @@ PlanResult run_plan(const PlanRequest &req) {
   // --machine file is this run's input (a preset name registers nothing).
   const InputFile machine_file(req.machine, "--machine file");
   if (!req.save_machine.empty()) output_target(req.save_machine, "--save-machine");
+  if (!req.plot.empty()) {
+    output_target(req.plot, "--plot");
+    if (!req.save_machine.empty() && same_output(req.plot, req.save_machine))
+      fail(Status::invalid_argument, "--plot '", req.plot, "' and --save-machine '", req.save_machine,
+           "' name the same file: the picture would replace the machine file; give two paths");
+  }
   if (req.calibrate) {
     // Element-wise kernels are timed at the model's own layer shape unless
     // that would take long (an attention matrix or MLP over 4M elements).
@@ -417,6 +423,7 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res) {
   }
   if (!res.invalid.empty()) os << "  layouts that cannot work:\n" << invalid_summary(res, 4);
   if (!req.plot.empty()) {
+    const InputFile machine_file(req.machine, "--machine file");  // still this command's input
     plot_plan_png(res, req.plot);
     os << "  wrote " << req.plot << "\n";
   }

@@ -68,6 +68,17 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   tok_ = make_tokenizer(opt_.tokenizer_spec());
   if (!opt_.save_path.empty()) {
     check_save_directory(opt_.save_path);
+    // A fine-tuning run starts again at iteration 0: saving where the checkpoint
+    // it loads lies would replace (same iteration) or prune that checkpoint.
+    if (opt_.finetune && !opt_.load_path.empty()) {
+      const fs::path load(opt_.load_path);
+      const std::string name = load.filename().string();
+      const std::string load_root = name.rfind("iter_", 0) == 0 ? load.parent_path().string() : opt_.load_path;
+      if (same_output(opt_.save_path, load_root.empty() ? "." : load_root))
+        fail(Status::invalid_config, "--finetune starts a new run, but --save '", opt_.save_path,
+             "' is the directory of the checkpoint it loads ('", opt_.load_path,
+             "'), whose checkpoints its saves would replace or prune: give --save another directory");
+    }
     // A fine-tuning run is a new run even when it loads from its --save directory.
     check_save_target(opt_.save_path, opt_.finetune ? "" : opt_.load_path, opt_.model,
                       resumption_options(opt_));
@@ -179,6 +190,11 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", last_loaded_.c_str());
     }
     if (ckpt) load(*ckpt);
+    // Its files (and the tracker read) are inputs now: the outputs checked
+    // above are checked again against them, still before the first step.
+    if (!opt_.timeline_path.empty()) output_target(process_path(opt_.timeline_path), "--timeline");
+    if (!opt_.op_profile_path.empty())
+      output_target(process_path(opt_.op_profile_path), "--profile-ops");
   }
 }
 

@@ -258,6 +258,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   for (std::filesystem::recursive_directory_iterator it(ckpt.dir, ec), end; !ec && it != end;
        it.increment(ec))
     if (it->is_regular_file(ec)) loaded_files_.emplace_back(it->path().string(), "checkpoint file");
+  for (const std::string &f : ckpt.read_files) loaded_files_.emplace_back(f, "checkpoint file");
   if (opt_.finetune)
     last_loaded_ = "loaded the weights of " + ckpt.dir + " (" + ckpt.why + ", saved at iteration " +
                    std::to_string(ckpt.manifest.iteration) + " with " +

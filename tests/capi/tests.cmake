@@ -174,6 +174,10 @@ ptdp_lua_test(lua_train_gpt_fractional_interval --rc nonzero
   --reject "iteration "
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --eval-interval 2.5
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
+ptdp_lua_test(lua_train_gpt_train_iters_not_a_number --rc nonzero
+  --expect "train_iters must be an integer" --reject "traceback" --reject "iteration "
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --train-iters abc
+     --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
 ptdp_lua_test(lua_bench_checkpoint_zero_repeats --rc nonzero
   --expect "flag '--repeats' must be >= 1, got 0" --reject "traceback"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_checkpoint.lua --repeats 0)

@@ -6,7 +6,8 @@
 #  3. an existing file is never replaced, even with --corpus (the run may fail
 #     reading it, but its bytes stay);
 #  4. an unreadable file stops the run and stays (skipped as root);
-#  5. shell code in a path is not run: the directory is made with that literal name.
+#  5. the corpus tokenized for the run is an input: a --log-json naming it is refused;
+#  6. shell code in a path is not run: the directory is made with that literal name.
 set -u
 launcher=$1 script=$2 corpus=$3 work=$4
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
@@ -37,6 +38,18 @@ if [ "$(id -u)" != 0 ]; then
 else
   echo "skip unreadable file (running as root)"
 fi
+
+# The corpus a run tokenizes stays its input: an output of the run naming it is refused.
+cp "$corpus" mycorpus.txt
+"$launcher" "$script" --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
+  --micro-batch-size 2 --global-batch-size 4 --train-iters 1 --sample-tokens 0 --eval-interval 0 \
+  --num-threads 1 --data-path fresh.ptdp --corpus mycorpus.txt --corpus-format lines \
+  --log-json mycorpus.txt >out.txt 2>&1
+echo $? >rc.txt
+cat out.txt
+check "--log-json naming the --corpus: refused" \
+  '[ "$(cat rc.txt)" != 0 ] && grep -q "is the tokenized corpus" out.txt'
+check "--log-json naming the --corpus: the corpus stays" 'cmp -s mycorpus.txt "$corpus"'
 
 run --data-path '$(touch INJECTED)x/f.ptdp' --corpus "$corpus" --corpus-format lines
 check "shell in a path: not run" '[ ! -e INJECTED ]'

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -380,6 +381,33 @@ TEST(PlanBadInput, SaveMachineFollowsTheWritersRules) {
   EXPECT_EQ(kept.str(), json);
   run_plan(request(dir + "/saved.json"));
   EXPECT_EQ(load_machine(dir + "/saved.json").name, "selene");
+}
+
+// --plot is a writer too: never the --machine file the plan read (the picture
+// is drawn after the plan, when that file is still this command's input), and
+// not the --save-machine file of the same command.
+TEST(PlanBadInput, PlotFollowsTheWritersRules) {
+  const std::string dir = std::string(PTDP_PLAN_TMP), machine = dir + "/plot_machine.json";
+  const std::string json = machine_to_json(load_machine("selene"));
+  std::ofstream(machine) << json;
+  auto request = [&](const std::string &plot, const std::string &save) {
+    KV kv = {{"num_layers", "24"}, {"hidden_size", "2048"}, {"num_attention_heads", "16"},
+             {"global_batch_size", "512"}, {"num_gpus", "8"}, {"machine", machine}, {"plot", plot}};
+    if (!save.empty()) kv.push_back({"save_machine", save});
+    return parse_plan_request(kv);
+  };
+  EXPECT_NE(error_of([&] { run_plan(request(machine, "")); }, ptdp::Status::invalid_argument)
+                .find("--plot '" + machine + "' is the --machine file"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { run_plan(request(dir + "/both.json", dir + "/both.json")); },
+                     ptdp::Status::invalid_argument)
+                .find("name the same file"),
+            std::string::npos);
+  std::ifstream in(machine);
+  std::stringstream kept;
+  kept << in.rdbuf();
+  EXPECT_EQ(kept.str(), json);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/both.json"));
 }
 
 TEST(PlanBadInput, LayoutsThatCannotWorkAreNamedWithTheReason) {

@@ -80,6 +80,23 @@ TEST(CheckpointName, SevenDigitsOrMore) {
   expect_error([] { checkpoint_name(-1); }, Status::bad_value, "must be >= 0, got -1");
 }
 
+// A save swaps out an iter_N of its own iteration only when a save made it
+// (its manifest is there): a user's directory or file of that name stays.
+TEST_F(Commit, AnIterDirectoryThatIsNoCheckpointIsNotReplaced) {
+  fs::create_directories(root + "/iter_0000002");
+  spit(root + "/iter_0000002/notes.txt", "mine");
+  expect_error([&] { begin_checkpoint(root, 2); }, Status::io_error,
+               "iter_0000002' exists and is not a complete checkpoint (no manifest.json)");
+  EXPECT_TRUE(fs::exists(root + "/iter_0000002/notes.txt"));
+  spit(root + "/iter_0000003", "a file");
+  expect_error([&] { begin_checkpoint(root, 3); }, Status::io_error, "(not a directory)");
+  // A complete checkpoint of that iteration is swapped out as before.
+  begin_checkpoint(root, 4);
+  commit_checkpoint(root, 4, "{}");
+  begin_checkpoint(root, 4);
+  EXPECT_EQ(commit_checkpoint(root, 4, "{\"again\": 1}"), root + "/iter_0000004");
+}
+
 TEST_F(Commit, BeginAndCommitMakeFinalDirManifestAndTracker) {
   std::string tmp = begin_checkpoint(root, 1000);  // root made on the way
   EXPECT_EQ(tmp, root + "/iter_0001000.tmp");

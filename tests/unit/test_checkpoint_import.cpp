@@ -425,10 +425,15 @@ TEST_F(CheckpointImport, FinetuneStartsAfresh) {
   empty.set("finetune", "1");
   expect_error([&] { trainer(empty); }, Status::io_error,
                "finetune: nothing to fine-tune at load '");
-  // Saving the fine-tuning run among the trained run's checkpoints would mix them.
+  // Saving the fine-tuning run among the trained run's checkpoints would mix
+  // them, and replace (iteration numbers start again) or prune the one it loads.
   Config mix = c;
   mix.set("save", trained.path);
-  expect_error([&] { trainer(mix); }, Status::invalid_config, "holds checkpoints of another run");
+  expect_error([&] { trainer(mix); }, Status::invalid_config,
+               "--finetune starts a new run, but --save '" + trained.path +
+                   "' is the directory of the checkpoint it loads");
+  mix.set("load", trained.path + "/iter_0000002");  // one iter_N of that directory: the same
+  expect_error([&] { trainer(mix); }, Status::invalid_config, "--finetune starts a new run");
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "checkpoints/commit.h"
 #include "checkpoints/inspect.h"
+#include "checkpoints/safetensors_export.h"
 #include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/train/config.h"
@@ -382,6 +383,19 @@ TEST_F(CheckpointFaults, UncheckedManifestStillFollowsTheRules) {
                "stores iteration 1 but its manifest says 3: the file belongs to another save");
   std::filesystem::rename(moved, ckpt);
   write_file(path, original);
+}
+
+// The tracker a load (or an export) read is an input as the checkpoint's files
+// are: an output naming it is refused, before the first step.
+TEST_F(CheckpointFaults, TheTrackerReadIsAnInput) {
+  const std::string tracker = dir.path + "/latest", before = read_file(tracker);
+  TrainerOptions o = options({1, 1, 1, 1});
+  o.load_path = dir.path;
+  o.timeline_path = tracker;
+  expect_error([&] { Trainer tr(o); }, Status::invalid_argument, "is the checkpoint file");
+  expect_error([&] { export_safetensors(dir.path, tracker, "f32"); }, Status::invalid_argument,
+               "is the checkpoint file");
+  EXPECT_EQ(read_file(tracker), before);
 }
 
 // A checkpoint saved before manifests had their own checksum still loads,

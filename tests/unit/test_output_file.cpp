@@ -47,6 +47,32 @@ TEST(OutputFile, RefusesDeviceNodesDirectoriesAndFifos) {
   EXPECT_TRUE(S_ISFIFO(lmode(fifo)));
 }
 
+// A new file's directory must be there: refused before any work, not when the
+// output is first written (after a training step, say).
+TEST(OutputFile, RefusesAMissingOrFileDirectory) {
+  TempDir dir;
+  expect_error([&] { ptdp::output_target(dir.path + "/nodir/sub/x.json", "--timeline"); },
+               ptdp::Status::io_error, "its directory '" + dir.path + "/nodir/sub' does not exist");
+  const std::string file = dir.path + "/afile";
+  ptdp::write_file_atomic(file, "x");
+  expect_error([&] { ptdp::output_target(file + "/x.json", "--timeline"); }, ptdp::Status::io_error,
+               "--timeline '" + file + "/x.json': Not a directory");
+  EXPECT_EQ(ptdp::output_target("plain_name.json", "--timeline"), "plain_name.json");  // the cwd
+}
+
+// What a process tokenized stays its run's input (hold_input): no later
+// output of the process replaces it.
+TEST(OutputFile, HeldInputsStayInputs) {
+  TempDir dir;
+  const std::string corpus = dir.path + "/corpus.txt";
+  ptdp::write_file_atomic(corpus, "text\n");
+  ptdp::hold_input(corpus, "tokenized corpus");
+  expect_error([&] { ptdp::write_file_atomic(corpus, "{}", "--log-json"); },
+               ptdp::Status::invalid_argument, "is the tokenized corpus '" + corpus + "'");
+  EXPECT_TRUE(ptdp::same_output(corpus, dir.path + "/./corpus.txt"));
+  EXPECT_FALSE(ptdp::same_output(corpus, dir.path + "/other.txt"));
+}
+
 TEST(OutputFile, SymlinkToAFileWritesThatFileAndKeepsTheLink) {
   TempDir dir;
   const std::string file = dir.path + "/real.json", link = dir.path + "/link.json";
