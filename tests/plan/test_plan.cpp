@@ -358,6 +358,13 @@ TEST(PlanMachines, PresetsRoundTripAndBadFilesSayWhy) {
   EXPECT_EQ(load_machine(path).name, "selene");
 }
 
+std::string file_text(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // --save-machine follows every writer's rules (engine/core/output_file.h),
 // checked before any work: no directory, and never the --machine file it read.
 TEST(PlanBadInput, SaveMachineFollowsTheWritersRules) {
@@ -375,10 +382,7 @@ TEST(PlanBadInput, SaveMachineFollowsTheWritersRules) {
   EXPECT_NE(error_of([&] { run_plan(request(dir + "/./mine.json")); }, ptdp::Status::invalid_argument)
                 .find("is the --machine file"),
             std::string::npos);
-  std::ifstream in(machine);
-  std::stringstream kept;
-  kept << in.rdbuf();
-  EXPECT_EQ(kept.str(), json);
+  EXPECT_EQ(file_text(machine), json);
   run_plan(request(dir + "/saved.json"));
   EXPECT_EQ(load_machine(dir + "/saved.json").name, "selene");
 }
@@ -403,10 +407,7 @@ TEST(PlanBadInput, PlotFollowsTheWritersRules) {
                      ptdp::Status::invalid_argument)
                 .find("name the same file"),
             std::string::npos);
-  std::ifstream in(machine);
-  std::stringstream kept;
-  kept << in.rdbuf();
-  EXPECT_EQ(kept.str(), json);
+  EXPECT_EQ(file_text(machine), json);
   EXPECT_FALSE(std::filesystem::exists(dir + "/both.json"));
 }
 

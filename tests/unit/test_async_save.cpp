@@ -18,37 +18,15 @@
 #include "engine/train/trainer.h"
 #include "temp_dir.h"
 #include "tiny_dataset.h"
+#include "trained_run.h"
 
 using namespace ptdp;
 
 namespace {
 
 TrainerOptions options(const std::string &save, bool async) {
-  Config c;
-  for (const auto &[k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"num_layers", "2"}, {"hidden_size", "32"}, {"num_attention_heads", "4"},
-           {"seq_length", "16"}, {"micro_batch_size", "2"}, {"global_batch_size", "4"},
-           {"train_iters", "8"}, {"lr", "3e-3"}, {"lr_warmup_iters", "1"},
-           {"hidden_dropout", "0.1"}, {"attention_dropout", "0.1"}, {"split", "80,20"},
-           {"tensor_model_parallel_size", "2"}, {"num_threads", "1"}, {"save_interval", "2"}})
-    c.set(k, v);
-  c.set("data_path", tiny_dataset_path());
-  c.set("save", save);
-  c.set("async_save", async ? "1" : "0");
-  return TrainerOptions::from_config(c);
-}
-
-std::vector<float> all_weights(const Trainer &tr) {
-  std::vector<float> w;
-  for (const ParamInfo &p : gpt_param_table(tr.options().model, 1, {})) {
-    const std::vector<float> x = tr.gather_parameter(p.name);
-    w.insert(w.end(), x.begin(), x.end());
-  }
-  return w;
-}
-
-bool same(const std::vector<float> &a, const std::vector<float> &b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return tiny_tp2_options(tiny_dataset_path(), {{"train_iters", "8"}, {"save_interval", "2"},
+                                                {"save", save}, {"async_save", async ? "1" : "0"}});
 }
 
 // Loads `ckpt` and takes two more steps: the weights loaded and the losses.
@@ -61,7 +39,7 @@ Resumed resume(const std::string &ckpt) {
   Trainer tr(options(scratch.path, false));
   tr.load(ckpt);
   Resumed r;
-  r.weights = all_weights(tr);
+  r.weights = all_parameters(tr);
   r.loss3 = tr.step().lm_loss;
   r.loss4 = tr.step().lm_loss;
   return r;
@@ -82,7 +60,7 @@ TEST(AsyncSave, EachCheckpointHoldsItsOwnIterationsState) {
   for (const char *it : {"/iter_0000002", "/iter_0000004", "/iter_0000006"}) {
     SCOPED_TRACE(it);
     const Resumed want = resume(sync_dir.path + it), got = resume(async_dir.path + it);
-    EXPECT_TRUE(same(got.weights, want.weights)) << "the weights differ from the synchronous save's";
+    EXPECT_TRUE(same_bits(got.weights, want.weights)) << "the weights differ from the synchronous save's";
     // The moments and the data position too: the next steps' losses, bit for bit.
     EXPECT_EQ(got.loss3, want.loss3);
     EXPECT_EQ(got.loss4, want.loss4);

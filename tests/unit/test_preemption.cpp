@@ -17,33 +17,14 @@
 #include "engine/train/trainer.h"
 #include "temp_dir.h"
 #include "tiny_dataset.h"
+#include "trained_run.h"
 
 using namespace ptdp;
 
 namespace {
 
-// A tiny model on two tensor ranks (threads), dropout on.
 TrainerOptions options(const std::vector<std::pair<std::string, std::string>> &more = {}) {
-  Config c;
-  for (const auto &[k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"num_layers", "2"}, {"hidden_size", "32"}, {"num_attention_heads", "4"},
-           {"seq_length", "16"}, {"micro_batch_size", "2"}, {"global_batch_size", "4"},
-           {"train_iters", "6"}, {"lr", "3e-3"}, {"lr_warmup_iters", "1"},
-           {"hidden_dropout", "0.1"}, {"attention_dropout", "0.1"}, {"split", "80,20"},
-           {"tensor_model_parallel_size", "2"}, {"num_threads", "1"}})
-    c.set(k, v);
-  for (const auto &[k, v] : more) c.set(k, v);
-  c.set("data_path", tiny_dataset_path());
-  return TrainerOptions::from_config(c);
-}
-
-std::vector<float> all_weights(const Trainer &tr) {
-  std::vector<float> w;
-  for (const ParamInfo &p : gpt_param_table(tr.options().model, 1, {})) {
-    const std::vector<float> x = tr.gather_parameter(p.name);
-    w.insert(w.end(), x.begin(), x.end());
-  }
-  return w;
+  return tiny_tp2_options(tiny_dataset_path(), more);
 }
 
 TEST(Preemption, SignalSavesTheStepAndTheResumedRunEqualsAnUninterruptedOne) {
@@ -52,7 +33,7 @@ TEST(Preemption, SignalSavesTheStepAndTheResumedRunEqualsAnUninterruptedOne) {
   {
     Trainer whole(options());
     for (int i = 0; i < 6; i++) whole.step();
-    want = all_weights(whole);
+    want = all_parameters(whole);
   }
   {
     Trainer tr(options({{"exit_signal_handler", "1"}, {"save", dir.path}}));
@@ -70,9 +51,7 @@ TEST(Preemption, SignalSavesTheStepAndTheResumedRunEqualsAnUninterruptedOne) {
   EXPECT_EQ(resumed.iteration(), 2);
   for (int i = 2; i < 6; i++) resumed.step();
   EXPECT_EQ(resumed.exit_reason(), "");
-  const std::vector<float> got = all_weights(resumed);
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+  EXPECT_TRUE(same_bits(all_parameters(resumed), want))
       << "the resumed run's weights differ from the uninterrupted run's";
 }
 

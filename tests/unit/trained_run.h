@@ -4,10 +4,46 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "engine/train/config.h"
 #include "engine/train/trainer.h"
+
+// A tiny model on two tensor ranks (threads), dropout on, on the dataset at
+// `data_path`; `more` adds or overrides options (save, async_save, ...).
+inline ptdp::TrainerOptions tiny_tp2_options(
+    const std::string &data_path, const std::vector<std::pair<std::string, std::string>> &more = {}) {
+  ptdp::Config c;
+  for (const auto &[k, v] : std::vector<std::pair<std::string, std::string>>{
+           {"num_layers", "2"}, {"hidden_size", "32"}, {"num_attention_heads", "4"},
+           {"seq_length", "16"}, {"micro_batch_size", "2"}, {"global_batch_size", "4"},
+           {"train_iters", "6"}, {"lr", "3e-3"}, {"lr_warmup_iters", "1"},
+           {"hidden_dropout", "0.1"}, {"attention_dropout", "0.1"}, {"split", "80,20"},
+           {"tensor_model_parallel_size", "2"}, {"num_threads", "1"}})
+    c.set(k, v);
+  for (const auto &[k, v] : more) c.set(k, v);
+  c.set("data_path", data_path);
+  return ptdp::TrainerOptions::from_config(c);
+}
+
+// Every parameter of the whole model, gathered from the shards and laid end to
+// end in the serial model's order.
+inline std::vector<float> all_parameters(const ptdp::Trainer &tr) {
+  std::vector<float> w;
+  for (const ptdp::ParamInfo &p : ptdp::gpt_param_table(tr.options().model, 1, {})) {
+    const std::vector<float> x = tr.gather_parameter(p.name);
+    w.insert(w.end(), x.begin(), x.end());
+  }
+  return w;
+}
+
+// Bit for bit (== would take -0 for +0 and refuse NaN).
+inline bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 struct TrainedRun {
   std::vector<double> losses;
