@@ -71,6 +71,13 @@ ptdp_lua_test(lua_syntax_error --rc nonzero
   --match "syntax_error\\.lua:6: .*near '='" --reject "not reached"
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/syntax_error.lua)
 
+# waiting OpenMP threads sleep unless the user chose a policy
+ptdp_lua_test(lua_wait_policy_default --rc 0 --expect "OMP_WAIT_POLICY=PASSIVE"
+  -- env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/wait_policy.lua)
+ptdp_lua_test(lua_wait_policy_users --rc 0 --expect "OMP_WAIT_POLICY=ACTIVE"
+  -- env OMP_WAIT_POLICY=ACTIVE ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/wait_policy.lua)
+ptdp_lua_test(lua_wait_policy_spincount --rc 0 --expect "OMP_WAIT_POLICY=nil"
+  -- env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/wait_policy.lua)
 # (c) bad configs through ptdp.trainer{...}: clear messages, positioned at the
 # calling line of bad_config.lua ("ptdp: .../bad_config.lua:LINE: ...")
 # spec: "CASE|expected text|more expected text..." (no square brackets here:
