@@ -19,8 +19,13 @@ local function read_header()
   end
   error('ptdp: cannot find capi/ptdp.h next to ' .. here .. ' (set PTDP_HEADER)')
 end
-local decls = read_header():match('/%* ffi%-begin %*/(.-)/%* ffi%-end %*/')
+local header = read_header()
+local decls = header:match('/%* ffi%-begin %*/(.-)/%* ffi%-end %*/')
 ffi.cdef((decls:gsub('PTDP_API ', '')))
+-- The version the header declares: the library must be the same one.
+local header_version = table.concat({ header:match('#define PTDP_VERSION_MAJOR (%d+)'),
+                                      header:match('#define PTDP_VERSION_MINOR (%d+)'),
+                                      header:match('#define PTDP_VERSION_PATCH (%d+)') }, '.')
 
 -- Inside the `ptdp` launcher the library is already loaded; elsewhere load it.
 local C
@@ -29,6 +34,15 @@ do
   C = ok and ffi.C or ffi.load(os.getenv('PTDP_LIBRARY') or 'ptdp')
 end
 M.C = C
+do
+  local lib = ffi.string(C.ptdp_version())
+  if lib ~= header_version then
+    error(string.format('ptdp: the library is version %s but the header it is bound with ' ..
+                        '(capi/ptdp.h, or PTDP_HEADER) is %s: use the header of that library',
+                        lib, header_version), 0)
+  end
+end
+M.header_version = header_version
 
 -- Raises msg at the first stack level outside this module, so the message
 -- names the calling script line.

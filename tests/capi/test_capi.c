@@ -187,7 +187,8 @@ static void test_status_strings(void) {
         "status INTERNAL+1 is unknown");
   CHECK(strcmp(ptdp_status_string(2147483647), "unknown status code") == 0,
         "status INT32_MAX is unknown");
-  CHECK(ptdp_version() != NULL && strcmp(ptdp_version(), "0.1.0") == 0, "version 0.1.0");
+  CHECK(ptdp_version() != NULL && strcmp(ptdp_version(), PTDP_VERSION_TEXT) == 0,
+        "version is the build's (CMake's, from the header)");
   CHECK(ptdp_version_number() ==
             PTDP_VERSION_MAJOR * 10000 + PTDP_VERSION_MINOR * 100 + PTDP_VERSION_PATCH,
         "version number matches the header");

@@ -138,8 +138,11 @@ def main():
               what + " has the announced length")
         return buf.value
 
-    check(lib.ptdp_version() == b"0.1.0", "version 0.1.0")
-    check(lib.ptdp_version_number() == 100, "version number 100")
+    version = os.environ.get("PTDP_PROJECT_VERSION", "")  # the build's (CMake's, from the header)
+    check(version != "" and lib.ptdp_version() == version.encode(), "version " + version)
+    major, minor, patch = (int(x) for x in version.split("."))
+    check(lib.ptdp_version_number() == major * 10000 + minor * 100 + patch,
+          "version number of " + version)
     check(lib.ptdp_status_string(INVALID_CONFIG) == b"invalid configuration",
           "status string of INVALID_CONFIG")
     check(lib.ptdp_status_string(99) == b"unknown status code", "out-of-range status string")

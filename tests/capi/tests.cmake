@@ -14,6 +14,8 @@ add_executable(test_capi capi/test_capi.c)
 set_target_properties(test_capi PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
 target_compile_options(test_capi PRIVATE -Wall -Wextra -Werror -pedantic)
 target_include_directories(test_capi PRIVATE ${CMAKE_SOURCE_DIR})
+# The version the build has (CMake's, read from capi/ptdp.h): the library must say it.
+target_compile_definitions(test_capi PRIVATE PTDP_VERSION_TEXT="${PROJECT_VERSION}")
 target_link_libraries(test_capi PRIVATE ptdp m)
 add_test(NAME capi_c COMMAND test_capi ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/capi_c)
 
@@ -46,6 +48,7 @@ add_test(NAME capi_feed_example
 
 set_tests_properties(capi_c capi_ctypes capi_exports capi_step_tokens capi_feed_example PROPERTIES
                      LABELS capi TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")
+set_property(TEST capi_ctypes APPEND PROPERTY ENVIRONMENT "PTDP_PROJECT_VERSION=${PROJECT_VERSION}")
 
 # 4. the launcher and the Lua module
 set(PTDP_LUA_TESTS)
@@ -230,7 +233,14 @@ ptdp_lua_test(lua_pipeline_api --rc 0 --expect "pipeline_api: PASS"
 ptdp_lua_test(lua_checkpoint_api --rc 0 --expect "checkpoint_api: PASS"
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/checkpoint_api.lua ${PTDP_LUA_ARGS} ${PTDP_LAUNCHER})
 # the launcher's own commands
-ptdp_lua_test(lua_launcher_version --rc 0 --expect "ptdp 0.1.0" -- ${PTDP_LAUNCHER} --version)
+ptdp_lua_test(lua_launcher_version --rc 0 --expect "ptdp ${PROJECT_VERSION}" -- ${PTDP_LAUNCHER} --version)
+# the module binds the header of its own library's version, or says which differ
+ptdp_lua_test(lua_header_version --rc 0 --expect "ptdp ${PROJECT_VERSION}, header ${PROJECT_VERSION}"
+  -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/require_ptdp.lua)
+ptdp_lua_test(lua_header_version_mismatch --rc nonzero
+  --expect "the library is version ${PROJECT_VERSION} but the header it is bound with"
+  -- sh -c "sed 's/^#define PTDP_VERSION_MAJOR .*/#define PTDP_VERSION_MAJOR 99/' \"$1\" >other_ptdp.h && PTDP_HEADER=other_ptdp.h exec \"$2\" \"$3\""
+     sh ${CMAKE_SOURCE_DIR}/capi/ptdp.h ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/require_ptdp.lua)
 ptdp_lua_test(lua_launcher_unknown_command --rc 2 --expect "unknown command 'frobnicate'"
   --expect "usage:" -- ${PTDP_LAUNCHER} frobnicate)
 ptdp_lua_test(lua_launcher_missing_script --rc nonzero --expect "cannot open"

@@ -10,7 +10,8 @@ local corpus, tmpdir = util.args('module_api.lua')
 local ln257 = math.log(257)
 
 -- module facts
-check(ptdp.version() == '0.1.0', 'ptdp.version() is 0.1.0')
+check(ptdp.version() == ptdp.header_version and ptdp.version():match('^%d+%.%d+%.%d+$'),
+      'ptdp.version() is the header\'s MAJOR.MINOR.PATCH')
 local opts = ptdp.options()
 local by_key = {}
 for _, o in ipairs(opts) do by_key[o.key] = o end
