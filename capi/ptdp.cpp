@@ -36,9 +36,21 @@ namespace {
 
 thread_local std::string g_last_error;
 
-static_assert(PTDP_ERR_INTERNAL == (int)ptdp::Status::internal &&
+// The C enum (capi/ptdp.h, literal: LuaJIT and ctypes read it as text) and
+// ptdp::Status must agree, every code.
+static_assert(PTDP_OK == (int)ptdp::Status::ok &&
+                  PTDP_ERR_INVALID_ARGUMENT == (int)ptdp::Status::invalid_argument &&
+                  PTDP_ERR_UNKNOWN_OPTION == (int)ptdp::Status::unknown_option &&
+                  PTDP_ERR_BAD_VALUE == (int)ptdp::Status::bad_value &&
+                  PTDP_ERR_INVALID_CONFIG == (int)ptdp::Status::invalid_config &&
+                  PTDP_ERR_WRONG_STATE == (int)ptdp::Status::wrong_state &&
+                  PTDP_ERR_IO == (int)ptdp::Status::io_error &&
+                  PTDP_ERR_CORRUPT_DATA == (int)ptdp::Status::corrupt_data &&
+                  PTDP_ERR_BUFFER_TOO_SMALL == (int)ptdp::Status::buffer_too_small &&
+                  PTDP_ERR_OUT_OF_MEMORY == (int)ptdp::Status::out_of_memory &&
+                  PTDP_ERR_INTERNAL == (int)ptdp::Status::internal &&
                   PTDP_ERR_COMM == (int)ptdp::Status::comm_failure,
-              "status codes out of sync");
+              "status codes out of sync: capi/ptdp.h against engine/core/status.h");
 
 ptdp_status set_error(ptdp::Status code, const std::string &msg) {
   g_last_error = msg;
