@@ -237,6 +237,22 @@ ptdp_status ptdp_option_info(int32_t index, const char **key, const char **defau
   });
 }
 
+ptdp_status ptdp_option_type(int32_t index, const char **type, double *min, double *max,
+                             const char **choices) {
+  return guard([&] {
+    const auto &s = ptdp::option_schema();
+    if (index < 0 || index >= (int32_t)s.size())
+      ptdp::fail(ptdp::Status::invalid_argument, "option index ", index, " is outside [0, ",
+                 s.size(), ")");
+    const ptdp::OptionSpec &o = s[index];
+    static const char *const names[] = {"int", "float", "string", "choice"};
+    if (type) *type = names[o.type];
+    if (min) *min = o.min;
+    if (max) *max = o.max;
+    if (choices) *choices = o.choices ? o.choices : "";
+  });
+}
+
 ptdp_status ptdp_trainer_create(const ptdp_config *c, ptdp_trainer **out) {
   return guard([&] {
     require(out, "out");

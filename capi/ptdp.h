@@ -77,6 +77,12 @@ PTDP_API ptdp_status ptdp_config_get(const ptdp_config *config, const char *key,
 PTDP_API int32_t ptdp_option_count(void);
 PTDP_API ptdp_status ptdp_option_info(int32_t index, const char **key, const char **default_value,
                                       const char **help);
+/* Its kind: *type is "int", "float", "string" or "choice"; an int or float's
+ * inclusive range in *min, *max (an int of [0, 1] is a switch: Megatron's
+ * command lines give it bare); a choice's allowed values, comma-separated, in
+ * *choices ("" otherwise). Any output may be NULL. */
+PTDP_API ptdp_status ptdp_option_type(int32_t index, const char **type, double *min, double *max,
+                                      const char **choices);
 
 /* A trainer reads the dataset, builds and initialises the model. The config
  * is copied: it may be destroyed or changed afterwards. */

@@ -82,9 +82,15 @@ function M.version() return ffi.string(C.ptdp_version()) end
 function M.options()
   local out = {}
   local k, d, h = ffi.new('const char*[1]'), ffi.new('const char*[1]'), ffi.new('const char*[1]')
+  local t, c = ffi.new('const char*[1]'), ffi.new('const char*[1]')
+  local lo, hi = ffi.new('double[1]'), ffi.new('double[1]')
   for i = 0, C.ptdp_option_count() - 1 do
     check(C.ptdp_option_info(i, k, d, h))
-    out[#out + 1] = { key = ffi.string(k[0]), default = ffi.string(d[0]), help = ffi.string(h[0]) }
+    check(C.ptdp_option_type(i, t, lo, hi, c))
+    local o = { key = ffi.string(k[0]), default = ffi.string(d[0]), help = ffi.string(h[0]),
+                type = ffi.string(t[0]), min = lo[0], max = hi[0], choices = ffi.string(c[0]) }
+    o.switch = o.type == 'int' and o.min == 0 and o.max == 1  -- given bare, it means 1
+    out[#out + 1] = o
   end
   return out
 end

@@ -19,10 +19,9 @@ local switches = {
     help = '16-bit runs: accumulate and all-reduce gradients in the 16-bit type' },
 }
 
--- Engine options that Megatron spells as value-less switches: `--bf16` alone
--- means 1; `--bf16 0` or `--bf16=0` still work.
-local bare_means_one = { bf16 = true, fp16 = true, accumulate_allreduce_grads_in_fp32 = true,
-                         finetune = true, exit_signal_handler = true, async_save = true }
+-- Engine options that Megatron spells as value-less switches (every 0/1 option
+-- of the schema, ptdp.options()'s `switch`): `--bf16` alone means 1; `--bf16 0`
+-- or `--bf16=0` still work.
 
 -- Engine options that take several values, as Megatron's blend
 -- `--data-path 0.3 A 0.7 B`: every argument up to the next flag, joined by spaces.
@@ -119,7 +118,7 @@ function M.parse(argv, script_spec, config_defaults)
     elseif value == nil then
       if spec and type(spec.default) == 'boolean' then
         value = 'true'
-      elseif bare_means_one[key] and (argv[i + 1] == nil or argv[i + 1]:match('^%-%-')) then
+      elseif engine[key] and engine[key].switch and (argv[i + 1] == nil or argv[i + 1]:match('^%-%-')) then
         value = '1'
       else
         i = i + 1

@@ -113,6 +113,15 @@ check(cfg.scatter_gather_tensors_in_pipeline == 0 and opts.iters == 2,
       '--no-scatter-gather-tensors-in-pipeline sets scatter_gather_tensors_in_pipeline = 0')
 expect_error('takes no value', 'the switch with a value', flags.parse,
              { '--no-scatter-gather-tensors-in-pipeline=1' }, {}, {})
+-- Every 0/1 option of the schema may be given bare, as Megatron's command
+-- lines write them; other options still need their value.
+local bare = flags.parse({ '--use-flash-attn', '--overlap-grad-reduce', '--async-save', '--bf16',
+                           '--seed', '3', '--exit-signal-handler' }, {}, {})
+check(bare.use_flash_attn == '1' and bare.overlap_grad_reduce == '1' and bare.async_save == '1' and
+      bare.bf16 == '1' and bare.seed == '3' and bare.exit_signal_handler == '1',
+      'bare 0/1 options mean 1, the schema says which')
+check(flags.parse({ '--use-flash-attn', '0' }, {}, {}).use_flash_attn == '0', 'a switch still takes 0')
+expect_error('needs a value', 'a bare option that is no switch', flags.parse, { '--seed' }, {}, {})
 local function pp_bytes(changes)
   local t = ptdp.trainer(config(changes))
   t:step()
