@@ -24,6 +24,9 @@ namespace ptdp {
 namespace {
 
 const char *kManifest = "manifest.json";
+}  // namespace
+const char *const kCheckpointDataFile = "model.h5";
+namespace {
 const char *kTracker = "latest";
 
 [[noreturn]] void os_fail(const char *what, const std::string &path, int err) {
@@ -60,10 +63,28 @@ void fsync_path(const std::string &path, bool dir) {
   if (::close(fd) != 0) os_fail("close", path, errno);
 }
 
-void remove_tree(const std::string &path) {
+// Removes a checkpoint directory (final, .tmp or .old) only if everything in
+// it is what a save makes (manifest.json, the data file): the manifest first,
+// so a removal cut short leaves no complete-looking directory. Otherwise, or
+// when `path` is no directory, nothing is removed and the first file no save
+// made is returned ("" when removed or absent).
+std::string remove_save_dir(const std::string &path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return "";
+  if (!S_ISDIR(st.st_mode)) return path + " (not a directory)";
   std::error_code ec;
-  fs::remove_all(path, ec);
-  if (ec) fail(Status::io_error, "cannot remove '", path, "': ", ec.message());
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool ours = (name == kManifest || name == kCheckpointDataFile) &&
+                      it->symlink_status(ec).type() == fs::file_type::regular;
+    if (!ours) return it->path().string();
+  }
+  if (ec) fail(Status::io_error, "cannot list '", path, "': ", ec.message());
+  for (const char *name : {kManifest, kCheckpointDataFile})
+    if (std::remove(join(path, name).c_str()) != 0 && errno != ENOENT)
+      os_fail("remove", join(path, name), errno);
+  if (::rmdir(path.c_str()) != 0) os_fail("remove", path, errno);
+  return "";
 }
 
 void rename_or_fail(const std::string &from, const std::string &to) {
@@ -157,7 +178,9 @@ std::string put_in_place(const std::string &tmp, const std::string &final_dir) {
   // The file system cannot swap: move the old copy aside first, then rename.
   // A crash between the two leaves <name>.old, which the next commit removes.
   std::string aside = final_dir + ".old";
-  remove_tree(aside);
+  const std::string foreign = remove_save_dir(aside);
+  if (!foreign.empty())
+    fail(Status::io_error, "'", aside, "' holds '", foreign, "', which no save made: move it away");
   rename_or_fail(final_dir, aside);
   rename_or_fail(tmp, final_dir);
   return aside;
@@ -193,14 +216,34 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
     fail(Status::io_error, "'", final_dir, "' exists and is not a complete checkpoint (",
          S_ISDIR(st.st_mode) ? "no manifest.json" : "not a directory",
          "): the save of iteration ", iteration, " would replace it; move it away or save elsewhere");
-  remove_tree(tmp);  // the leftover of a save that crashed
+  // The commit replaces the tracker: only a tracker (a checkpoint's name on
+  // one line) or a link (the link goes, not what it names). Anything else of
+  // that name is the user's (a dataset saved as 'latest', say).
+  const std::string tracker = tracker_path(root);
+  if (::lstat(tracker.c_str(), &st) == 0 && !S_ISLNK(st.st_mode)) {
+    std::string text;
+    if (S_ISREG(st.st_mode) && st.st_size <= 64) {
+      std::ifstream in(tracker, std::ios::binary);
+      std::getline(in, text);
+    }
+    const bool tracker_like = text.size() > 5 && text.rfind("iter_", 0) == 0 &&
+                              text.find_first_not_of("0123456789", 5) == std::string::npos;
+    if (!tracker_like)
+      fail(Status::io_error, "'", tracker, "' exists and is not a checkpoint tracker (one line ",
+           "naming an iter_N directory): a save would replace it; move it away or save elsewhere");
+  }
+  // The leftover of a save that crashed, if that is all it is.
+  const std::string foreign = remove_save_dir(tmp);
+  if (!foreign.empty())
+    fail(Status::io_error, "'", tmp, "' holds '", foreign, "', which no save made: the save of ",
+         "iteration ", iteration, " would remove it; move it away or save elsewhere");
   if (::mkdir(tmp.c_str(), 0755) != 0) os_fail("create", tmp, errno);
   return tmp;
 }
 
 void abandon_checkpoint(const std::string &root, int64_t iteration) noexcept {
   try {
-    remove_tree(join(root, checkpoint_name(iteration) + ".tmp"));
+    remove_save_dir(join(root, checkpoint_name(iteration) + ".tmp"));  // (only what the save made)
   } catch (...) {
   }
 }
@@ -230,7 +273,14 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
   fsync_path(tmp, true);
   std::string old = put_in_place(tmp, final_dir);
   fsync_path(root, true);  // makes the rename durable
-  if (!old.empty()) remove_tree(old);
+  if (!old.empty()) {
+    // The previous checkpoint of this iteration, swapped out: gone, unless it
+    // holds files no save made (then it stays, renamed, and the save says so).
+    const std::string foreign = remove_save_dir(old);
+    if (!foreign.empty())
+      std::fprintf(stderr, "ptdp: kept '%s': it holds '%s', which no save made\n", old.c_str(),
+                   foreign.c_str());
+  }
   // The tracker is only a hint (the loader falls back to scanning), but it is
   // still replaced atomically so it never holds half a name.
   replace_file(join(root, kTracker), name + "\n");
@@ -280,11 +330,14 @@ std::vector<std::string> prune_checkpoints(const std::string &root, int keep_las
     // would delete another directory's files (it still counts as kept).
     if (!drop || e.link) continue;
     std::string path = join(root, e.name);
-    // The manifest goes first: a removal cut short leaves an incomplete
-    // directory, which no loader takes, never a complete-looking one with data missing.
-    if (e.complete && std::remove(join(path, kManifest).c_str()) != 0)
-      os_fail("remove", join(path, kManifest), errno);
-    remove_tree(path);
+    // Only what the saves made: a directory holding anything else (a user's
+    // file put there) is kept, and said so.
+    const std::string foreign = remove_save_dir(path);
+    if (!foreign.empty()) {
+      std::fprintf(stderr, "ptdp: rotation kept '%s': it holds '%s', which no save made\n",
+                   path.c_str(), foreign.c_str());
+      continue;
+    }
     removed.push_back(path);
   }
   return removed;

@@ -35,6 +35,9 @@ void abandon_checkpoint(const std::string &root, int64_t iteration) noexcept;
 std::string commit_checkpoint(const std::string &root, int64_t iteration,
                               const std::string &manifest_json);
 
+// The data file a save writes into its directory, beside manifest.json.
+extern const char *const kCheckpointDataFile;  // "model.h5"
+
 // The tracker file of a save directory: <root>/latest.
 std::string tracker_path(const std::string &root);
 

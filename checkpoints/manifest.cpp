@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -245,8 +246,11 @@ Manifest Manifest::read(const std::string &dir) {
   ss << in.rdbuf();
   Manifest m = parse(ss.str(), "'" + path + "'");
   // An iter_N directory holds iteration N (checked also without the
-  // manifest's own checksum, which an older or hand-made manifest may lack).
-  const std::string base = dir.substr(dir.find_last_of('/') + 1);
+  // manifest's own checksum, which an older or hand-made manifest may lack),
+  // by the directory's own name (a trailing slash, /. or a link resolved).
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::weakly_canonical(dir, ec);
+  const std::string base = ec ? dir.substr(dir.find_last_of('/') + 1) : real.filename().string();
   if (base.size() > 5 && base.rfind("iter_", 0) == 0 &&
       base.find_first_not_of("0123456789", 5) == std::string::npos) {
     const std::string digits = base.substr(5);

@@ -23,7 +23,7 @@ namespace ptdp {
 
 namespace {
 
-const char *kFile = "model.h5";
+const char *kFile = kCheckpointDataFile;
 
 // The three tensors stored per parameter, and the shard buffer each lives in.
 struct Section {

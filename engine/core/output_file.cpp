@@ -38,6 +38,30 @@ std::mutex inputs_mu;
 std::map<uint64_t, Input> inputs;
 uint64_t next_input_id = 1;
 
+// The claimed outputs (OutputClaim), by id: the file's normalized path (links
+// resolved), as the file may not exist yet.
+struct Claim {
+  std::string key, path, what;
+};
+std::map<uint64_t, Claim> claims;
+uint64_t next_claim_id = 1;
+
+std::string claim_key(const std::string &path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : p.string();
+}
+
+// Error when `path` is an output another writer (not `what`) claimed.
+void refuse_if_claimed(const std::string &path, const char *what) {
+  const std::string key = claim_key(path);
+  std::lock_guard<std::mutex> lk(inputs_mu);
+  for (const auto &[id, c] : claims)
+    if (c.key == key && c.what != what)
+      fail(Status::invalid_argument, what, " '", path, "' is also this run's ", c.what, " '", c.path,
+           "': two outputs cannot share one file (give each its own path)");
+}
+
 // Error when the regular file st (spelled `path`) is a registered input.
 void refuse_if_input(const struct stat &st, const std::string &path, const char *what) {
   std::lock_guard<std::mutex> lk(inputs_mu);
@@ -62,6 +86,29 @@ void InputFile::release() {
   std::lock_guard<std::mutex> lk(inputs_mu);
   inputs.erase(id_);
   id_ = 0;
+}
+
+OutputClaim::OutputClaim(const std::string &path, const std::string &what) {
+  refuse_if_claimed(path, what.c_str());
+  std::lock_guard<std::mutex> lk(inputs_mu);
+  id_ = next_claim_id++;
+  claims[id_] = Claim{claim_key(path), path, what};
+}
+
+void OutputClaim::release() {
+  if (!id_) return;
+  std::lock_guard<std::mutex> lk(inputs_mu);
+  claims.erase(id_);
+  id_ = 0;
+}
+
+OutputClaim &OutputClaim::operator=(OutputClaim &&o) noexcept {
+  if (this != &o) {
+    release();
+    id_ = o.id_;
+    o.id_ = 0;
+  }
+  return *this;
 }
 
 bool same_output(const std::string &a, const std::string &b) {
@@ -90,7 +137,16 @@ InputFile &InputFile::operator=(InputFile &&o) noexcept {
   return *this;
 }
 
+// output_target's checks of the path's kind and inputs (below).
+static std::string checked_target(const std::string &path, const char *what);
+
 std::string output_target(const std::string &path, const char *what) {
+  const std::string target = checked_target(path, what);
+  refuse_if_claimed(target, what);
+  return target;
+}
+
+static std::string checked_target(const std::string &path, const char *what) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno != ENOENT) fail(Status::io_error, what, " '", path, "': ", std::strerror(errno));

@@ -40,6 +40,25 @@ class InputFile {
   uint64_t id_ = 0;  // 0: nothing registered
 };
 
+// An output a run will write (its --timeline, say) for as long as the claim
+// lives: output_target() refuses it to every other writer (what differs), so
+// two outputs of one run never name one file (a link or "./" included).
+// Construction refuses a file another claim holds.
+class OutputClaim {
+ public:
+  OutputClaim() = default;
+  OutputClaim(const std::string &path, const std::string &what);
+  ~OutputClaim() { release(); }
+  OutputClaim(OutputClaim &&o) noexcept : id_(o.id_) { o.id_ = 0; }
+  OutputClaim &operator=(OutputClaim &&o) noexcept;
+  OutputClaim(const OutputClaim &) = delete;
+  OutputClaim &operator=(const OutputClaim &) = delete;
+
+ private:
+  void release();
+  uint64_t id_ = 0;
+};
+
 // Whether two output paths name one file: the same file when both exist (any
 // links), else the same normalized path.
 bool same_output(const std::string &a, const std::string &b);

@@ -291,6 +291,9 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string &prefix, int vocab_
   for (const std::string &f : inputs) inputs_.emplace_back(f, "tokenize input");
   bin_path_ = output_target(prefix + ".bin", "tokenize output");
   idx_path_ = output_target(prefix + ".idx", "tokenize output");
+  if (same_output(bin_path_, idx_path_))
+    fail(Status::invalid_argument, "tokenize output '", prefix, ".bin' and '", prefix,
+         ".idx' are one file (links to it): the index would replace the tokens; give two files");
   fd_ = create_temp_file(bin_path_, &bin_tmp_);
 }
 

@@ -71,10 +71,12 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     // A fine-tuning run starts again at iteration 0: saving where the checkpoint
     // it loads lies would replace (same iteration) or prune that checkpoint.
     if (opt_.finetune && !opt_.load_path.empty()) {
-      const fs::path load(opt_.load_path);
+      // The directory itself, whatever the spelling (a trailing slash, /., a link).
+      std::error_code ec;
+      const fs::path load = fs::weakly_canonical(opt_.load_path, ec);
       const std::string name = load.filename().string();
-      const std::string load_root = name.rfind("iter_", 0) == 0 ? load.parent_path().string() : opt_.load_path;
-      if (same_output(opt_.save_path, load_root.empty() ? "." : load_root))
+      const fs::path load_root = name.rfind("iter_", 0) == 0 ? load.parent_path() : load;
+      if (same_output(opt_.save_path, load_root.string()))
         fail(Status::invalid_config, "--finetune starts a new run, but --save '", opt_.save_path,
              "' is the directory of the checkpoint it loads ('", opt_.load_path,
              "'), whose checkpoints its saves would replace or prune: give --save another directory");
@@ -140,10 +142,16 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     ranks_.push_back(std::move(R));
   }
   // The per-step outputs: a path that cannot be written is refused now, not
-  // after the first step.
-  if (!opt_.timeline_path.empty()) output_target(process_path(opt_.timeline_path), "--timeline");
-  if (!opt_.op_profile_path.empty())
+  // after the first step; each is the run's own file (no other output of the
+  // run, a --log-json say, may take it).
+  if (!opt_.timeline_path.empty()) {
+    output_target(process_path(opt_.timeline_path), "--timeline");
+    output_claims_.emplace_back(process_path(opt_.timeline_path), "--timeline");
+  }
+  if (!opt_.op_profile_path.empty()) {
     output_target(process_path(opt_.op_profile_path), "--profile-ops");
+    output_claims_.emplace_back(process_path(opt_.op_profile_path), "--profile-ops");
+  }
   bind_device_comms();
   for (auto &R : ranks_) {
     const int r = R->world_rank, p = opt_.parallel.p;

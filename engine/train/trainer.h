@@ -216,6 +216,7 @@ class Trainer {
   // The files of the checkpoint this trainer loaded: inputs of the run, which
   // no output of it (a log, a trace, a profile) may overwrite.
   std::vector<InputFile> loaded_files_;
+  std::vector<OutputClaim> output_claims_;  // --timeline, --profile-ops: no other output of the run
   // The checkpoint this run resumed from ("" for a new run, and when fine-tuning):
   // saving into its directory continues that run.
   std::string resumed_from_;

@@ -212,15 +212,44 @@ TEST_F(Commit, NoCompleteCheckpointListsWhatIsThere) {
 
 TEST_F(Commit, RecommitReplacesTheSameIteration) {
   save(100, "{\"v\": 1}");
-  spit(root + "/iter_0000100/extra", "only in the first");
   std::string tmp = begin_checkpoint(root, 100);
   spit(tmp + "/model.h5", "second");
   commit_checkpoint(root, 100, "{\"v\": 2}");
   EXPECT_EQ(slurp(root + "/iter_0000100/manifest.json"), "{\"v\": 2}");
   EXPECT_EQ(slurp(root + "/iter_0000100/model.h5"), "second");
-  EXPECT_FALSE(fs::exists(root + "/iter_0000100/extra"));
   EXPECT_FALSE(fs::exists(tmp));
   EXPECT_FALSE(fs::exists(root + "/iter_0000100.old"));
+  // A file a user put into the checkpoint: the swapped-out copy is kept with it.
+  spit(root + "/iter_0000100/notes", "mine");
+  tmp = begin_checkpoint(root, 100);
+  spit(tmp + "/model.h5", "third");
+  commit_checkpoint(root, 100, "{\"v\": 3}");
+  EXPECT_EQ(slurp(root + "/iter_0000100/model.h5"), "third");
+  EXPECT_EQ(slurp(tmp + "/notes"), "mine");
+  // ... and a later save of that iteration refuses to remove it.
+  expect_error([&] { begin_checkpoint(root, 100); }, Status::io_error, "which no save made");
+  EXPECT_EQ(slurp(tmp + "/notes"), "mine");
+}
+
+// Rotation and a crashed save's leftover go only when they hold nothing but a
+// save's files; a user's file inside is kept with its directory.
+TEST_F(Commit, NothingANoSaveMadeIsRemoved) {
+  for (int it : {100, 200, 300}) save(it);
+  spit(root + "/iter_0000100/data.ptdp", "a user's dataset");
+  fs::create_directories(root + "/iter_0000400.tmp");
+  spit(root + "/iter_0000400.tmp/notes.txt", "precious");
+  std::vector<std::string> removed = prune_checkpoints(root, 1);
+  EXPECT_EQ(removed, (std::vector<std::string>{root + "/iter_0000200"}));
+  EXPECT_EQ(slurp(root + "/iter_0000100/data.ptdp"), "a user's dataset");
+  expect_error([&] { begin_checkpoint(root, 400); }, Status::io_error,
+               "iter_0000400.tmp' holds '" + root + "/iter_0000400.tmp/notes.txt', which no save made");
+  EXPECT_EQ(slurp(root + "/iter_0000400.tmp/notes.txt"), "precious");
+  spit(root + "/iter_0000500.tmp", "a file");
+  expect_error([&] { begin_checkpoint(root, 500); }, Status::io_error, "(not a directory)");
+  // A tracker that is something else is not replaced either.
+  spit(root + "/latest", "not a tracker, a user's file");
+  expect_error([&] { begin_checkpoint(root, 600); }, Status::io_error,
+               "latest' exists and is not a checkpoint tracker");
 }
 
 TEST_F(Commit, PruneKeepsNewestKAndTheTrackedOne) {

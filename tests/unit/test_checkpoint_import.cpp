@@ -432,8 +432,12 @@ TEST_F(CheckpointImport, FinetuneStartsAfresh) {
   expect_error([&] { trainer(mix); }, Status::invalid_config,
                "--finetune starts a new run, but --save '" + trained.path +
                    "' is the directory of the checkpoint it loads");
-  mix.set("load", trained.path + "/iter_0000002");  // one iter_N of that directory: the same
-  expect_error([&] { trainer(mix); }, Status::invalid_config, "--finetune starts a new run");
+  // One iter_N of that directory, however spelled: the same.
+  for (const std::string &spelled : {trained.path + "/iter_0000002", trained.path + "/iter_0000002/",
+                                     trained.path + "/iter_0000002/.", trained.path + "//iter_0000002//"}) {
+    mix.set("load", spelled);
+    expect_error([&] { trainer(mix); }, Status::invalid_config, "--finetune starts a new run");
+  }
 }
 
 }  // namespace

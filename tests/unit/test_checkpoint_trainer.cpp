@@ -373,8 +373,9 @@ TEST_F(CheckpointFaults, UncheckedManifestStillFollowsTheRules) {
     expect_error([&] { inspect_checkpoint(ckpt); }, Status::corrupt_data, "is not a plain file name");
   }
   unchecked([](nlohmann::json &j) { j["iteration"] = 3; });
-  expect_error([&] { Manifest::read(ckpt); }, Status::corrupt_data,
-               "says iteration 3 but its directory is 'iter_0000001'");
+  for (const std::string &spelled : {ckpt, ckpt + "/", ckpt + "/."})
+    expect_error([&] { Manifest::read(spelled); }, Status::corrupt_data,
+                 "says iteration 3 but its directory is 'iter_0000001'");
   // The same manifest in a directory of its iteration: the stored state disagrees.
   const std::string moved = dir.path + "/iter_0000003";
   std::filesystem::rename(ckpt, moved);

@@ -73,6 +73,24 @@ TEST(OutputFile, HeldInputsStayInputs) {
   EXPECT_FALSE(ptdp::same_output(corpus, dir.path + "/other.txt"));
 }
 
+// Two outputs of one run never name one file: a claimed output (a run's
+// --timeline) is refused to every other writer, under any spelling or link.
+TEST(OutputFile, ClaimedOutputsAreTheirWritersOnly) {
+  TempDir dir;
+  const std::string t = dir.path + "/trace.json";
+  ptdp::write_file_atomic(t, "{}");  // a trace of an earlier run, replaced by this one
+  {
+    ptdp::OutputClaim claim(t, "--timeline");
+    EXPECT_EQ(ptdp::output_target(t, "--timeline"), t);  // its own writer
+    expect_error([&] { ptdp::write_file_atomic(dir.path + "/./trace.json", "{}", "--log-json"); },
+                 ptdp::Status::invalid_argument, "is also this run's --timeline");
+    ASSERT_EQ(::symlink(t.c_str(), (dir.path + "/link.json").c_str()), 0);
+    expect_error([&] { ptdp::OutputClaim other(dir.path + "/link.json", "--profile-ops"); },
+                 ptdp::Status::invalid_argument, "two outputs cannot share one file");
+  }
+  ptdp::write_file_atomic(t, "{}", "--log-json");  // the claim is gone
+}
+
 TEST(OutputFile, SymlinkToAFileWritesThatFileAndKeepsTheLink) {
   TempDir dir;
   const std::string file = dir.path + "/real.json", link = dir.path + "/link.json";
