@@ -144,6 +144,14 @@ std::vector<std::string> strings(const char *const *a, int32_t n, const char *na
   return out;
 }
 
+// Option `index` of the schema; invalid_argument outside it.
+const ptdp::OptionSpec &option_at(int32_t index) {
+  const auto &s = ptdp::option_schema();
+  if (index < 0 || index >= (int32_t)s.size())
+    ptdp::fail(ptdp::Status::invalid_argument, "option index ", index, " is outside [0, ", s.size(), ")");
+  return s[index];
+}
+
 // A caller's text buffer: NULL only with cap 0 (asking for the size).
 // Checked on entry, before any work is done for the text.
 void check_buffer(const char *buf, size_t cap) {
@@ -227,24 +235,17 @@ int32_t ptdp_option_count(void) { return (int32_t)ptdp::option_schema().size(); 
 ptdp_status ptdp_option_info(int32_t index, const char **key, const char **default_value,
                              const char **help) {
   return guard([&] {
-    const auto &s = ptdp::option_schema();
-    if (index < 0 || index >= (int32_t)s.size())
-      ptdp::fail(ptdp::Status::invalid_argument, "option index ", index, " is outside [0, ",
-                 s.size(), ")");
-    if (key) *key = s[index].key;
-    if (default_value) *default_value = s[index].default_value;
-    if (help) *help = s[index].help;
+    const ptdp::OptionSpec &o = option_at(index);
+    if (key) *key = o.key;
+    if (default_value) *default_value = o.default_value;
+    if (help) *help = o.help;
   });
 }
 
 ptdp_status ptdp_option_type(int32_t index, const char **type, double *min, double *max,
                              const char **choices) {
   return guard([&] {
-    const auto &s = ptdp::option_schema();
-    if (index < 0 || index >= (int32_t)s.size())
-      ptdp::fail(ptdp::Status::invalid_argument, "option index ", index, " is outside [0, ",
-                 s.size(), ")");
-    const ptdp::OptionSpec &o = s[index];
+    const ptdp::OptionSpec &o = option_at(index);
     static const char *const names[] = {"int", "float", "string", "choice"};
     if (type) *type = names[o.type];
     if (min) *min = o.min;
