@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdint>
 #include <condition_variable>
 #include <deque>
@@ -438,7 +439,10 @@ CheckpointRef open_checkpoint(const std::string &path) {
   ref.dir = io.broadcast(ref.dir);
   ref.why = io.broadcast(ref.why);
   ref.manifest = Manifest::read(ref.dir);
-  ref.read_files = {ref.dir + "/manifest.json", ref.dir + "/" + ref.manifest.file};
+  // Its files and its save directory's tracker (consulted or not: it names
+  // this checkpoint's run, and no output of the command replaces it).
+  ref.read_files = {ref.dir + "/manifest.json", ref.dir + "/" + ref.manifest.file,
+                    tracker_path(std::filesystem::path(ref.dir).parent_path().string())};
   if (ref.dir != path) ref.read_files.push_back(tracker_path(path));  // the tracker consulted
   return ref;
 }

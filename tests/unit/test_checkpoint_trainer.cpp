@@ -396,6 +396,9 @@ TEST_F(CheckpointFaults, TheTrackerReadIsAnInput) {
   expect_error([&] { Trainer tr(o); }, Status::invalid_argument, "is the checkpoint file");
   expect_error([&] { export_safetensors(dir.path, tracker, "f32"); }, Status::invalid_argument,
                "is the checkpoint file");
+  // Given the iter_N directory itself (the tracker not consulted): the same.
+  expect_error([&] { export_safetensors(ckpt, tracker, "f32"); }, Status::invalid_argument,
+               "is the checkpoint file");
   EXPECT_EQ(read_file(tracker), before);
 }
 
