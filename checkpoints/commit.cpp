@@ -63,24 +63,40 @@ void fsync_path(const std::string &path, bool dir) {
   if (::close(fd) != 0) os_fail("close", path, errno);
 }
 
+// Whether a file of a checkpoint directory is one a save makes: the manifest,
+// the data file, or the manifest's temporary (create_temp_file's
+// manifest.json.tmp.XXXXXX, left by a save killed while writing it).
+bool made_by_a_save(const std::string &name) {
+  return name == kManifest || name == kCheckpointDataFile ||
+         name.rfind(std::string(kManifest) + ".tmp.", 0) == 0;
+}
+
 // Removes a checkpoint directory (final, .tmp or .old) only if everything in
-// it is what a save makes (manifest.json, the data file): the manifest first,
-// so a removal cut short leaves no complete-looking directory. Otherwise, or
-// when `path` is no directory, nothing is removed and the first file no save
-// made is returned ("" when removed or absent).
+// it is what a save makes: the manifest first, so a removal cut short leaves no
+// complete-looking directory. A symbolic link in its place is unlinked (what
+// it names stays). Otherwise, or when `path` is no directory, nothing is
+// removed and the first file no save made is returned ("" when removed or absent).
 std::string remove_save_dir(const std::string &path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return "";
+  if (S_ISLNK(st.st_mode)) {
+    if (::unlink(path.c_str()) != 0) os_fail("remove the link", path, errno);
+    return "";
+  }
   if (!S_ISDIR(st.st_mode)) return path + " (not a directory)";
   std::error_code ec;
+  std::vector<std::string> others;  // the temporaries, after the manifest and data
   for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    const bool ours = (name == kManifest || name == kCheckpointDataFile) &&
-                      it->symlink_status(ec).type() == fs::file_type::regular;
+    const bool ours = made_by_a_save(name) && it->symlink_status(ec).type() == fs::file_type::regular;
     if (!ours) return it->path().string();
+    if (name != kManifest && name != kCheckpointDataFile) others.push_back(name);
   }
   if (ec) fail(Status::io_error, "cannot list '", path, "': ", ec.message());
   for (const char *name : {kManifest, kCheckpointDataFile})
+    if (std::remove(join(path, name).c_str()) != 0 && errno != ENOENT)
+      os_fail("remove", join(path, name), errno);
+  for (const std::string &name : others)
     if (std::remove(join(path, name).c_str()) != 0 && errno != ENOENT)
       os_fail("remove", join(path, name), errno);
   if (::rmdir(path.c_str()) != 0) os_fail("remove", path, errno);
@@ -212,10 +228,21 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   const std::string final_dir = join(root, checkpoint_name(iteration));
   struct stat st;
   if (::lstat(final_dir.c_str(), &st) == 0 && !S_ISLNK(st.st_mode) &&
-      !(S_ISDIR(st.st_mode) && exists(join(final_dir, kManifest))))
-    fail(Status::io_error, "'", final_dir, "' exists and is not a complete checkpoint (",
-         S_ISDIR(st.st_mode) ? "no manifest.json" : "not a directory",
-         "): the save of iteration ", iteration, " would replace it; move it away or save elsewhere");
+      !(S_ISDIR(st.st_mode) && exists(join(final_dir, kManifest)))) {
+    // No manifest: a rotation cut short leaves one with only a save's files,
+    // which goes; anything else is the user's.
+    const std::string foreign = remove_save_dir(final_dir);
+    if (!foreign.empty())
+      fail(Status::io_error, "'", final_dir, "' exists and is not a complete checkpoint (",
+           S_ISDIR(st.st_mode) ? "no manifest.json; it holds '" + foreign + "'" : "not a directory",
+           "): the save of iteration ", iteration, " would replace it; move it away or save elsewhere");
+  }
+  // The aside copy of a fallback swap (put_in_place) that crashed: checked
+  // now, not after the data is written.
+  const std::string aside = final_dir + ".old", foreign_aside = remove_save_dir(aside);
+  if (!foreign_aside.empty())
+    fail(Status::io_error, "'", aside, "' holds '", foreign_aside, "', which no save made: the ",
+         "save of iteration ", iteration, " would need that name; move it away or save elsewhere");
   // The commit replaces the tracker: only a tracker (a checkpoint's name on
   // one line) or a link (the link goes, not what it names). Anything else of
   // that name is the user's (a dataset saved as 'latest', say).
@@ -226,6 +253,7 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
       std::ifstream in(tracker, std::ios::binary);
       std::getline(in, text);
     }
+    while (!text.empty() && std::isspace((unsigned char)text.back())) text.pop_back();  // as tracked()
     const bool tracker_like = text.size() > 5 && text.rfind("iter_", 0) == 0 &&
                               text.find_first_not_of("0123456789", 5) == std::string::npos;
     if (!tracker_like)
@@ -276,10 +304,15 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
   if (!old.empty()) {
     // The previous checkpoint of this iteration, swapped out: gone, unless it
     // holds files no save made (then it stays, renamed, and the save says so).
-    const std::string foreign = remove_save_dir(old);
-    if (!foreign.empty())
-      std::fprintf(stderr, "ptdp: kept '%s': it holds '%s', which no save made\n", old.c_str(),
-                   foreign.c_str());
+    // The new checkpoint is in place: a cleanup that fails is only reported.
+    try {
+      const std::string foreign = remove_save_dir(old);
+      if (!foreign.empty())
+        std::fprintf(stderr, "ptdp: kept '%s': it holds '%s', which no save made\n", old.c_str(),
+                     foreign.c_str());
+    } catch (const Error &e) {
+      std::fprintf(stderr, "ptdp: the previous copy '%s' stays: %s\n", old.c_str(), e.what());
+    }
   }
   // The tracker is only a hint (the loader falls back to scanning), but it is
   // still replaced atomically so it never holds half a name.

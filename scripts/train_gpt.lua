@@ -140,6 +140,7 @@ end
 -- learned, which is a failure however the run ends.
 local taken, skipped = trainer:get('steps_taken'), trainer:get('steps_skipped')
 if taken > 0 and skipped == taken then
+  trainer:wait_for_saves()  -- an --async-save in flight ends on disk first
   io.stderr:write(string.format('ptdp: every one of the %d step%s of this run skipped its update ' ..
                                 '(a gradient overflow or NaN each time): nothing was learned\n',
                                 taken, taken == 1 and '' or 's'))

@@ -226,10 +226,14 @@ class Trainer {
   std::unique_ptr<ExitSignalScope> exit_signals_;  // with exit_signal_handler
   std::string exit_reason_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  double longest_step_s_ = 0, last_save_s_ = 0;
+  double longest_step_s_ = 0, last_save_s_ = 0;  // the longest step and save (written in full) seen
   int64_t steps_taken_ = 0, steps_skipped_ = 0;
-  // The asynchronous save in flight (async_save): its directory when done.
-  std::future<std::string> pending_save_;
+  // The asynchronous save in flight (async_save): its directory and duration when done.
+  struct BackgroundSave {
+    std::string dir;
+    double seconds = 0;
+  };
+  std::future<BackgroundSave> pending_save_;
   std::vector<RankReport> gathered_;  // by world rank, on world rank 0; cleared by each step
 };
 

@@ -80,7 +80,9 @@ std::vector<RankShard> Trainer::local_shards(bool snapshot) {
     const size_t n = m.num_params(), bytes = n * sizeof(float);
     Device &dev = *r->device;
     const Trainer::Rank::Staged h = r->checkpoint_staging(n);
-    dev.copy_to_host(h.params, m.params(), bytes);
+    // (read through the const view: a copy out is no write, and leaves the
+    // ops' 16-bit copy of the weights current)
+    dev.copy_to_host(h.params, static_cast<const GPT<float> &>(m).params(), bytes);
     dev.copy_to_host(h.m, a.exp_avg(), bytes);
     dev.copy_to_host(h.v, a.exp_avg_sq(), bytes);
     if (h.master) dev.copy_to_host(h.master, a.master(), bytes);
@@ -148,22 +150,32 @@ void Trainer::save_in_run() {
       SaveRequest req = save_request(opt_.save_path);
       std::vector<RankShard> shards = local_shards(true);
       // At the trainer's own priority: a lower one (tried) lets busy training
-      // threads starve the write until the next save must wait for it.
+      // threads starve the write until the next save must wait for it. It
+      // reports its own duration, the margin --exit-duration-in-mins needs.
       pending_save_ = std::async(std::launch::async, [req = std::move(req), shards = std::move(shards)] {
-        return save_checkpoint(req, shards);
+        const auto start = std::chrono::steady_clock::now();
+        BackgroundSave done;
+        done.dir = save_checkpoint(req, shards);
+        done.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return done;
       });
     }
   } catch (const Error &e) {
     save_failed(e.what());
+  } catch (const std::exception &e) {  // no thread for the background save, say
+    save_failed(std::string("checkpoint of iteration ") + std::to_string(iteration_) +
+                " not saved: " + e.what());
   }
-  last_save_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  last_save_s_ = std::max(last_save_s_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 double Trainer::wait_for_saves() {
   if (!pending_save_.valid()) return 0;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    last_saved_ = pending_save_.get();
+    const BackgroundSave done = pending_save_.get();
+    last_saved_ = done.dir;
+    last_save_s_ = std::max(last_save_s_, done.seconds);  // what a save takes, written in full
     last_save_error_.clear();
   } catch (const Error &e) {
     save_failed(e.what());

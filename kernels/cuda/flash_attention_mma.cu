@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 
 #include "engine/core/status.h"
@@ -675,10 +676,20 @@ void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G 
       // scratch, the dQ kernel.
       const int ds_ld = (s + 7) / 8 * 8;
       const size_t head_bytes = sizeof(M) * (size_t)s * ds_ld;
+      std::unique_ptr<StreamScratch> scratch;
+      int group = 0;
       if (std::is_same_v<G, M> && dq_gemm && hd % 8 == 0 && head_bytes <= dq_scratch_bytes) {
-        const int group = (int)std::min<size_t>(bh, dq_scratch_bytes / head_bytes);
-        const StreamScratch scratch(head_bytes * group, stream, "flash_attention_backward_mma scratch (dS)");
-        M *dsT = scratch.as<M>();
+        group = (int)std::min<size_t>(bh, dq_scratch_bytes / head_bytes);
+        try {
+          scratch = std::make_unique<StreamScratch>(head_bytes * group, stream,
+                                                    "flash_attention_backward_mma scratch (dS)");
+        } catch (const Error &e) {  // no room for dS: the dQ kernel needs none
+          if (e.code() != Status::out_of_memory) throw;
+          (void)cudaGetLastError();
+        }
+      }
+      if (scratch) {
+        M *dsT = scratch->as<M>();
         const int ld = 3 * bh * hd;  // qkv's row stride; head bh at column 3 bh hd
         for (int bh0 = 0; bh0 < bh; bh0 += group) {
           const int n = std::min(group, bh - bh0);

@@ -86,8 +86,22 @@ TEST_F(Commit, AnIterDirectoryThatIsNoCheckpointIsNotReplaced) {
   fs::create_directories(root + "/iter_0000002");
   spit(root + "/iter_0000002/notes.txt", "mine");
   expect_error([&] { begin_checkpoint(root, 2); }, Status::io_error,
-               "iter_0000002' exists and is not a complete checkpoint (no manifest.json)");
+               "iter_0000002' exists and is not a complete checkpoint (no manifest.json; it holds '");
   EXPECT_TRUE(fs::exists(root + "/iter_0000002/notes.txt"));
+  // A rotation cut short (only the data file left) and a save killed while
+  // writing its manifest (the manifest's temporary left): a save's files only,
+  // which the next save of that iteration clears.
+  fs::create_directories(root + "/iter_0000007");
+  spit(root + "/iter_0000007/model.h5", "half pruned");
+  fs::create_directories(root + "/iter_0000007.tmp");
+  spit(root + "/iter_0000007.tmp/model.h5", "killed");
+  spit(root + "/iter_0000007.tmp/manifest.json.tmp.Ab12Cd", "{\"half");
+  EXPECT_EQ(begin_checkpoint(root, 7), root + "/iter_0000007.tmp");
+  EXPECT_FALSE(fs::exists(root + "/iter_0000007"));
+  EXPECT_TRUE(fs::is_empty(root + "/iter_0000007.tmp"));
+  // A tracker edited by hand (a trailing CR, spaces) is still a tracker.
+  spit(root + "/latest", "iter_0000007\r\n");
+  EXPECT_NO_THROW(begin_checkpoint(root, 8));
   spit(root + "/iter_0000003", "a file");
   expect_error([&] { begin_checkpoint(root, 3); }, Status::io_error, "(not a directory)");
   // A complete checkpoint of that iteration is swapped out as before.
