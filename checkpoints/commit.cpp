@@ -156,19 +156,30 @@ std::string describe(const Entry &e) {
   return e.complete ? e.name + " is complete" : e.name + " has no " + kManifest + " (damaged)";
 }
 
-// The complete checkpoint the tracker names, or "" with *stale saying why not.
-std::string tracked(const std::string &root, std::string *stale) {
-  std::string path = join(root, kTracker);
+// The tracker's first line, trailing white space dropped ("" if unreadable).
+std::string tracker_line(const std::string &path) {
   std::ifstream in(path);
-  if (!in) {
-    *stale = ::access(path.c_str(), F_OK) == 0 ? "stale: cannot read '" + path + "'" : "missing";
-    return "";
-  }
   std::string name;
   std::getline(in, name);
   while (!name.empty() && std::isspace((unsigned char)name.back())) name.pop_back();
+  return name;
+}
+
+// Whether a tracker line names a checkpoint directory (iter_NNNNNNN, not .tmp).
+bool names_a_checkpoint(const std::string &name) {
   bool tmp;
-  if (parse_name(name, &tmp) < 0 || tmp) {
+  return parse_name(name, &tmp) >= 0 && !tmp;
+}
+
+// The complete checkpoint the tracker names, or "" with *stale saying why not.
+std::string tracked(const std::string &root, std::string *stale) {
+  std::string path = join(root, kTracker);
+  if (::access(path.c_str(), R_OK) != 0) {
+    *stale = ::access(path.c_str(), F_OK) == 0 ? "stale: cannot read '" + path + "'" : "missing";
+    return "";
+  }
+  const std::string name = tracker_line(path);
+  if (!names_a_checkpoint(name)) {
     *stale = "stale: it holds '" + name + "', which is not a checkpoint name like iter_0001000";
     return "";
   }
@@ -225,46 +236,35 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   // The commit swaps out an iter_N of the same iteration: only one that a
   // save made (complete: its manifest is there). A directory or file of that
   // name that is something else is the user's, and is not replaced.
+  // The names this save will use, cleared now (before the data is written) if
+  // they hold only what a save makes, else refused: a leftover of a crashed
+  // save (.tmp), of a crashed fallback swap (.old, put_in_place), of a rotation
+  // cut short (an iter_N without its manifest). Anything else is the user's.
+  auto clear_or_refuse = [&](const std::string &path, const std::string &what_it_is) {
+    const std::string foreign = remove_save_dir(path);
+    if (!foreign.empty())
+      fail(Status::io_error, "'", path, "' ", what_it_is, "holds '", foreign, "', which no save ",
+           "made: the save of iteration ", iteration, " would replace it; move it away or save elsewhere");
+  };
   const std::string final_dir = join(root, checkpoint_name(iteration));
   struct stat st;
   if (::lstat(final_dir.c_str(), &st) == 0 && !S_ISLNK(st.st_mode) &&
-      !(S_ISDIR(st.st_mode) && exists(join(final_dir, kManifest)))) {
-    // No manifest: a rotation cut short leaves one with only a save's files,
-    // which goes; anything else is the user's.
-    const std::string foreign = remove_save_dir(final_dir);
-    if (!foreign.empty())
-      fail(Status::io_error, "'", final_dir, "' exists and is not a complete checkpoint (",
-           S_ISDIR(st.st_mode) ? "no manifest.json; it holds '" + foreign + "'" : "not a directory",
-           "): the save of iteration ", iteration, " would replace it; move it away or save elsewhere");
-  }
-  // The aside copy of a fallback swap (put_in_place) that crashed: checked
-  // now, not after the data is written.
-  const std::string aside = final_dir + ".old", foreign_aside = remove_save_dir(aside);
-  if (!foreign_aside.empty())
-    fail(Status::io_error, "'", aside, "' holds '", foreign_aside, "', which no save made: the ",
-         "save of iteration ", iteration, " would need that name; move it away or save elsewhere");
+      !(S_ISDIR(st.st_mode) && exists(join(final_dir, kManifest))))
+    clear_or_refuse(final_dir, S_ISDIR(st.st_mode) ? "exists and is not a complete checkpoint (no manifest.json; it "
+                                                   : "exists and is not a complete checkpoint (not a directory); it ");
+  clear_or_refuse(final_dir + ".old", "");
   // The commit replaces the tracker: only a tracker (a checkpoint's name on
   // one line) or a link (the link goes, not what it names). Anything else of
   // that name is the user's (a dataset saved as 'latest', say).
   const std::string tracker = tracker_path(root);
   if (::lstat(tracker.c_str(), &st) == 0 && !S_ISLNK(st.st_mode)) {
-    std::string text;
-    if (S_ISREG(st.st_mode) && st.st_size <= 64) {
-      std::ifstream in(tracker, std::ios::binary);
-      std::getline(in, text);
-    }
-    while (!text.empty() && std::isspace((unsigned char)text.back())) text.pop_back();  // as tracked()
-    const bool tracker_like = text.size() > 5 && text.rfind("iter_", 0) == 0 &&
-                              text.find_first_not_of("0123456789", 5) == std::string::npos;
+    const bool tracker_like = S_ISREG(st.st_mode) && st.st_size <= 64 &&
+                              names_a_checkpoint(tracker_line(tracker));
     if (!tracker_like)
       fail(Status::io_error, "'", tracker, "' exists and is not a checkpoint tracker (one line ",
            "naming an iter_N directory): a save would replace it; move it away or save elsewhere");
   }
-  // The leftover of a save that crashed, if that is all it is.
-  const std::string foreign = remove_save_dir(tmp);
-  if (!foreign.empty())
-    fail(Status::io_error, "'", tmp, "' holds '", foreign, "', which no save made: the save of ",
-         "iteration ", iteration, " would remove it; move it away or save elsewhere");
+  clear_or_refuse(tmp, "");
   if (::mkdir(tmp.c_str(), 0755) != 0) os_fail("create", tmp, errno);
   return tmp;
 }

@@ -16,6 +16,7 @@
 -- the end; nothing else in DIR is touched.
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
+local bench = require 'ptdp.bench'
 
 local config, opts, given = flags.parse(arg, {
   dir = { default = os.getenv('TMPDIR') or '/tmp',
@@ -52,14 +53,7 @@ local layout = trainer:layout()
 local params = trainer:get('num_parameters')
 trainer:step()  -- moments that are not zeros
 
--- Wall clock (CLOCK_MONOTONIC = 1 on Linux).
-local ffi = require 'ffi'
-ffi.cdef 'typedef struct { long tv_sec; long tv_nsec; } ptdp_timespec; int clock_gettime(int, ptdp_timespec *);'
-local ts = ffi.new('ptdp_timespec')
-local function now()
-  ffi.C.clock_gettime(1, ts)
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
+local now, median = bench.now, bench.median
 
 local function file_size(path)
   local h = assert(io.open(path, 'rb'))
@@ -88,12 +82,7 @@ for r = 1, opts.repeats do
 end
 
 -- --async-save: a step alone (this trainer saves nothing by itself), then a
--- trainer of the same run saving every second step in the background.
-local function median(t)
-  table.sort(t)
-  local n = #t
-  return n % 2 == 1 and t[(n + 1) / 2] or (t[n / 2] + t[n / 2 + 1]) / 2
-end
+-- trainer of the same run saving every --async-interval steps in the background.
 local plain = {}
 for i = 1, opts.async_steps do
   local t0 = now()

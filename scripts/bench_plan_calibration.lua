@@ -71,11 +71,7 @@ local function predict(layout)
   return r.best.iteration_s
 end
 
-local function median(xs)
-  table.sort(xs)
-  local k = #xs
-  return k % 2 == 1 and xs[(k + 1) / 2] or (xs[k / 2] + xs[k / 2 + 1]) / 2
-end
+local median = require('ptdp.bench').median
 
 local function measure(layout)
   local c = {}

@@ -28,25 +28,26 @@ const char *kind_of(mode_t m) {
   return "not a regular file";
 }
 
-// The registered inputs (InputFile), by id.
-struct Input {
+// The registry: inputs (InputFile: by device and inode) and claimed outputs
+// (OutputClaim: by normalized path, as the file may not exist yet), by id.
+struct Registered {
+  bool input;
   dev_t dev;
   ino_t ino;
-  std::string path, what;
-};
-std::mutex inputs_mu;
-std::map<uint64_t, Input> inputs;
-uint64_t next_input_id = 1;
-
-// The claimed outputs (OutputClaim), by id: the file's normalized path (links
-// resolved), as the file may not exist yet.
-struct Claim {
   std::string key, path, what;
 };
-std::map<uint64_t, Claim> claims;
-uint64_t next_claim_id = 1;
+std::mutex registry_mu;
+std::map<uint64_t, Registered> registry;
+uint64_t next_id = 1;
 
-std::string claim_key(const std::string &path) {
+uint64_t register_file(Registered r) {
+  std::lock_guard<std::mutex> lk(registry_mu);
+  registry[next_id] = std::move(r);
+  return next_id++;
+}
+
+// `path` with "." and ".." resolved and the links of its existing part followed.
+std::string normalized(const std::string &path) {
   std::error_code ec;
   const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
   return ec ? path : p.string();
@@ -54,55 +55,33 @@ std::string claim_key(const std::string &path) {
 
 // Error when `path` is an output another writer (not `what`) claimed.
 void refuse_if_claimed(const std::string &path, const char *what) {
-  const std::string key = claim_key(path);
-  std::lock_guard<std::mutex> lk(inputs_mu);
-  for (const auto &[id, c] : claims)
-    if (c.key == key && c.what != what)
+  const std::string key = normalized(path);
+  std::lock_guard<std::mutex> lk(registry_mu);
+  for (const auto &[id, c] : registry)
+    if (!c.input && c.key == key && c.what != what)
       fail(Status::invalid_argument, what, " '", path, "' is also this run's ", c.what, " '", c.path,
            "': two outputs cannot share one file (give each its own path)");
 }
 
 // Error when the regular file st (spelled `path`) is a registered input.
 void refuse_if_input(const struct stat &st, const std::string &path, const char *what) {
-  std::lock_guard<std::mutex> lk(inputs_mu);
-  for (const auto &[id, in] : inputs)
-    if (in.dev == st.st_dev && in.ino == st.st_ino)
+  std::lock_guard<std::mutex> lk(registry_mu);
+  for (const auto &[id, in] : registry)
+    if (in.input && in.dev == st.st_dev && in.ino == st.st_ino)
       fail(Status::invalid_argument, what, " '", path, "' is the ", in.what, " '", in.path,
            "' this run reads: refusing to overwrite an input (choose another output path)");
 }
 
 }  // namespace
 
-InputFile::InputFile(const std::string &path, const std::string &what) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return;
-  std::lock_guard<std::mutex> lk(inputs_mu);
-  id_ = next_input_id++;
-  inputs[id_] = Input{st.st_dev, st.st_ino, path, what};
-}
-
-void InputFile::release() {
+void FileRegistration::release() {
   if (!id_) return;
-  std::lock_guard<std::mutex> lk(inputs_mu);
-  inputs.erase(id_);
+  std::lock_guard<std::mutex> lk(registry_mu);
+  registry.erase(id_);
   id_ = 0;
 }
 
-OutputClaim::OutputClaim(const std::string &path, const std::string &what) {
-  refuse_if_claimed(path, what.c_str());
-  std::lock_guard<std::mutex> lk(inputs_mu);
-  id_ = next_claim_id++;
-  claims[id_] = Claim{claim_key(path), path, what};
-}
-
-void OutputClaim::release() {
-  if (!id_) return;
-  std::lock_guard<std::mutex> lk(inputs_mu);
-  claims.erase(id_);
-  id_ = 0;
-}
-
-OutputClaim &OutputClaim::operator=(OutputClaim &&o) noexcept {
+FileRegistration &FileRegistration::operator=(FileRegistration &&o) noexcept {
   if (this != &o) {
     release();
     id_ = o.id_;
@@ -111,13 +90,22 @@ OutputClaim &OutputClaim::operator=(OutputClaim &&o) noexcept {
   return *this;
 }
 
+InputFile::InputFile(const std::string &path, const std::string &what) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return;
+  id_ = register_file({true, st.st_dev, st.st_ino, "", path, what});
+}
+
+OutputClaim::OutputClaim(const std::string &path, const std::string &what) {
+  refuse_if_claimed(path, what.c_str());
+  id_ = register_file({false, 0, 0, normalized(path), path, what});
+}
+
 bool same_output(const std::string &a, const std::string &b) {
   struct stat sa, sb;
   if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  std::error_code ec;
-  const auto na = std::filesystem::weakly_canonical(a, ec), nb = std::filesystem::weakly_canonical(b, ec);
-  return na == nb;
+  return normalized(a) == normalized(b);
 }
 
 void hold_input(const std::string &path, const std::string &what) {
@@ -126,15 +114,6 @@ void hold_input(const std::string &path, const std::string &what) {
   InputFile f(path, what);
   std::lock_guard<std::mutex> lk(held_mu);
   held->push_back(std::move(f));
-}
-
-InputFile &InputFile::operator=(InputFile &&o) noexcept {
-  if (this != &o) {
-    release();
-    id_ = o.id_;
-    o.id_ = 0;
-  }
-  return *this;
 }
 
 // output_target's checks of the path's kind and inputs (below).

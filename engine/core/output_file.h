@@ -18,45 +18,43 @@ namespace ptdp {
 // `what` names the output in the message ("--timeline", "tokenize output").
 std::string output_target(const std::string &path, const char *what);
 
+// An entry of this process's registry of files (an input read, an output
+// claimed), held for as long as the handle lives; movable, not copyable.
+class FileRegistration {
+ public:
+  FileRegistration() = default;
+  ~FileRegistration() { release(); }
+  FileRegistration(FileRegistration &&o) noexcept : id_(o.id_) { o.id_ = 0; }
+  FileRegistration &operator=(FileRegistration &&o) noexcept;
+  FileRegistration(const FileRegistration &) = delete;
+  FileRegistration &operator=(const FileRegistration &) = delete;
+
+ protected:
+  void release();
+  uint64_t id_ = 0;  // 0: nothing registered
+};
+
 // A file this process reads as an input of a run or command (a dataset, a
 // tokenizer's files, a loaded checkpoint's files), known by identity (device
 // and inode: through symbolic and hard links, whatever the spelling) for as
 // long as the InputFile lives. output_target() refuses every one of them, so
 // the rule "an output is never an input of the same run" holds for every
 // writer in one place. A path that does not exist registers nothing.
-class InputFile {
+class InputFile : public FileRegistration {
  public:
   InputFile() = default;
   // `what` names the input in the refusal ("dataset", "--vocab-file").
   InputFile(const std::string &path, const std::string &what);
-  ~InputFile() { release(); }
-  InputFile(InputFile &&o) noexcept : id_(o.id_) { o.id_ = 0; }
-  InputFile &operator=(InputFile &&o) noexcept;
-  InputFile(const InputFile &) = delete;
-  InputFile &operator=(const InputFile &) = delete;
-
- private:
-  void release();
-  uint64_t id_ = 0;  // 0: nothing registered
 };
 
 // An output a run will write (its --timeline, say) for as long as the claim
 // lives: output_target() refuses it to every other writer (what differs), so
 // two outputs of one run never name one file (a link or "./" included).
 // Construction refuses a file another claim holds.
-class OutputClaim {
+class OutputClaim : public FileRegistration {
  public:
   OutputClaim() = default;
   OutputClaim(const std::string &path, const std::string &what);
-  ~OutputClaim() { release(); }
-  OutputClaim(OutputClaim &&o) noexcept : id_(o.id_) { o.id_ = 0; }
-  OutputClaim &operator=(OutputClaim &&o) noexcept;
-  OutputClaim(const OutputClaim &) = delete;
-  OutputClaim &operator=(const OutputClaim &) = delete;
-
- private:
-  void release();
-  uint64_t id_ = 0;
 };
 
 // Whether two output paths name one file: the same file when both exist (any

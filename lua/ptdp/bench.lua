@@ -1,0 +1,22 @@
+-- Helpers the benchmark scripts share: a monotonic wall clock and the median.
+local ffi = require 'ffi'
+
+local M = {}
+
+ffi.cdef 'typedef struct { long tv_sec; long tv_nsec; } ptdp_timespec; int clock_gettime(int, ptdp_timespec *);'
+local ts = ffi.new('ptdp_timespec')
+
+-- Seconds on CLOCK_MONOTONIC (1 on Linux): for differences only.
+function M.now()
+  ffi.C.clock_gettime(1, ts)
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+
+-- The median of a non-empty list of numbers (sorts it in place).
+function M.median(xs)
+  table.sort(xs)
+  local k = #xs
+  return k % 2 == 1 and xs[(k + 1) / 2] or (xs[k / 2] + xs[k / 2 + 1]) / 2
+end
+
+return M
