@@ -98,4 +98,32 @@ PTDP_HOST_DEVICE inline bool dropout_keep(const DropoutSpec &d, uint32_t sample,
   return dropout_bits(d.key, sample, element) >= (uint32_t)(d.p * 4294967296.0);
 }
 
+// Attention-probability dropout draws 8 bits an element, 16 consecutive
+// elements a Philox call (byte e % 16 of the call for e / 16, little-endian in
+// v[0..3]), as FlashAttention does: a head's s*s probabilities are most of a
+// step's draws, and a call for every four of them was a third of the fused
+// attention's time. So its rate is p rounded to a multiple of 1/256 (0.1 is
+// drawn as 26/256 = 0.1016; any p > 0 as at least 1/256, below 1 as at most
+// 255/256), and the kept values scale by 1 / (1 - that rate).
+PTDP_HOST_DEVICE inline uint32_t attention_drop_threshold(float p) {  // keep where byte >= it
+  if (!(p > 0.f)) return 0u;
+  const float t = p * 256.f + 0.5f;
+  return t < 1.f ? 1u : t >= 255.f ? 255u : (uint32_t)t;
+}
+PTDP_HOST_DEVICE inline float attention_dropout_rate(float p) {  // the rate drawn for p
+  return (float)attention_drop_threshold(p) / 256.f;
+}
+// The 16 draws of elements 16c .. 16c + 15.
+PTDP_HOST_DEVICE inline Philox4x32 attention_draws(const DropoutKey &k, uint32_t sample, uint64_t chunk) {
+  return dropout_quad(k, sample, chunk);
+}
+PTDP_HOST_DEVICE inline uint32_t draw_byte(const Philox4x32 &r, int e) {  // e in 0..15
+  const uint32_t w = e < 4 ? r.v[0] : e < 8 ? r.v[1] : e < 12 ? r.v[2] : r.v[3];
+  return (w >> (8 * (e & 3))) & 0xffu;
+}
+PTDP_HOST_DEVICE inline bool attention_keep(const DropoutSpec &d, uint32_t sample, uint64_t element) {
+  return draw_byte(attention_draws(d.key, sample, element >> 4), (int)(element & 15)) >=
+         attention_drop_threshold(d.p);
+}
+
 }  // namespace ptdp

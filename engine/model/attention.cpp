@@ -68,7 +68,7 @@ void GPT<T>::attention_backward(int l, const LayerActs &a, int s, int b, const S
   ops_->gemm_strided_batched(false, true, s, s, hd, 1, dctx, ld_ctx, hd, qkv + 2 * hd, ld_qkv,
                              3 * hd, 0, dp, s, ss, b * A);
   const size_t nprobs = (size_t)b * A * ss;
-  if (p > 0) ops_->dropout_backward_from_output(dp, dp, pd, nprobs, p);
+  if (p > 0) ops_->dropout_backward_from_output(dp, dp, pd, nprobs, attention_dropout_rate(p));
   const T scale = T(1) / std::sqrt((T)hd);
   ops_->scale_mask_softmax_backward(dp, probs, dp, b * A, s, s, scale);  // dp = dL/d(QK^T)
   // dQ = dS @ K, dK = dS^T @ Q

@@ -29,6 +29,19 @@ void dropout_keep_mask(const DropoutSpec &d, uint32_t sample, uint64_t first, in
   }
 }
 
+void attention_keep_mask(const DropoutSpec &d, uint32_t sample, uint64_t first, int n,
+                         uint8_t *keep) {
+  const uint32_t threshold = attention_drop_threshold(d.p);
+  const uint64_t end = first + (uint64_t)n;
+  for (uint64_t c = first >> 4; (c << 4) < end; c++) {
+    const Philox4x32 r = attention_draws(d.key, sample, c);
+    for (int k = 0; k < 16; k++) {
+      const uint64_t e = (c << 4) + (uint64_t)k;
+      if (e >= first && e < end) keep[e - first] = draw_byte(r, k) >= threshold;
+    }
+  }
+}
+
 template <class T>
 void bias_dropout_add_forward(T *out, const T *residual, const T *y, const T *bias, int s, int b,
                               int h, const DropoutSpec &d) {
@@ -60,7 +73,7 @@ void bias_dropout_add_backward(T *dy, T *dbias, const T *dout, int s, int b, int
 template <class T>
 void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int head_offset,
                        const DropoutSpec &d) {
-  const T keep_scale = d.p > 0 ? T(1) / T(1 - d.p) : T(1);
+  const T keep_scale = d.p > 0 ? T(1) / T(1 - attention_dropout_rate(d.p)) : T(1);
   const size_t n = (size_t)s_q * s_k;
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < b * a; bh++) {
@@ -81,7 +94,7 @@ void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int 
       T *drow = dst + (size_t)i * s_k;
       int len = s_k;
       while (len > 0 && srow[len - 1] == T(0)) len--;
-      dropout_keep_mask(d, sample, base + (uint64_t)i * s_k, len, keep.data());
+      attention_keep_mask(d, sample, base + (uint64_t)i * s_k, len, keep.data());
       for (int j = 0; j < len; j++) drow[j] = keep[j] ? srow[j] * keep_scale : T(0);
       for (int j = len; j < s_k; j++) drow[j] = T(0);
     }

@@ -26,8 +26,8 @@ void row_scores(T *x, T *z, std::vector<uint8_t> &keep, const T *q, const T *k0,
     x[j] = scale * dot;
   }
   if (d.p > 0) {
-    dropout_keep_mask(d, sample, row_element, i + 1, keep.data());
-    const T kept = T(1) / T(1 - d.p);
+    attention_keep_mask(d, sample, row_element, i + 1, keep.data());
+    const T kept = T(1) / T(1 - attention_dropout_rate(d.p));
     for (int j = 0; j <= i; j++) z[j] = keep[j] ? kept : T(0);
   } else {
     for (int j = 0; j <= i; j++) z[j] = T(1);

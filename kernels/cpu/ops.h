@@ -48,6 +48,9 @@ using ptdp::dropout_keep;
 // vectorised over consecutive groups of four elements.
 void dropout_keep_mask(const DropoutSpec &d, uint32_t sample, uint64_t first, int n,
                        uint8_t *keep);
+// The same for attention-probability dropout: attention_keep, 8-bit draws.
+void attention_keep_mask(const DropoutSpec &d, uint32_t sample, uint64_t first, int n,
+                         uint8_t *keep);
 // out = residual + dropout(y + bias) over [s, b, h]; residual and bias may be null.
 // Element (si, bi, j) uses sample = sample_offset + bi, element = si*h + j.
 template <class T>
@@ -60,12 +63,14 @@ void bias_dropout_add_backward(T *dy, T *dbias, const T *dout, int s, int b, int
                                const DropoutSpec &d);
 // out = dropout(in) over attention probabilities [b, a, s_q, s_k]; linear, so the
 // same call is its own backward. Heads are numbered globally from head_offset.
+// The mask is attention_keep's (8-bit draws, the rate attention_dropout_rate(p)).
 template <class T>
 void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int head_offset,
                        const DropoutSpec &d);
 
 // Backward of dropout from its own output: dx = y != 0 ? dy / (1 - p) : 0 over n
-// elements (dx may alias dy). Where the input was 0 the mask is not recovered,
+// elements, p the rate drawn (attention: attention_dropout_rate of the config's);
+// dx may alias dy. Where the input was 0 the mask is not recovered,
 // which is exact for attention probabilities: the softmax backward multiplies
 // those entries by the probability, 0.
 template <class T>

@@ -12,8 +12,8 @@ namespace ptdp::cuda {
 struct Drop {
   DropoutKey key;
   uint32_t sample_offset;
-  uint32_t threshold;   // keep where bits >= threshold
-  float scale;          // 1 / (1 - p)
+  uint32_t threshold;   // keep where bits >= threshold (attention: a byte, make_attention_drop)
+  float scale;          // 1 / (1 - p) (attention: of the rate drawn)
   bool on;              // p > 0; off = identity, no draws
   int head_offset = 0;  // attention: heads are numbered from here in the element index
 };
@@ -26,6 +26,15 @@ inline Drop make_drop(const DropoutSpec &d, int head_offset = 0) {
   r.threshold = r.on ? (uint32_t)(d.p * 4294967296.0) : 0u;
   r.scale = r.on ? 1.f / (1.f - d.p) : 1.f;
   r.head_offset = head_offset;
+  return r;
+}
+
+// Attention-probability dropout: 8-bit draws (attention_keep), so the
+// threshold compares a byte and the scale is 1 / (1 - attention_dropout_rate).
+inline Drop make_attention_drop(const DropoutSpec &d, int head_offset = 0) {
+  Drop r = make_drop(d, head_offset);
+  r.threshold = attention_drop_threshold(d.p);
+  r.scale = r.on ? 1.f / (1.f - attention_dropout_rate(d.p)) : 1.f;
   return r;
 }
 

@@ -10,7 +10,7 @@
 // hd, reading a padded shared-memory row), in the "accumulate" phase lane l owns
 // dims l, l + 32, .. of the output and the per-pair weights come by shuffle.
 // Future work: tensor-core MMAs (mma.sync / wgmma) for the two GEMMs of each
-// tile, vectorized 16-byte tile loads, and one Philox call per quad of keys.
+// tile, vectorized 16-byte tile loads, and one Philox call per 16 keys.
 //
 // Backward, deterministic (no atomics): dot_rows computes D_i = dO_i . O_i,
 // one block per (bi, head, key block) sums dK, dV over all its query rows, and a
@@ -324,7 +324,7 @@ void flash_attention_forward(T *ctx, float *lse, const T *qkv, int s, int b, int
                              cudaStream_t stream) {
   check_head_dim(hd, "flash_attention_forward");
   if (s <= 0 || b <= 0 || heads <= 0) return;
-  const Drop dr = make_drop(d, head_offset);
+  const Drop dr = make_attention_drop(d, head_offset);
   const int blocks = grid_blocks(s, kRows, b * heads, "flash_attention_forward");
   const size_t smem = sizeof(float) * (2 * kKeys * (hd + 1) + kRows * hd);
   with_dims(hd, [&](auto kd) {
@@ -341,7 +341,7 @@ void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv
                               int head_offset, const DropoutSpec &d, cudaStream_t stream) {
   check_head_dim(hd, "flash_attention_backward");
   if (s <= 0 || b <= 0 || heads <= 0) return;
-  const Drop dr = make_drop(d, head_offset);
+  const Drop dr = make_attention_drop(d, head_offset);
   const int bh = b * heads;
   const RowDots dots(dctx, ctx, s, bh, hd, stream);  // [b * heads, s]: dO_i . O_i
   const float *D = dots.D;

@@ -6,7 +6,8 @@
 // registers. Operand fragments come from shared memory by ldmatrix (the
 // right-hand sides of P V, dS K, (P Z)^T dO and dS^T Q transposed on the way); the tiles reach shared memory by
 // cp.async into two buffers, the next tile's copy running behind this tile's
-// products. Dropout draws one Philox call per four elements (flash_common).
+// products. Dropout draws one Philox call per sixteen elements (8-bit draws,
+// attention_keep) and passes the keep bits round a quad (flash_common).
 // Measured figures: docs/gpu.md.
 //
 // Numerics (ARCHITECTURE §3, a 16-bit run): Q, K, V and dO hold values of the
@@ -316,7 +317,6 @@ __global__ void __launch_bounds__(kThreads)
     const int j0 = it * kFwdKeys, buf = key_tile_in<M, kD, kFwdKeys>(sK, sV, K, V, ld, it, key_tiles, s, hd);
     const M *tK = sK + buf * kTile, *tV = sV + buf * kTile;
     if (w0 < s && j0 <= w0 + 15) {  // warp-uniform: rows, and a visible key
-      const int nt_end = min(kFwdKeys / 8, (w0 + 15 - j0) / 8 + 1);  // 8-key blocks with a visible key
       // Every block's product, also the hidden ones of the diagonal tile: a
       // run-time bound inside the unrolled loop would split it into chains.
       float sc[kFwdKeys / 8][4] = {};
@@ -346,17 +346,15 @@ __global__ void __launch_bounds__(kThreads)
         for (int nd = 0; nd < kD / 8; nd++) o[nd][2 * r] *= alpha, o[nd][2 * r + 1] *= alpha;
       }
       // P~ = exp(x - m) (the sum excludes dropout), then P~ Z for the product.
+      const uint32_t keep = dr.on ? keep_rows_mask<kFwdKeys / 8>(dr, bi, head, s, w0, j0, w0 + 15, lane) : 0u;
 #pragma unroll
-      for (int nt = 0; nt < kFwdKeys / 8; nt++) {
-        float z[4] = {1.f, 1.f, 1.f, 1.f};
-        if (dr.on && nt < nt_end) keep_rows(z, dr, bi, head, s, row, j0 + 8 * nt + 2 * t, t);
+      for (int nt = 0; nt < kFwdKeys / 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const float p = exp2f(sc[nt][e] - base[e / 2]);
           l[e / 2] += p;
-          sc[nt][e] = p * z[e];
+          sc[nt][e] = dr.on ? p * keep_of(dr, keep, 4 * nt + e) : p;
         }
-      }
 #pragma unroll
       for (int kk = 0; kk < kFwdKeys / 16; kk++) {  // hidden keys: P = 0
         uint32_t pa[4];
@@ -467,20 +465,19 @@ __global__ void __launch_bounds__(kThreads)
       }
       // P Z into st, dS / scale into dpt.
       const bool edge = w0 + 15 > q0 || q0 + kBwdTile > s;  // some query hidden (warp-uniform)
+      const uint32_t keep = dr.on ? keep_cols_mask(dr, bi, head, s, w0, q0, lane) : 0u;
 #pragma unroll
-      for (int nt = 0; nt < kBwdTile / 8; nt++) {
-        float z[4] = {1.f, 1.f, 1.f, 1.f};
-        if (dr.on && q0 + 8 * nt + 7 >= w0) keep_cols(z, dr, bi, head, s, w0, q0 + 8 * nt + 2 * t, g, lane);
+      for (int nt = 0; nt < kBwdTile / 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int j = key[e / 2], qi = 8 * nt + 2 * t + (e & 1), i = q0 + qi;
           // Selects, not branches: a hidden element's values are computed and dropped.
           const bool vis = !edge || (j <= i && i < s);  // causal (and so j < s)
           const float p = exp2f(fmaf(st[nt][e], scale2, -tL[qi]));
-          st[nt][e] = vis ? p * z[e] : 0.f;
-          dpt[nt][e] = vis ? p * (z[e] * dpt[nt][e] - tD[qi]) : 0.f;
+          const float z = dr.on ? keep_of(dr, keep, 4 * nt + e) : 1.f;
+          st[nt][e] = vis ? p * z : 0.f;
+          dpt[nt][e] = vis ? p * (z * dpt[nt][e] - tD[qi]) : 0.f;
         }
-      }
       if (ds_rows)
 #pragma unroll
         for (int nt = 0; nt < kBwdTile / 8; nt++) store_ds(q0 + 8 * nt + 2 * t, dpt[nt]);
@@ -556,18 +553,17 @@ __global__ void __launch_bounds__(kThreads)
       mma_rows<M, kD>(sc, qa, tK, lane);
       mma_rows<M, kD>(dp, oa, tV, lane);
       const bool edge = k0 + kBwdTile - 1 > w0 || w0 + 15 >= s;  // some key hidden (warp-uniform)
+      const uint32_t keep = dr.on ? keep_rows_mask<kBwdTile / 8>(dr, bi, head, s, w0, k0, w0 + 15, lane) : 0u;
 #pragma unroll
-      for (int nt = 0; nt < kBwdTile / 8; nt++) {
-        float z[4] = {1.f, 1.f, 1.f, 1.f};
-        if (dr.on && k0 + 8 * nt <= w0 + 15) keep_rows(z, dr, bi, head, s, row, k0 + 8 * nt + 2 * t, t);
+      for (int nt = 0; nt < kBwdTile / 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int r = e / 2, i = row[r], j = k0 + 8 * nt + 2 * t + (e & 1);
           const bool vis = !edge || (j <= i && i < s);  // a select, as in bwd_dkdv
           const float p = exp2f(fmaf(sc[nt][e], scale2, -L[r]));
-          sc[nt][e] = vis ? p * (z[e] * dp[nt][e] - Dr[r]) : 0.f;
+          const float z = dr.on ? keep_of(dr, keep, 4 * nt + e) : 1.f;
+          sc[nt][e] = vis ? p * (z * dp[nt][e] - Dr[r]) : 0.f;
         }
-      }
 #pragma unroll
       for (int kk = 0; kk < kBwdTile / 16; kk++) {
         uint32_t da[4];
@@ -634,7 +630,7 @@ void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b,
   const char *what = "flash_attention_forward_mma";
   check_head_dim(hd, what);
   if (s <= 0 || b <= 0 || heads <= 0) return;
-  const Drop dr = make_drop(d, head_offset);
+  const Drop dr = make_attention_drop(d, head_offset);
   const int blocks = grid_blocks(s, kRowTile, b * heads, what);
   with_operand_type<G>(mma, what, [&](auto m) {
     using M = decltype(m);
@@ -657,7 +653,7 @@ void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G 
   const char *what = "flash_attention_backward_mma";
   check_head_dim(hd, what);
   if (s <= 0 || b <= 0 || heads <= 0) return;
-  const Drop dr = make_drop(d, head_offset);
+  const Drop dr = make_attention_drop(d, head_offset);
   const int bh = b * heads;
   const int blocks = grid_blocks(s, kRowTile, bh, what);
   with_operand_type<G>(mma, what, [&](auto m) {

@@ -16,81 +16,116 @@ namespace ptdp::cuda::flash {
 constexpr int kMaxHeadDim = 128;
 constexpr int kDotWarps = 4;  // dot_rows: rows per block
 
-// v.v[k] for a run-time k in 0..3, as selects (a run-time index into an array
-// would move it to local memory).
-__device__ __forceinline__ uint32_t pick(const Philox4x32 &v, int k) {
-  return k == 0 ? v.v[0] : k == 1 ? v.v[1] : k == 2 ? v.v[2] : v.v[3];
-}
-
 // Z_ij: the keep scale of probability (i, j) of (bi, head), 0 when dropped, as
 // dropout_attention numbers it (element (head_offset + head)*s*s + i*s + j of
-// sample sample_offset + bi). One Philox call per element.
+// sample sample_offset + bi; attention_keep's byte). One Philox call per
+// element: the fallback when s % 16 != 0, and the CUDA-core kernels.
 __device__ __forceinline__ float keep_scale(const Drop &d, int bi, int head, int s, int i, int j) {
   if (!d.on) return 1.f;
   const uint64_t e = (uint64_t)(d.head_offset + head) * s * s + (uint64_t)i * s + j;
-  const uint32_t bits = pick(dropout_quad(d.key, d.sample_offset + (uint32_t)bi, e >> 2), (int)(e & 3));
-  return bits >= d.threshold ? d.scale : 0.f;
+  const uint32_t byte = draw_byte(attention_draws(d.key, d.sample_offset + (uint32_t)bi, e >> 4), (int)(e & 15));
+  return byte >= d.threshold ? d.scale : 0.f;
+}
+__device__ __forceinline__ float keep_of(const Drop &d, uint32_t mask, int bit) {
+  return (mask >> bit) & 1u ? d.scale : 0.f;
 }
 
-// The four draws of elements (i, j4 .. j4 + 3) of (bi, head): one Philox call.
-// One quad of dropout_quad when s % 4 == 0 and j4 % 4 == 0 (then i*s + j4 starts a quad).
-__device__ __forceinline__ Philox4x32 quad_draws(const Drop &d, int bi, int head, int s, int i, int j4) {
-  const uint64_t e = (uint64_t)(d.head_offset + head) * s * s + (uint64_t)i * s + j4;
-  return dropout_quad(d.key, d.sample_offset + (uint32_t)bi, e >> 2);
-}
-__device__ __forceinline__ float keep_of(const Drop &d, uint32_t bits) {
-  return bits >= d.threshold ? d.scale : 0.f;
-}
-
-// Z of a lane's four elements of an m16n8 C tile whose rows are queries:
-// z[2r + c] for query row[r], key j + c (j = the tile's first key + 2t, t =
-// lane % 4). The lanes t and t ^ 1 hold the two halves of each row's quad, so
-// when s % 4 == 0 each draws one quad (t even: row[0]'s, t odd: row[1]'s) and
-// passes the other its half: one Philox call per four elements, the same bits
-// as keep_scale. Called by all 32 lanes (it shuffles).
-__device__ __forceinline__ void keep_rows(float (&z)[4], const Drop &d, int bi, int head, int s,
-                                          const int (&row)[2], int j, int t) {
-  if (s % 4 != 0) {
+// The keep bits of keys j .. j + 15 of query i (bit n: key j + n), one Philox
+// call: the 16 draws of one chunk when s % 16 == 0 and j % 16 == 0. Per byte
+// >= threshold (__vcmpgeu4), the four bytes' top bits gathered by a multiply.
+__device__ __forceinline__ uint32_t chunk_keep_bits(const Drop &d, int bi, int head, int s, int i, int j) {
+  const uint64_t e = (uint64_t)(d.head_offset + head) * s * s + (uint64_t)i * s + j;
+  const Philox4x32 r = attention_draws(d.key, d.sample_offset + (uint32_t)bi, e >> 4);
+  const uint32_t thr = d.threshold * 0x01010101u;
+  uint32_t bits = 0;
 #pragma unroll
-    for (int e = 0; e < 4; e++) z[e] = keep_scale(d, bi, head, s, row[e / 2], j + (e & 1));
-    return;
-  }
-  const bool odd = t & 1;
-  const Philox4x32 v = quad_draws(d, bi, head, s, odd ? row[1] : row[0], j & ~3);
-  const uint32_t own0 = odd ? v.v[2] : v.v[0], own1 = odd ? v.v[3] : v.v[1];
-  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, odd ? v.v[0] : v.v[2], 1);
-  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, odd ? v.v[1] : v.v[3], 1);
-  z[0] = keep_of(d, odd ? got0 : own0);
-  z[1] = keep_of(d, odd ? got1 : own1);
-  z[2] = keep_of(d, odd ? own0 : got0);
-  z[3] = keep_of(d, odd ? own1 : got1);
+  for (int w = 0; w < 4; w++)
+    bits |= (((__vcmpgeu4(r.v[w], thr) & 0x80808080u) * 0x00204081u) >> 28) << (4 * w);
+  return bits;
 }
 
-// The same for a C tile whose rows are keys (the transposed products of the
-// backward): z[2r + c] for key key0 + g + 8r, query i + c (i = the tile's
-// first query + 2t; key0 % 4 == 0, g = lane / 4). The four lanes g = 4a .. 4a
-// + 3 of one t hold, between them, four quads (queries i, i + 1 times keys
-// key0 + 4a.., key0 + 4a + 8..); lane k = g % 4 draws quad k and element k of
-// each quad reaches lane k in four shuffles. Called by all 32 lanes.
-__device__ __forceinline__ void keep_cols(float (&z)[4], const Drop &d, int bi, int head, int s,
-                                          int key0, int i, int g, int lane) {
-  if (s % 4 != 0) {
+// The keep bits of a lane's elements of kN 8-key blocks of C tiles whose rows
+// are queries: bit 4 nt + e for block nt's c[e] (query row[e / 2], key j0 +
+// 8 nt + 2t + (e & 1); t = lane % 4). Rows row[0] = r0 + g, row[1] = r0 + g +
+// 8 (g = lane / 4). When s % 16 == 0 (and j0 % 16 == 0) the quad of a row pair
+// draws its 2 kN / 2 chunks (a row's 16 keys a call) and passes them round in
+// kN / 2 shuffles; chunks past last_key (the causal diagonal) are not drawn.
+// Called by all 32 lanes (it shuffles).
+template <int kN>
+__device__ __forceinline__ uint32_t keep_rows_mask(const Drop &d, int bi, int head, int s, int r0, int j0,
+                                                   int last_key, int lane) {
+  static_assert(kN == 4 || kN == 8, "a tile of 32 or 64 keys");
+  constexpr int C = kN / 2;  // 16-key chunks
+  const int g = lane / 4, t = lane % 4;
+  uint32_t mask = 0;
+  if (s % 16 != 0) {
 #pragma unroll
-    for (int e = 0; e < 4; e++) z[e] = keep_scale(d, bi, head, s, i + (e & 1), key0 + g + 8 * (e / 2));
-    return;
+    for (int nt = 0; nt < kN; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        if (keep_scale(d, bi, head, s, r0 + g + 8 * (e / 2), j0 + 8 * nt + 2 * t + (e & 1)) != 0.f)
+          mask |= 1u << (4 * nt + e);
+    return mask;
   }
-  const int k = g & 3;
-  // Quad q (of lane k = q): query i + (q & 1), keys key0 + (g & ~3) + 8 (q >> 1) ...: element e = q.
-  const Philox4x32 v = quad_draws(d, bi, head, s, i + (k & 1), key0 + (g & ~3) + 8 * (k >> 1));
-  uint32_t got[4];  // got[r]: element k of quad (k + r) & 3
-#pragma unroll
-  for (int r = 0; r < 4; r++)
-    got[r] = __shfl_sync(0xffffffffu, pick(v, (k - r) & 3), lane + 4 * (((k + r) & 3) - k));
-#pragma unroll
-  for (int e = 0; e < 4; e++) {
-    const int r = (e - k) & 3;
-    z[e] = keep_of(d, r == 0 ? got[0] : r == 1 ? got[1] : r == 2 ? got[2] : got[3]);
+  // own: C = 4: chunk t of rows g (bits 0..15) and g + 8 (16..31); C = 2:
+  // chunk t & 1 of row g + 8 (t >> 1), in bits 0..15.
+  uint32_t own = 0;
+  if constexpr (C == 4) {
+    if (j0 + 16 * t <= last_key)
+      own = chunk_keep_bits(d, bi, head, s, r0 + g, j0 + 16 * t) |
+            chunk_keep_bits(d, bi, head, s, r0 + g + 8, j0 + 16 * t) << 16;
+  } else {
+    if (j0 + 16 * (t & 1) <= last_key)
+      own = chunk_keep_bits(d, bi, head, s, r0 + g + 8 * (t >> 1), j0 + 16 * (t & 1));
   }
+#pragma unroll
+  for (int k = 0; k < C; k++) {
+    uint32_t m;  // chunk k: row g in bits 0..15, row g + 8 in 16..31
+    if constexpr (C == 4)
+      m = __shfl_sync(0xffffffffu, own, (lane & ~3) | k);
+    else
+      m = __shfl_sync(0xffffffffu, own, (lane & ~3) | k) |
+          __shfl_sync(0xffffffffu, own, (lane & ~3) | 2 | k) << 16;
+    // Blocks 2k (keys 2t.. of the chunk) and 2k + 1 (keys 8 + 2t..).
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const uint32_t w = m >> (8 * h + 2 * t);
+      const int nt = 2 * k + h;
+      mask |= (w & 1u) << (4 * nt) | ((w >> 1) & 1u) << (4 * nt + 1) | ((w >> 16) & 1u) << (4 * nt + 2) |
+              ((w >> 17) & 1u) << (4 * nt + 3);
+    }
+  }
+  return mask;
+}
+
+// The same for the transposed C tiles of the backward (rows are keys): bit 4
+// nt + e for block nt's c[e] (key k0 + g + 8 (e / 2), query q0 + 8 nt + 2t +
+// (e & 1)), four blocks (32 queries). When s % 16 == 0 (and k0 % 16 == 0) lane
+// L draws query q0 + L's chunk of the 16 keys (queries before k0 see none:
+// not drawn) and five shuffles hand the bits round. Called by all 32 lanes.
+__device__ __forceinline__ uint32_t keep_cols_mask(const Drop &d, int bi, int head, int s, int k0, int q0,
+                                                   int lane) {
+  const int g = lane / 4, t = lane % 4;
+  uint32_t mask = 0;
+  if (s % 16 != 0) {
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        if (keep_scale(d, bi, head, s, q0 + 8 * nt + 2 * t + (e & 1), k0 + g + 8 * (e / 2)) != 0.f)
+          mask |= 1u << (4 * nt + e);
+    return mask;
+  }
+  const int i = q0 + lane;
+  const uint32_t own = i >= k0 && i < s ? chunk_keep_bits(d, bi, head, s, i, k0) : 0u;
+  const uint32_t pair = own | __shfl_xor_sync(0xffffffffu, own, 1) << 16;  // even lanes: queries L, L + 1
+#pragma unroll
+  for (int nt = 0; nt < 4; nt++) {
+    const uint32_t w = __shfl_sync(0xffffffffu, pair, 8 * nt + 2 * t) >> g;
+    mask |= (w & 1u) << (4 * nt) | ((w >> 16) & 1u) << (4 * nt + 1) | ((w >> 8) & 1u) << (4 * nt + 2) |
+            ((w >> 24) & 1u) << (4 * nt + 3);
+  }
+  return mask;
 }
 
 // D[bh*s + i] = dO_i . O_i (= sum_j P_ij dP_ij), one warp per row of a head.

@@ -57,7 +57,8 @@ Ref reference(const std::vector<float> &qkv, const std::vector<float> &dctx, con
               double kTol = ::kTol, double op_eps = 0) {
   const int s = sh.s, hd = sh.hd, bh_n = sh.b * sh.heads;
   const size_t ld = (size_t)bh_n * 3 * hd, ldc = (size_t)bh_n * hd;
-  const double keep_scale = d.p > 0 ? (double)(1.f / (1.f - d.p)) : 1.0;  // in float, as the kernels
+  const double keep_scale =  // in float, as the kernels
+      d.p > 0 ? (double)(1.f / (1.f - ptdp::attention_dropout_rate(d.p))) : 1.0;
   Ref R;
   R.ctx.assign((size_t)s * ldc, 0.f);
   R.ctx_bound = R.ctx;
@@ -103,7 +104,7 @@ Ref reference(const std::vector<float> &qkv, const std::vector<float> &dctx, con
       for (int j = 0; j <= i; j++) {
         P[i][j] = std::exp(S[i][j] - lse[i]);
         const uint64_t e = (uint64_t)(head_offset + head) * s * s + (uint64_t)i * s + j;
-        Z[i][j] = d.p > 0 ? (ptdp::dropout_keep(d, d.sample_offset + (uint32_t)bi, e) ? keep_scale : 0.0)
+        Z[i][j] = d.p > 0 ? (ptdp::attention_keep(d, d.sample_offset + (uint32_t)bi, e) ? keep_scale : 0.0)
                           : 1.0;
         for (int c = 0; c < hd; c++) {
           O[i][c] += P[i][j] * Z[i][j] * V[j][c];

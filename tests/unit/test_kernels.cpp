@@ -209,7 +209,7 @@ TEST(KernelDropout, BackwardFromOutputEqualsTheMask) {
   for (double &v : x) v = std::fabs(v) + 0.01;  // probabilities: positive
   dropout_attention(y.data(), x.data(), b, a, sq, sk, 1, d);
   dropout_attention(want.data(), dy.data(), b, a, sq, sk, 1, d);
-  dropout_backward_from_output(got.data(), dy.data(), y.data(), (size_t)n, d.p);
+  dropout_backward_from_output(got.data(), dy.data(), y.data(), (size_t)n, attention_dropout_rate(d.p));
   for (int i = 0; i < n; i++) ASSERT_EQ(got[i], want[i]) << i;
 }
 
@@ -601,6 +601,32 @@ TEST(KernelDropout, RateScaleAndDeterminism) {
   int differ = 0;
   for (int i = 0; i < n; i++) differ += (out[i] != 0.f) != (other[i] != 0.f);
   EXPECT_NEAR(differ / (double)n, 0.5, 0.02);
+}
+
+// Attention dropout draws a byte an element, 16 elements a Philox call: its
+// rate is p rounded to a multiple of 1/256 and the kept values scale by the
+// inverse of what is kept of that rate.
+TEST(KernelDropout, AttentionDrawsBytes) {
+  EXPECT_EQ(attention_drop_threshold(0.f), 0u);
+  EXPECT_EQ(attention_drop_threshold(0.1f), 26u);  // 25.6 rounds up
+  EXPECT_EQ(attention_drop_threshold(1e-6f), 1u);  // any p > 0 drops something
+  EXPECT_EQ(attention_drop_threshold(0.9999f), 255u);
+  EXPECT_FLOAT_EQ(attention_dropout_rate(0.1f), 26.f / 256.f);
+  const int sq = 64, sk = 80, n = sq * sk;
+  const DropoutSpec d = make_spec(0.1f, 3, 5);
+  std::vector<double> in(n, 1.0), out(n);
+  dropout_attention(out.data(), in.data(), 1, 1, sq, sk, /*head_offset=*/3, d);
+  int kept = 0;
+  for (int e = 0; e < n; e++) {
+    const uint64_t el = 3ull * n + (uint64_t)e;
+    const Philox4x32 r = attention_draws(d.key, d.sample_offset, el >> 4);
+    const bool keep = draw_byte(r, (int)(el & 15)) >= 26u;
+    ASSERT_EQ(keep, attention_keep(d, d.sample_offset, el)) << e;
+    ASSERT_EQ(out[e], keep ? 1.0 / (1.0 - 26.0 / 256.0) : 0.0) << e;
+    kept += keep;
+  }
+  // A binomial fraction over 5120 draws: 0.02 is about 5 standard deviations.
+  EXPECT_NEAR(kept / (double)n, 1.0 - 26.0 / 256.0, 0.02);
 }
 
 TEST(KernelDropout, GlobalIndexing) {
