@@ -2,9 +2,9 @@
 // add over [s, b, h], attention-probability dropout over [b, a, s_q, s_k], and
 // the backward from dropout's output. The mask is the CPU's bit for bit: the
 // same Philox call (dropout_quad) gives the four draws of elements 4q..4q+3 of
-// a sample (attention: the sixteen 8-bit draws of 16c..16c+15,
-// attention_draws), and each thread handles whole quads (chunks), so it calls
-// it once per quad (chunk).
+// a sample, and each thread handles whole quads, so it calls it once per quad
+// (attention: the sixteen 8-bit draws of 16c..16c+15, attention_draws, once
+// per thread's pack).
 #include <algorithm>
 #include <cstdint>
 
@@ -138,61 +138,36 @@ __global__ void dropout_backward_kernel(T *dx, const T *dy, const T *y, size_t n
 
 // Attention-probability dropout (attention_keep: 8-bit draws, 16 elements a
 // Philox call): sample bi's elements are e_base + l for l in [0, m), at in +
-// bi*m + l. One thread per chunk of 16 (16c .. 16c + 15), elements outside
-// [e_base, e_base + m) skipped; with kVec the chunks are whole and 16-byte
-// aligned (the launcher checks), loaded and stored in 16-byte packs. A chunk
-// of zeros (a causal upper triangle) is not drawn.
-template <class T, bool kVec16>
-__global__ void attention_dropout_chunks(T *out, const T *in, int b, uint64_t m, uint64_t e_base,
-                                         Drop d) {
-  constexpr int V = 16 / sizeof(T);
-  using P = Vec<T, V>;
-  const uint64_t c0 = e_base >> 4, nc = ((e_base + m + 15) >> 4) - c0;
-  for (uint64_t u = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; u < nc * b;
+// bi*m + l. A thread per W consecutive elements of one chunk (16c .. 16c +
+// 15): with W = kVec<T> (16-byte accesses, as bias_dropout_add_vec) when the
+// launcher has checked that packs never straddle a chunk and are aligned, else
+// W = 1. The chunk's call is made by each of its 16 / W threads, skipped when
+// the thread's values are all 0 (a causal upper triangle).
+template <class T, int W>
+__global__ void attention_dropout_packs(T *out, const T *in, int b, uint64_t m, uint64_t e_base,
+                                        Drop d) {
+  using P = Vec<T, W>;
+  const uint64_t packs = m / W;
+  for (uint64_t u = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; u < packs * b;
        u += (uint64_t)gridDim.x * blockDim.x) {
-    const int bi = (int)(u / nc);
-    const uint64_t c = c0 + u % nc;
-    const int64_t at = (int64_t)(16 * c) - (int64_t)e_base;  // element 16c's offset in the sample
-    const T *src = in + (size_t)bi * m;
-    T *dst = out + (size_t)bi * m;
-    float v[16];
+    const int bi = (int)(u / packs);
+    const uint64_t l = (u % packs) * W, e = e_base + l;
+    const size_t at = (size_t)bi * m + l;
+    const P x = *reinterpret_cast<const P *>(in + at);
+    float v[W];
     bool any = false;
-    if constexpr (kVec16) {
 #pragma unroll
-      for (int k = 0; k < 16; k += V) {
-        const P x = *reinterpret_cast<const P *>(src + at + k);
-#pragma unroll
-        for (int w = 0; w < V; w++) v[k + w] = to_f32(x.v[w]);
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < 16; k++) {
-        const int64_t l = at + k;
-        v[k] = l >= 0 && (uint64_t)l < m ? to_f32(src[l]) : 0.f;
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < 16; k++) any |= v[k] != 0.f;
+    for (int w = 0; w < W; w++) any |= (v[w] = to_f32(x.v[w])) != 0.f;
     if (any) {
-      const Philox4x32 r = attention_draws(d.key, d.sample_offset + (uint32_t)bi, c);
+      const Philox4x32 r = attention_draws(d.key, d.sample_offset + (uint32_t)bi, e >> 4);
 #pragma unroll
-      for (int k = 0; k < 16; k++) v[k] = draw_byte(r, k) >= d.threshold ? __fmul_rn(v[k], d.scale) : 0.f;
+      for (int w = 0; w < W; w++)
+        v[w] = draw_byte(r, (int)(e & 15) + w) >= d.threshold ? __fmul_rn(v[w], d.scale) : 0.f;
     }
-    if constexpr (kVec16) {
+    P o;
 #pragma unroll
-      for (int k = 0; k < 16; k += V) {
-        P x;
-#pragma unroll
-        for (int w = 0; w < V; w++) x.v[w] = from_f32<T>(v[k + w]);
-        *reinterpret_cast<P *>(dst + at + k) = x;
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < 16; k++) {
-        const int64_t l = at + k;
-        if (l >= 0 && (uint64_t)l < m) dst[l] = from_f32<T>(v[k]);
-      }
-    }
+    for (int w = 0; w < W; w++) o.v[w] = from_f32<T>(v[w]);
+    *reinterpret_cast<P *>(out + at) = o;
   }
 }
 
@@ -225,12 +200,12 @@ void dropout_attention(T *out, const T *in, int b, int a, int s_q, int s_k, int 
           "dropout_attention");
     return;
   }
-  const uint64_t chunks = (((e_base + m + 15) >> 4) - (e_base >> 4)) * (uint64_t)b;
-  if (e_base % 16 == 0 && m % 16 == 0 && aligned16(out) && aligned16(in))
-    attention_dropout_chunks<T, true><<<grid_for(chunks, kThreads), kThreads, 0, stream>>>(
+  constexpr int V = kVec<T>;  // divides 16: a pack starting at e % V == 0 stays in its chunk
+  if (e_base % V == 0 && m % V == 0 && aligned16(out) && aligned16(in))
+    attention_dropout_packs<T, V><<<grid_for(m / V * b, kThreads), kThreads, 0, stream>>>(
         out, in, b, m, e_base, dr);
   else
-    attention_dropout_chunks<T, false><<<grid_for(chunks, kThreads), kThreads, 0, stream>>>(
+    attention_dropout_packs<T, 1><<<grid_for(m * b, kThreads), kThreads, 0, stream>>>(
         out, in, b, m, e_base, dr);
   check_launch("dropout_attention");
 }
