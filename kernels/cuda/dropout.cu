@@ -143,6 +143,31 @@ __global__ void dropout_backward_kernel(T *dx, const T *dy, const T *y, size_t n
 // launcher has checked that packs never straddle a chunk and are aligned, else
 // W = 1. The chunk's call is made by each of its 16 / W threads, skipped when
 // the thread's values are all 0 (a causal upper triangle).
+// W values rounded to T, stored as one access: 16 bytes built from the
+// values' bits (a Vec<T, W> copy compiled to W 2-byte stores here).
+__device__ __forceinline__ uint32_t bits_of(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ uint32_t bits_of(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+__device__ __forceinline__ uint32_t bits_of(__half x) { return __half_as_ushort(x); }
+template <class T, int W>
+__device__ __forceinline__ void store_rounded(T *dst, const float (&v)[W]) {
+  if constexpr (W * sizeof(T) == 16) {
+    constexpr int kPer = 4 / sizeof(T);  // values per 32-bit word
+    uint32_t u[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      u[k] = bits_of(from_f32<T>(v[kPer * k]));
+      if constexpr (kPer == 2) u[k] |= bits_of(from_f32<T>(v[kPer * k + 1])) << 16;
+    }
+    // In PTX: a uint4 assignment compiled to four 4-byte stores here.
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(u[0]), "r"(u[1]),
+                 "r"(u[2]), "r"(u[3])
+                 : "memory");
+  } else {
+#pragma unroll
+    for (int w = 0; w < W; w++) dst[w] = from_f32<T>(v[w]);
+  }
+}
+
 template <class T, int W>
 __global__ void attention_dropout_packs(T *out, const T *in, int b, uint64_t m, uint64_t e_base,
                                         Drop d) {
@@ -160,14 +185,26 @@ __global__ void attention_dropout_packs(T *out, const T *in, int b, uint64_t m, 
     for (int w = 0; w < W; w++) any |= (v[w] = to_f32(x.v[w])) != 0.f;
     if (any) {
       const Philox4x32 r = attention_draws(d.key, d.sample_offset + (uint32_t)bi, e >> 4);
+      if constexpr (W == 1) {
+        v[0] = draw_byte(r, (int)(e & 15)) >= d.threshold ? __fmul_rn(v[0], d.scale) : 0.f;
+      } else {
+        // The pack's W / 4 words of draws, picked once (no per-byte run-time
+        // index: that compiled to branches and unvectorized stores), then
+        // 0xff in each byte >= threshold.
+        static_assert(W % 4 == 0 && 16 % W == 0, "packs of whole words within a chunk");
+        const int first = (int)(e & 15) / 4;
 #pragma unroll
-      for (int w = 0; w < W; w++)
-        v[w] = draw_byte(r, (int)(e & 15) + w) >= d.threshold ? __fmul_rn(v[w], d.scale) : 0.f;
+        for (int k = 0; k < W / 4; k++) {
+          const int q = first + k;
+          const uint32_t word = q == 0 ? r.v[0] : q == 1 ? r.v[1] : q == 2 ? r.v[2] : r.v[3];
+          const uint32_t keep = __vcmpgeu4(word, d.threshold * 0x01010101u);
+#pragma unroll
+          for (int b = 0; b < 4; b++)
+            v[4 * k + b] = (keep >> (8 * b)) & 1u ? __fmul_rn(v[4 * k + b], d.scale) : 0.f;
+        }
+      }
     }
-    P o;
-#pragma unroll
-    for (int w = 0; w < W; w++) o.v[w] = from_f32<T>(v[w]);
-    *reinterpret_cast<P *>(out + at) = o;
+    store_rounded<T, W>(out + at, v);
   }
 }
 
