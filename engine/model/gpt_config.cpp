@@ -34,7 +34,7 @@ const std::vector<GptConfigField> &gpt_config_fields() {
         "learned positions (0 = seq_length)", &G::max_positions),
       f("hidden_dropout", &G::hidden_dropout, "0.1", 0, 0.999, "dropout on the residual branches"),
       f("attention_dropout", &G::attention_dropout, "0.1", 0, 0.999,
-        "dropout on attention probabilities"),
+        "dropout on attention probabilities (drawn in 8 bits: p rounded to a multiple of 1/256)"),
       f("init_method_std", &G::init_method_std, "0.02", 1e-8, 10, "std of the normal init"),
       f("layernorm_epsilon", &G::layernorm_epsilon, "1e-5", 1e-12, 1, "LayerNorm epsilon"),
   };
