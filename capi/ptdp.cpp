@@ -23,7 +23,7 @@
 #include "engine/trace/timeline_png.h"
 #include "engine/train/metrics_plot.h"
 #include "engine/train/trainer.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 struct ptdp_config {
   ptdp::Config config;

@@ -5,7 +5,7 @@
 
 #include "engine/core/status.h"
 #include "engine/device/ops.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace ptdp {
 
@@ -85,22 +85,13 @@ class CpuOps final : public Ops<T> {
  public:
   explicit CpuOps(Device &dev) : Ops<T>(dev) {}
 
-  void gemm(bool ta, bool tb, int M, int N, int K, T alpha, CAct A, int lda, CAct B, int ldb,
-            T beta, Act C, int ldc) override {
-    gemm_strided_batched(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
-  }
-  void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, T alpha, CAct A, int lda,
+  void gemm_impl(bool ta, bool tb, int M, int N, int K, T alpha, CAct A, int lda,
                             int64_t strideA, CAct B, int ldb, int64_t strideB, T beta, Act C,
                             int ldc, int64_t strideC, int batch) override {
-    if (M == 0 || N == 0 || batch == 0) return;
-    if (M < 0 || N < 0 || K < 0 || batch < 0)
-      fail(Status::invalid_argument, "gemm: M, N, K, batch = ", M, ", ", N, ", ", K, ", ", batch,
-           " (sizes must be >= 0)");
     Widened<T> w(scratch_);
-    // Stored shapes: A is [M, K] ([K, M] if ta), B is [K, N] ([N, K] if tb);
-    // with K = 0 neither is read (C = beta * C).
-    const T *a = K ? w.in(A, span(ta ? K : M, ta ? M : K, lda, strideA, batch)) : nullptr;
-    const T *b = K ? w.in(B, span(tb ? N : K, tb ? K : N, ldb, strideB, batch)) : nullptr;
+    // Stored shapes: A is [M, K] ([K, M] if ta), B is [K, N] ([N, K] if tb).
+    const T *a = w.in(A, span(ta ? K : M, ta ? M : K, lda, strideA, batch));
+    const T *b = w.in(B, span(tb ? N : K, tb ? K : N, ldb, strideB, batch));
     // C is read when beta != 0, and its span holds elements the GEMM does not
     // write unless it is dense.
     const bool dense = ldc == N && (batch == 1 || strideC == (int64_t)M * N);
@@ -109,74 +100,74 @@ class CpuOps final : public Ops<T> {
     cpu::gemm_strided_batched<T>(ta, tb, M, N, K, alpha, a, lda, strideA, b, ldb, strideB, beta, c,
                                  ldc, strideC, batch);
   }
-  void layernorm_forward(Act out, T *mean, T *rstd, CAct x, const T *w, const T *b, int N, int h,
+  void layernorm_forward_impl(Act out, T *mean, T *rstd, CAct x, const T *w, const T *b, int N, int h,
                          T eps) override {
     Widened<T> v(scratch_);
     const size_t n = (size_t)N * h;
     cpu::layernorm_forward<T>(v.out(out, n), mean, rstd, v.in(x, n), w, b, N, h, eps);
   }
-  void layernorm_backward(Act dx, T *dw, T *db, CAct dout, CAct x, const T *w, const T *mean,
+  void layernorm_backward_impl(Act dx, T *dw, T *db, CAct dout, CAct x, const T *w, const T *mean,
                           const T *rstd, int N, int h) override {
     Widened<T> v(scratch_);
     const size_t n = (size_t)N * h;
     cpu::layernorm_backward<T>(v.inout(dx, n), dw, db, v.in(dout, n), v.in(x, n), w, mean, rstd, N,
                                h);
   }
-  void bias_gelu_forward(Act z, Act out, CAct y, const T *bias, int N, int f) override {
+  void bias_gelu_forward_impl(Act z, Act out, CAct y, const T *bias, int N, int f) override {
     Widened<T> v(scratch_);
     const size_t n = (size_t)N * f;
     cpu::bias_gelu_forward<T>(v.out(z, n), v.out(out, n), v.in(y, n), bias, N, f);
   }
-  void bias_gelu_backward(Act dz, T *dbias, CAct dout, CAct z, int N, int f) override {
+  void bias_gelu_backward_impl(Act dz, T *dbias, CAct dout, CAct z, int N, int f) override {
     Widened<T> v(scratch_);
     const size_t n = (size_t)N * f;
     cpu::bias_gelu_backward<T>(v.out(dz, n), dbias, v.in(dout, n), v.in(z, n), N, f);
   }
-  void bias_dropout_add_forward(Act out, CAct residual, CAct y, const T *bias, int s, int b, int h,
+  void bias_dropout_add_forward_impl(Act out, CAct residual, CAct y, const T *bias, int s, int b, int h,
                                 const DropoutSpec &d) override {
     Widened<T> v(scratch_);
     const size_t n = (size_t)s * b * h;
     cpu::bias_dropout_add_forward<T>(v.out(out, n), v.in(residual, n), v.in(y, n), bias, s, b, h,
                                      d);
   }
-  void bias_dropout_add_backward(Act dy, T *dbias, CAct dout, int s, int b, int h,
+  void bias_dropout_add_backward_impl(Act dy, T *dbias, CAct dout, int s, int b, int h,
                                  const DropoutSpec &d) override {
     Widened<T> v(scratch_);
     const size_t n = (size_t)s * b * h;
     cpu::bias_dropout_add_backward<T>(v.out(dy, n), dbias, v.in(dout, n), s, b, h, d);
   }
-  void dropout_attention(Act out, CAct in, int b, int a, int s_q, int s_k, int head_offset,
+  void dropout_attention_impl(Act out, CAct in, int b, int a, int s_q, int s_k, int head_offset,
                          const DropoutSpec &d) override {
     Widened<T> v(scratch_);
     const size_t n = (size_t)b * a * s_q * s_k;
     cpu::dropout_attention<T>(v.out(out, n), v.in(in, n), b, a, s_q, s_k, head_offset, d);
   }
-  void dropout_backward_from_output(Act dx, CAct dy, CAct y, size_t n, float p) override {
+  void dropout_backward_from_output_impl(Act dx, CAct dy, CAct y, size_t n, float p) override {
     Widened<T> v(scratch_);
     cpu::dropout_backward_from_output<T>(v.out(dx, n), v.in(dy, n), v.in(y, n), n, p);
   }
-  void scale_mask_softmax_forward(Act P, CAct S, int batch, int s_q, int s_k, T scale, bool causal,
+  void scale_mask_softmax_forward_impl(Act P, CAct S, int batch, int s_q, int s_k, T scale, bool causal,
                                   const uint8_t *mask) override {
     Widened<T> v(scratch_);
     const size_t n = (size_t)batch * s_q * s_k;
     cpu::scale_mask_softmax_forward<T>(v.out(P, n), v.in(S, n), batch, s_q, s_k, scale, causal,
                                        mask);
   }
-  void scale_mask_softmax_backward(Act dS, CAct P, CAct dP, int batch, int s_q, int s_k,
+  void scale_mask_softmax_backward_impl(Act dS, CAct P, CAct dP, int batch, int s_q, int s_k,
                                    T scale) override {
     Widened<T> v(scratch_);
     const size_t n = (size_t)batch * s_q * s_k;
     cpu::scale_mask_softmax_backward<T>(v.out(dS, n), v.in(P, n), v.in(dP, n), batch, s_q, s_k,
                                         scale);
   }
-  void flash_attention_forward(Act ctx, T *lse, CAct qkv, int s, int b, int heads, int hd, T scale,
+  void flash_attention_forward_impl(Act ctx, T *lse, CAct qkv, int s, int b, int heads, int hd, T scale,
                                int head_offset, const DropoutSpec &d) override {
     Widened<T> v(scratch_);
     const size_t n = (size_t)s * b * heads * hd;
     cpu::flash_attention_forward<T>(v.out(ctx, n), lse, v.in(qkv, 3 * n), s, b, heads, hd, scale,
                                     head_offset, d);
   }
-  void flash_attention_backward(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const T *lse, int s, int b,
+  void flash_attention_backward_impl(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const T *lse, int s, int b,
                                 int heads, int hd, T scale, int head_offset,
                                 const DropoutSpec &d) override {
     Widened<T> v(scratch_);
@@ -184,34 +175,34 @@ class CpuOps final : public Ops<T> {
     cpu::flash_attention_backward<T>(v.out(dqkv, 3 * n), v.in(dctx, n), v.in(ctx, n),
                                      v.in(qkv, 3 * n), lse, s, b, heads, hd, scale, head_offset, d);
   }
-  void embedding_forward(Act x, const int32_t *tokens, const T *wte, int vocab_start, int vocab_rows,
+  void embedding_forward_impl(Act x, const int32_t *tokens, const T *wte, int vocab_start, int vocab_rows,
                          const T *wpe, int s, int b, int h) override {
     Widened<T> v(scratch_);
     cpu::embedding_forward<T>(v.out(x, (size_t)s * b * h), tokens, wte, vocab_start, vocab_rows,
                               wpe, s, b, h);
   }
-  void add_position_embedding(Act x, const T *wpe, int s, int b, int h) override {
+  void add_position_embedding_impl(Act x, const T *wpe, int s, int b, int h) override {
     Widened<T> v(scratch_);
     cpu::add_position_embedding<T>(v.inout(x, (size_t)s * b * h), wpe, s, b, h);
   }
-  void embedding_backward(T *dwte, T *dwpe, CAct dx, const int32_t *tokens, int s, int b, int h,
+  void embedding_backward_impl(T *dwte, T *dwpe, CAct dx, const int32_t *tokens, int s, int b, int h,
                           int vocab_start, int vocab_rows) override {
     Widened<T> v(scratch_);
     cpu::embedding_backward<T>(dwte, dwpe, v.in(dx, (size_t)s * b * h), tokens, s, b, h,
                                vocab_start, vocab_rows);
   }
-  void vocab_ce_local_max(T *row_max, CAct logits, int N, int ld, int cols) override {
+  void vocab_ce_local_max_impl(T *row_max, CAct logits, int N, int ld, int cols) override {
     Widened<T> v(scratch_);
     cpu::vocab_ce_local_max<T>(row_max, v.in(logits, (size_t)N * ld), N, ld, cols);
   }
-  void vocab_ce_local_sums(T *sum_exp, T *target_logit, CAct logits, const T *row_max,
+  void vocab_ce_local_sums_impl(T *sum_exp, T *target_logit, CAct logits, const T *row_max,
                            const int32_t *targets, int N, int ld, int cols,
                            int vocab_start) override {
     Widened<T> v(scratch_);
     cpu::vocab_ce_local_sums<T>(sum_exp, target_logit, v.in(logits, (size_t)N * ld), row_max,
                                 targets, N, ld, cols, vocab_start);
   }
-  void vocab_ce_backward(Act dlogits, CAct logits, const T *row_max, const T *sum_exp,
+  void vocab_ce_backward_impl(Act dlogits, CAct logits, const T *row_max, const T *sum_exp,
                          const int32_t *targets, int N, int ld, int cols, int vocab_start,
                          T dloss) override {
     Widened<T> v(scratch_);
@@ -219,19 +210,19 @@ class CpuOps final : public Ops<T> {
     cpu::vocab_ce_backward<T>(v.out(dlogits, n), v.in(logits, n), row_max, sum_exp, targets, N, ld,
                               cols, vocab_start, dloss);
   }
-  void adamw_update(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, size_t n,
+  void adamw_update_impl(T *param, const T *grad, T *exp_avg, T *exp_avg_sq, size_t n,
                     const AdamWStep &a) override {
     const cpu::AdamWParams p{a.lr,   a.beta1,      a.beta2,        a.eps,       a.weight_decay,
                              a.step, a.grad_scale, a.model_copy, a.model_type};
     cpu::adamw_update<T>(param, grad, exp_avg, exp_avg_sq, n, p);
   }
-  void colsum_accumulate(T *out, CAct x, int N, int cols) override {
+  void colsum_accumulate_impl(T *out, CAct x, int N, int cols) override {
     Widened<T> v(scratch_);
     cpu::colsum_accumulate<T>(out, v.in(x, (size_t)N * cols), N, cols);
   }
-  void scale_inplace(T *x, size_t n, T alpha) override { cpu::scale_inplace<T>(x, n, alpha); }
-  double sum_squares(const T *x, size_t n) override { return cpu::sum_squares<T>(x, n); }
-  void convert(Act dst, CAct src, size_t n) override {
+  void scale_inplace_impl(T *x, size_t n, T alpha) override { cpu::scale_inplace<T>(x, n, alpha); }
+  double sum_squares_impl(const T *x, size_t n) override { return cpu::sum_squares<T>(x, n); }
+  void convert_impl(Act dst, CAct src, size_t n) override {
     if (!n) return;
     if (dst.t == src.t) {
       std::memcpy(dst.p, src.p, n * dtype_size(src.t));
@@ -247,7 +238,7 @@ class CpuOps final : public Ops<T> {
       fail(Status::invalid_argument, "convert from ", dtype_name(src.t), " to ",
            dtype_name(dst.t), ": the cpu converts between f32 and bf16 or f16 only");
   }
-  void round_to_storage(T *x, size_t n, DType dtype) override {
+  void round_to_storage_impl(T *x, size_t n, DType dtype) override {
     if constexpr (std::is_same_v<T, float>) round_to(dtype, x, n);
   }
 
@@ -257,26 +248,11 @@ class CpuOps final : public Ops<T> {
 
 }  // namespace
 
-#ifndef PTDP_WITH_CUDA
-std::unique_ptr<Ops<float>> make_cuda_ops(Device &) {
-  fail(Status::invalid_config, "a CUDA device in a ptdp built without CUDA");
+template <class T>
+std::unique_ptr<Ops<T>> make_cpu_ops(Device &dev) {
+  return std::make_unique<CpuOps<T>>(dev);
 }
-#else
-std::unique_ptr<Ops<float>> make_cuda_ops(Device &dev);  // engine/device/cuda_ops.cu
-#endif
-
-template <>
-std::unique_ptr<Ops<float>> make_ops<float>(Device &dev) {
-  if (dev.kind() == DeviceKind::cuda) return make_cuda_ops(dev);
-  return std::make_unique<CpuOps<float>>(dev);
-}
-
-template <>
-std::unique_ptr<Ops<double>> make_ops<double>(Device &dev) {
-  if (dev.kind() != DeviceKind::cpu)
-    fail(Status::invalid_argument, "double precision ops exist on the cpu device only (",
-         dev.name(), " computes in f32, bf16 or f16)");
-  return std::make_unique<CpuOps<double>>(dev);
-}
+template std::unique_ptr<Ops<float>> make_cpu_ops<float>(Device &);
+template std::unique_ptr<Ops<double>> make_cpu_ops<double>(Device &);
 
 }  // namespace ptdp

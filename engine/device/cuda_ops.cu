@@ -19,7 +19,7 @@
 
 #include "engine/core/status.h"
 #include "engine/device/ops.h"
-#include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace ptdp {
 
@@ -42,15 +42,9 @@ class CudaOps final : public Ops<float> {
   // workspace lands on this device's GPU whichever thread builds the model.
   explicit CudaOps(Device &dev) : Ops<float>(dev), stream_(bound_stream(dev)) {}
 
-  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, CAct A, int lda, CAct B, int ldb,
-            float beta, Act C, int ldc) override {
-    gemm_strided_batched(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
-  }
-  void gemm_strided_batched(bool ta, bool tb, int M, int N, int K, float alpha, CAct A, int lda,
+  void gemm_impl(bool ta, bool tb, int M, int N, int K, float alpha, CAct A, int lda,
                             int64_t strideA, CAct B, int ldb, int64_t strideB, float beta, Act C,
                             int ldc, int64_t strideC, int batch) override {
-    if (M <= 0 || N <= 0 || batch <= 0) return;
-    if (K <= 0) fail(Status::invalid_argument, "GEMM with K = ", K, " (must be >= 1)");
     const DType st = storage_type();
     if (st == DType::f32) {
       gemm_.run(DType::f32, ta, tb, M, N, K, alpha, f32(A, "gemm A"), lda, strideA,
@@ -65,7 +59,7 @@ class CudaOps final : public Ops<float> {
     gemm_.run(st, C.t, ta, tb, M, N, K, alpha, A16, lda, strideA, B16, ldb, strideB, beta, C.p, ldc,
               strideC, batch, stream_);
   }
-  void layernorm_forward(Act out, float *mean, float *rstd, CAct x, const float *w, const float *b,
+  void layernorm_forward_impl(Act out, float *mean, float *rstd, CAct x, const float *w, const float *b,
                          int N, int h, float eps) override {
     with_act_type(act_type(), [&](auto z) {
       using S = decltype(z);
@@ -73,7 +67,7 @@ class CudaOps final : public Ops<float> {
                                  weight<S>(b, h, 1), N, h, eps, stream_);
     });
   }
-  void layernorm_backward(Act dx, float *dw, float *db, CAct dout, CAct x, const float *w,
+  void layernorm_backward_impl(Act dx, float *dw, float *db, CAct dout, CAct x, const float *w,
                           const float *mean, const float *rstd, int N, int h) override {
     with_act_type(act_type(), [&](auto z) {
       using S = decltype(z);
@@ -81,20 +75,20 @@ class CudaOps final : public Ops<float> {
                                   mean, rstd, N, h, stream_);
     });
   }
-  void bias_gelu_forward(Act z, Act out, CAct y, const float *bias, int N, int f) override {
+  void bias_gelu_forward_impl(Act z, Act out, CAct y, const float *bias, int N, int f) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
       cuda::bias_gelu_forward<S>(act<S>(z), act<S>(out), act<S>(y), weight<S>(bias, f, 0), N, f,
                                  stream_);
     });
   }
-  void bias_gelu_backward(Act dz, float *dbias, CAct dout, CAct z, int N, int f) override {
+  void bias_gelu_backward_impl(Act dz, float *dbias, CAct dout, CAct z, int N, int f) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
       cuda::bias_gelu_backward<S>(act<S>(dz), dbias, act<S>(dout), act<S>(z), N, f, stream_);
     });
   }
-  void bias_dropout_add_forward(Act out, CAct residual, CAct y, const float *bias, int s, int b,
+  void bias_dropout_add_forward_impl(Act out, CAct residual, CAct y, const float *bias, int s, int b,
                                 int h, const DropoutSpec &d) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
@@ -102,27 +96,27 @@ class CudaOps final : public Ops<float> {
                                         weight<S>(bias, h, 0), s, b, h, d, stream_);
     });
   }
-  void bias_dropout_add_backward(Act dy, float *dbias, CAct dout, int s, int b, int h,
+  void bias_dropout_add_backward_impl(Act dy, float *dbias, CAct dout, int s, int b, int h,
                                  const DropoutSpec &d) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
       cuda::bias_dropout_add_backward<S>(act<S>(dy), dbias, act<S>(dout), s, b, h, d, stream_);
     });
   }
-  void dropout_attention(Act out, CAct in, int b, int a, int s_q, int s_k, int head_offset,
+  void dropout_attention_impl(Act out, CAct in, int b, int a, int s_q, int s_k, int head_offset,
                          const DropoutSpec &d) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
       cuda::dropout_attention<S>(act<S>(out), act<S>(in), b, a, s_q, s_k, head_offset, d, stream_);
     });
   }
-  void dropout_backward_from_output(Act dx, CAct dy, CAct y, size_t n, float p) override {
+  void dropout_backward_from_output_impl(Act dx, CAct dy, CAct y, size_t n, float p) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
       cuda::dropout_backward_from_output<S>(act<S>(dx), act<S>(dy), act<S>(y), n, p, stream_);
     });
   }
-  void scale_mask_softmax_forward(Act P, CAct S_, int batch, int s_q, int s_k, float scale,
+  void scale_mask_softmax_forward_impl(Act P, CAct S_, int batch, int s_q, int s_k, float scale,
                                   bool causal, const uint8_t *mask) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
@@ -130,7 +124,7 @@ class CudaOps final : public Ops<float> {
                                           mask, stream_);
     });
   }
-  void scale_mask_softmax_backward(Act dS, CAct P, CAct dP, int batch, int s_q, int s_k,
+  void scale_mask_softmax_backward_impl(Act dS, CAct P, CAct dP, int batch, int s_q, int s_k,
                                    float scale) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
@@ -140,7 +134,7 @@ class CudaOps final : public Ops<float> {
   }
   // A 16-bit run's attention runs on tensor cores; fp32 keeps the CUDA-core
   // kernels, as no TF32 is used anywhere.
-  void flash_attention_forward(Act ctx, float *lse, CAct qkv, int s, int b, int heads, int hd,
+  void flash_attention_forward_impl(Act ctx, float *lse, CAct qkv, int s, int b, int heads, int hd,
                                float scale, int head_offset, const DropoutSpec &d) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
@@ -152,7 +146,7 @@ class CudaOps final : public Ops<float> {
                                              head_offset, d, act_type(), stream_);
     });
   }
-  void flash_attention_backward(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const float *lse, int s,
+  void flash_attention_backward_impl(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const float *lse, int s,
                                 int b, int heads, int hd, float scale, int head_offset,
                                 const DropoutSpec &d) override {
     with_act_type(act_type(), [&](auto t) {
@@ -167,7 +161,7 @@ class CudaOps final : public Ops<float> {
                                               head_offset, d, act_type(), stream_, &gemm_);
     });
   }
-  void embedding_forward(Act x, const int32_t *tokens, const float *wte, int vocab_start,
+  void embedding_forward_impl(Act x, const int32_t *tokens, const float *wte, int vocab_start,
                          int vocab_rows, const float *wpe, int s, int b, int h) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
@@ -176,14 +170,14 @@ class CudaOps final : public Ops<float> {
                                  h, stream_);
     });
   }
-  void add_position_embedding(Act x, const float *wpe, int s, int b, int h) override {
+  void add_position_embedding_impl(Act x, const float *wpe, int s, int b, int h) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
       cuda::add_position_embedding<S>(act<S>(x), weight<S>(wpe, (size_t)s * h, 0), s, b, h,
                                       stream_);
     });
   }
-  void embedding_backward(float *dwte, float *dwpe, CAct dx, const int32_t *tokens, int s, int b,
+  void embedding_backward_impl(float *dwte, float *dwpe, CAct dx, const int32_t *tokens, int s, int b,
                           int h, int vocab_start, int vocab_rows) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
@@ -191,13 +185,13 @@ class CudaOps final : public Ops<float> {
                                   stream_);
     });
   }
-  void vocab_ce_local_max(float *row_max, CAct logits, int N, int ld, int cols) override {
+  void vocab_ce_local_max_impl(float *row_max, CAct logits, int N, int ld, int cols) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
       cuda::vocab_ce_local_max<S>(row_max, act<S>(logits), N, ld, cols, stream_);
     });
   }
-  void vocab_ce_local_sums(float *sum_exp, float *target_logit, CAct logits, const float *row_max,
+  void vocab_ce_local_sums_impl(float *sum_exp, float *target_logit, CAct logits, const float *row_max,
                            const int32_t *targets, int N, int ld, int cols,
                            int vocab_start) override {
     with_act_type(act_type(), [&](auto t) {
@@ -206,7 +200,7 @@ class CudaOps final : public Ops<float> {
                                    cols, vocab_start, stream_);
     });
   }
-  void vocab_ce_backward(Act dlogits, CAct logits, const float *row_max, const float *sum_exp,
+  void vocab_ce_backward_impl(Act dlogits, CAct logits, const float *row_max, const float *sum_exp,
                          const int32_t *targets, int N, int ld, int cols, int vocab_start,
                          float dloss) override {
     with_act_type(act_type(), [&](auto t) {
@@ -218,7 +212,7 @@ class CudaOps final : public Ops<float> {
   // Where the update's model copy is a part of the weights and their 16-bit
   // copy exists, the same pass writes that part of it too (set_weights keeps
   // the copy when the updates since weights_written covered all of it).
-  void adamw_update(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
+  void adamw_update_impl(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
                     const AdamWStep &a) override {
     void *copy16 = nullptr;
     const float *w = weights_;
@@ -232,16 +226,16 @@ class CudaOps final : public Ops<float> {
                        a.weight_decay, a.step, a.grad_scale, a.model_copy, a.model_type, stream_,
                        copy16);
   }
-  void colsum_accumulate(float *out, CAct x, int N, int cols) override {
+  void colsum_accumulate_impl(float *out, CAct x, int N, int cols) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
       cuda::colsum_accumulate<S>(out, act<S>(x), N, cols, stream_);
     });
   }
-  void scale_inplace(float *x, size_t n, float alpha) override {
+  void scale_inplace_impl(float *x, size_t n, float alpha) override {
     cuda::scale_inplace<float>(x, n, alpha, stream_);
   }
-  double sum_squares(const float *x, size_t n) override {
+  double sum_squares_impl(const float *x, size_t n) override {
     DeviceArray<double> scratch(device(), cuda::sum_squares_scratch(n) + 1);  // + the result
     double *out = scratch.data() + scratch.size() - 1;
     cuda::sum_squares<float>(out, x, n, scratch.data(), stream_);
@@ -249,10 +243,10 @@ class CudaOps final : public Ops<float> {
     device().copy_to_host(&v, out, sizeof v);
     return v;
   }
-  void convert(Act dst, CAct src, size_t n) override {
+  void convert_impl(Act dst, CAct src, size_t n) override {
     cuda::cast(dst.p, dst.t, src.p, src.t, n, stream_);
   }
-  void round_to_storage(float *x, size_t n, DType dtype) override {
+  void round_to_storage_impl(float *x, size_t n, DType dtype) override {
     cuda::round_to(x, n, dtype, stream_);
   }
   void set_weights(const float *base, size_t n) override {

@@ -268,15 +268,12 @@ void GPT<T>::set_flash_attention(bool on) {
 
 template <class T>
 void GPT<T>::set_op_profiling(bool on) {
-  auto *profiled = dynamic_cast<ProfiledOps<T> *>(ops_.get());
-  if (on && !profiled) ops_ = std::make_unique<ProfiledOps<T>>(std::move(ops_));
-  if (!on && profiled) ops_ = profiled->release();
+  ops_->set_profiling(on);
 }
 
 template <class T>
 std::vector<OpTime> GPT<T>::take_op_profile() {
-  auto *profiled = dynamic_cast<ProfiledOps<T> *>(ops_.get());
-  return profiled ? profiled->take() : std::vector<OpTime>{};
+  return ops_->take_profile();
 }
 
 template <class T>

@@ -27,7 +27,6 @@
 #include "engine/device/act_array.h"
 #include "engine/device/device.h"
 #include "engine/device/ops.h"
-#include "engine/device/profiled_ops.h"
 #include "engine/model/gpt_config.h"
 
 namespace ptdp {
@@ -119,7 +118,7 @@ class GPT {
   bool flash_attention() const { return flash_; }
   Ops<T> &ops() const { return *ops_; }
   // Times every op of the model and of its optimizer (which calls ops()) on the
-  // device's clock (ProfiledOps) until turned off; take_op_profile gives the
+  // device's clock (Ops::set_profiling) until turned off; take_op_profile gives the
   // sums since the last take, slowest first (empty when off). Any time.
   void set_op_profiling(bool on);
   std::vector<OpTime> take_op_profile();

@@ -1,4 +1,4 @@
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace ptdp::cpu {
 

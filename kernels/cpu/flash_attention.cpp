@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace ptdp::cpu {
 

@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace ptdp::cpu {
 

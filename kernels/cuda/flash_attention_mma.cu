@@ -37,7 +37,7 @@
 
 #include "engine/core/status.h"
 #include "kernels/cuda/flash_common.cuh"
-#include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/storage.cuh"
 
 namespace ptdp::cuda {

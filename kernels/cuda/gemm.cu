@@ -5,7 +5,7 @@
 #include <string>
 
 #include "engine/core/status.h"
-#include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace ptdp::cuda {
 

@@ -11,7 +11,7 @@
 //                 [--recompute 1] [--flash 0] [--bf16 0] [--bf16-peak 989]
 //                 [--fp32-peak 67] [--profile 0]
 // Prints "bench name=ptdp_train ..." for scripts/gpu_summary.py; --profile 1
-// then times every op of one more step (ProfiledOps) and prints the table.
+// then times every op of one more step (Ops::set_profiling) and prints the table.
 #include <chrono>
 #include <cmath>
 #include <cstdio>

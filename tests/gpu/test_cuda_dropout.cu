@@ -4,8 +4,8 @@
 // the storage type first, so the fp32 CPU reference sees exactly what the
 // kernel reads. Outputs are poisoned with NaN first. Exits 77 (skipped)
 // without a device.
-#include "kernels/cpu/ops.h"
-#include "kernels/cuda/ops_cuda.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace {

@@ -28,7 +28,7 @@
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
-#include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace gpu_test;

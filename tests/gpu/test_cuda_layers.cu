@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/ops.h"
-#include "kernels/cuda/ops_cuda.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace {

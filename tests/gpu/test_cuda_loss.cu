@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "kernels/cpu/ops.h"
-#include "kernels/cuda/ops_cuda.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace {

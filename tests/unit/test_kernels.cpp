@@ -1,4 +1,4 @@
-// Unit tests for the CPU kernels (kernels/cpu/ops.h).
+// Unit tests for the CPU kernels (kernels/cpu/cpu_kernels.h).
 //
 // Every backward is checked against central finite differences of its own
 // forward, in double precision, through the scalar objective L = sum(out * R)
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/core/status.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace ptdp::cpu {
 namespace {

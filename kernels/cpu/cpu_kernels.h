@@ -1,7 +1,7 @@
-// The op interface, CPU implementation. Every op is a plain function over
-// row-major arrays, templated on the element type (float for training, double
-// for the finite-difference tests). Shapes in comments; N = s*b rows in the
-// [s, b, h] activation layout. Ops named *_accumulate or documented as
+// The CPU kernels behind the op table (engine/device/ops.h). Every op is a
+// plain function over row-major arrays, templated on the element type (float
+// for training, double for the finite-difference tests). Shapes in comments;
+// N = s*b rows in the [s, b, h] activation layout. Ops named *_accumulate or documented as
 // "accumulates" add into their outputs (gradients summed over micro-batches).
 #pragma once
 #include <cstddef>

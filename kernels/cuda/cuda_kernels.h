@@ -1,5 +1,6 @@
-// CUDA implementations of the op interface (kernels/cpu/ops.h), fp32 and the
-// 16-bit types (bf16, fp16) with fp32 arithmetic. Same shapes and semantics
+// The CUDA kernels behind the op table (engine/device/ops.h; their CPU twins
+// in kernels/cpu/cpu_kernels.h), fp32 and the 16-bit types (bf16, fp16) with
+// fp32 arithmetic. Same shapes and semantics
 // as the CPU kernels; every call is asynchronous on `stream`. Pointers are
 // device pointers.
 #pragma once
