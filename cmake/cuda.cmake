@@ -26,7 +26,8 @@ if(PTDP_CUDA)
   add_library(ptdp_cuda_kernels STATIC kernels/cuda/layernorm.cu kernels/cuda/bias_gelu.cu
     kernels/cuda/softmax.cu kernels/cuda/embedding.cu kernels/cuda/cross_entropy.cu
     kernels/cuda/adamw.cu kernels/cuda/gemm.cu kernels/cuda/dropout.cu kernels/cuda/reduce.cu
-    kernels/cuda/flash_attention.cu kernels/cuda/flash_attention_mma.cu)
+    kernels/cuda/flash_attention.cu kernels/cuda/flash_attention_mma.cu
+    kernels/cuda/swiglu.cu kernels/cuda/rope.cu)
   target_include_directories(ptdp_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR})
   target_link_libraries(ptdp_cuda_kernels PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas)  # cublas: status names
 endif()

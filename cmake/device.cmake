@@ -8,7 +8,8 @@ target_include_directories(ptdp_core PUBLIC ${CMAKE_SOURCE_DIR})
 add_library(ptdp_cpu_kernels STATIC kernels/cpu/gemm.cpp kernels/cpu/layernorm.cpp
   kernels/cpu/bias_gelu.cpp kernels/cpu/dropout.cpp kernels/cpu/softmax.cpp
   kernels/cpu/embedding.cpp kernels/cpu/cross_entropy.cpp kernels/cpu/adamw.cpp
-  kernels/cpu/reduce.cpp kernels/cpu/flash_attention.cpp)
+  kernels/cpu/reduce.cpp kernels/cpu/flash_attention.cpp kernels/cpu/rmsnorm.cpp
+  kernels/cpu/swiglu.cpp kernels/cpu/rope.cpp)
 target_link_libraries(ptdp_cpu_kernels PUBLIC ptdp_core)
 if(OPENBLAS_LIB)
   target_include_directories(ptdp_cpu_kernels PUBLIC ${CBLAS_INCLUDE_DIR})

@@ -131,8 +131,8 @@ else
   fi
   g=build-gpu/tests/gpu
   if wanted tests; then
-    for t in test_cuda_gpt test_cuda_flash_attention test_cuda_layers test_cuda_dropout \
-             test_cuda_loss test_cuda_gemm test_cuda_device; do
+    for t in test_cuda_gpt test_cuda_flash_attention test_cuda_layers test_cuda_llama_ops \
+             test_cuda_dropout test_cuda_loss test_cuda_gemm test_cuda_device; do
       if [[ ! -x $g/$t ]]; then note "$t" "FAILED (not built)" 0 build.log; continue; fi
       echo "== $t" >>"$OUT/tests.log"
       step "${t#test_cuda_}" 75 tests.log "$g/$t"

@@ -123,6 +123,34 @@ class CpuOps final : public Ops<T> {
     const size_t n = (size_t)N * f;
     cpu::bias_gelu_backward<T>(v.out(dz, n), dbias, v.in(dout, n), v.in(z, n), N, f);
   }
+  void rmsnorm_forward_impl(Act out, T *rstd, CAct x, const T *w, int N, int h, T eps) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)N * h;
+    cpu::rmsnorm_forward<T>(v.out(out, n), rstd, v.in(x, n), w, N, h, eps);
+  }
+  void rmsnorm_backward_impl(Act dx, T *dw, CAct dout, CAct x, const T *w, const T *rstd, int N,
+                             int h) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)N * h;
+    cpu::rmsnorm_backward<T>(v.inout(dx, n), dw, v.in(dout, n), v.in(x, n), w, rstd, N, h);
+  }
+  void swiglu_forward_impl(Act z, Act out, CAct y, const T *bias, int N, int f) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)N * f;
+    cpu::swiglu_forward<T>(v.out(z, 2 * n), v.out(out, n), v.in(y, 2 * n), bias, N, f);
+  }
+  void swiglu_backward_impl(Act dz, T *dbias, CAct dout, CAct z, int N, int f) override {
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)N * f;
+    cpu::swiglu_backward<T>(v.out(dz, 2 * n), dbias, v.in(dout, n), v.in(z, 2 * n), N, f);
+  }
+  void rope_rotate_impl(Act x, const float *cos_t, const float *sin_t, int s, int b, int ld,
+                        int vecs, int stride, int hd, bool inverse) override {
+    if (s == 0 || b == 0 || vecs == 0) return;
+    Widened<T> v(scratch_);
+    const size_t n = (size_t)(s * b - 1) * ld + (size_t)(vecs - 1) * stride + hd;
+    cpu::rope_rotate<T>(v.inout(x, n), cos_t, sin_t, s, b, ld, vecs, stride, hd, inverse);
+  }
   void bias_dropout_add_forward_impl(Act out, CAct residual, CAct y, const T *bias, int s, int b, int h,
                                 const DropoutSpec &d) override {
     Widened<T> v(scratch_);

@@ -88,6 +88,41 @@ class CudaOps final : public Ops<float> {
       cuda::bias_gelu_backward<S>(act<S>(dz), dbias, act<S>(dout), act<S>(z), N, f, stream_);
     });
   }
+  void rmsnorm_forward_impl(Act out, float *rstd, CAct x, const float *w, int N, int h,
+                           float eps) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::rmsnorm_forward<S>(act<S>(out), rstd, act<S>(x), weight<S>(w, h, 0), N, h, eps, stream_);
+    });
+  }
+  void rmsnorm_backward_impl(Act dx, float *dw, CAct dout, CAct x, const float *w,
+                             const float *rstd, int N, int h) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::rmsnorm_backward<S>(act<S>(dx), dw, act<S>(dout), act<S>(x), weight<S>(w, h, 0), rstd,
+                                N, h, stream_);
+    });
+  }
+  void swiglu_forward_impl(Act z, Act out, CAct y, const float *bias, int N, int f) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::swiglu_forward<S>(act<S>(z), act<S>(out), act<S>(y), weight<S>(bias, 2 * (size_t)f, 0),
+                              N, f, stream_);
+    });
+  }
+  void swiglu_backward_impl(Act dz, float *dbias, CAct dout, CAct z, int N, int f) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::swiglu_backward<S>(act<S>(dz), dbias, act<S>(dout), act<S>(z), N, f, stream_);
+    });
+  }
+  void rope_rotate_impl(Act x, const float *cos_t, const float *sin_t, int s, int b, int ld,
+                        int vecs, int stride, int hd, bool inverse) override {
+    with_act_type(act_type(), [&](auto t) {
+      using S = decltype(t);
+      cuda::rope_rotate<S>(act<S>(x), cos_t, sin_t, s, b, ld, vecs, stride, hd, inverse, stream_);
+    });
+  }
   void bias_dropout_add_forward_impl(Act out, CAct residual, CAct y, const float *bias, int s, int b,
                                 int h, const DropoutSpec &d) override {
     with_act_type(act_type(), [&](auto t) {

@@ -142,6 +142,43 @@ class Ops {
     timed("bias_gelu_backward", 0, [&] { bias_gelu_backward_impl(dz, dbias, dout, z, N, f); });
   }
 
+  // ---- RMSNorm (LLaMA): out, x [N, h]; rstd [N]; backward accumulates ----
+  void rmsnorm_forward(Act out, T *rstd, CAct x, const T *w, int N, int h, T eps) {
+    check_sizes("rmsnorm_forward", {{"N", N}, {"h", h}});
+    timed("rmsnorm_forward", 0, [&] { rmsnorm_forward_impl(out, rstd, x, w, N, h, eps); });
+  }
+  void rmsnorm_backward(Act dx, T *dw, CAct dout, CAct x, const T *w, const T *rstd, int N, int h) {
+    check_sizes("rmsnorm_backward", {{"N", N}, {"h", h}});
+    timed("rmsnorm_backward", 0, [&] { rmsnorm_backward_impl(dx, dw, dout, x, w, rstd, N, h); });
+  }
+
+  // ---- SwiGLU: z = y + bias ([N, 2f]: gate, then up), out = silu(gate) * up
+  // [N, f]; bias may be null; dbias accumulates ----
+  void swiglu_forward(Act z, Act out, CAct y, const T *bias, int N, int f) {
+    check_sizes("swiglu_forward", {{"N", N}, {"f", f}});
+    timed("swiglu_forward", 0, [&] { swiglu_forward_impl(z, out, y, bias, N, f); });
+  }
+  void swiglu_backward(Act dz, T *dbias, CAct dout, CAct z, int N, int f) {
+    check_sizes("swiglu_backward", {{"N", N}, {"f", f}});
+    timed("swiglu_backward", 0, [&] { swiglu_backward_impl(dz, dbias, dout, z, N, f); });
+  }
+
+  // ---- rotary embeddings in place (kernels/cpu/cpu_kernels.h's rope_rotate):
+  // rows si*b + bi of x (row stride ld), `vecs` vectors of hd at columns
+  // k*stride turned by position si's angles; cos_t, sin_t: the device's copy
+  // of rope_table's [s, hd/2]; inverse for the backward ----
+  void rope_rotate(Act x, const float *cos_t, const float *sin_t, int s, int b, int ld, int vecs,
+                   int stride, int hd, bool inverse) {
+    check_sizes("rope_rotate",
+                {{"s", s}, {"b", b}, {"ld", ld}, {"vecs", vecs}, {"stride", stride}, {"hd", hd}});
+    if (hd % 2 != 0) fail(Status::invalid_argument, "rope_rotate: hd = ", hd, " (allowed: even)");
+    if (vecs > 0 && (int64_t)(vecs - 1) * stride + hd > ld)
+      fail(Status::invalid_argument, "rope_rotate: ", vecs, " vectors of ", hd, " values ",
+           stride, " apart overrun a row of ld = ", ld);
+    timed("rope_rotate", 0,
+          [&] { rope_rotate_impl(x, cos_t, sin_t, s, b, ld, vecs, stride, hd, inverse); });
+  }
+
   // ---- dropout keyed by global indices (the same bits on every backend) ----
   void bias_dropout_add_forward(Act out, CAct residual, CAct y, const T *bias, int s, int b, int h,
                                 const DropoutSpec &d) {
@@ -333,6 +370,13 @@ class Ops {
                                        const T *mean, const T *rstd, int N, int h) = 0;
   virtual void bias_gelu_forward_impl(Act z, Act out, CAct y, const T *bias, int N, int f) = 0;
   virtual void bias_gelu_backward_impl(Act dz, T *dbias, CAct dout, CAct z, int N, int f) = 0;
+  virtual void rmsnorm_forward_impl(Act out, T *rstd, CAct x, const T *w, int N, int h, T eps) = 0;
+  virtual void rmsnorm_backward_impl(Act dx, T *dw, CAct dout, CAct x, const T *w, const T *rstd,
+                                     int N, int h) = 0;
+  virtual void swiglu_forward_impl(Act z, Act out, CAct y, const T *bias, int N, int f) = 0;
+  virtual void swiglu_backward_impl(Act dz, T *dbias, CAct dout, CAct z, int N, int f) = 0;
+  virtual void rope_rotate_impl(Act x, const float *cos_t, const float *sin_t, int s, int b, int ld,
+                                int vecs, int stride, int hd, bool inverse) = 0;
   virtual void bias_dropout_add_forward_impl(Act out, CAct residual, CAct y, const T *bias, int s,
                                              int b, int h, const DropoutSpec &d) = 0;
   virtual void bias_dropout_add_backward_impl(Act dy, T *dbias, CAct dout, int s, int b, int h,

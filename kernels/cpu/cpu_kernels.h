@@ -41,6 +41,36 @@ void bias_gelu_forward(T *z, T *out, const T *y, const T *bias, int N, int f);
 template <class T>
 void bias_gelu_backward(T *dz, T *dbias, const T *dout, const T *z, int N, int f);
 
+// ---- RMSNorm over the last dim (LLaMA): no mean, no bias -------------------
+// out, x: [N, h]; rstd: [N] (saved for backward).
+template <class T>
+void rmsnorm_forward(T *out, T *rstd, const T *x, const T *w, int N, int h, T eps);
+// Accumulates: dx += dL/dx, dw += dL/dw.
+template <class T>
+void rmsnorm_backward(T *dx, T *dw, const T *dout, const T *x, const T *w, const T *rstd, int N,
+                      int h);
+
+// ---- SwiGLU (LLaMA's gated MLP) -----------------------------------------------
+// z = y + bias (bias [2f] or null), out = silu(z[:, :f]) * z[:, f:]. y, z: [N, 2f]
+// (gate columns, then up columns); out: [N, f]; z may alias y.
+template <class T>
+void swiglu_forward(T *z, T *out, const T *y, const T *bias, int N, int f);
+// dz [N, 2f] from dout [N, f] and z; dbias += colsum(dz) when not null.
+template <class T>
+void swiglu_backward(T *dz, T *dbias, const T *dout, const T *z, int N, int f);
+
+// ---- rotary position embeddings (rotate-half form) ----------------------------
+// cos_t, sin_t: [s, hd/2], the angles p * base^(-2j/hd) as transformers computes
+// them in fp32 (the tables every backend and layout uses).
+void rope_table(float *cos_t, float *sin_t, int s, int hd, double base);
+// In place over rows r = si*b + bi of x (s*b rows, row stride ld): the `vecs`
+// vectors of hd values at columns k*stride, k < vecs, of row r are at
+// position si; (v[j], v[j + hd/2]) -> (v[j] c - v[j + hd/2] s, v[j] s +
+// v[j + hd/2] c). inverse: by minus the angle (the backward: R^T).
+template <class T>
+void rope_rotate(T *x, const float *cos_t, const float *sin_t, int s, int b, int ld, int vecs,
+                 int stride, int hd, bool inverse);
+
 // ---- dropout keyed by global indices (ARCHITECTURE §3) ----------------------
 using ptdp::DropoutSpec;  // engine/core/philox.h: shared with the CUDA kernels
 using ptdp::dropout_keep;

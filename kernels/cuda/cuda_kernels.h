@@ -84,6 +84,23 @@ template <class T>
 void bias_gelu_backward(T *dz, float *dbias, const T *dout, const T *z, int N, int f,
                         cudaStream_t stream);
 
+// RMSNorm, SwiGLU and rotary embeddings (the CPU's rmsnorm, swiglu, rope):
+// rstd [N] and dw, dbias in fp32; the rope tables are the CPU's fp32 tables.
+template <class T>
+void rmsnorm_forward(T *out, float *rstd, const T *x, const T *w, int N, int h, float eps,
+                     cudaStream_t stream);
+template <class T>
+void rmsnorm_backward(T *dx, float *dw, const T *dout, const T *x, const T *w, const float *rstd,
+                      int N, int h, cudaStream_t stream);
+template <class T>
+void swiglu_forward(T *z, T *out, const T *y, const T *bias, int N, int f, cudaStream_t stream);
+template <class T>
+void swiglu_backward(T *dz, float *dbias, const T *dout, const T *z, int N, int f,
+                     cudaStream_t stream);
+template <class T>
+void rope_rotate(T *x, const float *cos_t, const float *sin_t, int s, int b, int ld, int vecs,
+                 int stride, int hd, bool inverse, cudaStream_t stream);
+
 // Dropout draws the CPU's Philox bits (engine/core/philox.h): the same mask for
 // the same (seed, iteration, layer, site, sample, element).
 // out = residual + dropout(y + bias) over [s, b, h]; residual and bias may be null.

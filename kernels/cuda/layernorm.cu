@@ -1,6 +1,8 @@
-// LayerNorm over the last dim for the storage types (fp32 arithmetic, each
-// stored T rounded once): the arithmetic of kernels/cpu/layernorm.cpp up to the
-// order of the sums. Forward: one warp per row held in registers when it fits
+// LayerNorm and RMSNorm over the last dim for the storage types (fp32
+// arithmetic, each stored T rounded once): the arithmetic of
+// kernels/cpu/layernorm.cpp and rmsnorm.cpp up to the order of the sums.
+// RMSNorm is LayerNorm with the mean taken as 0 and no bias (kRms): the same
+// kernels, its backward without the mean(dxhat) term and without db. Forward: one warp per row held in registers when it fits
 // (h <= 32 * kMaxRegs with 16-byte rows), else one block per row. Backward: one
 // block per chunk of rows computes dx and the chunk's dw, db partial sums; a
 // second kernel adds the chunks in a fixed order (the same bits every run).
@@ -23,7 +25,7 @@ constexpr int kChunk = 8;         // backward: rows per block (one dw, db partia
 // Forward with the row in registers: lane holds packs lane, lane + 32, ...
 // (kPacks of kVec<T> values); two passes (mean, then the squared deviations)
 // as the CPU. Needs h % kVec<T> == 0 and 16-byte aligned pointers.
-template <class T, int kPacks>
+template <class T, int kPacks, bool kRms>
 __global__ void layernorm_fwd_regs(T *out, float *mean, float *rstd, const T *x, const T *w,
                                    const T *b, int N, int h, float eps) {
   constexpr int V = kVec<T>;
@@ -43,7 +45,7 @@ __global__ void layernorm_fwd_regs(T *out, float *mean, float *rstd, const T *x,
       for (int e = 0; e < V; e++) s += v[k][e] = to_f32(q.v[e]);
     }
   }
-  const float m = warp_sum(s) / h;
+  const float m = kRms ? 0.f : warp_sum(s) / h;
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < kPacks; k++)
@@ -57,15 +59,20 @@ __global__ void layernorm_fwd_regs(T *out, float *mean, float *rstd, const T *x,
   for (int k = 0; k < kPacks; k++) {
     const int p = k * 32 + lane;
     if (p < np) {
-      const Pack wq = wp[p], bq = bp[p];
+      const Pack wq = wp[p];
       Pack o;
 #pragma unroll
-      for (int e = 0; e < V; e++)
-        o.v[e] = from_f32<T>((v[k][e] - m) * r * to_f32(wq.v[e]) + to_f32(bq.v[e]));
+      for (int e = 0; e < V; e++) {
+        const float y = (v[k][e] - m) * r * to_f32(wq.v[e]);
+        o.v[e] = from_f32<T>(kRms ? y : y + to_f32(bp[p].v[e]));
+      }
       yr[p] = o;
     }
   }
-  if (lane == 0) mean[row] = m, rstd[row] = r;
+  if (lane == 0) {
+    if (!kRms) mean[row] = m;
+    rstd[row] = r;
+  }
 }
 
 // Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets it.
@@ -82,21 +89,29 @@ __device__ float block_sum(float v, float *shared) {
 
 // Forward fallback (any h, any alignment): one block per row, three passes over
 // a row that stays in L1.
-template <class T>
+template <class T, bool kRms>
 __global__ void layernorm_fwd_loop(T *out, float *mean, float *rstd, const T *x, const T *w,
                                    const T *b, int h, float eps) {
   __shared__ float shared[32];
   const T *xr = x + (size_t)blockIdx.x * h;
   T *yr = out + (size_t)blockIdx.x * h;
-  float s = 0.f;
-  for (int j = threadIdx.x; j < h; j += blockDim.x) s += to_f32(xr[j]);
-  const float m = block_sum(s, shared) / h;
+  float m = 0.f;
+  if (!kRms) {
+    float s = 0.f;
+    for (int j = threadIdx.x; j < h; j += blockDim.x) s += to_f32(xr[j]);
+    m = block_sum(s, shared) / h;
+  }
   float ss = 0.f;
   for (int j = threadIdx.x; j < h; j += blockDim.x) ss += (to_f32(xr[j]) - m) * (to_f32(xr[j]) - m);
   const float r = 1.f / sqrtf(block_sum(ss, shared) / h + eps);
-  for (int j = threadIdx.x; j < h; j += blockDim.x)
-    yr[j] = from_f32<T>((to_f32(xr[j]) - m) * r * to_f32(w[j]) + to_f32(b[j]));
-  if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = r;
+  for (int j = threadIdx.x; j < h; j += blockDim.x) {
+    const float y = (to_f32(xr[j]) - m) * r * to_f32(w[j]);
+    yr[j] = from_f32<T>(kRms ? y : y + to_f32(b[j]));
+  }
+  if (threadIdx.x == 0) {
+    if (!kRms) mean[blockIdx.x] = m;
+    rstd[blockIdx.x] = r;
+  }
 }
 
 // Backward, one block per chunk of kChunk rows, W elements per access (kVec<T>,
@@ -105,7 +120,7 @@ __global__ void layernorm_fwd_loop(T *out, float *mean, float *rstd, const T *x,
 // 2. one thread per W columns, rows in order: dx += (dxhat - mean(dxhat) - xhat *
 //    mean(dxhat * xhat)) * rstd, and the chunk's sums of dout * xhat and dout.
 // partial: [chunks, 2, h] (dw, then db).
-template <class T, int W>
+template <class T, int W, bool kRms>
 __global__ void layernorm_bwd_chunk(T *__restrict__ dx, float *__restrict__ partial,
                                     const T *__restrict__ dout, const T *__restrict__ x,
                                     const T *__restrict__ w, const float *__restrict__ mean,
@@ -120,7 +135,7 @@ __global__ void layernorm_bwd_chunk(T *__restrict__ dx, float *__restrict__ part
   Pack *dxp = reinterpret_cast<Pack *>(dx) + (size_t)r0 * np;
 
   for (int i = warp; i < rows; i += blockDim.x / 32) {
-    const float m = mean[r0 + i], r = rstd[r0 + i];
+    const float m = kRms ? 0.f : mean[r0 + i], r = rstd[r0 + i];
     float sg = 0.f, sgx = 0.f;
     for (int p = lane; p < np; p += 32) {
       const Pack gq = gp[(size_t)i * np + p], xq = xp[(size_t)i * np + p], wq = wp[p];
@@ -133,7 +148,7 @@ __global__ void layernorm_bwd_chunk(T *__restrict__ dx, float *__restrict__ part
     }
     sg = warp_sum(sg);
     sgx = warp_sum(sgx);
-    if (lane == 0) s_m[i] = m, s_r[i] = r, s_g[i] = sg / h, s_gx[i] = sgx / h;
+    if (lane == 0) s_m[i] = m, s_r[i] = r, s_g[i] = kRms ? 0.f : sg / h, s_gx[i] = sgx / h;
   }
   __syncthreads();
 
@@ -179,9 +194,48 @@ __global__ void layernorm_bwd_sum(float *__restrict__ dw, float *__restrict__ db
     for (int k = 0; k < 8; k++) t += s[k][threadIdx.x];
     if (c < h)
       dw[c] += t;
-    else
+    else if (db)  // RMSNorm: none
       db[c - h] += t;
   }
+}
+
+// Both norms' launchers; mean and b are null for RMSNorm.
+template <class T, bool kRms>
+void norm_forward(T *out, float *mean, float *rstd, const T *x, const T *w, const T *b, int N, int h,
+                  float eps, cudaStream_t stream, const char *what) {
+  if (N <= 0 || h <= 0) return;
+  constexpr int V = kVec<T>;
+  const int per_lane = (h / V + 31) / 32;  // packs per lane in the register kernel
+  if (h % V == 0 && per_lane * V <= kMaxRegs && aligned16(out) && aligned16(x) &&
+      aligned16(w) && (kRms || aligned16(b))) {
+    const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    with_packs<T, kMaxRegs>(per_lane, [&](auto packs) {
+      layernorm_fwd_regs<T, decltype(packs)::value, kRms>
+          <<<blocks, 32 * kRowsPerBlock, 0, stream>>>(out, mean, rstd, x, w, b, N, h, eps);
+    });
+  } else {
+    layernorm_fwd_loop<T, kRms><<<N, kThreads, 0, stream>>>(out, mean, rstd, x, w, b, h, eps);
+  }
+  check_launch(what);
+}
+
+template <class T, bool kRms>
+void norm_backward(T *dx, float *dw, float *db, const T *dout, const T *x, const T *w,
+                   const float *mean, const float *rstd, int N, int h, cudaStream_t stream,
+                   const char *what) {
+  if (N <= 0 || h <= 0) return;
+  const int chunks = (N + kChunk - 1) / kChunk;
+  const StreamScratch scratch(sizeof(float) * 2 * h * chunks, stream, what);
+  float *partial = scratch.as<float>();
+  if (h % kVec<T> == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(w))
+    layernorm_bwd_chunk<T, kVec<T>, kRms>
+        <<<chunks, kThreads, 0, stream>>>(dx, partial, dout, x, w, mean, rstd, N, h);
+  else
+    layernorm_bwd_chunk<T, 1, kRms>
+        <<<chunks, kThreads, 0, stream>>>(dx, partial, dout, x, w, mean, rstd, N, h);
+  check_launch(what);
+  layernorm_bwd_sum<<<(2 * h + 31) / 32, dim3(32, 8), 0, stream>>>(dw, db, partial, chunks, h);
+  check_launch(what);
 }
 
 }  // namespace
@@ -189,45 +243,37 @@ __global__ void layernorm_bwd_sum(float *__restrict__ dw, float *__restrict__ db
 template <class T>
 void layernorm_forward(T *out, float *mean, float *rstd, const T *x, const T *w, const T *b, int N,
                        int h, float eps, cudaStream_t stream) {
-  if (N <= 0 || h <= 0) return;
-  constexpr int V = kVec<T>;
-  const int per_lane = (h / V + 31) / 32;  // packs per lane in the register kernel
-  if (h % V == 0 && per_lane * V <= kMaxRegs && aligned16(out) && aligned16(x) &&
-      aligned16(w) && aligned16(b)) {
-    const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-    with_packs<T, kMaxRegs>(per_lane, [&](auto packs) {
-      layernorm_fwd_regs<T, decltype(packs)::value>
-          <<<blocks, 32 * kRowsPerBlock, 0, stream>>>(out, mean, rstd, x, w, b, N, h, eps);
-    });
-  } else {
-    layernorm_fwd_loop<T><<<N, kThreads, 0, stream>>>(out, mean, rstd, x, w, b, h, eps);
-  }
-  check(cudaGetLastError(), "layernorm_forward kernel launch");
+  norm_forward<T, false>(out, mean, rstd, x, w, b, N, h, eps, stream, "layernorm_forward");
 }
 
 template <class T>
 void layernorm_backward(T *dx, float *dw, float *db, const T *dout, const T *x, const T *w,
                         const float *mean, const float *rstd, int N, int h, cudaStream_t stream) {
-  if (N <= 0 || h <= 0) return;
-  const int chunks = (N + kChunk - 1) / kChunk;
-  const StreamScratch scratch(sizeof(float) * 2 * h * chunks, stream, "layernorm_backward scratch");
-  float *partial = scratch.as<float>();
-  if (h % kVec<T> == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(w))
-    layernorm_bwd_chunk<T, kVec<T>>
-        <<<chunks, kThreads, 0, stream>>>(dx, partial, dout, x, w, mean, rstd, N, h);
-  else
-    layernorm_bwd_chunk<T, 1>
-        <<<chunks, kThreads, 0, stream>>>(dx, partial, dout, x, w, mean, rstd, N, h);
-  check(cudaGetLastError(), "layernorm_backward (dx) kernel launch");
-  layernorm_bwd_sum<<<(2 * h + 31) / 32, dim3(32, 8), 0, stream>>>(dw, db, partial, chunks, h);
-  check(cudaGetLastError(), "layernorm_backward (dw, db) kernel launch");
+  norm_backward<T, false>(dx, dw, db, dout, x, w, mean, rstd, N, h, stream, "layernorm_backward");
+}
+
+template <class T>
+void rmsnorm_forward(T *out, float *rstd, const T *x, const T *w, int N, int h, float eps,
+                     cudaStream_t stream) {
+  norm_forward<T, true>(out, nullptr, rstd, x, w, nullptr, N, h, eps, stream, "rmsnorm_forward");
+}
+
+template <class T>
+void rmsnorm_backward(T *dx, float *dw, const T *dout, const T *x, const T *w, const float *rstd,
+                      int N, int h, cudaStream_t stream) {
+  norm_backward<T, true>(dx, dw, nullptr, dout, x, w, nullptr, rstd, N, h, stream,
+                         "rmsnorm_backward");
 }
 
 #define PTDP_INSTANTIATE(T)                                                                     \
   template void layernorm_forward<T>(T *, float *, float *, const T *, const T *, const T *, int, \
                                      int, float, cudaStream_t);                                 \
   template void layernorm_backward<T>(T *, float *, float *, const T *, const T *, const T *,     \
-                                      const float *, const float *, int, int, cudaStream_t);
+                                      const float *, const float *, int, int, cudaStream_t);    \
+  template void rmsnorm_forward<T>(T *, float *, const T *, const T *, int, int, float,          \
+                                   cudaStream_t);                                               \
+  template void rmsnorm_backward<T>(T *, float *, const T *, const T *, const T *, const float *, \
+                                    int, int, cudaStream_t);
 PTDP_CUDA_STORAGE_TYPES(PTDP_INSTANTIATE)
 #undef PTDP_INSTANTIATE
 

@@ -52,6 +52,12 @@ TEST(OpTable, NegativeSizesAreRefusedNamingTheSize) {
                ptdp::Status::invalid_argument, "cols = 3 > ld = 2");
   expect_error([&] { ops->dropout_backward_from_output(x.data(), x.data(), x.data(), 8, 1.f); },
                ptdp::Status::invalid_argument, "p = 1 (allowed: 0 <= p < 1)");
+  expect_error([&] { ops->rope_rotate(x.data(), x.data(), x.data(), 1, 1, 8, 1, 8, 3, false); },
+               ptdp::Status::invalid_argument, "rope_rotate: hd = 3 (allowed: even)");
+  expect_error([&] { ops->rope_rotate(x.data(), x.data(), x.data(), 1, 1, 8, 2, 4, 6, false); },
+               ptdp::Status::invalid_argument, "2 vectors of 6 values 4 apart overrun a row of ld = 8");
+  expect_error([&] { ops->swiglu_forward(x.data(), x.data(), x.data(), nullptr, 2, -4); },
+               ptdp::Status::invalid_argument, "swiglu_forward: f = -4");
 }
 
 // A GEMM with K = 0 (a tensor-parallel rank holding no vocabulary columns):

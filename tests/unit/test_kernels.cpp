@@ -135,6 +135,95 @@ TEST(KernelGrad, BiasGelu) {
   EXPECT_LE(rel_err(dbias, numeric_grad(bias, loss)), kFdTol) << "dbias";
 }
 
+TEST(KernelGrad, RmsNorm) {
+  const int N = 5, h = 8;
+  Rng rng(21);
+  Vec x = rng.vec(N * h), w = rng.vec(h), R = rng.vec(N * h);
+  Vec out(N * h), rstd(N);
+  auto loss = [&] {
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, h, 1e-5);
+    return dot(out, R);
+  };
+  loss();
+  // The forward by its definition: x / sqrt(mean(x^2) + eps) * w.
+  for (int i = 0; i < N; i++) {
+    double ss = 0;
+    for (int j = 0; j < h; j++) ss += x[i * h + j] * x[i * h + j];
+    for (int j = 0; j < h; j++)
+      EXPECT_NEAR(out[i * h + j], x[i * h + j] / std::sqrt(ss / h + 1e-5) * w[j], 1e-14);
+  }
+  Vec dx(N * h, 0.0), dw(h, 0.0);
+  rmsnorm_backward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), N, h);
+  EXPECT_LE(rel_err(dx, numeric_grad(x, loss)), kFdTol) << "dx";
+  EXPECT_LE(rel_err(dw, numeric_grad(w, loss)), kFdTol) << "dw";
+}
+
+TEST(KernelGrad, SwiGlu) {
+  const int N = 6, f = 5;
+  Rng rng(22);
+  Vec y = rng.vec(N * 2 * f), bias = rng.vec(2 * f), R = rng.vec(N * f);
+  for (auto &v : y) v *= 3;  // through the bend of silu
+  Vec z(N * 2 * f), out(N * f);
+  auto loss = [&] {
+    swiglu_forward(z.data(), out.data(), y.data(), bias.data(), N, f);
+    return dot(out, R);
+  };
+  loss();
+  // out = silu(gate) * up, gate the first f columns of z.
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < f; j++) {
+      const double g = y[i * 2 * f + j] + bias[j], u = y[i * 2 * f + f + j] + bias[f + j];
+      EXPECT_NEAR(out[i * f + j], g / (1 + std::exp(-g)) * u, 1e-13);
+    }
+  Vec dz(N * 2 * f), dbias(2 * f, 0.0);
+  swiglu_backward(dz.data(), dbias.data(), R.data(), z.data(), N, f);
+  EXPECT_LE(rel_err(dz, numeric_grad(y, loss)), kFdTol) << "dz (= dL/dy)";
+  EXPECT_LE(rel_err(dbias, numeric_grad(bias, loss)), kFdTol) << "dbias";
+  // No bias: z is y.
+  Vec z2(N * 2 * f), out2(N * f);
+  swiglu_forward(z2.data(), out2.data(), z.data(), (const double *)nullptr, N, f);
+  EXPECT_EQ(z2, z);
+  EXPECT_EQ(out2, out);
+}
+
+// The rotation of every head vector by its position's angles: the backward
+// (inverse on the gradient) is exactly its adjoint, <R x, y> = <x, R^T y>
+// (the same fp32 cos and sin); it keeps each pair's norm and the inverse undoes
+// it up to the tables' fp32 rounding; position-0 rows and the columns between
+// vectors are unchanged.
+TEST(KernelGrad, RotaryEmbedding) {
+  const int s = 5, b = 2, hd = 8, vecs = 3, stride = 20, ld = 64;
+  std::vector<float> cos_t(s * hd / 2), sin_t(s * hd / 2);
+  rope_table(cos_t.data(), sin_t.data(), s, hd, 500000.0);
+  EXPECT_EQ(cos_t[0], 1.f);  // position 0
+  EXPECT_EQ(sin_t[0], 0.f);
+  // Position 3, pair 1: angle 3 / 500000^(2/8), as transformers computes it in fp32.
+  const float inv = 1.f / std::pow(500000.f, 2.f / 8.f);
+  EXPECT_EQ(cos_t[3 * 4 + 1], (float)std::cos((double)(3.f * inv)));
+  Rng rng(23);
+  Vec x = rng.vec(s * b * ld), y = rng.vec(s * b * ld);
+  Vec rx = x, ry = y;
+  rope_rotate(rx.data(), cos_t.data(), sin_t.data(), s, b, ld, vecs, stride, hd, false);
+  rope_rotate(ry.data(), cos_t.data(), sin_t.data(), s, b, ld, vecs, stride, hd, true);
+  EXPECT_NEAR(dot(rx, y), dot(x, ry), 1e-12);
+  for (int r = 0; r < s * b; r++)
+    for (int c = 0; c < ld; c++) {
+      const int k = c / stride, j = c % stride;
+      const size_t at = (size_t)r * ld + c;
+      if (k >= vecs || j >= hd || r < b) {
+        EXPECT_EQ(rx[at], x[at]) << "untouched " << r << "," << c;  // not a vector, or position 0
+      } else if (j < hd / 2) {
+        const size_t o = at + hd / 2;
+        // The tables are fp32: cos^2 + sin^2 is 1 within 2^-22.
+        const double n2 = x[at] * x[at] + x[o] * x[o];
+        EXPECT_NEAR(rx[at] * rx[at] + rx[o] * rx[o], n2, 3e-7 * n2);
+      }
+    }
+  Vec back = rx;
+  rope_rotate(back.data(), cos_t.data(), sin_t.data(), s, b, ld, vecs, stride, hd, true);
+  for (size_t i = 0; i < x.size(); i++) EXPECT_NEAR(back[i], x[i], 3e-7) << i;  // |x| <= 1
+}
+
 TEST(KernelGrad, BiasDropoutAdd) {
   // The mask is a pure function of (key, sample, element), so the forward is a
   // fixed linear map of y + bias and FD is exact up to rounding.
