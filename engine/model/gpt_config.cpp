@@ -1,5 +1,6 @@
 #include "engine/model/gpt_config.h"
 
+#include "engine/core/gpt_math.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -42,8 +43,7 @@ const std::vector<GptConfigField> &gpt_config_fields() {
 }
 
 int GptConfig::padded_vocab(int t) const {
-  int m = make_vocab_size_divisible_by * t;
-  return (vocab_size + m - 1) / m * m;
+  return (int)padded_vocab_size(vocab_size, (int64_t)make_vocab_size_divisible_by * t);
 }
 
 void GptConfig::validate(int t) const {
@@ -97,13 +97,9 @@ void GptConfig::validate(int t) const {
 }
 
 double GptConfig::flops_per_batch(int64_t samples, bool recompute) const {
-  const double B = (double)samples, s = seq_length, h = hidden_size, f = ffn(), V = vocab_size,
-               l = num_layers;  // the LM head skips padding
-  // Forward FLOPs of one layer: QKV 6Bsh^2, scores+context 4Bs^2h, proj 2Bsh^2, MLP 4Bshf.
-  const double layer_fwd = 2 * B * s * h * (3 * h + h + 2 * f) + 4 * B * s * s * h;
-  const double head_fwd = 2 * B * s * h * V;
-  const double layer_passes = recompute ? 4.0 : 3.0;  // fwd + 2x bwd (+ recompute fwd)
-  return layer_passes * l * layer_fwd + 3.0 * head_fwd;
+  // The LM head skips padding: the real vocabulary.
+  return training_flops((double)samples, seq_length, hidden_size, ffn(), vocab_size, num_layers,
+                        recompute ? 1 : 0);
 }
 
 void GptConfig::validate_pipeline(int p, int v) const {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "engine/core/gpt_math.h"
 #include "engine/core/status.h"
 
 namespace ptdp::plan {
@@ -33,15 +34,12 @@ double params_eq2(const ModelSpec &m) {
 }
 
 double flops_per_iteration(const ModelSpec &m, int64_t B, Recompute r) {
-  double l = (double)m.layers, h = (double)m.hidden, s = (double)m.seq, V = (double)m.vocab;
-  double f = (double)m.ffn_size();
-  // One forward of the layers: GEMMs 2 B s (3h^2 + h^2 + 2 h f) + attention 4 B s^2 h;
-  // with f = 4h that is 24 B s l h^2 (1 + s/(6h)). Backward is twice the forward.
-  double layer_fwd = l * (2.0 * B * s * (4 * h * h + 2 * h * f) + 4.0 * B * s * s * h);
-  double logits_fwd = 2.0 * B * s * h * V;
-  double passes = r == Recompute::full ? 4 : 3;
-  double extra = r == Recompute::selective ? l * 4.0 * B * s * s * h : 0;
-  return passes * layer_fwd + 3 * logits_fwd + extra;
+  const double l = (double)m.layers, h = (double)m.hidden, s = (double)m.seq;
+  // With f = 4h the layers' forward is 24 B s l h^2 (1 + s/(6h)); selective
+  // recomputation redoes the attention's 4 B s^2 h a layer.
+  const double extra = r == Recompute::selective ? l * 4.0 * B * s * s * h : 0;
+  return training_flops((double)B, s, h, (double)m.ffn_size(), (double)m.vocab, l,
+                        r == Recompute::full ? 1 : 0, extra);
 }
 
 double bubble_closed_form(ScheduleKind k, int p, int v, int64_t m) {
@@ -52,10 +50,7 @@ double training_days_eq(double tokens, double params, int64_t n, double flops_pe
   return 8 * tokens * params / ((double)n * flops_per_device) / 86400;
 }
 
-int64_t padded_vocab(const ModelSpec &m, int t) {
-  int64_t mult = 128 * (int64_t)t;
-  return (m.vocab + mult - 1) / mult * mult;
-}
+int64_t padded_vocab(const ModelSpec &m, int t) { return padded_vocab_size(m.vocab, 128 * (int64_t)t); }
 
 double params_on_stage(const ModelSpec &m, const Layout &L, int stage) {
   double h = (double)m.hidden, f = (double)m.ffn_size(), t = L.t;
