@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "checkpoints/crc32c.h"
+#include "checkpoints/gpt2_layout.h"
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/dtype.h"
@@ -25,42 +26,16 @@ namespace ptdp {
 
 namespace {
 
-bool ends_with(const std::string &s, const std::string &tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// How one parameter goes from the checkpoint to GPT-2. In the file it is
-// [rows, cols] = [out, in] (a 1-D tensor is [rows] with cols = 1).
-struct Conversion {
-  std::string dataset;              // "/model/h.0.attn.c_attn.weight"
-  std::vector<int64_t> shape;       // in the file: global, wte unpadded
-  std::vector<int64_t> gpt2_shape;  // in the export
-  int64_t rows = 0, cols = 1;
-  bool transpose = false;  // a linear weight: [out, in] -> Conv1D's [in, out]
-  bool qkv = false;        // c_attn: outputs [a, 3, hd] -> [3, a, hd]
+// How one parameter goes from the checkpoint ("/model/" + its name) to GPT-2.
+struct Conversion : Gpt2Layout {
+  std::string dataset;  // "/model/h.0.attn.c_attn.weight"
 };
 
 Conversion conversion(const ParamInfo &p, const GptConfig &cfg) {
   Conversion c;
+  static_cast<Gpt2Layout &>(c) = gpt2_layout(p, cfg);
   c.dataset = "/model/" + p.name;
-  c.shape = p.global_shape;
-  if (p.name == "wte.weight") c.shape[0] = cfg.vocab_size;
-  c.rows = c.shape[0];
-  c.cols = c.shape.size() > 1 ? c.shape[1] : 1;
-  for (const char *w :
-       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
-    c.transpose = c.transpose || ends_with(p.name, w);
-  c.qkv = ends_with(p.name, ".attn.c_attn.weight") || ends_with(p.name, ".attn.c_attn.bias");
-  c.gpt2_shape = c.transpose ? std::vector<int64_t>{c.cols, c.rows} : c.shape;
   return c;
-}
-
-// Where ptdp's output row r goes in GPT-2's order. c_attn's row a*3*hd + q*hd + e
-// (head a; q: 0 query, 1 key, 2 value) is GPT-2's q*h + a*hd + e.
-int64_t gpt2_row(const Conversion &c, int64_t r, int64_t h, int64_t hd) {
-  if (!c.qkv) return r;
-  const int64_t a = r / (3 * hd), q = r / hd % 3, e = r % hd;
-  return q * h + a * hd + e;
 }
 
 // Puts a block of the checkpoint's tensor (rows r0.., columns c0.., nr x nc

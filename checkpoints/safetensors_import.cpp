@@ -18,11 +18,13 @@
 #include <vector>
 
 #include "checkpoints/commit.h"
+#include "checkpoints/gpt2_layout.h"
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/model/gpt.h"
 
 namespace ptdp {
@@ -31,10 +33,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-bool ends_with(const std::string &s, const std::string &tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 // ---- the GPT2Config -------------------------------------------------------
 
@@ -219,40 +217,10 @@ std::vector<float> widen(const std::string &file, const std::string &name, const
 
 // ---- GPT-2's names and layouts ---------------------------------------------
 
-// How a ptdp parameter ([rows, cols] = [out, in]; 1-D: cols = 1) is stored in GPT-2.
-struct Layout {
-  int64_t rows = 0, cols = 1;
-  std::vector<int64_t> gpt2_shape;
-  bool transpose = false;  // Conv1D: [in, out]
-  bool qkv = false;        // c_attn: outputs ordered [3, a, hd] instead of ptdp's [a, 3, hd]
-};
-
-Layout layout_of(const ParamInfo &p, const GptConfig &cfg) {
-  Layout l;
-  std::vector<int64_t> shape = p.global_shape;
-  if (p.name == "wte.weight") shape[0] = cfg.vocab_size;  // GPT-2's wte is unpadded
-  l.rows = shape[0];
-  l.cols = shape.size() > 1 ? shape[1] : 1;
-  for (const char *w :
-       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
-    l.transpose = l.transpose || ends_with(p.name, w);
-  l.qkv = ends_with(p.name, ".attn.c_attn.weight") || ends_with(p.name, ".attn.c_attn.bias");
-  l.gpt2_shape = l.transpose ? std::vector<int64_t>{l.cols, l.rows} : shape;
-  return l;
-}
-
-// GPT-2's output index of ptdp's row r: c_attn's row a*3*hd + q*hd + e (head
-// a; q: 0 query, 1 key, 2 value) is GPT-2's q*h + a*hd + e.
-int64_t gpt2_index(const Layout &l, int64_t r, int64_t h, int64_t hd) {
-  if (!l.qkv) return r;
-  const int64_t a = r / (3 * hd), q = r / hd % 3, e = r % hd;
-  return q * h + a * hd + e;
-}
-
 // Writes GPT-2's values `src` into ptdp's layout at `dst`.
-void place(const Layout &l, const std::vector<float> &src, int64_t h, int64_t hd, float *dst) {
+void place(const Gpt2Layout &l, const std::vector<float> &src, int64_t h, int64_t hd, float *dst) {
   for (int64_t r = 0; r < l.rows; r++) {
-    const int64_t g = gpt2_index(l, r, h, hd);
+    const int64_t g = gpt2_row(l, r, h, hd);
     for (int64_t c = 0; c < l.cols; c++)
       dst[r * l.cols + c] =
           l.transpose ? src[(size_t)(c * l.rows + g)] : src[(size_t)(g * l.cols + c)];
@@ -354,7 +322,7 @@ std::map<std::string, std::pair<std::string, const SourceTensor *>> match_tensor
       fail(Status::invalid_config, "tensor '", p.name, "' is missing from '", file, "' (", where,
            " makes a GPT-2 of ", cfg.num_layers, " layers: h.0 to h.", cfg.num_layers - 1, ")");
     const auto &[key, t] = found[p.name];
-    const Layout l = layout_of(p, cfg);
+    const Gpt2Layout l = gpt2_layout(p, cfg);
     if (t->shape != l.gpt2_shape)
       fail(Status::invalid_config, "tensor '", key, "' in '", file, "' is ", dims_text(t->shape),
            " but ", where, " makes it ", dims_text(l.gpt2_shape),
@@ -479,7 +447,7 @@ std::string import_safetensors(const std::string &file, const std::string &confi
   std::vector<float> params(total, 0.f), zeros(total, 0.f);
   for (const ParamInfo &p : table) {
     const auto &[key, t] = found[p.name];
-    place(layout_of(p, cfg), widen(file, key, *t), h, hd, params.data() + p.offset);
+    place(gpt2_layout(p, cfg), widen(file, key, *t), h, hd, params.data() + p.offset);
   }
   RankShard shard;
   shard.table = &table;

@@ -8,17 +8,13 @@
 #include <cstring>
 
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/data/dataset.h"
 #include "engine/data/indexed_dataset.h"
 
 namespace ptdp {
 
 namespace {
-
-bool ends_with(const std::string &s, const char *suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
 
 bool exists(const std::string &p) {
   struct stat st;

@@ -9,18 +9,12 @@
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/model/gpt_internal.h"
 
 namespace ptdp {
 
 using namespace gpt_detail;
-
-namespace {
-bool ends_with(const std::string &n, const char *suf) {
-  size_t k = std::char_traits<char>::length(suf);
-  return n.size() >= k && n.compare(n.size() - k, k, suf) == 0;
-}
-}  // namespace
 
 std::vector<ParamInfo> gpt_param_table(const GptConfig &cfg, int t, const PipelineStage &pp) {
   const int64_t h = cfg.hidden_size, f = cfg.ffn(), V = cfg.padded_vocab(t),

@@ -22,6 +22,7 @@
 #include "checkpoints/inspect.h"
 #include "checkpoints/safetensors_export.h"
 #include "engine/core/dtype.h"
+#include "engine/core/text.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
 #include "expect_error.h"
@@ -120,10 +121,6 @@ Config config() {
   c.set("pipeline_model_parallel_size", "2");
   c.set("data_parallel_size", "2");
   return c;
-}
-
-bool ends_with(const std::string &s, const std::string &tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 // A trainer after one step, saved under dir: the checkpoint to look at.
