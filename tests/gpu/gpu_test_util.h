@@ -152,6 +152,12 @@ const char *type_name() {
   return ptdp::dtype_name(dtype_of<T>());
 }
 
+// A check's name: "op type shape what".
+template <class T>
+std::string label(const char *op, const std::string &shape, const char *what) {
+  return std::string(op) + " " + type_name<T>() + " " + shape + " " + what;
+}
+
 // Passes where |gpu - ref| <= atol + rtol * |ref| everywhere (NaN fails).
 inline void compare(const char *what, const std::vector<float> &gpu, const std::vector<float> &ref,
                     float atol, float rtol) {

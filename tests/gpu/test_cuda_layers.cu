@@ -24,11 +24,6 @@ using std::fabs;
 // magnitude of the terms that make a result (observed errors are ~1e-7..1e-6).
 constexpr float kF32 = 1e-5f;
 
-template <class T>
-std::string label(const char *op, const std::string &shape, const char *what) {
-  return std::string(op) + " " + type_name<T>() + " " + shape + " " + what;
-}
-
 // A copy of v on the device as T (v already holds values of T).
 template <class T>
 DevArray<T> upload(std::vector<float> v) {

@@ -19,11 +19,6 @@ using std::fabs;
 
 constexpr float kF32 = 1e-5f;  // as test_cuda_layers: observed fp32 errors ~1e-7..1e-6
 
-template <class T>
-std::string label(const char *op, const std::string &shape, const char *what) {
-  return std::string(op) + " " + type_name<T>() + " " + shape + " " + what;
-}
-
 // ---- RMSNorm ------------------------------------------------------------------------
 template <class T>
 void test_rmsnorm(int N, int h) {
