@@ -261,6 +261,14 @@ struct GemmShape {
 // (what scripts/gpu_profile_attention.sh profiles).
 int main(int argc, char **argv) {
   gpu_test::require_device();
+  // Kernels' stream-ordered scratch comes from the default pool here (no
+  // Device): keep what it reserves, as a Device's own pool does, or a timed
+  // call may map its scratch afresh (this bench measured layernorm_backward
+  // at twice the per-call time of the model's op profile).
+  cudaMemPool_t pool;
+  uint64_t keep_all = UINT64_MAX;
+  CUDA_OK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  CUDA_OK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
   if (argc > 1) {
     if (argc != 2 || std::string(argv[1]) != "attention") {
       std::fprintf(stderr, "usage: bench_gpu_ops [attention]\n");
