@@ -238,18 +238,7 @@ void GPT<T>::param_grads_written(const char *first, const char *last, bool final
 
 template <class T>
 void GPT<T>::tp_all_reduce(Act buf, size_t n) {
-  if (tp_.size == 1) return;
-  if (buf.t == dtype_of<T>()) {
-    tp_.comm->all_reduce(static_cast<T *>(buf.p), n);
-    return;
-  }
-  // 16-bit values summed in T in the communicator's order and rounded once, as
-  // a 16-bit all-reduce of every backend does, without the host round trip
-  // NCCL's would take (nccl_comm.h).
-  if (reduce_buf_.size() < n) reduce_buf_.resize(*dev_, n);
-  ops_->convert(reduce_buf_.data(), buf, n);
-  tp_.comm->all_reduce(reduce_buf_.data(), n);
-  ops_->convert(buf, reduce_buf_.data(), n);
+  ptdp::tp_all_reduce(tp_, *ops_, reduce_buf_, buf, n);
 }
 
 template <class T>

@@ -27,6 +27,7 @@
 #include "engine/device/act_array.h"
 #include "engine/device/device.h"
 #include "engine/device/ops.h"
+#include "engine/parallel/tensor_parallel.h"
 #include "engine/model/gpt_config.h"
 
 namespace ptdp {
@@ -46,12 +47,6 @@ struct ParamInfo {
   // Where the next tensor starts in the flat buffers: each tensor is padded to
   // a multiple of 16 elements (64-byte aligned).
   size_t padded_end() const { return offset + (numel + 15) / 16 * 16; }
-};
-
-// This rank's place in its tensor-parallel group; comm is null when size = 1.
-struct TensorParallel {
-  int rank = 0, size = 1;
-  Communicator *comm = nullptr;
 };
 
 // This rank's place in the pipeline: rank of size (p), with `chunks` (v) model chunks.
@@ -224,8 +219,8 @@ class GPT {
   void head_forward(ChunkActs &A, const int32_t *targets);
   void head_backward(ChunkActs &A, Act dresid, T dloss);
 
-  // Sums activations over the tensor group: in T (a 16-bit run's through
-  // reduce_buf_), the sum rounded once to the activation type.
+  // engine/parallel/tensor_parallel.h's all-reduce with this model's staging
+  // buffer (reduce_buf_).
   void tp_all_reduce(Act buf, size_t n);
   void to_storage(T *x, size_t n);  // rounds to prec_.dtype (16-bit only)
   // A tensor handed to forward_chunk/backward_chunk must hold activation_type().

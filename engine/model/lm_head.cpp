@@ -15,10 +15,10 @@ void GPT<T>::vocab_parallel_loss(ChunkActs &A) {
   const int N = A.s * A.b, cols = local_real_vocab_, ld = local_vocab_;
   T *mx = A.ce.data(), *sums = mx + N;  // sums: [2, N] sum of exp, target logit
   ops_->vocab_ce_local_max(mx, A.logits.data(), N, ld, cols);
-  if (tp_.size > 1) tp_.comm->all_reduce(mx, (size_t)N, ReduceOp::max);
+  tp_all_reduce_max(tp_, mx, (size_t)N);
   ops_->vocab_ce_local_sums(sums, sums + N, A.logits.data(), mx, A.targets.data(), N, ld, cols,
                             vocab_start_);
-  if (tp_.size > 1) tp_.comm->all_reduce(sums, 2 * (size_t)N);  // fp32 statistics
+  tp_all_reduce_sum(tp_, sums, 2 * (size_t)N);  // statistics in T
   // The per-token losses are summed on the host: 3N values cross over.
   ce_host_.resize(3 * (size_t)N);
   dev_->copy_to_host(ce_host_.data(), mx, ce_host_.size() * sizeof(T));
