@@ -23,6 +23,7 @@
 #include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/dtype.h"
+#include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
 #include "engine/model/gpt.h"
@@ -69,43 +70,6 @@ float probability(const json &c, const char *key, const std::string &where) {
 }
 
 // ---- the safetensors file -------------------------------------------------
-
-// A whole file mapped read-only.
-class MappedFile {
- public:
-  explicit MappedFile(const std::string &path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) fail(Status::io_error, "cannot open '", path, "': ", std::strerror(errno));
-    struct stat st;
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      fail(Status::io_error, "'", path, "' is not a regular file");
-    }
-    size_ = (size_t)st.st_size;
-    if (size_ == 0) return;
-    void *p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd_);
-      fail(Status::io_error, "cannot map '", path, "': ", std::strerror(e));
-    }
-    data_ = static_cast<const unsigned char *>(p);
-  }
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<unsigned char *>(data_), size_);
-    ::close(fd_);
-  }
-  MappedFile(const MappedFile &) = delete;
-  MappedFile &operator=(const MappedFile &) = delete;
-  const unsigned char *data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  const unsigned char *data_ = nullptr;
-  size_t size_ = 0;
-};
 
 struct SourceTensor {
   std::string dtype;  // as the file says: "F32", "BF16", ...
@@ -427,7 +391,7 @@ std::string import_safetensors(const std::string &file, const std::string &confi
   if (file.empty()) fail(Status::invalid_argument, "import_safetensors: no safetensors file given");
   if (dir.empty())
     fail(Status::invalid_argument, "import_safetensors: no checkpoint directory given");
-  const MappedFile map(file);
+  const MappedFile map(file, "'" + file + "'");
   const Safetensors st = parse_safetensors(file, map.data(), map.size());
   const auto [config_text, where] = config_source(file, config_json, st, true);
   const GptConfig cfg = gpt_config_from_gpt2(config_text, where);

@@ -1,7 +1,6 @@
 #include "engine/data/dataset.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,79 +85,56 @@ void write_token_dataset(const std::string &out_path,
   }
 }
 
-TokenDataset::TokenDataset(const std::string &path) : path_(path), input_(path, "dataset") {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0)
-    fail(Status::io_error, "cannot open dataset '", path, "': ", std::strerror(errno),
-         " (create one with `ptdp tokenize`)");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    fail(Status::io_error, "cannot stat '", path, "': ", std::strerror(errno));
-  }
-  map_size_ = (size_t)st.st_size;
-  if (map_size_ < sizeof(Header)) {
-    ::close(fd);
-    fail(Status::corrupt_data, "dataset '", path, "' is ", map_size_,
+TokenDataset::TokenDataset(const std::string &path)
+    : path_(path),
+      input_(path, "dataset"),
+      file_(path, "dataset '" + path + "'", "", " (create one with `ptdp tokenize`)") {
+  const size_t size = file_.size();
+  if (size < sizeof(Header))
+    fail(Status::corrupt_data, "dataset '", path, "' is ", size,
          " bytes, shorter than its 64-byte header: truncated or not a ptdp dataset");
-  }
-  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    fail(Status::io_error, "cannot mmap '", path, "': ", std::strerror(errno));
-  }
-  try {
-    Header h;
-    std::memcpy(&h, map_, sizeof h);
-    if (std::memcmp(h.magic, kMagic, 8) != 0)
-      fail(Status::corrupt_data, "'", path, "' is not a ptdp token dataset (bad magic: expected "
-           "\"PTDPTOK\"), nor a Megatron index (\"MMIDIDX\", PREFIX.idx)");
-    if (h.version != kTokenDatasetVersion)
-      fail(Status::corrupt_data, "dataset '", path, "' has format version ", h.version,
-           "; this build reads version ", kTokenDatasetVersion);
-    if (h.token_bytes != 2 && h.token_bytes != 4)
-      fail(Status::corrupt_data, "dataset '", path, "' declares ", h.token_bytes,
-           "-byte tokens; allowed: 2 or 4");
-    if (h.vocab_size == 0 || h.vocab_size > (1u << 30))
-      fail(Status::corrupt_data, "dataset '", path, "' declares a vocabulary of ", h.vocab_size,
-           " tokens; allowed: 1 to 2^30");
-    // Guard the size arithmetic against absurd counts before multiplying.
-    const uint64_t limit = (uint64_t)map_size_;
-    if (h.num_docs >= limit || h.num_tokens > limit)
-      fail(Status::corrupt_data, "dataset '", path, "' declares ", h.num_docs, " documents and ",
-           h.num_tokens, " tokens, more than its ", map_size_, " bytes can hold");
-    uint64_t expect = sizeof(Header) + (h.num_docs + 1) * 8 + h.num_tokens * h.token_bytes;
-    if (expect != map_size_)
-      fail(Status::corrupt_data, "dataset '", path, "' is ", map_size_, " bytes but its header (",
-           h.num_docs, " documents, ", h.num_tokens, " tokens) implies ", expect,
-           (expect > map_size_ ? ": truncated" : ": trailing bytes"));
-    vocab_size_ = (int)h.vocab_size;
-    token_bytes_ = h.token_bytes;
-    num_docs_ = h.num_docs;
-    num_tokens_ = h.num_tokens;
-    offsets_ = reinterpret_cast<const uint64_t *>(static_cast<const char *>(map_) + sizeof h);
-    tokens_ = static_cast<const char *>(map_) + sizeof h + (num_docs_ + 1) * 8;
-    if (offsets_[0] != 0 || offsets_[num_docs_] != num_tokens_)
-      fail(Status::corrupt_data, "dataset '", path, "': document index does not span the ",
-           num_tokens_, " tokens");
-    for (uint64_t d = 0; d < num_docs_; d++)
-      if (offsets_[d + 1] < offsets_[d])
-        fail(Status::corrupt_data, "dataset '", path, "': document index decreases at document ",
-             d);
-    for (uint64_t i = 0; i < num_tokens_; i++)
-      if ((uint32_t)token(i) >= h.vocab_size)
-        fail(Status::corrupt_data, "dataset '", path, "': token ", token(i), " at position ", i,
-             " is outside the vocabulary [0, ", h.vocab_size, ")");
-  } catch (...) {
-    ::munmap(map_, map_size_);
-    map_ = nullptr;
-    throw;
-  }
-}
-
-TokenDataset::~TokenDataset() {
-  if (map_) ::munmap(map_, map_size_);
+  const unsigned char *base = file_.data();
+  Header h;
+  std::memcpy(&h, base, sizeof h);
+  if (std::memcmp(h.magic, kMagic, 8) != 0)
+    fail(Status::corrupt_data, "'", path, "' is not a ptdp token dataset (bad magic: expected "
+         "\"PTDPTOK\"), nor a Megatron index (\"MMIDIDX\", PREFIX.idx)");
+  if (h.version != kTokenDatasetVersion)
+    fail(Status::corrupt_data, "dataset '", path, "' has format version ", h.version,
+         "; this build reads version ", kTokenDatasetVersion);
+  if (h.token_bytes != 2 && h.token_bytes != 4)
+    fail(Status::corrupt_data, "dataset '", path, "' declares ", h.token_bytes,
+         "-byte tokens; allowed: 2 or 4");
+  if (h.vocab_size == 0 || h.vocab_size > (1u << 30))
+    fail(Status::corrupt_data, "dataset '", path, "' declares a vocabulary of ", h.vocab_size,
+         " tokens; allowed: 1 to 2^30");
+  // Guard the size arithmetic against absurd counts before multiplying.
+  const uint64_t limit = (uint64_t)size;
+  if (h.num_docs >= limit || h.num_tokens > limit)
+    fail(Status::corrupt_data, "dataset '", path, "' declares ", h.num_docs, " documents and ",
+         h.num_tokens, " tokens, more than its ", size, " bytes can hold");
+  uint64_t expect = sizeof(Header) + (h.num_docs + 1) * 8 + h.num_tokens * h.token_bytes;
+  if (expect != size)
+    fail(Status::corrupt_data, "dataset '", path, "' is ", size, " bytes but its header (",
+         h.num_docs, " documents, ", h.num_tokens, " tokens) implies ", expect,
+         (expect > size ? ": truncated" : ": trailing bytes"));
+  vocab_size_ = (int)h.vocab_size;
+  token_bytes_ = h.token_bytes;
+  num_docs_ = h.num_docs;
+  num_tokens_ = h.num_tokens;
+  offsets_ = reinterpret_cast<const uint64_t *>(base + sizeof h);
+  tokens_ = base + sizeof h + (num_docs_ + 1) * 8;
+  if (offsets_[0] != 0 || offsets_[num_docs_] != num_tokens_)
+    fail(Status::corrupt_data, "dataset '", path, "': document index does not span the ",
+         num_tokens_, " tokens");
+  for (uint64_t d = 0; d < num_docs_; d++)
+    if (offsets_[d + 1] < offsets_[d])
+      fail(Status::corrupt_data, "dataset '", path, "': document index decreases at document ",
+           d);
+  for (uint64_t i = 0; i < num_tokens_; i++)
+    if ((uint32_t)token(i) >= h.vocab_size)
+      fail(Status::corrupt_data, "dataset '", path, "': token ", token(i), " at position ", i,
+           " is outside the vocabulary [0, ", h.vocab_size, ")");
 }
 
 }  // namespace ptdp

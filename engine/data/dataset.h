@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/mapped_file.h"
 #include "engine/core/output_file.h"
 #include "engine/data/token_source.h"
 
@@ -26,7 +27,6 @@ void write_token_dataset(const std::string &path, const std::vector<std::vector<
 class TokenDataset final : public TokenSource {
  public:
   explicit TokenDataset(const std::string &path);  // throws io_error / corrupt_data
-  ~TokenDataset();
   TokenDataset(const TokenDataset &) = delete;
   TokenDataset &operator=(const TokenDataset &) = delete;
 
@@ -47,8 +47,7 @@ class TokenDataset final : public TokenSource {
  private:
   std::string path_;
   InputFile input_;  // no output of the run may overwrite it
-  void *map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile file_;  // the whole dataset
   int vocab_size_ = 0;
   uint32_t token_bytes_ = 0;
   uint64_t num_docs_ = 0, num_tokens_ = 0;

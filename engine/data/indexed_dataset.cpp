@@ -1,7 +1,6 @@
 #include "engine/data/indexed_dataset.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,46 +66,6 @@ void decode_tokens(uint8_t code, const unsigned char *p, size_t n, int32_t *out)
   }
 }
 
-struct Mapping {
-  void *data = nullptr;
-  size_t size = 0;
-};
-
-// Maps a whole file read-only (an empty file maps to nothing).
-Mapping map_file(const std::string &file, const std::string &prefix, const char *role) {
-  int fd = ::open(file.c_str(), O_RDONLY);
-  if (fd < 0)
-    fail(Status::io_error, "Megatron dataset '", prefix, "': cannot open its ", role, " '", file,
-         "': ", std::strerror(errno), " (a Megatron dataset is PREFIX.bin + PREFIX.idx)");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    int e = errno;
-    ::close(fd);
-    if (S_ISDIR(st.st_mode))
-      fail(Status::io_error, "Megatron dataset '", prefix, "': its ", role, " '", file,
-           "' is a directory, not a file");
-    fail(Status::io_error, "Megatron dataset '", prefix, "': its ", role, " '", file,
-         "' is not a regular file", e ? std::string(": ") + std::strerror(e) : std::string());
-  }
-  Mapping m;
-  m.size = (size_t)st.st_size;
-  if (m.size > 0) {
-    m.data = ::mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m.data == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
-      fail(Status::io_error, "cannot mmap '", file, "': ", std::strerror(e));
-    }
-  }
-  ::close(fd);
-  return m;
-}
-
-void unmap(Mapping &m) {
-  if (m.data) ::munmap(m.data, m.size);
-  m = Mapping{};
-}
-
 }  // namespace
 
 uint8_t indexed_dtype_for_vocab(int vocab_size) { return vocab_size < 65500 ? 8 : 4; }
@@ -115,141 +74,121 @@ IndexedDataset::IndexedDataset(const std::string &prefix)
     : prefix_(prefix), idx_input_(prefix + ".idx", "dataset index"),
       bin_input_(prefix + ".bin", "dataset") {
   const std::string idx = prefix + ".idx", bin = prefix + ".bin";
-  Mapping im = map_file(idx, prefix, "index");
-  Mapping bm;
-  try {
-    bm = map_file(bin, prefix, "data file");
-  } catch (...) {
-    unmap(im);
-    throw;
-  }
-  idx_map_ = im.data;
-  idx_size_ = im.size;
-  bin_map_ = bm.data;
-  bin_size_ = bm.size;
-  try {
-    const unsigned char *p = static_cast<const unsigned char *>(idx_map_);
-    const size_t n = idx_size_;
-    if (n < sizeof kMagic || std::memcmp(p, kMagic, sizeof kMagic) != 0)
-      fail(Status::corrupt_data, "'", idx, "' is not a Megatron index (bad magic: expected "
-           "\"MMIDIDX\\x00\\x00\" in its first 9 bytes)");
-    if (n < kIndexedHeaderBytes)
-      fail(Status::corrupt_data, "Megatron index '", idx, "' is ", n, " bytes, shorter than its ",
-           kIndexedHeaderBytes, "-byte header: truncated");
-    const uint64_t version = load<uint64_t>(p + 9);
-    if (version != kIndexedDatasetVersion)
-      fail(Status::corrupt_data, "Megatron index '", idx, "' has version ", version,
-           "; this build reads version ", kIndexedDatasetVersion);
-    dtype_ = p[17];
-    token_bytes_ = dtype_bytes(dtype_);
-    if (token_bytes_ == 0)
-      fail(Status::corrupt_data, "Megatron index '", idx, "' declares dtype code ", (int)dtype_,
-           " (", dtype_name(dtype_), "), which is no token type; allowed: ", kAllowedDtypes);
-    num_seqs_ = load<uint64_t>(p + 18);
-    const uint64_t doc_entries = load<uint64_t>(p + 26);
-    // Guard the size arithmetic against absurd counts before multiplying.
-    if (num_seqs_ > n || doc_entries > n)
-      fail(Status::corrupt_data, "Megatron index '", idx, "' declares ", num_seqs_,
-           " sequences and ", doc_entries, " document-index entries, more than its ", n,
-           " bytes can hold");
-    const uint64_t expect = kIndexedHeaderBytes + num_seqs_ * 12 + doc_entries * 8;
-    if (n < expect)
-      fail(Status::corrupt_data, "Megatron index '", idx, "' is ", n, " bytes but its header (",
-           num_seqs_, " sequences, ", doc_entries, " document-index entries) implies ", expect,
-           ": truncated");
-    // A multimodal dataset adds one mode byte per sequence; anything else is
-    // another file's data or damage.
-    if (n != expect && n != expect + num_seqs_)
-      fail(Status::corrupt_data, "Megatron index '", idx, "' has ", n - expect,
-           " trailing bytes after its document index (", expect, " bytes expected)");
-    lengths_ = p + kIndexedHeaderBytes;
-    pointers_ = lengths_ + num_seqs_ * 4;
-    doc_index_ = pointers_ + num_seqs_ * 8;
+  const std::string context = "Megatron dataset '" + prefix + "': ",
+                    hint = " (a Megatron dataset is PREFIX.bin + PREFIX.idx)";
+  idx_file_ = MappedFile(idx, "its index '" + idx + "'", context, hint);
+  bin_file_ = MappedFile(bin, "its data file '" + bin + "'", context, hint);
+  const unsigned char *p = idx_file_.data();
+  const size_t n = idx_file_.size();
+  if (n < sizeof kMagic || std::memcmp(p, kMagic, sizeof kMagic) != 0)
+    fail(Status::corrupt_data, "'", idx, "' is not a Megatron index (bad magic: expected "
+         "\"MMIDIDX\\x00\\x00\" in its first 9 bytes)");
+  if (n < kIndexedHeaderBytes)
+    fail(Status::corrupt_data, "Megatron index '", idx, "' is ", n, " bytes, shorter than its ",
+         kIndexedHeaderBytes, "-byte header: truncated");
+  const uint64_t version = load<uint64_t>(p + 9);
+  if (version != kIndexedDatasetVersion)
+    fail(Status::corrupt_data, "Megatron index '", idx, "' has version ", version,
+         "; this build reads version ", kIndexedDatasetVersion);
+  dtype_ = p[17];
+  token_bytes_ = dtype_bytes(dtype_);
+  if (token_bytes_ == 0)
+    fail(Status::corrupt_data, "Megatron index '", idx, "' declares dtype code ", (int)dtype_,
+         " (", dtype_name(dtype_), "), which is no token type; allowed: ", kAllowedDtypes);
+  num_seqs_ = load<uint64_t>(p + 18);
+  const uint64_t doc_entries = load<uint64_t>(p + 26);
+  // Guard the size arithmetic against absurd counts before multiplying.
+  if (num_seqs_ > n || doc_entries > n)
+    fail(Status::corrupt_data, "Megatron index '", idx, "' declares ", num_seqs_,
+         " sequences and ", doc_entries, " document-index entries, more than its ", n,
+         " bytes can hold");
+  const uint64_t expect = kIndexedHeaderBytes + num_seqs_ * 12 + doc_entries * 8;
+  if (n < expect)
+    fail(Status::corrupt_data, "Megatron index '", idx, "' is ", n, " bytes but its header (",
+         num_seqs_, " sequences, ", doc_entries, " document-index entries) implies ", expect,
+         ": truncated");
+  // A multimodal dataset adds one mode byte per sequence; anything else is
+  // another file's data or damage.
+  if (n != expect && n != expect + num_seqs_)
+    fail(Status::corrupt_data, "Megatron index '", idx, "' has ", n - expect,
+         " trailing bytes after its document index (", expect, " bytes expected)");
+  lengths_ = p + kIndexedHeaderBytes;
+  pointers_ = lengths_ + num_seqs_ * 4;
+  doc_index_ = pointers_ + num_seqs_ * 8;
 
-    // Document index: 0, non-decreasing, ending at the sequence count.
-    if (doc_entries == 0)
+  // Document index: 0, non-decreasing, ending at the sequence count.
+  if (doc_entries == 0)
+    fail(Status::corrupt_data, "Megatron index '", idx,
+         "' has an empty document index (it needs at least the leading 0)");
+  if (load<int64_t>(doc_index_) != 0)
+    fail(Status::corrupt_data, "Megatron index '", idx, "': the document index starts at ",
+         load<int64_t>(doc_index_), ", not 0");
+  for (uint64_t d = 1; d < doc_entries; d++)
+    if (load<int64_t>(doc_index_ + 8 * d) < load<int64_t>(doc_index_ + 8 * (d - 1)))
       fail(Status::corrupt_data, "Megatron index '", idx,
-           "' has an empty document index (it needs at least the leading 0)");
-    if (load<int64_t>(doc_index_) != 0)
-      fail(Status::corrupt_data, "Megatron index '", idx, "': the document index starts at ",
-           load<int64_t>(doc_index_), ", not 0");
-    for (uint64_t d = 1; d < doc_entries; d++)
-      if (load<int64_t>(doc_index_ + 8 * d) < load<int64_t>(doc_index_ + 8 * (d - 1)))
-        fail(Status::corrupt_data, "Megatron index '", idx,
-             "': the document index decreases at entry ", d);
-    const int64_t last = load<int64_t>(doc_index_ + 8 * (doc_entries - 1));
-    if (last != (int64_t)num_seqs_)
-      fail(Status::corrupt_data, "Megatron index '", idx, "': the document index ends at sequence ",
-           last, " but there are ", num_seqs_, " sequences");
-    num_docs_ = doc_entries - 1;
+           "': the document index decreases at entry ", d);
+  const int64_t last = load<int64_t>(doc_index_ + 8 * (doc_entries - 1));
+  if (last != (int64_t)num_seqs_)
+    fail(Status::corrupt_data, "Megatron index '", idx, "': the document index ends at sequence ",
+         last, " but there are ", num_seqs_, " sequences");
+  num_docs_ = doc_entries - 1;
 
-    // Sequences: lengths and pointers. Megatron's builder lays them back to
-    // back, pointer = the bytes of the sequences before it; an index whose
-    // pointers disagree with its lengths and dtype (overlapping, out of order,
-    // misaligned, another dtype byte) would be read as other tokens, so the
-    // first such sequence is named and the dataset refused.
-    uint64_t next = 0;  // byte where sequence s must start
-    for (uint64_t s = 0; s < num_seqs_; s++) {
-      const int32_t len = load<int32_t>(lengths_ + 4 * s);
-      const int64_t ptr = load<int64_t>(pointers_ + 8 * s);
-      if (len < 0)
-        fail(Status::corrupt_data, "Megatron index '", idx, "': sequence ", s,
-             " has a negative length ", len);
-      if (ptr < 0)
-        fail(Status::corrupt_data, "Megatron index '", idx, "': sequence ", s,
-             " has a negative pointer ", ptr);
-      if ((uint64_t)ptr != next)
-        fail(Status::corrupt_data, "Megatron index '", idx, "': sequence ", s, " starts at byte ",
-             ptr, " but the ", num_tokens_, " tokens of ", dtype_name(dtype_),
-             " before it end at byte ", next,
-             ": its pointers disagree with its lengths or its dtype (Megatron's builder writes "
-             "the sequences back to back)");
-      num_tokens_ += (uint64_t)len;
-      next += (uint64_t)len * token_bytes_;
-      if (num_tokens_ > bin_size_)  // more tokens than bytes: truncated
-        break;
-    }
-    const uint64_t need = num_tokens_ * token_bytes_;
-    if (need != bin_size_)
-      fail(Status::corrupt_data, "Megatron dataset '", prefix, "': '", bin, "' is ", bin_size_,
-           " bytes but its index describes ", num_tokens_, num_tokens_ > bin_size_ ? "+" : "",
-           " tokens of ", dtype_name(dtype_), " = ", need, num_tokens_ > bin_size_ ? "+" : "",
-           " bytes", need > bin_size_ ? ": the .bin is truncated (or the .idx is another dataset's)"
-                                      : ": the .bin has trailing bytes (or the .idx is another dataset's)");
-
-    // Token ids: none negative, none beyond what a model can embed.
-    int64_t max_id = -1;
-    std::vector<int32_t> buf(1 << 16);
-    for (uint64_t i = 0; i < num_tokens_; i += buf.size()) {
-      const size_t k = (size_t)std::min<uint64_t>(buf.size(), num_tokens_ - i);
-      if (dtype_ == 5) {  // int64: check the full value before narrowing
-        for (size_t j = 0; j < k; j++) {
-          int64_t v = load_token(i + j);
-          if (v < 0 || v > INT32_MAX)
-            fail(Status::corrupt_data, "Megatron dataset '", prefix, "': token ", v,
-                 " at position ", i + j, " is not a valid token id (0 to 2^31 - 1)");
-        }
-      }
-      read(i, k, buf.data());
-      for (size_t j = 0; j < k; j++) {
-        if (buf[j] < 0)
-          fail(Status::corrupt_data, "Megatron dataset '", prefix, "': token ", buf[j],
-               " at position ", i + j, " is negative");
-        max_id = std::max<int64_t>(max_id, buf[j]);
-      }
-    }
-    vocab_size_ = (int)(max_id + 1);
-  } catch (...) {
-    unmap(im);
-    unmap(bm);
-    idx_map_ = bin_map_ = nullptr;
-    throw;
+  // Sequences: lengths and pointers. Megatron's builder lays them back to
+  // back, pointer = the bytes of the sequences before it; an index whose
+  // pointers disagree with its lengths and dtype (overlapping, out of order,
+  // misaligned, another dtype byte) would be read as other tokens, so the
+  // first such sequence is named and the dataset refused.
+  uint64_t next = 0;  // byte where sequence s must start
+  for (uint64_t s = 0; s < num_seqs_; s++) {
+    const int32_t len = load<int32_t>(lengths_ + 4 * s);
+    const int64_t ptr = load<int64_t>(pointers_ + 8 * s);
+    if (len < 0)
+      fail(Status::corrupt_data, "Megatron index '", idx, "': sequence ", s,
+           " has a negative length ", len);
+    if (ptr < 0)
+      fail(Status::corrupt_data, "Megatron index '", idx, "': sequence ", s,
+           " has a negative pointer ", ptr);
+    if ((uint64_t)ptr != next)
+      fail(Status::corrupt_data, "Megatron index '", idx, "': sequence ", s, " starts at byte ",
+           ptr, " but the ", num_tokens_, " tokens of ", dtype_name(dtype_),
+           " before it end at byte ", next,
+           ": its pointers disagree with its lengths or its dtype (Megatron's builder writes "
+           "the sequences back to back)");
+    num_tokens_ += (uint64_t)len;
+    next += (uint64_t)len * token_bytes_;
+    if (num_tokens_ > bin_file_.size())  // more tokens than bytes: truncated
+      break;
   }
-}
+  const uint64_t need = num_tokens_ * token_bytes_;
+  if (need != bin_file_.size())
+    fail(Status::corrupt_data, "Megatron dataset '", prefix, "': '", bin, "' is ", bin_file_.size(),
+         " bytes but its index describes ", num_tokens_, num_tokens_ > bin_file_.size() ? "+" : "",
+         " tokens of ", dtype_name(dtype_), " = ", need, num_tokens_ > bin_file_.size() ? "+" : "",
+         " bytes", need > bin_file_.size() ? ": the .bin is truncated (or the .idx is another dataset's)"
+                                    : ": the .bin has trailing bytes (or the .idx is another dataset's)");
 
-IndexedDataset::~IndexedDataset() {
-  if (idx_map_) ::munmap(idx_map_, idx_size_);
-  if (bin_map_) ::munmap(bin_map_, bin_size_);
+  // Token ids: none negative, none beyond what a model can embed.
+  int64_t max_id = -1;
+  std::vector<int32_t> buf(1 << 16);
+  for (uint64_t i = 0; i < num_tokens_; i += buf.size()) {
+    const size_t k = (size_t)std::min<uint64_t>(buf.size(), num_tokens_ - i);
+    if (dtype_ == 5) {  // int64: check the full value before narrowing
+      for (size_t j = 0; j < k; j++) {
+        int64_t v = load_token(i + j);
+        if (v < 0 || v > INT32_MAX)
+          fail(Status::corrupt_data, "Megatron dataset '", prefix, "': token ", v,
+               " at position ", i + j, " is not a valid token id (0 to 2^31 - 1)");
+      }
+    }
+    read(i, k, buf.data());
+    for (size_t j = 0; j < k; j++) {
+      if (buf[j] < 0)
+        fail(Status::corrupt_data, "Megatron dataset '", prefix, "': token ", buf[j],
+             " at position ", i + j, " is negative");
+      max_id = std::max<int64_t>(max_id, buf[j]);
+    }
+  }
+  vocab_size_ = (int)(max_id + 1);
 }
 
 uint64_t IndexedDataset::seq_start(uint64_t s) const {
@@ -262,12 +201,12 @@ uint64_t IndexedDataset::doc_offset(uint64_t d) const {
 
 int64_t IndexedDataset::load_token(uint64_t i) const {
   // Only the int64 check calls this; it finds the byte the same way read() does.
-  const unsigned char *bin = static_cast<const unsigned char *>(bin_map_);
+  const unsigned char *bin = bin_file_.data();
   return load<int64_t>(bin + i * 8);
 }
 
 void IndexedDataset::read(uint64_t first, size_t n, int32_t *out) const {
-  const unsigned char *bin = static_cast<const unsigned char *>(bin_map_);
+  const unsigned char *bin = bin_file_.data();
   decode_tokens(dtype_, bin + first * token_bytes_, n, out);  // back to back: token i at byte i x size
 }
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/mapped_file.h"
 #include "engine/core/output_file.h"
 #include "engine/data/token_source.h"
 
@@ -42,7 +43,6 @@ class IndexedDataset final : public TokenSource {
   // prefix: the path without ".bin"/".idx". Throws io_error (cannot open) or
   // corrupt_data naming the file and what is wrong; never reads out of bounds.
   explicit IndexedDataset(const std::string &prefix);
-  ~IndexedDataset();
   IndexedDataset(const IndexedDataset &) = delete;
   IndexedDataset &operator=(const IndexedDataset &) = delete;
 
@@ -63,8 +63,7 @@ class IndexedDataset final : public TokenSource {
 
   std::string prefix_;
   InputFile idx_input_, bin_input_;  // no output of the run may overwrite them
-  void *idx_map_ = nullptr, *bin_map_ = nullptr;
-  size_t idx_size_ = 0, bin_size_ = 0;
+  MappedFile idx_file_, bin_file_;  // PREFIX.idx, PREFIX.bin
   uint8_t dtype_ = 0;
   size_t token_bytes_ = 0;
   uint64_t num_seqs_ = 0, num_docs_ = 0, num_tokens_ = 0;

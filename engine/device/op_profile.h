@@ -28,9 +28,17 @@ struct OpTime {
 class OpProfiler {
  public:
   explicit OpProfiler(Device &dev) : dev_(dev) {}
-  // Runs f between the start and stop of a pooled timer, charged to `op`.
+  // Runs f between the start and stop of a pooled timer, charged to `op`. An
+  // op called inside another's f is part of the outer one's time, not timed
+  // itself (its timer would take the outer one's slot).
   template <class F>
   void timed(const std::string &op, double flops, F &&f) {
+    if (inside_) return f();
+    struct Inside {
+      bool &flag;
+      explicit Inside(bool &b) : flag(b) { flag = true; }
+      ~Inside() { flag = false; }
+    } inside(inside_);
     DeviceTimer &t = next_timer();
     OpTime &row = rows_[op];
     row.op = op;
@@ -51,6 +59,7 @@ class OpProfiler {
   std::map<std::string, OpTime> rows_;
   std::vector<std::unique_ptr<DeviceTimer>> timers_;  // reused by every take
   std::vector<OpTime *> pending_;                     // the row of timers_[i]
+  bool inside_ = false;                               // in a timed op's f
 };
 
 // The profile's name of a GEMM: "gemm MxNxK TN", " xB" when batched.

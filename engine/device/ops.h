@@ -172,6 +172,9 @@ class Ops {
     check_sizes("rope_rotate",
                 {{"s", s}, {"b", b}, {"ld", ld}, {"vecs", vecs}, {"stride", stride}, {"hd", hd}});
     if (hd % 2 != 0) fail(Status::invalid_argument, "rope_rotate: hd = ", hd, " (allowed: even)");
+    if (vecs > 1 && stride < hd)
+      fail(Status::invalid_argument, "rope_rotate: vectors of ", hd, " values ", stride,
+           " apart overlap (allowed: stride >= hd)");
     if (vecs > 0 && (int64_t)(vecs - 1) * stride + hd > ld)
       fail(Status::invalid_argument, "rope_rotate: ", vecs, " vectors of ", hd, " values ",
            stride, " apart overrun a row of ld = ", ld);

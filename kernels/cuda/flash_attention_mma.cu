@@ -465,6 +465,7 @@ __global__ void __launch_bounds__(kThreads)
       }
       // P Z into st, dS / scale into dpt.
       const bool edge = w0 + 15 > q0 || q0 + kBwdTile > s;  // some query hidden (warp-uniform)
+      static_assert(kBwdTile == 32, "keep_cols_mask draws one query per lane");
       const uint32_t keep = dr.on ? keep_cols_mask(dr, bi, head, s, w0, q0, lane) : 0u;
 #pragma unroll
       for (int nt = 0; nt < kBwdTile / 8; nt++)

@@ -1,5 +1,6 @@
 // Token datasets: round trip, validation on open, corpora, splits and the sampler.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "tests/unit/expect_error.h"
 #include "engine/data/corpus.h"
 #include "engine/data/dataset.h"
+#include "engine/data/indexed_dataset.h"
 #include "engine/data/sampler.h"
 
 namespace fs = std::filesystem;
@@ -57,6 +59,33 @@ TEST(Dataset, WideTokens) {
   TokenDataset ds(p);
   EXPECT_EQ(ds.token(0), 70000);
   EXPECT_EQ(ds.token(2), 69999);
+}
+
+// Every bulk input is mapped through one MappedFile: a FIFO, a directory or a
+// device is refused at once (a FIFO once blocked the open until a writer came).
+TEST(Dataset, OnlyRegularFilesAreMapped) {
+  const std::string fifo = temp_path("fifo.ptdp"), dir = temp_path("dir.ptdp");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_directories(dir);
+  expect_error([&] { TokenDataset d(fifo); }, Status::io_error,
+               "dataset '" + fifo + "' is not a regular file (a FIFO)");
+  expect_error([&] { TokenDataset d(dir); }, Status::io_error,
+               "dataset '" + dir + "' is a directory, not a file");
+  expect_error([&] { TokenDataset d("/dev/null"); }, Status::io_error,
+               "is not a regular file (a device)");
+  // A Megatron prefix whose .idx is a FIFO.
+  const std::string prefix = temp_path("meg");
+  std::remove((prefix + ".idx").c_str());
+  ASSERT_EQ(::mkfifo((prefix + ".idx").c_str(), 0600), 0);
+  std::ofstream(prefix + ".bin").put('x');
+  expect_error([&] { IndexedDataset d(prefix); }, Status::io_error,
+               "Megatron dataset '" + prefix + "': its index '" + prefix +
+                   ".idx' is not a regular file (a FIFO)");
+  std::remove(fifo.c_str());
+  std::remove((prefix + ".idx").c_str());
+  std::remove((prefix + ".bin").c_str());
+  fs::remove(dir);
 }
 
 TEST(Dataset, RejectsBadFiles) {

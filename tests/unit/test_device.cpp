@@ -54,8 +54,10 @@ TEST(OpTable, NegativeSizesAreRefusedNamingTheSize) {
                ptdp::Status::invalid_argument, "p = 1 (allowed: 0 <= p < 1)");
   expect_error([&] { ops->rope_rotate(x.data(), x.data(), x.data(), 1, 1, 8, 1, 8, 3, false); },
                ptdp::Status::invalid_argument, "rope_rotate: hd = 3 (allowed: even)");
-  expect_error([&] { ops->rope_rotate(x.data(), x.data(), x.data(), 1, 1, 8, 2, 4, 6, false); },
-               ptdp::Status::invalid_argument, "2 vectors of 6 values 4 apart overrun a row of ld = 8");
+  expect_error([&] { ops->rope_rotate(x.data(), x.data(), x.data(), 1, 1, 8, 2, 6, 6, false); },
+               ptdp::Status::invalid_argument, "2 vectors of 6 values 6 apart overrun a row of ld = 8");
+  expect_error([&] { ops->rope_rotate(x.data(), x.data(), x.data(), 1, 1, 8, 2, 2, 4, false); },
+               ptdp::Status::invalid_argument, "vectors of 4 values 2 apart overlap");
   expect_error([&] { ops->swiglu_forward(x.data(), x.data(), x.data(), nullptr, 2, -4); },
                ptdp::Status::invalid_argument, "swiglu_forward: f = -4");
 }
