@@ -1,6 +1,9 @@
 #include "engine/model/gpt_config.h"
 
+#include <cmath>
+
 #include "engine/core/gpt_math.h"
+#include "engine/core/philox.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -90,6 +93,13 @@ void GptConfig::validate(int t) const {
   };
   probability("hidden_dropout", hidden_dropout);
   probability("attention_dropout", attention_dropout);
+  // Drawn in 8 bits (philox.h): a rate more than half a step (1/512) from
+  // multiples of 1/256 in [1/256, 255/256] would not be the rate asked for.
+  if (std::fabs(attention_dropout_rate(attention_dropout) - attention_dropout) > 1.f / 512)
+    fail(Status::invalid_config, "attention_dropout ", attention_dropout,
+         " cannot be drawn: attention dropout is drawn in 8 bits, so it is 0 or in [1/512, ",
+         "255.5/256) = [0.00195, 0.998), rounded to a multiple of 1/256 (got ",
+         attention_dropout_rate(attention_dropout), ")");
   if (!(init_method_std > 0.f))
     fail(Status::invalid_config, "init_method_std must be > 0, got ", init_method_std);
   if (!(layernorm_epsilon > 0.f))

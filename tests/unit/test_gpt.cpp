@@ -278,6 +278,24 @@ TEST(Gpt, RejectsBadInputs) {
   GptConfig bad_heads = c;
   bad_heads.num_attention_heads = 3;
   EXPECT_THROW(GPT<float>(bad_heads, 1), ptdp::Error);
+  // Attention dropout is drawn in 8 bits: a rate it cannot come within 1/512
+  // of is refused, not rounded silently (0.1 is drawn as 26/256: accepted).
+  for (float p : {0.001f, 0.999f}) {
+    GptConfig d = c;
+    d.attention_dropout = p;
+    try {
+      d.validate(1);
+      FAIL() << "attention_dropout " << p << " accepted";
+    } catch (const ptdp::Error &e) {
+      EXPECT_NE(std::string(e.what()).find("attention dropout is drawn in 8 bits"), std::string::npos)
+          << e.what();
+    }
+  }
+  for (float p : {0.f, 0.00196f, 0.1f, 0.5f, 0.998f}) {
+    GptConfig d = c;
+    d.attention_dropout = p;
+    EXPECT_NO_THROW(d.validate(1)) << p;
+  }
 }
 
 // The op profile times every op and changes nothing: the same loss and
