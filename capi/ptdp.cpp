@@ -18,6 +18,7 @@
 #include "engine/comm/mpi_comm.h"
 #include "engine/core/allocator.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/data/corpus.h"
 #include "engine/data/indexed_tokenize.h"
 #include "engine/trace/timeline_png.h"
@@ -682,12 +683,13 @@ extern "C" ptdp_status ptdp_plan(const char *const *options, int32_t num_options
       ptdp::fail(ptdp::Status::invalid_argument, "num_options must be in [0, 4096], got ", num_options);
     std::vector<std::pair<std::string, std::string>> kv;
     for (const std::string &o : strings(options, num_options, "options", false)) {
-      size_t eq = o.find('=');
-      if (o == "help" || o == "--help") kv.push_back({"help", ""});
-      else if (eq == std::string::npos || eq == 0)
-        ptdp::fail(ptdp::Status::bad_value, "plan option '", o, "' is not key=value (e.g. num_layers=24)");
-      else
-        kv.push_back({o.substr(0, eq), o.substr(eq + 1)});
+      if (o == "help" || o == "--help") {
+        kv.push_back({"help", ""});
+        continue;
+      }
+      auto [key, value] = ptdp::split_key_value(
+          o, "plan option", "Megatron's argument names, e.g. num_layers=24 (help lists them)");
+      kv.push_back({std::move(key), std::move(value)});
     }
     copy_out(ptdp::plan::plan_report(kv), buf, cap, out_len);
   });

@@ -1,6 +1,9 @@
 // Small string helpers shared across the engine (one copy of each).
 #pragma once
+#include <string>
 #include <string_view>
+
+#include "engine/core/status.h"
 
 namespace ptdp {
 
@@ -9,6 +12,20 @@ inline bool starts_with(std::string_view s, std::string_view head) {
 }
 inline bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// One "key=value" option of the C ABI's string lists, split at the first '='.
+// No '=' or an empty key fails (Status::bad_value) naming `what` ("tokenize
+// option") and the allowed keys.
+struct KeyValue {
+  std::string key, value;
+};
+inline KeyValue split_key_value(const std::string &item, const char *what,
+                                const std::string &allowed_keys) {
+  const size_t eq = item.find('=');
+  if (eq == std::string::npos || eq == 0)
+    fail(Status::bad_value, what, " '", item, "' is not key=value; keys: ", allowed_keys);
+  return {item.substr(0, eq), item.substr(eq + 1)};
 }
 
 }  // namespace ptdp

@@ -8,6 +8,7 @@
 #include "engine/core/philox.h"
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/data/dataset.h"
 #include "engine/data/ordered_parallel.h"
 
@@ -139,10 +140,7 @@ TokenizeOptions parse_tokenize_options(const std::vector<std::string> &kv) {
       "output, format, workers, tokenizer_type, vocab_file, merge_file, tokenizer_file";
   TokenizeOptions o;
   for (const std::string &item : kv) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos)
-      fail(Status::invalid_argument, "tokenize option '", item, "' is not key=value; keys: ", keys);
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    const auto [key, value] = split_key_value(item, "tokenize option", keys);
     if (key == "output")
       o.output = value;
     else if (key == "format")

@@ -7,6 +7,7 @@
 
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/data/corpus.h"
 #include "engine/data/indexed_dataset.h"
 #include "engine/data/ordered_parallel.h"
@@ -147,11 +148,7 @@ std::vector<std::vector<Sequences>> encode_chunk(const TextChunk &chunk,
 IndexedTokenizeOptions parse_indexed_tokenize_options(const std::vector<std::string> &kv) {
   IndexedTokenizeOptions o;
   for (const std::string &item : kv) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos)
-      fail(Status::invalid_argument, "tokenize option '", item, "' is not key=value; keys: ",
-           kOptionKeys);
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    const auto [key, value] = split_key_value(item, "tokenize option", kOptionKeys);
     if (key == "output_prefix") {
       o.output_prefix = value;
     } else if (key == "format") {

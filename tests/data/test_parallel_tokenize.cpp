@@ -250,6 +250,19 @@ TEST(ParallelTokenize, SameErrorForAnyWorkers) {
   }
 }
 
+// Every key=value list of the C ABI splits through one split_key_value: an
+// item without '=' or with an empty key is refused the same way by both.
+TEST(ParallelTokenize, OptionsMustBeKeyValue) {
+  for (const char *bad : {"output", "=x"}) {
+    expect_error([&] { parse_tokenize_options({"output=x", bad}); }, Status::bad_value,
+                 std::string("tokenize option '") + bad + "' is not key=value; keys: output,");
+    expect_error([&] { parse_indexed_tokenize_options({"output_prefix=x", bad}); },
+                 Status::bad_value,
+                 std::string("tokenize option '") + bad + "' is not key=value; keys: output_prefix");
+  }
+  EXPECT_EQ(parse_tokenize_options({"output=a=b"}).output, "a=b");  // split at the first '='
+}
+
 TEST(ParallelTokenize, WorkersOutOfRange) {
   const auto tok = make_tokenizer("byte");
   const std::string range = "workers must be in [0, 1024] (0: one per core)";
