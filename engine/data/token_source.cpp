@@ -43,6 +43,8 @@ std::shared_ptr<const TokenSource> open_token_source(const std::string &path) {
     if (S_ISDIR(st.st_mode))
       fail(Status::io_error, "dataset '", path, "' is a directory; give a ptdp token dataset "
            "file or a Megatron dataset prefix PREFIX (for PREFIX.bin + PREFIX.idx)");
+    // A FIFO or device: head() would wait on it; the dataset's mapping refuses it.
+    if (!S_ISREG(st.st_mode)) return std::make_shared<const TokenDataset>(path);
     const std::string magic = head(path, 7);
     if (magic == "MMIDIDX") {
       if (!ends_with(path, ".idx"))

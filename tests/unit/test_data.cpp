@@ -14,6 +14,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/indexed_dataset.h"
 #include "engine/data/sampler.h"
+#include "engine/data/token_source.h"
 
 namespace fs = std::filesystem;
 using namespace ptdp;
@@ -69,6 +70,9 @@ TEST(Dataset, OnlyRegularFilesAreMapped) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   fs::create_directories(dir);
   expect_error([&] { TokenDataset d(fifo); }, Status::io_error,
+               "dataset '" + fifo + "' is not a regular file (a FIFO)");
+  // The same through the data path's opener (which reads a file's first bytes).
+  expect_error([&] { open_token_source(fifo); }, Status::io_error,
                "dataset '" + fifo + "' is not a regular file (a FIFO)");
   expect_error([&] { TokenDataset d(dir); }, Status::io_error,
                "dataset '" + dir + "' is a directory, not a file");
