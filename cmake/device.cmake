@@ -27,7 +27,7 @@ foreach(lib ptdp_core ptdp_cpu_kernels)
 endforeach()
 
 add_library(ptdp_device STATIC engine/device/device.cpp engine/device/cpu_device.cpp
-  engine/device/cpu_ops.cpp engine/device/op_profile.cpp)
+  engine/device/ops.cpp engine/device/cpu_ops.cpp engine/device/op_profile.cpp)
 target_link_libraries(ptdp_device PUBLIC ptdp_cpu_kernels)
 if(PTDP_CUDA)
   target_sources(ptdp_device PRIVATE engine/device/cuda_device.cu engine/device/cuda_ops.cu)

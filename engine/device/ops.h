@@ -451,7 +451,7 @@ class Ops {
   std::unique_ptr<OpProfiler> profiler_;
 };
 
-// The op table of `dev`'s backend (engine/device/device.cpp picks it). The
+// The op table of `dev`'s backend (engine/device/ops.cpp picks it). The
 // CUDA backend has float only (double is the CPU's finite-difference
 // reference): asking for another is an error.
 template <class T>
