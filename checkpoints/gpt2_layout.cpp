@@ -1,13 +1,26 @@
 #include "checkpoints/gpt2_layout.h"
 
+#include <string>
+
+#include "engine/core/status.h"
 #include "engine/core/text.h"
 
 namespace ptdp {
 
 Gpt2Layout gpt2_layout(const ParamInfo &p, const GptConfig &cfg) {
+  // The LLaMA family's options change the tensors: GPT-2's layout would be wrong.
+  const GptConfig gpt2;
+  for (const GptConfigField &f : gpt_config_fields()) {
+    if (!f.optional_in_manifest || f.kind == GptConfigField::Float) continue;
+    if (f.int_value(cfg) != f.int_value(gpt2) && !(f.resolved && f.int_value(cfg) == cfg.num_attention_heads))
+      fail(Status::invalid_config, "the Hugging Face GPT-2 layout has no ", f.name, " (this model: ",
+           f.kind == GptConfigField::Choice ? f.choice_name(cfg.*f.int_member)
+                                            : std::to_string(f.int_value(cfg)),
+           "); import and export of the LLaMA family's layout are not supported yet");
+  }
   Gpt2Layout l;
   l.shape = p.global_shape;
-  if (p.name == "wte.weight") l.shape[0] = cfg.vocab_size;  // GPT-2's wte is unpadded
+  if (p.vocab_rows) l.shape[0] = cfg.vocab_size;  // GPT-2's wte is unpadded
   l.rows = l.shape[0];
   l.cols = l.shape.size() > 1 ? l.shape[1] : 1;
   for (const char *w :

@@ -75,8 +75,9 @@ std::string manifest_checksum_text(const Manifest &m) {
 Rows model_rows(const GptConfig &g) {
   Rows rows;
   for (const GptConfigField &f : gpt_config_fields())
-    rows.emplace_back(f.name, f.kind == GptConfigField::Int ? num((int64_t)f.int_value(g))
-                                                            : num(f.float_value(g)));
+    rows.emplace_back(f.name, f.kind == GptConfigField::Int      ? num((int64_t)f.int_value(g))
+                              : f.kind == GptConfigField::Choice ? f.choice_name(g.*f.int_member)
+                                                                 : num(f.float_value(g)));
   return rows;
 }
 

@@ -45,6 +45,8 @@ json model_json(const GptConfig &m) {
   for (const GptConfigField &f : gpt_config_fields()) {
     if (f.kind == GptConfigField::Int)
       j[f.name] = f.int_value(m);
+    else if (f.kind == GptConfigField::Choice)
+      j[f.name] = f.choice_name(m.*f.int_member);
     else
       j[f.name] = f.float_value(m);
   }
@@ -162,10 +164,18 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
   GptConfig &g = m.model;
   // Resolved values (ffn_hidden_size = ffn()) read back into the members, which resolve the same.
   for (const GptConfigField &f : gpt_config_fields()) {
-    if (f.kind == GptConfigField::Int)
+    if (f.optional_in_manifest && !(model.is_object() && model.contains(f.name)))
+      continue;  // written before the field existed: GPT-2's block, the default
+    if (f.kind == GptConfigField::Int) {
       g.*f.int_member = field<int>(model, f.name, mw);
-    else
+    } else if (f.kind == GptConfigField::Choice) {
+      const std::string name = field<std::string>(model, f.name, mw);
+      g.*f.int_member = f.choice_index(name);
+      if (g.*f.int_member < 0)
+        fail(Status::corrupt_data, mw, ": ", f.name, " '", name, "' is not one of {", f.choices, "}");
+    } else {
       g.*f.float_member = field<float>(model, f.name, mw);
+    }
   }
   try {
     g.validate();
@@ -274,8 +284,17 @@ std::string model_shape_mismatch(const GptConfig &saved, const GptConfig &wanted
       out += std::string(out.empty() ? "" : "; ") + name + ": checkpoint " + std::to_string(a) +
              ", this run " + std::to_string(b);
   };
-  for (const GptConfigField &f : gpt_config_fields())
-    if (f.shape) check(f.name, f.int_value(saved), f.int_value(wanted));  // shape fields are ints
+  for (const GptConfigField &f : gpt_config_fields()) {
+    if (!f.shape) continue;  // shape fields are ints or choices
+    if (f.kind == GptConfigField::Choice) {
+      const int a = saved.*f.int_member, b = wanted.*f.int_member;
+      if (a != b)
+        out += std::string(out.empty() ? "" : "; ") + f.name + ": checkpoint " + f.choice_name(a) +
+               ", this run " + f.choice_name(b);
+      continue;
+    }
+    check(f.name, f.int_value(saved), f.int_value(wanted));
+  }
   return out;
 }
 

@@ -62,7 +62,7 @@ struct Region {
   int64_t row0 = 0, rows = 0, col0 = 0, cols = 1, ld = 1;
 };
 
-bool is_wte(const ParamInfo &p) { return p.name == "wte.weight"; }
+bool is_wte(const ParamInfo &p) { return p.vocab_rows; }  // wte or an untied lm_head
 
 // The dataset's shape: the global one, with the vocabulary unpadded.
 std::vector<int64_t> dataset_shape(const ParamInfo &p, int vocab) {

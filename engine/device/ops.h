@@ -132,7 +132,7 @@ class Ops {
           [&] { layernorm_backward_impl(dx, dw, db, dout, x, w, mean, rstd, N, h); });
   }
 
-  // ---- bias + GeLU: z = y + bias, out = gelu(z); dbias accumulates ----
+  // ---- bias + GeLU: z = y + bias, out = gelu(z); bias, dbias may be null; dbias accumulates ----
   void bias_gelu_forward(Act z, Act out, CAct y, const T *bias, int N, int f) {
     check_sizes("bias_gelu_forward", {{"N", N}, {"f", f}});
     timed("bias_gelu_forward", 0, [&] { bias_gelu_forward_impl(z, out, y, bias, N, f); });

@@ -24,14 +24,15 @@ int GPT<T>::unit_start(int j) const {
 template <class T>
 void GPT<T>::size_layer(LayerActs &a, int s, int b, bool full) {
   const size_t N = (size_t)s * b, h = cfg_.hidden_size, w = width_, f = ffn_, A = heads_;
+  const size_t means = cfg_.rms_norm() ? 0 : N, fc1 = cfg_.swiglu ? 2 * f : f;  // fc1: gate|up
   const size_t probs = (size_t)b * A * s * s;
   auto sz = [&](DeviceArray<T> &buf, size_t n) { buf.resize(*dev_, full ? n : 0); };
   auto act = [&](ActArray &buf, size_t n) { buf.resize(*dev_, full ? n : 0, act_); };
   a.x.resize(*dev_, N * h, act_);
   act(a.ln1, N * h);
-  sz(a.ln1_mean, N);
+  sz(a.ln1_mean, means);
   sz(a.ln1_rstd, N);
-  act(a.qkv, N * 3 * w);
+  act(a.qkv, N * qkv_width_);
   act(a.probs, flash_ ? 0 : probs);
   // Dropped attention probabilities are kept: backward reads the mask back
   // from them instead of regenerating it (flash attention draws it again).
@@ -40,9 +41,9 @@ void GPT<T>::size_layer(LayerActs &a, int s, int b, bool full) {
   act(a.ctxv, N * w);
   act(a.mid, N * h);
   act(a.ln2, N * h);
-  sz(a.ln2_mean, N);
+  sz(a.ln2_mean, means);
   sz(a.ln2_rstd, N);
-  act(a.fc1_z, N * f);
+  act(a.fc1_z, N * fc1);
   act(a.fc1_g, N * f);
 }
 
@@ -71,7 +72,7 @@ typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
   Device &d = *dev_;
   A->final_x.resize(d, head ? N * h : 0, act_);
   A->lnf.resize(d, head ? N * h : 0, act_);
-  A->lnf_mean.resize(d, head ? N : 0);
+  A->lnf_mean.resize(d, head && !cfg_.rms_norm() ? N : 0);
   A->lnf_rstd.resize(d, head ? N : 0);
   A->logits.resize(d, head ? N * (size_t)local_vocab_ : 0, act_);
   A->ce.resize(d, head ? 3 * N : 0);
@@ -85,8 +86,8 @@ typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
   dprobs_.resize(d, flash_ ? 0 : (size_t)b * heads_ * s * s, act_);
   for (ActArray *x : {&tmp_h_, &tmp_h2_, &dresid_, &x_ping_, &x_pong_}) x->resize(d, N * h, act_);
   dctx_.resize(d, N * w, act_);
-  dqkv_.resize(d, N * 3 * w, act_);
-  dfc_.resize(d, N * f, act_);
+  dqkv_.resize(d, N * qkv_width_, act_);
+  dfc_.resize(d, N * f * (cfg_.swiglu ? 2 : 1), act_);
   return *(live_[key] = std::move(A));
 }
 

@@ -20,14 +20,20 @@ void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepCont
                                   T(1) / std::sqrt((T)hd), tp_.rank * A, d);
     return;
   }
-  const int ld_qkv = b * 3 * w, ld_ctx = b * w;
+  // Grouped-query attention: heads_ = groups_ * r, qkv's rows [groups_, r + 2,
+  // hd]. Query slot j of every (bi, group) is one strided batch: batch k = bi *
+  // groups_ + g is head g*r + j, whose probabilities and context sit at
+  // uniform strides; the group's K and V are read by all r slots, never copied.
+  // Without grouping (r = 1) these are single batched GEMMs over [a, 3, hd].
+  const int r = A / groups_, batches = b * groups_, ld_qkv = b * qkv_width_, ld_ctx = b * w;
+  const int row = (r + 2) * hd;  // a group's width in qkv
   const int64_t ss = (int64_t)s * s;
-  CAct qkv = a.qkv.data();
+  CAct qkv = a.qkv.data(), K = qkv + (int64_t)r * hd, V = qkv + (int64_t)(r + 1) * hd;
   Act probs = a.probs.data();
-  // Batch i = bi*a + head: its Q, K, V rows start at qkv + i*3hd with row stride b*3w.
   // (Skipping the causal upper-right blocks was measured: smaller GEMMs ate the gain.)
-  ops_->gemm_strided_batched(false, true, s, s, hd, 1, qkv, ld_qkv, 3 * hd, qkv + hd, ld_qkv,
-                             3 * hd, 0, probs, s, ss, b * A);
+  for (int j = 0; j < r; j++)
+    ops_->gemm_strided_batched(false, true, s, s, hd, 1, qkv + (int64_t)j * hd, ld_qkv, row, K,
+                               ld_qkv, row, 0, probs + j * ss, s, r * ss, batches);
   ops_->scale_mask_softmax_forward(probs, probs, b * A, s, s, T(1) / std::sqrt((T)hd), true,
                                    nullptr);
   CAct pd = probs;
@@ -38,8 +44,9 @@ void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepCont
     ops_->dropout_attention(a.probs_drop.data(), probs, b, A, s, s, tp_.rank * A, d);
     pd = a.probs_drop.data();
   }
-  ops_->gemm_strided_batched(false, false, s, hd, s, 1, pd, s, ss, qkv + 2 * hd, ld_qkv, 3 * hd, 0,
-                             a.ctxv.data(), ld_ctx, hd, b * A);
+  for (int j = 0; j < r; j++)
+    ops_->gemm_strided_batched(false, false, s, hd, s, 1, pd + j * ss, s, r * ss, V, ld_qkv, row, 0,
+                               a.ctxv.data() + (int64_t)j * hd, ld_ctx, (int64_t)r * hd, batches);
 }
 
 template <class T>
@@ -55,27 +62,37 @@ void GPT<T>::attention_backward(int l, const LayerActs &a, int s, int b, const S
                                    d);
     return;
   }
-  const int ld_qkv = b * 3 * w, ld_ctx = b * w;
+  const int r = A / groups_, batches = b * groups_, ld_qkv = b * qkv_width_, ld_ctx = b * w;
+  const int row = (r + 2) * hd;
   const int64_t ss = (int64_t)s * s;
   CAct qkv = a.qkv.data(), probs = a.probs.data(), dctx = dctx_.data();
+  CAct K = qkv + (int64_t)r * hd, V = qkv + (int64_t)(r + 1) * hd;
   Act dqkv = dqkv_.data(), dp = dprobs_.data();
+  Act dK = dqkv + (int64_t)r * hd, dV = dqkv + (int64_t)(r + 1) * hd;
   const float p = ctx.training ? cfg_.attention_dropout : 0.f;
-  // dV = dropout(P)^T @ dctx, with the dropped probabilities of the forward
+  // dV = sum over the group's slots j of dropout(P_j)^T @ dctx_j, with the
+  // dropped probabilities of the forward
   CAct pd = p > 0 ? a.probs_drop.data() : probs;
-  ops_->gemm_strided_batched(true, false, s, hd, s, 1, pd, s, ss, dctx, ld_ctx, hd, 0,
-                             dqkv + 2 * hd, ld_qkv, 3 * hd, b * A);
+  for (int j = 0; j < r; j++)
+    ops_->gemm_strided_batched(true, false, s, hd, s, 1, pd + j * ss, s, r * ss,
+                               dctx + (int64_t)j * hd, ld_ctx, (int64_t)r * hd, j ? 1 : 0, dV, ld_qkv,
+                               row, batches);
   // dP = dropout'(dctx @ V^T), the mask read back from the dropped probabilities
-  ops_->gemm_strided_batched(false, true, s, s, hd, 1, dctx, ld_ctx, hd, qkv + 2 * hd, ld_qkv,
-                             3 * hd, 0, dp, s, ss, b * A);
+  for (int j = 0; j < r; j++)
+    ops_->gemm_strided_batched(false, true, s, s, hd, 1, dctx + (int64_t)j * hd, ld_ctx,
+                               (int64_t)r * hd, V, ld_qkv, row, 0, dp + j * ss, s, r * ss, batches);
   const size_t nprobs = (size_t)b * A * ss;
   if (p > 0) ops_->dropout_backward_from_output(dp, dp, pd, nprobs, attention_dropout_rate(p));
   const T scale = T(1) / std::sqrt((T)hd);
   ops_->scale_mask_softmax_backward(dp, probs, dp, b * A, s, s, scale);  // dp = dL/d(QK^T)
-  // dQ = dS @ K, dK = dS^T @ Q
-  ops_->gemm_strided_batched(false, false, s, hd, s, 1, dp, s, ss, qkv + hd, ld_qkv, 3 * hd, 0,
-                             dqkv, ld_qkv, 3 * hd, b * A);
-  ops_->gemm_strided_batched(true, false, s, hd, s, 1, dp, s, ss, qkv, ld_qkv, 3 * hd, 0, dqkv + hd,
-                             ld_qkv, 3 * hd, b * A);
+  // dQ_j = dS_j @ K, dK = sum over j of dS_j^T @ Q_j
+  for (int j = 0; j < r; j++) {
+    ops_->gemm_strided_batched(false, false, s, hd, s, 1, dp + j * ss, s, r * ss, K, ld_qkv, row, 0,
+                               dqkv + (int64_t)j * hd, ld_qkv, row, batches);
+    ops_->gemm_strided_batched(true, false, s, hd, s, 1, dp + j * ss, s, r * ss,
+                               qkv + (int64_t)j * hd, ld_qkv, row, j ? 1 : 0, dK, ld_qkv, row,
+                               batches);
+  }
 }
 
 #define PTDP_INSTANTIATE(T)                                                                 \

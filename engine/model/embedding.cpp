@@ -10,7 +10,8 @@ template <class T>
 void GPT<T>::embedding_forward_into(Act out, const int32_t *tokens, int s, int b,
                                     const StepContext &ctx) {
   const int h = cfg_.hidden_size;
-  const T *wte = param_data("wte.weight"), *wpe = param_data("wpe.weight");
+  // Rotary positions turn q and k in the layers instead: no wpe.
+  const T *wte = param_data("wte.weight"), *wpe = cfg_.rope() ? nullptr : param_data("wpe.weight");
   // Vocab-parallel embedding: each rank looks up its rows, the sum completes it
   // (positions are added once, after the sum).
   const bool one = tp_.size == 1;
@@ -18,7 +19,7 @@ void GPT<T>::embedding_forward_into(Act out, const int32_t *tokens, int s, int b
                           one ? wpe : nullptr, s, b, h);
   if (!one) {
     tp_all_reduce(tmp_h_.data(), (size_t)s * b * h);
-    ops_->add_position_embedding(tmp_h_.data(), wpe, s, b, h);
+    if (wpe) ops_->add_position_embedding(tmp_h_.data(), wpe, s, b, h);
   }
   DropoutSpec hid{{seed_, dropout_stream(-1, kEmbedding), ctx.iteration},
                   ctx.training ? cfg_.hidden_dropout : 0.f,
@@ -36,7 +37,8 @@ void GPT<T>::embedding_backward_into(ChunkActs &A, CAct dresid) {
                   ctx.training ? cfg_.hidden_dropout : 0.f,
                   ctx.sample_offset};
   ops_->bias_dropout_add_backward(tmp_h_.data(), nullptr, dresid, s, b, h, hid);
-  ops_->embedding_backward(grad_data("wte.weight"), grad_data("wpe.weight"), tmp_h_.data(),
+  ops_->embedding_backward(grad_data("wte.weight"), cfg_.rope() ? nullptr : grad_data("wpe.weight"),
+                           tmp_h_.data(),
                            A.tokens.data(), s, b, h, vocab_start_, local_vocab_);
 }
 

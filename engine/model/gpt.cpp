@@ -11,6 +11,7 @@
 #include "engine/core/status.h"
 #include "engine/core/text.h"
 #include "engine/model/gpt_internal.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace ptdp {
 
@@ -18,7 +19,8 @@ using namespace gpt_detail;
 
 std::vector<ParamInfo> gpt_param_table(const GptConfig &cfg, int t, const PipelineStage &pp) {
   const int64_t h = cfg.hidden_size, f = cfg.ffn(), V = cfg.padded_vocab(t),
-                P = cfg.max_positions();
+                P = cfg.max_positions(), q = cfg.qkv_rows();
+  const bool layernorm = !cfg.rms_norm(), bias = cfg.linear_bias();
   const int per_chunk = cfg.num_layers / (pp.size * pp.chunks);
   std::vector<ParamInfo> table;
   // global shape, split axis (-1 replicated, 0 rows, 1 columns), weight decay
@@ -34,33 +36,44 @@ std::vector<ParamInfo> gpt_param_table(const GptConfig &cfg, int t, const Pipeli
     p.weight_decay = decay;
     table.push_back(std::move(p));
   };
+  auto norm = [&](const std::string &name) {  // LayerNorm's weight and bias, RMSNorm's weight
+    add(name + ".weight", {h}, -1, false);
+    if (layernorm) add(name + ".bias", {h}, -1, false);
+  };
   for (int c = 0; c < pp.chunks; c++) {
     for (int j = 0; j < per_chunk; j++) {
       std::string pre = "h." + std::to_string((c * pp.size + pp.rank) * per_chunk + j) + ".";
-      add(pre + "ln_1.weight", {h}, -1, false);
-      add(pre + "ln_1.bias", {h}, -1, false);
-      add(pre + "attn.c_attn.weight", {3 * h, h}, 0, true);  // rows ordered [a, 3, hd]
-      add(pre + "attn.c_attn.bias", {3 * h}, 0, false);
+      norm(pre + "ln_1");
+      // Rows ordered [G, a/G + 2, hd]: each query group's heads' queries, its
+      // key, its value ([a, 3, hd] without grouping); a rank holds whole groups.
+      add(pre + "attn.c_attn.weight", {q, h}, 0, true);
+      if (cfg.qkv_bias()) add(pre + "attn.c_attn.bias", {q}, 0, false);
       add(pre + "attn.c_proj.weight", {h, h}, 1, true);
-      add(pre + "attn.c_proj.bias", {h}, -1, false);
-      add(pre + "ln_2.weight", {h}, -1, false);
-      add(pre + "ln_2.bias", {h}, -1, false);
-      add(pre + "mlp.c_fc.weight", {f, h}, 0, true);
-      add(pre + "mlp.c_fc.bias", {f}, 0, false);
+      if (bias) add(pre + "attn.c_proj.bias", {h}, -1, false);
+      norm(pre + "ln_2");
+      if (cfg.swiglu) {  // two column-parallel tensors: any layout's shards of the same matrices
+        add(pre + "mlp.gate_proj.weight", {f, h}, 0, true);
+        add(pre + "mlp.up_proj.weight", {f, h}, 0, true);
+      } else {
+        add(pre + "mlp.c_fc.weight", {f, h}, 0, true);
+        if (bias) add(pre + "mlp.c_fc.bias", {f}, 0, false);
+      }
       add(pre + "mlp.c_proj.weight", {h, f}, 1, true);
-      add(pre + "mlp.c_proj.bias", {h}, -1, false);
+      if (bias) add(pre + "mlp.c_proj.bias", {h}, -1, false);
     }
   }
   const bool embedding = pp.rank == 0, head = pp.rank == pp.size - 1;
-  if (head) {
-    add("ln_f.weight", {h}, -1, false);
-    add("ln_f.bias", {h}, -1, false);
-  }
-  if (embedding || head) {
+  if (head) norm("ln_f");
+  if (embedding || (head && cfg.tied())) {
     add("wte.weight", {V, h}, 0, true);
     table.back().tied_copy = !embedding;
+    table.back().vocab_rows = true;
   }
-  if (embedding) add("wpe.weight", {P, h}, -1, true);
+  if (head && !cfg.tied()) {
+    add("lm_head.weight", {V, h}, 0, true);
+    table.back().vocab_rows = true;
+  }
+  if (embedding && !cfg.rope()) add("wpe.weight", {P, h}, -1, true);
   size_t total = 0;
   for (auto &p : table) {
     p.offset = total;
@@ -102,17 +115,40 @@ GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStag
   heads_ = cfg_.num_attention_heads / t;
   width_ = (int)h / t;
   ffn_ = (int)f / t;
+  groups_ = cfg_.query_groups() / t;
+  qkv_width_ = (int)(cfg_.qkv_rows() / t);
   local_vocab_ = (int)V / t;
   vocab_start_ = tp_.rank * local_vocab_;
   local_real_vocab_ = std::max(0, std::min(local_vocab_, cfg_.vocab_size - vocab_start_));
 
   table_ = gpt_param_table(cfg_, t, pp_);
+  // Each local layer's roles: its tensors are consecutive, named h.<global layer>.<role>.
+  for (int li = 0, k = 0; li < pp_.chunks * layers_per_chunk_; li++) {
+    const std::string pre = "h." + std::to_string(first_layer(li / layers_per_chunk_) +
+                                                  li % layers_per_chunk_) + ".";
+    std::vector<int> slots(kLayerRoles, -1);
+    const int first = k;
+    for (; k < (int)table_.size() && starts_with(table_[(size_t)k].name, pre); k++)
+      for (int r = 0; r < kLayerRoles; r++)
+        if (table_[(size_t)k].name == pre + kLayerRoleNames[r]) slots[(size_t)r] = k;
+    layer_slots_.push_back(std::move(slots));
+    layer_range_.emplace_back(first, k - 1);
+  }
   const ParamInfo &last = table_.back();
   const size_t total = last.padded_end();
   params_.resize(*dev_, total);
   grads_.resize(*dev_, total);
   pool_.resize((size_t)pp_.chunks);
   init_parameters(seed);
+  if (cfg_.rope()) {  // the angles of every position the model takes, once
+    const int positions = cfg_.max_positions(), half = cfg_.head_dim() / 2;
+    std::vector<float> c((size_t)positions * half), sn(c.size());
+    cpu::rope_table(c.data(), sn.data(), positions, cfg_.head_dim(), cfg_.rotary_base);
+    rope_cos_.resize(*dev_, c.size());
+    rope_sin_.resize(*dev_, sn.size());
+    rope_cos_.copy_from_host(c);
+    rope_sin_.copy_from_host(sn);
+  }
 }
 
 template <class T>
@@ -139,10 +175,7 @@ const ParamInfo &GPT<T>::param(const std::string &name) const {
 
 template <class T>
 int64_t GPT<T>::num_real_params() const {
-  const int64_t h = cfg_.hidden_size, f = cfg_.ffn();
-  const int64_t per_layer = 4 * h + 3 * h * h + 3 * h + h * h + h + f * h + f + h * f + h;
-  return cfg_.num_layers * per_layer + 2 * h + (int64_t)cfg_.vocab_size * h +
-         (int64_t)cfg_.max_positions() * h;
+  return cfg_.num_params();
 }
 
 template <class T>
@@ -158,7 +191,7 @@ int64_t GPT<T>::global_index(const ParamInfo &p, size_t i) const {
 template <class T>
 void GPT<T>::init_parameters(uint64_t seed) {
   const double std_out = cfg_.init_method_std / std::sqrt(2.0 * cfg_.num_layers);
-  const int64_t real_wte = (int64_t)cfg_.vocab_size * cfg_.hidden_size;  // padding stays 0
+  const int64_t real_rows = (int64_t)cfg_.vocab_size * cfg_.hidden_size;  // padding stays 0
   std::vector<T> host(params_.size(), T(0));
   for (auto &p : table_) {
     T *w = host.data() + p.offset;
@@ -170,9 +203,8 @@ void GPT<T>::init_parameters(uint64_t seed) {
     }
     double sd = ends_with(n, "c_proj.weight") ? std_out : cfg_.init_method_std;
     uint64_t stream = fnv1a64(n);
-    const bool is_wte = n == "wte.weight";
     auto value = [&](int64_t g, double normal) {
-      return is_wte && g >= real_wte ? T(0) : T(sd * normal);
+      return p.vocab_rows && g >= real_rows ? T(0) : T(sd * normal);
     };
     // Local elements two by two: where they are global elements 2k and 2k + 1
     // (almost always), one Philox call and one Box-Muller give both.
@@ -204,10 +236,11 @@ void GPT<T>::init_parameters(uint64_t seed) {
 
 template <class T>
 typename GPT<T>::Layer GPT<T>::layer(T *base, int li) {
-  T *g[kParamsPerLayer];
-  for (int k = 0; k < kParamsPerLayer; k++)
-    g[k] = base + table_[(size_t)li * kParamsPerLayer + k].offset;
-  return {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11]};
+  T *g[kLayerRoles];
+  const std::vector<int> &slots = layer_slots_[(size_t)li];
+  for (int k = 0; k < kLayerRoles; k++)
+    g[k] = slots[(size_t)k] < 0 ? nullptr : base + table_[(size_t)slots[(size_t)k]].offset;
+  return {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13]};
 }
 
 template <class T>
@@ -246,6 +279,11 @@ void GPT<T>::set_flash_attention(bool on) {
   // Buffers are sized per forward, so only a stashed forward pins the choice.
   if (!live_.empty())
     fail(Status::wrong_state, "set_flash_attention between a forward and its backward");
+  if (on && cfg_.query_groups() != cfg_.num_attention_heads)
+    fail(Status::invalid_config, "use_flash_attn with grouped-query attention (num_query_groups ",
+         cfg_.query_groups(), " < num_attention_heads ", cfg_.num_attention_heads,
+         ") is not supported yet: the fused kernels read one key and value per head; leave "
+         "use_flash_attn off");
   flash_ = on;
 }
 

@@ -1,5 +1,7 @@
-// GPT forward and backward written by hand (no autograd), pre-LayerNorm,
-// learned positions, GeLU MLP, tied input/output embedding, [s, b, h] layout.
+// GPT forward and backward written by hand (no autograd), pre-norm, [s, b, h]
+// layout: GPT-2's block (LayerNorm, learned positions, GeLU MLP, tied
+// input/output embedding) or the LLaMA family's pieces (GptConfig's options:
+// RMSNorm, rotary positions, grouped-query attention, SwiGLU, untied head).
 // T = float for training, double for the finite-difference tests.
 //
 // The model runs on one Device through its op table (engine/device/ops.h):
@@ -44,6 +46,9 @@ struct ParamInfo {
   // The last stage's copy of the tied embedding (p > 1): the first stage's copy
   // is the one counted in the gradient norm.
   bool tied_copy = false;
+  // Rows are the padded vocabulary (wte, an untied lm_head): rows from
+  // vocab_size on are padding, zero and absent from checkpoints.
+  bool vocab_rows = false;
   // Where the next tensor starts in the flat buffers: each tensor is padded to
   // a multiple of 16 elements (64-byte aligned).
   size_t padded_end() const { return offset + (numel + 15) / 16 * 16; }
@@ -211,6 +216,7 @@ class GPT {
   void layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b, const StepContext &ctx);
   void layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int b,
                       const StepContext &ctx);
+  void rotate_qk(Act qkv, int s, int b, bool inverse);  // rope on q and k, in place
   void attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx);
   void attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx);
   void embedding_forward_into(Act out, const int32_t *tokens, int s, int b,
@@ -232,6 +238,11 @@ class GPT {
   T *param_data(const char *name) { return params_.data() + param(name).offset; }
   T *grad_data(const char *name) { return grads_.data() + param(name).offset; }
   void vocab_parallel_loss(ChunkActs &A);
+  // The final norm and the head's weight (wte when tied, lm_head otherwise).
+  void norm_forward(Act out, T *mean, T *rstd, CAct x, const T *w, const T *b, int N);
+  void norm_backward(Act dx, T *dw, T *db, CAct dout, CAct x, const T *w, const T *mean,
+                     const T *rstd, int N);
+  const char *head_weight_name() const { return cfg_.tied() ? "wte.weight" : "lm_head.weight"; }
 
   GptConfig cfg_;
   uint64_t seed_;
@@ -245,10 +256,16 @@ class GPT {
   std::unique_ptr<Ops<T>> ops_;
   DType act_ = DType::f32;  // ops_->act_type()
   int layers_per_chunk_ = 0;
-  // Local sizes: heads, attention width, MLP width, vocabulary shard.
-  int heads_ = 0, width_ = 0, ffn_ = 0;
+  // Local sizes: heads, attention width, MLP width, vocabulary shard; query
+  // groups and QKV's columns ([groups_, heads_ / groups_ + 2, hd]).
+  int heads_ = 0, width_ = 0, ffn_ = 0, groups_ = 0, qkv_width_ = 0;
   int vocab_start_ = 0, local_vocab_ = 0, local_real_vocab_ = 0;
   std::vector<ParamInfo> table_;
+  // Per local layer: the table index of each of its roles (Layer's members, in
+  // order), -1 for a tensor this model's options leave out; and its range in table_.
+  std::vector<std::vector<int>> layer_slots_;
+  std::vector<std::pair<int, int>> layer_range_;  // [first, last] table indices
+  DeviceArray<float> rope_cos_, rope_sin_;         // [max_positions, hd/2] with rope
   DeviceArray<T> params_, grads_;
   DeviceArray<float> fp32_init_;  // see take_fp32_init
   bool weights_changed_ = true;   // since the last set_weights (see params())

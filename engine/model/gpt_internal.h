@@ -11,7 +11,14 @@
 namespace ptdp {
 namespace gpt_detail {
 
-constexpr int kParamsPerLayer = 12;
+// A layer's tensors by role: the order of GPT::Layer's members, and the
+// parameter names' suffixes after "h.<layer>.".
+constexpr int kLayerRoles = 14;
+constexpr const char *kLayerRoleNames[kLayerRoles] = {
+    "ln_1.weight",       "ln_1.bias",         "attn.c_attn.weight",  "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",         "ln_2.bias",
+    "mlp.c_fc.weight",   "mlp.c_fc.bias",     "mlp.c_proj.weight",   "mlp.c_proj.bias",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight"};
 constexpr int kSerialSlot = -1;  // the micro-batch id of forward()/backward()
 // Dropout sites; the stream of (layer, site) keys the mask (ARCHITECTURE §3).
 enum Site : uint32_t { kEmbedding = 0, kAttentionProbs = 1, kAttentionOut = 2, kMlpOut = 3 };
@@ -19,10 +26,13 @@ inline uint32_t dropout_stream(int layer, Site site) { return (uint32_t)(layer +
 
 }  // namespace gpt_detail
 
+// A layer's tensors inside params() or grads(); null where the options leave
+// one out (norm biases with RMSNorm, linear biases with disable_bias_linear;
+// fc1 with SwiGLU, whose gate and up take its place).
 template <class T>
 struct GPT<T>::Layer {
   T *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w,
-      *fc2_b;
+      *fc2_b, *gate_w, *up_w;
 };
 
 // One layer's activations. x is its input; the rest is empty for a layer whose
@@ -33,7 +43,7 @@ template <class T>
 struct GPT<T>::LayerActs {
   ActArray x;                              // [N, h]
   ActArray ln1;                            // [N, h]
-  DeviceArray<T> ln1_mean, ln1_rstd;       // [N]
+  DeviceArray<T> ln1_mean, ln1_rstd;       // [N] (RMSNorm: rstd only)
   ActArray qkv;                            // [N, 3w]  ordered [s, b, a, 3, hd]
   ActArray probs, probs_drop;              // [b, a, s, s] softmax output, after dropout
   DeviceArray<T> lse;                      // [b*a, s] instead of probs, with flash attention
@@ -41,7 +51,8 @@ struct GPT<T>::LayerActs {
   ActArray mid;                            // [N, h]  residual after attention
   ActArray ln2;                            // [N, h]
   DeviceArray<T> ln2_mean, ln2_rstd;       // [N]
-  ActArray fc1_z, fc1_g;                   // [N, f]  pre-GeLU (with bias), post-GeLU
+  ActArray fc1_z, fc1_g;                   // [N, f]  pre-GeLU (with bias), post-GeLU;
+                                           // SwiGLU: [N, 2f] gate|up, [N, f] silu(gate) up
   int64_t bytes() const {
     size_t n = 0;
     for (const ActArray *b : {&x, &ln1, &qkv, &probs, &probs_drop, &ctxv, &mid, &ln2, &fc1_z,

@@ -1,4 +1,4 @@
-// The final LayerNorm, the tied vocab-parallel LM head, and the three-step
+// The final norm, the vocab-parallel LM head (tied or untied), and the three-step
 // vocab-parallel cross-entropy (ARCHITECTURE §4).
 #include <cmath>
 #include "engine/model/gpt_internal.h"
@@ -26,41 +26,64 @@ void GPT<T>::vocab_parallel_loss(ChunkActs &A) {
   for (int i = 0; i < N; i++) A.losses[i] = std::log(hsum[i]) + hmx[i] - htl[i];
 }
 
-// Final LayerNorm and the tied, vocab-parallel LM head: logits = lnf @ wte_shard^T.
-// Padding rows are zero and masked out of the loss, so only the real columns
-// are computed.
+// The model's norm (LayerNorm, or RMSNorm with neither mean nor bias).
+template <class T>
+void GPT<T>::norm_forward(Act out, T *mean, T *rstd, CAct x, const T *w, const T *b, int N) {
+  const int h = cfg_.hidden_size;
+  const T eps = (T)cfg_.layernorm_epsilon;
+  if (cfg_.rms_norm())
+    ops_->rmsnorm_forward(out, rstd, x, w, N, h, eps);
+  else
+    ops_->layernorm_forward(out, mean, rstd, x, w, b, N, h, eps);
+}
+
+template <class T>
+void GPT<T>::norm_backward(Act dx, T *dw, T *db, CAct dout, CAct x, const T *w, const T *mean,
+                           const T *rstd, int N) {
+  const int h = cfg_.hidden_size;
+  if (cfg_.rms_norm())
+    ops_->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, h);
+  else
+    ops_->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, h);
+}
+
+// The final norm and the vocab-parallel LM head: logits = lnf @ W^T with W
+// the tied embedding's shard (or the untied lm_head's). Padding rows are zero
+// and masked out of the loss, so only the real columns are computed.
 template <class T>
 void GPT<T>::head_forward(ChunkActs &A, const int32_t *targets) {
   const int N = A.s * A.b, h = cfg_.hidden_size;
-  ops_->layernorm_forward(A.lnf.data(), A.lnf_mean.data(), A.lnf_rstd.data(), A.final_x.data(),
-                          param_data("ln_f.weight"), param_data("ln_f.bias"), N, h,
-                          (T)cfg_.layernorm_epsilon);
-  ops_->gemm(false, true, N, local_real_vocab_, h, 1, A.lnf.data(), h, param_data("wte.weight"), h,
-             0, A.logits.data(), local_vocab_);
+  norm_forward(A.lnf.data(), A.lnf_mean.data(), A.lnf_rstd.data(), A.final_x.data(),
+               param_data("ln_f.weight"), cfg_.rms_norm() ? nullptr : param_data("ln_f.bias"), N);
+  ops_->gemm(false, true, N, local_real_vocab_, h, 1, A.lnf.data(), h,
+             param_data(head_weight_name()), h, 0, A.logits.data(), local_vocab_);
   if (targets) vocab_parallel_loss(A);
 }
 
-// LM head (vocab-parallel) and final LayerNorm; f's backward all-reduces dlnf.
+// LM head (vocab-parallel) and final norm; f's backward all-reduces dlnf.
 template <class T>
 void GPT<T>::head_backward(ChunkActs &A, Act dresid, T dloss) {
   const int N = A.s * A.b, h = cfg_.hidden_size;
   const size_t Nh = (size_t)N * h;
-  const ParamInfo &wte = param("wte.weight"), &lw = param("ln_f.weight"), &lb = param("ln_f.bias");
+  const ParamInfo &W = param(head_weight_name()), &lw = param("ln_f.weight");
+  T *dlb = cfg_.rms_norm() ? nullptr : grad_data("ln_f.bias");
   Act dlogits = A.logits.data();
   ops_->vocab_ce_backward(dlogits, A.logits.data(), A.ce.data(), A.ce.data() + N, A.targets.data(),
                           N, local_vocab_, local_real_vocab_, vocab_start_, dloss);
   ops_->gemm(true, false, local_real_vocab_, h, N, 1, dlogits, local_vocab_, A.lnf.data(), h, 1,
-             grads_.data() + wte.offset, h);
+             grads_.data() + W.offset, h);
   ops_->gemm(false, false, N, h, local_real_vocab_, 1, dlogits, local_vocab_,
-             params_.data() + wte.offset, h, 0, tmp_h_.data(), h);
+             params_.data() + W.offset, h, 0, tmp_h_.data(), h);
   tp_all_reduce(tmp_h_.data(), Nh);
   dev_->zero(dresid.p, Nh * dtype_size(dresid.t));
-  ops_->layernorm_backward(dresid, grads_.data() + lw.offset, grads_.data() + lb.offset,
-                           tmp_h_.data(), A.final_x.data(), params_.data() + lw.offset,
-                           A.lnf_mean.data(), A.lnf_rstd.data(), N, h);
+  norm_backward(dresid, grads_.data() + lw.offset, dlb, tmp_h_.data(), A.final_x.data(),
+                params_.data() + lw.offset, A.lnf_mean.data(), A.lnf_rstd.data(), N);
 }
 
-#define PTDP_INSTANTIATE(T)                                         \
+#define PTDP_INSTANTIATE(T)                                                                   \
+  template void GPT<T>::norm_forward(Act, T *, T *, CAct, const T *, const T *, int);          \
+  template void GPT<T>::norm_backward(Act, T *, T *, CAct, CAct, const T *, const T *,         \
+                                      const T *, int);                                         \
   template void GPT<T>::vocab_parallel_loss(ChunkActs &);           \
   template void GPT<T>::head_forward(ChunkActs &, const int32_t *); \
   template void GPT<T>::head_backward(ChunkActs &, Act, T);

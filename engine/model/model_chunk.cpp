@@ -123,13 +123,14 @@ void GPT<T>::backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss
   Act dresid = dresid_.data();
   if (head) {
     head_backward(A, dresid, dloss);
-    param_grads_written("ln_f.weight", "ln_f.bias", grads_final);
+    param_grads_written("ln_f.weight", cfg_.rms_norm() ? "ln_f.weight" : "ln_f.bias", grads_final);
+    if (!cfg_.tied()) param_grads_written("lm_head.weight", "lm_head.weight", grads_final);
   } else {
     dev_->copy(dresid.p, doutput.p, Nh * dtype_size(act_));
   }
   auto layer_done = [&](int li) {
-    const ParamInfo &first = table_[(size_t)li * kParamsPerLayer];
-    const ParamInfo &last = table_[(size_t)li * kParamsPerLayer + kParamsPerLayer - 1];
+    const ParamInfo &first = table_[(size_t)layer_range_[(size_t)li].first];
+    const ParamInfo &last = table_[(size_t)layer_range_[(size_t)li].second];
     grads_written(first.offset, last.padded_end() - first.offset, grads_final);
   };
 
@@ -166,10 +167,10 @@ void GPT<T>::backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss
   } else {
     dev_->copy(dinput.p, dresid.p, Nh * dtype_size(act_));
   }
-  // The tied embedding is written by the head and the embedding; ln_f and
-  // the layers were reported as they finished.
-  if (head || embedding) param_grads_written("wte.weight", "wte.weight", grads_final);
-  if (embedding) param_grads_written("wpe.weight", "wpe.weight", grads_final);
+  // The tied embedding is written by the head and the embedding; ln_f, the
+  // untied head and the layers were reported as they finished.
+  if (embedding || (head && cfg_.tied())) param_grads_written("wte.weight", "wte.weight", grads_final);
+  if (embedding && !cfg_.rope()) param_grads_written("wpe.weight", "wpe.weight", grads_final);
   if (last_head_ == &A) last_head_ = nullptr;  // its logits now hold gradients
   release(chunk, mb);
 }

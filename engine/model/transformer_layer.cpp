@@ -1,17 +1,29 @@
-// One pre-LayerNorm transformer layer, forward and backward: LayerNorm, the
-// column-parallel QKV GEMM, attention, the row-parallel projection (g: an
-// all-reduce), bias+dropout+residual; then the MLP the same way.
+// One pre-norm transformer layer, forward and backward: the norm, the
+// column-parallel QKV GEMM (rotary positions on q and k), attention, the
+// row-parallel projection (g: an all-reduce), bias+dropout+residual; then the
+// MLP (GeLU or SwiGLU) the same way.
 #include "engine/model/gpt_internal.h"
 
 namespace ptdp {
 
 using namespace gpt_detail;
 
+// The rotary embedding of q and k in place (qkv's row: groups_ of heads_ /
+// groups_ queries, a key and a value): rows (si*b + bi)*groups_ + g of
+// (r + 2)*hd values, their first r + 1 vectors turned by position si.
+// inverse: the backward (the transpose of a rotation is its inverse).
+template <class T>
+void GPT<T>::rotate_qk(Act qkv, int s, int b, bool inverse) {
+  const int hd = cfg_.head_dim(), r = heads_ / groups_;
+  ops_->rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), s, b * groups_, (r + 2) * hd, r + 1,
+                    hd, hd, inverse);
+}
+
 // One transformer layer: out = x + attention(x), then + MLP; fills a.
 template <class T>
 void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
                            const StepContext &ctx) {
-  const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_;
+  const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_, q = qkv_width_;
   const int l = first_layer(li / layers_per_chunk_) + li % layers_per_chunk_;  // global
   const size_t Nh = (size_t)N * h;
   Layer P = layer(params_.data(), li);
@@ -20,20 +32,30 @@ void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
                   ctx.sample_offset};
   // Attention block: mid = x + dropout(g(proj(attn(f(ln1(x))))) + proj_b)
   // (Every op stores its output in the activation type, rounded once.)
-  ops_->layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, P.ln1_w, P.ln1_b,
-                          N, h, (T)cfg_.layernorm_epsilon);
-  ops_->gemm(false, true, N, 3 * w, h, 1, a.ln1.data(), h, P.qkv_w, h, 0, a.qkv.data(), 3 * w);
-  ops_->bias_dropout_add_forward(a.qkv.data(), nullptr, a.qkv.data(), P.qkv_b, s, b, 3 * w,
-                                 DropoutSpec{});
+  norm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, P.ln1_w, P.ln1_b, N);
+  ops_->gemm(false, true, N, q, h, 1, a.ln1.data(), h, P.qkv_w, h, 0, a.qkv.data(), q);
+  if (P.qkv_b)
+    ops_->bias_dropout_add_forward(a.qkv.data(), nullptr, a.qkv.data(), P.qkv_b, s, b, q,
+                                   DropoutSpec{});
+  if (cfg_.rope()) rotate_qk(a.qkv.data(), s, b, false);
   attention_forward(l, a, s, b, ctx);
   ops_->gemm(false, true, N, h, w, 1, a.ctxv.data(), w, P.proj_w, w, 0, tmp_h_.data(), h);
   tp_all_reduce(tmp_h_.data(), Nh);  // g: row-parallel partial sums
   ops_->bias_dropout_add_forward(a.mid.data(), x, tmp_h_.data(), P.proj_b, s, b, h, hid);
-  // MLP block: out = mid + dropout(g(fc2(gelu(fc1(f(ln2(mid)))))) + fc2_b)
-  ops_->layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), P.ln2_w,
-                          P.ln2_b, N, h, (T)cfg_.layernorm_epsilon);
-  ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.fc1_w, h, 0, a.fc1_z.data(), f);
-  ops_->bias_gelu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.fc1_b, N, f);
+  // MLP block: out = mid + dropout(g(fc2(act(fc1(f(ln2(mid)))))) + fc2_b), act
+  // GeLU with fc1's bias, or SwiGLU over [gate | up] (two column-parallel GEMMs
+  // into one [N, 2f] array).
+  norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), P.ln2_w, P.ln2_b,
+               N);
+  if (cfg_.swiglu) {
+    ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.gate_w, h, 0, a.fc1_z.data(), 2 * f);
+    ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.up_w, h, 0, a.fc1_z.data() + (int64_t)f,
+               2 * f);
+    ops_->swiglu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), nullptr, N, f);
+  } else {
+    ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.fc1_w, h, 0, a.fc1_z.data(), f);
+    ops_->bias_gelu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.fc1_b, N, f);
+  }
   ops_->gemm(false, true, N, h, f, 1, a.fc1_g.data(), f, P.fc2_w, f, 0, tmp_h_.data(), h);
   tp_all_reduce(tmp_h_.data(), Nh);  // g
   hid.key.stream = dropout_stream(l, kMlpOut);
@@ -44,7 +66,7 @@ void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
 template <class T>
 void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int b,
                             const StepContext &ctx) {
-  const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_;
+  const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_, q = qkv_width_;
   const int l = first_layer(li / layers_per_chunk_) + li % layers_per_chunk_;
   const size_t Nh = (size_t)N * h;
   Layer P = layer(params_.data(), li);
@@ -59,13 +81,25 @@ void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int
   // accumulate into grads() in fp32 (rounded per chunk when grads are 16-bit).
   ops_->bias_dropout_add_backward(dy, G.fc2_b, dresid, s, b, h, hid);
   ops_->gemm(true, false, h, f, N, 1, dy, h, a.fc1_g.data(), f, 1, G.fc2_w, f);
-  ops_->gemm(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dfc, f);
-  ops_->bias_gelu_backward(dfc, G.fc1_b, dfc, a.fc1_z.data(), N, f);
-  ops_->gemm(true, false, f, h, N, 1, dfc, f, a.ln2.data(), h, 1, G.fc1_w, h);
-  ops_->gemm(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
+  if (cfg_.swiglu) {
+    // d(silu(gate) up) into fc1_g (read for the last time above), then [dgate | dup].
+    Act dact = a.fc1_g.data();
+    ops_->gemm(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dact, f);
+    ops_->swiglu_backward(dfc, nullptr, dact, a.fc1_z.data(), N, f);
+    const CAct dup = dfc + (int64_t)f;
+    ops_->gemm(true, false, f, h, N, 1, dfc, 2 * f, a.ln2.data(), h, 1, G.gate_w, h);
+    ops_->gemm(true, false, f, h, N, 1, dup, 2 * f, a.ln2.data(), h, 1, G.up_w, h);
+    ops_->gemm(false, false, N, h, f, 1, dfc, 2 * f, P.gate_w, h, 0, dln, h);
+    ops_->gemm(false, false, N, h, f, 1, dup, 2 * f, P.up_w, h, 1, dln, h);
+  } else {
+    ops_->gemm(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dfc, f);
+    ops_->bias_gelu_backward(dfc, G.fc1_b, dfc, a.fc1_z.data(), N, f);
+    ops_->gemm(true, false, f, h, N, 1, dfc, f, a.ln2.data(), h, 1, G.fc1_w, h);
+    ops_->gemm(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
+  }
   tp_all_reduce(dln, Nh);
-  ops_->layernorm_backward(dresid, G.ln2_w, G.ln2_b, dln, a.mid.data(), P.ln2_w, a.ln2_mean.data(),
-                           a.ln2_rstd.data(), N, h);
+  norm_backward(dresid, G.ln2_w, G.ln2_b, dln, a.mid.data(), P.ln2_w, a.ln2_mean.data(),
+                a.ln2_rstd.data(), N);
 
   // Attention block.
   hid.key.stream = dropout_stream(l, kAttentionOut);
@@ -73,15 +107,16 @@ void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int
   ops_->gemm(true, false, h, w, N, 1, dy, h, a.ctxv.data(), w, 1, G.proj_w, w);
   ops_->gemm(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
   attention_backward(l, a, s, b, ctx);
-  ops_->colsum_accumulate(G.qkv_b, dqkv, N, 3 * w);
-  ops_->gemm(true, false, 3 * w, h, N, 1, dqkv, 3 * w, a.ln1.data(), h, 1, G.qkv_w, h);
-  ops_->gemm(false, false, N, h, 3 * w, 1, dqkv, 3 * w, P.qkv_w, h, 0, dln, h);
+  if (cfg_.rope()) rotate_qk(dqkv, s, b, true);  // back to the unrotated q and k
+  if (G.qkv_b) ops_->colsum_accumulate(G.qkv_b, dqkv, N, q);
+  ops_->gemm(true, false, q, h, N, 1, dqkv, q, a.ln1.data(), h, 1, G.qkv_w, h);
+  ops_->gemm(false, false, N, h, q, 1, dqkv, q, P.qkv_w, h, 0, dln, h);
   tp_all_reduce(dln, Nh);
-  ops_->layernorm_backward(dresid, G.ln1_w, G.ln1_b, dln, x, P.ln1_w, a.ln1_mean.data(),
-                           a.ln1_rstd.data(), N, h);
+  norm_backward(dresid, G.ln1_w, G.ln1_b, dln, x, P.ln1_w, a.ln1_mean.data(), a.ln1_rstd.data(), N);
 }
 
 #define PTDP_INSTANTIATE(T)                                                        \
+  template void GPT<T>::rotate_qk(Act, int, int, bool);                            \
   template void GPT<T>::layer_forward(int, CAct, Act, LayerActs &, int, int,   \
                                       const StepContext &);                      \
   template void GPT<T>::layer_backward(int, CAct, LayerActs &, Act, int, int,  \

@@ -14,7 +14,11 @@ GradReducer::GradReducer(GPT<float> &model, Communicator *embedding, Communicato
   if (bucket_ == 0) fail(Status::invalid_argument, "ddp_bucket_size must be at least 1");
   const size_t n = model_.num_params();
   wte_lo_ = wte_hi_ = n;
-  if (const ParamInfo *wte = model_.find_param("wte.weight")) {
+  // Only a tied embedding has two halves to add; an untied wte is reduced
+  // like any other tensor (and the embedding group has nothing to do).
+  if (!model_.config().tied()) embedding_ = nullptr;
+  const ParamInfo *wte = model_.find_param("wte.weight");
+  if (wte && model_.config().tied()) {
     wte_lo_ = wte->offset;
     wte_hi_ = std::min(n, wte->padded_end());
   }

@@ -18,9 +18,13 @@ constexpr double kBig = 1e18;
 // The model's options, from GptConfig's field table, then `rest`.
 std::vector<OptionSpec> with_model_options(const std::vector<OptionSpec> &rest) {
   std::vector<OptionSpec> s;
-  for (const GptConfigField &f : gpt_config_fields())
-    s.push_back({f.name, f.kind == GptConfigField::Int ? OptionSpec::Int : OptionSpec::Float,
-                 f.option_default, f.option_min, f.option_max, nullptr, f.option_help});
+  for (const GptConfigField &f : gpt_config_fields()) {
+    const OptionSpec::Type type = f.kind == GptConfigField::Int      ? OptionSpec::Int
+                                  : f.kind == GptConfigField::Choice ? OptionSpec::Choice
+                                                                     : OptionSpec::Float;
+    s.push_back({f.name, type, f.option_default, f.option_min, f.option_max, f.choices,
+                 f.option_help});
+  }
   s.insert(s.end(), rest.begin(), rest.end());
   return s;
 }

@@ -625,7 +625,8 @@ std::vector<float> Trainer::gather_parameter(const std::string &name) const {
     m.device().copy_to_host(src.data(), m.params() + p.offset, p.numel * sizeof(float));
     for (size_t i = 0; i < p.numel; i++) out[(size_t)m.global_index(p, i)] = src[i];
   }
-  if (name == "wte.weight") out.resize((size_t)opt_.model.vocab_size * opt_.model.hidden_size);
+  if (m0.param(name).vocab_rows)  // without the padding rows
+    out.resize((size_t)opt_.model.vocab_size * opt_.model.hidden_size);
   return out;
 }
 

@@ -26,6 +26,8 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   for (const GptConfigField &f : gpt_config_fields()) {
     if (f.kind == GptConfigField::Int)
       m.*f.int_member = (int)c.get_int(f.name);
+    else if (f.kind == GptConfigField::Choice)
+      m.*f.int_member = f.choice_index(c.get(f.name));  // the schema checked the name
     else
       m.*f.float_member = (float)c.get_double(f.name);
   }

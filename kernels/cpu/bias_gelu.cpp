@@ -17,7 +17,7 @@ void bias_gelu_forward(T *z, T *out, const T *y, const T *bias, int N, int f) {
 #pragma omp simd
     for (int j = 0; j < f; j++) {
       size_t k = (size_t)i * f + j;
-      T v = y[k] + bias[j];
+      T v = bias ? y[k] + bias[j] : y[k];  // no bias: disable_bias_linear
       z[k] = v;
       T u = T(kSqrt2OverPi) * (v + T(kCoeff) * v * v * v);
       out[k] = T(0.5) * v * (T(1) + vtanh(u));

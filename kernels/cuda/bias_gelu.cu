@@ -28,7 +28,7 @@ __device__ __forceinline__ float gelu_tanh_grad(float v) {
   return 0.5f * (1.f + th) + 0.5f * v * (1.f - th * th) * du;
 }
 
-// z = y + bias, out = gelu(z) over n groups of W elements, fW = f / W groups per
+// z = y + bias (bias may be null), out = gelu(z) over n groups of W elements, fW = f / W groups per
 // row. z may alias y (each group is read before it is written, by one thread).
 template <class T, int W>
 __global__ void bias_gelu_fwd(T *z, T *out, const T *y, const T *bias, size_t n, int fW) {
@@ -36,11 +36,12 @@ __global__ void bias_gelu_fwd(T *z, T *out, const T *y, const T *bias, size_t n,
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     const Pack yq = reinterpret_cast<const Pack *>(y)[i];
-    const Pack bq = reinterpret_cast<const Pack *>(bias)[i % fW];
+    Pack bq{};
+    if (bias) bq = reinterpret_cast<const Pack *>(bias)[i % fW];
     Pack zq, oq;
 #pragma unroll
     for (int e = 0; e < W; e++) {
-      const float v = to_f32(yq.v[e]) + to_f32(bq.v[e]);
+      const float v = bias ? to_f32(yq.v[e]) + to_f32(bq.v[e]) : to_f32(yq.v[e]);
       zq.v[e] = from_f32<T>(v);
       oq.v[e] = from_f32<T>(gelu_tanh(v));
     }
