@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <algorithm>
 #include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -176,6 +177,64 @@ INSTANTIATE_TEST_SUITE_P(
                       Reshard{{4, 1, 2, 1}, {1, 2, 2, 2}}, Reshard{{1, 4, 1, 2}, {2, 1, 4, 1}},
                       Reshard{{2, 4, 1, 2}, {4, 2, 1, 1}}),
     [](const auto &info) { return name_of(info.param.from) + "_to_" + name_of(info.param.to); });
+
+// The LLaMA family's block (4 query heads over 2 key/value heads, RMSNorm,
+// rope, SwiGLU, untied head, QKV bias only) reshards like GPT-2's: its query
+// groups, gate, up and untied head split over the new tensor ranks.
+Config llama_config(const Layout &l) {
+  Config c = config(l);
+  for (auto [k, v] : {std::pair<const char *, const char *>{"normalization", "RMSNorm"},
+                      {"position_embedding_type", "rope"},
+                      {"num_query_groups", "2"},
+                      {"swiglu", "1"},
+                      {"ffn_hidden_size", "88"},
+                      {"untie_embeddings_and_output_weights", "1"},
+                      {"disable_bias_linear", "1"},
+                      {"add_qkv_bias", "1"}})
+    c.set(k, v);
+  return c;
+}
+
+TEST(LlamaCheckpoint, ReshardsToOtherLayouts) {
+  TempDir dir;
+  Trainer a(TrainerOptions::from_config(llama_config({2, 2, 2, 2})));
+  a.step();
+  a.step();
+  a.save(dir.path);
+  std::vector<std::string> names = param_names(a.options());
+  EXPECT_NE(std::find(names.begin(), names.end(), "lm_head.weight"), names.end());
+  for (const Layout &to : {Layout{1, 1, 1, 1}, Layout{1, 4, 1, 1}, Layout{2, 1, 2, 1}}) {
+    Trainer b(TrainerOptions::from_config(llama_config(to)));
+    b.load(dir.path);
+    for (const std::string &n : names) EXPECT_EQ(b.gather_parameter(n), a.gather_parameter(n)) << n;
+  }
+  // A GPT-2 run refuses it, naming the fields that differ.
+  Trainer gpt2(options({1, 1, 1, 1}));
+  expect_error([&] { gpt2.load(dir.path); }, Status::invalid_config,
+               "normalization: checkpoint RMSNorm, this run LayerNorm");
+  // Export writes GPT-2's Hugging Face layout only: refused, nothing written.
+  const std::string out = dir.path + "/model.safetensors";
+  expect_error([&] { export_safetensors(dir.path, out); }, Status::invalid_config,
+               "the Hugging Face GPT-2 layout has no normalization");
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// A manifest written before the LLaMA family's fields existed (no such keys)
+// loads as GPT-2's block, which is what those runs trained.
+TEST(LlamaCheckpoint, ManifestsWithoutTheNewFieldsAreGpt2) {
+  TempDir dir;
+  Trainer a(options({1, 1, 1, 1}));
+  a.step();
+  const std::string ckpt = a.save(dir.path);
+  nlohmann::json j = nlohmann::json::parse(read_file(ckpt + "/manifest.json"));
+  for (const GptConfigField &f : gpt_config_fields())
+    if (f.optional_in_manifest) EXPECT_EQ(j["model"].erase(f.name), 1u) << f.name;
+  j.erase("manifest_crc32c");  // as those manifests had none
+  write_file(ckpt + "/manifest.json", j.dump(1));
+  Trainer b(options({1, 1, 1, 1}));
+  EXPECT_NO_THROW(b.load(dir.path));
+  expect_same_state(a, b);
+}
 
 // The first run of `--save X --load X`: nothing to load yet, so it starts
 // from iteration 0 and says so; the second run resumes.

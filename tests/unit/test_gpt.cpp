@@ -74,59 +74,108 @@ std::vector<double> ref_linear(const std::vector<double> &x, const double *W, co
   return y;
 }
 
+std::vector<double> ref_rmsnorm(const std::vector<double> &x, const double *w, double eps) {
+  double ms = 0;
+  for (double e : x) ms += e * e;
+  ms /= x.size();
+  std::vector<double> y(x.size());
+  for (size_t j = 0; j < x.size(); j++) y[j] = x[j] / std::sqrt(ms + eps) * w[j];
+  return y;
+}
+
+// Rotary embedding of one head vector at position t, rotate-half form, the
+// angles in fp32 as transformers' LlamaRotaryEmbedding makes them.
+void ref_rope(double *v, int hd, int t, double base) {
+  const int half = hd / 2;
+  for (int d = 0; d < half; d++) {
+    const float inv = 1.f / std::pow((float)base, (float)(2 * d) / (float)hd);
+    const float angle = (float)t * inv;
+    const double c = (float)std::cos((double)angle), sn = (float)std::sin((double)angle);
+    const double a = v[d], e = v[d + half];
+    v[d] = a * c - e * sn;
+    v[d + half] = a * sn + e * c;
+  }
+}
+
 double reference_loss(GPT<double> &model, const Batch &bt) {
   const GptConfig &c = model.config();
   const int h = c.hidden_size, a = c.num_attention_heads, hd = h / a, f = c.ffn();
+  const int G = c.query_groups(), r = a / G;  // query heads per key/value head
   auto P = [&](const std::string &n) { return model.params() + model.param(n).offset; };
+  auto Popt = [&](const std::string &n) -> const double * {
+    const ptdp::ParamInfo *p = model.find_param(n);
+    return p ? model.params() + p->offset : nullptr;
+  };
+  auto norm = [&](const std::vector<double> &x, const std::string &name) {
+    return c.rms_norm() ? ref_rmsnorm(x, P(name + ".weight"), c.layernorm_epsilon)
+                        : ref_layernorm(x, P(name + ".weight"), P(name + ".bias"), c.layernorm_epsilon);
+  };
   double total = 0;
   for (int bi = 0; bi < bt.b; bi++) {
     // x[t] for t < s
     std::vector<std::vector<double>> x(bt.s, std::vector<double>(h));
     for (int t = 0; t < bt.s; t++)
       for (int j = 0; j < h; j++)
-        x[t][j] = P("wte.weight")[bt.tokens[t * bt.b + bi] * h + j] + P("wpe.weight")[t * h + j];
+        x[t][j] = P("wte.weight")[bt.tokens[t * bt.b + bi] * h + j] +
+                  (c.rope() ? 0.0 : P("wpe.weight")[t * h + j]);
     for (int l = 0; l < c.num_layers; l++) {
       std::string pre = "h." + std::to_string(l) + ".";
+      // q per query head; k, v per group.
       std::vector<std::vector<double>> q(bt.s), k(bt.s), v(bt.s);
       for (int t = 0; t < bt.s; t++) {
-        auto ln = ref_layernorm(x[t], P(pre + "ln_1.weight"), P(pre + "ln_1.bias"), c.layernorm_epsilon);
-        auto qkv = ref_linear(ln, P(pre + "attn.c_attn.weight"), P(pre + "attn.c_attn.bias"), 3 * h);
-        // output features ordered [head][q|k|v][hd]
+        auto ln = norm(x[t], pre + "ln_1");
+        auto qkv = ref_linear(ln, P(pre + "attn.c_attn.weight"), Popt(pre + "attn.c_attn.bias"),
+                              (int)c.qkv_rows());
+        // output features ordered [group][r queries | key | value][hd]
         for (int hh = 0; hh < a; hh++)
+          for (int d = 0; d < hd; d++) q[t].push_back(qkv[((hh / r) * (r + 2) + hh % r) * hd + d]);
+        for (int g = 0; g < G; g++)
           for (int d = 0; d < hd; d++) {
-            q[t].push_back(qkv[hh * 3 * hd + d]);
-            k[t].push_back(qkv[hh * 3 * hd + hd + d]);
-            v[t].push_back(qkv[hh * 3 * hd + 2 * hd + d]);
+            k[t].push_back(qkv[(g * (r + 2) + r) * hd + d]);
+            v[t].push_back(qkv[(g * (r + 2) + r + 1) * hd + d]);
           }
+        if (c.rope()) {
+          for (int hh = 0; hh < a; hh++) ref_rope(&q[t][hh * hd], hd, t, c.rotary_base);
+          for (int g = 0; g < G; g++) ref_rope(&k[t][g * hd], hd, t, c.rotary_base);
+        }
       }
       for (int t = 0; t < bt.s; t++) {
         std::vector<double> ctx(h, 0.0);
         for (int hh = 0; hh < a; hh++) {
+          const int g = hh / r;
           std::vector<double> sc(t + 1);
           double mx = -1e300;
           for (int u = 0; u <= t; u++) {
             double d = 0;
-            for (int e = 0; e < hd; e++) d += q[t][hh * hd + e] * k[u][hh * hd + e];
+            for (int e = 0; e < hd; e++) d += q[t][hh * hd + e] * k[u][g * hd + e];
             sc[u] = d / std::sqrt((double)hd);
             mx = std::max(mx, sc[u]);
           }
           double z = 0;
           for (double &e : sc) z += (e = std::exp(e - mx));
           for (int u = 0; u <= t; u++)
-            for (int e = 0; e < hd; e++) ctx[hh * hd + e] += sc[u] / z * v[u][hh * hd + e];
+            for (int e = 0; e < hd; e++) ctx[hh * hd + e] += sc[u] / z * v[u][g * hd + e];
         }
-        auto o = ref_linear(ctx, P(pre + "attn.c_proj.weight"), P(pre + "attn.c_proj.bias"), h);
+        auto o = ref_linear(ctx, P(pre + "attn.c_proj.weight"), Popt(pre + "attn.c_proj.bias"), h);
         for (int j = 0; j < h; j++) x[t][j] += o[j];
-        auto ln2 = ref_layernorm(x[t], P(pre + "ln_2.weight"), P(pre + "ln_2.bias"), c.layernorm_epsilon);
-        auto hid = ref_linear(ln2, P(pre + "mlp.c_fc.weight"), P(pre + "mlp.c_fc.bias"), f);
-        for (double &e : hid) e = ref_gelu(e);
-        auto m = ref_linear(hid, P(pre + "mlp.c_proj.weight"), P(pre + "mlp.c_proj.bias"), h);
+        auto ln2 = norm(x[t], pre + "ln_2");
+        std::vector<double> hid;
+        if (c.swiglu) {
+          auto gate = ref_linear(ln2, P(pre + "mlp.gate_proj.weight"), nullptr, f);
+          auto up = ref_linear(ln2, P(pre + "mlp.up_proj.weight"), nullptr, f);
+          for (int j = 0; j < f; j++) hid.push_back(gate[j] / (1 + std::exp(-gate[j])) * up[j]);
+        } else {
+          hid = ref_linear(ln2, P(pre + "mlp.c_fc.weight"), Popt(pre + "mlp.c_fc.bias"), f);
+          for (double &e : hid) e = ref_gelu(e);
+        }
+        auto m = ref_linear(hid, P(pre + "mlp.c_proj.weight"), Popt(pre + "mlp.c_proj.bias"), h);
         for (int j = 0; j < h; j++) x[t][j] += m[j];
       }
     }
     for (int t = 0; t < bt.s; t++) {
-      auto y = ref_layernorm(x[t], P("ln_f.weight"), P("ln_f.bias"), c.layernorm_epsilon);
-      auto logits = ref_linear(y, P("wte.weight"), nullptr, c.vocab_size);  // real vocab only
+      auto y = norm(x[t], "ln_f");
+      const double *W = P(c.tied() ? "wte.weight" : "lm_head.weight");
+      auto logits = ref_linear(y, W, nullptr, c.vocab_size);  // real vocab only
       double mx = -1e300, z = 0;
       for (double e : logits) mx = std::max(mx, e);
       for (double e : logits) z += std::exp(e - mx);
@@ -134,6 +183,25 @@ double reference_loss(GPT<double> &model, const Batch &bt) {
     }
   }
   return total / (bt.s * bt.b);
+}
+
+// The LLaMA family's block in a tiny model: RMSNorm, rotary positions (a base
+// other than 10000), 4 query heads over 2 key/value heads, SwiGLU, an untied
+// head, no linear biases but QKV's (Qwen2's shape).
+GptConfig llama_config() {
+  GptConfig c = tiny_config();
+  c.hidden_size = 16;
+  c.num_attention_heads = 4;  // head dim 4
+  c.num_query_groups = 2;
+  c.normalization = GptConfig::RMSNorm;
+  c.position_embedding_type = GptConfig::Rope;
+  c.rotary_base = 500.f;
+  c.swiglu = 1;
+  c.untie_embeddings_and_output_weights = 1;
+  c.disable_bias_linear = 1;
+  c.add_qkv_bias = 1;
+  c.layernorm_epsilon = 1e-6f;
+  return c;
 }
 
 }  // namespace
@@ -149,8 +217,7 @@ TEST(Gpt, LossMatchesUnfusedReference) {
   EXPECT_GT(loss, 1.0);  // not a degenerate model
 }
 
-void check_gradients_against_finite_differences(bool flash) {
-  GptConfig c = tiny_config();
+void check_gradients_against_finite_differences(bool flash, GptConfig c = tiny_config()) {
   GPT<double> model(c, 3);
   model.set_flash_attention(flash);
   Batch bt(c.vocab_size);
@@ -169,7 +236,7 @@ void check_gradients_against_finite_differences(bool flash) {
     int samples = p.numel <= 16 ? (int)p.numel : 12;
     for (int k = 0; k < samples; k++) {
       size_t i = p.numel <= 16 ? (size_t)k : rng() % p.numel;
-      if (p.name == "wte.weight" && i >= (size_t)c.vocab_size * c.hidden_size) continue;
+      if (p.vocab_rows && i >= (size_t)c.vocab_size * c.hidden_size) continue;
       double *w = model.params() + p.offset + i;
       const double eps = 1e-5, orig = *w;
       *w = orig + eps;
@@ -188,6 +255,59 @@ void check_gradients_against_finite_differences(bool flash) {
 }
 
 TEST(Gpt, GradientsMatchFiniteDifferences) { check_gradients_against_finite_differences(false); }
+
+// The LLaMA block against the same plain reference, and its gradients (the
+// inverse rotation, GQA's summed key/value gradients, SwiGLU, RMSNorm, the
+// untied head) against finite differences.
+TEST(Gpt, LlamaBlockLossMatchesUnfusedReference) {
+  GptConfig c = llama_config();
+  GPT<double> model(c, 42);
+  EXPECT_EQ(model.find_param("wpe.weight"), nullptr);  // rotary: no learned positions
+  EXPECT_EQ(model.find_param("h.0.ln_1.bias"), nullptr);
+  EXPECT_EQ(model.find_param("h.0.attn.c_proj.bias"), nullptr);
+  ASSERT_NE(model.find_param("h.0.attn.c_attn.bias"), nullptr);
+  EXPECT_EQ(model.param("h.0.attn.c_attn.weight").global_shape,
+            (std::vector<int64_t>{(4 + 2 * 2) * 4, 16}));
+  int64_t counted = 0;
+  for (const auto &p : model.param_table())
+    counted += p.vocab_rows ? (int64_t)c.vocab_size * c.hidden_size : (int64_t)p.numel;
+  EXPECT_EQ(model.num_real_params(), counted);
+  Batch bt(c.vocab_size);
+  double loss = model.forward(bt.tokens.data(), bt.targets.data(), bt.s, bt.b, StepContext{false, 0, 0});
+  double ref = reference_loss(model, bt);
+  EXPECT_NEAR(loss, ref, 1e-12 * std::abs(ref));
+  EXPECT_GT(loss, 1.0);
+  // Each option alone against the reference too (the others at GPT-2's).
+  for (int option = 0; option < 6; option++) {
+    GptConfig one = tiny_config();
+    one.hidden_size = 16;
+    one.num_attention_heads = 4;
+    if (option == 0) one.normalization = GptConfig::RMSNorm;
+    if (option == 1) one.position_embedding_type = GptConfig::Rope;
+    if (option == 2) one.num_query_groups = 1;  // multi-query attention
+    if (option == 3) one.swiglu = one.disable_bias_linear = 1;
+    if (option == 4) one.untie_embeddings_and_output_weights = 1;
+    if (option == 5) one.disable_bias_linear = 1;
+    GPT<double> m(one, 7);
+    const double l = m.forward(bt.tokens.data(), bt.targets.data(), bt.s, bt.b, StepContext{false, 0, 0});
+    const double want = reference_loss(m, bt);
+    EXPECT_NEAR(l, want, 1e-12 * std::abs(want)) << "option " << option;
+  }
+}
+
+TEST(Gpt, LlamaBlockGradientsMatchFiniteDifferences) {
+  check_gradients_against_finite_differences(false, llama_config());
+}
+
+// Fused attention with rotary positions (no grouping: the fused kernels read
+// one key and value per head; grouping with them is refused).
+TEST(Gpt, LlamaBlockFlashGradientsMatchFiniteDifferences) {
+  GptConfig c = llama_config();
+  c.num_query_groups = 0;
+  check_gradients_against_finite_differences(true, c);
+  GPT<double> grouped(llama_config(), 1);
+  EXPECT_THROW(grouped.set_flash_attention(true), ptdp::Error);
+}
 
 // The fused attention's backward (probabilities recomputed from the row
 // log-sum-exp, dropout drawn again) against finite differences too.

@@ -46,10 +46,27 @@ void on_threads(int t, F fn) {
 
 }  // namespace
 
+namespace {
+
+// The LLaMA family's block: RMSNorm, rope, 12 query heads over `groups`
+// key/value heads, SwiGLU, untied head, QKV bias only.
+GptConfig small_llama(int groups) {
+  GptConfig c = small_model();
+  c.normalization = GptConfig::RMSNorm;
+  c.position_embedding_type = GptConfig::Rope;
+  c.rotary_base = 500000.f;
+  c.num_query_groups = groups;
+  c.swiglu = 1;
+  c.ffn_hidden_size = 36;
+  c.untie_embeddings_and_output_weights = 1;
+  c.disable_bias_linear = 1;
+  c.add_qkv_bias = 1;
+  return c;
+}
+
 // One forward and backward of the model split over t tensor ranks, in double:
 // the loss and every gradient equal the serial ones up to summation order.
-TEST(TensorParallel, ModelMatchesSerialInDouble) {
-  const GptConfig cfg = small_model();
+void expect_tensor_parallel_matches_serial(const GptConfig &cfg, std::vector<int> ts) {
   const int s = cfg.seq_length, b = 3, N = s * b;
   std::vector<int32_t> tokens(N), targets(N);
   for (int i = 0; i < N; i++) {
@@ -61,7 +78,7 @@ TEST(TensorParallel, ModelMatchesSerialInDouble) {
   const double serial_loss = serial.forward(tokens.data(), targets.data(), s, b, ctx);
   serial.backward(1.0 / N);
 
-  for (int t : {2, 3, 4}) {
+  for (int t : ts) {
     ThreadWorld world(t, 30);
     RankGrid grid({t, 1, 1});
     std::vector<std::unique_ptr<Communicator>> comms;
@@ -112,6 +129,25 @@ TEST(TensorParallel, ModelMatchesSerialInDouble) {
     EXPECT_EQ(f.bytes[ar], (int64_t)sizeof(double) * ((2 * L + 1) * bsh + N + 2 * N));
     EXPECT_EQ(all.calls[ar] - f.calls[ar], 2 * L + 1);
     EXPECT_EQ(all.bytes[ar] - f.bytes[ar], (int64_t)sizeof(double) * (2 * L + 1) * bsh);
+  }
+}
+
+}  // namespace
+
+TEST(TensorParallel, ModelMatchesSerialInDouble) {
+  expect_tensor_parallel_matches_serial(small_model(), {2, 3, 4});
+}
+
+// Query groups shard over the tensor ranks, down to one group a rank (t = G).
+TEST(TensorParallel, LlamaModelMatchesSerialInDouble) {
+  expect_tensor_parallel_matches_serial(small_llama(6), {2, 3, 6});
+  expect_tensor_parallel_matches_serial(small_llama(2), {2});
+  try {
+    GPT<double> m(small_llama(2), 5, TensorParallel{0, 4, nullptr});
+    FAIL() << "4 tensor ranks over 2 query groups accepted";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("must divide num_query_groups (2)"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -177,6 +213,24 @@ TEST(Parallel, FlashAttentionMatchesSerial) {
   TrainerOptions serial = run_options(1, 1), o = run_options(2, 2, 2);
   serial.use_flash_attn = o.use_flash_attn = true;
   expect_matches_serial(train_run(o, 10), train_run(serial, 10));
+}
+
+
+// The LLaMA family's block trains the same at (t, p, d) = (2, 2, 2) as serially
+// (t = G = 2: one query group a tensor rank).
+TEST(Parallel, LlamaBlockMatchesSerial) {
+  auto llama = [](TrainerOptions o) {
+    o.model.normalization = GptConfig::RMSNorm;
+    o.model.position_embedding_type = GptConfig::Rope;
+    o.model.num_query_groups = 2;
+    o.model.swiglu = 1;
+    o.model.ffn_hidden_size = 96;
+    o.model.untie_embeddings_and_output_weights = 1;
+    o.model.disable_bias_linear = 1;
+    o.model.add_qkv_bias = 1;
+    return o;
+  };
+  expect_matches_serial(train_run(llama(run_options(2, 2, 2)), 10), train_run(llama(run_options(1, 1)), 10));
 }
 
 TEST(DataParallel, OneGradientReductionPerIteration) {
