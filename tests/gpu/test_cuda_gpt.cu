@@ -51,7 +51,29 @@ struct Case {
   // Adam divides by sqrt(v): where a gradient is near zero the update's
   // direction is decided by noise, so updates agree less than gradients do.
   double loss_tol, tensor_tol, update_tol;
+  void (*shape)(GptConfig &) = nullptr;  // the model's options (null: GPT-2's block)
 };
+
+// The LLaMA family's block: RMSNorm, rope (base 500000), 4 query heads over 2
+// key/value heads, SwiGLU, untied head, no linear biases but QKV's.
+void llama_block(GptConfig &c) {
+  c.normalization = GptConfig::RMSNorm;
+  c.position_embedding_type = GptConfig::Rope;
+  c.rotary_base = 500000.f;
+  c.num_query_groups = 2;
+  c.swiglu = 1;
+  c.ffn_hidden_size = 176;
+  c.untie_embeddings_and_output_weights = 1;
+  c.disable_bias_linear = 1;
+  c.add_qkv_bias = 1;
+}
+// The same without grouping (the fused attention kernels take one K, V per head).
+void llama_block_mha(GptConfig &c) {
+  llama_block(c);
+  c.num_query_groups = 0;
+}
+// GPT-2's GeLU MLP without biases (bias_gelu with no bias).
+void no_biases(GptConfig &c) { c.disable_bias_linear = 1; }
 
 // The model of these checks: 2 layers, h 64, 4 heads, V 300 (padded to 384:
 // the padding columns are masked), s 32.
@@ -67,6 +89,7 @@ GptConfig small_config() {
 
 void run_case(Device &cuda, const Case &c) {
   GptConfig cfg = small_config();
+  if (c.shape) c.shape(cfg);
   cfg.hidden_dropout = 0.1f;  // masks must be equal for the losses to agree
   cfg.attention_dropout = 0.1f;
   const int s = cfg.seq_length, b = 3, N = s * b;
@@ -277,6 +300,13 @@ int main() {
        3e-2,
        0.3},
       {"bf16, flash attention", {}, bf16, true, 1e-2, 3e-2, 0.3},
+      {"fp32, LLaMA block (RMSNorm, rope, GQA 4/2, SwiGLU, untied, QKV bias)", {}, {}, false,
+       1e-5, 1e-5, 1e-3, llama_block},
+      {"fp32, LLaMA block, full recompute", full, {}, false, 1e-5, 1e-5, 1e-3, llama_block},
+      {"bf16, LLaMA block", {}, bf16, false, 1e-2, 3e-2, 0.3, llama_block},
+      {"bf16, LLaMA block without grouping, flash attention", {}, bf16, true, 1e-2, 3e-2, 0.3,
+       llama_block_mha},
+      {"fp32, GPT-2 without linear biases", {}, {}, false, 1e-5, 1e-5, 1e-3, no_biases},
   };
   for (const Case &c : cases) {
     try {
