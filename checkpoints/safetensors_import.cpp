@@ -20,6 +20,8 @@
 #include "checkpoints/commit.h"
 #include "checkpoints/gpt2_layout.h"
 #include "checkpoints/hdf5_file.h"
+#include "checkpoints/llama_import.h"
+#include "checkpoints/safetensors_file.h"
 #include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/dtype.h"
@@ -69,116 +71,6 @@ float probability(const json &c, const char *key, const std::string &where) {
   return p;
 }
 
-// ---- the safetensors file -------------------------------------------------
-
-struct SourceTensor {
-  std::string dtype;  // as the file says: "F32", "BF16", ...
-  std::vector<int64_t> shape;
-  const unsigned char *data = nullptr;
-  uint64_t bytes = 0;
-};
-
-size_t element_size(const std::string &dtype) {
-  return dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
-}
-
-// The header of a safetensors file: 8 bytes little-endian N, N bytes of JSON
-// {name: {dtype, shape, data_offsets: [begin, end)}, "__metadata__": {...}},
-// then the data the offsets count from.
-struct Safetensors {
-  json metadata = json::object();
-  std::map<std::string, SourceTensor> tensors;
-};
-
-template <class... Args>
-[[noreturn]] void not_safetensors(const std::string &file, const Args &...why) {
-  fail(Status::corrupt_data, "'", file, "' is not a valid safetensors file: ", why...);
-}
-
-Safetensors parse_safetensors(const std::string &file, const unsigned char *data, size_t size) {
-  if (size < 8) not_safetensors(file, "it has ", size, " bytes, fewer than its header size");
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; i--) n = n << 8 | data[i];
-  if (n > size - 8)
-    not_safetensors(file, "its header of ", n, " bytes is longer than the file (", size, ")");
-  json header;
-  try {
-    header = json::parse(data + 8, data + 8 + n);
-  } catch (const json::exception &e) {
-    not_safetensors(file, "its header is not JSON (", e.what(), ")");
-  }
-  if (!header.is_object()) not_safetensors(file, "its header is not a JSON object");
-  const unsigned char *base = data + 8 + n;
-  const uint64_t data_size = size - 8 - n;
-  Safetensors out;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const json &v = it.value();
-    if (it.key() == "__metadata__") {
-      if (!v.is_object()) not_safetensors(file, "__metadata__ is not an object");
-      out.metadata = v;
-      continue;
-    }
-    const std::string &name = it.key();
-    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
-        !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2)
-      not_safetensors(file, "tensor '", name, "' lacks a dtype, shape or data_offsets: ", v.dump());
-    SourceTensor t;
-    t.dtype = v["dtype"].get<std::string>();
-    uint64_t numel = 1;
-    for (const json &d : v["shape"]) {
-      if (!d.is_number_unsigned())
-        not_safetensors(file, "tensor '", name, "' has shape ", v["shape"].dump());
-      const uint64_t k = d.get<uint64_t>();
-      if (k != 0 && numel > data_size / k)
-        not_safetensors(file, "tensor '", name, "' of shape ", v["shape"].dump(),
-                        " does not fit in the data");
-      numel *= k;
-      t.shape.push_back((int64_t)k);
-    }
-    const json &off = v["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      not_safetensors(file, "tensor '", name, "' has data_offsets ", off.dump());
-    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    if (b > e || e > data_size)
-      not_safetensors(file, "tensor '", name, "' has bytes [", b, ", ", e, ") outside the ",
-                      data_size, " bytes of data");
-    // Only the dtypes ptdp reads are checked here; another is refused where
-    // the tensor is used (buffers that are skipped may be of any type).
-    const size_t es = element_size(t.dtype);
-    if (es && e - b != numel * es)
-      not_safetensors(file, "tensor '", name, "' is ", t.dtype, " ", v["shape"].dump(), " (",
-                      numel * es, " bytes) but its data_offsets hold ", e - b, " bytes");
-    t.data = base + b;
-    t.bytes = e - b;
-    out.tensors[name] = std::move(t);
-  }
-  return out;
-}
-
-void check_dtype(const std::string &file, const std::string &name, const SourceTensor &t) {
-  if (!element_size(t.dtype))
-    fail(Status::bad_value, "tensor '", name, "' in '", file, "' is ", t.dtype,
-         ": ptdp imports F32, F16 and BF16 tensors");
-}
-
-// The tensor's values as float32 (16-bit values widen exactly).
-std::vector<float> widen(const std::string &file, const std::string &name, const SourceTensor &t) {
-  check_dtype(file, name, t);
-  const size_t n = t.bytes / element_size(t.dtype);
-  std::vector<float> out(n);
-  if (t.dtype == "F32") {
-    std::memcpy(out.data(), t.data, n * 4);  // safetensors is little-endian, as the host
-    return out;
-  }
-  for (size_t i = 0; i < n; i++) {
-    uint16_t h;
-    std::memcpy(&h, t.data + 2 * i, 2);
-    out[i] = t.dtype == "BF16" ? bf16_to_float(h) : f16_to_float(h);
-  }
-  return out;
-}
-
 // ---- GPT-2's names and layouts ---------------------------------------------
 
 // Writes GPT-2's values `src` into ptdp's layout at `dst`.
@@ -201,17 +93,6 @@ bool is_buffer(const std::string &name) {
   return i > 2 && (rest == ".attn.bias" || rest == ".attn.masked_bias");
 }
 
-std::string read_text(const std::string &path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    fail(Status::io_error, "'", path, "' is a directory, not a config.json");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(Status::io_error, "cannot read '", path, "': ", std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The GPT2Config text and where it came from (for messages).
 // (look_beside: whether a config.json beside the file may be read.)
 std::pair<std::string, std::string> config_source(const std::string &file,
@@ -228,32 +109,6 @@ std::pair<std::string, std::string> config_source(const std::string &file,
   fail(Status::invalid_argument, "no GPT2Config for '", file,
        "': give its config.json (there is none beside it, and the file has no gpt2_config "
        "metadata)");
-}
-
-// Refuses a directory whose newest checkpoint is another run's, or past
-// iteration 0 (the import would become the newest and hide it).
-void check_import_target(const std::string &dir, const GptConfig &cfg,
-                         const std::map<std::string, std::string> &training) {
-  std::string newest;
-  try {
-    newest = find_latest_checkpoint(dir);
-  } catch (const Error &e) {
-    if (e.code() == Status::io_error) return;  // no complete checkpoint there
-    throw;
-  }
-  Manifest saved;
-  try {
-    saved = Manifest::read(newest);
-  } catch (const Error &e) {
-    fail(Status::corrupt_data, "'", dir, "' holds checkpoints whose newest, '", newest,
-         "', has a manifest that cannot be read (", e.what(), "); import into another directory");
-  }
-  std::string why = other_run_fields(saved, cfg, training);
-  if (why.empty() && saved.iteration > 0) why = "a trained checkpoint: the import would hide it";
-  if (!why.empty())
-    fail(Status::invalid_config, "'", dir, "' holds checkpoints of another run (newest: '", newest,
-         "', iteration ", saved.iteration, "; ", why,
-         "); importing there would mix two runs. Import into an empty directory");
 }
 
 // Every tensor of the file by its GPT-2 name (GPT-2 name -> (the file's
@@ -386,11 +241,32 @@ GptConfig check_safetensors(const unsigned char *data, size_t size, const std::s
   return cfg;
 }
 
-std::string import_safetensors(const std::string &file, const std::string &config_json,
+std::string import_safetensors(const std::string &path, const std::string &config_path,
                                const std::string &dir) {
-  if (file.empty()) fail(Status::invalid_argument, "import_safetensors: no safetensors file given");
+  if (path.empty()) fail(Status::invalid_argument, "import_safetensors: no safetensors file given");
   if (dir.empty())
     fail(Status::invalid_argument, "import_safetensors: no checkpoint directory given");
+  // A model directory as save_pretrained writes it: its config.json and its
+  // weights, sharded (model.safetensors.index.json) or not.
+  std::string file = path, config_json = config_path;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    if (config_json.empty()) config_json = (fs::path(path) / "config.json").string();
+    const fs::path index = fs::path(path) / "model.safetensors.index.json";
+    file = (fs::exists(index, ec) ? index : fs::path(path) / "model.safetensors").string();
+  }
+  const bool sharded = ends_with(file, ".index.json");
+  const fs::path beside = fs::path(file).parent_path() / "config.json";
+  if (config_json.empty() && (sharded || fs::is_regular_file(beside, ec))) {
+    // The LLaMA family's files carry no config of their own: the one beside them.
+    const std::string text = read_text(beside.string());
+    if (is_llama_family(text) || sharded)
+      return import_llama(file, text, "config '" + beside.string() + "'", dir);
+  } else if (!config_json.empty()) {
+    const std::string text = read_text(config_json);
+    if (is_llama_family(text) || sharded)
+      return import_llama(file, text, "config '" + config_json + "'", dir);
+  }
   const MappedFile map(file, "'" + file + "'");
   const Safetensors st = parse_safetensors(file, map.data(), map.size());
   const auto [config_text, where] = config_source(file, config_json, st, true);
@@ -404,25 +280,15 @@ std::string import_safetensors(const std::string &file, const std::string &confi
       {"imported_from", fs::weakly_canonical(fs::absolute(file)).string()}};
   check_import_target(dir, cfg, training);
 
-  // The parameters in ptdp's flat layout (wte's padding rows stay zero), and
-  // Adam's moments: zeros, one buffer for both.
+  // The parameters in ptdp's flat layout (wte's padding rows stay zero).
   size_t total = 0;
   for (const ParamInfo &p : table) total = std::max(total, p.offset + p.numel);
-  std::vector<float> params(total, 0.f), zeros(total, 0.f);
+  std::vector<float> params(total, 0.f);
   for (const ParamInfo &p : table) {
     const auto &[key, t] = found[p.name];
     place(gpt2_layout(p, cfg), widen(file, key, *t), h, hd, params.data() + p.offset);
   }
-  RankShard shard;
-  shard.table = &table;
-  shard.params = params.data();
-  shard.exp_avg = zeros.data();
-  shard.exp_avg_sq = zeros.data();
-  SaveRequest req;
-  req.root = dir;
-  req.model = cfg;
-  req.training = training;  // layout (1, 1, 1, 1), iteration 0
-  return save_checkpoint(req, {shard});
+  return save_imported(dir, cfg, table, params, training);
 }
 
 }  // namespace ptdp

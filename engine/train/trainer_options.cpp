@@ -37,9 +37,13 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.tokenizer_file = c.get("tokenizer_file");
   const int tokenizer_vocab = make_tokenizer(o.tokenizer_spec())->vocab_size();
   if (m.vocab_size == 0) m.vocab_size = tokenizer_vocab;
-  if (m.vocab_size < tokenizer_vocab)
+  o.data_path = c.get("data_path");
+  // A dataset holds the tokenizer's ids: the model must have a row for each.
+  // (Without one, e.g. a model imported to be read, any vocabulary goes: the
+  // forward refuses an id outside it.)
+  if (m.vocab_size < tokenizer_vocab && !o.data_path.empty())
     fail(Status::invalid_config, "vocab_size (", m.vocab_size, ") is smaller than the '",
-         o.tokenizer, "' tokenizer's vocabulary (", tokenizer_vocab, ")");
+         o.tokenizer, "' tokenizer's vocabulary (", tokenizer_vocab, "), whose ids data_path holds");
   o.parallel.t = (int)c.get_int("tensor_model_parallel_size");
   o.parallel.p = (int)c.get_int("pipeline_model_parallel_size");
   o.parallel.d = (int)c.get_int("data_parallel_size");
@@ -58,7 +62,6 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.adam.beta2 = c.get_double("adam_beta2");
   o.adam.eps = c.get_double("adam_eps");
   o.clip_grad = c.get_double("clip_grad");
-  o.data_path = c.get("data_path");
   o.split = c.get("split");
   o.eval_iters = (int)c.get_int("eval_iters");
   o.num_threads = (int)c.get_int("num_threads");

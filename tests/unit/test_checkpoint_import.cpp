@@ -24,6 +24,7 @@
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
 #include "expect_error.h"
+#include "hf_fixture.h"
 #include "temp_dir.h"
 #include "tiny_dataset.h"
 
@@ -99,45 +100,6 @@ Tensor to_16bit(const Tensor &t, const std::string &dtype) {
   return {dtype, t.shape, std::string(reinterpret_cast<const char *>(h.data()), h.size() * 2)};
 }
 
-// ---- the fixture's sequences and transformers' logits ----------------------
-
-struct Sequence {
-  std::vector<int32_t> ids;
-  std::vector<float> logits;  // [n, vocab]
-};
-
-std::vector<Sequence> read_logits(int vocab) {
-  const std::string b = read_file(fixture("logits.bin"));
-  size_t at = 0;
-  auto take = [&](void *to, size_t bytes) {
-    EXPECT_LE(at + bytes, b.size());
-    std::memcpy(to, b.data() + at, bytes);
-    at += bytes;
-  };
-  int32_t count = 0;
-  take(&count, 4);
-  std::vector<Sequence> out((size_t)count);
-  for (Sequence &s : out) {
-    int32_t n = 0;
-    take(&n, 4);
-    s.ids.resize((size_t)n);
-    s.logits.resize((size_t)n * vocab);
-    take(s.ids.data(), s.ids.size() * 4);
-    take(s.logits.data(), s.logits.size() * 4);
-  }
-  EXPECT_EQ(at, b.size());
-  return out;
-}
-
-double relative_l2(const std::vector<float> &got, const std::vector<float> &want) {
-  double d = 0, w = 0;
-  for (size_t i = 0; i < want.size(); i++) {
-    d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
-    w += (double)want[i] * want[i];
-  }
-  return std::sqrt(d / w);
-}
-
 // ---- trainers over the imported checkpoint -----------------------------------
 
 constexpr int kVocab = 260;
@@ -194,7 +156,7 @@ class CheckpointImport : public ::testing::Test {
 // four layers. 1e-5 is far below what a wrong transpose, head order or missing
 // bias gives (order 1: the fixture's weights make every tensor matter).
 TEST_F(CheckpointImport, LogitsMatchTransformersInEveryLayout) {
-  const std::vector<Sequence> seqs = read_logits(kVocab);
+  const std::vector<Sequence> seqs = read_logits(fixture("logits.bin"), kVocab);
   ASSERT_EQ(seqs.size(), 2u);
   const struct { int t, p, per_chunk; } layouts[] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {2, 2, 1}};
   for (const auto &l : layouts) {

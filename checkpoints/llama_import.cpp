@@ -1,0 +1,303 @@
+// `ptdp ckpt import-safetensors` for the LLaMA family: a Hugging Face
+// LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM (config.json and
+// one safetensors file or the shards of model.safetensors.index.json) becomes
+// a ptdp checkpoint at iteration 0 through llama_layout's mapping.
+#include "checkpoints/llama_import.h"
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "checkpoints/hdf5_file.h"
+#include "checkpoints/llama_layout.h"
+#include "checkpoints/safetensors_file.h"
+#include "engine/core/mapped_file.h"
+#include "engine/core/status.h"
+#include "engine/core/text.h"
+
+namespace ptdp {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+const char *kFamily = "llama, mistral, qwen2";
+
+json parse_config(const std::string &text, const std::string &where) {
+  json c;
+  try {
+    c = json::parse(text);
+  } catch (const json::exception &e) {
+    fail(Status::corrupt_data, where, " is not valid JSON (", e.what(), ")");
+  }
+  if (!c.is_object()) fail(Status::corrupt_data, where, " is not a JSON object (a model config)");
+  return c;
+}
+
+const json *get(const json &c, const char *key) {
+  auto it = c.find(key);
+  return it == c.end() || it->is_null() ? nullptr : &*it;
+}
+
+int count(const json &c, const char *key, const std::string &where, int fallback = 0) {
+  const json *v = get(c, key);
+  if (!v) {
+    if (fallback > 0) return fallback;
+    fail(Status::invalid_config, where, ": field '", key, "' is missing");
+  }
+  if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > (1 << 24))
+    fail(Status::invalid_config, where, ": '", key, "' must be a positive integer, got ", v->dump());
+  return (int)v->get<int64_t>();
+}
+
+double number(const json &c, const char *key, const std::string &where, double fallback) {
+  const json *v = get(c, key);
+  if (!v) return fallback;
+  if (!v->is_number())
+    fail(Status::invalid_config, where, ": '", key, "' must be a number, got ", v->dump());
+  return v->get<double>();
+}
+
+bool flag(const json &c, const char *key, const std::string &where, bool fallback) {
+  const json *v = get(c, key);
+  if (!v) return fallback;
+  if (!v->is_boolean())
+    fail(Status::invalid_config, where, ": '", key, "' must be true or false, got ", v->dump());
+  return v->get<bool>();
+}
+
+// A field that changes the function and that ptdp does not compute: refused
+// by name, never ignored.
+[[noreturn]] void unsupported(const std::string &where, const std::string &what,
+                              const std::string &why) {
+  fail(Status::invalid_config, where, ": ", what, " is not supported (", why, ")");
+}
+
+// rope_theta from the config (transformers <= 4: rope_theta and rope_scaling;
+// 5: rope_parameters {rope_theta, rope_type}); only unscaled rope.
+double rope_theta(const json &c, const std::string &where) {
+  double theta = number(c, "rope_theta", where, 10000.0);
+  for (const char *key : {"rope_scaling", "rope_parameters"}) {
+    const json *r = get(c, key);
+    if (!r) continue;
+    if (!r->is_object()) fail(Status::invalid_config, where, ": '", key, "' is not an object");
+    std::string type = "default";
+    for (const char *k : {"rope_type", "type"})
+      if (r->contains(k) && (*r)[k].is_string()) type = (*r)[k].get<std::string>();
+    if (type != "default")
+      unsupported(where, std::string(key) + " of type \"" + type + "\"",
+                  "ptdp's rotary embedding is unscaled: rope_type \"default\" only");
+    theta = number(*r, "rope_theta", where, theta);
+  }
+  return theta;
+}
+
+// The tensors of one safetensors file or of the shards an index lists.
+class HfWeights {
+ public:
+  explicit HfWeights(const std::string &path) {
+    if (!ends_with(path, ".index.json")) {
+      add_file(path);
+      return;
+    }
+    const json index = parse_config(read_text(path), "index '" + path + "'");
+    const json *map = get(index, "weight_map");
+    if (!map || !map->is_object())
+      fail(Status::corrupt_data, "index '", path, "' has no weight_map object");
+    const fs::path dir = fs::path(path).parent_path();
+    std::map<std::string, std::string> listed;  // tensor -> shard file
+    for (auto it = map->begin(); it != map->end(); ++it) {
+      const std::string shard = it->is_string() ? it->get<std::string>() : "";
+      // A shard lies beside its index: a path elsewhere would read another file.
+      if (shard.empty() || shard == "." || shard == ".." ||
+          shard.find_first_of(std::string("/\0", 2)) != std::string::npos)
+        fail(Status::corrupt_data, "index '", path, "' maps '", it.key(), "' to ", it->dump(),
+             ": not a file name beside the index");
+      listed[it.key()] = (dir / shard).string();
+    }
+    std::set<std::string> shards;
+    for (const auto &[name, file] : listed) shards.insert(file);
+    for (const std::string &file : shards) {
+      std::error_code ec;
+      if (!fs::exists(file, ec))
+        fail(Status::io_error, "shard '", file, "' listed in '", path, "' is missing");
+      add_file(file);
+    }
+    for (const auto &[name, file] : listed)
+      if (!tensors_.count(name) || tensors_[name].first != file)
+        fail(Status::corrupt_data, "index '", path, "' puts '", name, "' in '", file,
+             "', which does not hold it");
+    for (const auto &[name, at] : tensors_)
+      if (!listed.count(name))
+        fail(Status::corrupt_data, "shard '", at.first, "' holds '", name, "', which index '", path,
+             "' does not list");
+  }
+  // The tensor and its file; null when no file holds it.
+  const std::pair<std::string, SourceTensor> *find(const std::string &name) const {
+    auto it = tensors_.find(name);
+    return it == tensors_.end() ? nullptr : &it->second;
+  }
+  const std::map<std::string, std::pair<std::string, SourceTensor>> &all() const { return tensors_; }
+
+ private:
+  void add_file(const std::string &file) {
+    maps_.push_back(std::make_unique<MappedFile>(file, "'" + file + "'"));
+    const MappedFile &m = *maps_.back();
+    const Safetensors st = parse_safetensors(file, m.data(), m.size());
+    for (const auto &[name, t] : st.tensors) {
+      if (tensors_.count(name))
+        fail(Status::corrupt_data, "'", name, "' is in both '", tensors_[name].first, "' and '",
+             file, "'");
+      tensors_[name] = {file, t};
+    }
+  }
+  std::vector<std::unique_ptr<MappedFile>> maps_;
+  std::map<std::string, std::pair<std::string, SourceTensor>> tensors_;
+};
+
+// Not parameters: old files' rotary tables (model.layers.N.self_attn.rotary_emb.inv_freq).
+bool is_buffer(const std::string &name) { return ends_with(name, ".rotary_emb.inv_freq"); }
+
+}  // namespace
+
+bool is_llama_family(const std::string &config_text) {
+  try {
+    const json c = json::parse(config_text);
+    if (!c.is_object() || !c.contains("model_type") || !c["model_type"].is_string()) return false;
+    const std::string t = c["model_type"].get<std::string>();
+    return t == "llama" || t == "mistral" || t == "qwen2";
+  } catch (const json::exception &) {
+    return false;
+  }
+}
+
+GptConfig gpt_config_from_llama(const std::string &text, const std::string &where) {
+  const json c = parse_config(text, where);
+  const std::string type = c.contains("model_type") && c["model_type"].is_string()
+                               ? c["model_type"].get<std::string>()
+                               : "";
+  if (type != "llama" && type != "mistral" && type != "qwen2")
+    fail(Status::invalid_config, where, ": model_type is \"", type, "\" (allowed: ", kFamily, ")");
+  GptConfig g;
+  g.normalization = GptConfig::RMSNorm;
+  g.position_embedding_type = GptConfig::Rope;
+  g.swiglu = 1;
+  g.disable_bias_linear = 1;
+  g.hidden_size = count(c, "hidden_size", where);
+  g.num_layers = count(c, "num_hidden_layers", where);
+  if (g.num_layers > 4096)
+    fail(Status::invalid_config, where, ": num_hidden_layers is ", g.num_layers,
+         "; ptdp takes at most 4096");
+  g.num_attention_heads = count(c, "num_attention_heads", where);
+  g.num_query_groups = count(c, "num_key_value_heads", where, g.num_attention_heads);
+  if (g.num_query_groups == g.num_attention_heads) g.num_query_groups = 0;
+  g.ffn_hidden_size = count(c, "intermediate_size", where);
+  g.vocab_size = count(c, "vocab_size", where);
+  g.max_position_embeddings = count(c, "max_position_embeddings", where);
+  g.seq_length = g.max_position_embeddings;
+  g.layernorm_epsilon = (float)number(c, "rms_norm_eps", where, 1e-6);
+  g.rotary_base = (float)rope_theta(c, where);
+  g.untie_embeddings_and_output_weights = !flag(c, "tie_word_embeddings", where, false);
+  g.hidden_dropout = 0.f;  // the LLaMA family has no residual dropout
+  g.attention_dropout = (float)number(c, "attention_dropout", where, 0.0);
+  g.init_method_std = (float)number(c, "initializer_range", where, 0.02);
+  if (const json *act = get(c, "hidden_act"); act && *act != "silu")
+    unsupported(where, "hidden_act " + act->dump(), "ptdp's SwiGLU gates with silu");
+  if (flag(c, "mlp_bias", where, false))
+    unsupported(where, "mlp_bias true", "ptdp's SwiGLU MLP has no biases");
+  // Qwen2 has q, k, v biases always; LLaMA's attention_bias puts one on o_proj too.
+  if (type == "qwen2") g.add_qkv_bias = 1;
+  if (flag(c, "attention_bias", where, false)) {
+    if (type != "qwen2")
+      unsupported(where, "attention_bias true",
+                  "it adds o_proj's bias too; ptdp's add_qkv_bias covers q, k and v only");
+    g.add_qkv_bias = 1;
+  }
+  if (const json *hd = get(c, "head_dim");
+      hd && (!hd->is_number_integer() || hd->get<int64_t>() * g.num_attention_heads != g.hidden_size))
+    unsupported(where, "head_dim " + hd->dump(),
+                "ptdp's head dim is hidden_size / num_attention_heads = " +
+                    std::to_string(g.hidden_size / std::max(1, g.num_attention_heads)));
+  // Sliding-window attention: Mistral's sliding_window, Qwen2's use_sliding_window.
+  const bool sliding = type == "qwen2" ? flag(c, "use_sliding_window", where, false)
+                                       : get(c, "sliding_window") &&
+                                             number(c, "sliding_window", where, 0) <
+                                                 g.max_position_embeddings;
+  if (sliding)
+    unsupported(where, "sliding-window attention", "ptdp's attention sees every earlier token");
+  if (const json *types = get(c, "layer_types"); types && types->is_array())
+    for (const json &t : *types)
+      if (t != "full_attention")
+        unsupported(where, "layer_types " + t.dump(), "ptdp's layers are full attention");
+  try {
+    g.validate(1);
+  } catch (const Error &e) {
+    fail(Status::invalid_config, where, ": ", e.what());
+  }
+  return g;
+}
+
+std::string import_llama(const std::string &weights, const std::string &config_text,
+                         const std::string &where, const std::string &dir) {
+  const GptConfig cfg = gpt_config_from_llama(config_text, where);
+  const HfWeights w(weights);
+  const std::vector<ParamInfo> table = gpt_param_table(cfg, 1, {});
+  // Every tensor of the files must have its place (or be a buffer).
+  std::set<std::string> expected;
+  std::vector<HfMapping> maps;
+  for (const ParamInfo &p : table) {
+    maps.push_back(llama_mapping(p, cfg));
+    for (const HfTensor &t : maps.back().sources) expected.insert(t.name);
+  }
+  for (const auto &[name, at] : w.all())
+    if (!expected.count(name) && !is_buffer(name) && !(cfg.tied() && name == "lm_head.weight"))
+      fail(Status::invalid_config, "tensor '", name, "' in '", at.first, "' is not a parameter of ",
+           "the ", cfg.num_layers, "-layer model ", where, " describes",
+           cfg.tied() ? "" : " (untied: lm_head.weight is one)");
+
+  size_t total = 0;
+  for (const ParamInfo &p : table) total = std::max(total, p.offset + p.numel);
+  std::vector<float> params(total, 0.f);
+  std::map<std::string, std::vector<float>> values;  // widened, by Hugging Face name
+  auto load = [&](const HfTensor &t) -> const std::vector<float> & {
+    auto it = values.find(t.name);
+    if (it != values.end()) return it->second;
+    const auto *at = w.find(t.name);
+    if (!at)
+      fail(Status::invalid_config, "tensor '", t.name, "' is missing from '", weights, "' (",
+           where, " makes a model of ", cfg.num_layers, " layers)");
+    if (at->second.shape != t.shape)
+      fail(Status::invalid_config, "tensor '", t.name, "' in '", at->first, "' is ",
+           dims_text(at->second.shape), " but ", where, " makes it ", dims_text(t.shape));
+    return values[t.name] = widen(at->first, t.name, at->second);
+  };
+  for (size_t k = 0; k < table.size(); k++) {
+    const ParamInfo &p = table[k];
+    const HfMapping &m = maps[k];
+    std::vector<const std::vector<float> *> src;
+    for (const HfTensor &t : m.sources) src.push_back(&load(t));
+    for (size_t r = 0; r < m.rows_from.size(); r++) {
+      const auto [s, row] = m.rows_from[r];
+      for (int64_t c = 0; c < m.cols; c++)
+        params[p.offset + r * m.cols + c] = (*src[(size_t)s])[(size_t)(row * m.cols + c)];
+    }
+  }
+  // A tied model's file may hold lm_head too: it must be the embedding.
+  if (const auto *head = w.find("lm_head.weight"); head && cfg.tied()) {
+    const std::vector<float> &wte = values.at("model.embed_tokens.weight");
+    if (head->second.shape != std::vector<int64_t>{cfg.vocab_size, cfg.hidden_size} ||
+        widen(head->first, "lm_head.weight", head->second) != wte)
+      fail(Status::invalid_config, "'lm_head.weight' in '", head->first,
+           "' differs from model.embed_tokens.weight, but ", where,
+           " says tie_word_embeddings: the model would not be the one in the file");
+  }
+  const std::map<std::string, std::string> training = {
+      {"imported_from", fs::weakly_canonical(fs::absolute(weights)).string()}};
+  check_import_target(dir, cfg, training);
+  return save_imported(dir, cfg, table, params, training);
+}
+
+}  // namespace ptdp

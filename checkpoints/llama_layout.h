@@ -1,0 +1,37 @@
+// The Hugging Face names and layouts of the LLaMA family (LlamaForCausalLM,
+// and the Mistral and Qwen2 models that share it) as ptdp's parameters map to
+// them: the one mapping that the import and the export share. A linear
+// weight is [out, in] in both; the differences are names, and QKV: ptdp keeps
+// one tensor with rows [G, a/G + 2, hd] (each query group's queries, its key,
+// its value), Hugging Face three (q_proj [a hd, h], k_proj and v_proj [G hd, h]).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/model/gpt.h"
+
+namespace ptdp {
+
+// Why the model cannot be written in the LLaMA layout ("" when it can): it
+// needs RMSNorm, rotary positions, SwiGLU and no linear biases (QKV's allowed).
+std::string llama_layout_mismatch(const GptConfig &cfg);
+
+struct HfTensor {
+  std::string name;            // "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // in the file
+};
+
+// Where one ptdp parameter p (of gpt_param_table(cfg, 1, {}): the whole model)
+// lives in Hugging Face's tensors: row r of p (r below rows; a vocabulary
+// tensor's padding rows have none) is row rows_from[r].second of
+// sources[rows_from[r].first]; every row has `cols` values (1-D: 1).
+struct HfMapping {
+  std::vector<HfTensor> sources;
+  std::vector<std::pair<int, int64_t>> rows_from;
+  int64_t cols = 1;
+};
+HfMapping llama_mapping(const ParamInfo &p, const GptConfig &cfg);
+
+}  // namespace ptdp

@@ -1,0 +1,170 @@
+#include "checkpoints/safetensors_file.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoints/commit.h"
+#include "checkpoints/save_target.h"
+#include "checkpoints/sharded_checkpoint.h"
+#include "engine/core/dtype.h"
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+size_t element_size(const std::string &dtype) {
+  return dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
+}
+
+template <class... Args>
+[[noreturn]] void not_safetensors(const std::string &file, const Args &...why) {
+  fail(Status::corrupt_data, "'", file, "' is not a valid safetensors file: ", why...);
+}
+
+}  // namespace
+
+Safetensors parse_safetensors(const std::string &file, const unsigned char *data, size_t size) {
+  if (size < 8) not_safetensors(file, "it has ", size, " bytes, fewer than its header size");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = n << 8 | data[i];
+  if (n > size - 8)
+    not_safetensors(file, "its header of ", n, " bytes is longer than the file (", size, ")");
+  json header;
+  try {
+    header = json::parse(data + 8, data + 8 + n);
+  } catch (const json::exception &e) {
+    not_safetensors(file, "its header is not JSON (", e.what(), ")");
+  }
+  if (!header.is_object()) not_safetensors(file, "its header is not a JSON object");
+  const unsigned char *base = data + 8 + n;
+  const uint64_t data_size = size - 8 - n;
+  Safetensors out;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const json &v = it.value();
+    if (it.key() == "__metadata__") {
+      if (!v.is_object()) not_safetensors(file, "__metadata__ is not an object");
+      out.metadata = v;
+      continue;
+    }
+    const std::string &name = it.key();
+    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
+        !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2)
+      not_safetensors(file, "tensor '", name, "' lacks a dtype, shape or data_offsets: ", v.dump());
+    SourceTensor t;
+    t.dtype = v["dtype"].get<std::string>();
+    uint64_t numel = 1;
+    for (const json &d : v["shape"]) {
+      if (!d.is_number_unsigned())
+        not_safetensors(file, "tensor '", name, "' has shape ", v["shape"].dump());
+      const uint64_t k = d.get<uint64_t>();
+      if (k != 0 && numel > data_size / k)
+        not_safetensors(file, "tensor '", name, "' of shape ", v["shape"].dump(),
+                        " does not fit in the data");
+      numel *= k;
+      t.shape.push_back((int64_t)k);
+    }
+    const json &off = v["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      not_safetensors(file, "tensor '", name, "' has data_offsets ", off.dump());
+    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+    if (b > e || e > data_size)
+      not_safetensors(file, "tensor '", name, "' has bytes [", b, ", ", e, ") outside the ",
+                      data_size, " bytes of data");
+    // Only the dtypes ptdp reads are checked here; another is refused where
+    // the tensor is used (buffers that are skipped may be of any type).
+    const size_t es = element_size(t.dtype);
+    if (es && e - b != numel * es)
+      not_safetensors(file, "tensor '", name, "' is ", t.dtype, " ", v["shape"].dump(), " (",
+                      numel * es, " bytes) but its data_offsets hold ", e - b, " bytes");
+    t.data = base + b;
+    t.bytes = e - b;
+    out.tensors[name] = std::move(t);
+  }
+  return out;
+}
+
+void check_dtype(const std::string &file, const std::string &name, const SourceTensor &t) {
+  if (!element_size(t.dtype))
+    fail(Status::bad_value, "tensor '", name, "' in '", file, "' is ", t.dtype,
+         ": ptdp imports F32, F16 and BF16 tensors");
+}
+
+std::vector<float> widen(const std::string &file, const std::string &name, const SourceTensor &t) {
+  check_dtype(file, name, t);
+  const size_t n = t.bytes / element_size(t.dtype);
+  std::vector<float> out(n);
+  if (t.dtype == "F32") {
+    std::memcpy(out.data(), t.data, n * 4);  // safetensors is little-endian, as the host
+    return out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint16_t h;
+    std::memcpy(&h, t.data + 2 * i, 2);
+    out[i] = t.dtype == "BF16" ? bf16_to_float(h) : f16_to_float(h);
+  }
+  return out;
+}
+
+std::string read_text(const std::string &path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    fail(Status::io_error, "'", path, "' is a directory, not a config.json");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(Status::io_error, "cannot read '", path, "': ", std::strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Refuses a directory whose newest checkpoint is another run's, or past
+// iteration 0 (the import would become the newest and hide it).
+void check_import_target(const std::string &dir, const GptConfig &cfg,
+                         const std::map<std::string, std::string> &training) {
+  std::string newest;
+  try {
+    newest = find_latest_checkpoint(dir);
+  } catch (const Error &e) {
+    if (e.code() == Status::io_error) return;  // no complete checkpoint there
+    throw;
+  }
+  Manifest saved;
+  try {
+    saved = Manifest::read(newest);
+  } catch (const Error &e) {
+    fail(Status::corrupt_data, "'", dir, "' holds checkpoints whose newest, '", newest,
+         "', has a manifest that cannot be read (", e.what(), "); import into another directory");
+  }
+  std::string why = other_run_fields(saved, cfg, training);
+  if (why.empty() && saved.iteration > 0) why = "a trained checkpoint: the import would hide it";
+  if (!why.empty())
+    fail(Status::invalid_config, "'", dir, "' holds checkpoints of another run (newest: '", newest,
+         "', iteration ", saved.iteration, "; ", why,
+         "); importing there would mix two runs. Import into an empty directory");
+}
+
+std::string save_imported(const std::string &dir, const GptConfig &cfg,
+                          const std::vector<ParamInfo> &table, std::vector<float> &params,
+                          const std::map<std::string, std::string> &training) {
+  std::vector<float> zeros(params.size(), 0.f);  // Adam's moments, one buffer for both
+  RankShard shard;
+  shard.table = &table;
+  shard.params = params.data();
+  shard.exp_avg = zeros.data();
+  shard.exp_avg_sq = zeros.data();
+  SaveRequest req;
+  req.root = dir;
+  req.model = cfg;
+  req.training = training;  // layout (1, 1, 1, 1), iteration 0
+  return save_checkpoint(req, {shard});
+}
+
+}  // namespace ptdp
