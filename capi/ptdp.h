@@ -223,8 +223,12 @@ PTDP_API ptdp_status ptdp_trainer_generate(ptdp_trainer *trainer, const char *pr
  * layout, every dataset with shape, dtype and size. verify: every block against
  * its manifest checksum; the report lists each fault and the status is
  * PTDP_ERR_CORRUPT_DATA when there is one (the report is still written).
- * export_safetensors: the parameters with Hugging Face GPT-2 names and layouts,
- * as float32. */
+ * export_safetensors: the parameters in Hugging Face's names and layouts, as
+ * float32: out_path a directory (made if absent) gets model.safetensors,
+ * config.json and generation_config.json, as save_pretrained writes them, for
+ * GPT-2 (GPT2LMHeadModel) and the LLaMA family (LlamaForCausalLM, or
+ * Qwen2ForCausalLM with QKV biases); a path ending in .safetensors gets the
+ * GPT-2 weights file alone (its config in the metadata). */
 PTDP_API ptdp_status ptdp_checkpoint_inspect(const char *dir, char *buf, size_t cap,
                                              size_t *out_len);
 PTDP_API ptdp_status ptdp_checkpoint_verify(const char *dir, char *buf, size_t cap,
@@ -238,14 +242,17 @@ PTDP_API ptdp_status ptdp_checkpoint_export_safetensors(const char *dir, const c
 PTDP_API ptdp_status ptdp_checkpoint_export_safetensors_dtype(const char *dir,
                                                               const char *out_path,
                                                               const char *dtype);
-/* The reverse: a Hugging Face GPT-2 safetensors file (GPT2Model or
- * GPT2LMHeadModel names; F32, F16 or BF16) made into a ptdp checkpoint at
- * iteration 0, dir/iter_0000000, committed atomically, that loads into any
- * layout. config_path: its GPT2Config config.json; NULL or "" takes the file's
- * gpt2_config metadata (ptdp's export writes it), else config.json beside the
- * file. A missing or unsupported config field, a tensor missing or of the
- * wrong shape is PTDP_ERR_INVALID_CONFIG naming it; so is a dir holding
- * another run's checkpoints. */
+/* The reverse: a Hugging Face model made into a ptdp checkpoint at iteration
+ * 0, dir/iter_0000000, committed atomically, that loads into any layout.
+ * safetensors_path: a model directory (config.json and model.safetensors or
+ * model.safetensors.index.json with its shards), an index, or one
+ * .safetensors file; F32, F16 or BF16. GPT-2 (GPT2Model or GPT2LMHeadModel
+ * names) or the LLaMA family (model_type llama, mistral, qwen2). config_path:
+ * its config.json; NULL or "" takes config.json beside the weights, or for a
+ * GPT-2 file ptdp exported, its gpt2_config metadata. A missing or unsupported
+ * config field (a scaled rope, sliding windows, ...), a tensor missing or of
+ * the wrong shape is PTDP_ERR_INVALID_CONFIG naming it; so is a dir holding
+ * another run's checkpoints; a missing shard is PTDP_ERR_IO. */
 PTDP_API ptdp_status ptdp_checkpoint_import_safetensors(const char *safetensors_path,
                                                         const char *config_path, const char *dir);
 

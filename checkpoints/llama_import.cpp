@@ -294,8 +294,12 @@ std::string import_llama(const std::string &weights, const std::string &config_t
            "' differs from model.embed_tokens.weight, but ", where,
            " says tie_word_embeddings: the model would not be the one in the file");
   }
-  const std::map<std::string, std::string> training = {
+  std::map<std::string, std::string> training = {
       {"imported_from", fs::weakly_canonical(fs::absolute(weights)).string()}};
+  // The tokenizer's ids of bos and eos (an id or a list), for the export's configs.
+  const json c = parse_config(config_text, where);
+  for (const char *id : {"bos_token_id", "eos_token_id"})
+    if (const json *v = get(c, id)) training[std::string("hf_") + id] = v->dump();
   check_import_target(dir, cfg, training);
   return save_imported(dir, cfg, table, params, training);
 }

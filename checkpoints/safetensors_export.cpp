@@ -12,50 +12,89 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "checkpoints/crc32c.h"
 #include "checkpoints/gpt2_layout.h"
+#include "checkpoints/llama_layout.h"
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 
 namespace ptdp {
 
+namespace fs = std::filesystem;
+
 namespace {
 
-// How one parameter goes from the checkpoint ("/model/" + its name) to GPT-2.
-struct Conversion : Gpt2Layout {
-  std::string dataset;  // "/model/h.0.attn.c_attn.weight"
+// One tensor of the output and where its rows come from: row r of the
+// checkpoint's dataset ("/model/" + a parameter's name) is output row
+// row_of[r] (-1: another output tensor's), written transposed for GPT-2's
+// Conv1D weights. A GPT-2 parameter is one output tensor; the LLaMA layout's
+// QKV is three (q_proj, k_proj, v_proj).
+struct OutTensor {
+  std::string name, dataset;
+  std::vector<int64_t> shape, dataset_shape;
+  int64_t rows = 0, cols = 1;  // [out, in] before any transpose
+  bool transpose = false;
+  std::vector<int64_t> row_of;
 };
 
-Conversion conversion(const ParamInfo &p, const GptConfig &cfg) {
-  Conversion c;
-  static_cast<Gpt2Layout &>(c) = gpt2_layout(p, cfg);
-  c.dataset = "/model/" + p.name;
-  return c;
+std::vector<OutTensor> gpt2_outputs(const ParamInfo &p, const GptConfig &cfg) {
+  const Gpt2Layout l = gpt2_layout(p, cfg);
+  OutTensor o;
+  o.name = p.name;
+  o.dataset = "/model/" + p.name;
+  o.shape = l.gpt2_shape;
+  o.dataset_shape = l.shape;
+  o.rows = l.rows;
+  o.cols = l.cols;
+  o.transpose = l.transpose;
+  for (int64_t r = 0; r < l.rows; r++) o.row_of.push_back(gpt2_row(l, r, cfg.hidden_size, cfg.head_dim()));
+  return {o};
 }
 
-// Puts a block of the checkpoint's tensor (rows r0.., columns c0.., nr x nc
-// row-major in blk) where it belongs in GPT-2's tensor `out`.
-void place(const Conversion &c, int64_t r0, int64_t nr, int64_t c0, int64_t nc, const float *blk,
-           int64_t h, int64_t hd, float *out) {
-  if (!c.transpose) {
+std::vector<OutTensor> llama_outputs(const ParamInfo &p, const GptConfig &cfg) {
+  const HfMapping m = llama_mapping(p, cfg);
+  std::vector<OutTensor> out;
+  for (size_t s = 0; s < m.sources.size(); s++) {
+    OutTensor o;
+    o.name = m.sources[s].name;
+    o.dataset = "/model/" + p.name;
+    o.shape = m.sources[s].shape;
+    o.dataset_shape = p.global_shape;
+    if (p.vocab_rows) o.dataset_shape[0] = cfg.vocab_size;  // checkpoints hold it unpadded
+    o.rows = o.shape[0];
+    o.cols = m.cols;
+    for (const auto &[src, row] : m.rows_from) o.row_of.push_back(src == (int)s ? row : -1);
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+// Puts a block of the checkpoint's dataset (rows r0.., columns c0.., nr x nc
+// row-major in blk) where it belongs in the output tensor `out`.
+void place(const OutTensor &o, int64_t r0, int64_t nr, int64_t c0, int64_t nc, const float *blk,
+           float *out) {
+  if (!o.transpose) {
     for (int64_t i = 0; i < nr; i++)
-      std::memcpy(out + gpt2_row(c, r0 + i, h, hd) * c.cols + c0, blk + i * nc,
-                  (size_t)nc * sizeof(float));
+      if (o.row_of[(size_t)(r0 + i)] >= 0)
+        std::memcpy(out + o.row_of[(size_t)(r0 + i)] * o.cols + c0, blk + i * nc,
+                    (size_t)nc * sizeof(float));
     return;
   }
-  // out[column][gpt2_row(row)], in tiles of rows: the rows being read stay in
+  // out[column][row_of(row)], in tiles of rows: the rows being read stay in
   // cache while their columns are written one by one.
   const int64_t tile = 64;
   for (int64_t i0 = 0; i0 < nr; i0 += tile) {
     const int64_t i1 = std::min(nr, i0 + tile);
     for (int64_t j = 0; j < nc; j++) {
-      float *col = out + (c0 + j) * c.rows;
-      for (int64_t i = i0; i < i1; i++) col[gpt2_row(c, r0 + i, h, hd)] = blk[i * nc + j];
+      float *col = out + (c0 + j) * o.rows;
+      for (int64_t i = i0; i < i1; i++) col[o.row_of[(size_t)(r0 + i)]] = blk[i * nc + j];
     }
   }
 }
@@ -121,13 +160,68 @@ void check_f16_range(const std::string &tensor, const std::vector<float> &x) {
            ", beyond f16's largest value 65504 (it would become inf): export as bf16 or f32");
 }
 
+
+// The Hugging Face config of a LLaMA-shaped model: LlamaForCausalLM, or
+// Qwen2ForCausalLM when QKV has biases (LLaMA's attention_bias would put one
+// on o_proj too). rope_theta both as transformers 4 reads it and in
+// transformers 5's rope_parameters.
+nlohmann::json llama_config(const GptConfig &g, DType type) {
+  const bool qwen2 = g.add_qkv_bias != 0;
+  nlohmann::json c = {
+      {"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", qwen2 ? "qwen2" : "llama"},
+      {"vocab_size", g.vocab_size},
+      {"hidden_size", g.hidden_size},
+      {"intermediate_size", g.ffn()},
+      {"num_hidden_layers", g.num_layers},
+      {"num_attention_heads", g.num_attention_heads},
+      {"num_key_value_heads", g.query_groups()},
+      {"head_dim", g.head_dim()},
+      {"max_position_embeddings", g.max_positions()},
+      {"rms_norm_eps", shortest(g.layernorm_epsilon)},
+      {"rope_theta", shortest(g.rotary_base)},
+      {"rope_scaling", nullptr},
+      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", shortest(g.rotary_base)}}},
+      {"hidden_act", "silu"},
+      {"tie_word_embeddings", g.tied()},
+      {"attention_dropout", shortest(g.attention_dropout)},
+      {"initializer_range", shortest(g.init_method_std)},
+      {"torch_dtype", type == DType::bf16 ? "bfloat16" : type == DType::f16 ? "float16" : "float32"}};
+  if (qwen2) {
+    c["use_sliding_window"] = false;
+    c["sliding_window"] = nullptr;
+  } else {
+    c["attention_bias"] = false;
+    c["mlp_bias"] = false;
+  }
+  return c;
+}
+
 }  // namespace
 
 void export_safetensors(const std::string &path, const std::string &out_path,
                         const std::string &dtype) {
   if (out_path.empty()) fail(Status::invalid_argument, "export_safetensors: no output file given");
+  // A path ending in .safetensors is the weights file alone (GPT-2, its
+  // config in the metadata), under output_file.h's rules, as is any existing
+  // file; a directory, or a new path, is a model directory as save_pretrained
+  // writes it: model.safetensors, config.json and generation_config.json
+  // (made if absent; its other files, a tokenizer say, stay).
+  std::error_code ec;
+  const bool to_dir = !ends_with(out_path, ".safetensors") &&
+                      (fs::is_directory(out_path, ec) ||
+                       !fs::exists(fs::symlink_status(out_path, ec)));
+  // Nothing of a model already there is replaced: an old index beside new
+  // weights would even be what from_pretrained reads.
+  for (const char *name : {"model.safetensors", "model.safetensors.index.json", "config.json",
+                           "generation_config.json"})
+    if (to_dir && fs::exists(fs::symlink_status(fs::path(out_path) / name, ec)))
+      fail(Status::invalid_argument, "export_safetensors: '", out_path, "' already holds '", name,
+           "': export into a new or empty directory (nothing of a model there is replaced)");
+  const std::string weights_path = to_dir ? (fs::path(out_path) / "model.safetensors").string()
+                                          : out_path;
   // A link to a file writes that file; a device node or directory is refused.
-  output_target(out_path, "export_safetensors output");
+  if (!to_dir || fs::exists(out_path, ec)) output_target(weights_path, "export_safetensors output");
   const DType type = export_dtype(dtype);
   const CheckpointRef ref = open_checkpoint(path);
   const Manifest &m = ref.manifest;
@@ -135,8 +229,13 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   // The checkpoint's files are this command's inputs: never its output.
   std::vector<InputFile> reading;
   for (const std::string &f : ref.read_files) reading.emplace_back(f, "checkpoint file");
-  const std::string out_file = output_target(out_path, "export_safetensors output");
   const GptConfig &cfg = m.model;
+  // The LLaMA family's layout for a model of its shape; GPT-2's otherwise.
+  const bool llama = llama_layout_mismatch(cfg).empty();
+  if (llama && !to_dir)
+    fail(Status::invalid_argument, "export_safetensors: '", out_path, "' is a file, but a model ",
+         "of the LLaMA family exports to a directory (its config.json beside the weights): give ",
+         "a directory");
   // Any fault, in the optimizer state too, means the checkpoint is not to be
   // trusted: everything `ptdp ckpt verify` checks is checked before the output
   // is created. The parameters' checksums are checked again as they are read
@@ -150,18 +249,24 @@ void export_safetensors(const std::string &path, const std::string &out_path,
 
   // verify (above) checked the manifest's shapes against its model; these
   // checks keep the conversion below from ever reading out of bounds.
-  std::vector<Conversion> convs;
+  std::vector<OutTensor> convs;
   for (const ParamInfo &p : gpt_param_table(cfg, 1, {})) {
-    Conversion c = conversion(p, cfg);
-    const ManifestDataset *md = m.find(c.dataset);
-    if (!md) damaged(ref.dir, "the manifest has no dataset '", c.dataset, "'");
-    if (md->dtype != "float32")
-      damaged(ref.dir, "dataset '", c.dataset, "' is ", md->dtype, ", not float32");
-    if (f.shape(c.dataset) != c.shape)
-      damaged(ref.dir, "dataset '", c.dataset, "' in '", file, "' is ",
-              dims_text(f.shape(c.dataset)), " but the manifest says ", dims_text(c.shape));
-    convs.push_back(std::move(c));
+    for (OutTensor &c : llama ? llama_outputs(p, cfg) : gpt2_outputs(p, cfg)) {
+      const ManifestDataset *md = m.find(c.dataset);
+      if (!md) damaged(ref.dir, "the manifest has no dataset '", c.dataset, "'");
+      if (md->dtype != "float32")
+        damaged(ref.dir, "dataset '", c.dataset, "' is ", md->dtype, ", not float32");
+      if (f.shape(c.dataset) != c.dataset_shape)
+        damaged(ref.dir, "dataset '", c.dataset, "' in '", file, "' is ",
+                dims_text(f.shape(c.dataset)), " but the manifest says ",
+                dims_text(c.dataset_shape));
+      convs.push_back(std::move(c));
+    }
   }
+  if (to_dir && !fs::exists(out_path, ec) && !fs::create_directory(out_path, ec))
+    fail(Status::io_error, "export_safetensors: cannot create directory '", out_path,
+         "': ", ec.message());
+  const std::string out_file = output_target(weights_path, "export_safetensors output");
 
   // Header: every tensor's dtype, shape and byte range in the data that
   // follows, in the order they are written.
@@ -169,13 +274,13 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   header["__metadata__"] = {{"format", "pt"},
                             {"producer", "ptdp"},
                             {"checkpoint", ref.dir},
-                            {"iteration", std::to_string(m.iteration)},
-                            {"gpt2_config", gpt2_config(cfg).dump()}};
+                            {"iteration", std::to_string(m.iteration)}};
+  if (!llama) header["__metadata__"]["gpt2_config"] = gpt2_config(cfg).dump();
   int64_t offset = 0;
-  for (const Conversion &c : convs) {
+  for (const OutTensor &c : convs) {
     const int64_t bytes = c.rows * c.cols * (int64_t)dtype_size(type);
-    header[c.dataset.substr(7)] = {{"dtype", safetensors_dtype(type)},
-                                   {"shape", c.gpt2_shape},
+    header[c.name] = {{"dtype", safetensors_dtype(type)},
+                                   {"shape", c.shape},
                                    {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
@@ -192,10 +297,9 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   try {
     write_all(fd, len, 8, tmp);
     write_all(fd, text.data(), text.size(), tmp);
-    const int64_t h = cfg.hidden_size, hd = cfg.head_dim();
     std::vector<float> out, blk;
     std::vector<uint16_t> half;
-    for (const Conversion &c : convs) {
+    for (const OutTensor &c : convs) {
       out.assign((size_t)(c.rows * c.cols), 0.f);
       for (const ManifestBlock &b : m.find(c.dataset)->blocks) {
         blk.resize((size_t)b.numel());
@@ -209,13 +313,13 @@ void export_safetensors(const std::string &path, const std::string &out_path,
         }
         const bool two_d = b.offset.size() > 1;
         place(c, b.offset[0], b.count[0], two_d ? b.offset[1] : 0, two_d ? b.count[1] : 1,
-              blk.data(), h, hd, out.data());
+              blk.data(), out.data());
       }
       if (type == DType::f32) {
         write_all(fd, out.data(), out.size() * sizeof(float), tmp);
         continue;
       }
-      if (type == DType::f16) check_f16_range(c.dataset.substr(7), out);
+      if (type == DType::f16) check_f16_range(c.name, out);
       half.resize(out.size());
       to_16bit(type, out.data(), half.data(), out.size());
       write_all(fd, half.data(), half.size() * sizeof(uint16_t), tmp);
@@ -248,6 +352,26 @@ void export_safetensors(const std::string &path, const std::string &out_path,
          "': ", std::strerror(e));
   }
   ::close(dfd);
+  if (!to_dir) return;
+  // The configs from_pretrained reads beside the weights. The token ids of
+  // bos and eos are known when the checkpoint came from a Hugging Face import
+  // (recorded then); else they are left out.
+  nlohmann::json config = llama ? llama_config(cfg, type) : gpt2_config(cfg);
+  if (!llama) config["architectures"] = {"GPT2LMHeadModel"};
+  nlohmann::json generation = {{"_from_model_config", true}};
+  for (const char *id : {"bos_token_id", "eos_token_id"}) {
+    auto it = m.training.find(std::string("hf_") + id);
+    if (it == m.training.end()) continue;
+    try {
+      config[id] = generation[id] = nlohmann::json::parse(it->second);
+    } catch (const nlohmann::json::exception &) {
+      damaged(ref.dir, "its training record's hf_", id, " is not JSON: ", it->second);
+    }
+  }
+  write_file_atomic((fs::path(out_path) / "config.json").string(), config.dump(2) + "\n",
+                    "export_safetensors config.json");
+  write_file_atomic((fs::path(out_path) / "generation_config.json").string(),
+                    generation.dump(2) + "\n", "export_safetensors generation_config.json");
 }
 
 }  // namespace ptdp

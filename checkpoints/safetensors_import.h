@@ -1,12 +1,15 @@
 // `ptdp ckpt import-safetensors`: the reverse of the export. A Hugging Face
-// GPT-2 safetensors file (GPT2Model or GPT2LMHeadModel names, with or without
-// the "transformer." prefix; F32, F16 or BF16, widened to float32) and its
-// GPT2Config become a ptdp checkpoint at iteration 0: the four Conv1D weights
-// go from [in, out] to ptdp's [out, in], c_attn's outputs from GPT-2's
-// [3, a, hd] to ptdp's per-head [a, 3, hd]. Adam's moments are saved as zeros.
-// The checkpoint is saved in layout (t=1, p=1, d=1, v=1) with the vocabulary
-// unpadded, as every checkpoint is, so it loads into any layout (the loading
-// run pads wte with zero rows to its own make_vocab_size_divisible_by).
+// model becomes a ptdp checkpoint at iteration 0, Adam's moments zero:
+//  - GPT-2 (one safetensors file: GPT2Model or GPT2LMHeadModel names, with or
+//    without the "transformer." prefix; the four Conv1D weights go from [in,
+//    out] to ptdp's [out, in], c_attn's outputs from GPT-2's [3, a, hd] to
+//    ptdp's per-head [a, 3, hd]);
+//  - the LLaMA family (config model_type llama, mistral or qwen2; one file or
+//    the shards of model.safetensors.index.json): checkpoints/llama_import.h.
+// F32, F16 or BF16, widened to float32. The checkpoint is saved in layout
+// (t=1, p=1, d=1, v=1) with the vocabulary unpadded, as every checkpoint is,
+// so it loads into any layout (the loading run pads the vocabulary with zero
+// rows to its own make_vocab_size_divisible_by).
 #pragma once
 #include <cstddef>
 #include <string>
@@ -15,9 +18,11 @@
 
 namespace ptdp {
 
-// file: the .safetensors file. config_json: a GPT2Config config.json; "" takes
-// the file's own "gpt2_config" metadata (what export_safetensors writes), else
-// config.json beside the file. dir: the save directory; the checkpoint goes to
+// file: a model directory (config.json with model.safetensors or
+// model.safetensors.index.json), an index, or a .safetensors file.
+// config_json: its config.json; "" takes config.json beside the weights (for a
+// GPT-2 file, its own "gpt2_config" metadata first: what export_safetensors
+// writes). dir: the save directory; the checkpoint goes to
 // dir/iter_0000000, committed atomically (a failure leaves no checkpoint).
 // Errors:
 //  - invalid_config: a config field missing or unsupported (named, with what

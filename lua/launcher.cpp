@@ -274,19 +274,25 @@ int run_ckpt(int argc, char **argv) {
   CLI::App *verify = app.add_subcommand("verify", "manifest and every block's checksum; exit 1 on a fault");
   verify->add_option("dir", dir, "a save directory (its newest checkpoint) or one iter_N")->required();
   CLI::App *exp = app.add_subcommand("export-safetensors",
-                                     "the parameters with Hugging Face GPT-2 names and layouts");
+                                     "the parameters in Hugging Face's names and layouts (GPT-2 or the LLaMA family)");
   exp->add_option("dir", dir, "a save directory (its newest checkpoint) or one iter_N")->required();
-  exp->add_option("out", out, "the .safetensors file to write")->required();
+  exp->add_option("out", out,
+                  "a model directory to write (model.safetensors, config.json, "
+                  "generation_config.json), or a .safetensors file (GPT-2 only)")
+      ->required();
   exp->add_option("--dtype", dtype, "f32 | bf16 | f16")->capture_default_str();
   std::string in_file;
   std::vector<std::string> import_args;  // [config.json] DIR
   CLI::App *imp = app.add_subcommand(
       "import-safetensors",
-      "a Hugging Face GPT-2 safetensors file (and its config.json) as a checkpoint at iteration 0");
-  imp->add_option("file", in_file, "the .safetensors file (F32, F16 or BF16)")->required();
+      "a Hugging Face GPT-2, LLaMA, Mistral or Qwen2 model as a checkpoint at iteration 0");
+  imp->add_option("file", in_file,
+                  "the model directory, its .safetensors file or model.safetensors.index.json "
+                  "(F32, F16 or BF16)")
+      ->required();
   imp->add_option("paths", import_args,
-                  "[config.json] DIR: its GPT2Config (default: the file's gpt2_config metadata, "
-                  "else config.json beside it) and the directory to save into")
+                  "[config.json] DIR: its config (default: config.json beside the weights, or a "
+                  "ptdp GPT-2 export's gpt2_config metadata) and the directory to save into")
       ->required()
       ->expected(1, 2);
   if (argc < 3) {  // no subcommand: say which there are
@@ -399,8 +405,8 @@ void usage(FILE *f) {
                "       ptdp timeline-png TRACE.json OUT.png [--width N]  draw a timeline\n"
                "       ptdp plot LOG.jsonl OUT.png         plot loss and learning rate of a --log-json file\n"
                "       ptdp ckpt inspect|verify DIR       look into / check a checkpoint\n"
-               "       ptdp ckpt export-safetensors DIR OUT.safetensors [--dtype f32|bf16|f16]\n"
-               "       ptdp ckpt import-safetensors MODEL.safetensors [config.json] DIR\n"
+               "       ptdp ckpt export-safetensors DIR OUT_DIR|OUT.safetensors [--dtype f32|bf16|f16]\n"
+               "       ptdp ckpt import-safetensors MODEL_DIR|MODEL.safetensors [config.json] DIR\n"
                "       ptdp plan --num-layers L --hidden-size H --num-attention-heads A\n"
                "                 --global-batch-size B --num-gpus N [--machine selene] ...  plan t, p, d, b, v\n"
                "       ptdp --version\n");

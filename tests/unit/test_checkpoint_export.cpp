@@ -448,12 +448,21 @@ TEST_F(CheckpointExport, UnwritableDestination) {
   expect_error([&] { export_safetensors(dir.path, under_file); }, Status::io_error,
                "a_file/out.safetensors");
   EXPECT_EQ(read_file(dir.path + "/a_file"), "x");
-  // A directory in the way: refused before anything is written (output_file.h).
+  // A directory is a model directory to write into, once: a second export
+  // there would replace the first's files, and is refused.
   fs::create_directory(dir.path + "/a_dir");
+  write_file(dir.path + "/a_dir/tokenizer.json", "{}");
+  export_safetensors(dir.path, dir.path + "/a_dir");
+  const std::string first = read_file(dir.path + "/a_dir/model.safetensors");
   expect_error([&] { export_safetensors(dir.path, dir.path + "/a_dir"); }, Status::invalid_argument,
-               "a_dir' exists and is a directory: refusing to replace it");
-  EXPECT_TRUE(fs::is_directory(dir.path + "/a_dir"));
-  EXPECT_FALSE(temp_left_beside(dir.path + "/a_dir"));
+               "a_dir' already holds 'model.safetensors'");
+  EXPECT_EQ(read_file(dir.path + "/a_dir/model.safetensors"), first);
+  EXPECT_EQ(read_file(dir.path + "/a_dir/tokenizer.json"), "{}");  // other files stay
+  EXPECT_FALSE(temp_left_beside(dir.path + "/a_dir/model.safetensors"));
+  // A directory in the way of a weights file: refused (output_file.h).
+  fs::create_directories(dir.path + "/b_dir/x.safetensors");
+  expect_error([&] { export_safetensors(dir.path, dir.path + "/b_dir/x.safetensors"); },
+               Status::invalid_argument, "exists and is a directory: refusing to replace it");
   // Never over the checkpoint's own file.
   expect_error([&] { export_safetensors(dir.path, file); }, Status::invalid_argument,
                "is the checkpoint file '" + file + "' this run reads");

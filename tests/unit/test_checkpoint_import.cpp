@@ -196,6 +196,19 @@ TEST_F(CheckpointImport, ImportThenExportIsBitIdentical) {
   const std::string out = work.path + "/export.safetensors";
   export_safetensors(imported.path, out);
   expect_same_tensors(read_safetensors(out), hf, "transformer.");
+  // To a directory, as save_pretrained writes one: the same weights, and the
+  // config.json that transformers reads (the fixture's GPT2Config fields).
+  const std::string dir = work.path + "/exported_model";
+  export_safetensors(imported.path, dir);
+  expect_same_tensors(read_safetensors(dir + "/model.safetensors"), hf, "transformer.");
+  const nlohmann::json want = nlohmann::json::parse(read_file(fixture("config.json")));
+  const nlohmann::json have = nlohmann::json::parse(read_file(dir + "/config.json"));
+  for (const char *k : {"model_type", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
+                        "activation_function", "layer_norm_epsilon"})
+    EXPECT_EQ(have[k], want[k]) << k;
+  EXPECT_EQ(have["architectures"], nlohmann::json::array({"GPT2LMHeadModel"}));
+  EXPECT_TRUE(fs::exists(dir + "/generation_config.json"));
+  import_safetensors(dir, "", work.path + "/from_dir");  // and imports again
 
   // Through another layout: loaded at t = 2, p = 2 (the vocabulary padded for
   // t, the layers split over stages) and saved from there, the export is

@@ -1,18 +1,22 @@
-// `ptdp ckpt import-safetensors` of the LLaMA family against Hugging Face
-// transformers: the fixtures in tests/checkpoint/hf/{llama,qwen2} (made by
+// `ptdp ckpt import-safetensors` and `export-safetensors` of the LLaMA family
+// against Hugging Face transformers: the fixtures in tests/checkpoint/hf/{llama,qwen2} (made by
 // make_llama_fixtures.py with transformers 5.17: a sharded LlamaForCausalLM,
 // 4 query heads over 2 key/value heads, rope_theta 500000, untied, vocabulary
 // 103; a Qwen2ForCausalLM with QKV biases and a tied embedding) are imported
 // from their model directories and loaded into several layouts, and must give
-// transformers' logits. Damaged copies must be refused by name.
+// transformers' logits; exported, they give back the fixture's tensors bit for
+// bit and its config. Damaged copies must be refused by name.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <tuple>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "checkpoints/safetensors_export.h"
 #include "checkpoints/safetensors_import.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
@@ -174,4 +178,79 @@ TEST(LlamaImport, RefusesWhatItCannotImport) {
   import_safetensors(fixture("llama"), "", imported.path);
   expect_error([&] { Trainer tr(TrainerOptions::from_config(config(kLlama, imported.path, 4, 1))); },
                Status::invalid_config, "must divide num_query_groups (2)");
+}
+
+namespace {
+
+// name -> (dtype, shape, bytes) of every tensor of a safetensors file.
+std::map<std::string, std::tuple<std::string, std::vector<int64_t>, std::string>> tensors_of(
+    const std::string &path) {
+  const std::string b = read_file(path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = n << 8 | (unsigned char)b[(size_t)i];
+  const nlohmann::json h = nlohmann::json::parse(b.substr(8, n));
+  std::map<std::string, std::tuple<std::string, std::vector<int64_t>, std::string>> out;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const uint64_t s = it.value()["data_offsets"][0], e = it.value()["data_offsets"][1];
+    out[it.key()] = {it.value()["dtype"], it.value()["shape"].get<std::vector<int64_t>>(),
+                     b.substr(8 + n + s, e - s)};
+  }
+  return out;
+}
+
+// Import then export gives back the fixture's tensors, every byte, and a
+// config.json that says the same model; the export imports again.
+void expect_round_trip(const Model &m, const std::vector<std::string> &files) {
+  SCOPED_TRACE(m.dir);
+  TempDir work;
+  import_safetensors(fixture(m.dir), "", work.path + "/ckpt");
+  const std::string out = work.path + "/exported";
+  export_safetensors(work.path + "/ckpt", out);
+  auto got = tensors_of(out + "/model.safetensors");
+  size_t want_count = 0;
+  for (const std::string &f : files)
+    for (const auto &[name, t] : tensors_of(fixture(std::string(m.dir) + "/" + f))) {
+      want_count++;
+      ASSERT_TRUE(got.count(name)) << name;
+      EXPECT_EQ(std::get<1>(got[name]), std::get<1>(t)) << name;
+      EXPECT_TRUE(std::get<2>(got[name]) == std::get<2>(t)) << name << " differs";
+    }
+  EXPECT_EQ(got.size(), want_count);
+  const nlohmann::json want = nlohmann::json::parse(read_file(fixture(std::string(m.dir) + "/config.json")));
+  const nlohmann::json have = nlohmann::json::parse(read_file(out + "/config.json"));
+  for (const char *k : {"model_type", "vocab_size", "hidden_size", "intermediate_size",
+                        "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                        "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
+                        "hidden_act", "bos_token_id", "eos_token_id", "architectures"})
+    EXPECT_EQ(have[k], want[k]) << k;
+  EXPECT_EQ(have["rope_theta"], want["rope_parameters"]["rope_theta"]);
+  const nlohmann::json gen = nlohmann::json::parse(read_file(out + "/generation_config.json"));
+  EXPECT_EQ(gen["bos_token_id"], 1);
+  EXPECT_EQ(gen["eos_token_id"], 2);
+  // The exported directory imports again and gives transformers' logits.
+  import_safetensors(out, "", work.path + "/again");
+  expect_logits(m, work.path + "/again", 1, 1, 0);
+}
+
+}  // namespace
+
+TEST(LlamaExport, ImportThenExportGivesTheFixtureBack) {
+  expect_round_trip(kLlama, {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                             "model-00003-of-00003.safetensors"});
+  expect_round_trip(kQwen2, {"model.safetensors"});
+}
+
+// A LLaMA-family model's config goes beside its weights: a file path alone is
+// refused before anything is written.
+TEST(LlamaExport, NeedsADirectory) {
+  TempDir work;
+  import_safetensors(fixture("llama"), "", work.path + "/ckpt");
+  expect_error([&] { export_safetensors(work.path + "/ckpt", work.path + "/m.safetensors"); },
+               Status::invalid_argument, "exports to a directory");
+  EXPECT_FALSE(fs::exists(work.path + "/m.safetensors"));
+  write_file(work.path + "/plain", "x");
+  expect_error([&] { export_safetensors(work.path + "/ckpt", work.path + "/plain"); },
+               Status::invalid_argument, "plain' is a file, but a model of the LLaMA family");
+  EXPECT_EQ(read_file(work.path + "/plain"), "x");
 }
