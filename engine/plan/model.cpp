@@ -39,7 +39,8 @@ double flops_per_iteration(const ModelSpec &m, int64_t B, Recompute r) {
   // recomputation redoes the attention's 4 B s^2 h a layer.
   const double extra = r == Recompute::selective ? l * 4.0 * B * s * s * h : 0;
   return training_flops((double)B, s, h, (double)m.ffn_size(), (double)m.vocab, l,
-                        r == Recompute::full ? 1 : 0, extra);
+                        r == Recompute::full ? 1 : 0, extra, (double)m.qkv_width(),
+                        (double)m.mlp_matrices());
 }
 
 double bubble_closed_form(ScheduleKind k, int p, int v, int64_t m) {
@@ -53,15 +54,24 @@ double training_days_eq(double tokens, double params, int64_t n, double flops_pe
 int64_t padded_vocab(const ModelSpec &m, int t) { return padded_vocab_size(m.vocab, 128 * (int64_t)t); }
 
 double params_on_stage(const ModelSpec &m, const Layout &L, int stage) {
-  double h = (double)m.hidden, f = (double)m.ffn_size(), t = L.t;
-  // Column-parallel QKV and fc1 (weights and biases split), row-parallel proj
-  // and fc2 (weights split, biases whole), two layernorms whole.
-  double layer = (3 * h * h + 3 * h) / t + h * h / t + h + (h * f + f) / t + f * h / t + h + 4 * h;
+  const double h = (double)m.hidden, f = (double)m.ffn_size(), t = L.t, q = (double)m.qkv_width();
+  const double norm = m.rms_norm ? h : 2 * h;  // weight (and LayerNorm's bias), whole
+  const double b = m.linear_bias ? 1 : 0;
+  // Column-parallel QKV and fc1 (gate and up with SwiGLU; weights and biases
+  // split), row-parallel proj and fc2 (weights split, biases whole).
+  const double up = m.swiglu ? 2 : 1;  // column-parallel MLP matrices
+  double layer = q * h / t + (m.linear_bias || m.qkv_bias ? q / t : 0) + h * h / t + b * h +
+                 up * (h * f + b * f) / t + f * h / t + b * h + 2 * norm;
   double out = layer * (double)m.layers / L.p;
-  double emb = (double)padded_vocab(m, L.t) * h / t;
-  if (stage == 0) out += emb + (double)m.seq * h;
-  if (stage == L.p - 1) out += 2 * h + (L.p > 1 ? emb : 0);
+  const double emb = (double)padded_vocab(m, L.t) * h / t;
+  if (stage == 0) out += emb + (m.rope ? 0 : (double)m.seq * h);
+  if (stage == L.p - 1) out += norm + (m.untied || L.p > 1 ? emb : 0);
   return out;
+}
+
+double params_total(const ModelSpec &m) {
+  Layout one;
+  return params_on_stage(m, one, 0);
 }
 
 // ---- one device -----------------------------------------------------------------
@@ -101,11 +111,11 @@ double gemm_seconds(const Machine &mach, DType dt, const Gemm &g, int ranks_per_
 std::vector<Gemm> layer_forward_gemms(const ModelSpec &m, int t, int64_t b) {
   int64_t s = m.seq, h = m.hidden, a = m.heads, f = m.ffn_size();
   return {
-      {"qkv", b * s, 3 * h / t, h, 1},
+      {"qkv", b * s, m.qkv_width() / t, h, 1},
       {"scores", s, s, h / a, b * a / t},
       {"context", s, h / a, s, b * a / t},
       {"proj", b * s, h, h / t, 1},
-      {"fc1", b * s, f / t, h, 1},
+      {"fc1", b * s, (m.swiglu ? 2 : 1) * f / t, h, 1},  // SwiGLU: gate and up
       {"fc2", b * s, h, f / t, 1},
   };
 }
@@ -118,13 +128,14 @@ double activation_bytes_per_layer(const ModelSpec &m, int t, int64_t b, DType dt
   double out = 0;
   out += E * e;           // layernorm 1 input
   out += E * e;           // layernorm 1 output = QKV input (whole on every tensor rank)
-  out += 2 * Et * e;      // Q and K
-  out += Et * e;          // V
+  const double kv = (double)m.groups() / a;  // a key and a value per query group
+  out += (1 + kv) * Et * e;  // Q and K
+  out += kv * Et * e;        // V
   out += Et * e;          // attention context = proj input
   out += E;               // dropout mask after proj
   out += E * e;           // layernorm 2 input
   out += E * e;           // layernorm 2 output = fc1 input
-  out += Ft * e;          // fc1 output = GeLU input
+  out += (m.swiglu ? 2 : 1) * Ft * e;  // fc1 output = GeLU input (SwiGLU: gate and up)
   out += Ft * e;          // GeLU output = fc2 input
   out += E;               // dropout mask after fc2
   if (r == Recompute::none) {
@@ -156,6 +167,10 @@ std::string layout_problem(const ModelSpec &m, const TrainSpec &tr, const Layout
   }
   if (m.heads % L.t != 0) {
     os << "t=" << L.t << " does not divide the attention heads (" << m.heads << ")";
+    return os.str();
+  }
+  if (m.groups() % L.t != 0) {
+    os << "t=" << L.t << " does not divide the query groups (" << m.groups() << ")";
     return os.str();
   }
   if (m.ffn_size() % L.t != 0) {

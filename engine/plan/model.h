@@ -14,10 +14,22 @@
 namespace ptdp::plan {
 
 // GPT of l layers, hidden h, a heads, vocabulary V, sequence S (learned
-// positions, tied embedding, ffn = 4h unless given).
+// positions, tied embedding, ffn = 4h unless given); or the LLaMA family's
+// pieces, as the engine's GptConfig options name them.
 struct ModelSpec {
   int64_t layers = 0, hidden = 0, heads = 0, vocab = 51200, seq = 2048, ffn = 0;
+  int64_t kv_heads = 0;      // num_query_groups: key/value heads (0 = heads)
+  bool swiglu = false;       // three MLP matrices: gate, up, down
+  bool rms_norm = false;     // norms without bias
+  bool rope = false;         // no learned positions
+  bool untied = false;       // the LM head has its own [V, h] weight
+  bool linear_bias = true;   // !disable_bias_linear
+  bool qkv_bias = false;     // add_qkv_bias (with disable_bias_linear)
   int64_t ffn_size() const { return ffn > 0 ? ffn : 4 * hidden; }
+  int64_t groups() const { return kv_heads > 0 ? kv_heads : heads; }
+  // QKV's outputs: the queries, and a key and a value per group.
+  int64_t qkv_width() const { return hidden + 2 * groups() * (hidden / heads); }
+  int64_t mlp_matrices() const { return swiglu ? 3 : 2; }
 };
 
 enum class Recompute { none, selective, full };
@@ -56,9 +68,11 @@ double bubble_closed_form(ScheduleKind k, int p, int v, int64_t m);
 double training_days_eq(double tokens, double params, int64_t n, double flops_per_device);
 
 // Parameters held by one device of pipeline stage `stage` (first stage: the
-// embedding and positions; last: the final layernorm and, with p > 1, its copy
-// of the tied embedding). Exact, vocabulary padded to 128 t.
+// embedding and positions; last: the final norm and, with p > 1, its copy
+// of the tied embedding, or the untied head). Exact, vocabulary padded to 128 t.
 double params_on_stage(const ModelSpec &m, const Layout &L, int stage);
+// The whole model's parameters (t = p = 1): LLaMA 2 7B's 6,738,415,616 say.
+double params_total(const ModelSpec &m);
 int64_t padded_vocab(const ModelSpec &m, int t);
 
 // ---- one device's work ------------------------------------------------------

@@ -20,6 +20,13 @@ const Opt kOptions[] = {
     {"seq_length", "sequence length S (default 2048)"},
     {"vocab_size", "vocabulary V before padding to 128 t (default 51200)"},
     {"ffn_hidden_size", "MLP hidden size (default 4 h)"},
+    {"num_query_groups", "grouped-query attention: key/value heads (default: a)"},
+    {"swiglu", "flag: SwiGLU MLP (three matrices)"},
+    {"normalization", "LayerNorm | RMSNorm (default LayerNorm)"},
+    {"position_embedding_type", "learned_absolute | rope (default learned_absolute)"},
+    {"untie_embeddings_and_output_weights", "flag: the LM head has its own weight"},
+    {"disable_bias_linear", "flag: no biases in the linear layers"},
+    {"add_qkv_bias", "flag: a QKV bias even with disable_bias_linear"},
     {"global_batch_size", "global batch B in sequences (required)"},
     {"num_gpus", "devices n = t p d (required)"},
     {"micro_batch_size", "micro-batch b (default: searched)"},
@@ -64,6 +71,12 @@ int64_t whole(const std::string &k, const std::string &v, int64_t lo, int64_t hi
   if (v.empty() || *end != '\0' || x < lo || x > hi)
     fail(Status::bad_value, k, " must be a whole number in [", lo, ", ", hi, "], got '", v, "'");
   return x;
+}
+
+// One of two names: false for the first, true for the second.
+bool choice(const std::string &k, const std::string &v, const char *first, const char *second) {
+  if (v == first || v == second) return v == second;
+  fail(Status::bad_value, k, " must be one of {", first, ", ", second, "}, got '", v, "'");
 }
 
 bool flag(const std::string &k, const std::string &v) {
@@ -127,6 +140,13 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
     else if (k == "seq_length") r.model.seq = whole(k, val, 1, 1 << 24);
     else if (k == "vocab_size" || k == "padded_vocab_size") r.model.vocab = whole(k, val, 1, 1LL << 32);
     else if (k == "ffn_hidden_size") r.model.ffn = whole(k, val, 1, 1LL << 24);
+    else if (k == "num_query_groups") r.model.kv_heads = whole(k, val, 1, 1 << 16);
+    else if (k == "swiglu") r.model.swiglu = flag(k, val);
+    else if (k == "untie_embeddings_and_output_weights") r.model.untied = flag(k, val);
+    else if (k == "disable_bias_linear") r.model.linear_bias = !flag(k, val);
+    else if (k == "add_qkv_bias") r.model.qkv_bias = flag(k, val);
+    else if (k == "normalization") r.model.rms_norm = choice(k, val, "LayerNorm", "RMSNorm");
+    else if (k == "position_embedding_type") r.model.rope = choice(k, val, "learned_absolute", "rope");
     else if (k == "global_batch_size") r.train.global_batch = whole(k, val, 1, 1LL << 32);
     else if (k == "num_gpus") r.train.num_gpus = whole(k, val, 1, 1 << 24);
     else if (k == "micro_batch_size") r.b = (int)whole(k, val, 1, 1 << 20);
@@ -180,6 +200,9 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
   if (r.model.hidden % r.model.heads != 0)
     fail(Status::invalid_config, "num_attention_heads (", r.model.heads, ") must divide hidden_size (",
          r.model.hidden, ")");
+  if (r.model.heads % r.model.groups() != 0)
+    fail(Status::invalid_config, "num_query_groups (", r.model.groups(),
+         ") must divide num_attention_heads (", r.model.heads, ")");
   if (per_chunk > 0) {
     if (!r.p) fail(Status::invalid_config, "num_layers_per_virtual_pipeline_stage needs pipeline_model_parallel_size");
     if (r.model.layers % ((int64_t)r.p * per_chunk) != 0)

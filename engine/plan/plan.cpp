@@ -387,14 +387,15 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res) {
     return os.str();
   }
 
-  const double P2 = params_eq2(m);
+  const double P2 = params_total(m);
   os << "ptdp plan: GPT of " << (P2 >= 1e12 ? fmt("%.3gT", P2 / 1e12) : P2 >= 1e9 ? fmt("%.3gB", P2 / 1e9) : fmt("%.3gM", P2 / 1e6))
      << " parameters (l=" << m.layers << ", h=" << m.hidden
      << ", a=" << m.heads << ", V=" << m.vocab << ", S=" << m.seq << "), B=" << req.train.global_batch << ", "
      << req.train.num_gpus << " GPUs of " << mach.name << ", " << dtype_name(req.train.dtype)
      << (req.train.distributed_optimizer ? ", distributed optimizer" : "") << "\n";
   if (!res.machine_log.empty()) os << res.machine_log;
-  os << "  Eq. 2: " << fmt("%.4g", params_eq2(m)) << " parameters; Eq. 3: "
+  os << "  parameters: " << fmt("%.0f", params_total(m)) << " (Eq. 2, GPT's closed form: "
+     << fmt("%.4g", params_eq2(m)) << "); Eq. 3: "
      << fmt("%.4g", flops_per_iteration(m, req.train.global_batch, Recompute::full)) << " FLOPs per iteration"
      << " with full recomputation (" << fmt("%.4g", flops_per_iteration(m, req.train.global_batch, Recompute::none))
      << " without)\n";

@@ -60,6 +60,34 @@ TEST(PlanClosedForms, Eq2MatchesItsExpansionAndTheExactCount) {
   }
 }
 
+// The LLaMA family's published parameter counts, exactly: LLaMA 2 7B (h 4096,
+// 32 layers, 32 heads, SwiGLU 11008, V 32000) and LLaMA 3 8B (8 key/value
+// heads, SwiGLU 14336, V 128256), both untied, RMSNorm, rope, no biases;
+// split over stages they add up.
+TEST(PlanClosedForms, LlamaParameterCountsArePublishedOnes) {
+  struct Case {
+    int64_t groups, ffn, vocab;
+    double published;
+  };
+  for (const Case c : {Case{32, 11008, 32000, 6738415616.0}, Case{8, 14336, 128256, 8030261248.0}}) {
+    ModelSpec m{32, 4096, 32, c.vocab, 4096, c.ffn};
+    m.kv_heads = c.groups;
+    m.swiglu = m.rms_norm = m.rope = m.untied = true;
+    m.linear_bias = false;
+    EXPECT_EQ(params_total(m), c.published);  // the engine's count: test_gpt's LlamaParameterCounts
+    Layout L;
+    L.p = 4;
+    double sum = 0;
+    for (int st = 0; st < 4; st++) sum += params_on_stage(m, L, st);
+    EXPECT_EQ(sum, c.published);  // V is a multiple of 128: no padding rows
+    // Its layer GEMMs add up to the FLOPs of one iteration's forward layers.
+    double gemm = 0;
+    for (const Gemm &x : layer_forward_gemms(m, 1, 1)) gemm += x.flops();
+    EXPECT_LT(rel(flops_per_iteration(m, 1, Recompute::none),
+                  3 * (32 * gemm + 2.0 * 4096 * 4096 * c.vocab)), 1e-12);
+  }
+}
+
 TEST(PlanClosedForms, Eq3AndWithoutRecomputation) {
   ModelSpec m{96, 12288, 96, 51200, 2048, 0};
   const double B = 1536, s = 2048, l = 96, h = 12288, V = 51200;

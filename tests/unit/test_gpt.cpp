@@ -488,3 +488,31 @@ TEST(Gpt, InitIsTheNormalAtEachGlobalIndex) {
     }
   }
 }
+
+// The engine's count of the LLaMA family's published models, exactly: LLaMA 2
+// 7B (6,738,415,616) and LLaMA 3 8B (8 key/value heads; 8,030,261,248).
+TEST(Gpt, LlamaParameterCountsArePublishedOnes) {
+  struct Case {
+    int groups, ffn, vocab;
+    int64_t published;
+  };
+  for (const Case c : {Case{32, 11008, 32000, 6738415616}, Case{8, 14336, 128256, 8030261248}}) {
+    GptConfig g;
+    g.num_layers = 32;
+    g.hidden_size = 4096;
+    g.num_attention_heads = 32;
+    g.num_query_groups = c.groups;
+    g.ffn_hidden_size = c.ffn;
+    g.vocab_size = c.vocab;
+    g.seq_length = 4096;
+    g.normalization = GptConfig::RMSNorm;
+    g.position_embedding_type = GptConfig::Rope;
+    g.swiglu = g.untie_embeddings_and_output_weights = g.disable_bias_linear = 1;
+    EXPECT_NO_THROW(g.validate(8));
+    EXPECT_EQ(g.num_params(), c.published);
+    int64_t table = 0;  // the parameter table (t = 1) holds as many, padding aside
+    for (const ptdp::ParamInfo &p : ptdp::gpt_param_table(g, 1, {}))
+      table += p.vocab_rows ? (int64_t)g.vocab_size * g.hidden_size : (int64_t)p.numel;
+    EXPECT_EQ(table, c.published);
+  }
+}
