@@ -10,6 +10,7 @@
 
 #include "engine/core/status.h"
 #include "engine/data/bpe_unicode.h"
+#include "engine/data/hf_tokenizer_json.h"
 
 namespace ptdp {
 
@@ -169,6 +170,53 @@ size_t bpe_pretoken_end(std::string_view s, size_t i) {
   return last;
 }
 
+size_t llama3_pretoken_end(std::string_view s, size_t i) {
+  const size_t n = s.size();
+  auto lower = [](char c) { return (char)(c >= 'A' && c <= 'Z' ? c + 32 : c); };
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+  if (s[i] == '\'' && i + 1 < n) {
+    const char a = lower(s[i + 1]), b = i + 2 < n ? lower(s[i + 2]) : 0;
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+  }
+  auto newline = [&](size_t k) { return s[k] == '\r' || s[k] == '\n'; };
+  size_t len, len2;
+  const UnicodeClass cls = class_at(s, i, len);
+  const size_t j = i + len;
+  auto run = [&](size_t k, UnicodeClass c) {  // the end of a run of class c from k
+    while (k < n && class_at(s, k, len2) == c) k += len2;
+    return k;
+  };
+  // [^\r\n\p{L}\p{N}]?\p{L}+
+  if (cls == kLetter) return run(j, kLetter);
+  if (!newline(i) && cls != kNumber && j < n && class_at(s, j, len2) == kLetter)
+    return run(j, kLetter);
+  // \p{N}{1,3}
+  if (cls == kNumber) {
+    size_t k = j;
+    for (int d = 1; d < 3 && k < n && class_at(s, k, len2) == kNumber; d++) k += len2;
+    return k;
+  }
+  // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+  size_t k = s[i] == ' ' && j < n && class_at(s, j, len2) == kOther ? j : i;
+  if (class_at(s, k, len2) == kOther) {
+    k = run(k, kOther);
+    while (k < n && newline(k)) k++;
+    return k;
+  }
+  // Whitespace: \s*[\r\n]+ (up to the run's last line break), else
+  // \s+(?!\S) (the run but its last character, before a non-space), else \s+.
+  size_t end = j, last_break = newline(i) ? j : 0, last = i;
+  while (end < n && class_at(s, end, len2) == kSpace) {
+    last = end;
+    end += len2;
+    if (newline(last)) last_break = end;
+  }
+  if (last_break) return last_break;
+  if (end == n || last == i) return end;
+  return last;
+}
+
 void Gpt2BpeTokenizer::build(const std::vector<std::pair<std::string, int64_t>> &vocab,
                              const std::vector<std::pair<std::string, std::string>> &merges,
                              const std::string &what) {
@@ -290,7 +338,30 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_vocab_merges(
   return t;
 }
 
-std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const std::string &path) {
+namespace {
+
+const char *kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// LLaMA 3's pre-tokenizer: Split by its regex (Isolated), then ByteLevel without a regex.
+bool is_llama3_pre_tokenizer(const nlohmann::json &pre) {
+  if (!pre.is_object() || pre.value("type", "") != "Sequence" || !pre.contains("pretokenizers"))
+    return false;
+  const nlohmann::json &seq = pre["pretokenizers"];
+  if (!seq.is_array() || seq.size() != 2 || !seq[0].is_object() || !seq[1].is_object()) return false;
+  const nlohmann::json &split = seq[0], &bl = seq[1];
+  return split.value("type", "") == "Split" && split.contains("pattern") &&
+         split["pattern"].is_object() && split["pattern"].value("Regex", "") == kLlama3Regex &&
+         split.value("behavior", "") == "Isolated" && !split.value("invert", false) &&
+         bl.value("type", "") == "ByteLevel" && !bl.value("add_prefix_space", false) &&
+         !bl.value("use_regex", true);
+}
+
+}  // namespace
+
+std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const std::string &path,
+                                                                        bool any_byte_level) {
   const std::string what = "tokenizer file '" + path + "'";
   const nlohmann::json j = parse_json(read_file(path, "tokenizer file"), what);
   auto unsupported = [&](const std::string &part, const nlohmann::json &v, const char *allowed) {
@@ -304,13 +375,21 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
   if (!null_or(m, "type", "BPE")) unsupported("model.type", m["type"], "\"BPE\"");
   if (!null_or(j, "normalizer", nullptr)) unsupported("normalizer", j["normalizer"], "none");
   const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
-  if (!pre.is_object() || pre.value("type", "") != "ByteLevel" ||
-      pre.value("add_prefix_space", false) || !pre.value("use_regex", true))
+  const bool llama3 = any_byte_level && is_llama3_pre_tokenizer(pre);
+  if (!llama3 && (!pre.is_object() || pre.value("type", "") != "ByteLevel" ||
+                  pre.value("add_prefix_space", false) || !pre.value("use_regex", true)))
     unsupported("pre_tokenizer", pre,
-                "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}");
+                any_byte_level
+                    ? "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": "
+                      "true} (GPT-2's) or LLaMA 3's Split + ByteLevel"
+                    : "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": "
+                      "true} (another kind of tokenizer.json: tokenizer_type HuggingFaceTokenizer)");
   const nlohmann::json post = j.value("post_processor", nlohmann::json());
-  if (!post.is_null() && post.value("type", "") != "ByteLevel")
-    unsupported("post_processor", post, "none or ByteLevel");
+  const bool template_post = any_byte_level && post.is_object() &&
+                             post.value("type", "") == "TemplateProcessing";
+  if (!post.is_null() && post.value("type", "") != "ByteLevel" && !template_post)
+    unsupported("post_processor", post,
+                any_byte_level ? "none, ByteLevel or TemplateProcessing" : "none or ByteLevel");
   if (!null_or(m, "dropout", nullptr)) unsupported("model.dropout", m["dropout"], "null");
   if (!null_or(m, "continuing_subword_prefix", ""))
     unsupported("model.continuing_subword_prefix", m["continuing_subword_prefix"], "null");
@@ -342,6 +421,8 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
   t->files_.emplace_back(path, "tokenizer file");
   t->build(vocab, merges, what + " model.vocab");
   t->ignore_merges_ = m.value("ignore_merges", false);
+  if (any_byte_level) t->name_ = "HuggingFaceTokenizer";
+  if (llama3) t->pretoken_end_ = llama3_pretoken_end;
   const nlohmann::json added = j.value("added_tokens", nlohmann::json::array());
   if (!added.is_array()) unsupported("added_tokens", added, "a list");
   for (const auto &a : added) {
@@ -353,14 +434,32 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
       if (a.value(flag, false)) unsupported(std::string("added token's ") + flag, a, "it false");
     t->add_special(a["content"].get<std::string>(), a["id"].get<int64_t>(), what);
   }
-  if (t->eod_ < 0) {
-    auto it = t->ids_.find("<|endoftext|>");
-    if (it == t->ids_.end())
-      fail(Status::corrupt_data, "GPT2BPETokenizer: ", what,
-           " has no <|endoftext|> token (the end-of-document token)");
-    t->eod_ = it->second;
+  if (template_post) {
+    const auto [prefix, suffix] = template_specials(post, t->name_, what);
+    for (const int32_t id : prefix) t->check_template_id(id, what);
+    for (const int32_t id : suffix) t->check_template_id(id, what);
+    t->prefix_ = prefix;
+    t->suffix_ = suffix;
   }
+  // The end-of-document token: GPT-2's <|endoftext|>, LLaMA 3's <|end_of_text|>.
+  for (const char *eod : {"<|endoftext|>", "<|end_of_text|>"}) {
+    if (t->eod_ >= 0) break;
+    for (const auto &[content, id] : t->specials_)
+      if (content == eod) t->eod_ = id;
+    auto it = t->ids_.find(eod);
+    if (t->eod_ < 0 && it != t->ids_.end()) t->eod_ = it->second;
+  }
+  if (t->eod_ < 0)
+    fail(Status::corrupt_data, t->name_, ": ", what,
+         " has no <|endoftext|> or <|end_of_text|> token (the end-of-document token)");
   return t;
+}
+
+void Gpt2BpeTokenizer::check_template_id(int32_t id, const std::string &what) const {
+  // An id the post-processor adds must be a token (an added one, usually).
+  if ((size_t)id >= token_bytes_.size() || token_bytes_[id].empty())
+    fail(Status::corrupt_data, name_, ": ", what, ": the post_processor adds id ", id,
+         ", which is no token of the vocabulary");
 }
 
 std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const {
@@ -382,7 +481,7 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode_with(std::string_view text, Cache 
 
 std::vector<int32_t> Gpt2BpeTokenizer::encode_cached(std::string_view text,
                                                      WordCache &cache) const {
-  std::vector<int32_t> out;
+  std::vector<int32_t> out(prefix_);
   out.reserve(text.size() / 3);
   // Cut at the earliest special token (the longest where several start there).
   std::vector<size_t> next(specials_.size());
@@ -407,13 +506,14 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode_cached(std::string_view text,
     out.push_back(specials_[k_best].second);
     pos = best + specials_[k_best].first.size();
   }
+  out.insert(out.end(), suffix_.begin(), suffix_.end());
   return out;
 }
 
 void Gpt2BpeTokenizer::encode_segment(std::string_view text, WordCache &cache,
                                       std::vector<int32_t> &out) const {
   for (size_t i = 0; i < text.size();) {
-    const size_t end = bpe_pretoken_end(text, i);
+    const size_t end = pretoken_end_(text, i);
     encode_word(text.substr(i, end - i), cache, out);
     i = end;
   }

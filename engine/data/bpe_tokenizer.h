@@ -1,5 +1,6 @@
 // GPT-2's byte-level BPE (Megatron's GPT2BPETokenizer), from vocab.json +
-// merges.txt or from a Hugging Face tokenizer.json of that kind. Text is cut
+// merges.txt or from a Hugging Face tokenizer.json of that kind, or of LLaMA
+// 3's (another pre-tokenization regex, special tokens added around a text). Text is cut
 // at the special tokens (<|endoftext|> and any other added token of a
 // tokenizer.json, which encode to their ids as in Hugging Face's tokenizers),
 // then into GPT-2's pre-tokens (bpe_pretokenize), and each pre-token's bytes
@@ -23,14 +24,22 @@ namespace ptdp {
 // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // over UTF-8 (a byte that is not valid UTF-8 counts as one "other" character).
 size_t bpe_pretoken_end(std::string_view text, size_t i);
+// The same for LLaMA 3's regex (a Split pre-tokenizer before ByteLevel):
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+//  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+size_t llama3_pretoken_end(std::string_view text, size_t i);
 
 class Gpt2BpeTokenizer final : public Tokenizer {
  public:
   static std::unique_ptr<Gpt2BpeTokenizer> from_vocab_merges(const std::string &vocab_file,
                                                              const std::string &merge_file);
-  static std::unique_ptr<Gpt2BpeTokenizer> from_tokenizer_json(const std::string &path);
+  // any_byte_level: also LLaMA 3's kind (its Split pre-tokenizer, then
+  // ByteLevel without its regex; a TemplateProcessing post-processor that adds
+  // special tokens around each encoded text), as HuggingFaceTokenizer takes it.
+  static std::unique_ptr<Gpt2BpeTokenizer> from_tokenizer_json(const std::string &path,
+                                                               bool any_byte_level = false);
 
-  std::string name() const override { return "GPT2BPETokenizer"; }
+  std::string name() const override { return name_; }
   int vocab_size() const override { return (int)token_bytes_.size(); }
   int32_t eod() const override { return eod_; }
   std::vector<int32_t> encode(std::string_view text) const override;
@@ -55,6 +64,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
              const std::vector<std::pair<std::string, std::string>> &merges,
              const std::string &what);
   void add_special(const std::string &content, int64_t id, const std::string &what);
+  void check_template_id(int32_t id, const std::string &what) const;
   std::vector<int32_t> encode_cached(std::string_view text, WordCache &cache) const;
   void encode_segment(std::string_view text, WordCache &cache, std::vector<int32_t> &out) const;
   void encode_word(std::string_view word, WordCache &cache, std::vector<int32_t> &out) const;
@@ -67,6 +77,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::vector<std::pair<std::string, int32_t>> specials_;  // cut out of the text first
   int32_t eod_ = -1;
   bool ignore_merges_ = false;  // tokenizer.json: a word in the vocabulary is one token
+  size_t (*pretoken_end_)(std::string_view, size_t) = bpe_pretoken_end;  // GPT-2's or LLaMA 3's
+  std::vector<int32_t> prefix_, suffix_;  // the post-processor's special tokens around a text
+  std::string name_ = "GPT2BPETokenizer";
 
   // encode()'s cache, shared by the threads calling it.
   mutable std::mutex mu_;

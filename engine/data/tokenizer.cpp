@@ -2,6 +2,7 @@
 
 #include "engine/core/status.h"
 #include "engine/data/bpe_tokenizer.h"
+#include "engine/data/sp_bpe_tokenizer.h"
 
 namespace ptdp {
 
@@ -19,7 +20,18 @@ std::string ByteTokenizer::decode(const int32_t *tokens, size_t n) const {
   return out;
 }
 
-const char *tokenizer_names() { return "byte, GPT2BPETokenizer"; }
+const char *tokenizer_names() { return "byte, GPT2BPETokenizer, HuggingFaceTokenizer"; }
+
+namespace {
+
+// A tokenizer.json's kind: byte-level BPE (GPT-2's, LLaMA 3's) or
+// SentencePiece-style BPE (LLaMA 2's, Mistral's: "▁" for spaces, byte fallback).
+std::unique_ptr<Tokenizer> hf_tokenizer(const std::string &path) {
+  if (SpBpeTokenizer::is_its_kind(path)) return SpBpeTokenizer::from_tokenizer_json(path);
+  return Gpt2BpeTokenizer::from_tokenizer_json(path, true);
+}
+
+}  // namespace
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec &s) {
   const bool vocab = !s.vocab_file.empty(), merges = !s.merge_file.empty(),
@@ -31,7 +43,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec &s) {
            : merges ? "merge_file"
                     : "tokenizer_file",
            " is set; vocab_file + merge_file or tokenizer_file go with tokenizer_type "
-           "GPT2BPETokenizer");
+           "GPT2BPETokenizer, tokenizer_file with HuggingFaceTokenizer");
     return std::make_unique<ByteTokenizer>();
   }
   if (s.type == "GPT2BPETokenizer") {
@@ -47,6 +59,12 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec &s) {
                     : "vocab_file + merge_file (vocab.json, merges.txt) or tokenizer_file "
                       "(a Hugging Face tokenizer.json)");
     return Gpt2BpeTokenizer::from_vocab_merges(s.vocab_file, s.merge_file);
+  }
+  if (s.type == "HuggingFaceTokenizer") {  // Megatron's name for a tokenizer.json of any kind ptdp has
+    if (!file || vocab || merges)
+      fail(Status::invalid_config, "HuggingFaceTokenizer takes tokenizer_file (a Hugging Face ",
+           "tokenizer.json) ", file ? "alone, not vocab_file or merge_file" : "and none is given");
+    return hf_tokenizer(s.tokenizer_file);
   }
   fail(Status::bad_value, "unknown tokenizer '", s.type, "'; allowed: ", tokenizer_names());
 }

@@ -55,9 +55,10 @@ const std::vector<OptionSpec> &option_schema() {
        "token dataset: a ptdp file, a Megatron PREFIX (PREFIX.bin + PREFIX.idx), or a blend W1 P1 W2 P2 "
        "... (empty: the caller feeds every batch, step_tokens)"},
       {"split", T::String, "98,2", 0, 0, nullptr, "train,valid[,test] weights over documents"},
-      {"tokenizer_type", T::Choice, "byte", 0, 0, "byte,GPT2BPETokenizer",
-       "tokenizer: bytes, or GPT-2's byte-level BPE (with vocab_file + merge_file or "
-       "tokenizer_file)"},
+      {"tokenizer_type", T::Choice, "byte", 0, 0, "byte,GPT2BPETokenizer,HuggingFaceTokenizer",
+       "tokenizer: bytes, GPT-2's byte-level BPE (with vocab_file + merge_file or "
+       "tokenizer_file), or a Hugging Face tokenizer.json of GPT-2's, LLaMA 3's or "
+       "LLaMA 2's / Mistral's kind (with tokenizer_file)"},
       {"vocab_file", T::String, "", 0, 0, nullptr, "GPT2BPETokenizer's vocab.json"},
       {"merge_file", T::String, "", 0, 0, nullptr, "GPT2BPETokenizer's merges.txt"},
       {"tokenizer_file", T::String, "", 0, 0, nullptr,

@@ -145,6 +145,12 @@ set(PTDP_DATA_TESTS ${PTDP_DATA_TESTS} data_indexed_python_crosscheck data_log_j
 set_tests_properties(${PTDP_DATA_TESTS} PROPERTIES
                      LABELS lua TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1")
 
+# The LLaMA family's tokenizers against Hugging Face's ids (tests/data/llama_tok)
+add_executable(test_llama_tokenizers data/test_llama_tokenizers.cpp)
+target_link_libraries(test_llama_tokenizers PRIVATE ptdp_static GTest::gtest_main)
+target_compile_definitions(test_llama_tokenizers PRIVATE
+  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+gtest_discover_tests(test_llama_tokenizers PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1")
 # GPT-2 byte-level BPE against Hugging Face's tokenizers (fixtures in data/bpe,
 # made by data/bpe/make_bpe_fixtures.py), and its speed on the fortunes.
 add_executable(test_bpe_tokenizer data/test_bpe_tokenizer.cpp)
