@@ -148,12 +148,14 @@ int run_tokenize(int argc, char **argv) {
       ->capture_default_str();
   app.add_option("--tokenizer-type,--tokenizer", tokenizer,
                  "byte | GPT2BPETokenizer (GPT-2's byte-level BPE: give --vocab-file and "
-                 "--merge-file, or --tokenizer-file)")
+                 "--merge-file, or --tokenizer-file) | HuggingFaceTokenizer (a tokenizer.json of "
+                 "GPT-2's, LLaMA 3's or LLaMA 2's / Mistral's kind: give --tokenizer-file)")
       ->capture_default_str();
   app.add_option("--vocab-file", vocab_file, "GPT2BPETokenizer's vocab.json");
   app.add_option("--merge-file", merge_file, "GPT2BPETokenizer's merges.txt");
   app.add_option("--tokenizer-file", tokenizer_file,
-                 "GPT2BPETokenizer from a Hugging Face tokenizer.json (instead of the two files)");
+                 "a Hugging Face tokenizer.json: GPT2BPETokenizer's (instead of the two files) "
+                 "or HuggingFaceTokenizer's");
   app.add_flag("--append-eod", append_eod,
                "end each non-empty document with the end-of-document token (Megatron's flag; "
                "--output always does)");
