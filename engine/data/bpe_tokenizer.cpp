@@ -5,10 +5,10 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <queue>
 #include <sstream>
 
 #include "engine/core/status.h"
+#include "engine/data/bpe_merge.h"
 #include "engine/data/bpe_unicode.h"
 #include "engine/data/hf_tokenizer_json.h"
 
@@ -277,7 +277,7 @@ void Gpt2BpeTokenizer::build(const std::vector<std::pair<std::string, int64_t>> 
       fail(Status::corrupt_data, "GPT2BPETokenizer: merge ", r + 1, " '", a, " ", b, "' makes '",
            a + b, "', which is not in the vocabulary");
     // A repeated merge keeps its last rank, as GPT-2's and Hugging Face's code.
-    merges_[(uint64_t)ia->second << 32 | (uint32_t)ib->second] = {(int32_t)r, im->second};
+    merges_[bpe_pair(ia->second, ib->second)] = {(int32_t)r, im->second};
   }
 }
 
@@ -536,42 +536,8 @@ void Gpt2BpeTokenizer::encode_word(std::string_view word, WordCache &cache,
     if (it != ids_.end()) ids.push_back(it->second);
   }
   if (ids.empty()) {
-    // One symbol per byte in a linked list; a heap of candidate merges, lowest
-    // rank first and leftmost among equals. An entry whose symbols changed
-    // since it was pushed is dropped when it comes up.
-    const int n = (int)word.size();
-    std::vector<int32_t> id(n), prev(n), nxt(n);
-    for (int i = 0; i < n; i++) {
-      id[i] = byte_id_[(unsigned char)word[i]];
-      prev[i] = i - 1;
-      nxt[i] = i + 1 < n ? i + 1 : -1;
-    }
-    struct Cand {
-      int32_t rank, pos, new_id;
-      bool operator>(const Cand &o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-    };
-    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
-    auto push = [&](int p) {
-      if (p < 0 || nxt[p] < 0) return;
-      auto it = merges_.find((uint64_t)id[p] << 32 | (uint32_t)id[nxt[p]]);
-      if (it != merges_.end()) heap.push({it->second.rank, p, it->second.id});
-    };
-    for (int i = 0; i + 1 < n; i++) push(i);
-    while (!heap.empty()) {
-      const Cand c = heap.top();
-      heap.pop();
-      if (id[c.pos] < 0 || nxt[c.pos] < 0) continue;
-      auto it = merges_.find((uint64_t)id[c.pos] << 32 | (uint32_t)id[nxt[c.pos]]);
-      if (it == merges_.end() || it->second.id != c.new_id) continue;
-      const int r = nxt[c.pos];
-      id[c.pos] = c.new_id;
-      id[r] = -1;
-      nxt[c.pos] = nxt[r];
-      if (nxt[r] >= 0) prev[nxt[r]] = c.pos;
-      push(prev[c.pos]);
-      push(c.pos);
-    }
-    for (int i = 0; i >= 0 && i < n; i = nxt[i]) ids.push_back(id[i]);
+    for (const char c : word) ids.push_back(byte_id_[(unsigned char)c]);
+    bpe_merge(ids, merges_);
   }
   out.insert(out.end(), ids.begin(), ids.end());
   if (cacheable) {

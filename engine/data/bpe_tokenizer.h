@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/core/output_file.h"
+#include "engine/data/bpe_merge.h"
 #include "engine/data/tokenizer.h"
 
 namespace ptdp {
@@ -50,9 +51,6 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::string decode(const int32_t *tokens, size_t n) const override;
 
  private:
-  struct Merge {
-    int32_t rank, id;
-  };
   // Words seen before and their ids: text repeats words, and merging is the slow part.
   struct WordCache final : Cache {
     std::unordered_map<std::string, std::vector<int32_t>> ids;
@@ -72,7 +70,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::vector<InputFile> files_;                  // read from: no output may overwrite them
   std::vector<std::string> token_bytes_;          // id -> bytes ("" for an unused id)
   std::unordered_map<std::string, int32_t> ids_;  // bytes -> id (the model's vocabulary)
-  std::unordered_map<uint64_t, Merge> merges_;    // (left id << 32 | right id) -> merge
+  BpeMerges merges_;
   int32_t byte_id_[256] = {};
   std::vector<std::pair<std::string, int32_t>> specials_;  // cut out of the text first
   int32_t eod_ = -1;

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <queue>
 #include <sstream>
 
 #include "engine/core/status.h"
+#include "engine/data/bpe_merge.h"
 #include "engine/data/hf_tokenizer_json.h"
 
 namespace ptdp {
@@ -162,7 +162,7 @@ std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::s
     if (a.empty() || ia == t->ids_.end() || ib == t->ids_.end() || im == t->ids_.end())
       fail(Status::corrupt_data, "HuggingFaceTokenizer: ", what, ": merge ", rank + 1, " ", e.dump(),
            " is not two tokens of the vocabulary whose join is one");
-    t->merges_[(uint64_t)ia->second << 32 | (uint32_t)ib->second] = {rank++, im->second};
+    t->merges_[bpe_pair(ia->second, ib->second)] = {rank++, im->second};
   }
   const json added = j.value("added_tokens", json::array());
   if (!added.is_array()) unsupported("added_tokens", added, "a list");
@@ -267,36 +267,8 @@ void SpBpeTokenizer::encode_word(std::string_view word, std::vector<int32_t> &ou
     }
     i += len;
   }
-  // Merges by rank, the leftmost among equals (as Hugging Face's Word::merge_all).
-  const int n = (int)id.size();
-  std::vector<int32_t> prev(n), nxt(n);
-  for (int i = 0; i < n; i++) prev[i] = i - 1, nxt[i] = i + 1 < n ? i + 1 : -1;
-  struct Cand {
-    int32_t rank, pos, new_id;
-    bool operator>(const Cand &o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
-  auto push = [&](int p) {
-    if (p < 0 || nxt[p] < 0) return;
-    auto it = merges_.find((uint64_t)id[p] << 32 | (uint32_t)id[nxt[p]]);
-    if (it != merges_.end()) heap.push({it->second.rank, p, it->second.id});
-  };
-  for (int i = 0; i + 1 < n; i++) push(i);
-  while (!heap.empty()) {
-    const Cand c = heap.top();
-    heap.pop();
-    if (id[c.pos] < 0 || nxt[c.pos] < 0) continue;
-    auto it = merges_.find((uint64_t)id[c.pos] << 32 | (uint32_t)id[nxt[c.pos]]);
-    if (it == merges_.end() || it->second.id != c.new_id) continue;
-    const int r = nxt[c.pos];
-    id[c.pos] = c.new_id;
-    id[r] = -1;
-    nxt[c.pos] = nxt[r];
-    if (nxt[r] >= 0) prev[nxt[r]] = c.pos;
-    push(prev[c.pos]);
-    push(c.pos);
-  }
-  for (int i = 0; i >= 0 && i < n; i = nxt[i]) out.push_back(id[i]);
+  bpe_merge(id, merges_);
+  out.insert(out.end(), id.begin(), id.end());
 }
 
 std::string SpBpeTokenizer::decode(const int32_t *tokens, size_t n) const {

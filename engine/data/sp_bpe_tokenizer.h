@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/core/output_file.h"
+#include "engine/data/bpe_merge.h"
 #include "engine/data/tokenizer.h"
 
 namespace ptdp {
@@ -36,9 +37,6 @@ class SpBpeTokenizer final : public Tokenizer {
   std::string decode(const int32_t *tokens, size_t n) const override;
 
  private:
-  struct Merge {
-    int32_t rank, id;
-  };
   SpBpeTokenizer() = default;
   void encode_segment(std::string_view text, bool first, std::vector<int32_t> &out) const;
   void encode_word(std::string_view word, std::vector<int32_t> &out) const;
@@ -46,7 +44,7 @@ class SpBpeTokenizer final : public Tokenizer {
   std::vector<InputFile> files_;
   std::vector<std::string> pieces_;                  // id -> piece ("" for an unused id)
   std::unordered_map<std::string, int32_t> ids_;     // piece -> id
-  std::unordered_map<uint64_t, Merge> merges_;       // (left id << 32 | right id) -> merge
+  BpeMerges merges_;
   int32_t byte_id_[256] = {};                        // <0xXX>
   std::vector<std::pair<std::string, int32_t>> specials_;
   std::vector<int32_t> prefix_, suffix_;
