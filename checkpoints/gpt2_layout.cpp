@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "checkpoints/llama_layout.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
 
@@ -16,7 +17,8 @@ Gpt2Layout gpt2_layout(const ParamInfo &p, const GptConfig &cfg) {
       fail(Status::invalid_config, "the Hugging Face GPT-2 layout has no ", f.name, " (this model: ",
            f.kind == GptConfigField::Choice ? f.choice_name(cfg.*f.int_member)
                                             : std::to_string(f.int_value(cfg)),
-           "); import and export of the LLaMA family's layout are not supported yet");
+           "), and the model is not of the LLaMA family's shape either (",
+           llama_layout_mismatch(cfg), "): no Hugging Face layout holds it");
   }
   Gpt2Layout l;
   l.shape = p.global_shape;

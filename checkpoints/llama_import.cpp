@@ -4,7 +4,9 @@
 // a ptdp checkpoint at iteration 0 through llama_layout's mapping.
 #include "checkpoints/llama_import.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <new>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -84,9 +86,15 @@ double rope_theta(const json &c, const std::string &where) {
     const json *r = get(c, key);
     if (!r) continue;
     if (!r->is_object()) fail(Status::invalid_config, where, ": '", key, "' is not an object");
+    // rope_type, else the older "type" (transformers reads them in that order).
     std::string type = "default";
-    for (const char *k : {"rope_type", "type"})
-      if (r->contains(k) && (*r)[k].is_string()) type = (*r)[k].get<std::string>();
+    for (const char *k : {"type", "rope_type"}) {
+      if (!r->contains(k) || (*r)[k].is_null()) continue;
+      if (!(*r)[k].is_string())
+        fail(Status::invalid_config, where, ": ", key, ".", k, " must be a string, got ",
+             (*r)[k].dump());
+      type = (*r)[k].get<std::string>();
+    }
     if (type != "default")
       unsupported(where, std::string(key) + " of type \"" + type + "\"",
                   "ptdp's rotary embedding is unscaled: rope_type \"default\" only");
@@ -217,7 +225,8 @@ GptConfig gpt_config_from_llama(const std::string &text, const std::string &wher
     g.add_qkv_bias = 1;
   }
   if (const json *hd = get(c, "head_dim");
-      hd && (!hd->is_number_integer() || hd->get<int64_t>() * g.num_attention_heads != g.hidden_size))
+      hd && (!hd->is_number_integer() || g.hidden_size % g.num_attention_heads != 0 ||
+             hd->get<int64_t>() != g.hidden_size / g.num_attention_heads))
     unsupported(where, "head_dim " + hd->dump(),
                 "ptdp's head dim is hidden_size / num_attention_heads = " +
                     std::to_string(g.hidden_size / std::max(1, g.num_attention_heads)));
@@ -228,7 +237,9 @@ GptConfig gpt_config_from_llama(const std::string &text, const std::string &wher
                                                  g.max_position_embeddings;
   if (sliding)
     unsupported(where, "sliding-window attention", "ptdp's attention sees every earlier token");
-  if (const json *types = get(c, "layer_types"); types && types->is_array())
+  if (const json *types = get(c, "layer_types"); types && !types->is_array())
+    fail(Status::invalid_config, where, ": 'layer_types' must be a list, got ", types->dump());
+  if (const json *types = get(c, "layer_types"))
     for (const json &t : *types)
       if (t != "full_attention")
         unsupported(where, "layer_types " + t.dump(), "ptdp's layers are full attention");
@@ -258,38 +269,47 @@ std::string import_llama(const std::string &weights, const std::string &config_t
            "the ", cfg.num_layers, "-layer model ", where, " describes",
            cfg.tied() ? "" : " (untied: lm_head.weight is one)");
 
+  // Every tensor's presence, shape and dtype from the headers before any
+  // memory is taken (a config that does not fit the weights says so).
+  for (const HfMapping &m : maps)
+    for (const HfTensor &t : m.sources) {
+      const auto *at = w.find(t.name);
+      if (!at)
+        fail(Status::invalid_config, "tensor '", t.name, "' is missing from '", weights, "' (",
+             where, " makes a model of ", cfg.num_layers, " layers)");
+      if (at->second.shape != t.shape)
+        fail(Status::invalid_config, "tensor '", t.name, "' in '", at->first, "' is ",
+             dims_text(at->second.shape), " but ", where, " makes it ", dims_text(t.shape));
+      check_dtype(at->first, t.name, at->second);
+    }
   size_t total = 0;
   for (const ParamInfo &p : table) total = std::max(total, p.offset + p.numel);
-  std::vector<float> params(total, 0.f);
-  std::map<std::string, std::vector<float>> values;  // widened, by Hugging Face name
-  auto load = [&](const HfTensor &t) -> const std::vector<float> & {
-    auto it = values.find(t.name);
-    if (it != values.end()) return it->second;
-    const auto *at = w.find(t.name);
-    if (!at)
-      fail(Status::invalid_config, "tensor '", t.name, "' is missing from '", weights, "' (",
-           where, " makes a model of ", cfg.num_layers, " layers)");
-    if (at->second.shape != t.shape)
-      fail(Status::invalid_config, "tensor '", t.name, "' in '", at->first, "' is ",
-           dims_text(at->second.shape), " but ", where, " makes it ", dims_text(t.shape));
-    return values[t.name] = widen(at->first, t.name, at->second);
-  };
+  std::vector<float> params;
+  try {
+    params.assign(total, 0.f);
+  } catch (const std::bad_alloc &) {
+    fail(Status::out_of_memory, "importing ", where, "'s model needs ", total * 4 * 2 / 1e9,
+         " GB of host memory (its parameters in fp32 and Adam's zero moments)");
+  }
   for (size_t k = 0; k < table.size(); k++) {
     const ParamInfo &p = table[k];
     const HfMapping &m = maps[k];
-    std::vector<const std::vector<float> *> src;
-    for (const HfTensor &t : m.sources) src.push_back(&load(t));
-    for (size_t r = 0; r < m.rows_from.size(); r++) {
-      const auto [s, row] = m.rows_from[r];
-      for (int64_t c = 0; c < m.cols; c++)
-        params[p.offset + r * m.cols + c] = (*src[(size_t)s])[(size_t)(row * m.cols + c)];
+    std::vector<std::vector<float>> src;  // each Hugging Face tensor feeds one parameter
+    for (const HfTensor &t : m.sources) {
+      const auto *at = w.find(t.name);
+      src.push_back(widen(at->first, t.name, at->second));
+    }
+    for (int64_t r = 0; r < m.rows; r++) {
+      const auto [s, row] = m.row(r);
+      std::copy_n(src[(size_t)s].begin() + row * m.cols, m.cols, params.begin() + p.offset + r * m.cols);
     }
   }
   // A tied model's file may hold lm_head too: it must be the embedding.
   if (const auto *head = w.find("lm_head.weight"); head && cfg.tied()) {
-    const std::vector<float> &wte = values.at("model.embed_tokens.weight");
-    if (head->second.shape != std::vector<int64_t>{cfg.vocab_size, cfg.hidden_size} ||
-        widen(head->first, "lm_head.weight", head->second) != wte)
+    const auto *emb = w.find("model.embed_tokens.weight");
+    if (head->second.shape != emb->second.shape ||
+        widen(head->first, "lm_head.weight", head->second) !=
+            widen(emb->first, "model.embed_tokens.weight", emb->second))
       fail(Status::invalid_config, "'lm_head.weight' in '", head->first,
            "' differs from model.embed_tokens.weight, but ", where,
            " says tie_word_embeddings: the model would not be the one in the file");
@@ -298,8 +318,17 @@ std::string import_llama(const std::string &weights, const std::string &config_t
       {"imported_from", fs::weakly_canonical(fs::absolute(weights)).string()}};
   // The tokenizer's ids of bos and eos (an id or a list), for the export's configs.
   const json c = parse_config(config_text, where);
-  for (const char *id : {"bos_token_id", "eos_token_id"})
-    if (const json *v = get(c, id)) training[std::string("hf_") + id] = v->dump();
+  for (const char *id : {"bos_token_id", "eos_token_id"}) {
+    const json *v = get(c, id);
+    if (!v) continue;
+    bool ids = v->is_number_integer() || (v->is_array() && !v->empty());
+    for (const json &e : v->is_array() ? *v : json::array())
+      ids = ids && e.is_number_integer();
+    if (!ids)
+      fail(Status::invalid_config, where, ": '", id, "' must be a token id or a list of them, got ",
+           v->dump());
+    training[std::string("hf_") + id] = v->dump();
+  }
   check_import_target(dir, cfg, training);
   return save_imported(dir, cfg, table, params, training);
 }

@@ -22,9 +22,9 @@ HfMapping llama_mapping(const ParamInfo &p, const GptConfig &cfg) {
   HfMapping m;
   m.cols = p.global_shape.size() > 1 ? p.global_shape[1] : 1;
   const int64_t rows = p.vocab_rows ? cfg.vocab_size : p.global_shape[0];
+  m.rows = rows;
   auto one = [&](const std::string &name) {  // the same tensor, row for row
     m.sources.push_back({name, p.vocab_rows ? std::vector<int64_t>{rows, m.cols} : p.global_shape});
-    for (int64_t i = 0; i < rows; i++) m.rows_from.emplace_back(0, i);
     return m;
   };
   if (p.name == "wte.weight") return one("model.embed_tokens.weight");
@@ -49,15 +49,9 @@ HfMapping llama_mapping(const ParamInfo &p, const GptConfig &cfg) {
     m.sources = {{pre + "self_attn.q_proj" + kind, shape(a * hd)},
                  {pre + "self_attn.k_proj" + kind, shape(G * hd)},
                  {pre + "self_attn.v_proj" + kind, shape(G * hd)}};
-    // Row (g, slot, e): slot < r is query head g r + slot, then g's key, g's value.
-    for (int64_t g = 0; g < G; g++)
-      for (int64_t slot = 0; slot < r + 2; slot++)
-        for (int64_t e = 0; e < hd; e++) {
-          if (slot < r)
-            m.rows_from.emplace_back(0, (g * r + slot) * hd + e);
-          else
-            m.rows_from.emplace_back(slot == r ? 1 : 2, g * hd + e);
-        }
+    m.group_rows = (r + 2) * hd;
+    m.queries = r;
+    m.hd = hd;
     return m;
   }
   fail(Status::invalid_config, "parameter '", p.name, "' has no place in the LLaMA layout");

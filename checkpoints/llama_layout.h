@@ -24,13 +24,20 @@ struct HfTensor {
 };
 
 // Where one ptdp parameter p (of gpt_param_table(cfg, 1, {}): the whole model)
-// lives in Hugging Face's tensors: row r of p (r below rows; a vocabulary
-// tensor's padding rows have none) is row rows_from[r].second of
-// sources[rows_from[r].first]; every row has `cols` values (1-D: 1).
+// lives in Hugging Face's tensors: row i of p (i below rows; a vocabulary
+// tensor's padding rows have none) is row row(i).second of
+// sources[row(i).first]; every row has `cols` values (1-D: 1). Computed per
+// row, so a mapping costs nothing before the shapes are checked.
 struct HfMapping {
   std::vector<HfTensor> sources;
-  std::vector<std::pair<int, int64_t>> rows_from;
-  int64_t cols = 1;
+  int64_t rows = 0, cols = 1;
+  int64_t group_rows = 0, queries = 0, hd = 0;  // QKV: groups of (queries + 2) hd rows
+  std::pair<int, int64_t> row(int64_t i) const {
+    if (!group_rows) return {0, i};
+    const int64_t g = i / group_rows, slot = i % group_rows / hd, e = i % hd;
+    if (slot < queries) return {0, (g * queries + slot) * hd + e};  // query head g r + slot
+    return {slot == queries ? 1 : 2, g * hd + e};                    // the group's key, value
+  }
 };
 HfMapping llama_mapping(const ParamInfo &p, const GptConfig &cfg);
 

@@ -285,6 +285,12 @@ std::string model_shape_mismatch(const GptConfig &saved, const GptConfig &wanted
              ", this run " + std::to_string(b);
   };
   for (const GptConfigField &f : gpt_config_fields()) {
+    if (f.function && saved.*f.float_member != wanted.*f.float_member) {
+      char a[32], b[32];
+      std::snprintf(a, sizeof a, "%.9g", (double)(saved.*f.float_member));
+      std::snprintf(b, sizeof b, "%.9g", (double)(wanted.*f.float_member));
+      out += std::string(out.empty() ? "" : "; ") + f.name + ": checkpoint " + a + ", this run " + b;
+    }
     if (!f.shape) continue;  // shape fields are ints or choices
     if (f.kind == GptConfigField::Choice) {
       const int a = saved.*f.int_member, b = wanted.*f.int_member;

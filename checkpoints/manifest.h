@@ -66,7 +66,9 @@ struct Manifest {
 };
 
 // The fields of `saved` that give parameters a different shape than in
-// `wanted` ("hidden_size: checkpoint 256, this run 512"), "" when they agree.
+// `wanted`, or the same weights another function (GptConfigField::function:
+// the norm's epsilon, the rotary base) ("hidden_size: checkpoint 256, this
+// run 512"), "" when they agree: what a load must match.
 std::string model_shape_mismatch(const GptConfig &saved, const GptConfig &wanted);
 
 }  // namespace ptdp

@@ -70,7 +70,10 @@ std::vector<OutTensor> llama_outputs(const ParamInfo &p, const GptConfig &cfg) {
     if (p.vocab_rows) o.dataset_shape[0] = cfg.vocab_size;  // checkpoints hold it unpadded
     o.rows = o.shape[0];
     o.cols = m.cols;
-    for (const auto &[src, row] : m.rows_from) o.row_of.push_back(src == (int)s ? row : -1);
+    for (int64_t i = 0; i < m.rows; i++) {
+      const auto [src, row] = m.row(i);
+      o.row_of.push_back(src == (int)s ? row : -1);
+    }
     out.push_back(std::move(o));
   }
   return out;

@@ -11,6 +11,7 @@
 #include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/dtype.h"
+#include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -115,14 +116,7 @@ std::vector<float> widen(const std::string &file, const std::string &name, const
 }
 
 std::string read_text(const std::string &path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    fail(Status::io_error, "'", path, "' is a directory, not a config.json");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(Status::io_error, "cannot read '", path, "': ", std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_small_file(path, "'" + path + "'", "", size_t(64) << 20);  // configs, indexes: KiBs
 }
 
 // Refuses a directory whose newest checkpoint is another run's, or past

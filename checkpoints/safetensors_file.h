@@ -35,7 +35,8 @@ Safetensors parse_safetensors(const std::string &file, const unsigned char *data
 void check_dtype(const std::string &file, const std::string &name, const SourceTensor &t);
 // The tensor's values as float32 (16-bit values widen exactly).
 std::vector<float> widen(const std::string &file, const std::string &name, const SourceTensor &t);
-// A config.json's text (io_error naming the path).
+// A config.json's or an index's text: a regular file of at most 64 MiB
+// (io_error naming the path otherwise).
 std::string read_text(const std::string &path);
 // Refuses a directory whose newest checkpoint is another run's, or past
 // iteration 0 (the import would become the newest and hide it).

@@ -106,9 +106,9 @@ std::pair<std::string, std::string> config_source(const std::string &file,
   std::error_code ec;
   if (look_beside && fs::is_regular_file(beside, ec))
     return {read_text(beside.string()), "config '" + beside.string() + "'"};
-  fail(Status::invalid_argument, "no GPT2Config for '", file,
+  fail(Status::invalid_argument, "no config for '", file,
        "': give its config.json (there is none beside it, and the file has no gpt2_config "
-       "metadata)");
+       "metadata of a ptdp export)");
 }
 
 // Every tensor of the file by its GPT-2 name (GPT-2 name -> (the file's
@@ -252,8 +252,9 @@ std::string import_safetensors(const std::string &path, const std::string &confi
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     if (config_json.empty()) config_json = (fs::path(path) / "config.json").string();
-    const fs::path index = fs::path(path) / "model.safetensors.index.json";
-    file = (fs::exists(index, ec) ? index : fs::path(path) / "model.safetensors").string();
+    // One file first, as transformers reads a directory holding both.
+    const fs::path one = fs::path(path) / "model.safetensors";
+    file = (fs::exists(one, ec) ? one : fs::path(path) / "model.safetensors.index.json").string();
   }
   const bool sharded = ends_with(file, ".index.json");
   const fs::path beside = fs::path(file).parent_path() / "config.json";

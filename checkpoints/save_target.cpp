@@ -50,7 +50,7 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
   };
   // The model fields that leave the parameter shapes alone but change the run.
   for (const GptConfigField &f : gpt_config_fields()) {
-    if (f.shape) continue;
+    if (f.shape || f.function) continue;  // model_shape_mismatch's
     if (f.kind == GptConfigField::Int) {
       add(f.name, std::to_string(f.int_value(saved.model)), std::to_string(f.int_value(model)));
     } else {

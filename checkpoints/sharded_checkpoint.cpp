@@ -453,7 +453,7 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
   const std::string mismatch = model_shape_mismatch(m.model, model);
   if (!mismatch.empty())
     fail(Status::invalid_config, "checkpoint '", ckpt.dir, "' holds a different model (", mismatch,
-         "); give the checkpoint's model shape to load it");
+         "); give the checkpoint's model options to load it");
   const std::string file = ckpt.dir + "/" + m.file;
   const int64_t size = file_size(file);
   if (size < 0) fail(Status::corrupt_data, "'", file, "' is missing (the manifest names it)");

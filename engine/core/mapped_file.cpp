@@ -71,4 +71,13 @@ MappedFile &MappedFile::operator=(MappedFile &&o) noexcept {
   return *this;
 }
 
+std::string read_small_file(const std::string &path, const std::string &what,
+                            const std::string &context, size_t max_bytes) {
+  const MappedFile map(path, what, context);
+  if (map.size() > max_bytes)
+    fail(Status::io_error, context, what, " is ", map.size(), " bytes; at most ", max_bytes,
+         " are read from such a file");
+  return std::string(reinterpret_cast<const char *>(map.data()), map.size());
+}
+
 }  // namespace ptdp

@@ -32,4 +32,11 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// A small input file's bytes (a config.json, an index, a tokenizer's files)
+// through the same rules: a regular file only (a FIFO or device would block or
+// never end), at most max_bytes (io_error naming the file and the limit).
+// `context` starts the messages as MappedFile's does.
+std::string read_small_file(const std::string &path, const std::string &what,
+                            const std::string &context = "", size_t max_bytes = size_t(1) << 30);
+
 }  // namespace ptdp

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/data/bpe_merge.h"
 #include "engine/data/bpe_unicode.h"
@@ -71,14 +72,7 @@ UnicodeClass class_at(std::string_view s, size_t i, size_t &len) {
 }
 
 std::string read_file(const std::string &path, const char *what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    fail(Status::io_error, "GPT2BPETokenizer: cannot read ", what, " '", path,
-         "': ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) fail(Status::io_error, "GPT2BPETokenizer: error reading ", what, " '", path, "'");
-  return ss.str();
+  return read_small_file(path, std::string(what) + " '" + path + "'", "GPT2BPETokenizer: ");
 }
 
 nlohmann::json parse_json(const std::string &text, const std::string &what) {

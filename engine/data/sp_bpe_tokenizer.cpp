@@ -1,12 +1,10 @@
 #include "engine/data/sp_bpe_tokenizer.h"
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/data/bpe_merge.h"
 #include "engine/data/hf_tokenizer_json.h"
@@ -20,13 +18,7 @@ constexpr int64_t kMaxVocab = 1 << 24;
 const std::string kSpace = "\u2581";  // "▁", SentencePiece's space
 
 std::string read_text(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    fail(Status::io_error, "HuggingFaceTokenizer: cannot read tokenizer file '", path,
-         "': ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return read_small_file(path, "tokenizer file '" + path + "'", "HuggingFaceTokenizer: ");
 }
 
 // The length of the UTF-8 character at s[i] (1 for a byte that starts none).

@@ -24,6 +24,10 @@ const std::vector<GptConfigField> &gpt_config_fields() {
     field.optional_in_manifest = true;
     return field;
   };
+  auto changes_function = [](F field) {
+    field.function = true;
+    return field;
+  };
   // The default is the first choice (index 0, GPT-2's).
   auto choice = [&](const char *name, int G::*m, const char *def, const char *choices,
                     const char *help) {
@@ -55,16 +59,16 @@ const std::vector<GptConfigField> &gpt_config_fields() {
         f("attention_dropout", &G::attention_dropout, "0.1", 0, 0.999,
           "dropout on attention probabilities (drawn in 8 bits: p rounded to a multiple of 1/256)"),
         f("init_method_std", &G::init_method_std, "0.02", 1e-8, 10, "std of the normal init"),
-        f("layernorm_epsilon", &G::layernorm_epsilon, "1e-5", 1e-12, 1,
-          "the norm's epsilon (LayerNorm or RMSNorm)"),
+        changes_function(f("layernorm_epsilon", &G::layernorm_epsilon, "1e-5", 1e-12, 1,
+                           "the norm's epsilon (LayerNorm or RMSNorm)")),
         choice("normalization", &G::normalization, "LayerNorm", "LayerNorm,RMSNorm", "the layers' norm"),
         later(i("swiglu", &G::swiglu, shape, "0", 0, 1,
                 "SwiGLU MLP: down(silu(gate x) * up x), ffn_hidden_size wide")),
         choice("position_embedding_type", &G::position_embedding_type, "learned_absolute",
                "learned_absolute,rope",
                "learned positions added to the input, or rotary embeddings of q and k"),
-        later(f("rotary_base", &G::rotary_base, "10000", 1, 1e12,
-                "rope: theta_j = rotary_base^(-2j / head_dim)")),
+        changes_function(later(f("rotary_base", &G::rotary_base, "10000", 1, 1e12,
+                                 "rope: theta_j = rotary_base^(-2j / head_dim)"))),
         later(i("num_query_groups", &G::num_query_groups, shape, "0", 0, 1 << 16,
                 "grouped-query attention: key/value heads (0 = num_attention_heads)",
                 &G::query_groups)),
@@ -159,6 +163,21 @@ void GptConfig::validate(int t) const {
     fail(Status::invalid_config, "init_method_std must be > 0, got ", init_method_std);
   if (!(layernorm_epsilon > 0.f))
     fail(Status::invalid_config, "layernorm_epsilon must be > 0, got ", layernorm_epsilon);
+  // Every field within the range its option allows (an import, a manifest or
+  // a caller's struct as much as the options): a float that is not finite, a
+  // size past what the engine takes.
+  for (const GptConfigField &f : gpt_config_fields()) {
+    if (f.kind == GptConfigField::Float) {
+      const float v = this->*f.float_member;
+      if (!(v >= f.option_min && v <= f.option_max))
+        fail(Status::invalid_config, f.name, " ", v, " is outside [", f.option_min, ", ",
+             f.option_max, "]");
+    } else if (f.kind == GptConfigField::Int && f.option_max > 1 &&
+               (this->*f.int_member < f.option_min || this->*f.int_member > f.option_max)) {
+      fail(Status::invalid_config, f.name, " ", this->*f.int_member, " is outside [",
+           (int64_t)f.option_min, ", ", (int64_t)f.option_max, "]");
+    }
+  }
   // The LLaMA family's options.
   for (const GptConfigField &f : gpt_config_fields()) {
     if (f.kind == GptConfigField::Choice && f.choice_name(this->*f.int_member).empty())

@@ -86,6 +86,9 @@ struct GptConfigField {
   // Added after checkpoints were first written: a manifest without it holds
   // the default (GPT-2's block).
   bool optional_in_manifest = false;
+  // Not a shape, but another value is another function of the same weights
+  // (the norm's epsilon, the rotary base): a load must match it too.
+  bool function = false;
 
   int int_value(const GptConfig &c) const {  // resolved
     return resolved ? (c.*resolved)() : c.*int_member;

@@ -203,6 +203,12 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
   if (r.model.heads % r.model.groups() != 0)
     fail(Status::invalid_config, "num_query_groups (", r.model.groups(),
          ") must divide num_attention_heads (", r.model.heads, ")");
+  // As the engine's model refuses them (GptConfig::validate).
+  if (r.model.swiglu && r.model.linear_bias)
+    fail(Status::invalid_config, "swiglu with MLP biases is not supported: add disable_bias_linear");
+  if (r.model.rope && (r.model.hidden / r.model.heads) % 2 != 0)
+    fail(Status::invalid_config, "position_embedding_type rope needs an even head dim (hidden_size / "
+         "num_attention_heads = ", r.model.hidden / r.model.heads, ")");
   if (per_chunk > 0) {
     if (!r.p) fail(Status::invalid_config, "num_layers_per_virtual_pipeline_stage needs pipeline_model_parallel_size");
     if (r.model.layers % ((int64_t)r.p * per_chunk) != 0)

@@ -181,9 +181,9 @@ TEST(BpeTokenizer, SpecErrors) {
   expect_error([&] { make_tokenizer(s); }, Status::invalid_config, "not both");
   s.type = "gpt2";
   expect_error([&] { make_tokenizer(s); }, Status::bad_value,
-               "unknown tokenizer 'gpt2'; allowed: byte, GPT2BPETokenizer");
+               "unknown tokenizer 'gpt2'; allowed: byte, GPT2BPETokenizer, HuggingFaceTokenizer");
   expect_error([&] { make_tokenizer(vocab_merges("/no/such/dir/")); }, Status::io_error,
-               "cannot read vocab file '/no/such/dir/vocab.json'");
+               "GPT2BPETokenizer: cannot open vocab file '/no/such/dir/vocab.json'");
 }
 
 TEST(BpeTokenizer, BadFiles) {

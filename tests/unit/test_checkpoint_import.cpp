@@ -258,7 +258,7 @@ TEST_F(CheckpointImport, OtherNamesBuffersAndTheExportsOwnConfig) {
   write_safetensors(file, plain);
   // No config.json beside it and no metadata: it must be given.
   expect_error([&] { import_safetensors(file, "", work.path + "/none"); }, Status::invalid_argument,
-               "no GPT2Config for '" + file + "': give its config.json");
+               "no config for '" + file + "': give its config.json");
   TempDir dir;
   import_safetensors(file, fixture("config.json"), dir.path);
   const std::string out = work.path + "/plain_export.safetensors";

@@ -8,6 +8,8 @@
 // bit and its config. Damaged copies must be refused by name.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <map>
 #include <tuple>
@@ -173,6 +175,38 @@ TEST(LlamaImport, RefusesWhatItCannotImport) {
   write_file(index + "/model.safetensors.index.json", ix.dump());
   refused(index, Status::corrupt_data, "not a file name beside the index");
 
+  // Values the engine does not take, types it cannot read, a config that does
+  // not fit the weights: refused before anything is allocated or written.
+  const std::string eps = copy_model("eps");
+  edit_config(eps, "rms_norm_eps", 1e300);
+  refused(eps, Status::invalid_config, "layernorm_epsilon inf is outside [1e-12, 1]");
+  const std::string positions = copy_model("positions");
+  edit_config(positions, "max_position_embeddings", 16777216);
+  refused(positions, Status::invalid_config, "16777216 is outside [1, 1048576]");
+  const std::string both = copy_model("both_types");
+  edit_config(both, "rope_parameters", {{"rope_type", "linear"}, {"type", "default"}, {"factor", 2.0}});
+  refused(both, Status::invalid_config, "rope_parameters of type \"linear\" is not supported");
+  const std::string hd = copy_model("head_dim");
+  edit_config(hd, "head_dim", 4611686018427387912LL);
+  refused(hd, Status::invalid_config, "head_dim 4611686018427387912 is not supported");
+  const std::string types = copy_model("layer_types");
+  edit_config(types, "layer_types", {{"0", "full_attention"}});
+  refused(types, Status::invalid_config, "'layer_types' must be a list");
+  const std::string bos = copy_model("bos");
+  edit_config(bos, "bos_token_id", "one");
+  refused(bos, Status::invalid_config, "'bos_token_id' must be a token id");
+  const std::string big = copy_model("big");  // LLaMA 3 8B's config over the tiny weights
+  edit_config(big, "hidden_size", 4096);
+  edit_config(big, "num_hidden_layers", 32);
+  edit_config(big, "intermediate_size", 14336);
+  edit_config(big, "vocab_size", 128256);
+  edit_config(big, "head_dim", nullptr);
+  refused(big, Status::invalid_config, "is [32] but config");
+  const std::string fifo = work.path + "/fifo_model";
+  fs::create_directory(fifo);
+  ASSERT_EQ(mkfifo((fifo + "/config.json").c_str(), 0600), 0);
+  refused(fifo, Status::io_error, "is not a regular file");
+
   // The checkpoint loads only into a layout whose tensor ranks hold whole groups.
   TempDir imported;
   import_safetensors(fixture("llama"), "", imported.path);
@@ -253,4 +287,20 @@ TEST(LlamaExport, NeedsADirectory) {
   expect_error([&] { export_safetensors(work.path + "/ckpt", work.path + "/plain"); },
                Status::invalid_argument, "plain' is a file, but a model of the LLaMA family");
   EXPECT_EQ(read_file(work.path + "/plain"), "x");
+}
+
+// A load must give the checkpoint's function, not only its shapes: another
+// rotary base or norm epsilon is refused by name (plain load and fine-tuning).
+TEST(LlamaImport, LoadNeedsTheSameRotaryBaseAndEpsilon) {
+  TempDir imported;
+  import_safetensors(fixture("llama"), "", imported.path);
+  Config other = config(kLlama, imported.path, 1, 1);
+  other.set("rotary_base", "10000");
+  expect_error([&] { Trainer tr(TrainerOptions::from_config(other)); }, Status::invalid_config,
+               "rotary_base: checkpoint 500000, this run 10000");
+  other = config(kLlama, imported.path, 1, 1);
+  other.set("layernorm_epsilon", "1e-6");
+  other.set("finetune", "1");
+  expect_error([&] { Trainer tr(TrainerOptions::from_config(other)); }, Status::invalid_config,
+               "layernorm_epsilon: checkpoint 9.99999975e-06, this run 9.99999997e-07");
 }
