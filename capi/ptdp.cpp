@@ -478,6 +478,29 @@ ptdp_status ptdp_append_line(const char *path, const char *line, int32_t fresh) 
   });
 }
 
+ptdp_status ptdp_trainer_logits(ptdp_trainer *t, const int32_t *ids, size_t count,
+                                int32_t last_only, float *out, size_t cap, size_t *out_len) {
+  return guard([&] {
+    live(t);
+    require(ids, "ids");
+    if (!out && cap > 0)
+      ptdp::fail(ptdp::Status::invalid_argument, "out is NULL but cap is ", cap,
+                 " (pass cap 0 with a NULL out to ask for the size)");
+    const ptdp::GptConfig &m = t->trainer->options().model;
+    if (count == 0 || count > (size_t)m.max_positions())
+      ptdp::fail(ptdp::Status::invalid_argument, "logits: ", count,
+                 " tokens; give 1 to max_position_embeddings (", m.max_positions(), ")");
+    const size_t need = (last_only ? 1 : count) * (size_t)m.vocab_size;
+    if (out_len) *out_len = need;
+    if (!out) return;  // the size was asked for
+    if (cap < need)
+      ptdp::fail(ptdp::Status::buffer_too_small, "buffer of ", cap, " floats is too small: ", need,
+                 " needed (returned in out_len)");
+    const std::vector<float> all = t->trainer->logits(std::vector<int32_t>(ids, ids + count));
+    std::memcpy(out, all.data() + (last_only ? all.size() - need : 0), need * sizeof(float));
+  });
+}
+
 ptdp_status ptdp_trainer_generate(ptdp_trainer *t, const char *prompt, int32_t max_new_tokens,
                                   double temperature, uint64_t seed, char *buf, size_t cap,
                                   size_t *out_len) {

@@ -209,6 +209,18 @@ PTDP_API ptdp_status ptdp_trainer_log_json(const ptdp_trainer *trainer, char *bu
  * by every writer; a line holding a newline is PTDP_ERR_INVALID_ARGUMENT. */
 PTDP_API ptdp_status ptdp_append_line(const char *path, const char *line, int32_t fresh);
 
+/* The model's logits for one token sequence (ids[0..count), at most
+ * max_position_embeddings, each in [0, vocab_size)), no dropout, in any layout
+ * (every rank computes its part; the result is the whole vocabulary's):
+ * float32 [count, vocab_size] row-major, or with last_only != 0 the last
+ * position's [vocab_size] only. *out_len (may be NULL) gets the number of
+ * floats; a NULL out with cap 0 asks for it, a smaller cap is
+ * PTDP_ERR_BUFFER_TOO_SMALL (out_len set). Bad ids are
+ * PTDP_ERR_INVALID_ARGUMENT naming the index and value. Under mpirun every
+ * process passes the same sequence. */
+PTDP_API ptdp_status ptdp_trainer_logits(ptdp_trainer *trainer, const int32_t *ids, size_t count,
+                                         int32_t last_only, float *out, size_t cap,
+                                         size_t *out_len);
 /* Continues `prompt` by up to max_new_tokens tokens (stops at end of document).
  * temperature 0 = greedy; otherwise sampling keyed by `seed`, so a retry with a
  * larger buffer returns the same text. The text is valid UTF-8: an ill-formed

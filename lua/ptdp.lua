@@ -347,6 +347,35 @@ function Trainer:log_json()
 end
 
 -- opts: max_new_tokens (default 200), temperature (0 = greedy), seed.
+-- The model's logits for a sequence of token ids (a Lua list), no dropout:
+-- a list of rows, one per position, each a list of vocab_size numbers; with
+-- { last = true } the last position's row alone.
+function Trainer:logits(ids, opts)
+  if type(ids) ~= 'table' or #ids == 0 then raise('logits needs a non-empty list of token ids') end
+  opts = opts or {}
+  local n = #ids
+  local buf = ffi.new('int32_t[?]', n)
+  for i = 1, n do
+    if type(ids[i]) ~= 'number' or ids[i] ~= math.floor(ids[i]) or ids[i] < 0 or ids[i] > 2147483647 then
+      raise('logits: id ' .. i .. ' is ' .. tostring(ids[i]) .. ', not a token id (an integer >= 0)')
+    end
+    buf[i - 1] = ids[i]
+  end
+  local last = opts.last and 1 or 0
+  local len = ffi.new('size_t[1]')
+  check(C.ptdp_trainer_logits(self.handle, buf, n, last, nil, 0, len))
+  local out = ffi.new('float[?]', len[0])
+  check(C.ptdp_trainer_logits(self.handle, buf, n, last, out, len[0], len))
+  local V = tonumber(len[0]) / (opts.last and 1 or n)
+  local rows = {}
+  for r = 0, (opts.last and 1 or n) - 1 do
+    local row = {}
+    for j = 0, V - 1 do row[j + 1] = out[r * V + j] end
+    rows[r + 1] = row
+  end
+  return opts.last and rows[1] or rows
+end
+
 function Trainer:generate(prompt, opts)
   opts = opts or {}
   return read_text(function(buf, cap, len)

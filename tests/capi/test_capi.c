@@ -546,6 +546,31 @@ static void test_training(const char *data_path) {
   EXPECT(ptdp_trainer_generate(t, "x", 4, NAN, 0, small, sizeof small, &len),
          PTDP_ERR_INVALID_ARGUMENT, "temperature", "generate(temperature NaN)");
 
+  /* Logits: the size first, then every position's or the last one's; the last
+   * row of the whole equals the last-only call's; bad ids and small buffers
+   * are refused. */
+  {
+    const int32_t ids[3] = {84, 104, 101};
+    size_t need = 0;
+    EXPECT_OK(ptdp_trainer_logits(t, ids, 3, 0, NULL, 0, &need), "logits size");
+    CHECK(need == 3 * 257, "logits of 3 positions over 257 tokens");
+    float *all = (float *)malloc(need * sizeof(float)), last[257];
+    EXPECT_OK(ptdp_trainer_logits(t, ids, 3, 0, all, need, &need), "logits of every position");
+    EXPECT_OK(ptdp_trainer_logits(t, ids, 3, 1, last, 257, &need), "logits of the last position");
+    CHECK(need == 257 && memcmp(all + 2 * 257, last, sizeof last) == 0,
+          "the last row of the whole is the last-only call's");
+    EXPECT(ptdp_trainer_logits(t, ids, 3, 0, last, 257, &need), PTDP_ERR_BUFFER_TOO_SMALL, "771",
+           "logits into a buffer too small (the size needed is named)");
+    const int32_t bad[2] = {84, 300};
+    EXPECT(ptdp_trainer_logits(t, bad, 2, 1, last, 257, &need), PTDP_ERR_INVALID_ARGUMENT, "300",
+           "logits of a token outside the vocabulary");
+    EXPECT(ptdp_trainer_logits(t, ids, 0, 1, last, 257, &need), PTDP_ERR_INVALID_ARGUMENT,
+           "0 tokens", "logits of no tokens");
+    EXPECT(ptdp_trainer_logits(t, NULL, 3, 1, last, 257, &need), PTDP_ERR_INVALID_ARGUMENT, "ids",
+           "logits(NULL ids)");
+    free(all);
+  }
+
   EXPECT_OK(ptdp_trainer_get(t, "num_parameters", &v), "get num_parameters");
   CHECK(v > 10000 && v < 1e6, "num_parameters of the tiny model");
   EXPECT_OK(ptdp_trainer_get(t, "padded_vocab_size", &v), "get padded_vocab_size");

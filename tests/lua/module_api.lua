@@ -122,6 +122,16 @@ check(trainer:evaluate(2) == e1, 'evaluate() uses eval_iters = 2 and is determin
 local e3 = trainer:evaluate(3)
 check(e3 > 0 and e3 < math.huge, 'evaluate(3)')
 
+-- Logits: every position's rows, or the last alone (equal to the last row).
+local rows = trainer:logits({ 84, 104, 101 })
+local last = trainer:logits({ 84, 104, 101 }, { last = true })
+check(#rows == 3 and #rows[1] == 257 and #last == 257, 'logits: 3 rows of 257, and the last row')
+local same = true
+for j = 1, 257 do same = same and rows[3][j] == last[j] end
+check(same, 'the last-only logits are the last row')
+expect_error('outside', 'a token outside the vocabulary', trainer.logits, trainer, { 84, 300 })
+expect_error('not a token id', 'a fractional id', trainer.logits, trainer, { 84.5 })
+
 local g1 = trainer:generate('The ', { max_new_tokens = 20 })
 local g2 = trainer:generate('The ', { max_new_tokens = 20, temperature = 0 })
 print(string.format('     greedy: %q', g1))
