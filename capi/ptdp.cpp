@@ -512,6 +512,18 @@ ptdp_status ptdp_trainer_generate(ptdp_trainer *t, const char *prompt, int32_t m
   });
 }
 
+ptdp_status ptdp_trainer_generate_top(ptdp_trainer *t, const char *prompt, int32_t max_new_tokens,
+                                      double temperature, int32_t top_k, double top_p,
+                                      uint64_t seed, char *buf, size_t cap, size_t *out_len) {
+  return guard([&] {
+    live(t);
+    require(prompt, "prompt");
+    check_buffer(buf, cap);
+    copy_out(t->trainer->generate(prompt, max_new_tokens, temperature, seed, top_k, top_p), buf,
+             cap, out_len);
+  });
+}
+
 ptdp_status ptdp_trainer_get_text(const ptdp_trainer *t, const char *name, char *buf, size_t cap,
                                   size_t *out_len) {
   return guard([&] {

@@ -229,6 +229,13 @@ PTDP_API ptdp_status ptdp_trainer_generate(ptdp_trainer *trainer, const char *pr
                                            int32_t max_new_tokens, double temperature,
                                            uint64_t seed, char *buf, size_t cap,
                                            size_t *out_len);
+/* The same, sampling among the top_k most likely tokens (0: every token) whose
+ * probabilities add up to top_p of the whole (the nucleus, in (0, 1]; 1: every
+ * token); ptdp_trainer_generate is top_k 0, top_p 1. */
+PTDP_API ptdp_status ptdp_trainer_generate_top(ptdp_trainer *trainer, const char *prompt,
+                                               int32_t max_new_tokens, double temperature,
+                                               int32_t top_k, double top_p, uint64_t seed,
+                                               char *buf, size_t cap, size_t *out_len);
 
 /* Checkpoint tools (`ptdp ckpt`); dir is a save directory (newest complete
  * checkpoint) or one iter_N directory. inspect: iteration, config, saved

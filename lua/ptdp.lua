@@ -379,8 +379,9 @@ end
 function Trainer:generate(prompt, opts)
   opts = opts or {}
   return read_text(function(buf, cap, len)
-    return C.ptdp_trainer_generate(self.handle, prompt or '', opts.max_new_tokens or 200,
-                                   opts.temperature or 0, opts.seed or 0, buf, cap, len)
+    return C.ptdp_trainer_generate_top(self.handle, prompt or '', opts.max_new_tokens or 200,
+                                       opts.temperature or 0, opts.top_k or 0, opts.top_p or 1,
+                                       opts.seed or 0, buf, cap, len)
   end)
 end
 

@@ -115,11 +115,12 @@ class Trainer {
   // real vocabulary, gathered from the tensor-parallel shards. 1 <= n <= max
   // positions and every id in [0, vocab_size), else invalid_argument.
   std::vector<float> logits(const std::vector<int32_t> &tokens);
-  // Continues `prompt`; temperature 0 is greedy, else samples with a keyed RNG.
-  // The text is valid UTF-8: an ill-formed part (a character cut by the byte
-  // tokenizer, say) is replaced by U+FFFD.
+  // Continues `prompt`; temperature 0 is greedy, else samples with a keyed RNG
+  // among the top_k most likely tokens (0: all) whose probabilities add up to
+  // top_p (the nucleus; 1: all). The text is valid UTF-8: an ill-formed part
+  // (a character cut by the byte tokenizer, say) is replaced by U+FFFD.
   std::string generate(const std::string &prompt, int max_new_tokens, double temperature,
-                       uint64_t seed);
+                       uint64_t seed, int top_k = 0, double top_p = 1.0);
 
   // Saves the whole training state (parameters, Adam moments, iteration,
   // consumed samples, skip counters) as <root>/iter_N, committed atomically;
@@ -194,7 +195,7 @@ class Trainer {
   double rank_evaluate(Rank &r, int iters);
   std::vector<float> rank_logits(Rank &r, const std::vector<int32_t> &tokens);
   std::string rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,
-                            double temperature, uint64_t seed);
+                            double temperature, uint64_t seed, int top_k, double top_p);
 
   TrainerOptions opt_;
   std::unique_ptr<Tokenizer> tok_;

@@ -16,9 +16,11 @@ namespace ptdp {
 
 namespace {
 // The next token from one position's logits over the real vocabulary [0, V):
-// greedy at temperature 0, else sampled with a Philox draw keyed by (seed, k).
-int pick_token(const float *row, int V, double temperature, uint64_t seed, int k,
-               std::vector<double> &prob) {
+// greedy at temperature 0, else sampled with a Philox draw keyed by (seed, k)
+// among the tokens top-k and top-p keep (by default all of them). The draw
+// walks the kept tokens in id order; a token of probability 0 is never drawn.
+int pick_token(const float *row, int V, double temperature, uint64_t seed, int k, int top_k,
+               double top_p, std::vector<double> &prob, std::vector<int> &order) {
   int next = 0;
   if (temperature == 0) {
     for (int j = 1; j < V; j++)
@@ -28,18 +30,35 @@ int pick_token(const float *row, int V, double temperature, uint64_t seed, int k
   double mx = row[0], sum = 0;
   for (int j = 1; j < V; j++) mx = std::max(mx, (double)row[j]);
   for (int j = 0; j < V; j++) sum += prob[j] = std::exp(((double)row[j] - mx) / temperature);
+  if ((top_k > 0 && top_k < V) || top_p < 1) {
+    // Most likely first (the lower id among equals); keep the first top_k, and
+    // of those the fewest whose mass reaches top_p of the whole.
+    order.resize((size_t)V);
+    for (int j = 0; j < V; j++) order[j] = j;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
+    const int keep_k = top_k > 0 ? std::min(top_k, V) : V;
+    double mass = 0, kept = 0;
+    int keep = 0;
+    while (keep < keep_k && (keep == 0 || mass < top_p * sum)) mass += prob[order[keep++]];
+    for (int i = keep; i < V; i++) prob[order[i]] = 0;
+    for (int i = 0; i < keep; i++) kept += prob[order[i]];
+    sum = kept;
+  }
   double u = uniform_from_u32(philox4x32((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)k, 0,
                                          0x6e6, 0).v[0]) * sum;
+  int last = 0;
   for (int j = 0; j < V; j++) {
+    if (prob[j] == 0) continue;
+    last = j;
     u -= prob[j];
     if (u <= 0) return j;
   }
-  return V - 1;
+  return last;
 }
 }  // namespace
 
 std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_new_tokens,
-                                   double temperature, uint64_t seed) {
+                                   double temperature, uint64_t seed, int top_k, double top_p) {
   std::vector<int32_t> toks = tok_->encode(prompt);
   const size_t prompt_len = toks.size();
   if (toks.empty()) toks.push_back(tok_->eod());  // start of a new document
@@ -51,6 +70,7 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
   const std::vector<PipeOp> ops = forward_only_schedule(p, opt_.virtual_stages, 1, r.coord.pp);
   std::vector<float> mine((size_t)Vl), row((size_t)Vl * t);
   std::vector<double> prob((size_t)V);
+  std::vector<int> order;
   for (int k = 0; k < max_new_tokens; k++) {
     int n = (int)std::min<size_t>(toks.size(), (size_t)window);
     const int32_t *context = toks.data() + toks.size() - n;
@@ -64,7 +84,7 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
         r.tp->all_gather(mine.data(), row.data(), (size_t)Vl);
       else
         std::copy(mine.begin(), mine.end(), row.begin());
-      next = pick_token(row.data(), V, temperature, seed, k, prob);
+      next = pick_token(row.data(), V, temperature, seed, k, top_k, top_p, prob, order);
     }
     if (p > 1) {
       float f = (float)next;  // exact: token ids are far below 2^24
@@ -119,11 +139,16 @@ std::vector<float> Trainer::logits(const std::vector<int32_t> &tokens) {
 }
 
 std::string Trainer::generate(const std::string &prompt, int max_new_tokens, double temperature,
-                              uint64_t seed) {
+                              uint64_t seed, int top_k, double top_p) {
   if (max_new_tokens < 0) fail(Status::invalid_argument, "max_new_tokens must be >= 0");
   if (!(temperature >= 0) || !std::isfinite(temperature))
     fail(Status::invalid_argument, "temperature must be >= 0 (0 = greedy), got ", temperature);
-  run_on_ranks([&](Rank &r) { r.text = rank_generate(r, prompt, max_new_tokens, temperature, seed); });
+  if (top_k < 0) fail(Status::invalid_argument, "top_k must be >= 0 (0 = every token), got ", top_k);
+  if (!(top_p > 0 && top_p <= 1))
+    fail(Status::invalid_argument, "top_p must be in (0, 1] (1 = every token), got ", top_p);
+  run_on_ranks([&](Rank &r) {
+    r.text = rank_generate(r, prompt, max_new_tokens, temperature, seed, top_k, top_p);
+  });
   return valid_utf8(ranks_[0]->text);  // the model may stop inside a character
 }
 

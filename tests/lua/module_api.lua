@@ -143,6 +143,13 @@ local s2 = trainer:generate('Anna ', { max_new_tokens = 20, temperature = 0.9, s
 print(string.format('     sampled: %q', s1))
 check(s1 == s2 and s1:sub(1, 5) == 'Anna ', 'sampling with a seed is reproducible')
 check(trainer:generate('Hello', { max_new_tokens = 0 }) == 'Hello', 'max_new_tokens 0 returns the prompt')
+-- top_k 1 is greedy whatever the temperature; top_p 1 and top_k 0 are the plain draw.
+check(trainer:generate('The ', { max_new_tokens = 20, temperature = 5, top_k = 1, seed = 3 }) == g1,
+      'top_k 1 samples the most likely token: greedy')
+check(trainer:generate('Anna ', { max_new_tokens = 20, temperature = 0.9, seed = 11, top_k = 0, top_p = 1 }) == s1,
+      'top_k 0 and top_p 1 keep every token: the plain draw')
+expect_error('top_p', 'top_p 0', trainer.generate, trainer, 'x', { temperature = 1, top_p = 0 })
+expect_error('top_k', 'negative top_k', trainer.generate, trainer, 'x', { temperature = 1, top_k = -2 })
 -- A prompt longer than the position window and the module's first 256-byte buffer.
 local long = string.rep('The cat sleeps. ', 30)
 local g3 = trainer:generate(long, { max_new_tokens = 4 })

@@ -78,6 +78,13 @@ TEST(Trainer, SameSeedGivesBitIdenticalLosses) {
   EXPECT_NE(a.step().lm_loss, d.step().lm_loss);
   EXPECT_EQ(a.generate("The ", 20, 0.0, 0), b.generate("The ", 20, 0.0, 0));
   EXPECT_EQ(a.generate("The ", 20, 0.9, 7), a.generate("The ", 20, 0.9, 7));
+  // The nucleus of a tiny top_p, or top_k 1, is the most likely token alone: greedy.
+  const std::string greedy = a.generate("The ", 20, 0.0, 0);
+  EXPECT_EQ(a.generate("The ", 20, 3.0, 7, 0, 1e-9), greedy);
+  EXPECT_EQ(a.generate("The ", 20, 3.0, 7, 1, 1.0), greedy);
+  EXPECT_EQ(a.generate("The ", 20, 0.9, 7, 0, 1.0), a.generate("The ", 20, 0.9, 7));
+  EXPECT_THROW(a.generate("The ", 4, 1.0, 7, -1, 1.0), Error);
+  EXPECT_THROW(a.generate("The ", 4, 1.0, 7, 0, 1.5), Error);
 }
 
 // Strict optimizer semantics (ARCHITECTURE §3): splitting the global batch into
