@@ -212,6 +212,13 @@ ptdp_status ptdp_config_set(ptdp_config *c, const char *key, const char *value) 
     c->config.set(key, value);
   });
 }
+ptdp_status ptdp_config_set_model_from_checkpoint(ptdp_config *c, const char *dir) {
+  return guard([&] {
+    live(c);
+    require(dir, "dir");
+    ptdp::TrainerOptions::model_from_checkpoint(c->config, dir);
+  });
+}
 ptdp_status ptdp_config_set_int(ptdp_config *c, const char *key, int64_t value) {
   return ptdp_config_set(c, key, std::to_string(value).c_str());
 }

@@ -71,6 +71,11 @@ PTDP_API void ptdp_config_destroy(ptdp_config *config);
 PTDP_API ptdp_status ptdp_config_set(ptdp_config *config, const char *key, const char *value);
 PTDP_API ptdp_status ptdp_config_set_int(ptdp_config *config, const char *key, int64_t value);
 PTDP_API ptdp_status ptdp_config_set_double(ptdp_config *config, const char *key, double value);
+/* Sets the model's options (num_layers, hidden_size, ..., the LLaMA family's)
+ * to those of the checkpoint at dir (a save directory's newest or one iter_N),
+ * as its manifest records them; the other options stay. A missing or damaged
+ * checkpoint is the error of loading it. */
+PTDP_API ptdp_status ptdp_config_set_model_from_checkpoint(ptdp_config *config, const char *dir);
 PTDP_API ptdp_status ptdp_config_get(const ptdp_config *config, const char *key, char *buf,
                                      size_t cap, size_t *out_len);
 /* The schema: number of options, and each one's key, default and description. */

@@ -398,6 +398,73 @@ int run_plan(int argc, char **argv) {
   return 0;
 }
 
+// ptdp generate --load DIR --prompt TEXT: continues a text with the model of
+// a checkpoint (its options from the manifest), in the layout given.
+int run_generate(int argc, char **argv) {
+  CLI::App app{"Continue a text with a checkpoint's model (its options come from the checkpoint)",
+               "ptdp generate"};
+  std::string load, prompt, tokenizer = "byte", tokenizer_file, vocab_file, merge_file, device;
+  int max_new_tokens = 100, top_k = 0, t = 1, p = 1;
+  double temperature = 0, top_p = 1;
+  uint64_t seed = 0;
+  app.add_option("--load", load, "a save directory (its newest checkpoint) or one iter_N")->required();
+  app.add_option("--prompt", prompt, "the text to continue")->required();
+  app.add_option("--max-new-tokens", max_new_tokens, "tokens to add at most")->capture_default_str();
+  app.add_option("--temperature", temperature, "0 = greedy")->capture_default_str();
+  app.add_option("--top-k", top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
+  app.add_option("--top-p", top_p, "and among those whose probabilities add up to p (1: all)")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "the sampling's seed")->capture_default_str();
+  app.add_option("--tokenizer-type,--tokenizer", tokenizer,
+                 "byte | GPT2BPETokenizer | HuggingFaceTokenizer (the one the model was trained with)")
+      ->capture_default_str();
+  app.add_option("--tokenizer-file", tokenizer_file, "a Hugging Face tokenizer.json");
+  app.add_option("--vocab-file", vocab_file, "GPT2BPETokenizer's vocab.json");
+  app.add_option("--merge-file", merge_file, "GPT2BPETokenizer's merges.txt");
+  app.add_option("--tensor-model-parallel-size", t, "t")->capture_default_str();
+  app.add_option("--pipeline-model-parallel-size", p, "p")->capture_default_str();
+  app.add_option("--device", device, "cpu | cuda (default: the config's)");
+  try {
+    app.parse(argc - 1, argv + 1);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  ptdp_config *cfg = nullptr;
+  ptdp_trainer *tr = nullptr;
+  std::vector<char> buf(1 << 16, '\0');
+  size_t len = 0;
+  auto set = [&](const char *k, const std::string &v) {
+    return v.empty() ? PTDP_OK : ptdp_config_set(cfg, k, v.c_str());
+  };
+  ptdp_status st = ptdp_config_create(&cfg);
+  if (st == PTDP_OK) st = ptdp_config_set_model_from_checkpoint(cfg, load.c_str());
+  // A batch of one sequence; the checkpoint's layout need not be this one.
+  for (auto [k, v] : {std::pair<const char *, std::string>{"load", load},
+                      {"tokenizer_type", tokenizer},
+                      {"tokenizer_file", tokenizer_file},
+                      {"vocab_file", vocab_file},
+                      {"merge_file", merge_file},
+                      {"device", device},
+                      {"tensor_model_parallel_size", std::to_string(t)},
+                      {"pipeline_model_parallel_size", std::to_string(p)},
+                      {"micro_batch_size", "1"},
+                      {"global_batch_size", "1"}})
+    if (st == PTDP_OK) st = set(k, v);
+  if (st == PTDP_OK) st = ptdp_trainer_create(cfg, &tr);
+  for (int attempt = 0; st == PTDP_OK && attempt < 2; attempt++) {
+    st = ptdp_trainer_generate_top(tr, prompt.c_str(), max_new_tokens, temperature, top_k, top_p,
+                                   seed, buf.data(), buf.size(), &len);
+    if (st != PTDP_ERR_BUFFER_TOO_SMALL) break;
+    buf.assign(len + 1, '\0');  // the same text again: the draw is keyed by the seed
+    st = PTDP_OK;
+  }
+  if (st != PTDP_OK) std::fprintf(stderr, "ptdp generate: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
+  else std::printf("%s\n", buf.data());
+  ptdp_trainer_destroy(tr);
+  ptdp_config_destroy(cfg);
+  return st == PTDP_OK ? 0 : 1;
+}
+
 void usage(FILE *f) {
   std::fprintf(f,
                "usage: ptdp SCRIPT.lua [script arguments]   run a Lua experiment script\n"
@@ -409,6 +476,8 @@ void usage(FILE *f) {
                "       ptdp ckpt inspect|verify DIR       look into / check a checkpoint\n"
                "       ptdp ckpt export-safetensors DIR OUT_DIR|OUT.safetensors [--dtype f32|bf16|f16]\n"
                "       ptdp ckpt import-safetensors MODEL_DIR|MODEL.safetensors [config.json] DIR\n"
+               "       ptdp generate --load DIR --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
+               "                 [--top-k K] [--top-p P] [--tokenizer-type ...]  continue a text\n"
                "       ptdp plan --num-layers L --hidden-size H --num-attention-heads A\n"
                "                 --global-batch-size B --num-gpus N [--machine selene] ...  plan t, p, d, b, v\n"
                "       ptdp --version\n");
@@ -451,6 +520,7 @@ int main(int argc, char **argv) {
   if (cmd == "plot") return run_plot(argc, argv);
   if (cmd == "ckpt") return run_ckpt(argc, argv);
   if (cmd == "plan") return run_plan(argc, argv);
+  if (cmd == "generate") return run_generate(argc, argv);
   if (cmd.size() > 4 && cmd.compare(cmd.size() - 4, 4, ".lua") == 0) return run_script(argc, argv);
   std::fprintf(stderr, "ptdp: unknown command '%s'\n", cmd.c_str());
   usage(stderr);

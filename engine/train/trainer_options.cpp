@@ -3,6 +3,7 @@
 // clear invalid_config naming the fields.
 #include "engine/train/trainer_options.h"
 
+#include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -165,6 +166,18 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
     fail(Status::invalid_config, "lr_decay_iters (", o.lr.decay_iters,
          ", 0 = train_iters) must exceed lr_warmup_iters (", o.lr.warmup_iters, ")");
   return o;
+}
+
+void TrainerOptions::model_from_checkpoint(Config &c, const std::string &dir) {
+  const GptConfig m = open_checkpoint(dir).manifest.model;
+  for (const GptConfigField &f : gpt_config_fields()) {
+    if (f.kind == GptConfigField::Int)
+      c.set(f.name, std::to_string(f.int_value(m)));
+    else if (f.kind == GptConfigField::Choice)
+      c.set(f.name, f.choice_name(m.*f.int_member));
+    else
+      c.set(f.name, number_text(f.float_value(m)));
+  }
 }
 
 }  // namespace ptdp

@@ -78,6 +78,10 @@ struct TrainerOptions {
   TokenizerSpec tokenizer_spec() const;  // make_tokenizer's
   // Reads and cross-checks a Config; throws invalid_config naming the fields.
   static TrainerOptions from_config(const Config &c);
+  // Sets c's model options to those of the checkpoint at dir (a save
+  // directory's newest or one iter_N), as its manifest records them: a run
+  // that only reads the model (`ptdp generate --load`) needs no other source.
+  static void model_from_checkpoint(Config &c, const std::string &dir);
 };
 
 }  // namespace ptdp

@@ -229,7 +229,9 @@ TEST(LlamaCheckpoint, ManifestsWithoutTheNewFieldsAreGpt2) {
   const std::string ckpt = a.save(dir.path);
   nlohmann::json j = nlohmann::json::parse(read_file(ckpt + "/manifest.json"));
   for (const GptConfigField &f : gpt_config_fields())
-    if (f.optional_in_manifest) EXPECT_EQ(j["model"].erase(f.name), 1u) << f.name;
+    if (f.optional_in_manifest) {
+      EXPECT_EQ(j["model"].erase(f.name), 1u) << f.name;
+    }
   j.erase("manifest_crc32c");  // as those manifests had none
   write_file(ckpt + "/manifest.json", j.dump(1));
   Trainer b(options({1, 1, 1, 1}));
