@@ -16,6 +16,7 @@
 
 #include "checkpoints/disk_bandwidth.h"
 #include "engine/core/output_file.h"
+#include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 
 namespace fs = std::filesystem;
@@ -158,9 +159,13 @@ std::string describe(const Entry &e) {
 
 // The tracker's first line, trailing white space dropped ("" if unreadable).
 std::string tracker_line(const std::string &path) {
-  std::ifstream in(path);
-  std::string name;
-  std::getline(in, name);
+  std::string text;
+  try {
+    text = read_small_file(path, "tracker '" + path + "'", "", 4096);  // a FIFO there: not read
+  } catch (const Error &) {
+    return "";
+  }
+  std::string name = text.substr(0, text.find('\n'));
   while (!name.empty() && std::isspace((unsigned char)name.back())) name.pop_back();
   return name;
 }

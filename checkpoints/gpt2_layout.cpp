@@ -8,18 +8,23 @@
 
 namespace ptdp {
 
+std::string gpt2_layout_mismatch(const GptConfig &c) {
+  if (c.rms_norm()) return "RMSNorm";
+  if (c.rope()) return "rotary positions";
+  if (c.swiglu) return "a SwiGLU MLP";
+  if (c.query_groups() != c.num_attention_heads) return "grouped-query attention";
+  if (!c.tied()) return "an untied output layer";
+  if (!c.linear_bias()) return "linear layers without biases";
+  return "";
+}
+
 Gpt2Layout gpt2_layout(const ParamInfo &p, const GptConfig &cfg) {
   // The LLaMA family's options change the tensors: GPT-2's layout would be wrong.
-  const GptConfig gpt2;
-  for (const GptConfigField &f : gpt_config_fields()) {
-    if (!f.optional_in_manifest || f.kind == GptConfigField::Float) continue;
-    if (f.int_value(cfg) != f.int_value(gpt2) && !(f.resolved && f.int_value(cfg) == cfg.num_attention_heads))
-      fail(Status::invalid_config, "the Hugging Face GPT-2 layout has no ", f.name, " (this model: ",
-           f.kind == GptConfigField::Choice ? f.choice_name(cfg.*f.int_member)
-                                            : std::to_string(f.int_value(cfg)),
-           "), and the model is not of the LLaMA family's shape either (",
-           llama_layout_mismatch(cfg), "): no Hugging Face layout holds it");
-  }
+  const std::string why = gpt2_layout_mismatch(cfg);
+  if (!why.empty())
+    fail(Status::invalid_config, "the Hugging Face GPT-2 layout has no ", why,
+         ", and the model is not of the LLaMA family's shape either (", llama_layout_mismatch(cfg),
+         "): no Hugging Face layout holds it");
   Gpt2Layout l;
   l.shape = p.global_shape;
   if (p.vocab_rows) l.shape[0] = cfg.vocab_size;  // GPT-2's wte is unpadded

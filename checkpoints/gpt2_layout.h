@@ -6,6 +6,7 @@
 // is unpadded in GPT-2.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/model/gpt.h"
@@ -21,6 +22,9 @@ struct Gpt2Layout {
   bool qkv = false;        // c_attn: outputs [a, 3, hd] in ptdp, [3, a, hd] in GPT-2
 };
 
+// What in the model GPT-2's layout lacks ("" when it holds the model).
+std::string gpt2_layout_mismatch(const GptConfig &cfg);
+// Refuses (invalid_config) a model gpt2_layout_mismatch names.
 Gpt2Layout gpt2_layout(const ParamInfo &p, const GptConfig &cfg);
 
 // GPT-2's output index of ptdp's row r: c_attn's row a*3*hd + q*hd + e (head

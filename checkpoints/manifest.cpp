@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "checkpoints/crc32c.h"
+#include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -250,11 +251,8 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
 
 Manifest Manifest::read(const std::string &dir) {
   const std::string path = dir + "/manifest.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(Status::io_error, "cannot read '", path, "' (no such file or not readable)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Manifest m = parse(ss.str(), "'" + path + "'");
+  // A regular file only: a FIFO or device put there would block the read.
+  Manifest m = parse(read_small_file(path, "'" + path + "'", "", size_t(1) << 30), "'" + path + "'");
   // An iter_N directory holds iteration N (checked also without the
   // manifest's own checksum, which an older or hand-made manifest may lack),
   // by the directory's own name (a trailing slash, /. or a link resolved).

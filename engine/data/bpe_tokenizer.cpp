@@ -393,41 +393,15 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
     fail(Status::corrupt_data, "GPT2BPETokenizer: ", what,
          ": model needs \"vocab\" (an object) and \"merges\" (a list)");
   const auto vocab = vocab_of(m["vocab"], what + " model.vocab");
-  // Merges are "left right" strings (older files) or [left, right] pairs.
-  std::vector<std::pair<std::string, std::string>> merges;
-  for (const auto &e : m["merges"]) {
-    if (e.is_string()) {
-      const std::string s = e.get<std::string>();
-      const size_t sp = s.find(' ');
-      if (sp != std::string::npos && sp > 0 && sp + 1 < s.size() &&
-          s.find(' ', sp + 1) == std::string::npos) {
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-        continue;
-      }
-    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
-      continue;
-    }
-    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": merge ", merges.size() + 1, " is ",
-         e.dump(), "; a merge is \"left right\" or [\"left\", \"right\"]");
-  }
+  const auto merges = parse_merges(m["merges"], "GPT2BPETokenizer", what);
   auto t = std::unique_ptr<Gpt2BpeTokenizer>(new Gpt2BpeTokenizer());
   t->files_.emplace_back(path, "tokenizer file");
   t->build(vocab, merges, what + " model.vocab");
   t->ignore_merges_ = m.value("ignore_merges", false);
   if (any_byte_level) t->name_ = "HuggingFaceTokenizer";
   if (llama3) t->pretoken_end_ = llama3_pretoken_end;
-  const nlohmann::json added = j.value("added_tokens", nlohmann::json::array());
-  if (!added.is_array()) unsupported("added_tokens", added, "a list");
-  for (const auto &a : added) {
-    if (!a.is_object() || !a.contains("content") || !a["content"].is_string() ||
-        !a.contains("id") || !a["id"].is_number_integer())
-      fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": added token ", a.dump(),
-           " needs a string \"content\" and an integer \"id\"");
-    for (const char *flag : {"lstrip", "rstrip", "single_word"})
-      if (a.value(flag, false)) unsupported(std::string("added token's ") + flag, a, "it false");
-    t->add_special(a["content"].get<std::string>(), a["id"].get<int64_t>(), what);
-  }
+  for (const auto &[content, id] : parse_added_tokens(j, t->name_, what))
+    t->add_special(content, id, what);
   if (template_post) {
     const auto [prefix, suffix] = template_specials(post, t->name_, what);
     for (const int32_t id : prefix) t->check_template_id(id, what);
@@ -477,29 +451,9 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode_cached(std::string_view text,
                                                      WordCache &cache) const {
   std::vector<int32_t> out(prefix_);
   out.reserve(text.size() / 3);
-  // Cut at the earliest special token (the longest where several start there).
-  std::vector<size_t> next(specials_.size());
-  for (size_t k = 0; k < specials_.size(); k++) next[k] = text.find(specials_[k].first);
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t best = std::string_view::npos, k_best = 0;
-    for (size_t k = 0; k < specials_.size(); k++) {
-      if (next[k] != std::string_view::npos && next[k] < pos)
-        next[k] = text.find(specials_[k].first, pos);
-      if (next[k] < best || (next[k] == best && next[k] != std::string_view::npos &&
-                             specials_[k].first.size() > specials_[k_best].first.size())) {
-        best = next[k];
-        k_best = k;
-      }
-    }
-    if (best == std::string_view::npos) {
-      encode_segment(text.substr(pos), cache, out);
-      break;
-    }
-    encode_segment(text.substr(pos, best - pos), cache, out);
-    out.push_back(specials_[k_best].second);
-    pos = best + specials_[k_best].first.size();
-  }
+  cut_at_specials(
+      text, specials_, [&](std::string_view piece, bool) { encode_segment(piece, cache, out); },
+      [&](int32_t id) { out.push_back(id); });
   out.insert(out.end(), suffix_.begin(), suffix_.end());
   return out;
 }

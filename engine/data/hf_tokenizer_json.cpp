@@ -38,4 +38,48 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> template_specials(
   return {before, after};
 }
 
+std::vector<std::pair<std::string, std::string>> parse_merges(const nlohmann::json &merges,
+                                                              const std::string &who,
+                                                              const std::string &what) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto &e : merges) {
+    if (e.is_string()) {
+      const std::string s = e.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp != std::string::npos && sp > 0 && sp + 1 < s.size() &&
+          s.find(' ', sp + 1) == std::string::npos) {
+        out.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+        continue;
+      }
+    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+      out.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
+      continue;
+    }
+    fail(Status::corrupt_data, who, ": ", what, ": merge ", out.size() + 1, " is ", e.dump(),
+         "; a merge is \"left right\" or [\"left\", \"right\"]");
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, int64_t>> parse_added_tokens(const nlohmann::json &tokenizer,
+                                                                const std::string &who,
+                                                                const std::string &what) {
+  const nlohmann::json added = tokenizer.value("added_tokens", nlohmann::json::array());
+  if (!added.is_array())
+    fail(Status::corrupt_data, who, ": ", what, ": added_tokens is ", added.dump(), "; it is a list");
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto &a : added) {
+    if (!a.is_object() || !a.contains("content") || !a["content"].is_string() ||
+        a["content"].get<std::string>().empty() || !a.contains("id") || !a["id"].is_number_integer())
+      fail(Status::corrupt_data, who, ": ", what, ": added token ", a.dump(),
+           " needs a non-empty string \"content\" and an integer \"id\"");
+    for (const char *flag : {"lstrip", "rstrip", "single_word"})
+      if (a.value(flag, false))
+        fail(Status::corrupt_data, who, ": ", what, ": added token's ", flag, " is ", a.dump(),
+             "; ptdp takes it false");
+    out.emplace_back(a["content"].get<std::string>(), a["id"].get<int64_t>());
+  }
+  return out;
+}
+
 }  // namespace ptdp

@@ -140,33 +140,15 @@ std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::s
     t->byte_id_[b] = it->second;
   }
   int32_t rank = 0;
-  for (const json &e : m["merges"]) {
-    std::string a, b;
-    if (e.is_string()) {
-      const std::string s = e.get<std::string>();
-      const size_t sp = s.find(' ');
-      if (sp != std::string::npos && sp > 0 && sp + 1 < s.size() && s.find(' ', sp + 1) == std::string::npos)
-        a = s.substr(0, sp), b = s.substr(sp + 1);
-    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      a = e[0].get<std::string>(), b = e[1].get<std::string>();
-    }
+  for (const auto &[a, b] : parse_merges(m["merges"], "HuggingFaceTokenizer", what)) {
     auto ia = t->ids_.find(a), ib = t->ids_.find(b), im = t->ids_.find(a + b);
-    if (a.empty() || ia == t->ids_.end() || ib == t->ids_.end() || im == t->ids_.end())
-      fail(Status::corrupt_data, "HuggingFaceTokenizer: ", what, ": merge ", rank + 1, " ", e.dump(),
-           " is not two tokens of the vocabulary whose join is one");
+    if (ia == t->ids_.end() || ib == t->ids_.end() || im == t->ids_.end())
+      fail(Status::corrupt_data, "HuggingFaceTokenizer: ", what, ": merge ", rank + 1, " '", a, " ",
+           b, "' is not two tokens of the vocabulary whose join is one");
     t->merges_[bpe_pair(ia->second, ib->second)] = {rank++, im->second};
   }
-  const json added = j.value("added_tokens", json::array());
-  if (!added.is_array()) unsupported("added_tokens", added, "a list");
-  for (const json &a : added) {
-    if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || !a.contains("id") ||
-        !a["id"].is_number_integer() || a["content"].get<std::string>().empty())
-      fail(Status::corrupt_data, "HuggingFaceTokenizer: ", what, ": added token ", a.dump(),
-           " needs a non-empty string \"content\" and an integer \"id\"");
-    for (const char *flag : {"lstrip", "rstrip", "single_word"})
-      if (a.value(flag, false)) unsupported(std::string("added token's ") + flag, a, "it false");
-    add_piece(a["content"].get<std::string>(), a["id"].get<int64_t>(), true);
-  }
+  for (const auto &[content, id] : parse_added_tokens(j, "HuggingFaceTokenizer", what))
+    add_piece(content, id, true);
   if (m.contains("unk_token") && m["unk_token"].is_string()) {
     auto it = t->ids_.find(m["unk_token"].get<std::string>());
     for (const auto &[content, id] : t->specials_)
@@ -196,23 +178,10 @@ std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::s
 
 std::vector<int32_t> SpBpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> out(prefix_);
-  // Added tokens first (the earliest; the longest of those starting there).
-  size_t pos = 0;
-  bool first = true;
-  while (pos < text.size()) {
-    size_t best = std::string_view::npos, k_best = 0;
-    for (size_t k = 0; k < specials_.size(); k++) {
-      const size_t at = text.find(specials_[k].first, pos);
-      if (at < best || (at == best && at != std::string_view::npos &&
-                        specials_[k].first.size() > specials_[k_best].first.size()))
-        best = at, k_best = k;
-    }
-    encode_segment(text.substr(pos, best == std::string_view::npos ? best : best - pos), first, out);
-    if (best == std::string_view::npos) break;
-    out.push_back(specials_[k_best].second);
-    pos = best + specials_[k_best].first.size();
-    first = false;
-  }
+  cut_at_specials(
+      text, specials_,
+      [&](std::string_view piece, bool first) { encode_segment(piece, first, out); },
+      [&](int32_t id) { out.push_back(id); });
   out.insert(out.end(), suffix_.begin(), suffix_.end());
   return out;
 }

@@ -127,12 +127,10 @@ GPT<T>::GPT(const GptConfig &cfg, uint64_t seed, TensorParallel tp, PipelineStag
     const std::string pre = "h." + std::to_string(first_layer(li / layers_per_chunk_) +
                                                   li % layers_per_chunk_) + ".";
     std::vector<int> slots(kLayerRoles, -1);
-    const int first = k;
     for (; k < (int)table_.size() && starts_with(table_[(size_t)k].name, pre); k++)
       for (int r = 0; r < kLayerRoles; r++)
         if (table_[(size_t)k].name == pre + kLayerRoleNames[r]) slots[(size_t)r] = k;
     layer_slots_.push_back(std::move(slots));
-    layer_range_.emplace_back(first, k - 1);
   }
   const ParamInfo &last = table_.back();
   const size_t total = last.padded_end();

@@ -262,9 +262,8 @@ class GPT {
   int vocab_start_ = 0, local_vocab_ = 0, local_real_vocab_ = 0;
   std::vector<ParamInfo> table_;
   // Per local layer: the table index of each of its roles (Layer's members, in
-  // order), -1 for a tensor this model's options leave out; and its range in table_.
+  // order), -1 for a tensor this model's options leave out.
   std::vector<std::vector<int>> layer_slots_;
-  std::vector<std::pair<int, int>> layer_range_;  // [first, last] table indices
   DeviceArray<float> rope_cos_, rope_sin_;         // [max_positions, hd/2] with rope
   DeviceArray<T> params_, grads_;
   DeviceArray<float> fp32_init_;  // see take_fp32_init

@@ -159,32 +159,23 @@ void GptConfig::validate(int t) const {
          " cannot be drawn: attention dropout is drawn in 8 bits, so it is 0 or in [1/512, ",
          "255.5/256) = [0.00195, 0.998), rounded to a multiple of 1/256 (got ",
          attention_dropout_rate(attention_dropout), ")");
-  if (!(init_method_std > 0.f))
-    fail(Status::invalid_config, "init_method_std must be > 0, got ", init_method_std);
-  if (!(layernorm_epsilon > 0.f))
-    fail(Status::invalid_config, "layernorm_epsilon must be > 0, got ", layernorm_epsilon);
-  // Every field within the range its option allows (an import, a manifest or
-  // a caller's struct as much as the options): a float that is not finite, a
-  // size past what the engine takes.
+  // Every field within what its option allows (an import, a manifest or a
+  // caller's struct as much as the options): a float that is not finite, a
+  // size past what the engine takes, a choice or switch that is none.
   for (const GptConfigField &f : gpt_config_fields()) {
     if (f.kind == GptConfigField::Float) {
       const float v = this->*f.float_member;
       if (!(v >= f.option_min && v <= f.option_max))
         fail(Status::invalid_config, f.name, " ", v, " is outside [", f.option_min, ", ",
              f.option_max, "]");
-    } else if (f.kind == GptConfigField::Int && f.option_max > 1 &&
-               (this->*f.int_member < f.option_min || this->*f.int_member > f.option_max)) {
-      fail(Status::invalid_config, f.name, " ", this->*f.int_member, " is outside [",
-           (int64_t)f.option_min, ", ", (int64_t)f.option_max, "]");
+      continue;
     }
-  }
-  // The LLaMA family's options.
-  for (const GptConfigField &f : gpt_config_fields()) {
-    if (f.kind == GptConfigField::Choice && f.choice_name(this->*f.int_member).empty())
-      fail(Status::invalid_config, f.name, " ", this->*f.int_member, " is not one of {", f.choices,
-           "} (indices 0..)");
-    if (f.kind == GptConfigField::Int && f.option_max == 1 && (this->*f.int_member & ~1))
-      fail(Status::invalid_config, f.name, " must be 0 or 1, got ", this->*f.int_member);
+    const int v = this->*f.int_member;
+    if (f.kind == GptConfigField::Choice && f.choice_name(v).empty())
+      fail(Status::invalid_config, f.name, " ", v, " is not one of {", f.choices, "} (indices 0..)");
+    if (f.kind == GptConfigField::Int && (v < f.option_min || v > f.option_max))
+      fail(Status::invalid_config, f.name, " ", v, " is outside [", (int64_t)f.option_min, ", ",
+           (int64_t)f.option_max, "]");
   }
   if (num_query_groups < 0)
     fail(Status::invalid_config, "num_query_groups must be positive (or 0 for num_attention_heads), got ",
@@ -198,8 +189,6 @@ void GptConfig::validate(int t) const {
   if (rope() && head_dim() % 2 != 0)
     fail(Status::invalid_config, "position_embedding_type rope turns pairs of values: the head dim (",
          head_dim(), " = hidden_size / num_attention_heads) must be even");
-  if (!(rotary_base > 1.f))
-    fail(Status::invalid_config, "rotary_base must be > 1, got ", rotary_base);
   if (swiglu && linear_bias())
     fail(Status::invalid_config, "swiglu with MLP biases is not supported yet: add "
          "disable_bias_linear (the LLaMA family has none; add_qkv_bias keeps QKV's)");

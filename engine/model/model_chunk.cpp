@@ -129,8 +129,11 @@ void GPT<T>::backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss
     dev_->copy(dresid.p, doutput.p, Nh * dtype_size(act_));
   }
   auto layer_done = [&](int li) {
-    const ParamInfo &first = table_[(size_t)layer_range_[(size_t)li].first];
-    const ParamInfo &last = table_[(size_t)layer_range_[(size_t)li].second];
+    // The layer's tensors are consecutive in the table: its first and last.
+    const std::vector<int> &slots = layer_slots_[(size_t)li];
+    const int hi = *std::max_element(slots.begin(), slots.end());
+    const ParamInfo &first = table_[(size_t)slots[0]];  // ln_1.weight, always there
+    const ParamInfo &last = table_[(size_t)hi];
     grads_written(first.offset, last.padded_end() - first.offset, grads_final);
   };
 

@@ -39,35 +39,6 @@ std::string fixture(const std::string &name) {
 
 // ---- safetensors, read and written from the format's description ----------
 
-struct Tensor {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-struct Safetensors {
-  nlohmann::json metadata = nlohmann::json::object();
-  std::map<std::string, Tensor> tensors;
-};
-
-Safetensors read_safetensors(const std::string &path) {
-  const std::string b = read_file(path);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; i--) n = n << 8 | (unsigned char)b[(size_t)i];
-  const nlohmann::json h = nlohmann::json::parse(b.substr(8, n));
-  Safetensors st;
-  for (auto it = h.begin(); it != h.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      st.metadata = it.value();
-      continue;
-    }
-    const uint64_t s = it.value()["data_offsets"][0], e = it.value()["data_offsets"][1];
-    st.tensors[it.key()] = {it.value()["dtype"], it.value()["shape"].get<std::vector<int64_t>>(),
-                            b.substr(8 + n + s, e - s)};
-  }
-  return st;
-}
-
 void write_safetensors(const std::string &path, const Safetensors &st) {
   nlohmann::json h = nlohmann::json::object();
   if (!st.metadata.empty()) h["__metadata__"] = st.metadata;

@@ -563,6 +563,19 @@ TEST_F(CheckpointFaults, ExplicitSaveAmongAnotherRunsCheckpointsIsRefused) {
   EXPECT_NO_THROW(a.save(dir.path));  // the run it resumed
 }
 
+// A FIFO in place of the manifest or of the tracker is refused or passed over,
+// never waited on (the regular-file rule of engine/core/mapped_file.h).
+TEST_F(CheckpointFaults, FifoManifestOrTrackerIsNotWaitedOn) {
+  const std::string tracker = dir.path + "/latest";
+  fs::remove(tracker);
+  ASSERT_EQ(mkfifo(tracker.c_str(), 0600), 0);
+  Trainer tr(options({1, 1, 1, 1}));
+  EXPECT_NO_THROW(tr.load(dir.path));  // the newest complete checkpoint, found without the tracker
+  fs::remove(ckpt + "/manifest.json");
+  ASSERT_EQ(mkfifo((ckpt + "/manifest.json").c_str(), 0600), 0);
+  expect_error([&] { Manifest::read(ckpt); }, Status::io_error, "is not a regular file");
+}
+
 TEST_F(CheckpointFaults, ManifestNotJson) {
   write_file(ckpt + "/manifest.json", "{\"format\": \"ptdp-checkpoint\", ");
   Trainer tr(options({1, 1, 1, 1}));

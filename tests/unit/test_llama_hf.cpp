@@ -11,8 +11,6 @@
 #include <sys/stat.h>
 
 #include <filesystem>
-#include <map>
-#include <tuple>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -216,23 +214,6 @@ TEST(LlamaImport, RefusesWhatItCannotImport) {
 
 namespace {
 
-// name -> (dtype, shape, bytes) of every tensor of a safetensors file.
-std::map<std::string, std::tuple<std::string, std::vector<int64_t>, std::string>> tensors_of(
-    const std::string &path) {
-  const std::string b = read_file(path);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; i--) n = n << 8 | (unsigned char)b[(size_t)i];
-  const nlohmann::json h = nlohmann::json::parse(b.substr(8, n));
-  std::map<std::string, std::tuple<std::string, std::vector<int64_t>, std::string>> out;
-  for (auto it = h.begin(); it != h.end(); ++it) {
-    if (it.key() == "__metadata__") continue;
-    const uint64_t s = it.value()["data_offsets"][0], e = it.value()["data_offsets"][1];
-    out[it.key()] = {it.value()["dtype"], it.value()["shape"].get<std::vector<int64_t>>(),
-                     b.substr(8 + n + s, e - s)};
-  }
-  return out;
-}
-
 // Import then export gives back the fixture's tensors, every byte, and a
 // config.json that says the same model; the export imports again.
 void expect_round_trip(const Model &m, const std::vector<std::string> &files) {
@@ -241,16 +222,16 @@ void expect_round_trip(const Model &m, const std::vector<std::string> &files) {
   import_safetensors(fixture(m.dir), "", work.path + "/ckpt");
   const std::string out = work.path + "/exported";
   export_safetensors(work.path + "/ckpt", out);
-  auto got = tensors_of(out + "/model.safetensors");
+  const Safetensors got = read_safetensors(out + "/model.safetensors");
   size_t want_count = 0;
   for (const std::string &f : files)
-    for (const auto &[name, t] : tensors_of(fixture(std::string(m.dir) + "/" + f))) {
+    for (const auto &[name, t] : read_safetensors(fixture(std::string(m.dir) + "/" + f)).tensors) {
       want_count++;
-      ASSERT_TRUE(got.count(name)) << name;
-      EXPECT_EQ(std::get<1>(got[name]), std::get<1>(t)) << name;
-      EXPECT_TRUE(std::get<2>(got[name]) == std::get<2>(t)) << name << " differs";
+      ASSERT_TRUE(got.tensors.count(name)) << name;
+      EXPECT_EQ(got.tensors.at(name).shape, t.shape) << name;
+      EXPECT_TRUE(got.tensors.at(name).bytes == t.bytes) << name << " differs";
     }
-  EXPECT_EQ(got.size(), want_count);
+  EXPECT_EQ(got.tensors.size(), want_count);
   const nlohmann::json want = nlohmann::json::parse(read_file(fixture(std::string(m.dir) + "/config.json")));
   const nlohmann::json have = nlohmann::json::parse(read_file(out + "/config.json"));
   for (const char *k : {"model_type", "vocab_size", "hidden_size", "intermediate_size",

@@ -12,33 +12,16 @@ Standard library only.
 import json
 import os
 import re
-import shutil
 import struct
-import subprocess
 import sys
+
+from cli_check import Cli
 
 launcher, train_gpt, corpus, work = sys.argv[1:5]
 here = os.path.dirname(os.path.abspath(__file__))
 model, config = os.path.join(here, "model.safetensors"), os.path.join(here, "config.json")
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
-failures = []
-
-
-def run(*args):
-    p = subprocess.run([launcher, *args], capture_output=True, text=True, cwd=work)
-    return p.returncode, p.stdout + p.stderr
-
-
-def expect(name, args, rc_ok, *texts):
-    rc, out = run(*args)
-    if (rc == 0) != rc_ok:
-        failures.append(f"{name}: exit {rc}, expected {'0' if rc_ok else 'non-zero'}:\n{out}")
-    for t in texts:
-        if t not in out:
-            failures.append(f"{name}: no '{t}' in:\n{out}")
-    print(f"{name}: exit {rc}")
-    return out
+cli = Cli(launcher, work)
+failures, expect = cli.failures, cli.expect
 
 
 def write_config(name, edit):
@@ -123,7 +106,4 @@ out = expect("finetune", train + ["--finetune", "--load", "imported", "--seed", 
 if not re.search(r"^ iteration +1/ +2 \| consumed samples: +4 \|", out, re.M):
     failures.append("finetune: no log line of iteration 1:\n" + out)
 
-for f in failures:
-    print("FAIL:", f)
-print("check_import_cli: " + ("FAIL" if failures else "PASS"))
-sys.exit(1 if failures else 0)
+cli.finish("check_import_cli")
