@@ -88,14 +88,40 @@ typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
   dctx_.resize(d, N * w, act_);
   dqkv_.resize(d, N * qkv_width_, act_);
   dfc_.resize(d, N * f * (cfg_.swiglu ? 2 : 1), act_);
+  dact_.resize(d, cfg_.swiglu ? N * f : 0, act_);
   return *(live_[key] = std::move(A));
+}
+
+// After a deferred backward: free what its W will not read. W reads, per
+// layer, ln1, the attention context, ln2 and the MLP activation (besides its
+// W part); the chunk's other activations, the head's logits included, go.
+template <class T>
+void GPT<T>::keep_weight_inputs(ChunkActs &A) {
+  Device &d = *dev_;
+  for (LayerActs &a : A.layers) a.x.resize(d, 0, act_);  // a recomputed unit's input
+  for (LayerActs *a : A.w_layers) {
+    for (ActArray *x : {&a->x, &a->qkv, &a->probs, &a->probs_drop, &a->mid, &a->fc1_z})
+      x->resize(d, 0, act_);
+    for (DeviceArray<T> *x : {&a->ln1_mean, &a->ln1_rstd, &a->lse, &a->ln2_mean, &a->ln2_rstd})
+      x->resize(d, 0);
+  }
+  for (ActArray *x : {&A.final_x, &A.lnf, &A.logits}) x->resize(d, 0, act_);
+  for (DeviceArray<T> *x : {&A.lnf_mean, &A.lnf_rstd, &A.ce}) x->resize(d, 0);
+  A.tokens.resize(d, 0);
+  A.targets.resize(d, 0);
+  A.losses.clear();
 }
 
 template <class T>
 void GPT<T>::release(int chunk, int mb) {
   auto it = live_.find(std::make_pair(chunk, mb));
   if (it == live_.end()) return;
-  if (it->second->ctx.training) stashed_bytes_ -= it->second->bytes();
+  ChunkActs &A = *it->second;
+  if (A.ctx.training) stashed_bytes_ -= A.bytes();
+  A.weights_pending = false;
+  A.w_layers.clear();
+  for (auto &l : A.recomputed) spare_layers_.push_back(std::move(l));
+  A.recomputed.clear();
   pool_[(size_t)chunk].push_back(std::move(it->second));
   live_.erase(it);
 }
@@ -105,7 +131,8 @@ void GPT<T>::release(int chunk, int mb) {
   template int GPT<T>::unit_start(int) const;                               \
   template void GPT<T>::size_layer(LayerActs &, int, int, bool);            \
   template typename GPT<T>::ChunkActs &GPT<T>::acquire(int, int, int, int); \
-  template void GPT<T>::release(int, int);
+  template void GPT<T>::release(int, int);                                   \
+  template void GPT<T>::keep_weight_inputs(ChunkActs &);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)
 #undef PTDP_INSTANTIATE

@@ -50,14 +50,15 @@ void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepCont
 }
 
 template <class T>
-void GPT<T>::attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx) {
-  // In: dctx_ = dL/dctx [N, w]. Out: dqkv_ [N, 3w].
+void GPT<T>::attention_backward(int l, const LayerActs &a, Act dqkv, int s, int b,
+                                const StepContext &ctx) {
+  // In: dctx_ = dL/dctx [N, w]. Out: dqkv [N, 3w].
   const int w = width_, A = heads_, hd = cfg_.head_dim();
   if (flash_) {
     DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
                   ctx.training ? cfg_.attention_dropout : 0.f,
                   ctx.sample_offset};
-    ops_->flash_attention_backward(dqkv_.data(), dctx_.data(), a.ctxv.data(), a.qkv.data(),
+    ops_->flash_attention_backward(dqkv, dctx_.data(), a.ctxv.data(), a.qkv.data(),
                                    a.lse.data(), s, b, A, hd, T(1) / std::sqrt((T)hd), tp_.rank * A,
                                    d);
     return;
@@ -67,7 +68,7 @@ void GPT<T>::attention_backward(int l, const LayerActs &a, int s, int b, const S
   const int64_t ss = (int64_t)s * s;
   CAct qkv = a.qkv.data(), probs = a.probs.data(), dctx = dctx_.data();
   CAct K = qkv + (int64_t)r * hd, V = qkv + (int64_t)(r + 1) * hd;
-  Act dqkv = dqkv_.data(), dp = dprobs_.data();
+  Act dp = dprobs_.data();
   Act dK = dqkv + (int64_t)r * hd, dV = dqkv + (int64_t)(r + 1) * hd;
   const float p = ctx.training ? cfg_.attention_dropout : 0.f;
   // dV = sum over the group's slots j of dropout(P_j)^T @ dctx_j, with the
@@ -97,7 +98,8 @@ void GPT<T>::attention_backward(int l, const LayerActs &a, int s, int b, const S
 
 #define PTDP_INSTANTIATE(T)                                                                 \
   template void GPT<T>::attention_forward(int, LayerActs &, int, int, const StepContext &); \
-  template void GPT<T>::attention_backward(int, const LayerActs &, int, int, const StepContext &);
+  template void GPT<T>::attention_backward(int, const LayerActs &, Act, int, int,            \
+                                           const StepContext &);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)
 #undef PTDP_INSTANTIATE

@@ -42,7 +42,7 @@ std::vector<ParamInfo> gpt_param_table(const GptConfig &cfg, int t, const Pipeli
   };
   for (int c = 0; c < pp.chunks; c++) {
     for (int j = 0; j < per_chunk; j++) {
-      std::string pre = "h." + std::to_string((c * pp.size + pp.rank) * per_chunk + j) + ".";
+      std::string pre = "h." + std::to_string(pp.virtual_stage(c) * per_chunk + j) + ".";
       norm(pre + "ln_1");
       // Rows ordered [G, a/G + 2, hd]: each query group's heads' queries, its
       // key, its value ([a, 3, hd] without grouping); a rank holds whole groups.
@@ -62,7 +62,7 @@ std::vector<ParamInfo> gpt_param_table(const GptConfig &cfg, int t, const Pipeli
       if (bias) add(pre + "mlp.c_proj.bias", {h}, -1, false);
     }
   }
-  const bool embedding = pp.rank == 0, head = pp.rank == pp.size - 1;
+  const bool embedding = pp.has_embedding(0), head = pp.has_head(pp.chunks - 1);
   if (head) norm("ln_f");
   if (embedding || (head && cfg.tied())) {
     add("wte.weight", {V, h}, 0, true);
@@ -154,7 +154,7 @@ GPT<T>::~GPT() = default;
 
 template <class T>
 int GPT<T>::first_layer(int chunk) const {
-  return (chunk * pp_.size + pp_.rank) * layers_per_chunk_;
+  return pp_.virtual_stage(chunk) * layers_per_chunk_;
 }
 
 template <class T>

@@ -11,10 +11,11 @@
 //
 // A GPT object is one rank's share of the model: its tensor-parallel shard of
 // the layers of its pipeline model chunks (ARCHITECTURE §4). Chunk c of
-// pipeline rank r is virtual stage c*p + r and holds num_layers / (p*v)
-// consecutive layers; the embedding sits on virtual stage 0, the LM head on the
-// last. Activations are kept per (micro-batch, chunk) until that backward, so
-// any pipeline schedule can interleave them.
+// pipeline rank r is virtual stage c*p + r (or in a V, engine/parallel/
+// placement.h) and holds num_layers / (p*v) consecutive layers; the embedding
+// sits on virtual stage 0, the LM head on the last. Activations are kept per
+// (micro-batch, chunk) until that backward (or its deferred weight gradients),
+// so any pipeline schedule can interleave them.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -29,6 +30,7 @@
 #include "engine/device/act_array.h"
 #include "engine/device/device.h"
 #include "engine/device/ops.h"
+#include "engine/parallel/placement.h"
 #include "engine/parallel/tensor_parallel.h"
 #include "engine/model/gpt_config.h"
 
@@ -54,9 +56,14 @@ struct ParamInfo {
   size_t padded_end() const { return offset + (numel + 15) / 16 * 16; }
 };
 
-// This rank's place in the pipeline: rank of size (p), with `chunks` (v) model chunks.
+// This rank's place in the pipeline: rank of size (p), with `chunks` (v) model
+// chunks, placed in a loop or (zbv) in a V.
 struct PipelineStage {
   int rank = 0, size = 1, chunks = 1;
+  bool v_shape = false;
+  int virtual_stage(int chunk) const { return ptdp::virtual_stage(v_shape, size, rank, chunk); }
+  bool has_embedding(int chunk) const { return virtual_stage(chunk) == 0; }
+  bool has_head(int chunk) const { return virtual_stage(chunk) == size * chunks - 1; }
 };
 
 // Megatron's --recompute-granularity full: only the input of each recomputed
@@ -155,8 +162,8 @@ class GPT {
   int num_chunks() const { return pp_.chunks; }
   int layers_per_chunk() const { return layers_per_chunk_; }
   int first_layer(int chunk) const;  // global index of the chunk's first layer
-  bool has_embedding(int chunk) const { return chunk == 0 && pp_.rank == 0; }
-  bool has_head(int chunk) const { return chunk == pp_.chunks - 1 && pp_.rank == pp_.size - 1; }
+  bool has_embedding(int chunk) const { return pp_.has_embedding(chunk); }
+  bool has_head(int chunk) const { return pp_.has_head(chunk); }
   // Forward of chunk `chunk` for micro-batch `mb` (any id unique among those in
   // flight). The embedding chunk reads tokens [s, b], the others `input`
   // [s, b, h]. The head chunk returns the mean cross-entropy (0 without
@@ -171,8 +178,16 @@ class GPT {
   // except on the embedding chunk. `grads_final`: this is the step's last
   // backward of the chunk, so each of its gradient ranges is reported to the
   // grad-ready hook as soon as it is final (an overlapped gradient reduction).
+  // `defer_weight_grads` (a zero-bubble schedule's B): the layers' weight
+  // GEMMs (QKV, projection, MLP) are left for backward_weight_chunk, which
+  // keeps what they read (the GEMMs' inputs and output gradients) stashed
+  // until then; biases, norms, the head and the embedding are done here.
   void backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss,
-                      bool grads_final = false);
+                      bool grads_final = false, bool defer_weight_grads = false);
+  // The weight gradients a deferred backward_chunk of (chunk, mb) left (W):
+  // the same GEMMs on the same inputs, so the sums equal an undivided
+  // backward's when W's run in micro-batch order. Releases the stash.
+  void backward_weight_chunk(int chunk, int mb, bool grads_final = false);
   // The element type of activations and of the tensors between pipeline
   // stages: T, or a 16-bit run's type.
   DType activation_type() const { return act_; }
@@ -213,12 +228,24 @@ class GPT {
   void size_layer(LayerActs &a, int s, int b, bool full);
   ChunkActs &acquire(int chunk, int mb, int s, int b);
   void release(int chunk, int mb);
+  void keep_weight_inputs(ChunkActs &A);  // after a deferred backward
   void layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b, const StepContext &ctx);
+  // defer: leave the weight GEMMs to layer_weight_grads, their output
+  // gradients kept in a's W part.
   void layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int b,
-                      const StepContext &ctx);
+                      const StepContext &ctx, bool defer);
+  void layer_weight_grads(int li, const LayerActs &a, int s, int b);
+  // One block's weight-gradient GEMMs from its output gradients:
+  // dy_mlp [N, h] and dfc [N, f] (SwiGLU [N, 2f]); dy_attn [N, h], dqkv [N, q].
+  void mlp_weight_grads(int li, const LayerActs &a, CAct dy_mlp, CAct dfc, int N);
+  void attention_weight_grads(int li, const LayerActs &a, CAct dy_attn, CAct dqkv, int N);
+  void size_weight_grads(LayerActs &a, int s, int b);  // a's W part
+  void layer_grads_written(int li, bool final);      // the layer's whole range
   void rotate_qk(Act qkv, int s, int b, bool inverse);  // rope on q and k, in place
   void attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx);
-  void attention_backward(int l, const LayerActs &a, int s, int b, const StepContext &ctx);
+  // In: dctx_. Out: dqkv [N, q].
+  void attention_backward(int l, const LayerActs &a, Act dqkv, int s, int b,
+                          const StepContext &ctx);
   void embedding_forward_into(Act out, const int32_t *tokens, int s, int b,
                               const StepContext &ctx);
   void embedding_backward_into(ChunkActs &A, CAct dresid);  // accumulates dwte, dwpe
@@ -277,11 +304,15 @@ class GPT {
   int64_t stashed_bytes_ = 0, peak_stashed_bytes_ = 0;
   // Scratch shared by all layers (never stashed).
   std::vector<std::unique_ptr<LayerActs>> recompute_;  // a recomputed unit's layers
+  // Recomputed layers whose weight gradients were deferred move into their
+  // chunk's stash, and come back here when released.
+  std::vector<std::unique_ptr<LayerActs>> spare_layers_;
   ActArray x_ping_, x_pong_;                 // [N, h] inputs inside a recomputed unit
   ActArray dprobs_;                          // [b, a/t, s, s]
   ActArray tmp_h_, tmp_h2_, dresid_;         // [N, h]
   ActArray dctx_;                            // [N, w]
-  ActArray dqkv_, dfc_;                      // [N, 3w], [N, f/t]
+  ActArray dqkv_, dfc_;                      // [N, 3w], [N, f/t] (SwiGLU [N, 2f/t])
+  ActArray dact_;                            // [N, f/t] SwiGLU's d(silu(gate) up)
   DeviceArray<T> reduce_buf_;                // [N, h] tp_all_reduce of a 16-bit run
   std::vector<T> ce_host_;                   // [3, N] the loss's statistics, on the host
 };

@@ -3,6 +3,7 @@
 // the dropout sites. Included by the model's own sources only.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/core/philox.h"
@@ -53,6 +54,14 @@ struct GPT<T>::LayerActs {
   DeviceArray<T> ln2_mean, ln2_rstd;       // [N]
   ActArray fc1_z, fc1_g;                   // [N, f]  pre-GeLU (with bias), post-GeLU;
                                            // SwiGLU: [N, 2f] gate|up, [N, f] silu(gate) up
+  // The W part: output gradients of the weight GEMMs a deferred backward
+  // left (sized on first use and kept with the pooled buffers; counted as
+  // stashed only while the W is pending).
+  ActArray dy_attn, dqkv, dy_mlp;          // [N, h], [N, 3w], [N, h]
+  ActArray dfc;                            // [N, f] (SwiGLU [N, 2f]) after the activation's backward
+  int64_t w_bytes() const {
+    return (int64_t)(dy_attn.bytes() + dqkv.bytes() + dy_mlp.bytes() + dfc.bytes());
+  }
   int64_t bytes() const {
     size_t n = 0;
     for (const ActArray *b : {&x, &ln1, &qkv, &probs, &probs_drop, &ctxv, &mid, &ln2, &fc1_z,
@@ -64,11 +73,15 @@ struct GPT<T>::LayerActs {
   }
 };
 
-// Everything one (chunk, micro-batch) forward keeps for its backward.
+// Everything one (chunk, micro-batch) forward keeps for its backward, and
+// after a deferred backward what its weight gradients read.
 template <class T>
 struct GPT<T>::ChunkActs {
   int s = 0, b = 0;
   StepContext ctx;
+  bool weights_pending = false;            // backward done, its W not yet
+  std::vector<LayerActs *> w_layers;       // per layer: where its W's inputs are
+  std::vector<std::unique_ptr<LayerActs>> recomputed;  // recomputed layers kept for W
   DeviceArray<int32_t> tokens, targets;    // [N] embedding chunk, head chunk
   std::vector<LayerActs> layers;           // per layer of the chunk
   ActArray final_x;                        // [N, h] head input (last layer's output)
@@ -80,6 +93,9 @@ struct GPT<T>::ChunkActs {
   int64_t bytes() const {
     int64_t n = (int64_t)((tokens.size() + targets.size()) * sizeof(int32_t));
     for (auto &l : layers) n += l.bytes();
+    for (auto &l : recomputed) n += l->bytes();
+    for (LayerActs *l : w_layers)
+      if (weights_pending) n += l->w_bytes();
     for (const ActArray *x : {&final_x, &lnf, &logits}) n += (int64_t)x->bytes();
     for (const DeviceArray<T> *x : {&lnf_mean, &lnf_rstd, &ce}) n += (int64_t)x->bytes();
     return n + (int64_t)(losses.size() * sizeof(T));

@@ -103,11 +103,23 @@ double GPT<T>::forward(const int32_t *tokens, const int32_t *targets, int s, int
   return forward_chunk(0, kSerialSlot, tokens, targets, nullptr, nullptr, s, b, c);
 }
 
+// The step's gradients of local layer li are all in: round them to the
+// storage type (16-bit gradients) and, when final, report them.
+template <class T>
+void GPT<T>::layer_grads_written(int li, bool final) {
+  // The layer's tensors are consecutive in the table: its first and last.
+  const std::vector<int> &slots = layer_slots_[(size_t)li];
+  const int hi = *std::max_element(slots.begin(), slots.end());
+  const ParamInfo &first = table_[(size_t)slots[0]];  // ln_1.weight, always there
+  const ParamInfo &last = table_[(size_t)hi];
+  grads_written(first.offset, last.padded_end() - first.offset, final);
+}
+
 template <class T>
 void GPT<T>::backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss,
-                            bool grads_final) {
+                            bool grads_final, bool defer_weight_grads) {
   auto it = live_.find(std::make_pair(chunk, mb));
-  if (it == live_.end() || !it->second->ctx.training)
+  if (it == live_.end() || !it->second->ctx.training || it->second->weights_pending)
     fail(Status::wrong_state, "backward of micro-batch ", mb, " chunk ", chunk,
          " needs a preceding training forward of it");
   ChunkActs &A = *it->second;
@@ -120,6 +132,8 @@ void GPT<T>::backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss
   const int s = A.s, b = A.b, h = cfg_.hidden_size;
   const size_t Nh = (size_t)s * b * h;
   const StepContext &ctx = A.ctx;
+  const bool defer = defer_weight_grads;
+  const int64_t stash_before = A.bytes();
   Act dresid = dresid_.data();
   if (head) {
     head_backward(A, dresid, dloss);
@@ -128,21 +142,20 @@ void GPT<T>::backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss
   } else {
     dev_->copy(dresid.p, doutput.p, Nh * dtype_size(act_));
   }
-  auto layer_done = [&](int li) {
-    // The layer's tensors are consecutive in the table: its first and last.
-    const std::vector<int> &slots = layer_slots_[(size_t)li];
-    const int hi = *std::max_element(slots.begin(), slots.end());
-    const ParamInfo &first = table_[(size_t)slots[0]];  // ln_1.weight, always there
-    const ParamInfo &last = table_[(size_t)hi];
-    grads_written(first.offset, last.padded_end() - first.offset, grads_final);
+  // A deferred layer's gradients are rounded now (its biases and norms) and
+  // reported after its W; rounding twice changes nothing.
+  if (defer) A.w_layers.assign((size_t)layers_per_chunk_, nullptr);
+  auto layer_done = [&](int j, LayerActs &a) {
+    if (defer) A.w_layers[(size_t)j] = &a;
+    layer_grads_written(chunk * layers_per_chunk_ + j, grads_final && !defer);
   };
 
   const int base = chunk * layers_per_chunk_;
   for (int j = layers_per_chunk_ - 1; j >= 0;) {
     if (keeps_all(j)) {
       LayerActs &a = A.layers[(size_t)j];
-      layer_backward(base + j, a.x.data(), a, dresid, s, b, ctx);
-      layer_done(base + j);
+      layer_backward(base + j, a.x.data(), a, dresid, s, b, ctx, defer);
+      layer_done(j, a);
       j--;
       continue;
     }
@@ -159,8 +172,18 @@ void GPT<T>::backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss
     }
     for (int k = n - 1; k >= 0; k--) {
       CAct xin = k == 0 ? A.layers[(size_t)u].x.data() : recompute_[(size_t)k]->x.data();
-      layer_backward(base + u + k, xin, *recompute_[(size_t)k], dresid, s, b, ctx);
-      layer_done(base + u + k);
+      layer_backward(base + u + k, xin, *recompute_[(size_t)k], dresid, s, b, ctx, defer);
+      layer_done(u + k, *recompute_[(size_t)k]);
+    }
+    // W reads the recomputed activations: they move to the stash.
+    for (int k = 0; defer && k < n; k++) {
+      A.recomputed.push_back(std::move(recompute_[(size_t)k]));
+      if (!spare_layers_.empty()) {
+        recompute_[(size_t)k] = std::move(spare_layers_.back());
+        spare_layers_.pop_back();
+      } else {
+        recompute_[(size_t)k] = std::make_unique<LayerActs>();
+      }
     }
     j = u - 1;
   }
@@ -175,6 +198,27 @@ void GPT<T>::backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss
   if (embedding || (head && cfg_.tied())) param_grads_written("wte.weight", "wte.weight", grads_final);
   if (embedding && !cfg_.rope()) param_grads_written("wpe.weight", "wpe.weight", grads_final);
   if (last_head_ == &A) last_head_ = nullptr;  // its logits now hold gradients
+  if (!defer) {
+    release(chunk, mb);
+    return;
+  }
+  keep_weight_inputs(A);
+  A.weights_pending = true;
+  stashed_bytes_ += A.bytes() - stash_before;
+  peak_stashed_bytes_ = std::max(peak_stashed_bytes_, stashed_bytes_);
+}
+
+template <class T>
+void GPT<T>::backward_weight_chunk(int chunk, int mb, bool grads_final) {
+  auto it = live_.find(std::make_pair(chunk, mb));
+  if (it == live_.end() || !it->second->weights_pending)
+    fail(Status::wrong_state, "weight gradients of micro-batch ", mb, " chunk ", chunk,
+         " need a preceding backward of it that deferred them");
+  ChunkActs &A = *it->second;
+  for (int j = layers_per_chunk_ - 1; j >= 0; j--) {
+    layer_weight_grads(chunk * layers_per_chunk_ + j, *A.w_layers[(size_t)j], A.s, A.b);
+    layer_grads_written(chunk * layers_per_chunk_ + j, grads_final);
+  }
   release(chunk, mb);
 }
 
@@ -193,7 +237,9 @@ void GPT<T>::backward(T dloss) {
                                         int, int, const StepContext &);                        \
   template double GPT<T>::forward(const int32_t *, const int32_t *, int, int,                  \
                                   const StepContext &);                                        \
-  template void GPT<T>::backward_chunk(int, int, CAct, Act, T, bool);                          \
+  template void GPT<T>::backward_chunk(int, int, CAct, Act, T, bool, bool);                    \
+  template void GPT<T>::backward_weight_chunk(int, int, bool);                                 \
+  template void GPT<T>::layer_grads_written(int, bool);                                        \
   template void GPT<T>::backward(T);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)

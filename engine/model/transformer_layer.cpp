@@ -63,15 +63,20 @@ void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
 }
 
 // dresid [N, h]: in, the gradient of the layer's output; out, of its input x.
+// defer (a zero-bubble B): the weight GEMMs' output gradients go to a's W part
+// and layer_weight_grads runs the GEMMs later; otherwise they run here.
 template <class T>
 void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int b,
-                            const StepContext &ctx) {
-  const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_, q = qkv_width_;
+                            const StepContext &ctx, bool defer) {
+  const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_;
   const int l = first_layer(li / layers_per_chunk_) + li % layers_per_chunk_;
   const size_t Nh = (size_t)N * h;
   Layer P = layer(params_.data(), li);
   Layer G = layer(grads_.data(), li);
-  Act dy = tmp_h_.data(), dln = tmp_h2_.data(), dfc = dfc_.data(), dqkv = dqkv_.data();
+  if (defer) size_weight_grads(a, s, b);
+  Act dln = tmp_h2_.data();
+  Act dy = defer ? a.dy_mlp.data() : tmp_h_.data(), dfc = defer ? a.dfc.data() : dfc_.data();
+  Act dqkv = defer ? a.dqkv.data() : dqkv_.data();
   DropoutSpec hid{{seed_, dropout_stream(l, kMlpOut), ctx.iteration},
                   ctx.training ? cfg_.hidden_dropout : 0.f,
                   ctx.sample_offset};
@@ -80,39 +85,77 @@ void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int
   // Activation gradients are in the activation type; the weight gradients
   // accumulate into grads() in fp32 (rounded per chunk when grads are 16-bit).
   ops_->bias_dropout_add_backward(dy, G.fc2_b, dresid, s, b, h, hid);
-  ops_->gemm(true, false, h, f, N, 1, dy, h, a.fc1_g.data(), f, 1, G.fc2_w, f);
   if (cfg_.swiglu) {
-    // d(silu(gate) up) into fc1_g (read for the last time above), then [dgate | dup].
-    Act dact = a.fc1_g.data();
+    // d(silu(gate) up), then [dgate | dup].
+    Act dact = dact_.data();
     ops_->gemm(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dact, f);
     ops_->swiglu_backward(dfc, nullptr, dact, a.fc1_z.data(), N, f);
     const CAct dup = dfc + (int64_t)f;
-    ops_->gemm(true, false, f, h, N, 1, dfc, 2 * f, a.ln2.data(), h, 1, G.gate_w, h);
-    ops_->gemm(true, false, f, h, N, 1, dup, 2 * f, a.ln2.data(), h, 1, G.up_w, h);
     ops_->gemm(false, false, N, h, f, 1, dfc, 2 * f, P.gate_w, h, 0, dln, h);
     ops_->gemm(false, false, N, h, f, 1, dup, 2 * f, P.up_w, h, 1, dln, h);
   } else {
     ops_->gemm(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dfc, f);
     ops_->bias_gelu_backward(dfc, G.fc1_b, dfc, a.fc1_z.data(), N, f);
-    ops_->gemm(true, false, f, h, N, 1, dfc, f, a.ln2.data(), h, 1, G.fc1_w, h);
     ops_->gemm(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
   }
+  if (!defer) mlp_weight_grads(li, a, dy, dfc, N);
   tp_all_reduce(dln, Nh);
   norm_backward(dresid, G.ln2_w, G.ln2_b, dln, a.mid.data(), P.ln2_w, a.ln2_mean.data(),
                 a.ln2_rstd.data(), N);
 
   // Attention block.
   hid.key.stream = dropout_stream(l, kAttentionOut);
+  if (defer) dy = a.dy_attn.data();
   ops_->bias_dropout_add_backward(dy, G.proj_b, dresid, s, b, h, hid);
-  ops_->gemm(true, false, h, w, N, 1, dy, h, a.ctxv.data(), w, 1, G.proj_w, w);
   ops_->gemm(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
-  attention_backward(l, a, s, b, ctx);
+  attention_backward(l, a, dqkv, s, b, ctx);
   if (cfg_.rope()) rotate_qk(dqkv, s, b, true);  // back to the unrotated q and k
-  if (G.qkv_b) ops_->colsum_accumulate(G.qkv_b, dqkv, N, q);
-  ops_->gemm(true, false, q, h, N, 1, dqkv, q, a.ln1.data(), h, 1, G.qkv_w, h);
-  ops_->gemm(false, false, N, h, q, 1, dqkv, q, P.qkv_w, h, 0, dln, h);
+  if (G.qkv_b) ops_->colsum_accumulate(G.qkv_b, dqkv, N, qkv_width_);
+  if (!defer) attention_weight_grads(li, a, dy, dqkv, N);
+  ops_->gemm(false, false, N, h, qkv_width_, 1, dqkv, qkv_width_, P.qkv_w, h, 0, dln, h);
   tp_all_reduce(dln, Nh);
   norm_backward(dresid, G.ln1_w, G.ln1_b, dln, x, P.ln1_w, a.ln1_mean.data(), a.ln1_rstd.data(), N);
+}
+
+// The MLP's weight gradients: fc2 from the GeLU/SwiGLU output, fc1 (or gate
+// and up) from ln2.
+template <class T>
+void GPT<T>::mlp_weight_grads(int li, const LayerActs &a, CAct dy, CAct dfc, int N) {
+  const int h = cfg_.hidden_size, f = ffn_;
+  Layer G = layer(grads_.data(), li);
+  ops_->gemm(true, false, h, f, N, 1, dy, h, a.fc1_g.data(), f, 1, G.fc2_w, f);
+  if (cfg_.swiglu) {
+    ops_->gemm(true, false, f, h, N, 1, dfc, 2 * f, a.ln2.data(), h, 1, G.gate_w, h);
+    ops_->gemm(true, false, f, h, N, 1, dfc + (int64_t)f, 2 * f, a.ln2.data(), h, 1, G.up_w, h);
+  } else {
+    ops_->gemm(true, false, f, h, N, 1, dfc, f, a.ln2.data(), h, 1, G.fc1_w, h);
+  }
+}
+
+// The attention block's: the projection from the context, QKV from ln1.
+template <class T>
+void GPT<T>::attention_weight_grads(int li, const LayerActs &a, CAct dy, CAct dqkv, int N) {
+  const int h = cfg_.hidden_size, w = width_, q = qkv_width_;
+  Layer G = layer(grads_.data(), li);
+  ops_->gemm(true, false, h, w, N, 1, dy, h, a.ctxv.data(), w, 1, G.proj_w, w);
+  ops_->gemm(true, false, q, h, N, 1, dqkv, q, a.ln1.data(), h, 1, G.qkv_w, h);
+}
+
+// W of a deferred layer_backward.
+template <class T>
+void GPT<T>::layer_weight_grads(int li, const LayerActs &a, int s, int b) {
+  const int N = s * b;
+  mlp_weight_grads(li, a, a.dy_mlp.data(), a.dfc.data(), N);
+  attention_weight_grads(li, a, a.dy_attn.data(), a.dqkv.data(), N);
+}
+
+template <class T>
+void GPT<T>::size_weight_grads(LayerActs &a, int s, int b) {
+  const size_t N = (size_t)s * b, h = cfg_.hidden_size, f = ffn_;
+  a.dy_attn.resize(*dev_, N * h, act_);
+  a.dy_mlp.resize(*dev_, N * h, act_);
+  a.dqkv.resize(*dev_, N * qkv_width_, act_);
+  a.dfc.resize(*dev_, N * f * (cfg_.swiglu ? 2 : 1), act_);
 }
 
 #define PTDP_INSTANTIATE(T)                                                        \
@@ -120,7 +163,11 @@ void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int
   template void GPT<T>::layer_forward(int, CAct, Act, LayerActs &, int, int,   \
                                       const StepContext &);                      \
   template void GPT<T>::layer_backward(int, CAct, LayerActs &, Act, int, int,  \
-                                       const StepContext &);
+                                       const StepContext &, bool);               \
+  template void GPT<T>::mlp_weight_grads(int, const LayerActs &, CAct, CAct, int); \
+  template void GPT<T>::attention_weight_grads(int, const LayerActs &, CAct, CAct, int); \
+  template void GPT<T>::layer_weight_grads(int, const LayerActs &, int, int);    \
+  template void GPT<T>::size_weight_grads(LayerActs &, int, int);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)
 #undef PTDP_INSTANTIATE

@@ -89,15 +89,30 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
     if (device_timers) timers.back()->stop();
     return result;
   };
-  // Each chunk's last backward of the run finalises its gradients.
-  std::map<int, size_t> last_backward;
-  for (size_t i = 0; i < ops.size(); i++)
+  // Each chunk's last backward of the run finalises its gradients, and its
+  // last W those of its layers when a zero-bubble schedule splits them.
+  std::map<int, size_t> last_backward, last_weight;
+  bool split = false;
+  for (size_t i = 0; i < ops.size(); i++) {
     if (ops[i].kind == PipeOpKind::backward) last_backward[ops[i].chunk] = i;
+    if (ops[i].kind == PipeOpKind::backward_weight) last_weight[ops[i].chunk] = i, split = true;
+  }
+  // A transfer to this rank itself (zbv's turn) hands the tensor over to the
+  // neighbouring chunk's input or output gradient.
+  const PipelineStage &stage = model_.pipeline_stage();
+  auto neighbour = [&](int chunk, bool forward_dir) {
+    const int vs = stage.virtual_stage(chunk) + (forward_dir ? 1 : -1);
+    return chunk_home(stage.v_shape, stage.size, vs).chunk;
+  };
   for (size_t i = 0; i < ops.size(); i++) {
     const PipeOp &op = ops[i];
     const auto key = std::make_pair(op.microbatch, op.chunk);
     switch (op.kind) {
       case PipeOpKind::recv_forward: {
+        if (op.peer == stage.rank) {
+          take(inputs_, key, "input");  // handed over by this rank's send
+          break;
+        }
         auto &x = inputs_[key];
         x.resize(dev, Nh, act);
         recv_boundary(x, op.peer);
@@ -123,10 +138,18 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
         break;
       }
       case PipeOpKind::send_forward:
-        send_boundary(take(outputs_, key, "output"), op.peer);
+        if (op.peer == stage.rank)
+          inputs_[{op.microbatch, neighbour(op.chunk, true)}] =
+              std::move(take(outputs_, key, "output"));
+        else
+          send_boundary(take(outputs_, key, "output"), op.peer);
         outputs_.erase(key);
         break;
       case PipeOpKind::recv_backward: {
+        if (op.peer == stage.rank) {
+          take(doutputs_, key, "output gradient");
+          break;
+        }
         auto &d = doutputs_[key];
         d.resize(dev, Nh, act);
         recv_boundary(d, op.peer);
@@ -143,14 +166,24 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
         }
         timed(op, [&] {
           model_.backward_chunk(op.chunk, op.microbatch, dout, din, dloss,
-                                last_backward[op.chunk] == i);
+                                last_backward[op.chunk] == i, split);
           return 0;
         });
         if (!head) doutputs_.erase(key);
         break;
       }
+      case PipeOpKind::backward_weight:
+        timed(op, [&] {
+          model_.backward_weight_chunk(op.chunk, op.microbatch, last_weight[op.chunk] == i);
+          return 0;
+        });
+        break;
       case PipeOpKind::send_backward:
-        send_boundary(take(dinputs_, key, "input gradient"), op.peer);
+        if (op.peer == stage.rank)
+          doutputs_[{op.microbatch, neighbour(op.chunk, false)}] =
+              std::move(take(dinputs_, key, "input gradient"));
+        else
+          send_boundary(take(dinputs_, key, "input gradient"), op.peer);
         dinputs_.erase(key);
         break;
     }

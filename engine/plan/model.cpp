@@ -151,7 +151,8 @@ int max_chunks_in_flight(ScheduleKind k, int p, int v, int64_t m, int stage) {
   int now = 0, peak = 0;
   for (const PipeOp &op : ops) {
     if (op.kind == PipeOpKind::forward) peak = std::max(peak, ++now);
-    if (op.kind == PipeOpKind::backward) now--;
+    // A micro-batch's activations are kept until its weight gradients when the schedule splits them.
+    if (op.kind == (splits_backward(k) ? PipeOpKind::backward_weight : PipeOpKind::backward)) now--;
   }
   return peak;
 }
@@ -438,7 +439,7 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
       for (const PipeOp &op : ranks[r])
         cost[r].push_back(op.kind == PipeOpKind::forward ? cf[op.chunk] : op.kind == PipeOpKind::backward ? cb[op.chunk] : 0);
     }
-    makespan = replay_makespan(ranks, p, [&](int r, size_t i) { return cost[(size_t)r][i]; });
+    makespan = replay_makespan(ranks, p, L.schedule, [&](int r, size_t i) { return cost[(size_t)r][i]; });
     makespan += (double)(mb - m2) * busiest_work;
     P.replayed = true;
   } else {

@@ -35,7 +35,7 @@ const Opt kOptions[] = {
     {"data_parallel_size", "d (default: n / (t p))"},
     {"num_layers_per_virtual_pipeline_stage", "layers per model chunk: v = l / (p x this)"},
     {"virtual_pipeline_model_parallel_size", "v, model chunks per pipeline rank (default: searched)"},
-    {"pipeline_schedule", "gpipe | 1f1b | interleaved (default: 1f1b, interleaved when v > 1)"},
+    {"pipeline_schedule", "gpipe | 1f1b | interleaved | zbh1 | zbv (default: 1f1b, interleaved when v > 1)"},
     {"scatter_gather_tensors_in_pipeline", "0 | 1 (default 1)"},
     {"no_scatter_gather_tensors_in_pipeline", "flag: scatter/gather off"},
     {"recompute_granularity", "none | selective | full (default: searched)"},

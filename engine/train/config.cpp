@@ -70,7 +70,7 @@ const std::vector<OptionSpec> &option_schema() {
       {"data_parallel_size", T::Int, "1", 1, 1 << 20, nullptr, "data-parallel degree d"},
       {"num_layers_per_virtual_pipeline_stage", T::Int, "0", 0, 4096, nullptr,
        "layers per model chunk: v = num_layers / (p x this) chunks per rank (0 = v of 1)"},
-      {"pipeline_schedule", T::Choice, "auto", 0, 0, "auto,gpipe,1f1b,interleaved",
+      {"pipeline_schedule", T::Choice, "auto", 0, 0, "auto,gpipe,1f1b,interleaved,zbh1,zbv",
        "pipeline schedule (auto = interleaved when v > 1, else 1f1b)"},
       {"scatter_gather_tensors_in_pipeline", T::Int, "1", 0, 1, nullptr,
        "with t > 1, send 1/t of each boundary tensor and all-gather it (1 = on)"},

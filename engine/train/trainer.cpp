@@ -130,7 +130,8 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     R->dp = world_->group("dp", grid_->dp_group(r), r);
     R->pp = world_->group("pp", grid_->pp_group(r), r);
     const int p = opt_.parallel.p;
-    if (p > 1 && (R->coord.pp == 0 || R->coord.pp == p - 1))
+    // zbv holds the embedding and the head on the first rank: no group to sum over.
+    if (p > 1 && !v_shaped(opt_.schedule) && (R->coord.pp == 0 || R->coord.pp == p - 1))
       R->embedding = world_->group("embedding", grid_->embedding_group(r), r);
     else if (p > 1)
       // Making groups is collective over the mpi world: a middle stage takes
@@ -159,7 +160,8 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     const int r = R->world_rank, p = opt_.parallel.p;
     R->model = std::make_unique<GPT<float>>(
         opt_.model, opt_.seed, TensorParallel{R->coord.tp, opt_.parallel.t, R->tp_d},
-        PipelineStage{R->coord.pp, p, opt_.virtual_stages}, opt_.recompute, opt_.precision,
+        PipelineStage{R->coord.pp, p, opt_.virtual_stages, v_shaped(opt_.schedule)},
+        opt_.recompute, opt_.precision,
         R->device.get());
     R->model->set_flash_attention(opt_.use_flash_attn);
     R->model->set_op_profiling(!opt_.op_profile_path.empty());
@@ -167,7 +169,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
         *R->model, p > 1 ? R->pp_d : nullptr, opt_.parallel.t > 1 ? R->tp_d : nullptr,
         opt_.scatter_gather);
     const int m = opt_.microbatches();
-    R->eval_schedule = forward_only_schedule(p, opt_.virtual_stages, m, R->coord.pp);
+    R->eval_schedule = forward_only_schedule(opt_.schedule, p, opt_.virtual_stages, m, R->coord.pp);
     R->timeline.set_enabled(!opt_.timeline_path.empty());
     R->report.world_rank = r;
     R->report.coord = R->coord;
@@ -313,7 +315,8 @@ const CommStats &Trainer::comm_stats(int rank, const std::string &group) const {
   if (group == "embedding") {
     if (!r.embedding)
       fail(Status::invalid_argument, "rank ", r.world_rank,
-           " is in no embedding group (only the first and last stages are, when p > 1)");
+           " is in no embedding group (only the first and last stages are, when p > 1 and the "
+           "schedule is not zbv)");
     return r.embedding->stats();
   }
   fail(Status::invalid_argument, "unknown group '", group, "'; known: tp, pp, dp, embedding");
@@ -377,9 +380,10 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
   double compute_ns = 0;
   for (const OpTiming &t : r.report.timings) {
     compute_ns += (double)t.device_ns;
-    const bool fwd = t.op.kind == PipeOpKind::forward;
-    r.timeline.add(Span{fwd ? "F" : "B", fwd ? "forward" : "backward", t.device_start_ns,
-                        t.device_start_ns + t.device_ns, t.op.microbatch, t.op.chunk, "", -1});
+    const bool fwd = t.op.kind == PipeOpKind::forward, w = t.op.kind == PipeOpKind::backward_weight;
+    r.timeline.add(Span{fwd ? "F" : w ? "W" : "B", fwd ? "forward" : w ? "backward_weight" : "backward",
+                        t.device_start_ns, t.device_start_ns + t.device_ns, t.op.microbatch,
+                        t.op.chunk, "", -1});
   }
 
   r.grad_reducer->finish();

@@ -173,6 +173,11 @@ class Trainer {
   uint64_t valid_samples() const;
 
  private:
+  // The pipeline rank holding the LM head: the last, or the first under zbv.
+  int head_stage() const {
+    const int p = opt_.parallel.p;
+    return chunk_home(v_shaped(opt_.schedule), p, p * opt_.virtual_stages - 1).rank;
+  }
   struct Rank;
   void run_on_ranks(const std::function<void(Rank &)> &fn);
   void fill_batch(Rank &r, Sampler &sampler, uint64_t first, int b);

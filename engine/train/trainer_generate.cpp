@@ -67,7 +67,9 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
   const int p = opt_.parallel.p, window = opt_.model.max_positions();
   // One micro-batch of one sequence through every stage; the last picks the
   // token and tells the others.
-  const std::vector<PipeOp> ops = forward_only_schedule(p, opt_.virtual_stages, 1, r.coord.pp);
+  const std::vector<PipeOp> ops =
+      forward_only_schedule(opt_.schedule, p, opt_.virtual_stages, 1, r.coord.pp);
+  const int head = head_stage();
   std::vector<float> mine((size_t)Vl), row((size_t)Vl * t);
   std::vector<double> prob((size_t)V);
   std::vector<int> order;
@@ -77,7 +79,7 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
     r.pipeline->run(ops, n, 1, 0, false, 0.f,
                     [&](int, bool) { return MicroBatch{context, nullptr, 0}; });
     int next = 0;
-    if (r.coord.pp == p - 1) {
+    if (r.coord.pp == head) {
       // The last position's logits, gathered over the vocabulary shards.
       mine = model.logits_to_host(n - 1, 1);
       if (t > 1)
@@ -88,7 +90,7 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
     }
     if (p > 1) {
       float f = (float)next;  // exact: token ids are far below 2^24
-      r.pp->broadcast(&f, 1, p - 1);
+      r.pp->broadcast(&f, 1, head);
       next = (int)f;
     }
     if (next == tok_->eod()) break;
@@ -102,12 +104,14 @@ std::vector<float> Trainer::rank_logits(Rank &r, const std::vector<int32_t> &tok
   GPT<float> &model = *r.model;
   const int n = (int)tokens.size(), V = opt_.model.vocab_size, Vl = model.local_vocab();
   const int t = opt_.parallel.t, p = opt_.parallel.p;
-  const std::vector<PipeOp> ops = forward_only_schedule(p, opt_.virtual_stages, 1, r.coord.pp);
+  const std::vector<PipeOp> ops =
+      forward_only_schedule(opt_.schedule, p, opt_.virtual_stages, 1, r.coord.pp);
+  const int head = head_stage();
   r.pipeline->run(ops, n, 1, 0, false, 0.f, [&](int, bool) {
     return MicroBatch{tokens.data(), nullptr, 0};
   });
   std::vector<float> out((size_t)n * V);
-  if (r.coord.pp == p - 1) {
+  if (r.coord.pp == head) {
     // [n, Vl] per tensor rank, gathered as [t, n, Vl], then rows of the real vocabulary.
     std::vector<float> mine = model.logits_to_host(0, n), all((size_t)n * Vl * t);
     if (t > 1)
@@ -118,7 +122,7 @@ std::vector<float> Trainer::rank_logits(Rank &r, const std::vector<int32_t> &tok
       for (int j = 0; j < V; j++)
         out[(size_t)i * V + j] = all[((size_t)(j / Vl) * n + i) * Vl + j % Vl];
   }
-  if (p > 1) r.pp->broadcast(out.data(), out.size(), p - 1);
+  if (p > 1) r.pp->broadcast(out.data(), out.size(), head);
   return out;
 }
 

@@ -154,7 +154,7 @@ double Trainer::replayed_bubble() const {
     double busy = 0;
     for (const PipeOp &op : r.schedule) {
       double c = 0;
-      if (op.kind == PipeOpKind::forward || op.kind == PipeOpKind::backward) {
+      if (is_compute(op.kind)) {
         const OpTiming &t = r.timings.at(k++);
         c = (double)(cpu_time ? t.cpu_ns : t.device_ns) * 1e-9;
       }
@@ -163,7 +163,8 @@ double Trainer::replayed_bubble() const {
     }
     busiest = std::max(busiest, busy);
   }
-  double makespan = replay_makespan(ops, p, [&](int st, size_t i) { return cost[(size_t)st][i]; });
+  double makespan = replay_makespan(ops, p, opt_.schedule,
+                                    [&](int st, size_t i) { return cost[(size_t)st][i]; });
   return makespan / busiest - 1.0;
 }
 

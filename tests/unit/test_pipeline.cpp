@@ -420,12 +420,12 @@ TEST(Pipeline, BadLayoutsAreClearErrors) {
                "the interleaved schedule needs the number of micro-batches (3) to be a multiple "
                "of pipeline_model_parallel_size (2)");
   expect_error([&] { opts(cfg(2, 8, 2, "1f1b")); }, Status::invalid_config,
-               "1f1b runs one model chunk per rank; v=2 needs the interleaved schedule");
+               "1f1b runs one model chunk per rank; v=2 needs the interleaved or zbv schedule");
   expect_error([&] { opts(cfg(2, 8, 4, "interleaved")); }, Status::invalid_config,
                "the interleaved schedule needs v >= 2");
   Config bad;
   expect_error([&] { bad.set("pipeline_schedule", "zero-bubble"); }, Status::bad_value,
-               "{auto,gpipe,1f1b,interleaved}");
+               "{auto,gpipe,1f1b,interleaved,zbh1,zbv}");
   Config r = cfg(2, 8, 0, "1f1b");
   r.set("recompute_granularity", "full");
   r.set("recompute_num_layers", "5");
