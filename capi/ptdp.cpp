@@ -354,6 +354,12 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     } else if (n == "replayed_bubble") {
       metric(0);  // wrong_state before the first step
       *value = tr.replayed_bubble();
+    } else if (n == "forward_op_seconds" || n == "backward_op_seconds" ||
+               n == "weight_op_seconds") {
+      metric(0);
+      *value = tr.mean_op_seconds(n[0] == 'f'   ? ptdp::PipeOpKind::forward
+                                  : n[0] == 'b' ? ptdp::PipeOpKind::backward
+                                                : ptdp::PipeOpKind::backward_weight);
     } else if (n == "lm_loss") *value = metric(m.lm_loss);
     else if (n == "lr") *value = metric(m.lr);
     else if (n == "grad_norm") *value = metric(m.grad_norm);
@@ -370,7 +376,8 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
                  "padded_vocab_size, unigram_entropy, train_samples, valid_samples, "
                  "peak_memory_bytes, device_peak_memory_bytes, world_size, local_ranks, rank, tp_rank, dp_rank, pp_rank, "
                  "tensor_model_parallel_size, pipeline_model_parallel_size, data_parallel_size, "
-                 "virtual_pipeline_stages, comm_seconds, replayed_bubble, lm_loss, lr, grad_norm, "
+                 "virtual_pipeline_stages, comm_seconds, replayed_bubble, forward_op_seconds, "
+                 "backward_op_seconds, weight_op_seconds, lm_loss, lr, grad_norm, "
                  "loss_scale, skipped_iters, nan_iters, elapsed_ms, tokens_per_s, "
                  "tflops_per_rank");
   });

@@ -134,8 +134,13 @@ PTDP_API ptdp_status ptdp_trainer_evaluate(ptdp_trainer *trainer, int64_t iters,
  * replayed_bubble (the last step's pipeline bubble: the executed schedules of
  * the pipeline ranks of tp 0, dp 0 replayed with each operation's measured
  * time as if every rank had its own device, makespan / busiest stage - 1; needs
- * every rank in this process, so not under mpirun with several processes)).
- * Metrics and replayed_bubble before the first step: PTDP_ERR_WRONG_STATE. */
+ * every rank in this process, so not under mpirun with several processes),
+ * forward_op_seconds, backward_op_seconds, weight_op_seconds (the mean time of
+ * one forward, backward and, under zbh1 or zbv, weight-gradient op of a model
+ * chunk in that replay; the backward then computes input gradients only, and
+ * 0 for weight ops under other schedules)).
+ * Metrics, replayed_bubble and the op seconds before the first step:
+ * PTDP_ERR_WRONG_STATE. */
 PTDP_API ptdp_status ptdp_trainer_get(const ptdp_trainer *trainer, const char *name,
                                       double *value);
 /* A named number of one rank hosted by this process: local_rank is in

@@ -273,6 +273,14 @@ end
 -- (ptdp_trainer_get 'replayed_bubble'; not under mpirun with several processes).
 function Trainer:replayed_bubble() return self:get('replayed_bubble') end
 
+-- The mean time of one compute op of a model chunk in that replay:
+-- { forward =, backward =, weight = } seconds (backward is B alone and weight
+-- W under zbh1 and zbv; weight is 0 under other schedules).
+function Trainer:op_seconds()
+  return { forward = self:get('forward_op_seconds'), backward = self:get('backward_op_seconds'),
+           weight = self:get('weight_op_seconds') }
+end
+
 -- The metrics of the step just run (loss = lm_loss).
 local function step_metrics(self)
   local m = {}

@@ -1,9 +1,14 @@
 -- Pipeline schedules on thread ranks: an 8-layer model over p = 4 stages with
--- the same global batch, run with GPipe, 1F1B and the interleaved 1F1B (one
--- layer per model chunk: v = 2). For each: tokens/s, the share of the step the
--- ranks sit idle (wall clock, mean over ranks), the bubble replayed from the
--- measured op times of the last step, and the paper's formula: (p-1)/m, and
--- (p-1)/(v m) interleaved. Then draws the timeline of an interleaved step.
+-- the same global batch, run with GPipe, 1F1B, the interleaved 1F1B (one
+-- layer per model chunk: v = 2) and the zero-bubble ZB-H1 and ZB-V (v = 2 in
+-- a V). For each: tokens/s, the share of the step the ranks sit idle (wall
+-- clock, mean over ranks), the bubble replayed from the measured op times of
+-- the last step, and its formula: (p-1)/m, and (p-1)/(v m) interleaved (the
+-- paper's); for the zero-bubble schedules, with the measured mean F, B and W
+-- of one chunk, (p-1)(F+B-W) / (m(F+B+W)) for ZB-H1 and
+-- (p-1) max(B, 2(B-W)) / (2m(F+B+W)) for ZB-V (docs/pipeline.md). Then the
+-- zero-bubble steps' speed and bubbles against 1F1B's, and the timeline of an
+-- interleaved step.
 --   build/ptdp scripts/bench_pipeline.lua [--iters 3] [--png pipeline_timeline.png]
 -- The byte vocabulary keeps the LM head small, so the last stage is not much
 -- heavier than the others. On few cores the ranks share them: in the warm-up
@@ -54,9 +59,17 @@ local function run(name, changes)
       peak = math.max(peak, r.peak_activation_bytes)
     end
   end
+  local t = trainer:op_seconds()
+  local formula = (p - 1) / (v * m)
+  if c.pipeline_schedule == 'zbh1' then
+    formula = (p - 1) * (t.forward + t.backward - t.weight) / (m * (t.forward + t.backward + t.weight))
+  elseif c.pipeline_schedule == 'zbv' then
+    formula = (p - 1) * math.max(t.backward, 2 * (t.backward - t.weight)) /
+              (2 * m * (t.forward + t.backward + t.weight))
+  end
   local res = {
-    tokens_per_s = gbs * seq * opts.iters / (ms / 1e3), idle = idle,
-    bubble = trainer:replayed_bubble(), formula = (p - 1) / (v * m), peak = peak,
+    tokens_per_s = gbs * seq * opts.iters / (ms / 1e3), idle = idle, step_ms = ms / opts.iters,
+    bubble = trainer:replayed_bubble(), formula = formula, peak = peak,
   }
   print(string.format('%-11s p=%d v=%d m=%d: step %.0f ms, %.1f tokens/s, idle %.1f%% of the step ' ..
                       '(wall clock, mean over ranks), replayed bubble %.3f, formula %.3f, ' ..
@@ -66,6 +79,10 @@ local function run(name, changes)
 end
 
 local gpipe = run('gpipe', { pipeline_schedule = 'gpipe' })
+collectgarbage()
+local zbh1 = run('zbh1', { pipeline_schedule = 'zbh1' })
+collectgarbage()
+local zbv = run('zbv', { pipeline_schedule = 'zbv', num_layers_per_virtual_pipeline_stage = 1 })
 collectgarbage()
 local one_f_one_b = run('1f1b', { pipeline_schedule = '1f1b' })
 collectgarbage()
@@ -80,3 +97,11 @@ print(string.format('timeline of the last interleaved step: %s (trace %s)', opts
 print(string.format('bubble_1f1b=%.4f formula_1f1b=%.4f bubble_interleaved=%.4f formula_interleaved=%.4f',
                     one_f_one_b.bubble, one_f_one_b.formula, interleaved.bubble,
                     interleaved.formula))
+print(string.format('bubble_zbh1=%.4f formula_zbh1=%.4f bubble_zbv=%.4f formula_zbv=%.4f',
+                    zbh1.bubble, zbh1.formula, zbv.bubble, zbv.formula))
+-- Against 1F1B in the same run: the replayed bubbles (as if each rank had
+-- its own device) and the measured steps (thread ranks sharing this
+-- machine's cores).
+print(string.format('zbh1/1f1b: bubble %.3f, step time %.3f; zbv/1f1b: bubble %.3f, step time %.3f',
+                    zbh1.bubble / one_f_one_b.bubble, zbh1.step_ms / one_f_one_b.step_ms,
+                    zbv.bubble / one_f_one_b.bubble, zbv.step_ms / one_f_one_b.step_ms))

@@ -6,6 +6,7 @@
 
 #include "engine/core/gpt_math.h"
 #include "engine/core/status.h"
+#include "engine/parallel/placement.h"
 
 namespace ptdp::plan {
 
@@ -16,11 +17,7 @@ const char *recompute_name(Recompute r) {
 std::string Layout::label() const {
   std::ostringstream os;
   os << "t=" << t << ",p=" << p << ",d=" << d << ",b=" << b << ",v=" << v;
-  if (p > 1) {
-    const char *s = schedule == ScheduleKind::gpipe ? "gpipe"
-                    : schedule == ScheduleKind::interleaved ? "interleaved" : "1f1b";
-    os << "," << s;
-  }
+  if (p > 1) os << "," << schedule_name(schedule);
   os << "," << recompute_name(recompute);
   if (p > 1 && !scatter_gather) os << ",no-sg";
   return os.str();
@@ -43,7 +40,10 @@ double flops_per_iteration(const ModelSpec &m, int64_t B, Recompute r) {
                         (double)m.mlp_matrices());
 }
 
-double bubble_closed_form(ScheduleKind k, int p, int v, int64_t m) {
+double bubble_closed_form(ScheduleKind k, int p, int v, int64_t m, PassTimes t) {
+  const double all = t.f + t.b + t.w;
+  if (k == ScheduleKind::zbh1) return (p - 1) * (t.f + t.b - t.w) / (m * all);
+  if (k == ScheduleKind::zbv) return (p - 1) * std::max(t.b, 2 * (t.b - t.w)) / (2.0 * m * all);
   return k == ScheduleKind::interleaved ? (double)(p - 1) / ((double)v * m) : (double)(p - 1) / m;
 }
 
@@ -190,8 +190,14 @@ std::string layout_problem(const ModelSpec &m, const TrainSpec &tr, const Layout
   }
   int64_t mb = L.microbatches(tr.global_batch);
   if (mb > (1 << 30)) return "too many micro-batches";
-  if (L.v > 1 && L.schedule != ScheduleKind::interleaved) {
-    os << "v=" << L.v << " model chunks per rank need the interleaved schedule";
+  if (L.schedule == ScheduleKind::zbv) {
+    if (L.p < 2 || L.v != 2) return "zbv needs p >= 2 and v = 2 (two chunks per rank in a V)";
+    if (mb < L.p) {
+      os << "zbv needs at least as many micro-batches (" << mb << ") as stages (" << L.p << ")";
+      return os.str();
+    }
+  } else if (L.v > 1 && L.schedule != ScheduleKind::interleaved) {
+    os << "v=" << L.v << " model chunks per rank need the interleaved or zbv schedule";
     return os.str();
   }
   if (L.schedule == ScheduleKind::interleaved) {
@@ -283,6 +289,7 @@ namespace {
 struct OpTimes {
   double layer_f_gemm = 0, layer_f_ew = 0, layer_f_tp = 0;
   double layer_b_gemm = 0, layer_b_ew = 0, layer_b_tp = 0;  // recomputation included
+  double layer_w_gemm = 0;  // of layer_b_gemm, the weight gradients (a zero-bubble W)
   double emb_f = 0, emb_b = 0, emb_tp = 0;
   double head_f = 0, head_b = 0, head_tp = 0;
 };
@@ -306,8 +313,10 @@ OpTimes op_times(const ModelSpec &m, const TrainSpec &tr, const Machine &mach, c
     double fwd = gemm_seconds(mach, dt, g, rpn);
     f_gemm += fwd;
     b_gemm += gemm_seconds(mach, dt, {g.name, g.m, g.k, g.n, g.batch}, rpn);  // input gradient
-    b_gemm += gemm_seconds(mach, dt, {g.name, g.k, g.n, g.m, g.batch}, rpn);  // weight gradient
+    const double wg = gemm_seconds(mach, dt, {g.name, g.k, g.n, g.m, g.batch}, rpn);
+    b_gemm += wg;  // weight gradient (the attention core's second operand's)
     if (g.batch > 1) core_f += fwd;  // the attention core (scores, context)
+    else o.layer_w_gemm += wg;       // a weight's: W in a zero-bubble schedule
   }
   double f_ew = 0, b_ew = 0, core_ew = 0;
   for (const StreamOp &op : layer_elementwise_ops(m, L.t, L.b, dt)) {
@@ -369,7 +378,7 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
   // then all-gathered inside the tensor group), over NVLink or the NIC.
   const Net tp = group_net(mach, tr.num_gpus, L.t, 1);
   auto p2p = [&](int from, int to) {
-    if (p == 1) return 0.0;
+    if (p == 1 || from == to) return 0.0;  // zbv's turn stays on its rank
     Net net = stages_cross(mach, L, from, to) ? Net{mach.inter.effective(), mach.inter.latency_s}
                                               : Net{mach.intra.effective(), mach.intra.latency_s};
     if (L.scatter_gather && L.t > 1)
@@ -382,40 +391,54 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
     double gemm = 0, ew = 0, tp = 0, pp = 0;
     double sum() const { return gemm + ew + tp + pp; }
   };
+  const bool v_shape = v_shaped(L.schedule), split = splits_backward(L.schedule);
+  auto rank_of = [&](int vs) { return chunk_home(v_shape, p, vs).rank; };
+  // fwd, or the backward (B alone when the schedule splits off W).
   auto chunk_cost = [&](int rank, int chunk, bool fwd) {
     Cost c;
-    int vs = chunk * p + rank;
+    int vs = virtual_stage(v_shape, p, rank, chunk);
     if (fwd) {
       c.gemm = Lc * o.layer_f_gemm;
       c.ew = Lc * o.layer_f_ew;
       c.tp = Lc * o.layer_f_tp;
       if (vs == 0) c.ew += o.emb_f, c.tp += o.emb_tp;
       if (vs == V - 1) c.ew += o.head_f, c.tp += o.head_tp;
-      if (vs < V - 1) c.pp = p2p(rank, (rank + 1) % p);
+      if (vs < V - 1) c.pp = p2p(rank, rank_of(vs + 1));
     } else {
-      c.gemm = Lc * o.layer_b_gemm;
+      c.gemm = Lc * (o.layer_b_gemm - (split ? o.layer_w_gemm : 0));
       c.ew = Lc * o.layer_b_ew;
       c.tp = Lc * o.layer_b_tp;
       if (vs == 0) c.ew += o.emb_b;
       if (vs == V - 1) c.ew += o.head_b;
-      if (vs > 0) c.pp = p2p(rank, (rank + p - 1) % p);
+      if (vs > 0) c.pp = p2p(rank, rank_of(vs - 1));
     }
     return c;
   };
+  // A chunk's weight gradients, run apart by a zero-bubble schedule.
+  const double w_cost = split ? Lc * o.layer_w_gemm : 0;
+  // The schedule's formula with the times of a chunk that has neither the
+  // embedding nor the head (virtual stage 1; with p*v = 2 the head's).
+  const ChunkHome mid = chunk_home(v_shape, p, std::min(1, V - 1));
+  P.pass = {chunk_cost(mid.rank, mid.chunk, true).sum(), chunk_cost(mid.rank, mid.chunk, false).sum(),
+            w_cost};
+  P.bubble_formula = bubble_closed_form(L.schedule, p, v, mb, P.pass);
   // Busiest rank: the most work per micro-batch (all its chunks, both passes).
   int busiest = 0;
   double busiest_work = -1;
   std::vector<double> per_mb(p, 0.0);
   for (int r = 0; r < p; r++) {
-    for (int c = 0; c < v; c++) per_mb[r] += chunk_cost(r, c, true).sum() + chunk_cost(r, c, false).sum();
+    for (int c = 0; c < v; c++)
+      per_mb[r] += chunk_cost(r, c, true).sum() + chunk_cost(r, c, false).sum() + w_cost;
     if (per_mb[r] > busiest_work) busiest_work = per_mb[r], busiest = r;
   }
   Cost busy;
-  for (int c = 0; c < v; c++)
+  for (int c = 0; c < v; c++) {
     for (bool fwd : {true, false}) {
       Cost x = chunk_cost(busiest, c, fwd);
       busy.gemm += x.gemm, busy.ew += x.ew, busy.tp += x.tp, busy.pp += x.pp;
     }
+    busy.gemm += w_cost;
+  }
   const double work = busiest_work * mb;
 
   double makespan;
@@ -437,13 +460,15 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
       double cf[64], cb[64];
       for (int c = 0; c < v && c < 64; c++) cf[c] = chunk_cost(r, c, true).sum(), cb[c] = chunk_cost(r, c, false).sum();
       for (const PipeOp &op : ranks[r])
-        cost[r].push_back(op.kind == PipeOpKind::forward ? cf[op.chunk] : op.kind == PipeOpKind::backward ? cb[op.chunk] : 0);
+        cost[r].push_back(op.kind == PipeOpKind::forward    ? cf[op.chunk]
+                          : op.kind == PipeOpKind::backward ? cb[op.chunk]
+                          : op.kind == PipeOpKind::backward_weight ? w_cost : 0);
     }
     makespan = replay_makespan(ranks, p, L.schedule, [&](int r, size_t i) { return cost[(size_t)r][i]; });
     makespan += (double)(mb - m2) * busiest_work;
     P.replayed = true;
   } else {
-    makespan = work * (1 + bubble_closed_form(L.schedule, p, v, mb));
+    makespan = work * (1 + P.bubble_formula);
   }
   P.bubble_fraction = makespan / work - 1;
 

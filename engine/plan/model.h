@@ -62,8 +62,15 @@ double params_eq2(const ModelSpec &m);
 // passes of the layers (24 B S l h^2 (1 + S/(6h)) each) plus 3 of the logits
 // (2 B S h V each); selective adds the attention core's forward (4 B S^2 h l).
 double flops_per_iteration(const ModelSpec &m, int64_t B, Recompute r);
-// (p-1)/m for GPipe and 1F1B, (p-1)/(v m) interleaved.
-double bubble_closed_form(ScheduleKind k, int p, int v, int64_t m);
+// One model chunk's forward, backward and weight-gradient times: the
+// zero-bubble formulas need them (b is then the input gradient alone).
+struct PassTimes {
+  double f = 1, b = 2, w = 0;
+};
+// (p-1)/m for GPipe and 1F1B, (p-1)/(v m) interleaved (the paper's); with a
+// chunk's times t, (p-1)(F+B-W) / (m(F+B+W)) for zbh1 and
+// (p-1) max(B, 2(B-W)) / (2m(F+B+W)) for zbv (docs/pipeline.md).
+double bubble_closed_form(ScheduleKind k, int p, int v, int64_t m, PassTimes t = {});
 // The paper's estimate 8 T P / (n X) in days (T tokens, X FLOP/s per device).
 double training_days_eq(double tokens, double params, int64_t n, double flops_per_device);
 
@@ -121,6 +128,8 @@ struct Prediction {
   double tflops_per_gpu = 0;   // flops / (n iteration_s) / 1e12
   double percent_of_peak = 0;
   double bubble_fraction = 0;  // replayed: makespan / busiest stage's work - 1
+  double bubble_formula = 0;   // bubble_closed_form with this layout's pass times
+  PassTimes pass;              // those times: a chunk's forward, backward (B) and W, seconds
   bool replayed = false;       // the schedule was replayed (else the closed form)
   TimeBreakdown time;
   MemoryBreakdown memory;

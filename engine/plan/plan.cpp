@@ -32,10 +32,7 @@ std::string fmt(const char *f, double x) {
   return buf;
 }
 
-const char *schedule_label(const Layout &L) {
-  if (L.p == 1) return "-";
-  return L.schedule == ScheduleKind::gpipe ? "gpipe" : L.schedule == ScheduleKind::interleaved ? "interleaved" : "1f1b";
-}
+const char *schedule_label(const Layout &L) { return L.p == 1 ? "-" : schedule_name(L.schedule); }
 
 constexpr double GiB = 1024.0 * 1024 * 1024;
 
@@ -161,8 +158,11 @@ PlanResult run_plan(const PlanRequest &req) {
         if (p == 1) sv = {{ScheduleKind::one_f_one_b, req.v ? req.v : 1}};
         else if (req.v) sv = {{req.schedule >= 0 ? (ScheduleKind)req.schedule
                                                  : req.v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b, req.v}};
-        else if (req.schedule == (int)ScheduleKind::gpipe || req.schedule == (int)ScheduleKind::one_f_one_b)
+        else if (req.schedule == (int)ScheduleKind::gpipe || req.schedule == (int)ScheduleKind::one_f_one_b ||
+                 req.schedule == (int)ScheduleKind::zbh1)
           sv = {{(ScheduleKind)req.schedule, 1}};
+        else if (req.schedule == (int)ScheduleKind::zbv)
+          sv = {{ScheduleKind::zbv, 2}};
         else {
           if (req.schedule < 0) sv.push_back({ScheduleKind::one_f_one_b, 1});
           if (m.layers % p == 0)
@@ -306,7 +306,7 @@ std::string explain_layout(const PlanRequest &req, const PlanResult &res, const 
        << fmt("  %5.1f%%\n", 100 * s / P.iteration_s);
   int64_t mb = L.microbatches(req.train.global_batch);
   os << "  bubble: " << fmt("%.2f%%", 100 * P.bubble_fraction) << (P.replayed ? " replayed from the " : " from the ")
-     << schedule_label(L) << " schedule (closed form " << fmt("%.2f%%", 100 * bubble_closed_form(L.schedule, L.p, L.v, mb))
+     << schedule_label(L) << " schedule (closed form " << fmt("%.2f%%", 100 * P.bubble_formula)
      << ", m = " << mb << " micro-batches)\n";
   os << "  one layer's forward GEMMs per micro-batch on a tensor rank (efficiency = achieved / peak):\n";
   const int rpn = (int)std::min<int64_t>(req.train.num_gpus, mach.shared_node ? req.train.num_gpus : mach.devices_per_node);

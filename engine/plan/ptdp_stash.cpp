@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "engine/core/status.h"
+#include "engine/parallel/placement.h"
 #include "engine/parallel/schedule.h"
 
 namespace ptdp::plan {
@@ -28,8 +29,9 @@ double ptdp_chunk_stash_bytes(const ModelSpec &m, const Layout &L, int stage, in
     layer += 2 * N * f;                                    // fc1 before and after GeLU
   }
   double floats = (double)layers * layer;
-  if (chunk == 0 && stage == 0) floats += N;  // tokens (int32)
-  if (chunk == v - 1 && stage == p - 1) {
+  const int vs = virtual_stage(v_shaped(L.schedule), p, stage, chunk);
+  if (vs == 0) floats += N;  // tokens (int32)
+  if (vs == p * v - 1) {
     const double vocab = (double)padded_vocab(m, L.t) / L.t;
     floats += 2 * N * h + 2 * N;  // the final LayerNorm's input, output and statistics
     floats += N * vocab + 3 * N;  // logits, the loss's max, sum and target logit
@@ -38,14 +40,27 @@ double ptdp_chunk_stash_bytes(const ModelSpec &m, const Layout &L, int stage, in
   return 4 * floats;
 }
 
+double ptdp_weight_stash_bytes(const ModelSpec &m, const Layout &L) {
+  const double N = (double)L.b * m.seq, h = (double)m.hidden, w = h / L.t;
+  const double f = (double)m.ffn_size() / L.t;
+  const int64_t layers = m.layers / ((int64_t)L.p * L.v);
+  // What the weight GEMMs read, ln1, the context, ln2 and the MLP activation,
+  // and their output gradients, dy of the projection and of fc2, dQKV, dfc1.
+  const double layer = (h + w + h + f) + (h + h + 3 * w + f);
+  return 4 * N * layer * (double)layers;
+}
+
 double ptdp_peak_stash_bytes(const ModelSpec &m, const Layout &L, int64_t microbatches, int stage,
                              const PtdpStash &o) {
   const std::vector<PipeOp> ops = pipeline_schedule(L.schedule, L.p, L.v, (int)microbatches, stage);
+  const double w_stash = splits_backward(L.schedule) ? ptdp_weight_stash_bytes(m, L) : 0;
   double now = 0, peak = 0;
   for (const PipeOp &op : ops) {
     const double bytes = ptdp_chunk_stash_bytes(m, L, stage, op.chunk, o);
     if (op.kind == PipeOpKind::forward) peak = std::max(peak, now += bytes);
-    if (op.kind == PipeOpKind::backward) now -= bytes;
+    // A split backward keeps the W stash until its W.
+    if (op.kind == PipeOpKind::backward) peak = std::max(peak, now += w_stash - bytes);
+    if (op.kind == PipeOpKind::backward_weight) now -= w_stash;
   }
   return peak;
 }

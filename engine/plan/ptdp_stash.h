@@ -18,11 +18,15 @@ struct PtdpStash {
 };
 
 // One (model chunk, micro-batch) of pipeline rank `stage` holding chunk
-// `chunk` (virtual stage chunk * p + stage). Recompute::full is ptdp's
+// `chunk` (virtual stage chunk * p + stage, or in a V under zbv). Recompute::full is ptdp's
 // uniform method with units of one layer (each layer's input kept);
 // selective is not an engine option.
 double ptdp_chunk_stash_bytes(const ModelSpec &m, const Layout &L, int stage, int chunk,
                               const PtdpStash &o);
+
+// What one (model chunk, micro-batch) keeps from its B until its W under a
+// zero-bubble schedule (GPT::keep_weight_inputs), GeLU's MLP.
+double ptdp_weight_stash_bytes(const ModelSpec &m, const Layout &L);
 
 // The peak over the training schedule of pipeline rank `stage` with
 // `microbatches` micro-batches: the chunks in flight at once, summed.

@@ -95,6 +95,10 @@ class Trainer {
   // time when each rank has one thread), as if each rank had its own device:
   // makespan / busiest stage - 1. Needs every pipeline rank in this process.
   double replayed_bubble() const;
+  // The mean cost of one forward, backward or (zero-bubble) weight-gradient op
+  // of the last step over those ranks, as the replay takes it: the op times
+  // the bubble formulas take. 0 for a kind the schedule does not run.
+  double mean_op_seconds(PipeOpKind kind) const;
 
   StepMetrics step();
   // The same step on the caller's batch instead of the dataset's (the embedder
@@ -173,6 +177,8 @@ class Trainer {
   uint64_t valid_samples() const;
 
  private:
+  double op_seconds(const OpTiming &t) const;  // an op's cost in the replay
+  std::vector<const RankReport *> pipeline_reports(const char *what) const;
   // The pipeline rank holding the LM head: the last, or the first under zbv.
   int head_stage() const {
     const int p = opt_.parallel.p;

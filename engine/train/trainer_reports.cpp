@@ -135,29 +135,41 @@ const Trainer::RankReport &Trainer::world_rank_report(int world_rank) const {
   return gathered_[(size_t)world_rank];
 }
 
-double Trainer::replayed_bubble() const {
+// An op's cost as the replay takes it: ranks sharing cores run slower while
+// more of them are busy; with one thread per rank its CPU time is the op's
+// cost on a core of its own. Otherwise the op's span on its device (on the
+// CPU device, its wall time).
+double Trainer::op_seconds(const OpTiming &t) const {
+  const bool cpu_time = ranks_[0]->device->kind() == DeviceKind::cpu && threads_per_rank_ == 1;
+  return (double)(cpu_time ? t.cpu_ns : t.device_ns) * 1e-9;
+}
+
+// The pipeline ranks of (tp 0, dp 0), which the replay takes.
+std::vector<const Trainer::RankReport *> Trainer::pipeline_reports(const char *what) const {
   if ((int)ranks_.size() != world_size())
-    fail(Status::wrong_state, "replayed_bubble needs every rank in this process");
+    fail(Status::wrong_state, what, " needs every rank in this process");
+  std::vector<const RankReport *> out;
+  for (int st = 0; st < opt_.parallel.p; st++) {
+    const RankReport &r = ranks_[(size_t)grid_->rank_of({0, 0, st})]->report;
+    if (r.timings.empty()) fail(Status::wrong_state, what, " needs a training step first");
+    out.push_back(&r);
+  }
+  return out;
+}
+
+double Trainer::replayed_bubble() const {
+  const std::vector<const RankReport *> reports = pipeline_reports("replayed_bubble");
   const int p = opt_.parallel.p;
   std::vector<std::vector<PipeOp>> ops((size_t)p);
   std::vector<std::vector<double>> cost((size_t)p);  // per op of ops[stage]; transfers free
-  // Ranks sharing cores run slower while more of them are busy; with one
-  // thread per rank its CPU time is the op's cost on a core of its own.
-  // Otherwise the op's span on its device (on the CPU device, its wall time).
-  const bool cpu_time = ranks_[0]->device->kind() == DeviceKind::cpu && threads_per_rank_ == 1;
   double busiest = 0;
   for (int st = 0; st < p; st++) {
-    const RankReport &r = ranks_[(size_t)grid_->rank_of({0, 0, st})]->report;
-    if (r.timings.empty()) fail(Status::wrong_state, "replayed_bubble needs a training step first");
+    const RankReport &r = *reports[(size_t)st];
     ops[(size_t)st] = r.schedule;
     size_t k = 0;
     double busy = 0;
     for (const PipeOp &op : r.schedule) {
-      double c = 0;
-      if (is_compute(op.kind)) {
-        const OpTiming &t = r.timings.at(k++);
-        c = (double)(cpu_time ? t.cpu_ns : t.device_ns) * 1e-9;
-      }
+      const double c = is_compute(op.kind) ? op_seconds(r.timings.at(k++)) : 0;
       cost[(size_t)st].push_back(c);
       busy += c;
     }
@@ -166,6 +178,17 @@ double Trainer::replayed_bubble() const {
   double makespan = replay_makespan(ops, p, opt_.schedule,
                                     [&](int st, size_t i) { return cost[(size_t)st][i]; });
   return makespan / busiest - 1.0;
+}
+
+double Trainer::mean_op_seconds(PipeOpKind kind) const {
+  if (!is_compute(kind))
+    fail(Status::invalid_argument, pipe_op_name(kind), " is not a compute op");
+  double sum = 0;
+  int n = 0;
+  for (const RankReport *r : pipeline_reports("mean_op_seconds"))
+    for (const OpTiming &t : r->timings)
+      if (t.op.kind == kind) sum += op_seconds(t), n++;
+  return n ? sum / n : 0.0;
 }
 
 }  // namespace ptdp
