@@ -22,7 +22,7 @@ namespace {
 
 using nlohmann::json;
 
-enum class Kind { forward, backward, comm, other };
+enum class Kind { forward, backward, weight, comm, other };
 
 struct Event {
   int64_t tid;
@@ -42,16 +42,19 @@ const Rgb kSeparator = {210, 210, 210};
 
 Rgb microbatch_colour(int mb, Kind kind) {
   Rgb c = mb < 0 ? kNoMicrobatch : kPalette[mb % 12];
-  // Forward: halfway to white; backward: 35% darker. Same hue, told apart at a glance.
+  // Forward: halfway to white; backward: 35% darker; a zero-bubble schedule's
+  // weight gradients: the hue itself. Told apart at a glance.
   auto light = [](uint8_t v) { return (uint8_t)(v + (255 - v) / 2); };
   auto dark = [](uint8_t v) { return (uint8_t)(v * 65 / 100); };
   if (kind == Kind::forward) return {light(c.r), light(c.g), light(c.b)};
+  if (kind == Kind::weight) return c;
   return {dark(c.r), dark(c.g), dark(c.b)};
 }
 
 Kind kind_of(const std::string &cat) {
   if (cat == "forward") return Kind::forward;
   if (cat == "backward") return Kind::backward;
+  if (cat == "backward_weight") return Kind::weight;
   if (cat == "send" || cat == "recv" || cat == "comm") return Kind::comm;
   return Kind::other;
 }
@@ -142,7 +145,7 @@ void render_timeline_png(const std::string &trace_json_path, const std::string &
   // Neutral spans first, so forward/backward draw over an overlapping optimizer span.
   for (Kind pass : {Kind::other, Kind::forward, Kind::comm}) {
     for (const Event &e : events) {
-      bool compute = e.kind == Kind::forward || e.kind == Kind::backward;
+      bool compute = e.kind == Kind::forward || e.kind == Kind::backward || e.kind == Kind::weight;
       if (pass == Kind::forward ? !compute : e.kind != pass) continue;
       int xa, xb, top = top_of(e);
       px_range(e, xa, xb);
@@ -158,7 +161,8 @@ void render_timeline_png(const std::string &trace_json_path, const std::string &
   // A black line where a span touches the previous one of another micro-batch.
   std::vector<const Event *> compute;
   for (const Event &e : events)
-    if (e.kind == Kind::forward || e.kind == Kind::backward) compute.push_back(&e);
+    if (e.kind == Kind::forward || e.kind == Kind::backward || e.kind == Kind::weight)
+      compute.push_back(&e);
   std::stable_sort(compute.begin(), compute.end(), [](const Event *a, const Event *b) {
     return a->tid != b->tid ? a->tid < b->tid : a->ts < b->ts;
   });

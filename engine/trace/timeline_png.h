@@ -4,7 +4,8 @@
 //   - one horizontal lane per tid, sorted top to bottom; x = time, from the
 //     earliest event start to the latest event end;
 //   - cat "forward" spans in a light colour, cat "backward" in a darker shade of
-//     the same hue; the hue is picked by args.microbatch from 12 cycling hues;
+//     the same hue, cat "backward_weight" (a zero-bubble W) in the hue itself;
+//     the hue is picked by args.microbatch from 12 cycling hues;
 //   - cat "send"/"recv"/"comm" as a thin grey band at the bottom of the lane;
 //   - any other cat (e.g. "optimizer") in a neutral colour;
 //   - a black 1-px line between touching spans of different micro-batches.

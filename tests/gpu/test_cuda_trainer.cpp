@@ -140,6 +140,21 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaLayouts,
                                   std::to_string(l.p) + "v" + std::to_string(l.v);
                          });
 
+// The zero-bubble schedules on GPU ranks: the split backward queues B and W
+// (and their stash trimming) on each rank's stream. zbh1 equals 1f1b of the
+// same layout bit for bit on the same device (as on the CPU: the same GEMMs on
+// the same inputs, W's in micro-batch order); zbv (the V, a local turn on the
+// last rank) matches the CPU serial run.
+TEST(CudaTrainer, ZeroBubbleSchedules) {
+  const std::string dev = device_under_test();
+  const TrainedRun a = train_run(options(dev, 1, 1, 2, 1, {{"pipeline_schedule", "1f1b"}}), 4),
+                   b = train_run(options(dev, 1, 1, 2, 1, {{"pipeline_schedule", "zbh1"}}), 4);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.params, b.params);
+  expect_matches_serial(train_run(options(dev, 1, 1, 2, 2, {{"pipeline_schedule", "zbv"}}), 10),
+                        cpu_serial(), kParamTol);
+}
+
 // --overlap-grad-reduce on GPU ranks: each rank's reduction thread stages its
 // buckets through the host while the rank's thread queues the rest of the
 // backward on the same stream. Held to the other GPU tests' tolerance: a bucket
