@@ -64,8 +64,11 @@ double params_on_stage(const ModelSpec &m, const Layout &L, int stage) {
                  up * (h * f + b * f) / t + f * h / t + b * h + 2 * norm;
   double out = layer * (double)m.layers / L.p;
   const double emb = (double)padded_vocab(m, L.t) * h / t;
+  // The head's rank: the last, or under zbv the first (beside the embedding,
+  // so a tied head adds no copy).
+  const int head = chunk_home(v_shaped(L.schedule), L.p, L.p * L.v - 1).rank;
   if (stage == 0) out += emb + (m.rope ? 0 : (double)m.seq * h);
-  if (stage == L.p - 1) out += norm + (m.untied || L.p > 1 ? emb : 0);
+  if (stage == head) out += norm + (m.untied || head != 0 ? emb : 0);
   return out;
 }
 
@@ -483,7 +486,7 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
   if (tr.distributed_optimizer && L.d > 1)
     dp = allgather_seconds(params_max * g, L.d, dpn) + allgather_seconds(params_max * e, L.d, dpn);
   double emb = 0;
-  if (p > 1) {
+  if (p > 1 && !v_shape) {  // zbv holds both halves of the tied embedding on one rank
     double bytes = (double)padded_vocab(m, L.t) * m.hidden / L.t * g;
     Net net = stages_cross(mach, L, 0, p - 1) ? Net{mach.inter.effective(), mach.inter.latency_s}
                                               : Net{mach.intra.effective(), mach.intra.latency_s};
@@ -518,7 +521,8 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
   P.cost_usd = P.gpu_hours * mach.device_hour_usd;
 
   // Memory of the fullest device: the first stage (most micro-batches in
-  // flight, the embedding) or the last (the logits).
+  // flight, the embedding) or the head's (the logits; the first under zbv).
+  const int head_rank = chunk_home(v_shape, p, V - 1).rank;
   const double act_layer = activation_bytes_per_layer(m, L.t, L.b, tr.dtype, L.recompute);
   const double act_full = activation_bytes_per_layer(m, L.t, L.b, tr.dtype, Recompute::none);
   P.activation_bytes_per_layer = act_layer;
@@ -535,10 +539,10 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
     if (p == 1) chunks = 1;  // one micro-batch at a time without a pipeline
     mem.in_flight = chunks;
     mem.activations = chunks * Lc * act_layer;
-    if (st == p - 1) mem.activations += Lv * 4;  // fp32 softmax of the last micro-batch
+    if (st == head_rank) mem.activations += Lv * 4;  // fp32 softmax of the last micro-batch
     // Working set of one layer's backward: its full activations (recomputed
     // or not), the activation gradients, and on the last stage the logits.
-    mem.workspace = act_full + 2 * E * e + (st == p - 1 ? Lv * (4 + e) : 0);
+    mem.workspace = act_full + 2 * E * e + (st == head_rank ? Lv * (4 + e) : 0);
     mem.reserved = mach.memory_reserved_bytes;
     if (mem.total() > P.memory.total()) P.memory = mem;
   }

@@ -49,7 +49,11 @@ Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_
     if (item.empty()) continue;
     size_t eq = item.find('=');
     if (eq == std::string::npos) {
-      if (item == "gpipe" || item == "1f1b" || item == "interleaved") L.schedule = parse_schedule(item), sched = true;
+      bool is_schedule = false;
+      for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+                             ScheduleKind::zbh1, ScheduleKind::zbv})
+        is_schedule = is_schedule || item == schedule_name(k);
+      if (is_schedule) L.schedule = parse_schedule(item), sched = true;
       else if (item == "none") L.recompute = Recompute::none;
       else if (item == "selective") L.recompute = Recompute::selective;
       else if (item == "full") L.recompute = Recompute::full;
@@ -57,7 +61,7 @@ Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_
       else if (item == "sg") L.scatter_gather = true;
       else
         fail(Status::bad_value, "layout '", label, "': unknown part '", item,
-             "'; allowed: t=, p=, d=, b=, v=, gpipe|1f1b|interleaved, none|selective|full, sg|no-sg");
+             "'; allowed: t=, p=, d=, b=, v=, gpipe|1f1b|interleaved|zbh1|zbv, none|selective|full, sg|no-sg");
       continue;
     }
     std::string k = item.substr(0, eq), v = item.substr(eq + 1);
