@@ -791,6 +791,8 @@ static void test_pipeline(const char *data_path) {
   CHECK(v == 2, "this process hosts both pipeline ranks");
   EXPECT(ptdp_trainer_get(t, "replayed_bubble", &v), PTDP_ERR_WRONG_STATE,
          "first ptdp_trainer_step", "replayed_bubble before the first step");
+  EXPECT(ptdp_trainer_get(t, "weight_op_seconds", &v), PTDP_ERR_WRONG_STATE,
+         "first ptdp_trainer_step", "weight_op_seconds before the first step");
   EXPECT_OK(ptdp_trainer_rank_get(t, 1, "pp_rank", &v), "rank_get pp_rank before the first step");
   CHECK(v == 1, "local rank 1 is pipeline stage 1");
   EXPECT_OK(ptdp_trainer_rank_get(t, 1, "world_rank", &v), "rank_get world_rank");
@@ -869,6 +871,10 @@ static void test_pipeline(const char *data_path) {
   EXPECT_OK(ptdp_trainer_get(t, "replayed_bubble", &v), "get replayed_bubble");
   printf("     replayed bubble %.4f (formula (p-1)/(v m) = 0.125)\n", v);
   CHECK(isfinite(v) && v >= 0 && v < 2, "replayed bubble is finite and non-negative");
+  EXPECT_OK(ptdp_trainer_get(t, "forward_op_seconds", &v), "get forward_op_seconds");
+  CHECK(v > 0, "a forward op took time");
+  EXPECT_OK(ptdp_trainer_get(t, "weight_op_seconds", &v), "get weight_op_seconds");
+  CHECK(v == 0, "no weight-gradient ops outside the zero-bubble schedules");
   EXPECT_OK(ptdp_trainer_get(t, "comm_seconds", &sum_comm), "get comm_seconds");
   CHECK(sum_comm > 0, "comm_seconds counts pipeline communication");
 

@@ -1,6 +1,6 @@
 -- pipeline_api.lua CORPUS TMPDIR — the pipeline parts of the `ptdp` Lua module:
 -- the parallel.v / schedule / scatter_gather aliases and the recompute group,
--- trainer:rank_report, trainer:replayed_bubble, ptdp.render_timeline, and the
+-- trainer:rank_report, trainer:replayed_bubble, trainer:op_seconds, ptdp.render_timeline, and the
 -- --no-scatter-gather-tensors-in-pipeline switch of ptdp.flags. Exits non-zero
 -- (with the failed check) on the first failure (tests/capi/tests.cmake:
 -- lua_pipeline_api).
@@ -95,6 +95,10 @@ end
 expect_error('outside [0, 2)', 'rank_report(2) of two local ranks', trainer.rank_report, trainer, 2)
 local bubble = trainer:replayed_bubble()
 check(bubble >= 0 and bubble < 2, string.format('replayed bubble %.4f', bubble))
+local ops = trainer:op_seconds()
+check(ops.forward > 0 and ops.backward > 0 and ops.weight == 0,
+      string.format('op_seconds: F %.5f s, B %.5f s, no W under interleaving', ops.forward,
+                    ops.backward))
 
 check(ptdp.render_timeline(trace, png) == png, 'render_timeline returns the PNG path')
 local head = util.read_all(png):sub(1, 8)
