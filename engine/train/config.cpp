@@ -86,6 +86,10 @@ const std::vector<OptionSpec> &option_schema() {
       {"overlap_grad_reduce", T::Int, "0", 0, 1, nullptr,
        "reduce each gradient bucket over the data-parallel replicas while the backward goes on, "
        "on a communication thread per rank (1 = on; the same result)"},
+      {"use_distributed_optimizer", T::Int, "0", 0, 1, nullptr,
+       "shard the fp32 master weights and Adam's moments over the data-parallel ranks: "
+       "gradients reduce-scattered, each rank updates its shard, parameters all-gathered "
+       "(1 = on; the same result)"},
       {"comm_timeout", T::Float, "300", 0.001, 1e6, nullptr,
        "seconds a rank waits in a communication before the job fails"},
       // checkpoints

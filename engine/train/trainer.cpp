@@ -176,10 +176,19 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     R->report.schedule = pipeline_schedule(opt_.schedule, p, opt_.virtual_stages, m, R->coord.pp);
     for (Communicator *c : {R->tp.get(), R->dp.get(), R->pp.get(), R->embedding.get()})
       if (c) c->stats().timeline = &R->timeline;
-    R->adam = std::make_unique<AdamW>(*R->model, opt_.adam);
+    const int d = opt_.parallel.d;
+    if (opt_.distributed_optimizer && d > 1) {
+      // Each data rank's optimizer holds its shard; the reducer then sums the
+      // tied embedding only, and the shard's reduce-scatter does the rest.
+      const DpShard shard = DpShard::of(R->model->num_params(), d, R->coord.dp);
+      R->adam = std::make_unique<AdamW>(*R->model, opt_.adam, shard.lo, shard.hi);
+      R->dp_shard = std::make_unique<DpShardComm>(*R->device, *R->dp_d, shard);
+    } else {
+      R->adam = std::make_unique<AdamW>(*R->model, opt_.adam);
+    }
     R->grad_reducer = std::make_unique<GradReducer>(
         *R->model, R->embedding ? R->embedding_d : nullptr,
-        opt_.parallel.d > 1 ? R->dp_d : nullptr, (size_t)opt_.ddp_bucket_size,
+        d > 1 && !R->dp_shard ? R->dp_d : nullptr, (size_t)opt_.ddp_bucket_size,
         opt_.overlap_grad_reduce);
     R->sample.resize((size_t)opt_.model.seq_length + 1);
   }
@@ -341,6 +350,29 @@ void Trainer::fill_batch(Rank &r, Sampler &sampler, uint64_t first, int b) {
   }
 }
 
+// This rank's squared gradient norm over its model shard: the sums of the d
+// data-parallel ranges added in order, whether this rank holds all the
+// reduced gradients (each range summed here) or, with the distributed
+// optimizer, its own range (the others' sums gathered) — bit for bit the same.
+double Trainer::grad_norm_squares(Rank &r) {
+  GPT<float> &model = *r.model;
+  const int d = opt_.parallel.d;
+  std::vector<double> part((size_t)d);
+  if (r.dp_shard) {
+    const DpShard &s = r.dp_shard->shard();
+    const double mine = s.hi > s.lo ? grad_sum_squares(model, s.lo, s.hi) : 0.0;
+    r.dp->all_gather(&mine, part.data(), 1, DType::f64);
+  } else {
+    for (int k = 0; k < d; k++) {
+      const DpShard s = DpShard::of(model.num_params(), d, k);
+      part[(size_t)k] = s.hi > s.lo ? grad_sum_squares(model, s.lo, s.hi) : 0.0;
+    }
+  }
+  double sq = 0;
+  for (double x : part) sq += x;
+  return sq;
+}
+
 void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
   const int64_t t_start = Timeline::now_ns();
   const int b = opt_.micro_batch_size, s = opt_.model.seq_length;
@@ -387,12 +419,13 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
   }
 
   r.grad_reducer->finish();
+  if (r.dp_shard) r.dp_shard->reduce_scatter(grads);  // this rank's shard of the sums
   r.report.grad_buckets = (int)r.grad_reducer->buckets().size();
   r.report.overlapped_grad_buckets = r.grad_reducer->overlapped_buckets();
   // The loss lives on the last stage, the gradients on every stage.
   if (opt_.parallel.p > 1) r.pp->all_reduce(&loss_sum, 1);
   if (opt_.parallel.d > 1) r.dp->all_reduce(&loss_sum, 1);
-  double sq = grad_sum_squares(model);
+  double sq = grad_norm_squares(r);
   if (opt_.parallel.t > 1) r.tp->all_reduce(&sq, 1);
   if (opt_.parallel.p > 1) r.pp->all_reduce(&sq, 1);
 
@@ -417,6 +450,7 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
     const int64_t t0 = Timeline::now_ns();
     r.adam->update(model, res.lr, it - skipped_,
                    (1.0 / scale) * clip_factor(res.grad_norm, opt_.clip_grad));
+    if (r.dp_shard) r.dp_shard->all_gather(model.params());  // every shard's update
     if (timer) timer->stop();
     const int64_t ns = timer ? (int64_t)(timer->elapsed_ms() * 1e6) : Timeline::now_ns() - t0;
     compute_ns += (double)ns;

@@ -188,6 +188,7 @@ class Trainer {
   void run_on_ranks(const std::function<void(Rank &)> &fn);
   void fill_batch(Rank &r, Sampler &sampler, uint64_t first, int b);
   void rank_step(Rank &r, int64_t it, Sampler &train);
+  double grad_norm_squares(Rank &r);  // over the rank's model shard
   void write_timeline() const;
   void save_in_run();                   // save(save_path), a failure reported and counted
   SaveRequest save_request(const std::string &root);  // the request of save(root), checked

@@ -67,12 +67,22 @@ Trainer::Rank::Staged Trainer::Rank::checkpoint_staging(size_t n) {
 // Checkpoints read and write host memory. A CPU rank hands its own buffers; a
 // rank on another device stages them in host copies (and unstage_shards puts
 // loaded values back).
+// A distributed optimizer's ranks stage too: a checkpoint holds the whole
+// optimizer state, gathered from the data ranks' shards (so that it loads
+// into any layout, with the distributed optimizer or without).
 std::vector<RankShard> Trainer::local_shards(bool snapshot) {
+  if (opt_.distributed_optimizer && opt_.parallel.d > 1)
+    run_on_ranks([&](Rank &r) {  // collective over each data-parallel group
+      const Trainer::Rank::Staged h = r.checkpoint_staging(r.model->num_params());
+      r.dp_shard->gather_to_host(r.adam->exp_avg(), h.m);
+      r.dp_shard->gather_to_host(r.adam->exp_avg_sq(), h.v);
+      if (h.master) r.dp_shard->gather_to_host(r.adam->master(), h.master);
+    });
   std::vector<RankShard> shards;
   for (auto &r : ranks_) {
     GPT<float> &m = *r->model;
     AdamW &a = *r->adam;
-    if (r->device->kind() == DeviceKind::cpu && !snapshot) {
+    if (r->device->kind() == DeviceKind::cpu && !snapshot && !r->dp_shard) {
       shards.push_back({r->coord, &m.param_table(), m.params(), a.exp_avg(), a.exp_avg_sq(),
                         a.master()});
       continue;
@@ -83,9 +93,11 @@ std::vector<RankShard> Trainer::local_shards(bool snapshot) {
     // (read through the const view: a copy out is no write, and leaves the
     // ops' 16-bit copy of the weights current)
     dev.copy_to_host(h.params, static_cast<const GPT<float> &>(m).params(), bytes);
-    dev.copy_to_host(h.m, a.exp_avg(), bytes);
-    dev.copy_to_host(h.v, a.exp_avg_sq(), bytes);
-    if (h.master) dev.copy_to_host(h.master, a.master(), bytes);
+    if (!r->dp_shard) {
+      dev.copy_to_host(h.m, a.exp_avg(), bytes);
+      dev.copy_to_host(h.v, a.exp_avg_sq(), bytes);
+      if (h.master) dev.copy_to_host(h.master, a.master(), bytes);
+    }
     shards.push_back({r->coord, &m.param_table(), h.params, h.m, h.v, h.master});
   }
   return shards;
@@ -93,16 +105,18 @@ std::vector<RankShard> Trainer::local_shards(bool snapshot) {
 
 void Trainer::unstage_shards() {
   for (auto &r : ranks_) {
-    if (r->device->kind() == DeviceKind::cpu) continue;
+    if (r->device->kind() == DeviceKind::cpu && !r->dp_shard) continue;
     GPT<float> &m = *r->model;
     AdamW &a = *r->adam;
     const size_t n = m.num_params(), bytes = n * sizeof(float);
     Device &dev = *r->device;
     const Trainer::Rank::Staged h = r->checkpoint_staging(n);  // as local_shards left them
     dev.copy_from_host(m.params(), h.params, bytes);
-    dev.copy_from_host(a.exp_avg(), h.m, bytes);
-    dev.copy_from_host(a.exp_avg_sq(), h.v, bytes);
-    if (h.master) dev.copy_from_host(a.master(), h.master, bytes);
+    // The optimizer's range of the whole state (all of it without a shard).
+    const size_t lo = a.lo(), k = (a.hi() - a.lo()) * sizeof(float);
+    dev.copy_from_host(a.exp_avg(), h.m + lo, k);
+    dev.copy_from_host(a.exp_avg_sq(), h.v + lo, k);
+    if (h.master) dev.copy_from_host(a.master(), h.master + lo, k);
   }
 }
 
@@ -240,7 +254,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   run_on_ranks([&](Rank &r) {
     r.adam->master_to_model(*r.model);
     if (!opt_.finetune) return;
-    const size_t bytes = r.model->num_params() * sizeof(float);
+    const size_t bytes = (r.adam->hi() - r.adam->lo()) * sizeof(float);
     r.device->zero(r.adam->exp_avg(), bytes);
     r.device->zero(r.adam->exp_avg_sq(), bytes);
   });

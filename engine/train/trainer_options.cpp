@@ -71,6 +71,10 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.use_flash_attn = c.get_int("use_flash_attn") != 0;
   o.ddp_bucket_size = c.get_int("ddp_bucket_size");
   o.overlap_grad_reduce = c.get_int("overlap_grad_reduce") != 0;
+  o.distributed_optimizer = c.get_int("use_distributed_optimizer") != 0;
+  if (o.distributed_optimizer && o.overlap_grad_reduce)
+    fail(Status::invalid_config, "use_distributed_optimizer reduce-scatters the gradients after "
+         "the backward; overlap_grad_reduce with it is not supported yet: set one of them to 0");
   o.comm_timeout_s = c.get_double("comm_timeout");
   o.scatter_gather = c.get_int("scatter_gather_tensors_in_pipeline") != 0;
   o.timeline_path = c.get("timeline");

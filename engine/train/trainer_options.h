@@ -43,6 +43,7 @@ struct TrainerOptions {
   bool use_flash_attn = false;  // GPT::set_flash_attention
   int64_t ddp_bucket_size = 1000000;
   bool overlap_grad_reduce = false;  // buckets reduced during the backward (grad_sync.h)
+  bool distributed_optimizer = false;  // optimizer state sharded over dp (dp_shard.h)
   double comm_timeout_s = 300;
   int virtual_stages = 1;  // v: model chunks per pipeline rank
   ScheduleKind schedule = ScheduleKind::one_f_one_b;

@@ -10,6 +10,7 @@
 
 #include "engine/comm/staged_comm.h"
 #include "engine/device/device.h"
+#include "engine/parallel/dp_shard.h"
 #include "engine/parallel/grad_sync.h"
 #include "engine/trace/timeline.h"
 #include "engine/train/trainer.h"
@@ -43,6 +44,8 @@ struct Trainer::Rank {
     return g;
   }
   std::unique_ptr<AdamW> adam;
+  // With the distributed optimizer (d > 1): the collectives of its shard.
+  std::unique_ptr<DpShardComm> dp_shard;
   std::unique_ptr<Sampler> train, valid;
   std::vector<int32_t> sample, tokens, targets;
   // Host copies of the parameters and optimizer state for checkpoints, when
