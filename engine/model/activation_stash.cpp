@@ -33,10 +33,13 @@ void GPT<T>::size_layer(LayerActs &a, int s, int b, bool full) {
   sz(a.ln1_mean, means);
   sz(a.ln1_rstd, N);
   act(a.qkv, N * qkv_width_);
-  act(a.probs, flash_ ? 0 : probs);
+  // Selective recomputation keeps none (attention_forward writes them to
+  // core_probs_).
+  const bool kept = !flash_ && !rc_.selective;
+  act(a.probs, kept ? probs : 0);
   // Dropped attention probabilities are kept: backward reads the mask back
   // from them instead of regenerating it (flash attention draws it again).
-  act(a.probs_drop, cfg_.attention_dropout > 0 && !flash_ ? probs : 0);
+  act(a.probs_drop, cfg_.attention_dropout > 0 && kept ? probs : 0);
   sz(a.lse, flash_ ? (size_t)b * A * s : 0);
   act(a.ctxv, N * w);
   act(a.mid, N * h);
@@ -84,6 +87,10 @@ typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
   // Scratch shared by every chunk.
   const size_t w = width_, f = ffn_;
   dprobs_.resize(d, flash_ ? 0 : (size_t)b * heads_ * s * s, act_);
+  const bool core = rc_.selective && !flash_;
+  core_probs_.resize(d, core ? (size_t)b * heads_ * s * s : 0, act_);
+  core_probs_drop_.resize(d, core && cfg_.attention_dropout > 0 ? (size_t)b * heads_ * s * s : 0,
+                          act_);
   for (ActArray *x : {&tmp_h_, &tmp_h2_, &dresid_, &x_ping_, &x_pong_}) x->resize(d, N * h, act_);
   dctx_.resize(d, N * w, act_);
   dqkv_.resize(d, N * qkv_width_, act_);

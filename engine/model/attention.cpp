@@ -28,25 +28,36 @@ void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepCont
   const int r = A / groups_, batches = b * groups_, ld_qkv = b * qkv_width_, ld_ctx = b * w;
   const int row = (r + 2) * hd;  // a group's width in qkv
   const int64_t ss = (int64_t)s * s;
-  CAct qkv = a.qkv.data(), K = qkv + (int64_t)r * hd, V = qkv + (int64_t)(r + 1) * hd;
-  Act probs = a.probs.data();
+  CAct V = a.qkv.data() + (int64_t)(r + 1) * hd;
+  // Selective recomputation keeps no probabilities: they go to scratch.
+  const bool keep = !rc_.selective;
+  CAct pd = attention_probs(l, a, keep ? a.probs.data() : core_probs_.data(),
+                            keep ? a.probs_drop.data() : core_probs_drop_.data(), s, b, ctx);
+  for (int j = 0; j < r; j++)
+    ops_->gemm_strided_batched(false, false, s, hd, s, 1, pd + j * ss, s, r * ss, V, ld_qkv, row, 0,
+                               a.ctxv.data() + (int64_t)j * hd, ld_ctx, (int64_t)r * hd, batches);
+}
+
+template <class T>
+CAct GPT<T>::attention_probs(int l, const LayerActs &a, Act probs, Act probs_drop, int s, int b,
+                             const StepContext &ctx) {
+  const int A = heads_, hd = cfg_.head_dim();
+  const int r = A / groups_, batches = b * groups_, ld_qkv = b * qkv_width_;
+  const int row = (r + 2) * hd;  // a group's width in qkv
+  const int64_t ss = (int64_t)s * s;
+  CAct qkv = a.qkv.data(), K = qkv + (int64_t)r * hd;
   // (Skipping the causal upper-right blocks was measured: smaller GEMMs ate the gain.)
   for (int j = 0; j < r; j++)
     ops_->gemm_strided_batched(false, true, s, s, hd, 1, qkv + (int64_t)j * hd, ld_qkv, row, K,
                                ld_qkv, row, 0, probs + j * ss, s, r * ss, batches);
   ops_->scale_mask_softmax_forward(probs, probs, b * A, s, s, T(1) / std::sqrt((T)hd), true,
                                    nullptr);
-  CAct pd = probs;
-  if (ctx.training && cfg_.attention_dropout > 0) {
-    DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
-                  cfg_.attention_dropout,
-                  ctx.sample_offset};
-    ops_->dropout_attention(a.probs_drop.data(), probs, b, A, s, s, tp_.rank * A, d);
-    pd = a.probs_drop.data();
-  }
-  for (int j = 0; j < r; j++)
-    ops_->gemm_strided_batched(false, false, s, hd, s, 1, pd + j * ss, s, r * ss, V, ld_qkv, row, 0,
-                               a.ctxv.data() + (int64_t)j * hd, ld_ctx, (int64_t)r * hd, batches);
+  if (!ctx.training || cfg_.attention_dropout <= 0) return probs;
+  DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
+                cfg_.attention_dropout,
+                ctx.sample_offset};
+  ops_->dropout_attention(probs_drop, probs, b, A, s, s, tp_.rank * A, d);
+  return probs_drop;
 }
 
 template <class T>
@@ -66,14 +77,20 @@ void GPT<T>::attention_backward(int l, const LayerActs &a, Act dqkv, int s, int 
   const int r = A / groups_, batches = b * groups_, ld_qkv = b * qkv_width_, ld_ctx = b * w;
   const int row = (r + 2) * hd;
   const int64_t ss = (int64_t)s * s;
-  CAct qkv = a.qkv.data(), probs = a.probs.data(), dctx = dctx_.data();
+  // Selective recomputation: the probabilities again, from the kept QKV.
+  CAct probs = a.probs.data(), pd = a.probs_drop.data();
+  if (rc_.selective) {
+    pd = attention_probs(l, a, core_probs_.data(), core_probs_drop_.data(), s, b, ctx);
+    probs = core_probs_.data();
+  }
+  CAct qkv = a.qkv.data(), dctx = dctx_.data();
   CAct K = qkv + (int64_t)r * hd, V = qkv + (int64_t)(r + 1) * hd;
   Act dp = dprobs_.data();
   Act dK = dqkv + (int64_t)r * hd, dV = dqkv + (int64_t)(r + 1) * hd;
   const float p = ctx.training ? cfg_.attention_dropout : 0.f;
   // dV = sum over the group's slots j of dropout(P_j)^T @ dctx_j, with the
   // dropped probabilities of the forward
-  CAct pd = p > 0 ? a.probs_drop.data() : probs;
+  if (!(p > 0)) pd = probs;
   for (int j = 0; j < r; j++)
     ops_->gemm_strided_batched(true, false, s, hd, s, 1, pd + j * ss, s, r * ss,
                                dctx + (int64_t)j * hd, ld_ctx, (int64_t)r * hd, j ? 1 : 0, dV, ld_qkv,
@@ -99,7 +116,9 @@ void GPT<T>::attention_backward(int l, const LayerActs &a, Act dqkv, int s, int 
 #define PTDP_INSTANTIATE(T)                                                                 \
   template void GPT<T>::attention_forward(int, LayerActs &, int, int, const StepContext &); \
   template void GPT<T>::attention_backward(int, const LayerActs &, Act, int, int,            \
-                                           const StepContext &);
+                                           const StepContext &);                            \
+  template CAct GPT<T>::attention_probs(int, const LayerActs &, Act, Act, int, int,          \
+                                        const StepContext &);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)
 #undef PTDP_INSTANTIATE

@@ -70,11 +70,16 @@ struct PipelineStage {
 // unit is kept; backward runs the unit's forward again. uniform: the chunk's
 // layers in units of num_layers; block: the first num_layers layers of each
 // chunk one by one, the rest keep everything.
+// --recompute-granularity selective (Korthikanti et al.): every layer keeps
+// its activations except the attention core's [b, a/t, s, s] probabilities
+// (and their dropped copy), which backward computes again from the kept QKV;
+// with flash attention, which never stores them, it changes nothing.
 enum class RecomputeMethod { uniform, block };
 struct Recompute {
-  bool enabled = false;
+  bool enabled = false;  // full
   RecomputeMethod method = RecomputeMethod::uniform;
   int num_layers = 1;
+  bool selective = false;  // exclusive with enabled
 };
 
 // Mixed precision (ARCHITECTURE §3): parameters and activations held in
@@ -246,6 +251,10 @@ class GPT {
   // In: dctx_. Out: dqkv [N, q].
   void attention_backward(int l, const LayerActs &a, Act dqkv, int s, int b,
                           const StepContext &ctx);
+  // The unfused core's probabilities from a's QKV into probs (and their
+  // dropout into probs_drop); returns the ones ·V reads.
+  CAct attention_probs(int l, const LayerActs &a, Act probs, Act probs_drop, int s, int b,
+                       const StepContext &ctx);
   void embedding_forward_into(Act out, const int32_t *tokens, int s, int b,
                               const StepContext &ctx);
   void embedding_backward_into(ChunkActs &A, CAct dresid);  // accumulates dwte, dwpe
@@ -309,6 +318,7 @@ class GPT {
   std::vector<std::unique_ptr<LayerActs>> spare_layers_;
   ActArray x_ping_, x_pong_;                 // [N, h] inputs inside a recomputed unit
   ActArray dprobs_;                          // [b, a/t, s, s]
+  ActArray core_probs_, core_probs_drop_;    // [b, a/t, s, s] selective recomputation's
   ActArray tmp_h_, tmp_h2_, dresid_;         // [N, h]
   ActArray dctx_;                            // [N, w]
   ActArray dqkv_, dfc_;                      // [N, 3w], [N, f/t] (SwiGLU [N, 2f/t])

@@ -11,8 +11,6 @@ namespace ptdp::plan {
 
 double ptdp_chunk_stash_bytes(const ModelSpec &m, const Layout &L, int stage, int chunk,
                               const PtdpStash &o) {
-  if (L.recompute == Recompute::selective)
-    fail(Status::invalid_argument, "ptdp has no selective recomputation (none or full)");
   const int p = L.p, v = L.v;
   const double N = (double)L.b * m.seq, h = (double)m.hidden, w = h / L.t;
   const double f = (double)m.ffn_size() / L.t, heads = (double)m.heads / L.t;
@@ -20,11 +18,13 @@ double ptdp_chunk_stash_bytes(const ModelSpec &m, const Layout &L, int stage, in
   const int64_t layers = m.layers / ((int64_t)p * v);
   // Floats per layer: everything, or the input only.
   double layer = N * h;  // x
-  if (L.recompute == Recompute::none) {
+  if (L.recompute != Recompute::full) {
+    // Selective recomputation keeps everything but the probabilities.
+    const double kept = L.recompute == Recompute::none && !o.flash ? probs : 0;
     layer += N * h + 2 * N;                                // ln1, its mean and rstd
     layer += N * 3 * w;                                    // qkv
-    layer += o.flash ? L.b * heads * m.seq : probs;        // log-sum-exp, or probabilities
-    layer += o.attention_dropout && !o.flash ? probs : 0;  // after dropout
+    layer += o.flash ? L.b * heads * m.seq : kept;         // log-sum-exp, or probabilities
+    layer += o.attention_dropout ? kept : 0;               // after dropout
     layer += N * w + N * h + N * h + 2 * N;                // context, mid, ln2 and stats
     layer += 2 * N * f;                                    // fc1 before and after GeLU
   }

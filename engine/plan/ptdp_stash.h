@@ -20,7 +20,7 @@ struct PtdpStash {
 // One (model chunk, micro-batch) of pipeline rank `stage` holding chunk
 // `chunk` (virtual stage chunk * p + stage, or in a V under zbv). Recompute::full is ptdp's
 // uniform method with units of one layer (each layer's input kept);
-// selective is not an engine option.
+// selective keeps all but the attention probabilities.
 double ptdp_chunk_stash_bytes(const ModelSpec &m, const Layout &L, int stage, int chunk,
                               const PtdpStash &o);
 

@@ -76,8 +76,9 @@ const std::vector<OptionSpec> &option_schema() {
        "with t > 1, send 1/t of each boundary tensor and all-gather it (1 = on)"},
       {"use_flash_attn", T::Int, "0", 0, 1, nullptr,
        "fused attention that keeps no [s, s] probabilities (1 = on; the same function and dropout)"},
-      {"recompute_granularity", T::Choice, "none", 0, 0, "none,full",
-       "activation recomputation (full = whole layers)"},
+      {"recompute_granularity", T::Choice, "none", 0, 0, "none,full,selective",
+       "activation recomputation (full = whole layers; selective = the attention core's "
+       "probabilities)"},
       {"recompute_method", T::Choice, "uniform", 0, 0, "uniform,block",
        "uniform: units of recompute_num_layers; block: that many layers per chunk"},
       {"recompute_num_layers", T::Int, "1", 1, 4096, nullptr, "layers per recomputed unit or block"},

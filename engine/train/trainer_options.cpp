@@ -155,6 +155,7 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   validate_schedule(o.schedule, p, o.virtual_stages, o.microbatches());
   const std::string granularity = c.get("recompute_granularity");
   o.recompute.enabled = granularity == "full";
+  o.recompute.selective = granularity == "selective";
   o.recompute.method =
       c.get("recompute_method") == "block" ? RecomputeMethod::block : RecomputeMethod::uniform;
   o.recompute.num_layers = (int)c.get_int("recompute_num_layers");

@@ -21,6 +21,7 @@ struct Case {
   int t, p, v;
   const char *schedule;  // 1f1b, gpipe, zbh1, interleaved or zbv (v > 1)
   bool recompute, dropout, flash;
+  bool selective = false;
 };
 
 void check(const Case &c) {
@@ -45,6 +46,7 @@ void check(const Case &c) {
     cfg.set(k, val);
   if (c.v > 1)
     cfg.set("num_layers_per_virtual_pipeline_stage", std::to_string(layers / (c.p * c.v)));
+  if (c.selective) cfg.set("recompute_granularity", "selective");
   if (c.recompute) {
     cfg.set("recompute_granularity", "full");
     cfg.set("recompute_method", "uniform");
@@ -62,7 +64,9 @@ void check(const Case &c) {
   plan::Layout L;
   L.t = c.t, L.p = c.p, L.v = c.v, L.b = (int)b;
   L.schedule = tr.options().schedule;
-  L.recompute = c.recompute ? plan::Recompute::full : plan::Recompute::none;
+  L.recompute = c.recompute   ? plan::Recompute::full
+                : c.selective ? plan::Recompute::selective
+                              : plan::Recompute::none;
   const plan::PtdpStash o{c.dropout, c.flash};
   for (int r = 0; r < tr.local_ranks(); r++) {
     const Trainer::RankReport &rep = tr.rank_report(r);
@@ -86,6 +90,8 @@ TEST(PlanAgainstEngine, PeakActivationMemory) {
       {"p=4 zbh1", 1, 4, 1, "zbh1", false, true, false},
       {"t=2 p=2 zbh1 full recompute", 2, 2, 1, "zbh1", true, true, false},
       {"p=2 v=2 zbv", 1, 2, 2, "zbv", false, true, false},
+      {"t=2 p=2 selective", 2, 2, 1, "1f1b", false, true, false, true},
+      {"p=2 selective flash", 1, 2, 1, "1f1b", false, true, true, true},
   };
   for (const Case &c : cases) check(c);
 }

@@ -200,12 +200,19 @@ INSTANTIATE_TEST_SUITE_P(Matrix, PipelineEquivalence, ::testing::ValuesIn(matrix
                          [](const auto &info) { return layout_name(info.param); });
 
 // Recomputation changes memory, not numbers: the same layout's losses are
-// bit-identical with and without it.
+// bit-identical with and without it, full or selective (the probabilities
+// computed again from the same QKV with the same dropout bits).
 TEST(Pipeline, RecomputationLeavesLossesIdentical) {
   for (const char *sched : {"1f1b", "gpipe"}) {
     TrainedRun a = train({2, 2, 1, 1, sched, true, false});
     TrainedRun b = train({2, 2, 1, 1, sched, true, true});
     for (int i = 0; i < kSteps; i++) EXPECT_EQ(a.losses[i], b.losses[i]) << sched << " step " << i;
+    Config sel = run_config({2, 2, 1, 1, sched, true, false});
+    sel.set("recompute_granularity", "selective");
+    TrainedRun c = train_run(TrainerOptions::from_config(sel), kSteps);
+    for (int i = 0; i < kSteps; i++) EXPECT_EQ(a.losses[i], c.losses[i]) << sched << " step " << i;
+    for (size_t k = 0; k < a.params.size(); k++)
+      EXPECT_TRUE(same_bits(a.params[k], c.params[k])) << sched << " selective, tensor " << k;
   }
 }
 
@@ -262,7 +269,7 @@ TEST(Pipeline, InterleavingSendsPerChunk) {
 
 // The activations a stage keeps for backward, from the shapes: 1F1B keeps
 // p - stage micro-batches in flight on a stage; full recomputation keeps only
-// each unit's input.
+// each unit's input; selective recomputation all but the probabilities.
 TEST(Pipeline, RecomputationStashesWhatIsPredicted) {
   const int64_t s = 16, b = 2, N = s * b, h = 32, a = 4, f4 = 4 * h, Lc = 4, fl = sizeof(float);
   // Per layer: x, ln1, ln2, mid [N,h]; LN statistics 2 x 2N; qkv [N,3h];
@@ -279,10 +286,13 @@ TEST(Pipeline, RecomputationStashesWhatIsPredicted) {
                {"uniform", 2, tokens + 2 * input},
                {"uniform", 4, tokens + input},
                {"block", 1, tokens + input + 3 * layer},
-               {"block", 3, tokens + 3 * input + layer}};
+               {"block", 3, tokens + 3 * input + layer},
+               {"selective", 0, tokens + Lc * (layer - fl * 2 * b * a * s * s)}};
   for (const Case &c : cases) {
     Config cfg = run_config({1, 2, 1, 1, "1f1b", true, false});
-    if (std::string(c.method) != "none") {
+    if (std::string(c.method) == "selective") {
+      cfg.set("recompute_granularity", "selective");
+    } else if (std::string(c.method) != "none") {
       cfg.set("recompute_granularity", "full");
       cfg.set("recompute_method", c.method);
       cfg.set("recompute_num_layers", std::to_string(c.k));
