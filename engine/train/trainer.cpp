@@ -16,6 +16,7 @@
 
 #include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
+#include "engine/comm/fault_comm.h"
 #include "engine/comm/mpi_comm.h"
 #include "engine/comm/mpi_threads_comm.h"
 #include "engine/comm/nccl_comm.h"
@@ -142,6 +143,14 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       R->valid = make_sampler(data_, 1, opt_.model.seq_length, opt_.seed, false);
     }
     R->device = make_device(opt_.device, r);
+    if (!opt_.inject_comm_group.empty()) {  // a test's corrupted collective
+      if (R->device->kind() != DeviceKind::cpu)
+        fail(Status::invalid_config, "inject_comm_group corrupts host memory: CPU ranks only");
+      for (auto *g : {&R->tp, &R->dp, &R->pp, &R->embedding})
+        if (*g && (*g)->name() == opt_.inject_comm_group)
+          *g = std::make_unique<FaultComm>(std::move(*g), opt_.inject_comm_call,
+                                           opt_.inject_comm_delta);
+    }
     ranks_.push_back(std::move(R));
   }
   // The per-step outputs: a path that cannot be written is refused now, not

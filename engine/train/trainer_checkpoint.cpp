@@ -253,6 +253,9 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   // zeroed (even after steps taken before this load).
   run_on_ranks([&](Rank &r) {
     r.adam->master_to_model(*r.model);
+    // A 16-bit shard's checkpoint gives the weights as master weights only:
+    // each data rank rounded its range, and they all-gather the rest.
+    if (r.dp_shard && r.adam->master()) r.dp_shard->all_gather(r.model->params());
     if (!opt_.finetune) return;
     const size_t bytes = (r.adam->hi() - r.adam->lo()) * sizeof(float);
     r.device->zero(r.adam->exp_avg(), bytes);

@@ -75,6 +75,12 @@ struct TrainerOptions {
   // Fault injection for tests: at this iteration (0 = never) the first
   // gradient of world rank 0 becomes inf after backward, as an fp16 overflow would.
   int64_t inject_overflow_iteration = 0;
+  // Tests: group "tp", "dp", "pp" or "embedding" whose inject_comm_call-th
+  // fp32 all-reduce or reduce-scatter gets inject_comm_delta added on its rank
+  // 0 (engine/comm/fault_comm.h); CPU ranks only. Empty: none.
+  std::string inject_comm_group;
+  int inject_comm_call = 1;
+  float inject_comm_delta = 0.f;
   int microbatches() const { return global_batch_size / (micro_batch_size * parallel.d); }
   TokenizerSpec tokenizer_spec() const;  // make_tokenizer's
   // Reads and cross-checks a Config; throws invalid_config naming the fields.
