@@ -11,7 +11,8 @@ cmake --build build-asan -j2 --target test_kernels test_dtype test_gpt test_data
   test_checkpoint_hdf5 test_checkpoint_commit test_checkpoint_trainer test_checkpoint_export \
   test_mixed_precision test_output_file test_plan test_indexed_dataset test_step_tokens \
   test_device test_canvas test_bpe_tokenizer test_checkpoint_import test_fuzz_regressions \
-  test_parallel_tokenize test_preemption test_async_save test_zero_bubble test_distributed_optimizer
+  test_parallel_tokenize test_preemption test_async_save test_zero_bubble test_distributed_optimizer \
+  test_sequence_parallel
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp
 echo "== unit, multirank, pipeline, checkpoint and precision tests under AddressSanitizer + UndefinedBehaviorSanitizer"

@@ -93,6 +93,9 @@ struct DropoutSpec {
   DropoutKey key;
   float p = 0.f;               // drop probability; 0 = identity
   uint32_t sample_offset = 0;  // global index of this micro-batch's sample 0
+  // Hidden dropout over rows of a sequence slice (sequence parallelism): the
+  // position of its first row, so the slice draws the full sequence's bits.
+  uint32_t position_offset = 0;
 };
 PTDP_HOST_DEVICE inline bool dropout_keep(const DropoutSpec &d, uint32_t sample, uint64_t element) {
   return dropout_bits(d.key, sample, element) >= (uint32_t)(d.p * 4294967296.0);

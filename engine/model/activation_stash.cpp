@@ -24,14 +24,17 @@ int GPT<T>::unit_start(int j) const {
 template <class T>
 void GPT<T>::size_layer(LayerActs &a, int s, int b, bool full) {
   const size_t N = (size_t)s * b, h = cfg_.hidden_size, w = width_, f = ffn_, A = heads_;
-  const size_t means = cfg_.rms_norm() ? 0 : N, fc1 = cfg_.swiglu ? 2 * f : f;  // fc1: gate|up
+  // Sequence parallelism: the input, mid and the norms' statistics are this
+  // rank's rows; the GEMMs' inputs (ln1, ln2) all N.
+  const size_t rows = (size_t)local_rows(s, b);
+  const size_t means = cfg_.rms_norm() ? 0 : rows, fc1 = cfg_.swiglu ? 2 * f : f;  // fc1: gate|up
   const size_t probs = (size_t)b * A * s * s;
   auto sz = [&](DeviceArray<T> &buf, size_t n) { buf.resize(*dev_, full ? n : 0); };
   auto act = [&](ActArray &buf, size_t n) { buf.resize(*dev_, full ? n : 0, act_); };
-  a.x.resize(*dev_, N * h, act_);
+  a.x.resize(*dev_, rows * h, act_);
   act(a.ln1, N * h);
   sz(a.ln1_mean, means);
-  sz(a.ln1_rstd, N);
+  sz(a.ln1_rstd, rows);
   act(a.qkv, N * qkv_width_);
   // Selective recomputation keeps none (attention_forward writes them to
   // core_probs_).
@@ -42,10 +45,10 @@ void GPT<T>::size_layer(LayerActs &a, int s, int b, bool full) {
   act(a.probs_drop, cfg_.attention_dropout > 0 && kept ? probs : 0);
   sz(a.lse, flash_ ? (size_t)b * A * s : 0);
   act(a.ctxv, N * w);
-  act(a.mid, N * h);
+  act(a.mid, rows * h);
   act(a.ln2, N * h);
   sz(a.ln2_mean, means);
-  sz(a.ln2_rstd, N);
+  sz(a.ln2_rstd, rows);
   act(a.fc1_z, N * fc1);
   act(a.fc1_g, N * f);
 }
@@ -65,7 +68,7 @@ typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
     A = std::make_unique<ChunkActs>();
     A->layers.resize((size_t)layers_per_chunk_);
   }
-  const size_t N = (size_t)s * b, h = cfg_.hidden_size;
+  const size_t N = (size_t)s * b, h = cfg_.hidden_size, rows = (size_t)local_rows(s, b);
   for (int j = 0; j < layers_per_chunk_; j++) {
     const bool full = keeps_all(j);
     size_layer(A->layers[(size_t)j], s, b, full);
@@ -73,10 +76,10 @@ typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
   }
   const bool head = has_head(chunk);
   Device &d = *dev_;
-  A->final_x.resize(d, head ? N * h : 0, act_);
+  A->final_x.resize(d, head ? rows * h : 0, act_);
   A->lnf.resize(d, head ? N * h : 0, act_);
-  A->lnf_mean.resize(d, head && !cfg_.rms_norm() ? N : 0);
-  A->lnf_rstd.resize(d, head ? N : 0);
+  A->lnf_mean.resize(d, head && !cfg_.rms_norm() ? rows : 0);
+  A->lnf_rstd.resize(d, head ? rows : 0);
   A->logits.resize(d, head ? N * (size_t)local_vocab_ : 0, act_);
   A->ce.resize(d, head ? 3 * N : 0);
   A->losses.resize(head ? N : 0);
@@ -92,6 +95,8 @@ typename GPT<T>::ChunkActs &GPT<T>::acquire(int chunk, int mb, int s, int b) {
   core_probs_drop_.resize(d, core && cfg_.attention_dropout > 0 ? (size_t)b * heads_ * s * s : 0,
                           act_);
   for (ActArray *x : {&tmp_h_, &tmp_h2_, &dresid_, &x_ping_, &x_pong_}) x->resize(d, N * h, act_);
+  for (ActArray *x : {&sp_local_, &sp_part_, &sp_dy_})
+    x->resize(d, seq_parallel(s) ? rows * h : 0, act_);
   dctx_.resize(d, N * w, act_);
   dqkv_.resize(d, N * qkv_width_, act_);
   dfc_.resize(d, N * f * (cfg_.swiglu ? 2 : 1), act_);

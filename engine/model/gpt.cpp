@@ -258,6 +258,17 @@ template <class T>
 void GPT<T>::grads_written(size_t offset, size_t n, bool final) {
   // 16-bit gradient accumulation: the sum so far is stored in the 16-bit type.
   if (!prec_.grads_in_fp32) to_storage(grads_.data() + offset, n);
+  // Sequence parallelism: each tensor rank summed the replicated tensors'
+  // gradients (norms, row-parallel biases) over its own positions; the step's
+  // sums add them up. wpe's came from every position (the embedding's
+  // gradient is gathered first).
+  if (final && sp_ && tp_.size > 1)
+    for (const ParamInfo &p : table_)
+      if (p.split_axis < 0 && p.name != "wpe.weight" && p.offset >= offset &&
+          p.offset + p.numel <= offset + n) {
+        tp_.comm->all_reduce(grads_.data() + p.offset, p.numel);
+        if (!prec_.grads_in_fp32) to_storage(grads_.data() + p.offset, p.numel);
+      }
   if (final && grad_ready_) grad_ready_(offset, n);
 }
 
@@ -270,6 +281,38 @@ void GPT<T>::param_grads_written(const char *first, const char *last, bool final
 template <class T>
 void GPT<T>::tp_all_reduce(Act buf, size_t n) {
   ptdp::tp_all_reduce(tp_, *ops_, reduce_buf_, buf, n);
+}
+
+template <class T>
+void GPT<T>::norm_to_gemm_input(Act full, T *mean, T *rstd, CAct x, const T *w, const T *b, int s,
+                                int bsz) {
+  const int N = s * bsz;
+  if (!seq_parallel(s)) {
+    norm_forward(full, mean, rstd, x, w, b, N);
+    return;
+  }
+  const int rows = local_rows(s, bsz);
+  norm_forward(sp_local_.data(), mean, rstd, x, w, b, rows);
+  tp_all_gather(tp_, *ops_, sp_local_.data(), full, (size_t)rows * cfg_.hidden_size);
+}
+
+template <class T>
+Act GPT<T>::reduce_row_parallel(Act partial, int s, int bsz) {
+  const size_t h = cfg_.hidden_size;
+  if (!seq_parallel(s)) {
+    tp_all_reduce(partial, (size_t)s * bsz * h);
+    return partial;
+  }
+  tp_reduce_scatter(tp_, *ops_, reduce_buf_, partial, sp_part_.data(),
+                    (size_t)local_rows(s, bsz) * h);
+  return sp_part_.data();
+}
+
+template <class T>
+void GPT<T>::set_sequence_parallel(bool on) {
+  if (!live_.empty())
+    fail(Status::wrong_state, "set_sequence_parallel between a forward and its backward");
+  sp_ = on;
 }
 
 template <class T>

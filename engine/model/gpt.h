@@ -128,6 +128,20 @@ class GPT {
   // Not between a training forward and its backward.
   void set_flash_attention(bool on);
   bool flash_attention() const { return flash_; }
+  // Megatron's --sequence-parallel (t > 1; ARCHITECTURE §4): the norms,
+  // dropout and residual work on this rank's s/t positions, all-gathered
+  // before each column-parallel GEMM and reduce-scattered after each
+  // row-parallel one; boundary tensors between stages carry the s/t rows.
+  // A micro-batch whose s is not a multiple of t runs without it.
+  // Replicated gradients (norms, row-parallel biases) are then partial sums,
+  // added over the tensor ranks once the step's last backward reported them
+  // final: the trainer's runs only (backward() refuses it).
+  void set_sequence_parallel(bool on);
+  bool seq_parallel(int s) const { return sp_ && tp_.size > 1 && s % tp_.size == 0; }
+  // Elements of a boundary tensor between stages for micro-batches of b x s.
+  size_t boundary_elements(int s, int b) const {
+    return (size_t)s * b * cfg_.hidden_size / (seq_parallel(s) ? tp_.size : 1);
+  }
   Ops<T> &ops() const { return *ops_; }
   // Times every op of the model and of its optimizer (which calls ops()) on the
   // device's clock (Ops::set_profiling) until turned off; take_op_profile gives the
@@ -264,6 +278,18 @@ class GPT {
   // engine/parallel/tensor_parallel.h's all-reduce with this model's staging
   // buffer (reduce_buf_).
   void tp_all_reduce(Act buf, size_t n);
+  // The sequence-parallel pieces (plain tensor parallelism without it): the
+  // norm of this rank's rows x into a GEMM's input of all N rows; a
+  // row-parallel GEMM's partial sums [N, h] reduced to this rank's rows
+  // (returned: partial itself, all-reduced, or sp_part_); the rows a
+  // micro-batch's norms and dropout see, and where its slice starts.
+  void norm_to_gemm_input(Act full, T *mean, T *rstd, CAct x, const T *w, const T *b, int s,
+                          int bsz);
+  Act reduce_row_parallel(Act partial, int s, int bsz);
+  int local_rows(int s, int bsz) const { return s * bsz / (seq_parallel(s) ? tp_.size : 1); }
+  uint32_t first_position(int s) const {
+    return seq_parallel(s) ? (uint32_t)(tp_.rank * (s / tp_.size)) : 0u;
+  }
   void to_storage(T *x, size_t n);  // rounds to prec_.dtype (16-bit only)
   // A tensor handed to forward_chunk/backward_chunk must hold activation_type().
   void check_act(const char *what, CAct x) const;
@@ -287,6 +313,7 @@ class GPT {
   Recompute rc_;
   Precision prec_;
   bool flash_ = false;
+  bool sp_ = false;  // set_sequence_parallel
   std::unique_ptr<Device> own_dev_;  // when no device was given
   Device *dev_;
   std::unique_ptr<Ops<T>> ops_;
@@ -323,6 +350,7 @@ class GPT {
   ActArray dctx_;                            // [N, w]
   ActArray dqkv_, dfc_;                      // [N, 3w], [N, f/t] (SwiGLU [N, 2f/t])
   ActArray dact_;                            // [N, f/t] SwiGLU's d(silu(gate) up)
+  ActArray sp_local_, sp_part_, sp_dy_;      // [N/t, h] sequence parallelism's rows
   DeviceArray<T> reduce_buf_;                // [N, h] tp_all_reduce of a 16-bit run
   std::vector<T> ce_host_;                   // [3, N] the loss's statistics, on the host
 };

@@ -53,18 +53,19 @@ void GPT<T>::norm_backward(Act dx, T *dw, T *db, CAct dout, CAct x, const T *w, 
 template <class T>
 void GPT<T>::head_forward(ChunkActs &A, const int32_t *targets) {
   const int N = A.s * A.b, h = cfg_.hidden_size;
-  norm_forward(A.lnf.data(), A.lnf_mean.data(), A.lnf_rstd.data(), A.final_x.data(),
-               param_data("ln_f.weight"), cfg_.rms_norm() ? nullptr : param_data("ln_f.bias"), N);
+  norm_to_gemm_input(A.lnf.data(), A.lnf_mean.data(), A.lnf_rstd.data(), A.final_x.data(),
+                     param_data("ln_f.weight"),
+                     cfg_.rms_norm() ? nullptr : param_data("ln_f.bias"), A.s, A.b);
   ops_->gemm(false, true, N, local_real_vocab_, h, 1, A.lnf.data(), h,
              param_data(head_weight_name()), h, 0, A.logits.data(), local_vocab_);
   if (targets) vocab_parallel_loss(A);
 }
 
-// LM head (vocab-parallel) and final norm; f's backward all-reduces dlnf.
+// LM head (vocab-parallel) and final norm; f's backward all-reduces dlnf
+// (reduce-scatters it to this rank's rows with sequence parallelism).
 template <class T>
 void GPT<T>::head_backward(ChunkActs &A, Act dresid, T dloss) {
-  const int N = A.s * A.b, h = cfg_.hidden_size;
-  const size_t Nh = (size_t)N * h;
+  const int N = A.s * A.b, h = cfg_.hidden_size, rows = local_rows(A.s, A.b);
   const ParamInfo &W = param(head_weight_name()), &lw = param("ln_f.weight");
   T *dlb = cfg_.rms_norm() ? nullptr : grad_data("ln_f.bias");
   Act dlogits = A.logits.data();
@@ -74,10 +75,10 @@ void GPT<T>::head_backward(ChunkActs &A, Act dresid, T dloss) {
              grads_.data() + W.offset, h);
   ops_->gemm(false, false, N, h, local_real_vocab_, 1, dlogits, local_vocab_,
              params_.data() + W.offset, h, 0, tmp_h_.data(), h);
-  tp_all_reduce(tmp_h_.data(), Nh);
-  dev_->zero(dresid.p, Nh * dtype_size(dresid.t));
-  norm_backward(dresid, grads_.data() + lw.offset, dlb, tmp_h_.data(), A.final_x.data(),
-                params_.data() + lw.offset, A.lnf_mean.data(), A.lnf_rstd.data(), N);
+  CAct dlnf = reduce_row_parallel(tmp_h_.data(), A.s, A.b);
+  dev_->zero(dresid.p, (size_t)rows * h * dtype_size(dresid.t));
+  norm_backward(dresid, grads_.data() + lw.offset, dlb, dlnf, A.final_x.data(),
+                params_.data() + lw.offset, A.lnf_mean.data(), A.lnf_rstd.data(), rows);
 }
 
 #define PTDP_INSTANTIATE(T)                                                                   \

@@ -46,7 +46,7 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
   // The embedding (and its backward) reads the tokens, the loss the targets.
   if (embedding) dev_->copy_from_host(A.tokens.data(), tokens, (size_t)N * sizeof(int32_t));
   if (head && targets) dev_->copy_from_host(A.targets.data(), targets, (size_t)N * sizeof(int32_t));
-  const size_t Nh = (size_t)N * h;
+  const size_t Nh = boundary_elements(s, b);  // this rank's rows
 
   Act x = A.layers[0].x.data();
   if (embedding)
@@ -129,8 +129,8 @@ void GPT<T>::backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss
     fail(Status::invalid_argument, "chunk ", chunk, " backward needs dinput");
   check_act("doutput", doutput);
   check_act("dinput", dinput);
-  const int s = A.s, b = A.b, h = cfg_.hidden_size;
-  const size_t Nh = (size_t)s * b * h;
+  const int s = A.s, b = A.b;
+  const size_t Nh = boundary_elements(s, b);  // this rank's rows
   const StepContext &ctx = A.ctx;
   const bool defer = defer_weight_grads;
   const int64_t stash_before = A.bytes();
@@ -229,6 +229,9 @@ void GPT<T>::backward(T dloss) {
          pp_.size, " use backward_chunk()");
   if (!live_.count(std::make_pair(0, kSerialSlot)))
     fail(Status::wrong_state, "backward() needs a preceding training forward() with targets");
+  if (sp_ && tp_.size > 1)
+    fail(Status::wrong_state, "backward() with sequence parallelism: its replicated gradients are "
+         "summed over the tensor ranks once per step, which the trainer's runs do");
   backward_chunk(0, kSerialSlot, nullptr, nullptr, dloss);
 }
 

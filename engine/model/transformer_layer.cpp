@@ -20,19 +20,22 @@ void GPT<T>::rotate_qk(Act qkv, int s, int b, bool inverse) {
 }
 
 // One transformer layer: out = x + attention(x), then + MLP; fills a.
+// With sequence parallelism x, out, mid and the norms' statistics are this
+// rank's s/t rows; ln1, ln2 (the GEMMs' inputs) and the rest all N rows.
 template <class T>
 void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
                            const StepContext &ctx) {
   const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_, q = qkv_width_;
   const int l = first_layer(li / layers_per_chunk_) + li % layers_per_chunk_;  // global
-  const size_t Nh = (size_t)N * h;
+  const int s_rows = local_rows(s, b) / b;  // positions of this rank's rows
   Layer P = layer(params_.data(), li);
   DropoutSpec hid{{seed_, dropout_stream(l, kAttentionOut), ctx.iteration},
                   ctx.training ? cfg_.hidden_dropout : 0.f,
-                  ctx.sample_offset};
+                  ctx.sample_offset, first_position(s)};
   // Attention block: mid = x + dropout(g(proj(attn(f(ln1(x))))) + proj_b)
   // (Every op stores its output in the activation type, rounded once.)
-  norm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, P.ln1_w, P.ln1_b, N);
+  norm_to_gemm_input(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, P.ln1_w, P.ln1_b, s,
+                     b);
   ops_->gemm(false, true, N, q, h, 1, a.ln1.data(), h, P.qkv_w, h, 0, a.qkv.data(), q);
   if (P.qkv_b)
     ops_->bias_dropout_add_forward(a.qkv.data(), nullptr, a.qkv.data(), P.qkv_b, s, b, q,
@@ -40,13 +43,13 @@ void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
   if (cfg_.rope()) rotate_qk(a.qkv.data(), s, b, false);
   attention_forward(l, a, s, b, ctx);
   ops_->gemm(false, true, N, h, w, 1, a.ctxv.data(), w, P.proj_w, w, 0, tmp_h_.data(), h);
-  tp_all_reduce(tmp_h_.data(), Nh);  // g: row-parallel partial sums
-  ops_->bias_dropout_add_forward(a.mid.data(), x, tmp_h_.data(), P.proj_b, s, b, h, hid);
+  CAct y = reduce_row_parallel(tmp_h_.data(), s, b);  // g: row-parallel partial sums
+  ops_->bias_dropout_add_forward(a.mid.data(), x, y, P.proj_b, s_rows, b, h, hid);
   // MLP block: out = mid + dropout(g(fc2(act(fc1(f(ln2(mid)))))) + fc2_b), act
   // GeLU with fc1's bias, or SwiGLU over [gate | up] (two column-parallel GEMMs
   // into one [N, 2f] array).
-  norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), P.ln2_w, P.ln2_b,
-               N);
+  norm_to_gemm_input(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), P.ln2_w,
+                     P.ln2_b, s, b);
   if (cfg_.swiglu) {
     ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.gate_w, h, 0, a.fc1_z.data(), 2 * f);
     ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.up_w, h, 0, a.fc1_z.data() + (int64_t)f,
@@ -57,20 +60,22 @@ void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
     ops_->bias_gelu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.fc1_b, N, f);
   }
   ops_->gemm(false, true, N, h, f, 1, a.fc1_g.data(), f, P.fc2_w, f, 0, tmp_h_.data(), h);
-  tp_all_reduce(tmp_h_.data(), Nh);  // g
+  y = reduce_row_parallel(tmp_h_.data(), s, b);  // g
   hid.key.stream = dropout_stream(l, kMlpOut);
-  ops_->bias_dropout_add_forward(out, a.mid.data(), tmp_h_.data(), P.fc2_b, s, b, h, hid);
+  ops_->bias_dropout_add_forward(out, a.mid.data(), y, P.fc2_b, s_rows, b, h, hid);
 }
 
-// dresid [N, h]: in, the gradient of the layer's output; out, of its input x.
-// defer (a zero-bubble B): the weight GEMMs' output gradients go to a's W part
-// and layer_weight_grads runs the GEMMs later; otherwise they run here.
+// dresid [N, h] (this rank's rows with sequence parallelism): in, the
+// gradient of the layer's output; out, of its input x. defer (a zero-bubble
+// B): the weight GEMMs' output gradients go to a's W part and
+// layer_weight_grads runs the GEMMs later; otherwise they run here.
 template <class T>
 void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int b,
                             const StepContext &ctx, bool defer) {
   const int N = s * b, h = cfg_.hidden_size, w = width_, f = ffn_;
   const int l = first_layer(li / layers_per_chunk_) + li % layers_per_chunk_;
-  const size_t Nh = (size_t)N * h;
+  const bool sp = seq_parallel(s);
+  const int rows = local_rows(s, b), s_rows = rows / b;
   Layer P = layer(params_.data(), li);
   Layer G = layer(grads_.data(), li);
   if (defer) size_weight_grads(a, s, b);
@@ -79,12 +84,23 @@ void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int
   Act dqkv = defer ? a.dqkv.data() : dqkv_.data();
   DropoutSpec hid{{seed_, dropout_stream(l, kMlpOut), ctx.iteration},
                   ctx.training ? cfg_.hidden_dropout : 0.f,
-                  ctx.sample_offset};
+                  ctx.sample_offset, first_position(s)};
+  // The output's gradient dy of a block for all N rows: through the dropout
+  // on this rank's rows, gathered along the sequence with sequence parallelism
+  // (the bias gradient then sums this rank's rows: added over the ranks later).
+  auto block_output_grad = [&](Act dy_all, T *dbias) {
+    if (!sp) {
+      ops_->bias_dropout_add_backward(dy_all, dbias, dresid, s, b, h, hid);
+      return;
+    }
+    ops_->bias_dropout_add_backward(sp_dy_.data(), dbias, dresid, s_rows, b, h, hid);
+    tp_all_gather(tp_, *ops_, sp_dy_.data(), dy_all, (size_t)rows * h);
+  };
 
   // MLP block; the input's gradient is a partial sum over tensor ranks (f backward).
   // Activation gradients are in the activation type; the weight gradients
   // accumulate into grads() in fp32 (rounded per chunk when grads are 16-bit).
-  ops_->bias_dropout_add_backward(dy, G.fc2_b, dresid, s, b, h, hid);
+  block_output_grad(dy, G.fc2_b);
   if (cfg_.swiglu) {
     // d(silu(gate) up), then [dgate | dup].
     Act dact = dact_.data();
@@ -99,22 +115,23 @@ void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int
     ops_->gemm(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
   }
   if (!defer) mlp_weight_grads(li, a, dy, dfc, N);
-  tp_all_reduce(dln, Nh);
-  norm_backward(dresid, G.ln2_w, G.ln2_b, dln, a.mid.data(), P.ln2_w, a.ln2_mean.data(),
-                a.ln2_rstd.data(), N);
+  CAct dln_rows = reduce_row_parallel(dln, s, b);
+  norm_backward(dresid, G.ln2_w, G.ln2_b, dln_rows, a.mid.data(), P.ln2_w, a.ln2_mean.data(),
+                a.ln2_rstd.data(), rows);
 
   // Attention block.
   hid.key.stream = dropout_stream(l, kAttentionOut);
   if (defer) dy = a.dy_attn.data();
-  ops_->bias_dropout_add_backward(dy, G.proj_b, dresid, s, b, h, hid);
+  block_output_grad(dy, G.proj_b);
   ops_->gemm(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
   attention_backward(l, a, dqkv, s, b, ctx);
   if (cfg_.rope()) rotate_qk(dqkv, s, b, true);  // back to the unrotated q and k
   if (G.qkv_b) ops_->colsum_accumulate(G.qkv_b, dqkv, N, qkv_width_);
   if (!defer) attention_weight_grads(li, a, dy, dqkv, N);
   ops_->gemm(false, false, N, h, qkv_width_, 1, dqkv, qkv_width_, P.qkv_w, h, 0, dln, h);
-  tp_all_reduce(dln, Nh);
-  norm_backward(dresid, G.ln1_w, G.ln1_b, dln, x, P.ln1_w, a.ln1_mean.data(), a.ln1_rstd.data(), N);
+  dln_rows = reduce_row_parallel(dln, s, b);
+  norm_backward(dresid, G.ln1_w, G.ln1_b, dln_rows, x, P.ln1_w, a.ln1_mean.data(),
+                a.ln1_rstd.data(), rows);
 }
 
 // The MLP's weight gradients: fc2 from the GeLU/SwiGLU output, fc1 (or gate

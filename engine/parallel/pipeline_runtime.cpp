@@ -59,7 +59,8 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
                             bool training, float dloss,
                             const std::function<MicroBatch(int, bool)> &batch,
                             std::vector<OpTiming> *timings) {
-  const size_t Nh = (size_t)s * b * model_.config().hidden_size;
+  // Boundary tensors: [s, b, h], or this rank's s/t rows with sequence parallelism.
+  const size_t Nh = model_.boundary_elements(s, b);
   const DType act = model_.activation_type();
   Device &dev = model_.device();
   double loss_sum = 0;

@@ -10,6 +10,9 @@
 // replicated over the tensor group, so this moves t times fewer bytes between
 // stages and gives the same values.
 //
+// With sequence parallelism a boundary tensor is already this rank's 1/t of
+// the rows, so it goes whole (the trainer turns scatter/gather off).
+//
 // Boundary tensors live on the model's device; pp and tp must take that
 // device's memory (a StagedComm for a GPU with the threads or mpi backend).
 #pragma once

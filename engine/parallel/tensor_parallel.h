@@ -27,6 +27,18 @@ template <class T>
 void tp_all_reduce(const TensorParallel &tp, Ops<T> &ops, DeviceArray<T> &staging, Act buf,
                    size_t n);
 
+// Sequence parallelism's pair (Korthikanti et al.): full [t n] = every
+// rank's local [n] in rank order (an all-gather along the sequence: exact in
+// any type); and local [n] = this rank's part of the sum over ranks of full
+// [t n] (a reduce-scatter: summed in T in the communicator's member order and
+// rounded once, so each element equals tp_all_reduce's). Nothing to do (a
+// copy) when t = 1.
+template <class T>
+void tp_all_gather(const TensorParallel &tp, Ops<T> &ops, CAct local, Act full, size_t n);
+template <class T>
+void tp_reduce_scatter(const TensorParallel &tp, Ops<T> &ops, DeviceArray<T> &staging, CAct full,
+                       Act local, size_t n);
+
 // The vocab-parallel statistics [n] in T: each rank's row maxima (max), then
 // its sums of exponentials and target logits (sum).
 template <class T>

@@ -16,16 +16,20 @@ double ptdp_chunk_stash_bytes(const ModelSpec &m, const Layout &L, int stage, in
   const double f = (double)m.ffn_size() / L.t, heads = (double)m.heads / L.t;
   const double probs = L.b * heads * m.seq * m.seq;
   const int64_t layers = m.layers / ((int64_t)p * v);
+  // Rows of this rank's share of the sequence (sequence parallelism keeps the
+  // layer's input, mid, the norms' statistics and the head's input for s/t
+  // positions; the GEMMs' inputs ln1 and ln2 for all of them).
+  const double R = o.sequence_parallel && L.t > 1 ? N / L.t : N;
   // Floats per layer: everything, or the input only.
-  double layer = N * h;  // x
+  double layer = R * h;  // x
   if (L.recompute != Recompute::full) {
     // Selective recomputation keeps everything but the probabilities.
     const double kept = L.recompute == Recompute::none && !o.flash ? probs : 0;
-    layer += N * h + 2 * N;                                // ln1, its mean and rstd
+    layer += N * h + 2 * R;                                // ln1, its mean and rstd
     layer += N * 3 * w;                                    // qkv
     layer += o.flash ? L.b * heads * m.seq : kept;         // log-sum-exp, or probabilities
     layer += o.attention_dropout ? kept : 0;               // after dropout
-    layer += N * w + N * h + N * h + 2 * N;                // context, mid, ln2 and stats
+    layer += N * w + R * h + N * h + 2 * R;                // context, mid, ln2 and stats
     layer += 2 * N * f;                                    // fc1 before and after GeLU
   }
   double floats = (double)layers * layer;
@@ -33,9 +37,9 @@ double ptdp_chunk_stash_bytes(const ModelSpec &m, const Layout &L, int stage, in
   if (vs == 0) floats += N;  // tokens (int32)
   if (vs == p * v - 1) {
     const double vocab = (double)padded_vocab(m, L.t) / L.t;
-    floats += 2 * N * h + 2 * N;  // the final LayerNorm's input, output and statistics
-    floats += N * vocab + 3 * N;  // logits, the loss's max, sum and target logit
-    floats += 2 * N;              // per-token losses (host) and targets (int32)
+    floats += R * h + N * h + 2 * R;  // the final norm's input, output and statistics
+    floats += N * vocab + 3 * N;      // logits, the loss's max, sum and target logit
+    floats += 2 * N;                  // per-token losses (host) and targets (int32)
   }
   return 4 * floats;
 }

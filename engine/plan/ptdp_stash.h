@@ -15,6 +15,7 @@ namespace ptdp::plan {
 struct PtdpStash {
   bool attention_dropout = true;  // attention_dropout > 0: dropped probabilities kept
   bool flash = false;             // --use-flash-attn: each row's log-sum-exp instead
+  bool sequence_parallel = false; // --sequence-parallel (t > 1): s/t of the rows per rank
 };
 
 // One (model chunk, micro-batch) of pipeline rank `stage` holding chunk

@@ -72,6 +72,10 @@ const std::vector<OptionSpec> &option_schema() {
        "layers per model chunk: v = num_layers / (p x this) chunks per rank (0 = v of 1)"},
       {"pipeline_schedule", T::Choice, "auto", 0, 0, "auto,gpipe,1f1b,interleaved,zbh1,zbv",
        "pipeline schedule (auto = interleaved when v > 1, else 1f1b)"},
+      {"sequence_parallel", T::Int, "0", 0, 1, nullptr,
+       "with t > 1, the norms, dropout and residual on s/t positions per tensor rank: "
+       "all-gather before the column-parallel GEMMs, reduce-scatter after the row-parallel "
+       "ones (1 = on; needs seq_length divisible by t)"},
       {"scatter_gather_tensors_in_pipeline", T::Int, "1", 0, 1, nullptr,
        "with t > 1, send 1/t of each boundary tensor and all-gather it (1 = on)"},
       {"use_flash_attn", T::Int, "0", 0, 1, nullptr,

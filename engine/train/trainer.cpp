@@ -173,10 +173,11 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
         opt_.recompute, opt_.precision,
         R->device.get());
     R->model->set_flash_attention(opt_.use_flash_attn);
+    R->model->set_sequence_parallel(opt_.sequence_parallel);
     R->model->set_op_profiling(!opt_.op_profile_path.empty());
     R->pipeline = std::make_unique<PipelineRuntime>(
         *R->model, p > 1 ? R->pp_d : nullptr, opt_.parallel.t > 1 ? R->tp_d : nullptr,
-        opt_.scatter_gather);
+        opt_.scatter_gather && !opt_.sequence_parallel);
     const int m = opt_.microbatches();
     R->eval_schedule = forward_only_schedule(opt_.schedule, p, opt_.virtual_stages, m, R->coord.pp);
     R->timeline.set_enabled(!opt_.timeline_path.empty());

@@ -77,6 +77,7 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
          "the backward; overlap_grad_reduce with it is not supported yet: set one of them to 0");
   o.comm_timeout_s = c.get_double("comm_timeout");
   o.scatter_gather = c.get_int("scatter_gather_tensors_in_pipeline") != 0;
+  o.sequence_parallel = c.get_int("sequence_parallel") != 0;
   o.timeline_path = c.get("timeline");
   o.op_profile_path = c.get("profile_ops");
   o.save_path = c.get("save");
@@ -152,6 +153,10 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
     o.schedule = o.virtual_stages > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
   else
     o.schedule = parse_schedule(schedule);
+  if (o.sequence_parallel && o.parallel.t > 1 && m.seq_length % o.parallel.t != 0)
+    fail(Status::invalid_config, "sequence_parallel splits the ", m.seq_length,
+         " positions of a sequence over the tensor ranks: seq_length must be a multiple of "
+         "tensor_model_parallel_size (", o.parallel.t, ")");
   validate_schedule(o.schedule, p, o.virtual_stages, o.microbatches());
   const std::string granularity = c.get("recompute_granularity");
   o.recompute.enabled = granularity == "full";

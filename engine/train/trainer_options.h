@@ -47,7 +47,8 @@ struct TrainerOptions {
   double comm_timeout_s = 300;
   int virtual_stages = 1;  // v: model chunks per pipeline rank
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
-  bool scatter_gather = true;  // only matters when t > 1 and p > 1
+  bool scatter_gather = true;  // only matters when t > 1 and p > 1 (and no sequence parallelism)
+  bool sequence_parallel = false;  // GPT::set_sequence_parallel
   Recompute recompute;
   std::string timeline_path;  // Chrome trace of each step, rewritten after it
   std::string op_profile_path;  // time per op of each step and rank, rewritten after it

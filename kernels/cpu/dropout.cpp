@@ -52,7 +52,9 @@ void bias_dropout_add_forward(T *out, const T *residual, const T *y, const T *bi
 #pragma omp for schedule(static)
     for (int r = 0; r < s * b; r++) {
       int si = r / b, bi = r % b;
-      if (d.p > 0) dropout_keep_mask(d, d.sample_offset + (uint32_t)bi, (uint64_t)si * h, h, keep.data());
+      if (d.p > 0)
+        dropout_keep_mask(d, d.sample_offset + (uint32_t)bi,
+                          (uint64_t)(d.position_offset + (uint32_t)si) * h, h, keep.data());
       for (int j = 0; j < h; j++) {
         size_t k = (size_t)r * h + j;
         T v = y[k] + (bias ? bias[j] : T(0));

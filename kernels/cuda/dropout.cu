@@ -100,7 +100,8 @@ __global__ void bias_dropout_add_quads(T *out, const T *residual, const T *y, co
   }
 }
 
-// Both ops: bias_dropout_add is (s, h, e_base = 0); attention is one "row" per
+// Both ops: bias_dropout_add is (s, h, e_base = the slice's first position * h,
+// 0 without sequence parallelism); attention is one "row" per
 // sample, h = a*s_q*s_k, numbered from e_base = head_offset*s_q*s_k.
 template <class T>
 void launch_dropout(T *out, const T *residual, const T *y, const T *bias, int64_t s, int b,
@@ -213,14 +214,14 @@ __global__ void attention_dropout_packs(T *out, const T *in, int b, uint64_t m, 
 template <class T>
 void bias_dropout_add_forward(T *out, const T *residual, const T *y, const T *bias, int s, int b,
                               int h, const DropoutSpec &d, cudaStream_t stream) {
-  launch_dropout<T>(out, residual, y, bias, s, b, h, 0, make_drop(d), stream,
+  launch_dropout<T>(out, residual, y, bias, s, b, h, (uint64_t)d.position_offset * h, make_drop(d), stream,
                     "bias_dropout_add_forward");
 }
 
 template <class T>
 void bias_dropout_add_backward(T *dy, float *dbias, const T *dout, int s, int b, int h,
                                const DropoutSpec &d, cudaStream_t stream) {
-  launch_dropout<T>(dy, nullptr, dout, nullptr, s, b, h, 0, make_drop(d), stream,
+  launch_dropout<T>(dy, nullptr, dout, nullptr, s, b, h, (uint64_t)d.position_offset * h, make_drop(d), stream,
                     "bias_dropout_add_backward");
   if (dbias) colsum_accumulate<T>(dbias, dy, s * b, h, stream);
 }

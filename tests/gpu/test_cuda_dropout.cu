@@ -36,12 +36,14 @@ std::vector<float> download_at(const DevArray<T> &d, size_t off) {
   return v;
 }
 
-// A site with a 64-bit seed, a nonzero iteration and a nonzero sample offset.
-ptdp::DropoutSpec spec(float p) {
+// A site with a 64-bit seed, a nonzero iteration and a nonzero sample offset
+// (and, for a sequence-parallel slice, the position of its first row).
+ptdp::DropoutSpec spec(float p, uint32_t position_offset = 0) {
   ptdp::DropoutSpec d;
   d.key = {0xfedcba9876543210ull, (uint32_t)ptdp::fnv1a64("layer 3 attn"), 123457u};
   d.p = p;
   d.sample_offset = 37;
+  d.position_offset = position_offset;
   return d;
 }
 
@@ -67,11 +69,11 @@ std::string tag(const char *op, const std::string &rest) {
 // out = residual + dropout(y + bias) over [s, b, h].
 template <class T>
 void test_bda_forward(int s, int b, int h, float p, bool with_residual, bool with_bias,
-                      size_t off) {
+                      size_t off, uint32_t position_offset = 0) {
   const size_t n = (size_t)s * b * h;
   auto y = randn_nz(n, 11), res = randn_nz(n, 12), bias = randn_nz(h, 13);
   auto dy = upload_at<T>(y, off), dres = upload_at<T>(res, off), dbias = upload_at<T>(bias, off);
-  const auto d = spec(p);
+  const auto d = spec(p, position_offset);
   std::vector<float> ref(n);
   ptdp::cpu::bias_dropout_add_forward(ref.data(), with_residual ? res.data() : nullptr, y.data(),
                                       with_bias ? bias.data() : nullptr, s, b, h, d);
@@ -96,19 +98,23 @@ void test_bda_forward(int s, int b, int h, float p, bool with_residual, bool wit
       tag<T>("bias_dropout_add", "s=" + std::to_string(s) + " b=" + std::to_string(b) + " h=" +
                                      std::to_string(h) + " p=" + std::to_string(p).substr(0, 3) +
                                      (with_residual ? " +res" : "") + (with_bias ? " +bias" : "") +
-                                     (off ? " unaligned" : ""));
+                                     (off ? " unaligned" : "") +
+                                     (position_offset ? " from position " +
+                                                            std::to_string(position_offset)
+                                                      : ""));
   compare_bound(t.c_str(), got, ref, bound);
   if (!with_residual) check_mask(t + " mask", got, ref);
 }
 
 // dy = dropout(dout) in place (dy aliases dout); dbias += colsum(dy).
 template <class T>
-void test_bda_backward(int s, int b, int h, float p, bool with_dbias) {
+void test_bda_backward(int s, int b, int h, float p, bool with_dbias,
+                       uint32_t position_offset = 0) {
   const int N = s * b;
   const size_t n = (size_t)N * h;
   auto dout = randn_nz(n, 21), dbias0 = randn(h, 22);
   auto ddout = upload_rounded<T>(dout);
-  const auto d = spec(p);
+  const auto d = spec(p, position_offset);
   std::vector<float> ref(n), ref_db = dbias0;
   ptdp::cpu::bias_dropout_add_backward(ref.data(), with_dbias ? ref_db.data() : nullptr,
                                        dout.data(), s, b, h, d);
@@ -265,6 +271,11 @@ void test_all() {
     test_bda_forward<T>(9, 3, 1000, p, true, true, 1);
     test_bda_forward<T>(9, 3, 1000, p, false, false, 1);
     test_bda_backward<T>(5, 2, 7, p, false);
+    // A sequence-parallel slice from position 3 (h 1000: vector path; 7:
+    // quads straddling rows from an element base not a multiple of 4).
+    test_bda_forward<T>(4, 3, 1000, p, true, true, 0, 3);
+    test_bda_forward<T>(4, 3, 7, p, false, true, 0, 3);
+    test_bda_backward<T>(4, 3, 7, p, true, 3);
     // head_offset * s_q * s_k % 4 != 0: scalar path; 8x13 with 3 heads before:
     // vector path over rows of 13 (quads straddle rows); 64x64: the usual case.
     test_attention<T>(2, 3, 5, 7, 5, p, true, false);

@@ -21,7 +21,7 @@ struct Case {
   int t, p, v;
   const char *schedule;  // 1f1b, gpipe, zbh1, interleaved or zbv (v > 1)
   bool recompute, dropout, flash;
-  bool selective = false;
+  bool selective = false, sequence_parallel = false;
 };
 
 void check(const Case &c) {
@@ -47,6 +47,7 @@ void check(const Case &c) {
   if (c.v > 1)
     cfg.set("num_layers_per_virtual_pipeline_stage", std::to_string(layers / (c.p * c.v)));
   if (c.selective) cfg.set("recompute_granularity", "selective");
+  if (c.sequence_parallel) cfg.set("sequence_parallel", "1");
   if (c.recompute) {
     cfg.set("recompute_granularity", "full");
     cfg.set("recompute_method", "uniform");
@@ -67,7 +68,7 @@ void check(const Case &c) {
   L.recompute = c.recompute   ? plan::Recompute::full
                 : c.selective ? plan::Recompute::selective
                               : plan::Recompute::none;
-  const plan::PtdpStash o{c.dropout, c.flash};
+  const plan::PtdpStash o{c.dropout, c.flash, c.sequence_parallel};
   for (int r = 0; r < tr.local_ranks(); r++) {
     const Trainer::RankReport &rep = tr.rank_report(r);
     const double want = plan::ptdp_peak_stash_bytes(m, L, gbs / b, rep.coord.pp, o);
@@ -92,6 +93,8 @@ TEST(PlanAgainstEngine, PeakActivationMemory) {
       {"p=2 v=2 zbv", 1, 2, 2, "zbv", false, true, false},
       {"t=2 p=2 selective", 2, 2, 1, "1f1b", false, true, false, true},
       {"p=2 selective flash", 1, 2, 1, "1f1b", false, true, true, true},
+      {"t=2 p=2 sequence parallel selective", 2, 2, 1, "1f1b", false, true, false, true, true},
+      {"t=2 p=2 sequence parallel full recompute", 2, 2, 1, "zbh1", true, true, false, false, true},
   };
   for (const Case &c : cases) check(c);
 }

@@ -1,5 +1,5 @@
 // The parallel-composition fuzzer: random combinations the engine accepts —
-// (t, p, d, v), schedule (zero-bubble ones included), recomputation
+// (t, p, d, v), schedule (zero-bubble ones included), sequence parallelism, recomputation
 // none/full/selective, the distributed optimizer, overlapped reduction,
 // fp32/bf16/fp16, flash attention, model shape (heads, groups, hidden, layers,
 // vocabulary padding), the LLaMA block, micro-batches — each trained for two
@@ -107,6 +107,7 @@ Spec draw(std::mt19937_64 &rng) {
   s["b"] = std::to_string(pick(rng, {1, 2}));
   s["gbs"] = std::to_string(pick(rng, {8, 16}));
   s["sg"] = pick<std::string>(rng, {"0", "1"});
+  s["seq_par"] = pick<std::string>(rng, {"0", "1"});
   return s;
 }
 
@@ -152,6 +153,7 @@ Config config_of(const Spec &s, const std::string &prefix, bool serial) {
     c.set("num_layers_per_virtual_pipeline_stage", "3");  // refused: not a divisor
   c.set("pipeline_schedule", at(prefix + "schedule"));
   c.set("scatter_gather_tensors_in_pipeline", t > 1 ? at("sg") : "1");
+  c.set("sequence_parallel", s.count("seq_par") ? at("seq_par") : "0");
   c.set("recompute_granularity", at("recompute"));
   c.set("use_distributed_optimizer", at("dist_opt"));
   c.set("overlap_grad_reduce", at("overlap"));

@@ -731,6 +731,14 @@ TEST(KernelDropout, GlobalIndexing) {
       for (int j = 0; j < h; j++)
         EXPECT_EQ(out[(si * b + bi) * h + j] != 0.f,
                   dropout_keep(d, d.sample_offset + bi, (uint64_t)si * h + j));
+  // Rows [2, 5) as a sequence-parallel slice (position_offset 2) draw the
+  // full sequence's bits for those rows.
+  DropoutSpec slice = d;
+  slice.position_offset = 2;
+  std::vector<float> part(3 * b * h);
+  bias_dropout_add_forward(part.data(), (const float *)nullptr, ones.data(), (const float *)nullptr,
+                           3, b, h, slice);
+  for (size_t i = 0; i < part.size(); i++) EXPECT_EQ(part[i], out[2 * b * h + i]) << i;
 
   // dropout_attention: heads [2, 4) of a 4-head call equal a 2-head call with
   // head_offset = 2 (tensor-parallel split of the heads).
