@@ -20,6 +20,7 @@ std::string Layout::label() const {
   if (p > 1) os << "," << schedule_name(schedule);
   os << "," << recompute_name(recompute);
   if (p > 1 && !scatter_gather) os << ",no-sg";
+  if (t > 1 && sequence_parallel) os << ",sp";
   return os.str();
 }
 
@@ -123,24 +124,27 @@ std::vector<Gemm> layer_forward_gemms(const ModelSpec &m, int t, int64_t b) {
   };
 }
 
-double activation_bytes_per_layer(const ModelSpec &m, int t, int64_t b, DType dt, Recompute r) {
+double activation_bytes_per_layer(const ModelSpec &m, int t, int64_t b, DType dt, Recompute r,
+                                  bool sequence_parallel) {
   double e = dtype_bytes(dt), s = (double)m.seq, h = (double)m.hidden, a = (double)m.heads;
   double E = b * s * h, Et = E / t, A = b * a * s * s / t, Ft = b * s * m.ffn_size() / t;
-  if (r == Recompute::full) return E * e;  // the layer's input only
+  // Sequence parallelism keeps the norms' and dropouts' tensors for s/t positions.
+  const double Es = sequence_parallel ? Et : E;
+  if (r == Recompute::full) return Es * e;  // the layer's input only
   // Stashed for backward, tensor by tensor (a mask is one byte per element):
   double out = 0;
-  out += E * e;           // layernorm 1 input
-  out += E * e;           // layernorm 1 output = QKV input (whole on every tensor rank)
+  out += Es * e;          // layernorm 1 input
+  out += Es * e;          // layernorm 1 output = QKV input (whole on every tensor rank without SP)
   const double kv = (double)m.groups() / a;  // a key and a value per query group
   out += (1 + kv) * Et * e;  // Q and K
   out += kv * Et * e;        // V
   out += Et * e;          // attention context = proj input
-  out += E;               // dropout mask after proj
-  out += E * e;           // layernorm 2 input
-  out += E * e;           // layernorm 2 output = fc1 input
+  out += Es;              // dropout mask after proj
+  out += Es * e;          // layernorm 2 input
+  out += Es * e;          // layernorm 2 output = fc1 input
   out += (m.swiglu ? 2 : 1) * Ft * e;  // fc1 output = GeLU input (SwiGLU: gate and up)
   out += Ft * e;          // GeLU output = fc2 input
-  out += E;               // dropout mask after fc2
+  out += Es;              // dropout mask after fc2
   if (r == Recompute::none) {
     out += A * e;         // softmax output
     out += A;             // attention dropout mask
@@ -384,6 +388,8 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
     if (p == 1 || from == to) return 0.0;  // zbv's turn stays on its rank
     Net net = stages_cross(mach, L, from, to) ? Net{mach.inter.effective(), mach.inter.latency_s}
                                               : Net{mach.intra.effective(), mach.intra.latency_s};
+    // Sequence parallelism's boundary is already this rank's 1/t.
+    if (L.sequence_parallel && L.t > 1) return E * e / L.t / net.bw + net.latency;
     if (L.scatter_gather && L.t > 1)
       return E * e / L.t / net.bw + net.latency + allgather_seconds(E * e, L.t, tp);
     return E * e / net.bw + net.latency;
@@ -523,8 +529,9 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
   // Memory of the fullest device: the first stage (most micro-batches in
   // flight, the embedding) or the head's (the logits; the first under zbv).
   const int head_rank = chunk_home(v_shape, p, V - 1).rank;
-  const double act_layer = activation_bytes_per_layer(m, L.t, L.b, tr.dtype, L.recompute);
-  const double act_full = activation_bytes_per_layer(m, L.t, L.b, tr.dtype, Recompute::none);
+  const bool sp = L.sequence_parallel && L.t > 1;
+  const double act_layer = activation_bytes_per_layer(m, L.t, L.b, tr.dtype, L.recompute, sp);
+  const double act_full = activation_bytes_per_layer(m, L.t, L.b, tr.dtype, Recompute::none, sp);
   P.activation_bytes_per_layer = act_layer;
   const double Lv = (double)L.b * m.seq * padded_vocab(m, L.t) / L.t;
   const double opt_bytes = tr.dtype == DType::fp32 ? 8 : 12;

@@ -49,6 +49,7 @@ struct Layout {
   int t = 1, p = 1, d = 1, b = 1, v = 1;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   bool scatter_gather = true;
+  bool sequence_parallel = false;  // with t > 1 (Korthikanti et al.)
   Recompute recompute = Recompute::full;
   int64_t microbatches(int64_t B) const { return B / ((int64_t)b * d); }
   // "t=8,p=2,d=32,b=4,v=2,interleaved,full" (parse_layout reads it back).
@@ -150,7 +151,8 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
 // Activation bytes stashed for backward by one layer and one micro-batch on a
 // tensor rank (the list of tensors in model.cpp), and its closed form
 // s b h (10 + 24/t + 5 a s / (h t)) for 16-bit without recomputation.
-double activation_bytes_per_layer(const ModelSpec &m, int t, int64_t b, DType dt, Recompute r);
+double activation_bytes_per_layer(const ModelSpec &m, int t, int64_t b, DType dt, Recompute r,
+                                  bool sequence_parallel = false);
 
 // Chunk activations stashed at the peak on pipeline rank `stage`, walking the
 // schedule's operations (each chunk counted once per micro-batch in flight).

@@ -38,6 +38,7 @@ const Opt kOptions[] = {
     {"pipeline_schedule", "gpipe | 1f1b | interleaved | zbh1 | zbv (default: 1f1b, interleaved when v > 1)"},
     {"scatter_gather_tensors_in_pipeline", "0 | 1 (default 1)"},
     {"no_scatter_gather_tensors_in_pipeline", "flag: scatter/gather off"},
+    {"sequence_parallel", "0 | 1 (default 0): layouts with t > 1 shard norms and dropout over s"},
     {"recompute_granularity", "none | selective | full (default: searched)"},
     {"fp16", "flag: fp16 mixed precision (the default)"},
     {"bf16", "flag: bf16 mixed precision"},
@@ -158,6 +159,7 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
     else if (k == "pipeline_schedule") r.schedule = (int)parse_schedule(val);
     else if (k == "scatter_gather_tensors_in_pipeline") r.scatter_gather = flag(k, val);
     else if (k == "no_scatter_gather_tensors_in_pipeline") r.scatter_gather = !flag(k, val);
+    else if (k == "sequence_parallel") r.sequence_parallel = flag(k, val);
     else if (k == "recompute_granularity") {
       if (val == "none") r.recompute = (int)Recompute::none;
       else if (val == "selective") r.recompute = (int)Recompute::selective;

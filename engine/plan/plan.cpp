@@ -59,9 +59,10 @@ Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_
       else if (item == "full") L.recompute = Recompute::full;
       else if (item == "no-sg") L.scatter_gather = false;
       else if (item == "sg") L.scatter_gather = true;
+      else if (item == "sp") L.sequence_parallel = true;
       else
         fail(Status::bad_value, "layout '", label, "': unknown part '", item,
-             "'; allowed: t=, p=, d=, b=, v=, gpipe|1f1b|interleaved|zbh1|zbv, none|selective|full, sg|no-sg");
+             "'; allowed: t=, p=, d=, b=, v=, gpipe|1f1b|interleaved|zbh1|zbv, none|selective|full, sg|no-sg, sp");
       continue;
     }
     std::string k = item.substr(0, eq), v = item.substr(eq + 1);
@@ -142,6 +143,7 @@ PlanResult run_plan(const PlanRequest &req) {
       base.t = (int)t, base.p = (int)p, base.d = (int)d;
       base.b = req.b ? req.b : 1;
       base.scatter_gather = req.scatter_gather != 0;
+      base.sequence_parallel = req.sequence_parallel;
       // A t or p that cannot work is reported once, not once per (b, v, recomputation).
       if (m.heads % t != 0 || m.ffn_size() % t != 0 || m.layers % p != 0) {
         if (req.recompute >= 0) base.recompute = (Recompute)req.recompute;
@@ -362,6 +364,7 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res) {
       fail(Status::bad_value, "explain needs at least t, p and b, e.g. t=8,p=2,b=4,v=2; got '", req.explain, "'");
     if (!hd) L.d = (int)(req.train.num_gpus / ((int64_t)L.t * L.p));
     if (req.scatter_gather == 0) L.scatter_gather = false;
+    if (req.sequence_parallel) L.sequence_parallel = true;
     std::string why = layout_problem(m, req.train, L);
     if (!why.empty()) fail(Status::invalid_config, "explain ", req.explain, ": ", why);
     ex = predict(m, req.train, mach, L, true);

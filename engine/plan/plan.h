@@ -22,6 +22,7 @@ struct PlanRequest {
   int schedule = -1;        // ScheduleKind
   int recompute = -1;       // Recompute
   int scatter_gather = -1;  // 0 or 1
+  bool sequence_parallel = false;  // --sequence-parallel: every layout with t > 1 uses it
   int grads_fp32 = -1;
   int max_micro_batch = 64;
   int top = 5;

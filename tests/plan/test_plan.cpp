@@ -130,6 +130,14 @@ TEST(PlanClosedForms, ActivationsPerLayerMatchKorthikanti) {
       EXPECT_LT(rel(activation_bytes_per_layer(m, t, b, DType::bf16, Recompute::selective), sbh * (10 + 24.0 / t)),
                 1e-13);
       EXPECT_LT(rel(activation_bytes_per_layer(m, t, b, DType::fp16, Recompute::full), 2 * sbh), 1e-13);
+      // Sequence parallelism (their Table 2): s b h 34 / t with selective
+      // recomputation, s b h (34/t + 5 a s / (h t)) without, 2 s b h / t full.
+      EXPECT_LT(rel(activation_bytes_per_layer(m, t, b, DType::bf16, Recompute::selective, true),
+                    sbh * 34.0 / t), 1e-13);
+      EXPECT_LT(rel(activation_bytes_per_layer(m, t, b, DType::bf16, Recompute::none, true),
+                    sbh * (34.0 / t + 5 * a * s / (h * t))), 1e-13);
+      EXPECT_LT(rel(activation_bytes_per_layer(m, t, b, DType::fp16, Recompute::full, true),
+                    2 * sbh / t), 1e-13);
     }
 }
 
