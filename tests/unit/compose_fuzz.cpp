@@ -40,6 +40,7 @@
 #include "engine/core/status.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
+#include "tests/unit/step_figures.h"
 #include "tests/unit/tiny_dataset.h"
 
 using namespace ptdp;
@@ -177,20 +178,6 @@ bool accepted(const Config &c, TrainerOptions *out, std::string *why) {
 // failure: the case is skipped. Its message starts with this.
 const char *const kRefused = "refused: ";
 
-struct Run {
-  std::vector<double> losses, norms;
-};
-
-Run steps(Trainer &tr, int n) {
-  Run r;
-  for (int i = 0; i < n; i++) {
-    const StepMetrics m = tr.step();
-    r.losses.push_back(m.lm_loss);
-    r.norms.push_back(m.grad_norm);
-  }
-  return r;
-}
-
 // Non-finite on both sides is a match: an fp16 run's first steps overflow the
 // loss scale in both (the step is skipped, the norm reported NaN).
 bool close(double got, double want, double rel) {
@@ -217,13 +204,13 @@ std::string check_case(const Spec &s) {
     throw;
   }
   Trainer &serial = *serial_p, &run = *run_p;
-  const Run a = steps(serial, 2), b = steps(run, 2);
+  const StepFigures a = step_figures(serial, 2), b = step_figures(run, 2);
   std::ostringstream err;
   for (int i = 0; i < 2; i++) {
     if (!close(b.losses[i], a.losses[i], loss_tol))
       err << "step " << i + 1 << " loss " << b.losses[i] << " vs serial " << a.losses[i] << "; ";
-    if (!close(b.norms[i], a.norms[i], norm_tol))
-      err << "step " << i + 1 << " grad norm " << b.norms[i] << " vs serial " << a.norms[i] << "; ";
+    if (!close(b.grad_norms[i], a.grad_norms[i], norm_tol))
+      err << "step " << i + 1 << " grad norm " << b.grad_norms[i] << " vs serial " << a.grad_norms[i] << "; ";
   }
   // Saved, loaded into the reload layout, one more step each.
   namespace fs = std::filesystem;
@@ -298,11 +285,11 @@ int main(int argc, char **argv) {
         TrainerOptions ser;
         accepted(config_of(s, "", true), &ser, &why);
         Trainer serial(ser), run(o);
-        const Run a = steps(serial, 2), b = steps(run, 2);
+        const StepFigures a = step_figures(serial, 2), b = step_figures(run, 2);
         bool caught = false;
         for (int i = 0; i < 2; i++)
           caught = caught || !close(b.losses[i], a.losses[i], 1e-5) ||
-                   !close(b.norms[i], a.norms[i], 1e-4);
+                   !close(b.grad_norms[i], a.grad_norms[i], 1e-4);
         std::printf("self-test: one corrupted %s collective %s\n", group,
                     caught ? "caught" : "NOT caught");
         if (!caught) return 1;

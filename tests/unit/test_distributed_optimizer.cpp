@@ -15,6 +15,7 @@
 #include "engine/train/trainer.h"
 #include "tests/unit/expect_error.h"
 #include "tests/unit/pipeline_config.h"
+#include "tests/unit/step_figures.h"
 #include "tests/unit/temp_dir.h"
 #include "tests/unit/trained_run.h"
 
@@ -26,20 +27,6 @@ Config dist_config(int t, int p, int d, int v, bool distributed) {
   Config c = pipeline_test_config(t, p, d, v);
   c.set("use_distributed_optimizer", distributed ? "1" : "0");
   return c;
-}
-
-struct Steps {
-  std::vector<double> losses, grad_norms;
-};
-
-Steps steps(Trainer &tr, int n) {
-  Steps s;
-  for (int i = 0; i < n; i++) {
-    const StepMetrics m = tr.step();
-    s.losses.push_back(m.lm_loss);
-    s.grad_norms.push_back(m.grad_norm);
-  }
-  return s;
 }
 
 // Every parameter of the whole model, gathered from the shards.
@@ -84,7 +71,7 @@ TEST(DistributedOptimizer, EqualsThePlainOptimizerBitForBit) {
       if (std::string(k.dtype) == "bf16") c->set("bf16", "1");
     }
     Trainer plain(TrainerOptions::from_config(a)), dist(TrainerOptions::from_config(b));
-    const Steps sa = steps(plain, 3), sb = steps(dist, 3);
+    const StepFigures sa = step_figures(plain, 3), sb = step_figures(dist, 3);
     for (int i = 0; i < 3; i++) {
       EXPECT_EQ(sa.losses[i], sb.losses[i]) << what << " step " << i;
       EXPECT_EQ(sa.grad_norms[i], sb.grad_norms[i]) << what << " step " << i;
@@ -120,8 +107,8 @@ TEST(DistributedOptimizer, CheckpointsMoveBetweenLayoutsAndOptimizers) {
   TempDir dist_dir, plain_dir, again_dir;
   Trainer a(TrainerOptions::from_config(dist_config(2, 2, 2, 1, true)));
   Trainer c(TrainerOptions::from_config(dist_config(2, 2, 2, 1, false)));
-  steps(a, 2);
-  steps(c, 2);
+  step_figures(a, 2);
+  step_figures(c, 2);
   a.save(dist_dir.path);
   c.save(plain_dir.path);
 
@@ -158,7 +145,7 @@ TEST(DistributedOptimizer, Bf16MasterWeightsSurviveACheckpoint) {
   Config c = dist_config(1, 1, 2, 1, true);
   c.set("bf16", "1");
   Trainer a(TrainerOptions::from_config(c));
-  steps(a, 2);
+  step_figures(a, 2);
   a.save(dir.path);
   Trainer b(TrainerOptions::from_config(c));
   b.load(dir.path);
