@@ -130,9 +130,14 @@ void GPT<T>::release(int chunk, int mb) {
   if (it == live_.end()) return;
   ChunkActs &A = *it->second;
   if (A.ctx.training) stashed_bytes_ -= A.bytes();
+  // The W parts go (a pooled chunk would hold them unreported); the
+  // recomputed layers go back to the spares, at most one unit's worth kept.
+  for (LayerActs *l : A.w_layers)
+    for (ActArray *x : {&l->dy_attn, &l->dqkv, &l->dy_mlp, &l->dfc}) x->resize(*dev_, 0, act_);
   A.weights_pending = false;
   A.w_layers.clear();
-  for (auto &l : A.recomputed) spare_layers_.push_back(std::move(l));
+  for (auto &l : A.recomputed)
+    if ((int)spare_layers_.size() < layers_per_chunk_) spare_layers_.push_back(std::move(l));
   A.recomputed.clear();
   pool_[(size_t)chunk].push_back(std::move(it->second));
   live_.erase(it);

@@ -55,8 +55,8 @@ struct GPT<T>::LayerActs {
   ActArray fc1_z, fc1_g;                   // [N, f]  pre-GeLU (with bias), post-GeLU;
                                            // SwiGLU: [N, 2f] gate|up, [N, f] silu(gate) up
   // The W part: output gradients of the weight GEMMs a deferred backward
-  // left (sized on first use and kept with the pooled buffers; counted as
-  // stashed only while the W is pending).
+  // left (sized by it, freed when its W releases the chunk; counted as
+  // stashed while the W is pending).
   ActArray dy_attn, dqkv, dy_mlp;          // [N, h], [N, 3w], [N, h]
   ActArray dfc;                            // [N, f] (SwiGLU [N, 2f]) after the activation's backward
   int64_t w_bytes() const {

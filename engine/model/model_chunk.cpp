@@ -123,6 +123,11 @@ void GPT<T>::backward_chunk(int chunk, int mb, CAct doutput, Act dinput, T dloss
     fail(Status::wrong_state, "backward of micro-batch ", mb, " chunk ", chunk,
          " needs a preceding training forward of it");
   ChunkActs &A = *it->second;
+  // The replicated gradients are summed over the tensor ranks when final: a
+  // micro-batch that ran without sequence parallelism holds them whole.
+  if (sp_ && tp_.size > 1 && !seq_parallel(A.s))
+    fail(Status::invalid_argument, "with sequence parallelism a training micro-batch needs s (",
+         A.s, ") a multiple of tensor_model_parallel_size (", tp_.size, ")");
   const bool embedding = has_embedding(chunk), head = has_head(chunk);
   if (!head && !doutput) fail(Status::invalid_argument, "chunk ", chunk, " backward needs doutput");
   if (!embedding && !dinput)

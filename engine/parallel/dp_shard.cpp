@@ -14,11 +14,13 @@ void DpShardComm::reduce_scatter(float *grads) {
   // Through d S floats: the last shard may be short (its tail stays zero).
   dev_.copy(full_.data(), grads, shard_.n * sizeof(float));
   dp_.reduce_scatter(full_.data(), part_.data(), shard_.size, DType::f32);
-  dev_.copy(grads + shard_.lo, part_.data(), (shard_.hi - shard_.lo) * sizeof(float));
+  const size_t own = shard_.hi - shard_.lo;
+  if (own) dev_.copy(grads + shard_.lo, part_.data(), own * sizeof(float));
 }
 
 void DpShardComm::gather(const float *mine) {
-  dev_.copy(part_.data(), mine, (shard_.hi - shard_.lo) * sizeof(float));
+  const size_t own = shard_.hi - shard_.lo;  // 0 for a rank past the end
+  if (own) dev_.copy(part_.data(), mine, own * sizeof(float));
   dp_.all_gather(part_.data(), full_.data(), shard_.size, DType::f32);
 }
 

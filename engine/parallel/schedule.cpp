@@ -267,8 +267,10 @@ std::vector<PipeOp> pipeline_schedule(ScheduleKind kind, int p, int v, int m, in
   validate_schedule(kind, p, v, m);
   if (stage < 0 || stage >= p)
     fail(Status::invalid_argument, "pipeline stage ", stage, " is outside [0, ", p, ")");
-  std::vector<std::vector<PipeOp>> all;
-  for (int r = 0; r < p; r++) all.push_back(compute_order(kind, p, v, m, r));
+  // Only the neighbours send to this rank (stage -+ 1 in either placement).
+  std::vector<std::vector<PipeOp>> all((size_t)p);
+  for (int r : {(stage + p - 1) % p, stage, (stage + 1) % p})
+    if (all[(size_t)r].empty()) all[(size_t)r] = compute_order(kind, p, v, m, r);
   std::vector<PipeOp> mine = all[(size_t)stage];
   receive_in_send_order(mine, stage, v_shaped(kind), p, all);
   return mine;

@@ -197,6 +197,10 @@ std::string layout_problem(const ModelSpec &m, const TrainSpec &tr, const Layout
   }
   int64_t mb = L.microbatches(tr.global_batch);
   if (mb > (1 << 30)) return "too many micro-batches";
+  if (L.sequence_parallel && L.t > 1 && m.seq % L.t != 0) {
+    os << "sequence parallelism needs the sequence (" << m.seq << ") divisible by t (" << L.t << ")";
+    return os.str();
+  }
   if (L.schedule == ScheduleKind::zbv) {
     if (L.p < 2 || L.v != 2) return "zbv needs p >= 2 and v = 2 (two chunks per rank in a V)";
     if (mb < L.p) {

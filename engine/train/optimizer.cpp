@@ -15,7 +15,8 @@ AdamW::AdamW(GPT<float> &model, AdamWConfig cfg, size_t lo, size_t hi) : cfg_(cf
   const size_t k = hi_ - lo_;
   m_.resize(dev, k);
   v_.resize(dev, k);
-  if (model.precision().dtype != DType::f32) {
+  has_master_ = model.precision().dtype != DType::f32;
+  if (has_master_) {
     DeviceArray<float> init = model.take_fp32_init();
     // Taken before: the rounded parameters are all there is.
     const float *from = init.size() == n ? init.data() : model.params();
@@ -47,7 +48,7 @@ void AdamW::update(GPT<float> &model, double lr, int64_t step, double grad_scale
 }
 
 void AdamW::master_to_model(GPT<float> &model) const {
-  if (!master_.size()) return;
+  if (!master_.size()) return;  // fp32, or an empty range
   const size_t k = hi_ - lo_;
   model.device().copy(model.params() + lo_, master_.data(), k * sizeof(float));
   model.ops().round_to_storage(model.params() + lo_, k, model.precision().dtype);

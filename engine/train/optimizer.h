@@ -36,8 +36,11 @@ class AdamW {
   size_t hi() const { return hi_; }
   float *exp_avg() { return m_.data(); }
   float *exp_avg_sq() { return v_.data(); }
-  // fp32 master weights; null for an fp32 model, whose parameters are their own master.
+  // fp32 master weights; null for an fp32 model, whose parameters are their
+  // own master (and for an empty range).
   float *master() { return master_.size() ? master_.data() : nullptr; }
+  // A 16-bit model's optimizer: it keeps master weights (of its range).
+  bool has_master() const { return has_master_; }
   // The model's parameters of the range = the master weights rounded to its
   // dtype (after a load).
   void master_to_model(GPT<float> &model) const;
@@ -45,6 +48,7 @@ class AdamW {
  private:
   AdamWConfig cfg_;
   size_t lo_ = 0, hi_ = 0;
+  bool has_master_ = false;
   DeviceArray<float> m_, v_, master_;
 };
 

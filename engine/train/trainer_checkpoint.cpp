@@ -44,7 +44,7 @@ std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
 // without the driver's own bounce buffers; ordinary memory once the host has
 // refused to lock that much. Kept between saves and loads, as the copies are.
 Trainer::Rank::Staged Trainer::Rank::checkpoint_staging(size_t n) {
-  const bool has_master = adam->master() != nullptr;
+  const bool has_master = adam->has_master();
   const size_t count = (has_master ? 4 : 3) * n;
   float *p = nullptr;
   if (!checkpoint_lock_failed) {
@@ -114,6 +114,7 @@ void Trainer::unstage_shards() {
     dev.copy_from_host(m.params(), h.params, bytes);
     // The optimizer's range of the whole state (all of it without a shard).
     const size_t lo = a.lo(), k = (a.hi() - a.lo()) * sizeof(float);
+    if (!k) continue;  // a data rank past the end of a tiny model
     dev.copy_from_host(a.exp_avg(), h.m + lo, k);
     dev.copy_from_host(a.exp_avg_sq(), h.v + lo, k);
     if (h.master) dev.copy_from_host(a.master(), h.master + lo, k);
@@ -255,9 +256,10 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
     r.adam->master_to_model(*r.model);
     // A 16-bit shard's checkpoint gives the weights as master weights only:
     // each data rank rounded its range, and they all-gather the rest.
-    if (r.dp_shard && r.adam->master()) r.dp_shard->all_gather(r.model->params());
+    if (r.dp_shard && r.adam->has_master()) r.dp_shard->all_gather(r.model->params());
     if (!opt_.finetune) return;
     const size_t bytes = (r.adam->hi() - r.adam->lo()) * sizeof(float);
+    if (!bytes) return;
     r.device->zero(r.adam->exp_avg(), bytes);
     r.device->zero(r.adam->exp_avg_sq(), bytes);
   });
