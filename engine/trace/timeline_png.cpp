@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/core/canvas.h"
+#include "engine/core/mapped_file.h"
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
 #include "engine/trace/timeline.h"
@@ -60,13 +61,11 @@ Kind kind_of(const std::string &cat) {
 }
 
 std::vector<Event> read_events(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(Status::io_error, "cannot read '", path, "': ", std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
+  // A regular file only: a FIFO named as the trace would block the reader.
+  const std::string text = read_small_file(path, "the trace '" + path + "'");
   json j;
   try {
-    j = json::parse(text.str());
+    j = json::parse(text);
   } catch (const json::exception &e) {
     fail(Status::corrupt_data, "'", path, "' is not valid JSON: ", e.what());
   }

@@ -14,6 +14,7 @@
 
 #include "engine/core/canvas.h"
 #include "engine/core/chart.h"
+#include "engine/core/mapped_file.h"
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
 
@@ -62,11 +63,8 @@ MetricsSeries read_metrics_log(const std::string &path) {
     fail(Status::io_error, "cannot read '", path, "': ", std::strerror(errno));
   if (S_ISDIR(st.st_mode))
     fail(Status::io_error, "cannot read '", path, "': it is a directory, not a --log-json file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(Status::io_error, "cannot read '", path, "': ", std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string all = text.str();
+  // A regular file only: a FIFO named as the log would block the reader.
+  const std::string all = read_small_file(path, "the metrics log '" + path + "'");
 
   MetricsSeries s;
   size_t at = 0;

@@ -43,7 +43,7 @@ expect_error('both set', 'v and num_layers_per_virtual_pipeline_stage together',
 expect_error('pipeline_schedule must be one of', 'bad schedule alias', ptdp.config,
              config { parallel = { schedule = 'zigzag' } })
 expect_error('recompute_granularity must be one of', 'bad recompute group value', ptdp.config,
-             config { recompute = { granularity = 'selective' } })
+             config { recompute = { granularity = 'partial' } })
 
 local trainer = ptdp.trainer(config())
 local layout = trainer:layout()
@@ -103,7 +103,7 @@ check(ops.forward > 0 and ops.backward > 0 and ops.weight == 0,
 check(ptdp.render_timeline(trace, png) == png, 'render_timeline returns the PNG path')
 local head = util.read_all(png):sub(1, 8)
 check(head == '\137PNG\r\n\26\n', 'render_timeline wrote a PNG')
-expect_error('cannot read', 'render_timeline of a missing trace', ptdp.render_timeline,
+expect_error('cannot open the trace', 'render_timeline of a missing trace', ptdp.render_timeline,
              tmpdir .. '/pipeline_api_no_trace.json', png)
 expect_error('width', 'render_timeline with a width too small', ptdp.render_timeline, trace, png, 10)
 trainer = nil

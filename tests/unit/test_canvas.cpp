@@ -173,6 +173,10 @@ TEST(MetricsPlot, ClearErrors) {
   expect_error([&] { plot_metrics_png(dir.path + "/none.jsonl", png); }, Status::io_error,
                "cannot read '" + dir.path + "/none.jsonl': No such file or directory");
   expect_error([&] { plot_metrics_png(dir.path, png); }, Status::io_error, "is a directory");
+  // A FIFO named as the log is refused, not waited on.
+  ASSERT_EQ(::mkfifo((dir.path + "/fifo.jsonl").c_str(), 0644), 0);
+  expect_error([&] { plot_metrics_png(dir.path + "/fifo.jsonl", png); }, Status::io_error,
+               "is not a regular file");
   write_file(dir.path + "/text.jsonl", "{\"kind\": \"run\"}\nnot json at all\n{}\n");
   expect_error([&] { plot_metrics_png(dir.path + "/text.jsonl", png); }, Status::corrupt_data,
                "line 2 is not JSON");

@@ -1,6 +1,7 @@
 // Per-rank timelines: recording, the Chrome trace JSON, and the PNG rendering
 // (decoded here with zlib to look at pixels).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -189,6 +190,10 @@ TEST(TimelinePng, RendersLanesAndColours) {
 
 TEST(TimelinePng, ClearErrors) {
   std::string dir = temp_dir();
+  // A FIFO named as the trace is refused, not waited on.
+  ASSERT_EQ(::mkfifo((dir + "/fifo.json").c_str(), 0644), 0);
+  expect_error([&] { render_timeline_png(dir + "/fifo.json", dir + "/f.png"); }, Status::io_error,
+               "is not a regular file");
   write_text(dir + "/bad.json", "{\"traceEvents\": [ {\"ph\": \"X\", ");
   expect_error([&] { render_timeline_png(dir + "/bad.json", dir + "/bad.png"); }, Status::corrupt_data,
                "is not valid JSON");
