@@ -6,8 +6,11 @@
 // agree exactly today, and a change to either shows here.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
+#include "engine/plan/machine.h"
+#include "engine/plan/model.h"
 #include "engine/plan/ptdp_stash.h"
 #include "engine/train/trainer.h"
 #include "tests/unit/tiny_dataset.h"
@@ -97,4 +100,41 @@ TEST(PlanAgainstEngine, PeakActivationMemory) {
       {"t=2 p=2 sequence parallel full recompute", 2, 2, 1, "zbh1", true, true, false, false, true},
   };
   for (const Case &c : cases) check(c);
+}
+
+// The distributed optimizer's state per rank: the engine's moments and
+// master weights of its range (bf16: three fp32 arrays) against the planner's
+// parameters x 12 bytes / d. They differ by the engine's padding of each
+// tensor to 16 elements and the last range's remainder: within 5%.
+TEST(PlanAgainstEngine, DistributedOptimizerStatePerRank) {
+  Config cfg;
+  for (auto [k, val] : std::initializer_list<std::pair<const char *, std::string>>{
+           {"num_layers", "4"}, {"hidden_size", "32"}, {"num_attention_heads", "4"},
+           {"seq_length", "16"}, {"micro_batch_size", "2"}, {"global_batch_size", "8"},
+           {"train_iters", "2"}, {"split", "80,20"}, {"data_path", tiny_dataset_path()},
+           {"data_parallel_size", "4"}, {"bf16", "1"}, {"use_distributed_optimizer", "1"}})
+    cfg.set(k, val);
+  Trainer tr(TrainerOptions::from_config(cfg));
+  plan::ModelSpec m;
+  m.layers = 4;
+  m.hidden = 32;
+  m.heads = 4;
+  m.seq = 16;
+  m.vocab = tr.options().model.vocab_size;
+  plan::TrainSpec ts;
+  ts.global_batch = 8;
+  ts.num_gpus = 4;
+  ts.dtype = plan::DType::bf16;
+  ts.distributed_optimizer = true;
+  plan::Layout L;
+  L.d = 4, L.b = 2;
+  const plan::Prediction P = plan::predict(m, ts, plan::load_machine("selene"), L, false);
+  for (int r = 0; r < 4; r++) {
+    AdamW &a = tr.optimizer(r);
+    const double engine = 3.0 * (double)(a.hi() - a.lo()) * sizeof(float);
+    EXPECT_NEAR(engine, P.memory.optimizer, 0.05 * P.memory.optimizer) << "data rank " << r;
+    if (r == 0)
+      std::printf("optimizer state per data rank (d = 4, bf16): engine %.0f bytes, planner %.0f\n",
+                  engine, P.memory.optimizer);
+  }
 }
