@@ -7,6 +7,7 @@
 
 #include "engine/core/philox.h"
 #include "engine/core/output_file.h"
+#include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
 #include "engine/data/dataset.h"
@@ -22,11 +23,9 @@ std::vector<std::string> read_documents(const std::string &path, const std::stri
   if (format != "fortune" && format != "lines" && format != "file")
     fail(Status::bad_value, "unknown corpus format '", format,
          "'; allowed: ", corpus_format_names());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(Status::io_error, "cannot open corpus file '", path, "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  // A regular file only (the rule of every input: a FIFO would block), mapped.
+  const MappedFile map(path, "corpus file '" + path + "'");
+  std::string text(reinterpret_cast<const char *>(map.data()), map.size());
   std::vector<std::string> docs;
   if (format == "file") {
     if (!text.empty()) docs.push_back(std::move(text));

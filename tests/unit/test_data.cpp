@@ -161,6 +161,12 @@ TEST(Corpus, FortuneFormatAndBuild) {
   expect_error([&] { read_documents(dir + "/a", "csv"); }, Status::bad_value, "fortune, lines, file");
   expect_error([&] { build_token_dataset({dir + "/nope"}, "lines", tok, temp_path("x.ptdp")); },
                Status::io_error, "does not exist");
+  // A FIFO named as a corpus file is refused, not waited on; an empty file has no documents.
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0644), 0);
+  expect_error([&] { read_documents(dir + "/fifo", "lines"); }, Status::io_error,
+               "is not a regular file");
+  std::ofstream(dir + "/empty");
+  EXPECT_TRUE(read_documents(dir + "/empty", "lines").empty());
 }
 
 TEST(Tokenizer, ByteRoundTrip) {
