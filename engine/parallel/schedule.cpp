@@ -261,38 +261,42 @@ std::vector<PipeOp> compute_order(ScheduleKind kind, int p, int v, int m, int st
   return b.ops;
 }
 
+// Rank `stage`'s list from `order` (a rank's list in its computation's
+// order), its receives put in send order: only its neighbours (stage -+ 1 in
+// either placement) send to it, so only their lists are built.
+std::vector<PipeOp> in_send_order(ScheduleKind kind, int p, int stage,
+                                  const std::function<std::vector<PipeOp>(int)> &order) {
+  std::vector<std::vector<PipeOp>> all((size_t)p);
+  for (int r : {(stage + p - 1) % p, stage, (stage + 1) % p})
+    if (all[(size_t)r].empty()) all[(size_t)r] = order(r);
+  std::vector<PipeOp> mine = all[(size_t)stage];
+  receive_in_send_order(mine, stage, v_shaped(kind), p, all);
+  return mine;
+}
+
 }  // namespace
 
 std::vector<PipeOp> pipeline_schedule(ScheduleKind kind, int p, int v, int m, int stage) {
   validate_schedule(kind, p, v, m);
   if (stage < 0 || stage >= p)
     fail(Status::invalid_argument, "pipeline stage ", stage, " is outside [0, ", p, ")");
-  // Only the neighbours send to this rank (stage -+ 1 in either placement).
-  std::vector<std::vector<PipeOp>> all((size_t)p);
-  for (int r : {(stage + p - 1) % p, stage, (stage + 1) % p})
-    if (all[(size_t)r].empty()) all[(size_t)r] = compute_order(kind, p, v, m, r);
-  std::vector<PipeOp> mine = all[(size_t)stage];
-  receive_in_send_order(mine, stage, v_shaped(kind), p, all);
-  return mine;
+  return in_send_order(kind, p, stage,
+                       [&](int r) { return compute_order(kind, p, v, m, r); });
 }
 
 std::vector<PipeOp> forward_only_schedule(ScheduleKind kind, int p, int v, int m, int stage) {
   validate_schedule(ScheduleKind::gpipe, p, v, m);
   if (stage < 0 || stage >= p)
     fail(Status::invalid_argument, "pipeline stage ", stage, " is outside [0, ", p, ")");
-  std::vector<std::vector<PipeOp>> all;
-  for (int r = 0; r < p; r++) {
+  return in_send_order(kind, p, stage, [&](int r) {
     Builder b{p, v, r, v_shaped(kind), {}};
     for (int vs = 0; vs < p * v; vs++) {
       const ChunkHome home = chunk_home(b.v_shape, p, vs);
-      if (home.rank != r) continue;
-      for (int mb = 0; mb < m; mb++) b.forward(mb, home.chunk);
+      if (home.rank == r)
+        for (int mb = 0; mb < m; mb++) b.forward(mb, home.chunk);
     }
-    all.push_back(std::move(b.ops));
-  }
-  std::vector<PipeOp> mine = all[(size_t)stage];
-  receive_in_send_order(mine, stage, v_shaped(kind), p, all);
-  return mine;
+    return b.ops;
+  });
 }
 
 double replay_makespan(const std::vector<std::vector<PipeOp>> &ranks, int p, ScheduleKind kind,

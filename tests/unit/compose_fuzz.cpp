@@ -40,6 +40,7 @@
 #include "engine/core/status.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
+#include "tests/unit/pipeline_config.h"
 #include "tests/unit/step_figures.h"
 #include "tests/unit/tiny_dataset.h"
 
@@ -115,21 +116,15 @@ Spec draw(std::mt19937_64 &rng) {
 // The Config of a case at layout (t, p, d, v, schedule) = the keys under `prefix`.
 Config config_of(const Spec &s, const std::string &prefix, bool serial) {
   auto at = [&](const std::string &k) { return s.at(k); };
-  Config c;
+  // The pipeline tests' run (tests/unit/pipeline_config.h), reshaped.
+  Config c = pipeline_test_config(1, 1, 1, 1);
   c.set("num_layers", at("layers"));
+  c.set("num_layers_per_virtual_pipeline_stage", "0");
   c.set("hidden_size", at("hidden"));
   c.set("num_attention_heads", at("heads"));
-  c.set("seq_length", "16");
   c.set("micro_batch_size", at("b"));
   c.set("global_batch_size", at("gbs"));
-  c.set("train_iters", "10");
-  c.set("lr", "3e-3");
-  c.set("lr_warmup_iters", "1");
-  c.set("hidden_dropout", "0.1");
-  c.set("attention_dropout", "0.1");
-  c.set("split", "80,20");
   c.set("num_threads", "1");
-  c.set("data_path", tiny_dataset_path());
   c.set("vocab_size", at("vocab"));
   c.set("make_vocab_size_divisible_by", at("vocab_div"));
   if (at("dtype") != "fp32") c.set(at("dtype") == "bf16" ? "bf16" : "fp16", "1");
