@@ -188,20 +188,21 @@ class CpuOps final : public Ops<T> {
     cpu::scale_mask_softmax_backward<T>(v.out(dS, n), v.in(P, n), v.in(dP, n), batch, s_q, s_k,
                                         scale);
   }
-  void flash_attention_forward_impl(Act ctx, T *lse, CAct qkv, int s, int b, int heads, int hd, T scale,
-                               int head_offset, const DropoutSpec &d) override {
+  void flash_attention_forward_impl(Act ctx, T *lse, CAct qkv, int s, int b, int heads, int groups,
+                                    int hd, T scale, int head_offset, const DropoutSpec &d) override {
     Widened<T> v(scratch_);
-    const size_t n = (size_t)s * b * heads * hd;
-    cpu::flash_attention_forward<T>(v.out(ctx, n), lse, v.in(qkv, 3 * n), s, b, heads, hd, scale,
-                                    head_offset, d);
+    const size_t n = (size_t)s * b * heads * hd, nqkv = (size_t)s * b * (heads + 2 * groups) * hd;
+    cpu::flash_attention_forward<T>(v.out(ctx, n), lse, v.in(qkv, nqkv), s, b, heads, groups, hd,
+                                    scale, head_offset, d);
   }
-  void flash_attention_backward_impl(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const T *lse, int s, int b,
-                                int heads, int hd, T scale, int head_offset,
-                                const DropoutSpec &d) override {
+  void flash_attention_backward_impl(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const T *lse, int s,
+                                     int b, int heads, int groups, int hd, T scale, int head_offset,
+                                     const DropoutSpec &d) override {
     Widened<T> v(scratch_);
-    const size_t n = (size_t)s * b * heads * hd;
-    cpu::flash_attention_backward<T>(v.out(dqkv, 3 * n), v.in(dctx, n), v.in(ctx, n),
-                                     v.in(qkv, 3 * n), lse, s, b, heads, hd, scale, head_offset, d);
+    const size_t n = (size_t)s * b * heads * hd, nqkv = (size_t)s * b * (heads + 2 * groups) * hd;
+    cpu::flash_attention_backward<T>(v.out(dqkv, nqkv), v.in(dctx, n), v.in(ctx, n),
+                                     v.in(qkv, nqkv), lse, s, b, heads, groups, hd, scale,
+                                     head_offset, d);
   }
   void embedding_forward_impl(Act x, const int32_t *tokens, const T *wte, int vocab_start, int vocab_rows,
                          const T *wpe, int s, int b, int h) override {

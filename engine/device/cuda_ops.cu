@@ -169,30 +169,31 @@ class CudaOps final : public Ops<float> {
   }
   // A 16-bit run's attention runs on tensor cores; fp32 keeps the CUDA-core
   // kernels, as no TF32 is used anywhere.
-  void flash_attention_forward_impl(Act ctx, float *lse, CAct qkv, int s, int b, int heads, int hd,
-                               float scale, int head_offset, const DropoutSpec &d) override {
+  void flash_attention_forward_impl(Act ctx, float *lse, CAct qkv, int s, int b, int heads,
+                                    int groups, int hd, float scale, int head_offset,
+                                    const DropoutSpec &d) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
       if constexpr (std::is_same_v<S, float>)
-        cuda::flash_attention_forward<float>(act<S>(ctx), lse, act<S>(qkv), s, b, heads, hd, scale,
-                                             head_offset, d, stream_);
+        cuda::flash_attention_forward<float>(act<S>(ctx), lse, act<S>(qkv), s, b, heads, groups, hd,
+                                             scale, head_offset, d, stream_);
       else
-        cuda::flash_attention_forward_mma<S>(act<S>(ctx), lse, act<S>(qkv), s, b, heads, hd, scale,
-                                             head_offset, d, act_type(), stream_);
+        cuda::flash_attention_forward_mma<S>(act<S>(ctx), lse, act<S>(qkv), s, b, heads, groups, hd,
+                                             scale, head_offset, d, act_type(), stream_);
     });
   }
-  void flash_attention_backward_impl(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const float *lse, int s,
-                                int b, int heads, int hd, float scale, int head_offset,
-                                const DropoutSpec &d) override {
+  void flash_attention_backward_impl(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const float *lse,
+                                     int s, int b, int heads, int groups, int hd, float scale,
+                                     int head_offset, const DropoutSpec &d) override {
     with_act_type(act_type(), [&](auto t) {
       using S = decltype(t);
       if constexpr (std::is_same_v<S, float>)
         cuda::flash_attention_backward<float>(act<S>(dqkv), act<S>(dctx), act<S>(ctx), act<S>(qkv),
-                                              lse, s, b, heads, hd, scale, head_offset, d,
+                                              lse, s, b, heads, groups, hd, scale, head_offset, d,
                                               stream_);
       else
         cuda::flash_attention_backward_mma<S>(act<S>(dqkv), act<S>(dctx), act<S>(ctx),
-                                              act<S>(qkv), lse, s, b, heads, hd, scale,
+                                              act<S>(qkv), lse, s, b, heads, groups, hd, scale,
                                               head_offset, d, act_type(), stream_, &gemm_);
     });
   }

@@ -84,6 +84,8 @@ struct OpSize {
 };
 // Fails with Status::invalid_argument naming the first negative size.
 void check_sizes(const char *op, std::initializer_list<OpSize> sizes);
+// Attention's key/value groups: 1 <= groups <= heads and groups divides heads.
+void check_attention_groups(const char *op, int heads, int groups);
 
 // Each op is a public, non-virtual entry that checks what every backend
 // requires (here, once), times the call when profiling is on, and runs the
@@ -225,22 +227,27 @@ class Ops {
   }
 
   // ---- fused causal attention (no [s, s] matrix): kernels/cpu/cpu_kernels.h's layout ----
-  void flash_attention_forward(Act ctx, T *lse, CAct qkv, int s, int b, int heads, int hd, T scale,
-                               int head_offset, const DropoutSpec &d) {
+  // groups: key/value heads (grouped-query attention; groups == heads without
+  // grouping), qkv [s, b, groups, heads / groups + 2, hd] (kernels/qkv_layout.h).
+  void flash_attention_forward(Act ctx, T *lse, CAct qkv, int s, int b, int heads, int groups,
+                               int hd, T scale, int head_offset, const DropoutSpec &d) {
+    check_attention_groups("flash_attention_forward", heads, groups);
     check_sizes("flash_attention_forward",
                 {{"s", s}, {"b", b}, {"heads", heads}, {"hd", hd}, {"head_offset", head_offset}});
     timed("flash_attention_forward", attention_flops(s, b, heads, hd), [&] {
-      flash_attention_forward_impl(ctx, lse, qkv, s, b, heads, hd, scale, head_offset, d);
+      flash_attention_forward_impl(ctx, lse, qkv, s, b, heads, groups, hd, scale, head_offset, d);
     });
   }
   void flash_attention_backward(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const T *lse, int s, int b,
-                                int heads, int hd, T scale, int head_offset, const DropoutSpec &d) {
+                                int heads, int groups, int hd, T scale, int head_offset,
+                                const DropoutSpec &d) {
+    check_attention_groups("flash_attention_backward", heads, groups);
     check_sizes("flash_attention_backward",
                 {{"s", s}, {"b", b}, {"heads", heads}, {"hd", hd}, {"head_offset", head_offset}});
     // Five products to the forward's two: 2.5x.
     timed("flash_attention_backward", 2.5 * attention_flops(s, b, heads, hd), [&] {
-      flash_attention_backward_impl(dqkv, dctx, ctx, qkv, lse, s, b, heads, hd, scale, head_offset,
-                                    d);
+      flash_attention_backward_impl(dqkv, dctx, ctx, qkv, lse, s, b, heads, groups, hd, scale,
+                                    head_offset, d);
     });
   }
 
@@ -392,10 +399,10 @@ class Ops {
   virtual void scale_mask_softmax_backward_impl(Act dS, CAct P, CAct dP, int batch, int s_q,
                                                 int s_k, T scale) = 0;
   virtual void flash_attention_forward_impl(Act ctx, T *lse, CAct qkv, int s, int b, int heads,
-                                            int hd, T scale, int head_offset,
+                                            int groups, int hd, T scale, int head_offset,
                                             const DropoutSpec &d) = 0;
   virtual void flash_attention_backward_impl(Act dqkv, CAct dctx, CAct ctx, CAct qkv, const T *lse,
-                                             int s, int b, int heads, int hd, T scale,
+                                             int s, int b, int heads, int groups, int hd, T scale,
                                              int head_offset, const DropoutSpec &d) = 0;
   virtual void embedding_forward_impl(Act x, const int32_t *tokens, const T *wte, int vocab_start,
                                       int vocab_rows, const T *wpe, int s, int b, int h) = 0;

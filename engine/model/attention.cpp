@@ -16,7 +16,7 @@ void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepCont
     DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
                   ctx.training ? cfg_.attention_dropout : 0.f,
                   ctx.sample_offset};
-    ops_->flash_attention_forward(a.ctxv.data(), a.lse.data(), a.qkv.data(), s, b, A, hd,
+    ops_->flash_attention_forward(a.ctxv.data(), a.lse.data(), a.qkv.data(), s, b, A, groups_, hd,
                                   T(1) / std::sqrt((T)hd), tp_.rank * A, d);
     return;
   }
@@ -70,8 +70,8 @@ void GPT<T>::attention_backward(int l, const LayerActs &a, Act dqkv, int s, int 
                   ctx.training ? cfg_.attention_dropout : 0.f,
                   ctx.sample_offset};
     ops_->flash_attention_backward(dqkv, dctx_.data(), a.ctxv.data(), a.qkv.data(),
-                                   a.lse.data(), s, b, A, hd, T(1) / std::sqrt((T)hd), tp_.rank * A,
-                                   d);
+                                   a.lse.data(), s, b, A, groups_, hd, T(1) / std::sqrt((T)hd),
+                                   tp_.rank * A, d);
     return;
   }
   const int r = A / groups_, batches = b * groups_, ld_qkv = b * qkv_width_, ld_ctx = b * w;

@@ -320,11 +320,6 @@ void GPT<T>::set_flash_attention(bool on) {
   // Buffers are sized per forward, so only a stashed forward pins the choice.
   if (!live_.empty())
     fail(Status::wrong_state, "set_flash_attention between a forward and its backward");
-  if (on && cfg_.query_groups() != cfg_.num_attention_heads)
-    fail(Status::invalid_config, "use_flash_attn with grouped-query attention (num_query_groups ",
-         cfg_.query_groups(), " < num_attention_heads ", cfg_.num_attention_heads,
-         ") is not supported yet: the fused kernels read one key and value per head; leave "
-         "use_flash_attn off");
   flash_ = on;
 }
 

@@ -19,7 +19,7 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
     fail(Status::invalid_argument, "sequence of ", s,
          " tokens is longer than max_position_embeddings (", cfg_.max_positions(), ")");
   const bool embedding = has_embedding(chunk), head = has_head(chunk);
-  const int N = s * b, h = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int N = s * b, V = cfg_.vocab_size;
   if (embedding && !tokens) fail(Status::invalid_argument, "the embedding chunk needs tokens");
   if (!embedding && !input) fail(Status::invalid_argument, "chunk ", chunk, " needs an input");
   if (!head && !output) fail(Status::invalid_argument, "chunk ", chunk, " needs an output");

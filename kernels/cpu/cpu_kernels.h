@@ -119,17 +119,19 @@ void scale_mask_softmax_backward(T *dS, const T *P, const T *dP, int batch, int 
                                  T scale);
 
 // ---- fused causal attention (flash-style: no [s, s] matrix) ---------------------
-// qkv [s, b, heads*3*hd] with (bi, head)'s Q, K, V at column (bi*heads + head)*3*hd
-// + {0, hd, 2hd}; ctx [s, b, heads*hd]. ctx = dropout(softmax(scale Q K^T, causal)) V
-// with dropout_attention's mask (heads numbered from head_offset); lse [b*heads, s]
+// qkv [s, b, groups, heads/groups + 2, hd] (kernels/qkv_layout.h: each key/value
+// group's queries, then its key and value; groups == heads is [s, b, heads, 3,
+// hd]); ctx [s, b, heads*hd]. ctx = dropout(softmax(scale Q K^T, causal)) V with
+// dropout_attention's mask (heads numbered from head_offset); lse [b*heads, s]
 // the rows' log-sum-exp of scale Q K^T, kept for backward.
 template <class T>
-void flash_attention_forward(T *ctx, T *lse, const T *qkv, int s, int b, int heads, int hd,
-                             T scale, int head_offset, const DropoutSpec &d);
-// dqkv (qkv's layout, overwritten) from dctx and the forward's ctx and lse.
+void flash_attention_forward(T *ctx, T *lse, const T *qkv, int s, int b, int heads, int groups,
+                             int hd, T scale, int head_offset, const DropoutSpec &d);
+// dqkv (qkv's layout, overwritten) from dctx and the forward's ctx and lse; a
+// group's dK, dV sum its heads in head order.
 template <class T>
 void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv, const T *lse,
-                              int s, int b, int heads, int hd, T scale, int head_offset,
+                              int s, int b, int heads, int groups, int hd, T scale, int head_offset,
                               const DropoutSpec &d);
 
 // ---- embedding (vocab-parallel) ------------------------------------------------

@@ -133,21 +133,23 @@ void scale_mask_softmax_backward(T *dS, const T *P, const T *dP, int batch, int 
                                  float scale, cudaStream_t stream);
 
 // Fused ("flash") causal self-attention on the model's layout, never holding an
-// [s, s] matrix in memory: qkv is [s, b, heads * 3 * hd] with (bi, head)'s Q, K, V
-// at column (bi*heads + head)*3*hd + {0, hd, 2hd} and row stride b*heads*3*hd (as
-// GPT::attention_forward reads it); ctx is [s, b, heads * hd] with (bi, head) at
-// column (bi*heads + head)*hd. ctx = dropout(softmax(scale * Q K^T, causal)) V with
+// [s, s] matrix in memory: qkv is [s, b, groups, heads / groups + 2, hd], each
+// key/value group's queries, then its key and value (kernels/qkv_layout.h;
+// groups == heads: [s, b, heads, 3, hd]), as GPT::attention_forward reads it;
+// ctx is [s, b, heads * hd] with (bi, head) at column (bi*heads + head)*hd. A
+// group's K and V are read by its heads, never copied; its dK, dV sum them. ctx = dropout(softmax(scale * Q K^T, causal)) V with
 // the same dropout mask as dropout_attention (heads numbered from head_offset).
 // lse: [b * heads, s] fp32, each row's log-sum-exp of scale * Q K^T, for backward.
 template <class T>
-void flash_attention_forward(T *ctx, float *lse, const T *qkv, int s, int b, int heads, int hd,
-                             float scale, int head_offset, const DropoutSpec &d,
-                             cudaStream_t stream);
+void flash_attention_forward(T *ctx, float *lse, const T *qkv, int s, int b, int heads,
+                             int groups, int hd, float scale, int head_offset,
+                             const DropoutSpec &d, cudaStream_t stream);
 // dqkv (layout of qkv, overwritten) from dctx, with the forward's ctx and lse.
 template <class T>
 void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv,
-                              const float *lse, int s, int b, int heads, int hd, float scale,
-                              int head_offset, const DropoutSpec &d, cudaStream_t stream);
+                              const float *lse, int s, int b, int heads, int groups, int hd,
+                              float scale, int head_offset, const DropoutSpec &d,
+                              cudaStream_t stream);
 // The same on tensor cores (flash_attention_mma.cu; sm_80 and later) for a
 // 16-bit run, whose arrays (G) hold the operand type `mma` (bf16 or f16), or
 // are floats holding its values; 16-bit arrays of another type are an
@@ -160,13 +162,13 @@ void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv
 // second kernel that computes S, dP and the dropout draws again. The same math,
 // summed in another order: deterministic, not the dQ kernel's bits.
 template <class G>
-void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b, int heads, int hd,
-                                 float scale, int head_offset, const DropoutSpec &d, DType mma,
-                                 cudaStream_t stream);
+void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b, int heads,
+                                 int groups, int hd, float scale, int head_offset,
+                                 const DropoutSpec &d, DType mma, cudaStream_t stream);
 template <class G>
 void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G *qkv,
-                                  const float *lse, int s, int b, int heads, int hd, float scale,
-                                  int head_offset, const DropoutSpec &d, DType mma,
+                                  const float *lse, int s, int b, int heads, int groups, int hd,
+                                  float scale, int head_offset, const DropoutSpec &d, DType mma,
                                   cudaStream_t stream, Gemm *dq_gemm = nullptr,
                                   size_t dq_scratch_bytes = size_t(1) << 30);
 

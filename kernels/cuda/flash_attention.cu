@@ -25,6 +25,7 @@
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/storage.cuh"
+#include "kernels/qkv_layout.h"
 
 namespace ptdp::cuda {
 
@@ -63,17 +64,16 @@ __device__ void load_rows(float *dst, int stride, const T *src, size_t ld, int r
 // reading K[j][d] hits bank (j*(hd+1) + d) % 32, all different), Q [kRows][hd].
 template <class T, int kD>
 __global__ void __launch_bounds__(kThreads)
-    flash_fwd(T *ctx, float *lse, const T *qkv, int s, int b, int heads, int hd, float scale,
-              Drop dr) {
+    flash_fwd(T *ctx, float *lse, const T *qkv, int s, QkvLayout L, float scale, Drop dr) {
   extern __shared__ float smem[];
-  const int ks = hd + 1;
+  const int hd = L.hd, heads = L.heads, ks = hd + 1;
   float *sK = smem, *sV = sK + kKeys * ks, *sQ = sV + kKeys * ks;
   const int ntiles = (s + kRows - 1) / kRows;
   const int bh = blockIdx.x / ntiles, i0 = (ntiles - 1 - blockIdx.x % ntiles) * kRows;
-  const int bi = bh / heads, head = bh % heads;
+  const int bi = bh / heads, head = bh % heads, unit = bi * L.groups + head / L.per_group();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t ld = (size_t)b * heads * 3 * hd;  // qkv row stride
-  const T *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+  const size_t ld = L.qkv_ld();
+  const T *Q = qkv + L.q_col(bi, head), *K = qkv + L.k_col(unit), *V = qkv + L.v_col(unit);
 
   load_rows(sQ, hd, Q, ld, i0, kRows, s, hd);
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kD];  // running max, sum, P V
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   // ctx = acc / l; lse = m + log(l) (l >= 1: the row max contributes exp(0)).
-  const size_t ldc = (size_t)b * heads * hd;
+  const size_t ldc = L.ctx_ld();
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; r++) {
     const int i = i0 + warp * kRowsPerWarp + r;
@@ -135,31 +135,31 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kD; k++) {
       const int d = lane + 32 * k;
-      if (d < hd) ctx[i * ldc + (size_t)bh * hd + d] = from_f32<T>(acc[r][k] * inv);
+      if (d < hd) ctx[i * ldc + L.ctx_col(bi, head) + d] = from_f32<T>(acc[r][k] * inv);
     }
     if (lane == 0) lse[(size_t)bh * s + i] = m[r] + logf(l[r]);
   }
 }
 
-// dK, dV. Block: kBlockKeys keys [j0, j0 + kBlockKeys) of bh, warp w keys
-// j0 + w*kKeysPerWarp + kk, summed over all query rows i >= j0 in tiles of
+// dK, dV. Block: kBlockKeys keys [j0, j0 + kBlockKeys) of key/value group
+// `unit` = bi * groups + g, warp w keys j0 + w*kKeysPerWarp + kk, summed over
+// the group's heads in order and, for each, all query rows i >= j0 in tiles of
 // kQueries. Shared: K, V of the block [kBlockKeys][hd] (read as broadcasts),
 // Q, dO tiles [kQueries][hd + 1] (padded: lane i reads row i).
 template <class T, int kD>
 __global__ void __launch_bounds__(kThreads)
     flash_bwd_dkdv(T *dqkv, const T *dctx, const T *qkv, const float *lse, const float *D, int s,
-                   int b, int heads, int hd, float scale, Drop dr) {
+                   QkvLayout L, float scale, Drop dr) {
   extern __shared__ float smem[];
-  const int ks = hd + 1;
+  const int hd = L.hd, heads = L.heads, r = L.per_group(), ks = hd + 1;
   float *sK = smem, *sV = sK + kBlockKeys * hd, *sQ = sV + kBlockKeys * hd,
         *sO = sQ + kQueries * ks;  // sO: dO
   const int ntiles = (s + kBlockKeys - 1) / kBlockKeys;
-  const int bh = blockIdx.x / ntiles, j0 = (blockIdx.x % ntiles) * kBlockKeys;  // first: most work
-  const int bi = bh / heads, head = bh % heads;
+  const int unit = blockIdx.x / ntiles, j0 = (blockIdx.x % ntiles) * kBlockKeys;  // first: most work
+  const int bi = unit / L.groups, g = unit % L.groups;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t ld = (size_t)b * heads * 3 * hd, ldc = (size_t)b * heads * hd;
-  const T *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
-  const T *dO = dctx + (size_t)bh * hd;
+  const size_t ld = L.qkv_ld(), ldc = L.ctx_ld();
+  const T *K = qkv + L.k_col(unit), *V = qkv + L.v_col(unit);
 
   load_rows(sK, hd, K, ld, j0, kBlockKeys, s, hd);
   load_rows(sV, hd, V, ld, j0, kBlockKeys, s, hd);
@@ -170,56 +170,61 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kD; k++) dK[kk][k] = dV[kk][k] = 0.f;
 
-  for (int q0 = j0; q0 < s; q0 += kQueries) {  // causal: rows i < j0 see none of these keys
-    __syncthreads();                           // the previous tile is consumed
-    load_rows(sQ, ks, Q, ld, q0, kQueries, s, hd);
-    load_rows(sO, ks, dO, ldc, q0, kQueries, s, hd);
-    __syncthreads();
-    // Score phase: lane owns query i = q0 + lane.
-    const int i = q0 + lane;
-    const float Li = i < s ? lse[(size_t)bh * s + i] : 0.f, Di = i < s ? D[(size_t)bh * s + i] : 0.f;
-    float sc[kKeysPerWarp] = {}, dp[kKeysPerWarp] = {};  // Q_i . K_j, dO_i . V_j
-    for (int d = 0; d < hd; d++) {
-      const float qd = sQ[lane * ks + d], od = sO[lane * ks + d];
+  for (int head = g * r; head < (g + 1) * r; head++) {
+    const int bh = bi * heads + head;
+    const T *Q = qkv + L.q_col(bi, head), *dO = dctx + L.ctx_col(bi, head);
+    for (int q0 = j0; q0 < s; q0 += kQueries) {  // causal: rows i < j0 see none of these keys
+      __syncthreads();                           // the previous tile is consumed
+      load_rows(sQ, ks, Q, ld, q0, kQueries, s, hd);
+      load_rows(sO, ks, dO, ldc, q0, kQueries, s, hd);
+      __syncthreads();
+      // Score phase: lane owns query i = q0 + lane.
+      const int i = q0 + lane;
+      const float Li = i < s ? lse[(size_t)bh * s + i] : 0.f,
+                  Di = i < s ? D[(size_t)bh * s + i] : 0.f;
+      float sc[kKeysPerWarp] = {}, dp[kKeysPerWarp] = {};  // Q_i . K_j, dO_i . V_j
+      for (int d = 0; d < hd; d++) {
+        const float qd = sQ[lane * ks + d], od = sO[lane * ks + d];
+#pragma unroll
+        for (int kk = 0; kk < kKeysPerWarp; kk++) {
+          sc[kk] += qd * kw[kk * hd + d];
+          dp[kk] += od * vw[kk * hd + d];
+        }
+      }
+      float pz[kKeysPerWarp], ds[kKeysPerWarp];  // P_ij Z_ij, dS_ij / scale
 #pragma unroll
       for (int kk = 0; kk < kKeysPerWarp; kk++) {
-        sc[kk] += qd * kw[kk * hd + d];
-        dp[kk] += od * vw[kk * hd + d];
+        const int j = j0 + warp * kKeysPerWarp + kk;
+        const bool vis = j <= i && i < s;
+        const float p = vis ? expf(sc[kk] * scale - Li) : 0.f;
+        const float z = vis ? keep_scale(dr, bi, head, s, i, j) : 0.f;
+        pz[kk] = p * z;
+        ds[kk] = p * (z * dp[kk] - Di);
       }
-    }
-    float pz[kKeysPerWarp], ds[kKeysPerWarp];  // P_ij Z_ij, dS_ij / scale
-#pragma unroll
-    for (int kk = 0; kk < kKeysPerWarp; kk++) {
-      const int j = j0 + warp * kKeysPerWarp + kk;
-      const bool vis = j <= i && i < s;
-      const float p = vis ? expf(sc[kk] * scale - Li) : 0.f;
-      const float z = vis ? keep_scale(dr, bi, head, s, i, j) : 0.f;
-      pz[kk] = p * z;
-      ds[kk] = p * (z * dp[kk] - Di);
-    }
-    // Accumulate phase: lane owns dims; dV_j += pz_ij dO_i, dK_j += ds_ij Q_i.
-    const int tn = min(kQueries, s - q0);
-    for (int t = 0; t < tn; t++) {
-      float od[kD], qd[kD];
-#pragma unroll
-      for (int k = 0; k < kD; k++) {
-        const int d = lane + 32 * k;
-        od[k] = d < hd ? sO[t * ks + d] : 0.f;
-        qd[k] = d < hd ? sQ[t * ks + d] : 0.f;
-      }
-#pragma unroll
-      for (int kk = 0; kk < kKeysPerWarp; kk++) {
-        const float wv = __shfl_sync(0xffffffffu, pz[kk], t);
-        const float wk = __shfl_sync(0xffffffffu, ds[kk], t);
+      // Accumulate phase: lane owns dims; dV_j += pz_ij dO_i, dK_j += ds_ij Q_i.
+      const int tn = min(kQueries, s - q0);
+      for (int t = 0; t < tn; t++) {
+        float od[kD], qd[kD];
 #pragma unroll
         for (int k = 0; k < kD; k++) {
-          dV[kk][k] += wv * od[k];
-          dK[kk][k] += wk * qd[k];
+          const int d = lane + 32 * k;
+          od[k] = d < hd ? sO[t * ks + d] : 0.f;
+          qd[k] = d < hd ? sQ[t * ks + d] : 0.f;
+        }
+#pragma unroll
+        for (int kk = 0; kk < kKeysPerWarp; kk++) {
+          const float wv = __shfl_sync(0xffffffffu, pz[kk], t);
+          const float wk = __shfl_sync(0xffffffffu, ds[kk], t);
+#pragma unroll
+          for (int k = 0; k < kD; k++) {
+            dV[kk][k] += wv * od[k];
+            dK[kk][k] += wk * qd[k];
+          }
         }
       }
     }
-  }
-  T *dK_out = dqkv + (size_t)bh * 3 * hd + hd, *dV_out = dK_out + hd;
+  }  // heads of the group
+  T *dK_out = dqkv + L.k_col(unit), *dV_out = dqkv + L.v_col(unit);
 #pragma unroll
   for (int kk = 0; kk < kKeysPerWarp; kk++) {
     const int j = j0 + warp * kKeysPerWarp + kk;
@@ -239,19 +244,19 @@ __global__ void __launch_bounds__(kThreads)
 template <class T, int kD>
 __global__ void __launch_bounds__(kThreads)
     flash_bwd_dq(T *dqkv, const T *dctx, const T *qkv, const float *lse, const float *D, int s,
-                 int b, int heads, int hd, float scale, Drop dr) {
+                 QkvLayout L, float scale, Drop dr) {
   extern __shared__ float smem[];
-  const int ks = hd + 1;
+  const int hd = L.hd, heads = L.heads, ks = hd + 1;
   float *sK = smem, *sV = sK + kKeys * ks, *sQ = sV + kKeys * ks, *sO = sQ + kRows * hd;
   const int ntiles = (s + kRows - 1) / kRows;
   const int bh = blockIdx.x / ntiles, i0 = (ntiles - 1 - blockIdx.x % ntiles) * kRows;
-  const int bi = bh / heads, head = bh % heads;
+  const int bi = bh / heads, head = bh % heads, unit = bi * L.groups + head / L.per_group();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t ld = (size_t)b * heads * 3 * hd, ldc = (size_t)b * heads * hd;
-  const T *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+  const size_t ld = L.qkv_ld(), ldc = L.ctx_ld();
+  const T *Q = qkv + L.q_col(bi, head), *K = qkv + L.k_col(unit), *V = qkv + L.v_col(unit);
 
   load_rows(sQ, hd, Q, ld, i0, kRows, s, hd);
-  load_rows(sO, hd, dctx + (size_t)bh * hd, ldc, i0, kRows, s, hd);
+  load_rows(sO, hd, dctx + L.ctx_col(bi, head), ldc, i0, kRows, s, hd);
   float acc[kRowsPerWarp][kD] = {};  // dQ_i / scale
   const int iend = min(s, i0 + kRows);
   for (int j0 = 0; j0 < iend; j0 += kKeys) {
@@ -292,7 +297,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  T *dQ_out = dqkv + (size_t)bh * 3 * hd;
+  T *dQ_out = dqkv + L.q_col(bi, head);
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; r++) {
     const int i = i0 + warp * kRowsPerWarp + r;
@@ -319,10 +324,11 @@ void with_dims(int hd, F f) {
 }  // namespace
 
 template <class T>
-void flash_attention_forward(T *ctx, float *lse, const T *qkv, int s, int b, int heads, int hd,
-                             float scale, int head_offset, const DropoutSpec &d,
-                             cudaStream_t stream) {
+void flash_attention_forward(T *ctx, float *lse, const T *qkv, int s, int b, int heads,
+                             int groups, int hd, float scale, int head_offset,
+                             const DropoutSpec &d, cudaStream_t stream) {
   check_head_dim(hd, "flash_attention_forward");
+  check_groups(heads, groups, "flash_attention_forward");
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_attention_drop(d, head_offset);
   const int blocks = grid_blocks(s, kRows, b * heads, "flash_attention_forward");
@@ -330,44 +336,48 @@ void flash_attention_forward(T *ctx, float *lse, const T *qkv, int s, int b, int
   with_dims(hd, [&](auto kd) {
     auto kernel = flash_fwd<T, decltype(kd)::value>;
     allow_smem(kernel, smem);
-    kernel<<<blocks, kThreads, smem, stream>>>(ctx, lse, qkv, s, b, heads, hd, scale, dr);
+    kernel<<<blocks, kThreads, smem, stream>>>(ctx, lse, qkv, s, QkvLayout{b, heads, groups, hd},
+                                               scale, dr);
   });
   check_launch("flash_attention_forward");
 }
 
 template <class T>
 void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv,
-                              const float *lse, int s, int b, int heads, int hd, float scale,
-                              int head_offset, const DropoutSpec &d, cudaStream_t stream) {
+                              const float *lse, int s, int b, int heads, int groups, int hd,
+                              float scale, int head_offset, const DropoutSpec &d,
+                              cudaStream_t stream) {
   check_head_dim(hd, "flash_attention_backward");
+  check_groups(heads, groups, "flash_attention_backward");
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_attention_drop(d, head_offset);
   const int bh = b * heads;
   const RowDots dots(dctx, ctx, s, bh, hd, stream);  // [b * heads, s]: dO_i . O_i
   const float *D = dots.D;
 
-  const int kv_blocks = grid_blocks(s, kBlockKeys, bh, "flash_attention_backward");
+  const QkvLayout L{b, heads, groups, hd};
+  const int kv_blocks = grid_blocks(s, kBlockKeys, b * groups, "flash_attention_backward");
   const int q_blocks = grid_blocks(s, kRows, bh, "flash_attention_backward");
   const size_t kv_smem = sizeof(float) * (2 * kBlockKeys * hd + 2 * kQueries * (hd + 1));
   const size_t q_smem = sizeof(float) * (2 * kKeys * (hd + 1) + 2 * kRows * hd);
   with_dims(hd, [&](auto kd) {
     auto dkdv = flash_bwd_dkdv<T, decltype(kd)::value>;
     allow_smem(dkdv, kv_smem);
-    dkdv<<<kv_blocks, kThreads, kv_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);
+    dkdv<<<kv_blocks, kThreads, kv_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, L, scale, dr);
     check_launch("flash_attention_backward (dK, dV)");
     auto dq = flash_bwd_dq<T, decltype(kd)::value>;
     allow_smem(dq, q_smem);
-    dq<<<q_blocks, kThreads, q_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);
+    dq<<<q_blocks, kThreads, q_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, L, scale, dr);
     check_launch("flash_attention_backward (dQ)");
   });
 }
 
 #define PTDP_INSTANTIATE(T)                                                                    \
-  template void flash_attention_forward<T>(T *, float *, const T *, int, int, int, int, float, \
-                                           int, const DropoutSpec &, cudaStream_t);            \
+  template void flash_attention_forward<T>(T *, float *, const T *, int, int, int, int, int,   \
+                                           float, int, const DropoutSpec &, cudaStream_t);     \
   template void flash_attention_backward<T>(T *, const T *, const T *, const T *,             \
-                                            const float *, int, int, int, int, float, int,     \
-                                            const DropoutSpec &, cudaStream_t);
+                                            const float *, int, int, int, int, int, float,     \
+                                            int, const DropoutSpec &, cudaStream_t);
 PTDP_CUDA_STORAGE_TYPES(PTDP_INSTANTIATE)
 #undef PTDP_INSTANTIATE
 

@@ -39,6 +39,7 @@
 #include "kernels/cuda/flash_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/storage.cuh"
+#include "kernels/qkv_layout.h"
 
 namespace ptdp::cuda {
 
@@ -285,17 +286,18 @@ __device__ __forceinline__ float quad_sum(float v) {
 // Shared: Q [64], K, V [2][64] rows of kStride.
 template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
-    fwd(G *ctx, float *lse, const G *qkv, int s, int b, int heads, int hd, float scale, Drop dr) {
+    fwd(G *ctx, float *lse, const G *qkv, int s, QkvLayout L, float scale, Drop dr) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   constexpr int S = kStride<kD>, kTile = kFwdKeys * S;
   M *sQ = reinterpret_cast<M *>(smem_bytes), *sK = sQ + kRowTile * S, *sV = sK + 2 * kTile;
   const int ntiles = (s + kRowTile - 1) / kRowTile;
   const int bh = blockIdx.x / ntiles, i0 = (ntiles - 1 - blockIdx.x % ntiles) * kRowTile;
-  const int bi = bh / heads, head = bh % heads;
+  const int hd = L.hd, heads = L.heads, bi = bh / heads, head = bh % heads;
+  const int unit = bi * L.groups + head / L.per_group();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const float scale2 = scale * kLog2e;  // scores in base 2: exp(x scale) = 2^(x scale2)
-  const size_t ld = (size_t)b * heads * 3 * hd;
-  const G *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+  const size_t ld = L.qkv_ld();
+  const G *Q = qkv + L.q_col(bi, head), *K = qkv + L.k_col(unit), *V = qkv + L.v_col(unit);
   const int w0 = i0 + 16 * warp;
   const int row[2] = {w0 + g, w0 + g + 8};
   const int key_tiles = (min(s, i0 + kRowTile) + kFwdKeys - 1) / kFwdKeys;
@@ -372,59 +374,65 @@ __global__ void __launch_bounds__(kThreads)
     inv[r] = 1.f / l[r];
     if (t == 0 && row[r] < s) lse[(size_t)bh * s + row[r]] = (m[r] + log2f(l[r])) * kLn2;
   }
-  store_rows<M, kD>(ctx + (size_t)bh * hd, (size_t)b * heads * hd, o, row, inv[0], inv[1], s, hd, t);
+  store_rows<M, kD>(ctx + L.ctx_col(bi, head), L.ctx_ld(), o, row, inv[0], inv[1], s, hd, t);
 }
 
-// dK, dV. Block: keys [j0, j0 + 64) of bh, warp w keys j0 + 16w.. (lane: keys
-// g and g + 8), summed over the query tiles of 32 from j0 on (causal: earlier
-// queries see none of them), two buffers as in the forward. Products
-// transposed: S^T = K Q^T, dP^T = V dO^T, dV += (P Z)^T dO, dK += dS^T Q.
+// dK, dV. Block: keys [j0, j0 + 64) of key/value group unit = bi * groups + g,
+// warp w keys j0 + 16w.. (lane: keys g and g + 8), summed over the group's r
+// heads in order and, for each, the query tiles of 32 from j0 on (causal:
+// earlier queries see none of them): r * query_tiles tiles in one stream, two
+// buffers as in the forward. Products transposed: S^T = K Q^T, dP^T = V dO^T,
+// dV += (P Z)^T dO, dK += dS^T Q.
 // Shared: K, V [64], Q, dO [2][32] rows of kStride; lse and D [2][32].
-// Heads bh0 .. of the grid. With dsT, also the operand dS / scale rounded to M
-// as dS^T, head bh - bh0 at dsT + (bh - bh0) * s * ds_ld, row k (key) of ds_ld
-// columns (queries), zeros where hidden: every column below s of rows below s
-// is written, for the dQ GEMM (dQ = scale dS K).
+// Groups unit0 .. of the grid. With dsT, also the operand dS / scale rounded to
+// M as dS^T, the group's head slot j at dsT + ((unit - unit0) r + j) s ds_ld,
+// row k (key) of ds_ld columns (queries), zeros where hidden: every column
+// below s of rows below s is written, for the dQ GEMM (dQ = scale dS K).
 template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
     bwd_dkdv(G *dqkv, const G *dctx, const G *qkv, const float *lse, const float *D,
-             int s, int b, int heads, int hd, float scale, Drop dr, int bh0, M *dsT, int ds_ld) {
+             int s, QkvLayout L, float scale, Drop dr, int unit0, M *dsT, int ds_ld) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   constexpr int S = kStride<kD>, kTile = kBwdTile * S;
   M *sK = reinterpret_cast<M *>(smem_bytes), *sV = sK + kRowTile * S, *sQ = sV + kRowTile * S,
     *sO = sQ + 2 * kTile;  // sO: dO
   float *sL = reinterpret_cast<float *>(sO + 2 * kTile), *sD = sL + 2 * kBwdTile;
   const int ntiles = (s + kRowTile - 1) / kRowTile;
-  const int bh = bh0 + blockIdx.x / ntiles, j0 = (blockIdx.x % ntiles) * kRowTile;  // first: most work
-  const int bi = bh / heads, head = bh % heads;
+  const int unit = unit0 + blockIdx.x / ntiles, j0 = (blockIdx.x % ntiles) * kRowTile;  // first: most work
+  const int hd = L.hd, heads = L.heads, r = L.per_group(), bi = unit / L.groups, gr = unit % L.groups;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const float scale2 = scale * kLog2e;  // scores in base 2: exp(x scale) = 2^(x scale2)
-  const size_t ld = (size_t)b * heads * 3 * hd, ldc = (size_t)b * heads * hd;
-  const G *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
-  const G *dO = dctx + (size_t)bh * hd;
+  const size_t ld = L.qkv_ld(), ldc = L.ctx_ld();
+  const G *K = qkv + L.k_col(unit), *V = qkv + L.v_col(unit);
   const int w0 = j0 + 16 * warp;
   const int key[2] = {w0 + g, w0 + g + 8};
-  const int query_tiles = (s - j0 + kBwdTile - 1) / kBwdTile;
-  M *ds_rows = dsT ? dsT + (size_t)(bh - bh0) * s * ds_ld : nullptr;  // this head's dS^T
-  // dS^T of this lane's keys for queries q .. q + 1 (q even, below ds_ld).
-  auto store_ds = [&](int q, const float (&c)[4]) {
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-      if (key[r] < s && q < s)
-        *reinterpret_cast<uint32_t *>(ds_rows + (size_t)key[r] * ds_ld + q) = pack<M>(c[2 * r], c[2 * r + 1]);
+  const int query_tiles = (s - j0 + kBwdTile - 1) / kBwdTile, tiles = r * query_tiles;
+  // dS^T of head slot j of the group (null without dsT).
+  auto ds_of = [&](int j) -> M * {
+    return dsT ? dsT + ((size_t)(unit - unit0) * r + j) * s * ds_ld : nullptr;
   };
-  if (ds_rows) {  // the queries before j0 see none of these keys: zeros, 16 bytes a store
+  // dS^T of this lane's keys for queries q .. q + 1 (q even, below ds_ld).
+  auto store_ds = [&](M *ds_rows, int q, const float (&c)[4]) {
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+      if (key[e] < s && q < s)
+        *reinterpret_cast<uint32_t *>(ds_rows + (size_t)key[e] * ds_ld + q) = pack<M>(c[2 * e], c[2 * e + 1]);
+  };
+  if (dsT) {  // the queries before j0 see none of these keys: zeros, 16 bytes a store
     const int rows = min(kRowTile, s - j0), chunks = j0 / 8;
-    for (int e = threadIdx.x; e < rows * chunks; e += kThreads)
-      reinterpret_cast<uint4 *>(ds_rows + (size_t)(j0 + e / chunks) * ds_ld)[e % chunks] = uint4{0, 0, 0, 0};
+    for (int j = 0; j < r; j++)
+      for (int e = threadIdx.x; e < rows * chunks; e += kThreads)
+        reinterpret_cast<uint4 *>(ds_of(j) + (size_t)(j0 + e / chunks) * ds_ld)[e % chunks] = uint4{0, 0, 0, 0};
   }
-  auto load_queries = [&](int it) {  // query tile it (from j0) into buffer it & 1
-    const int q0 = j0 + it * kBwdTile, buf = it & 1;
-    load_tile<M, kD, kBwdTile>(sQ + buf * kTile, Q, ld, q0, s, hd);
-    load_tile<M, kD, kBwdTile>(sO + buf * kTile, dO, ldc, q0, s, hd);
+  auto load_queries = [&](int it) {  // tile it (head slot it / query_tiles) into buffer it & 1
+    const int head = gr * r + it / query_tiles, q0 = j0 + (it % query_tiles) * kBwdTile, buf = it & 1;
+    const size_t bh = (size_t)bi * heads + head;
+    load_tile<M, kD, kBwdTile>(sQ + buf * kTile, qkv + L.q_col(bi, head), ld, q0, s, hd);
+    load_tile<M, kD, kBwdTile>(sO + buf * kTile, dctx + L.ctx_col(bi, head), ldc, q0, s, hd);
     for (int e = threadIdx.x; e < kBwdTile; e += kThreads) {
       const int i = q0 + e;
-      sL[buf * kBwdTile + e] = i < s ? lse[(size_t)bh * s + i] * kLog2e : 0.f;
-      sD[buf * kBwdTile + e] = i < s ? D[(size_t)bh * s + i] : 0.f;
+      sL[buf * kBwdTile + e] = i < s ? lse[bh * s + i] * kLog2e : 0.f;
+      sD[buf * kBwdTile + e] = i < s ? D[bh * s + i] : 0.f;
     }
     copies_commit();
   };
@@ -434,9 +442,11 @@ __global__ void __launch_bounds__(kThreads)
   copies_commit();
   load_queries(0);
   float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
-  for (int it = 0; it < query_tiles; it++) {
-    const int q0 = j0 + it * kBwdTile, buf = it & 1;
-    if (it + 1 < query_tiles) {
+  for (int it = 0; it < tiles; it++) {
+    const int slot = it / query_tiles, head = gr * r + slot;
+    const int q0 = j0 + (it % query_tiles) * kBwdTile, buf = it & 1;
+    M *ds_rows = ds_of(slot);
+    if (it + 1 < tiles) {
       load_queries(it + 1);
       copies_wait<1>();
     } else {
@@ -481,7 +491,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       if (ds_rows)
 #pragma unroll
-        for (int nt = 0; nt < kBwdTile / 8; nt++) store_ds(q0 + 8 * nt + 2 * t, dpt[nt]);
+        for (int nt = 0; nt < kBwdTile / 8; nt++) store_ds(ds_rows, q0 + 8 * nt + 2 * t, dpt[nt]);
 #pragma unroll
       for (int kq = 0; kq < kBwdTile / 16; kq++) {
         uint32_t pa[4], da[4];
@@ -493,11 +503,11 @@ __global__ void __launch_bounds__(kThreads)
     } else if (ds_rows) {  // every query of the tile before these keys: hidden
       const float zero[4] = {};
 #pragma unroll
-      for (int nt = 0; nt < kBwdTile / 8; nt++) store_ds(q0 + 8 * nt + 2 * t, zero);
+      for (int nt = 0; nt < kBwdTile / 8; nt++) store_ds(ds_rows, q0 + 8 * nt + 2 * t, zero);
     }
     __syncthreads();  // tile it is consumed before its buffer is refilled
   }
-  G *dK = dqkv + (size_t)bh * 3 * hd + hd, *dV = dK + hd;
+  G *dK = dqkv + L.k_col(unit), *dV = dqkv + L.v_col(unit);
   store_rows<M, kD>(dK, ld, dk, key, scale, scale, s, hd, t);
   store_rows<M, kD>(dV, ld, dv, key, 1.f, 1.f, s, hd, t);
 }
@@ -509,24 +519,25 @@ __global__ void __launch_bounds__(kThreads)
 template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
     bwd_dq(G *dqkv, const G *dctx, const G *qkv, const float *lse, const float *D,
-           int s, int b, int heads, int hd, float scale, Drop dr) {
+           int s, QkvLayout L, float scale, Drop dr) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   constexpr int S = kStride<kD>, kTile = kBwdTile * S;
   M *sQ = reinterpret_cast<M *>(smem_bytes), *sO = sQ + kRowTile * S, *sK = sO + kRowTile * S,
     *sV = sK + 2 * kTile;
   const int ntiles = (s + kRowTile - 1) / kRowTile;
   const int bh = blockIdx.x / ntiles, i0 = (ntiles - 1 - blockIdx.x % ntiles) * kRowTile;
-  const int bi = bh / heads, head = bh % heads;
+  const int hd = L.hd, heads = L.heads, bi = bh / heads, head = bh % heads;
+  const int unit = bi * L.groups + head / L.per_group();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const float scale2 = scale * kLog2e;  // scores in base 2: exp(x scale) = 2^(x scale2)
-  const size_t ld = (size_t)b * heads * 3 * hd, ldc = (size_t)b * heads * hd;
-  const G *Q = qkv + (size_t)bh * 3 * hd, *K = Q + hd, *V = Q + 2 * hd;
+  const size_t ld = L.qkv_ld(), ldc = L.ctx_ld();
+  const G *Q = qkv + L.q_col(bi, head), *K = qkv + L.k_col(unit), *V = qkv + L.v_col(unit);
   const int w0 = i0 + 16 * warp;
   const int row[2] = {w0 + g, w0 + g + 8};
   const int key_tiles = (min(s, i0 + kRowTile) + kBwdTile - 1) / kBwdTile;
 
   load_tile<M, kD, kRowTile>(sQ, Q, ld, i0, s, hd);
-  load_tile<M, kD, kRowTile>(sO, dctx + (size_t)bh * hd, ldc, i0, s, hd);
+  load_tile<M, kD, kRowTile>(sO, dctx + L.ctx_col(bi, head), ldc, i0, s, hd);
   copies_commit();
   load_tile<M, kD, kBwdTile>(sK, K, ld, 0, s, hd);
   load_tile<M, kD, kBwdTile>(sV, V, ld, 0, s, hd);
@@ -539,10 +550,10 @@ __global__ void __launch_bounds__(kThreads)
     load_a(qa[kk], sQ, S, 16 * warp, 16 * kk, lane);
     load_a(oa[kk], sO, S, 16 * warp, 16 * kk, lane);
   }
-  float L[2], Dr[2];
+  float Lr[2], Dr[2];
 #pragma unroll
   for (int r = 0; r < 2; r++) {
-    L[r] = row[r] < s ? lse[(size_t)bh * s + row[r]] * kLog2e : 0.f;
+    Lr[r] = row[r] < s ? lse[(size_t)bh * s + row[r]] * kLog2e : 0.f;
     Dr[r] = row[r] < s ? D[(size_t)bh * s + row[r]] : 0.f;
   }
   float dq[kD / 8][4] = {};  // dQ / scale
@@ -561,7 +572,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 4; e++) {
           const int r = e / 2, i = row[r], j = k0 + 8 * nt + 2 * t + (e & 1);
           const bool vis = !edge || (j <= i && i < s);  // a select, as in bwd_dkdv
-          const float p = exp2f(fmaf(sc[nt][e], scale2, -L[r]));
+          const float p = exp2f(fmaf(sc[nt][e], scale2, -Lr[r]));
           const float z = dr.on ? keep_of(dr, keep, 4 * nt + e) : 1.f;
           sc[nt][e] = vis ? p * (z * dp[nt][e] - Dr[r]) : 0.f;
         }
@@ -574,7 +585,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();  // tile it is consumed before its buffer is refilled
   }
-  store_rows<M, kD>(dqkv + (size_t)bh * 3 * hd, ld, dq, row, scale, scale, s, hd, t);
+  store_rows<M, kD>(dqkv + L.q_col(bi, head), ld, dq, row, scale, scale, s, hd, t);
 }
 
 // Calls f(integral_constant<kD>) with the smallest tile of 32, 64, 96, 128 >= hd.
@@ -625,14 +636,16 @@ constexpr size_t smem_bytes(int rows, int floats = 0) {
 }  // namespace
 
 template <class G>
-void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b, int heads, int hd,
-                                 float scale, int head_offset, const DropoutSpec &d, DType mma,
-                                 cudaStream_t stream) {
+void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b, int heads,
+                                 int groups, int hd, float scale, int head_offset,
+                                 const DropoutSpec &d, DType mma, cudaStream_t stream) {
   const char *what = "flash_attention_forward_mma";
   check_head_dim(hd, what);
+  check_groups(heads, groups, what);
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_attention_drop(d, head_offset);
   const int blocks = grid_blocks(s, kRowTile, b * heads, what);
+  const QkvLayout L{b, heads, groups, hd};
   with_operand_type<G>(mma, what, [&](auto m) {
     using M = decltype(m);
     with_head_tile(hd, [&](auto kd) {
@@ -640,7 +653,7 @@ void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b,
       const size_t smem = smem_bytes<M, kD>(kRowTile + 4 * kFwdKeys);
       auto kernel = fwd<M, kD, G>;
       allow_smem(kernel, smem);
-      kernel<<<blocks, kThreads, smem, stream>>>(ctx, lse, qkv, s, b, heads, hd, scale, dr);
+      kernel<<<blocks, kThreads, smem, stream>>>(ctx, lse, qkv, s, L, scale, dr);
     });
   });
   check_launch(what);
@@ -648,15 +661,16 @@ void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b,
 
 template <class G>
 void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G *qkv,
-                                  const float *lse, int s, int b, int heads, int hd, float scale,
-                                  int head_offset, const DropoutSpec &d, DType mma,
+                                  const float *lse, int s, int b, int heads, int groups, int hd,
+                                  float scale, int head_offset, const DropoutSpec &d, DType mma,
                                   cudaStream_t stream, Gemm *dq_gemm, size_t dq_scratch_bytes) {
   const char *what = "flash_attention_backward_mma";
   check_head_dim(hd, what);
+  check_groups(heads, groups, what);
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_attention_drop(d, head_offset);
-  const int bh = b * heads;
-  const int blocks = grid_blocks(s, kRowTile, bh, what);
+  const QkvLayout L{b, heads, groups, hd};
+  const int bh = b * heads, units = b * groups, r = L.per_group();
   with_operand_type<G>(mma, what, [&](auto m) {
     using M = decltype(m);
     with_head_tile(hd, [&](auto kd) {
@@ -667,18 +681,18 @@ void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G 
       auto dkdv = bwd_dkdv<M, kD, G>;
       allow_smem(dkdv, kv_smem);
       // dQ = scale dS K as a GEMM over the dS^T that the dK dV kernel leaves in
-      // scratch (rows of 16 bytes), heads in groups that fit dq_scratch_bytes:
-      // no second pass over S, dP and the dropout draws. Needs arrays of M and
-      // hd % 8 == 0 (aligned rows); else, or when one head's dS exceeds the
-      // scratch, the dQ kernel.
+      // scratch (rows of 16 bytes), key/value groups in chunks that fit
+      // dq_scratch_bytes: no second pass over S, dP and the dropout draws.
+      // Needs arrays of M and hd % 8 == 0 (aligned rows); else, or when one
+      // group's dS exceeds the scratch, the dQ kernel.
       const int ds_ld = (s + 7) / 8 * 8;
-      const size_t head_bytes = sizeof(M) * (size_t)s * ds_ld;
+      const size_t unit_bytes = sizeof(M) * (size_t)s * ds_ld * r;  // a group's heads' dS
       std::unique_ptr<StreamScratch> scratch;
-      int group = 0;
-      if (std::is_same_v<G, M> && dq_gemm && hd % 8 == 0 && head_bytes <= dq_scratch_bytes) {
-        group = (int)std::min<size_t>(bh, dq_scratch_bytes / head_bytes);
+      int chunk = 0;
+      if (std::is_same_v<G, M> && dq_gemm && hd % 8 == 0 && unit_bytes <= dq_scratch_bytes) {
+        chunk = (int)std::min<size_t>(units, dq_scratch_bytes / unit_bytes);
         try {
-          scratch = std::make_unique<StreamScratch>(head_bytes * group, stream,
+          scratch = std::make_unique<StreamScratch>(unit_bytes * chunk, stream,
                                                     "flash_attention_backward_mma scratch (dS)");
         } catch (const Error &e) {  // no room for dS: the dQ kernel needs none
           if (e.code() != Status::out_of_memory) throw;
@@ -687,40 +701,44 @@ void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G 
       }
       if (scratch) {
         M *dsT = scratch->as<M>();
-        const int ld = 3 * bh * hd;  // qkv's row stride; head bh at column 3 bh hd
-        for (int bh0 = 0; bh0 < bh; bh0 += group) {
-          const int n = std::min(group, bh - bh0);
+        const int ld = (int)L.qkv_ld(), stride = (r + 2) * hd;  // a group's width in qkv
+        for (int u0 = 0; u0 < units; u0 += chunk) {
+          const int n = std::min(chunk, units - u0);
           dkdv<<<grid_blocks(s, kRowTile, n, what), kThreads, kv_smem, stream>>>(
-              dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr, bh0, dsT, ds_ld);
+              dqkv, dctx, qkv, lse, D, s, L, scale, dr, u0, dsT, ds_ld);
           check_launch("flash_attention_backward_mma (dK, dV, dS)");
-          // Head i: dQ [s, hd] = scale (dS^T)^T [s, s] K [s, hd] (the stream
-          // orders the next group's dS after this read).
-          const size_t at = (size_t)bh0 * 3 * hd;
-          dq_gemm->run(mma, true, false, s, hd, s, scale, dsT, ds_ld, (int64_t)s * ds_ld,
-                       qkv + at + hd, ld, 3 * hd, 0.f, dqkv + at, ld, 3 * hd, n, stream);
+          // Head slot j of groups u0 ..: dQ [s, hd] = scale (dS^T)^T [s, s] K
+          // [s, hd], one strided batch over the chunk's groups (the stream
+          // orders the next chunk's dS after this read).
+          const size_t at = L.group_col(u0);
+          for (int j = 0; j < r; j++)
+            dq_gemm->run(mma, true, false, s, hd, s, scale, dsT + (size_t)j * s * ds_ld, ds_ld,
+                         (int64_t)r * s * ds_ld, qkv + L.k_col(u0), ld, stride, 0.f,
+                         dqkv + at + (size_t)j * hd, ld, stride, n, stream);
         }
         return;
       }
-      dkdv<<<blocks, kThreads, kv_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr,
-                                                  0, nullptr, 0);
+      dkdv<<<grid_blocks(s, kRowTile, units, what), kThreads, kv_smem, stream>>>(
+          dqkv, dctx, qkv, lse, D, s, L, scale, dr, 0, nullptr, 0);
       check_launch("flash_attention_backward_mma (dK, dV)");
       const size_t q_smem = smem_bytes<M, kD>(2 * kRowTile + 4 * kBwdTile);
       auto dq = bwd_dq<M, kD, G>;
       allow_smem(dq, q_smem);
-      dq<<<blocks, kThreads, q_smem, stream>>>(dqkv, dctx, qkv, lse, D, s, b, heads, hd, scale, dr);
+      dq<<<grid_blocks(s, kRowTile, bh, what), kThreads, q_smem, stream>>>(dqkv, dctx, qkv, lse, D,
+                                                                          s, L, scale, dr);
       check_launch("flash_attention_backward_mma (dQ)");
     });
   });
 }
 
 #define PTDP_INSTANTIATE(G)                                                                     \
-  template void flash_attention_forward_mma<G>(G *, float *, const G *, int, int, int, int,     \
+  template void flash_attention_forward_mma<G>(G *, float *, const G *, int, int, int, int, int, \
                                                float, int, const DropoutSpec &, DType,          \
                                                cudaStream_t);                                   \
   template void flash_attention_backward_mma<G>(G *, const G *, const G *, const G *,           \
-                                                const float *, int, int, int, int, float, int,  \
-                                                const DropoutSpec &, DType, cudaStream_t, Gemm *, \
-                                                size_t);
+                                                const float *, int, int, int, int, int, float,  \
+                                                int, const DropoutSpec &, DType, cudaStream_t,  \
+                                                Gemm *, size_t);
 PTDP_CUDA_STORAGE_TYPES(PTDP_INSTANTIATE)
 #undef PTDP_INSTANTIATE
 

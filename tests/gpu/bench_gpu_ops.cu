@@ -192,10 +192,10 @@ void bench_attention(ptdp::cuda::Gemm &gemm) {
              ctx, b * w, hd, b * a, 0);
   });
   const double fused = time_ms([&] {
-    ptdp::cuda::flash_attention_forward(ctx, lse, qkv, s, b, a, hd, scale, 0, drop, 0);
+    ptdp::cuda::flash_attention_forward(ctx, lse, qkv, s, b, a, a, hd, scale, 0, drop, 0);
   });
   const double fused_bwd = time_ms([&] {
-    ptdp::cuda::flash_attention_backward(dqkv, dctx, ctx, qkv, lse, s, b, a, hd, scale, 0, drop, 0);
+    ptdp::cuda::flash_attention_backward(dqkv, dctx, ctx, qkv, lse, s, b, a, a, hd, scale, 0, drop, 0);
   });
   const char *name = gpu_test::type_name<T>();
   std::printf("%-6s %-37s %10.3f ms %9.1f TFLOP/s\n", name, "attention fwd unfused (causal)", unfused,
@@ -226,14 +226,14 @@ void bench_attention_mma() {
   for (float p : {0.1f, 0.f}) {
     const ptdp::DropoutSpec drop{{1234, 78, 5}, p, 0};
     const double fwd = time_ms([&] {
-      ptdp::cuda::flash_attention_forward_mma(ctx, lse, qkv, s, b, a, hd, scale, 0, drop, DType::bf16, 0);
+      ptdp::cuda::flash_attention_forward_mma(ctx, lse, qkv, s, b, a, a, hd, scale, 0, drop, DType::bf16, 0);
     });
     const double bwd_kernel = time_ms([&] {  // dQ by its own kernel
-      ptdp::cuda::flash_attention_backward_mma(dqkv, dctx, ctx, qkv, lse, s, b, a, hd, scale, 0, drop,
+      ptdp::cuda::flash_attention_backward_mma(dqkv, dctx, ctx, qkv, lse, s, b, a, a, hd, scale, 0, drop,
                                                DType::bf16, 0);
     });
     const double bwd = time_ms([&] {  // dQ by a GEMM over dS (the training path)
-      ptdp::cuda::flash_attention_backward_mma(dqkv, dctx, ctx, qkv, lse, s, b, a, hd, scale, 0, drop,
+      ptdp::cuda::flash_attention_backward_mma(dqkv, dctx, ctx, qkv, lse, s, b, a, a, hd, scale, 0, drop,
                                                DType::bf16, 0, &gemm);
     });
     const std::string what = p > 0 ? "" : ", no dropout";

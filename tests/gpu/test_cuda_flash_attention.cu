@@ -12,6 +12,9 @@
 // become relative errors of P_ij = exp(S_ij - lse_i). 16-bit outputs add one
 // rounding: storage_eps<T>() relative plus storage_tiny<T>() absolute.
 //
+// Grouped-query shapes (groups < heads: a key/value group's heads share its K
+// and V, whose gradients sum theirs) run through both kernels too.
+//
 // The tensor-core kernels (flash_attention_mma.cu) read 16-bit arrays (or float
 // arrays of 16-bit values: the same bits out, checked) and round the operands
 // P Z and dS to the 16-bit type: one more
@@ -29,6 +32,7 @@
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/qkv_layout.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace gpu_test;
@@ -39,14 +43,18 @@ constexpr double kTol = 1e-5;        // fp32 error per unit of sum |terms|, see 
 constexpr double kTolMma = 4 * kTol;  // the same inside the tensor cores
 
 struct Shape {
-  int s, b, heads, hd;
+  int s, b, heads, hd, groups = 0;  // groups 0: one per head (no grouping)
+  int kv() const { return groups ? groups : heads; }
+  ptdp::QkvLayout layout() const { return {b, heads, kv(), hd}; }
+  size_t n_qkv() const { return (size_t)s * layout().qkv_ld(); }
+  size_t n_ctx() const { return (size_t)s * layout().ctx_ld(); }
 };
 
 // Reference values and the allowed |gpu - ref| of each output element.
 struct Ref {
   std::vector<float> ctx, ctx_bound;    // [s, b*heads*hd]
   std::vector<float> lse, lse_bound;    // [b*heads, s]
-  std::vector<float> dqkv, dqkv_bound;  // [s, b*heads*3*hd]
+  std::vector<float> dqkv, dqkv_bound;  // qkv's layout
 };
 
 // Forward and backward of every (bi, head) in double, naive loops, with the
@@ -55,8 +63,9 @@ struct Ref {
 Ref reference(const std::vector<float> &qkv, const std::vector<float> &dctx, const Shape &sh,
               float scale, int head_offset, const ptdp::DropoutSpec &d, double eps, double tiny,
               double kTol = ::kTol, double op_eps = 0) {
-  const int s = sh.s, hd = sh.hd, bh_n = sh.b * sh.heads;
-  const size_t ld = (size_t)bh_n * 3 * hd, ldc = (size_t)bh_n * hd;
+  const int s = sh.s, hd = sh.hd, bh_n = sh.b * sh.heads, r_n = sh.heads / sh.kv();
+  const ptdp::QkvLayout L = sh.layout();
+  const size_t ld = L.qkv_ld(), ldc = L.ctx_ld();
   const double keep_scale =  // in float, as the kernels
       d.p > 0 ? (double)(1.f / (1.f - ptdp::attention_dropout_rate(d.p))) : 1.0;
   Ref R;
@@ -68,16 +77,17 @@ Ref reference(const std::vector<float> &qkv, const std::vector<float> &dctx, con
   R.dqkv_bound = R.dqkv;
   using Mat = std::vector<std::vector<double>>;
   auto mat = [&](int rows, int cols) { return Mat(rows, std::vector<double>(cols, 0.0)); };
+  // A group's dK, dV (and bounds) sum over its heads, then are stored once.
+  Mat dKg = mat(s, hd), dVg = mat(s, hd), dKgb = mat(s, hd), dVgb = mat(s, hd);
   for (int bh = 0; bh < bh_n; bh++) {
-    const int bi = bh / sh.heads, head = bh % sh.heads;
+    const int bi = bh / sh.heads, head = bh % sh.heads, unit = bi * sh.kv() + head / r_n;
     Mat Q = mat(s, hd), K = mat(s, hd), V = mat(s, hd), dO = mat(s, hd);
     for (int i = 0; i < s; i++)
       for (int c = 0; c < hd; c++) {
-        const size_t q = i * ld + (size_t)bh * 3 * hd + c;
-        Q[i][c] = qkv[q];
-        K[i][c] = qkv[q + hd];
-        V[i][c] = qkv[q + 2 * hd];
-        dO[i][c] = dctx[i * ldc + (size_t)bh * hd + c];
+        Q[i][c] = qkv[i * ld + L.q_col(bi, head) + c];
+        K[i][c] = qkv[i * ld + L.k_col(unit) + c];
+        V[i][c] = qkv[i * ld + L.v_col(unit) + c];
+        dO[i][c] = dctx[i * ldc + L.ctx_col(bi, head) + c];
       }
     // Forward: S, A (score magnitudes), P, Z, lse, O and its bound.
     Mat S = mat(s, s), P = mat(s, s), Z = mat(s, s);
@@ -115,8 +125,8 @@ Ref reference(const std::vector<float> &qkv, const std::vector<float> &dctx, con
         // fp32: P's relative error and the sum's; then one rounding to T.
         const double fp32 = (r[i] + kTol + op_eps) * Ob[i][c];
         Ob[i][c] = fp32 + eps * (std::fabs(O[i][c]) + fp32) + tiny;
-        R.ctx[i * ldc + (size_t)bh * hd + c] = (float)O[i][c];
-        R.ctx_bound[i * ldc + (size_t)bh * hd + c] = (float)Ob[i][c];
+        R.ctx[i * ldc + L.ctx_col(bi, head) + c] = (float)O[i][c];
+        R.ctx_bound[i * ldc + L.ctx_col(bi, head) + c] = (float)Ob[i][c];
       }
     }
     // Backward. D_i = dO_i . O_i; the kernel reads the stored O, off by Ob.
@@ -148,26 +158,38 @@ Ref reference(const std::vector<float> &qkv, const std::vector<float> &dctx, con
           dKb[j][c] += dSb[i][j] * std::fabs(Q[i][c]) + (kTol + op_eps) * std::fabs(dS[i][j] * Q[i][c]);
         }
       }
-    auto put = [&](int i, int part, int c, double v, double fp32) {
-      const size_t k = i * ld + (size_t)bh * 3 * hd + (size_t)part * hd + c;
+    auto put = [&](size_t col, int i, int c, double v, double fp32) {
+      const size_t k = i * ld + col + c;
       R.dqkv[k] = (float)v;
       R.dqkv_bound[k] = (float)(fp32 + eps * (std::fabs(v) + fp32) + tiny);
     };
     for (int i = 0; i < s; i++)
       for (int c = 0; c < hd; c++) {
-        put(i, 0, c, scale * dQ[i][c], scale * dQb[i][c]);
-        put(i, 1, c, scale * dK[i][c], scale * dKb[i][c]);
-        put(i, 2, c, dV[i][c], dVb[i][c]);
+        put(L.q_col(bi, head), i, c, scale * dQ[i][c], scale * dQb[i][c]);
+        dKg[i][c] += dK[i][c], dKgb[i][c] += dKb[i][c];
+        dVg[i][c] += dV[i][c], dVgb[i][c] += dVb[i][c];
       }
+    if (head % r_n == r_n - 1) {  // the group's last head
+      for (int i = 0; i < s; i++)
+        for (int c = 0; c < hd; c++) {
+          put(L.k_col(unit), i, c, scale * dKg[i][c], scale * dKgb[i][c]);
+          put(L.v_col(unit), i, c, dVg[i][c], dVgb[i][c]);
+        }
+      dKg = mat(s, hd), dVg = mat(s, hd), dKgb = mat(s, hd), dVgb = mat(s, hd);
+    }
   }
   return R;
 }
 
-// Columns part*hd .. part*hd + hd - 1 of every head of a [s, b*heads*3*hd] array.
+// The queries (part 0), keys (1) or values (2) of an array in qkv's layout:
+// each group's width holds r query heads, then a key and a value.
 std::vector<float> part_of(const std::vector<float> &x, const Shape &sh, int part) {
+  const int r = sh.heads / sh.kv(), width = (r + 2) * sh.hd;
   std::vector<float> out;
-  for (size_t k = 0; k < x.size(); k++)
-    if ((int)(k % (3 * sh.hd)) / sh.hd == part) out.push_back(x[k]);
+  for (size_t k = 0; k < x.size(); k++) {
+    const int slot = (int)(k % width) / sh.hd;
+    if ((slot < r ? 0 : slot - r + 1) == part) out.push_back(x[k]);
+  }
   return out;
 }
 
@@ -183,8 +205,8 @@ void compare_outputs(const char *type, const Shape &sh, float p, const Ref &R,
                      const std::vector<float> &dqkv, const std::vector<float> &dqkv2) {
   char what[112];
   auto label = [&](const char *name) {
-    std::snprintf(what, sizeof what, "%s %s s=%d b=%d h=%d hd=%d p=%g", name, type, sh.s, sh.b,
-                  sh.heads, sh.hd, p);
+    std::snprintf(what, sizeof what, "%s %s s=%d b=%d h=%d g=%d hd=%d p=%g", name, type, sh.s,
+                  sh.b, sh.heads, sh.kv(), sh.hd, p);
     return what;
   };
   compare_bound(label("ctx"), ctx, R.ctx, R.ctx_bound);
@@ -200,8 +222,8 @@ void compare_outputs(const char *type, const Shape &sh, float p, const Ref &R,
 
 template <class T>
 void check_case(const Shape &sh, float p, unsigned seed) {
-  const int s = sh.s, b = sh.b, heads = sh.heads, hd = sh.hd;
-  const size_t n_qkv = (size_t)s * b * heads * 3 * hd, n_ctx = (size_t)s * b * heads * hd;
+  const int s = sh.s, b = sh.b, heads = sh.heads, groups = sh.kv(), hd = sh.hd;
+  const size_t n_qkv = sh.n_qkv(), n_ctx = sh.n_ctx();
   const float scale = 1.f / std::sqrt((float)hd);
   const int head_offset = 2;  // as tensor rank 1 of 2 with 2 local heads
   const ptdp::DropoutSpec d{{0x0123456789abcdefull, 0x5eedf00du, 7}, p, 3};
@@ -212,12 +234,12 @@ void check_case(const Shape &sh, float p, unsigned seed) {
   DevArray<float> lse((size_t)b * heads * s);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  ptdp::cuda::flash_attention_forward<T>(ctx.p, lse.p, qkv.p, s, b, heads, hd, scale, head_offset,
-                                         d, stream);
-  ptdp::cuda::flash_attention_backward<T>(dqkv.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, hd,
-                                          scale, head_offset, d, stream);
-  ptdp::cuda::flash_attention_backward<T>(dqkv2.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, hd,
-                                          scale, head_offset, d, stream);
+  ptdp::cuda::flash_attention_forward<T>(ctx.p, lse.p, qkv.p, s, b, heads, groups, hd, scale,
+                                         head_offset, d, stream);
+  ptdp::cuda::flash_attention_backward<T>(dqkv.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, groups,
+                                          hd, scale, head_offset, d, stream);
+  ptdp::cuda::flash_attention_backward<T>(dqkv2.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, groups,
+                                          hd, scale, head_offset, d, stream);
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaStreamDestroy(stream));
 
@@ -230,8 +252,8 @@ void check_case(const Shape &sh, float p, unsigned seed) {
 // The tensor-core kernels on float arrays of M values, and on arrays of M.
 template <class M>
 void check_mma_case(const Shape &sh, float p, unsigned seed) {
-  const int s = sh.s, b = sh.b, heads = sh.heads, hd = sh.hd;
-  const size_t n_qkv = (size_t)s * b * heads * 3 * hd, n_ctx = (size_t)s * b * heads * hd;
+  const int s = sh.s, b = sh.b, heads = sh.heads, groups = sh.kv(), hd = sh.hd;
+  const size_t n_qkv = sh.n_qkv(), n_ctx = sh.n_ctx();
   const float scale = 1.f / std::sqrt((float)hd);
   const int head_offset = 2;
   const ptdp::DropoutSpec d{{0x0123456789abcdefull, 0x5eedf00du, 7}, p, 3};
@@ -244,31 +266,31 @@ void check_mma_case(const Shape &sh, float p, unsigned seed) {
   DevArray<float> lse((size_t)b * heads * s);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  ptdp::cuda::flash_attention_forward_mma(ctx.p, lse.p, qkv.p, s, b, heads, hd, scale, head_offset,
-                                          d, mma, stream);
-  ptdp::cuda::flash_attention_backward_mma(dqkv.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, hd,
-                                           scale, head_offset, d, mma, stream);
-  ptdp::cuda::flash_attention_backward_mma(dqkv2.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, hd,
-                                           scale, head_offset, d, mma, stream);
+  ptdp::cuda::flash_attention_forward_mma(ctx.p, lse.p, qkv.p, s, b, heads, groups, hd, scale,
+                                          head_offset, d, mma, stream);
+  ptdp::cuda::flash_attention_backward_mma(dqkv.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, groups,
+                                           hd, scale, head_offset, d, mma, stream);
+  ptdp::cuda::flash_attention_backward_mma(dqkv2.p, dctx.p, ctx.p, qkv.p, lse.p, s, b, heads, groups,
+                                           hd, scale, head_offset, d, mma, stream);
   // On arrays of M (a 16-bit run's activations): the kernels load the same
   // operand values, do the same arithmetic (D and lse included) and round each
   // output once to M, stored as M or as its float value: the same bits.
   DevArray<M> ctx16(n_ctx), dqkv16(n_qkv);
   DevArray<float> lse16((size_t)b * heads * s);
-  ptdp::cuda::flash_attention_forward_mma<M>(ctx16.p, lse16.p, qkv16.p, s, b, heads, hd, scale,
-                                             head_offset, d, mma, stream);
+  ptdp::cuda::flash_attention_forward_mma<M>(ctx16.p, lse16.p, qkv16.p, s, b, heads, groups, hd,
+                                             scale, head_offset, d, mma, stream);
   ptdp::cuda::flash_attention_backward_mma<M>(dqkv16.p, dctx16.p, ctx16.p, qkv16.p, lse16.p, s, b,
-                                              heads, hd, scale, head_offset, d, mma, stream);
+                                              heads, groups, hd, scale, head_offset, d, mma, stream);
   // dQ by a GEMM over dS in scratch (a 16-bit run's path), twice; and with a
-  // scratch of one head, so that the heads go in groups.
+  // scratch of one key/value group's heads, so that the groups go in chunks.
   ptdp::cuda::Gemm gemm;
-  const size_t one_head = sizeof(M) * (size_t)s * ((s + 7) / 8 * 8);
+  const size_t one_head = sizeof(M) * (size_t)s * ((s + 7) / 8 * 8) * (heads / groups);
   DevArray<M> dqkv_g(n_qkv), dqkv_g2(n_qkv), dqkv_g1(n_qkv);
   for (auto [out, limit] : {std::pair{&dqkv_g, size_t(1) << 30}, std::pair{&dqkv_g2, size_t(1) << 30},
                             std::pair{&dqkv_g1, one_head}})
     ptdp::cuda::flash_attention_backward_mma<M>(out->p, dctx16.p, ctx16.p, qkv16.p, lse16.p, s, b,
-                                                heads, hd, scale, head_offset, d, mma, stream, &gemm,
-                                                limit);
+                                                heads, groups, hd, scale, head_offset, d, mma, stream,
+                                                &gemm, limit);
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaStreamDestroy(stream));
   const bool same16 = same_bits(download(ctx16), ctx.get()) && same_bits(lse16.get(), lse.get()) &&
@@ -301,8 +323,9 @@ void check_mma_case(const Shape &sh, float p, unsigned seed) {
 
 template <class T>
 void check_type() {
-  const Shape shapes[] = {{1, 1, 1, 8}, {5, 2, 3, 16}, {64, 2, 2, 64}, {130, 1, 2, 128}, {257, 2, 1, 32},
-                          {40, 1, 1, 72}};  // hd = 72: a partial last group of 32 dims
+  const Shape shapes[] = {{1, 1, 1, 8},     {5, 2, 3, 16},      {64, 2, 2, 64},
+                          {130, 1, 2, 128}, {257, 2, 1, 32},    {40, 1, 1, 72},  // hd = 72: a partial last group of 32 dims
+                          {37, 2, 4, 16, 2}, {70, 1, 3, 64, 1}};  // grouped; multi-query
   unsigned seed = 100;
   for (const Shape &sh : shapes)
     for (float p : {0.f, 0.1f}) check_case<T>(sh, p, seed += 2);
@@ -314,7 +337,9 @@ template <class M>
 void check_mma_type() {
   const Shape shapes[] = {{1, 1, 1, 8},    {5, 2, 3, 16},   {64, 2, 2, 64}, {130, 1, 2, 128},
                           {257, 2, 1, 32}, {200, 1, 2, 80}, {40, 1, 1, 72}, {96, 1, 1, 96},
-                          {512, 1, 2, 128}};  // 512: many double-buffered tiles at hd = 128
+                          {512, 1, 2, 128},  // 512: many double-buffered tiles at hd = 128
+                          {130, 2, 4, 64, 2}, {200, 1, 4, 128, 1},  // grouped; multi-query
+                          {37, 1, 6, 32, 3}};
   unsigned seed = 300;
   for (const Shape &sh : shapes)
     for (float p : {0.f, 0.1f}) check_mma_case<M>(sh, p, seed += 2);
@@ -325,42 +350,52 @@ void check_head_dim_limit() {
   const ptdp::DropoutSpec d{};
   int threw = 0;
   try {
-    ptdp::cuda::flash_attention_forward<float>(nullptr, nullptr, nullptr, 4, 1, 1, 129, 1.f, 0, d,
-                                               nullptr);
+    ptdp::cuda::flash_attention_forward<float>(nullptr, nullptr, nullptr, 4, 1, 1, 1, 129, 1.f, 0,
+                                               d, nullptr);
   } catch (const ptdp::Error &e) {
     threw += e.code() == ptdp::Status::invalid_argument;
     std::printf("  forward hd=129: %s\n", e.what());
   }
   try {
     ptdp::cuda::flash_attention_backward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 4, 1,
-                                                1, 129, 1.f, 0, d, nullptr);
+                                                1, 1, 129, 1.f, 0, d, nullptr);
   } catch (const ptdp::Error &e) {
     threw += e.code() == ptdp::Status::invalid_argument;
     std::printf("  backward hd=129: %s\n", e.what());
   }
   try {
-    ptdp::cuda::flash_attention_forward_mma<float>(nullptr, nullptr, nullptr, 4, 1, 1, 129, 1.f, 0,
-                                                   d, ptdp::DType::bf16, nullptr);
+    ptdp::cuda::flash_attention_forward_mma<float>(nullptr, nullptr, nullptr, 4, 1, 1, 1, 129, 1.f,
+                                                   0, d, ptdp::DType::bf16, nullptr);
   } catch (const ptdp::Error &e) {
     threw += e.code() == ptdp::Status::invalid_argument;
     std::printf("  mma forward hd=129: %s\n", e.what());
   }
   try {  // tensor cores take 16-bit operands only
     ptdp::cuda::flash_attention_backward_mma<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 4,
-                                                    1, 1, 64, 1.f, 0, d, ptdp::DType::f32, nullptr);
+                                                    1, 1, 1, 64, 1.f, 0, d, ptdp::DType::f32,
+                                                    nullptr);
   } catch (const ptdp::Error &e) {
     threw += e.code() == ptdp::Status::invalid_argument;
     std::printf("  mma backward f32: %s\n", e.what());
   }
   try {  // bf16 arrays read as f16 operands
-    ptdp::cuda::flash_attention_forward_mma<__nv_bfloat16>(nullptr, nullptr, nullptr, 4, 1, 1, 64,
-                                                           1.f, 0, d, ptdp::DType::f16, nullptr);
+    ptdp::cuda::flash_attention_forward_mma<__nv_bfloat16>(nullptr, nullptr, nullptr, 4, 1, 1, 1,
+                                                           64, 1.f, 0, d, ptdp::DType::f16, nullptr);
   } catch (const ptdp::Error &e) {
     threw += e.code() == ptdp::Status::invalid_argument;
     std::printf("  mma forward bf16 arrays, f16 operands: %s\n", e.what());
   }
-  std::printf("%-48s %s\n", "hd=129, f32 operands, mismatched arrays refused", threw == 5 ? "ok" : "FAIL");
-  if (threw != 5) failures++;
+  try {  // 4 heads cannot share 3 key/value groups
+    ptdp::cuda::flash_attention_backward_mma<__nv_bfloat16>(nullptr, nullptr, nullptr, nullptr,
+                                                            nullptr, 4, 1, 4, 3, 64, 1.f, 0, d,
+                                                            ptdp::DType::bf16, nullptr);
+  } catch (const ptdp::Error &e) {
+    threw += e.code() == ptdp::Status::invalid_argument;
+    std::printf("  mma backward 4 heads, 3 groups: %s\n", e.what());
+  }
+  std::printf("%-48s %s\n", "hd=129, f32 operands, mismatched arrays, groups refused",
+              threw == 6 ? "ok" : "FAIL");
+  if (threw != 6) failures++;
 }
 
 }  // namespace

@@ -179,10 +179,7 @@ TEST(CudaTrainer, FlashAttentionMatchesCpu) {
 // more within ten steps at lr 3e-3), and all parameters together within 1%
 // relative L2 (a few flipped bf16 roundings; the zero-gradient K bias, see
 // kParamTol, weighs nothing there; a missed update is O(1)).
-TEST(CudaTrainer, Bf16TracksCpuBf16) {
-  TrainerOptions cpu = options("cpu", 1, 1, 1), gpu = options(device_under_test(), 2, 1, 1);
-  cpu.precision.dtype = gpu.precision.dtype = DType::bf16;
-  const TrainedRun a = train_run(gpu, 10), b = train_run(cpu, 10);
+void expect_bf16_tracks(const TrainedRun &a, const TrainedRun &b) {
   for (size_t i = 0; i < a.losses.size(); i++)
     EXPECT_NEAR(a.losses[i], b.losses[i], 1e-2 * b.losses[i]) << "step " << i;
   double diff2 = 0, norm2 = 0;
@@ -192,6 +189,31 @@ TEST(CudaTrainer, Bf16TracksCpuBf16) {
       norm2 += std::pow((double)b.params[k][i], 2);
     }
   EXPECT_LT(std::sqrt(diff2 / norm2), 1e-2);
+}
+
+TEST(CudaTrainer, Bf16TracksCpuBf16) {
+  TrainerOptions cpu = options("cpu", 1, 1, 1), gpu = options(device_under_test(), 2, 1, 1);
+  cpu.precision.dtype = gpu.precision.dtype = DType::bf16;
+  expect_bf16_tracks(train_run(gpu, 10), train_run(cpu, 10));
+}
+
+// Grouped-query attention in the fused kernels: the LLaMA block with 4
+// key/value groups for 12 heads (3 heads a group; 2 groups a tensor rank at t =
+// 2) on the GPU against the CPU's fused twin: fp32 (the CUDA-core kernels) to
+// kParamTol, bf16 (the tensor-core kernels) as Bf16TracksCpuBf16.
+TEST(CudaTrainer, GroupedFlashAttentionMatchesCpu) {
+  const Settings llama = {{"normalization", "RMSNorm"},
+                          {"position_embedding_type", "rope"},
+                          {"num_query_groups", "4"},
+                          {"swiglu", "1"},
+                          {"disable_bias_linear", "1"},
+                          {"untie_embeddings_and_output_weights", "1"},
+                          {"use_flash_attn", "1"}};
+  TrainerOptions cpu = options("cpu", 1, 1, 1, 1, llama),
+                 gpu = options(device_under_test(), 2, 1, 1, 1, llama);
+  expect_matches_serial(train_run(gpu, 6), train_run(cpu, 6), kParamTol);
+  cpu.precision.dtype = gpu.precision.dtype = DType::bf16;
+  expect_bf16_tracks(train_run(gpu, 6), train_run(cpu, 6));
 }
 
 // fp16 with dynamic loss scaling on the GPU: an injected overflow (an inf

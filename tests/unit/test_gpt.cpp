@@ -299,14 +299,14 @@ TEST(Gpt, LlamaBlockGradientsMatchFiniteDifferences) {
   check_gradients_against_finite_differences(false, llama_config());
 }
 
-// Fused attention with rotary positions (no grouping: the fused kernels read
-// one key and value per head; grouping with them is refused).
+// Fused attention with rotary positions and grouped-query attention: a
+// group's key and value read by its heads, their gradients summed; and
+// multi-query attention (one group).
 TEST(Gpt, LlamaBlockFlashGradientsMatchFiniteDifferences) {
-  GptConfig c = llama_config();
-  c.num_query_groups = 0;
-  check_gradients_against_finite_differences(true, c);
-  GPT<double> grouped(llama_config(), 1);
-  EXPECT_THROW(grouped.set_flash_attention(true), ptdp::Error);
+  check_gradients_against_finite_differences(true, llama_config());
+  GptConfig mqa = llama_config();
+  mqa.num_query_groups = 1;
+  check_gradients_against_finite_differences(true, mqa);
 }
 
 // The fused attention's backward (probabilities recomputed from the row
@@ -317,9 +317,9 @@ TEST(Gpt, FlashAttentionGradientsMatchFiniteDifferences) {
 
 // Fused and unfused attention compute the same function with the same dropout
 // masks: in double they agree to rounding, and the fused one stashes no
-// [b, a, s, s] probabilities.
-TEST(Gpt, FlashAttentionEqualsUnfusedInDouble) {
-  GptConfig c = tiny_config();
+// [b, a, s, s] probabilities. GPT-2's block, and the LLaMA block with 2 and 1
+// key/value groups for 4 heads.
+void check_flash_equals_unfused(const GptConfig &c) {
   GPT<double> plain(c, 9), flash(c, 9);
   flash.set_flash_attention(true);
   Batch bt(c.vocab_size);
@@ -341,6 +341,14 @@ TEST(Gpt, FlashAttentionEqualsUnfusedInDouble) {
   // Not between a forward and its backward (the stash holds one kind).
   flash.forward(bt.tokens.data(), bt.targets.data(), bt.s, bt.b, ctx);
   EXPECT_THROW(flash.set_flash_attention(false), ptdp::Error);
+}
+
+TEST(Gpt, FlashAttentionEqualsUnfusedInDouble) {
+  check_flash_equals_unfused(tiny_config());
+  GptConfig grouped = llama_config();
+  check_flash_equals_unfused(grouped);
+  grouped.num_query_groups = 1;
+  check_flash_equals_unfused(grouped);
 }
 
 TEST(Gpt, PaddedVocabularyRowsStayZeroAndGetNoGradient) {

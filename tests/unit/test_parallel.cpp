@@ -217,9 +217,9 @@ TEST(Parallel, FlashAttentionMatchesSerial) {
 
 
 // The LLaMA family's block trains the same at (t, p, d) = (2, 2, 2) as serially
-// (t = G = 2: one query group a tensor rank).
+// (t = G = 2: one query group a tensor rank), unfused and fused (flash) attention.
 TEST(Parallel, LlamaBlockMatchesSerial) {
-  auto llama = [](TrainerOptions o) {
+  auto llama = [](TrainerOptions o, bool flash) {
     o.model.normalization = GptConfig::RMSNorm;
     o.model.position_embedding_type = GptConfig::Rope;
     o.model.num_query_groups = 2;
@@ -228,9 +228,14 @@ TEST(Parallel, LlamaBlockMatchesSerial) {
     o.model.untie_embeddings_and_output_weights = 1;
     o.model.disable_bias_linear = 1;
     o.model.add_qkv_bias = 1;
+    o.use_flash_attn = flash;
     return o;
   };
-  expect_matches_serial(train_run(llama(run_options(2, 2, 2)), 10), train_run(llama(run_options(1, 1)), 10));
+  for (bool flash : {false, true}) {
+    SCOPED_TRACE(flash ? "flash attention" : "unfused attention");
+    expect_matches_serial(train_run(llama(run_options(2, 2, 2), flash), 10),
+                          train_run(llama(run_options(1, 1), flash), 10));
+  }
 }
 
 TEST(DataParallel, OneGradientReductionPerIteration) {
