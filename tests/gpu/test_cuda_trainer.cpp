@@ -90,6 +90,25 @@ const TrainedRun &cpu_serial() {
   return r;
 }
 
+// bf16 on the GPU (bf16 GEMMs on tensor cores) against the CPU's emulated bf16.
+// A value summed in another order can round to the neighbouring bf16 number
+// (2^-8 relative), so the runs part by rounding noise, not by a bug's O(1):
+// the losses stay within 1% (a skipped or mis-scaled update moves the loss by
+// more within ten steps at lr 3e-3), and all parameters together within 1%
+// relative L2 (a few flipped bf16 roundings; the zero-gradient K bias, see
+// kParamTol, weighs nothing there; a missed update is O(1)).
+void expect_bf16_tracks(const TrainedRun &a, const TrainedRun &b) {
+  for (size_t i = 0; i < a.losses.size(); i++)
+    EXPECT_NEAR(a.losses[i], b.losses[i], 1e-2 * b.losses[i]) << "step " << i;
+  double diff2 = 0, norm2 = 0;
+  for (size_t k = 0; k < a.params.size(); k++)
+    for (size_t i = 0; i < a.params[k].size(); i++) {
+      diff2 += std::pow((double)a.params[k][i] - b.params[k][i], 2);
+      norm2 += std::pow((double)b.params[k][i], 2);
+    }
+  EXPECT_LT(std::sqrt(diff2 / norm2), 1e-2);
+}
+
 }  // namespace
 
 // cuBLASLt and the CUDA kernels sum in other orders than OpenBLAS and the CPU
@@ -165,30 +184,28 @@ TEST(CudaTrainer, OverlappedGradReduceMatchesPlain) {
   expect_matches_serial(train_run(overlapped, 10), train_run(plain, 10), kParamTol);
 }
 
+// Sequence parallelism (t = 2: all-gathers and reduce-scatters of device
+// buffers staged through the host, dropout keyed by global position),
+// selective recomputation and the distributed optimizer (d = 2: each rank's
+// AdamW over its range, the parameters all-gathered) on GPU ranks, against the
+// CPU serial run; in bf16 (the sharded fp32 master weights) against the CPU's
+// bf16 serial run, held as Bf16TracksCpuBf16.
+TEST(CudaTrainer, MemoryOptionsMatchCpu) {
+  const Settings memory = {{"sequence_parallel", "1"},
+                           {"recompute_granularity", "selective"},
+                           {"use_distributed_optimizer", "1"}};
+  TrainerOptions gpu = options(device_under_test(), 2, 2, 1, 1, memory);
+  expect_matches_serial(train_run(gpu, 10), cpu_serial(), kParamTol);
+  TrainerOptions cpu = options("cpu", 1, 1, 1);
+  cpu.precision.dtype = gpu.precision.dtype = DType::bf16;
+  expect_bf16_tracks(train_run(gpu, 6), train_run(cpu, 6));
+}
+
 // The CUDA flash-attention kernel in a parallel layout against the CPU's fused twin.
 TEST(CudaTrainer, FlashAttentionMatchesCpu) {
   TrainerOptions cpu = options("cpu", 1, 1, 1), gpu = options(device_under_test(), 2, 1, 2);
   cpu.use_flash_attn = gpu.use_flash_attn = true;
   expect_matches_serial(train_run(gpu, 10), train_run(cpu, 10), kParamTol);
-}
-
-// bf16 on the GPU (bf16 GEMMs on tensor cores) against the CPU's emulated bf16.
-// A value summed in another order can round to the neighbouring bf16 number
-// (2^-8 relative), so the runs part by rounding noise, not by a bug's O(1):
-// the losses stay within 1% (a skipped or mis-scaled update moves the loss by
-// more within ten steps at lr 3e-3), and all parameters together within 1%
-// relative L2 (a few flipped bf16 roundings; the zero-gradient K bias, see
-// kParamTol, weighs nothing there; a missed update is O(1)).
-void expect_bf16_tracks(const TrainedRun &a, const TrainedRun &b) {
-  for (size_t i = 0; i < a.losses.size(); i++)
-    EXPECT_NEAR(a.losses[i], b.losses[i], 1e-2 * b.losses[i]) << "step " << i;
-  double diff2 = 0, norm2 = 0;
-  for (size_t k = 0; k < a.params.size(); k++)
-    for (size_t i = 0; i < a.params[k].size(); i++) {
-      diff2 += std::pow((double)a.params[k][i] - b.params[k][i], 2);
-      norm2 += std::pow((double)b.params[k][i], 2);
-    }
-  EXPECT_LT(std::sqrt(diff2 / norm2), 1e-2);
 }
 
 TEST(CudaTrainer, Bf16TracksCpuBf16) {
