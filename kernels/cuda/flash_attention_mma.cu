@@ -386,8 +386,8 @@ __global__ void __launch_bounds__(kThreads)
 // Shared: K, V [64], Q, dO [2][32] rows of kStride; lse and D [2][32].
 // Groups unit0 .. of the grid. With dsT, also the operand dS / scale rounded to
 // M as dS^T, the group's head slot j at dsT + ((unit - unit0) r + j) s ds_ld,
-// row k (key) of ds_ld columns (queries), zeros where hidden: every column
-// below s of rows below s is written, for the dQ GEMM (dQ = scale dS K).
+// row k (key) of ds_ld columns (queries), zeros where hidden: every column of
+// rows below s is written, for the dQ GEMM (dQ = scale dS K).
 template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
     bwd_dkdv(G *dqkv, const G *dctx, const G *qkv, const float *lse, const float *D,
@@ -411,11 +411,13 @@ __global__ void __launch_bounds__(kThreads)
   auto ds_of = [&](int j) -> M * {
     return dsT ? dsT + ((size_t)(unit - unit0) * r + j) * s * ds_ld : nullptr;
   };
-  // dS^T of this lane's keys for queries q .. q + 1 (q even, below ds_ld).
+  // dS^T of this lane's keys for queries q .. q + 1 (q even). Columns s ..
+  // ds_ld - 1 get the zeros of hidden queries: the GEMM's 16-byte loads read
+  // them (into output rows it drops), so they are never uninitialized memory.
   auto store_ds = [&](M *ds_rows, int q, const float (&c)[4]) {
 #pragma unroll
     for (int e = 0; e < 2; e++)
-      if (key[e] < s && q < s)
+      if (key[e] < s && q < ds_ld)
         *reinterpret_cast<uint32_t *>(ds_rows + (size_t)key[e] * ds_ld + q) = pack<M>(c[2 * e], c[2 * e + 1]);
   };
   if (dsT) {  // the queries before j0 see none of these keys: zeros, 16 bytes a store

@@ -297,13 +297,32 @@ void check_mma_case(const Shape &sh, float p, unsigned seed) {
                       same_bits(download(dqkv16), dqkv.get());
   std::printf("%-48s %s\n", "  16-bit arrays give the float arrays' bits", same16 ? "ok" : "FAIL");
   if (!same16) failures++;
-  const std::vector<float> by_gemm = download(dqkv_g);
-  // dK, dV: the same kernel, the same bits; dQ: checked against the reference below.
-  const bool same_kv = same_bits(part_of(by_gemm, sh, 1), part_of(dqkv.get(), sh, 1)) &&
-                       same_bits(part_of(by_gemm, sh, 2), part_of(dqkv.get(), sh, 2));
-  const bool same_g = same_bits(by_gemm, download(dqkv_g2)) && same_bits(by_gemm, download(dqkv_g1));
-  std::printf("%-48s %s\n", "  dQ by GEMM: dK dV bits kept, deterministic, grouped", same_kv && same_g ? "ok" : "FAIL");
-  if (!same_kv || !same_g) failures++;
+  const std::vector<float> by_gemm = download(dqkv_g), again = download(dqkv_g2),
+                           chunked = download(dqkv_g1), by_kernel = dqkv.get();
+  // dK, dV: the same kernel, the same bits, in chunks too; dQ: the same bits
+  // run to run, checked against the reference below. In chunks the dQ GEMMs
+  // have another batch count, for which cuBLASLt may pick another algorithm
+  // (measured on an H100: up to a third of dQ's bits differ): held to the
+  // reference's bound, not to the unchunked bits.
+  const bool same_kv = same_bits(part_of(by_gemm, sh, 1), part_of(by_kernel, sh, 1)) &&
+                       same_bits(part_of(by_gemm, sh, 2), part_of(by_kernel, sh, 2)) &&
+                       same_bits(part_of(chunked, sh, 1), part_of(by_kernel, sh, 1)) &&
+                       same_bits(part_of(chunked, sh, 2), part_of(by_kernel, sh, 2));
+  const bool same_g = same_bits(by_gemm, again);
+  std::printf("%-48s %s\n", "  dQ by GEMM: dK dV bits kept, deterministic", same_kv && same_g ? "ok" : "FAIL");
+  if (!same_kv || !same_g) {
+    failures++;
+    auto differ = [&](const std::vector<float> &x, int part) {  // elements whose bits differ
+      const std::vector<float> a = part_of(by_gemm, sh, part), b = part_of(x, sh, part);
+      size_t n = 0;
+      for (size_t k = 0; k < a.size(); k++) n += std::memcmp(&a[k], &b[k], sizeof(float)) != 0;
+      return n;
+    };
+    for (int part = 0; part < 3; part++)
+      std::printf("    %s of %zu: differ from the GEMM path again %zu, chunked %zu, the dQ kernel's %zu\n",
+                  part == 0 ? "dQ" : part == 1 ? "dK" : "dV", part_of(by_gemm, sh, part).size(),
+                  differ(again, part), differ(chunked, part), differ(by_kernel, part));
+  }
 
   const Ref R = reference(qkv_f, dctx_f, sh, scale, head_offset, d, storage_eps<M>(),
                           storage_tiny<M>(), kTolMma, storage_eps<M>());
@@ -312,6 +331,8 @@ void check_mma_case(const Shape &sh, float p, unsigned seed) {
   compare_outputs(name, sh, p, R, ctx.get(), lse.get(), dqkv.get(), dqkv2.get());
   std::snprintf(name, sizeof name, "mma %s dQ by GEMM", type_name<M>());
   compare_bound(name, part_of(by_gemm, sh, 0), part_of(R.dqkv, sh, 0), part_of(R.dqkv_bound, sh, 0));
+  std::snprintf(name, sizeof name, "mma %s dQ by GEMM, chunked", type_name<M>());
+  compare_bound(name, part_of(chunked, sh, 0), part_of(R.dqkv, sh, 0), part_of(R.dqkv_bound, sh, 0));
   // Every output is a value of M, as a 16-bit run stores it.
   std::vector<float> all = ctx.get(), g = dqkv.get();
   all.insert(all.end(), g.begin(), g.end());
