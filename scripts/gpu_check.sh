@@ -117,7 +117,7 @@ else
     fi
   fi
   need_build=0
-  for s in tests bench ops sanitize; do wanted "$s" && need_build=1; done
+  for s in build tests bench ops sanitize; do wanted "$s" && need_build=1; done
   if ((need_build)); then
     step build 240 build.log bash -c "cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DPTDP_GPU_ONLY=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null &&
