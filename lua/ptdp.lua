@@ -184,6 +184,25 @@ function M.config_values(t)
   return out
 end
 
+-- The model's options recorded in the checkpoint at dir (a save directory's
+-- newest, or one iter_N), as the engine's option keys and their texts:
+-- { num_layers = '4', normalization = 'RMSNorm', ... }. Options still at their
+-- defaults are left out. A missing or damaged checkpoint raises the load's error.
+function M.model_options(dir)
+  local out = ffi.new('ptdp_config*[1]')
+  check(C.ptdp_config_create(out))
+  local cfg = ffi.gc(out[0], C.ptdp_config_destroy)
+  local before = {}
+  for _, o in ipairs(M.options()) do before[o.key] = config_get(cfg, o.key) end
+  check(C.ptdp_config_set_model_from_checkpoint(cfg, dir))
+  local model = {}
+  for key, was in pairs(before) do
+    local now = config_get(cfg, key)
+    if now ~= was then model[key] = now end
+  end
+  return model
+end
+
 local Trainer = {}
 Trainer.__index = Trainer
 

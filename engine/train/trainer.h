@@ -233,6 +233,11 @@ class Trainer {
   // The checkpoint this run resumed from ("" for a new run, and when fine-tuning):
   // saving into its directory continues that run.
   std::string resumed_from_;
+  // Where the model came from (an import's record: imported_from, the
+  // tokenizer's hf_bos_token_id / hf_eos_token_id), taken from the loaded
+  // checkpoint and written by every later save, fine-tuning included, so an
+  // export of a fine-tuned model still knows its bos and eos.
+  std::map<std::string, std::string> provenance_;
   int failed_saves_ = 0;
   StepMetrics last_;
   // Preemption and time limits (trainer_exit.cpp).

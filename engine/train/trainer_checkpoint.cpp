@@ -145,6 +145,7 @@ SaveRequest Trainer::save_request(const std::string &root) {
     req.state.loss_scale_hysteresis_tracker = ls.hysteresis_tracker;
   }
   req.training = resumption_options(opt_);
+  req.training.insert(provenance_.begin(), provenance_.end());
   // Every save, not only --save's: a directory holding another run's
   // checkpoints is not written into (this run's own, or the one it resumed, is).
   check_save_target(root, resumed_from_, opt_.model, req.training);
@@ -284,6 +285,9 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
                  std::to_string(iteration_) + ", saved with " + ckpt.manifest.layout.text() +
                  ", loaded into " + now_layout.text();
   resumed_from_ = opt_.finetune ? "" : ckpt.dir;
+  provenance_.clear();
+  for (const auto &[key, value] : ckpt.manifest.training)
+    if (key == "imported_from" || key.rfind("hf_", 0) == 0) provenance_[key] = value;
   loaded_files_.clear();
   std::error_code ec;  // (a listing that fails protects less; the load itself succeeded)
   for (std::filesystem::recursive_directory_iterator it(ckpt.dir, ec), end; !ec && it != end;

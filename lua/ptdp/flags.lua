@@ -175,6 +175,8 @@ end
 local function shortest(text)
   local n = tonumber(text)
   if not n or text:match('^%s') or text:match('%s$') then return text end
+  -- Whole numbers as integers (700, not the 7e+02 that %.1g reads back exactly).
+  if n == math.floor(n) and math.abs(n) < 2 ^ 53 then return string.format('%d', n) end
   for digits = 1, 17 do
     local s = string.format('%.' .. digits .. 'g', n)
     if tonumber(s) == n then return s end

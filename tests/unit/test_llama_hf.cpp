@@ -285,3 +285,37 @@ TEST(LlamaImport, LoadNeedsTheSameRotaryBaseAndEpsilon) {
   expect_error([&] { Trainer tr(TrainerOptions::from_config(other)); }, Status::invalid_config,
                "layernorm_epsilon: checkpoint 9.99999975e-06, this run 9.99999997e-07");
 }
+
+// A model fine-tuned from an import keeps the import's record (where it came
+// from, the tokenizer's bos and eos ids) in every checkpoint it saves, so its
+// export writes them as the import's export does; a run that was not imported
+// writes none.
+TEST(LlamaExport, FineTunedModelKeepsItsBosAndEos) {
+  TempDir work;
+  import_safetensors(fixture("llama"), "", work.path + "/ckpt");
+  Config c = config(kLlama, work.path + "/ckpt", 1, 1);
+  c.set("finetune", "1");
+  Trainer tr(TrainerOptions::from_config(c));
+  std::vector<int32_t> ids(tr.step_tokens_count());
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = (int32_t)(i * 7 % kLlama.vocab);
+  tr.step_tokens(ids.data(), ids.size());
+  tr.save(work.path + "/ft");
+  export_safetensors(work.path + "/ft", work.path + "/out");
+  for (const char *file : {"/out/config.json", "/out/generation_config.json"}) {
+    const nlohmann::json j = nlohmann::json::parse(read_file(work.path + file));
+    EXPECT_EQ(j["bos_token_id"], 1) << file;
+    EXPECT_EQ(j["eos_token_id"], 2) << file;
+  }
+  // Resumed (not fine-tuned) from the fine-tuned checkpoint: still there.
+  Config again = config(kLlama, work.path + "/ft", 1, 1);
+  Trainer tr2(TrainerOptions::from_config(again));
+  tr2.step_tokens(ids.data(), ids.size());
+  tr2.save(work.path + "/ft");
+  export_safetensors(work.path + "/ft", work.path + "/out2");
+  EXPECT_EQ(nlohmann::json::parse(read_file(work.path + "/out2/generation_config.json"))["eos_token_id"], 2);
+  // A model trained from scratch: no ids to write.
+  Trainer fresh(TrainerOptions::from_config(config(kLlama, "", 1, 1)));
+  fresh.save(work.path + "/scratch");
+  export_safetensors(work.path + "/scratch", work.path + "/out3");
+  EXPECT_FALSE(nlohmann::json::parse(read_file(work.path + "/out3/generation_config.json")).contains("eos_token_id"));
+}

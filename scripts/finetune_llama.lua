@@ -1,0 +1,168 @@
+-- Fine-tune a Hugging Face model of the LLaMA family (LLaMA 2 and 3, Mistral,
+-- Qwen2) on a corpus tokenized with its own tokenizer, and export it back:
+--
+--   build/ptdp scripts/finetune_llama.lua --hf-model DIR --corpus FILE.jsonl --workdir W \
+--       [--train-iters 100 --lr 1e-5 --tensor-model-parallel-size 2 ... any engine flag]
+--
+-- DIR is a model directory as save_pretrained writes it (config.json, the
+-- safetensors and their index, tokenizer.json). In W, each made once and
+-- reused by a later run of the recipe:
+--   W/imported     the import: a ptdp checkpoint at iteration 0
+--   W/data_text_document.{bin,idx}   the corpus as a Megatron indexed dataset
+-- and made by this run (neither may exist yet):
+--   W/finetuned    the fine-tuned checkpoints (--finetune --load W/imported)
+--   W/hf           the export: model.safetensors, config.json, generation_config.json
+-- The model's options come from the import; a flag that contradicts its shape
+-- or function is an error. Training runs through scripts/train_gpt.lua, so every flag it takes
+-- works here too. One process (thread ranks, any t, p, d); not under mpirun.
+local ptdp = require 'ptdp'
+local flags = require 'ptdp.flags'
+
+local recipe = {
+  hf_model = { default = '', help = 'the Hugging Face model directory (config.json, safetensors, tokenizer.json)' },
+  corpus = { default = '', help = 'the text to fine-tune on, tokenized with the model\'s tokenizer.json' },
+  corpus_format = { default = 'jsonl', help = 'jsonl (one {"text": ...} a line) | lines | file | fortune' },
+  workdir = { default = '', help = 'where the import, the dataset, the checkpoints and the export go' },
+}
+-- The recipe's own flags, and the engine flags it decides, are taken out of
+-- the command line; the rest go to train_gpt.lua as they are.
+local own = {}
+for k in pairs(recipe) do own['--' .. k:gsub('_', '-')] = k end
+local decided = { ['--load'] = true, ['--save'] = true, ['--finetune'] = true, ['--data-path'] = true,
+                  ['--tokenizer-type'] = true, ['--tokenizer-file'] = true }
+
+local function fail(msg)
+  io.stderr:write('finetune_llama: ' .. msg .. '\n')
+  os.exit(1)
+end
+for _, var in ipairs { 'OMPI_COMM_WORLD_SIZE', 'PMI_SIZE' } do
+  if tonumber(os.getenv(var) or '1') > 1 then
+    fail('runs in one process (thread ranks give any t, p, d); not under mpirun')
+  end
+end
+
+local opts, rest, given = {}, {}, {}
+for k, s in pairs(recipe) do opts[k] = s.default end
+local i = 1
+while i <= #arg do
+  local a = arg[i]
+  local name, value = a:match('^(%-%-[%w%-]+)=(.*)$')
+  name = name or a
+  if a == '--help' or a == '-h' then
+    print('usage: ptdp scripts/finetune_llama.lua --hf-model DIR --corpus FILE --workdir W [engine flags]')
+    for k, s in pairs(recipe) do print(string.format('  --%-16s %s', k:gsub('_', '-'), s.help)) end
+    print('  (engine flags: build/ptdp scripts/train_gpt.lua --help)')
+    os.exit(0)
+  elseif own[name] then
+    if not value then
+      i = i + 1
+      value = arg[i]
+      if value == nil then fail(name .. ' needs a value') end
+    end
+    opts[own[name]] = value
+  elseif decided[name] then
+    fail(name .. ' is set by the recipe (from --hf-model, --corpus and --workdir); leave it out')
+  else
+    rest[#rest + 1] = a
+    local key = a:match('^%-%-([%w%-]+)')
+    if key then given[key:gsub('%-', '_')] = true end
+  end
+  i = i + 1
+end
+for _, k in ipairs { 'hf_model', 'corpus', 'workdir' } do
+  if opts[k] == '' then fail('--' .. k:gsub('_', '-') .. ' is required (--help lists the flags)') end
+end
+
+local function exists(path)
+  local f = io.open(path, 'rb')
+  if f then f:close() end
+  return f ~= nil
+end
+local tokenizer_file = opts.hf_model .. '/tokenizer.json'
+if not exists(opts.hf_model .. '/config.json') then
+  fail(string.format("--hf-model '%s' has no config.json: give the model directory as " ..
+                     'save_pretrained writes it', opts.hf_model))
+end
+if not exists(tokenizer_file) then
+  fail(string.format("--hf-model '%s' has no tokenizer.json: the recipe tokenizes the corpus " ..
+                     "with the model's own tokenizer", opts.hf_model))
+end
+local W = opts.workdir
+local imported, prefix = W .. '/imported', W .. '/data'
+local finetuned, export = W .. '/finetuned', W .. '/hf'
+for _, dir in ipairs { finetuned, export } do
+  if exists(dir) then
+    fail(string.format("'%s' exists: a recipe run makes it afresh; give another --workdir, or " ..
+                       'move it away', dir))
+  end
+end
+ptdp.mkdirs(W)
+
+-- 1. The import (once).
+if exists(imported .. '/latest') then
+  print('reusing the import in ' .. imported)
+else
+  ptdp.import_safetensors(opts.hf_model, imported)
+  print(string.format('imported %s -> %s', opts.hf_model, imported))
+end
+
+-- 2. The model's options, from the import; a flag given on the command line
+-- wins (seq_length, dropout), and one that would change the model's shape or
+-- function is refused by the engine's load, naming both values.
+local argv = {}
+for key, value in pairs(ptdp.model_options(imported)) do
+  if not given[key] then
+    argv[#argv + 1] = '--' .. key:gsub('_', '-')
+    argv[#argv + 1] = value
+  end
+end
+
+-- 3. The corpus as a Megatron dataset, with the model's tokenizer (once).
+local data = prefix .. '_text_document'
+if exists(data .. '.idx') and exists(data .. '.bin') then
+  print('reusing the dataset ' .. data)
+else
+  local docs, toks = ptdp.tokenize { inputs = opts.corpus, output_prefix = prefix,
+                                     format = opts.corpus_format, append_eod = true,
+                                     tokenizer = 'HuggingFaceTokenizer',
+                                     tokenizer_file = tokenizer_file }
+  print(string.format('tokenized %s: %d documents, %d tokens -> %s', opts.corpus, docs, toks, data))
+end
+
+-- 4. Fine-tuning, through train_gpt.lua: the model's options, the recipe's,
+-- then the user's.
+for _, kv in ipairs {
+  { 'finetune', '1' }, { 'load', imported }, { 'save', finetuned }, { 'data-path', data },
+  { 'tokenizer-type', 'HuggingFaceTokenizer' }, { 'tokenizer-file', tokenizer_file },
+} do
+  argv[#argv + 1] = '--' .. kv[1]
+  argv[#argv + 1] = kv[2]
+end
+local defaults = { micro_batch_size = 1, global_batch_size = 8, train_iters = 100, lr = 1e-5,
+                   min_lr = 1e-6, lr_warmup_iters = 0, sample_tokens = 0 }
+for key, value in pairs(defaults) do
+  if not given[key] then
+    argv[#argv + 1] = '--' .. key:gsub('_', '-')
+    argv[#argv + 1] = tostring(value)
+  end
+end
+for _, a in ipairs(rest) do argv[#argv + 1] = a end
+arg = argv
+dofile(ptdp.project_dir .. '/scripts/train_gpt.lua')
+
+-- 5. The export, beside the checkpoints, with the model's tokenizer files (so
+-- AutoTokenizer loads from the same directory as from_pretrained).
+ptdp.export_safetensors(finetuned, export)
+for _, name in ipairs { 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json' } do
+  local from, to = opts.hf_model .. '/' .. name, export .. '/' .. name
+  local src = io.open(from, 'rb')
+  if src then
+    local bytes = src:read('*a')
+    src:close()
+    if exists(to) then fail(string.format("'%s' exists; the export is left as it is", to)) end
+    local dst = assert(io.open(to, 'wb'))
+    assert(dst:write(bytes))
+    assert(dst:close())
+  end
+end
+print(string.format('exported %s -> %s', finetuned, export))

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""scripts/finetune_llama.lua end to end, without transformers.
+
+    check_finetune_recipe.py LAUNCHER REPO WORKDIR
+
+The recipe's input is made here: a small LLaMA-shaped model (4 query heads over
+2 key/value groups, rope, SwiGLU, untied) trained two steps from scratch by
+ptdp with the vocabulary of the LLaMA-3-style tokenizer.json fixture
+(tests/data/llama_tok/llama3.json), exported as a model directory, given that
+tokenizer.json and bos/eos ids in its config.json. The recipe imports it,
+tokenizes a JSON-lines corpus with the tokenizer, fine-tunes at (t, p) = (2,
+2) and exports: the export has the input's tensors (names and shapes, new
+values), its config fields and its bos/eos ids, and the tokenizer beside it. A
+second run into the same work directory refuses to replace the first's
+checkpoints; with them moved away it reuses the import and the dataset. Flags
+that contradict the model or that the recipe sets, a missing tokenizer.json
+and missing flags are errors naming them. Standard library only.
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+
+from cli_check import Cli
+
+launcher, repo, work = sys.argv[1:4]
+cli = Cli(launcher, work)
+recipe = os.path.join(repo, "scripts", "finetune_llama.lua")
+
+
+def tensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    return {k: (v["shape"], data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items() if k != "__metadata__"}
+
+
+model = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+         "--num-query-groups", "2", "--ffn-hidden-size", "48", "--normalization", "RMSNorm",
+         "--position-embedding-type", "rope", "--rotary-base", "500000", "--swiglu",
+         "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--vocab-size", "700",
+         "--max-position-embeddings", "64"]
+cli.expect("the base model", [os.path.join(repo, "scripts", "train_gpt.lua"), *model,
+                              "--seq-length", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
+                              "--train-iters", "2", "--eval-iters", "1", "--sample-tokens", "0",
+                              "--save", "base", "--data-path", "bytes.ptdp", "--corpus",
+                              os.path.join(repo, "tests", "data", "capi_corpus.txt"),
+                              "--corpus-format", "lines"], True)
+cli.expect("its export", ["ckpt", "export-safetensors", "base", "hf"], True)
+hf = os.path.join(work, "hf")
+shutil.copy(os.path.join(repo, "tests", "data", "llama_tok", "llama3.json"),
+            os.path.join(hf, "tokenizer.json"))
+config = json.load(open(os.path.join(hf, "config.json")))
+config["bos_token_id"], config["eos_token_id"] = 0, 1  # <|begin_of_text|>, <|end_of_text|>
+json.dump(config, open(os.path.join(hf, "config.json"), "w"), indent=2)
+text = open(os.path.join(repo, "tests", "data", "llama_tok", "text.txt"), encoding="utf-8").read()
+with open(os.path.join(work, "corpus.jsonl"), "w", encoding="utf-8") as f:
+    for para in text.split("\n\n"):
+        if para.strip():
+            f.write(json.dumps({"text": para}) + "\n")
+
+run = [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl", "--workdir", "run",
+       "--train-iters", "3", "--seq-length", "32", "--global-batch-size", "4", "--lr", "1e-3",
+       "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]
+cli.expect("the recipe", run, True, "imported hf -> run/imported", "tokenized corpus.jsonl",
+           "to fine-tune: iteration 0", "exported run/finetuned -> run/hf")
+out = os.path.join(work, "run", "hf")
+if os.path.exists(os.path.join(out, "model.safetensors")):
+    before, after = tensors(os.path.join(hf, "model.safetensors")), tensors(os.path.join(out, "model.safetensors"))
+    if sorted(before) != sorted(after):
+        cli.failures.append(f"export: tensors {sorted(after)}, the input's {sorted(before)}")
+    elif any(before[k][0] != after[k][0] for k in before):
+        cli.failures.append("export: a tensor's shape changed")
+    elif all(before[k][1] == after[k][1] for k in before):
+        cli.failures.append("export: no weight changed in 3 steps at lr 1e-3")
+    got = json.load(open(os.path.join(out, "config.json")))
+    for k in ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "num_key_value_heads", "rms_norm_eps", "tie_word_embeddings",
+              "rope_theta", "max_position_embeddings", "bos_token_id", "eos_token_id"):
+        if got.get(k) != config.get(k):
+            cli.failures.append(f"export: config.json {k} = {got.get(k)}, the input's {config.get(k)}")
+    gen = json.load(open(os.path.join(out, "generation_config.json")))
+    if (gen.get("bos_token_id"), gen.get("eos_token_id")) != (0, 1):
+        cli.failures.append(f"export: generation_config.json {gen}")
+    if not os.path.exists(os.path.join(out, "tokenizer.json")):
+        cli.failures.append("export: no tokenizer.json beside the model")
+else:
+    cli.failures.append("the recipe wrote no run/hf/model.safetensors")
+
+cli.expect("run again into the same work directory", run, False, "run/finetuned' exists")
+shutil.move(os.path.join(work, "run", "finetuned"), os.path.join(work, "first_finetuned"))
+shutil.move(os.path.join(work, "run", "hf"), os.path.join(work, "first_hf"))
+cli.expect("run again, its outputs moved away", run, True, "reusing the import in run/imported",
+           "reusing the dataset run/data_text_document")
+
+cli.expect("a contradicting flag", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
+                                    "--workdir", "w2", "--num-layers", "3"], False,
+           "holds a different model (num_layers: checkpoint 2, this run 3)")
+cli.expect("a flag the recipe sets", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
+                                      "--workdir", "w3", "--load", "x"], False,
+           "--load is set by the recipe")
+cli.expect("no --workdir", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl"], False,
+           "--workdir is required")
+os.makedirs(os.path.join(work, "no_tok"))
+shutil.copy(os.path.join(hf, "config.json"), os.path.join(work, "no_tok", "config.json"))
+cli.expect("no tokenizer.json", [recipe, "--hf-model", "no_tok", "--corpus", "corpus.jsonl",
+                                 "--workdir", "w4"], False, "has no tokenizer.json")
+cli.finish("check_finetune_recipe")
