@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "capi/trainer_values.h"
 #include "checkpoints/disk_bandwidth.h"
 #include "checkpoints/inspect.h"
 #include "checkpoints/safetensors_export.h"
@@ -310,76 +311,25 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     live(t);
     require(name, "name");
     require(value, "value");
-    const ptdp::Trainer &tr = *t->trainer;
-    const ptdp::StepMetrics &m = tr.last_metrics();
-    std::string n = name;
-    const bool stepped = m.iteration > 0;  // a step ran (a load alone gives no metrics)
-    auto metric = [&](double v) {
-      if (!stepped)
-        ptdp::fail(ptdp::Status::wrong_state, "metric '", n,
-                   "' is not available before the first ptdp_trainer_step");
-      return v;
-    };
-    if (n == "iteration") *value = (double)tr.iteration();
-    else if (n == "consumed_samples") *value = (double)tr.consumed_samples();
-    else if (n == "train_iters") *value = (double)tr.options().train_iters;
-    else if (n == "num_parameters") *value = (double)tr.model().num_real_params();
-    else if (n == "failed_saves") *value = (double)tr.failed_saves();
-    else if (n == "steps_taken") *value = (double)tr.steps_taken();
-    else if (n == "steps_skipped") *value = (double)tr.steps_skipped();
-    else if (n == "padded_vocab_size") *value = tr.options().model.padded_vocab(tr.options().parallel.t);
-    else if (n == "unigram_entropy") *value = tr.unigram_entropy();
-    else if (n == "train_samples") *value = (double)tr.train_samples();
-    else if (n == "valid_samples") *value = (double)tr.valid_samples();
-    else if (n == "peak_memory_bytes") *value = (double)ptdp::CpuAllocator::instance().peak_bytes();
-    else if (n == "device_peak_memory_bytes") {
-      metric(0);  // wrong_state before the first step
-      *value = 0;
-      for (int r = 0; r < tr.local_ranks(); r++) *value += (double)tr.rank_report(r).device_peak_bytes;
-    }
-    else if (n == "world_size") *value = tr.world_size();
-    else if (n == "local_ranks") *value = tr.local_ranks();
-    else if (n == "rank") *value = tr.first_local_rank();
-    else if (n == "tp_rank") *value = tr.first_local_coord().tp;
-    else if (n == "dp_rank") *value = tr.first_local_coord().dp;
-    else if (n == "pp_rank") *value = tr.first_local_coord().pp;
-    else if (n == "tensor_model_parallel_size") *value = tr.options().parallel.t;
-    else if (n == "pipeline_model_parallel_size") *value = tr.options().parallel.p;
-    else if (n == "data_parallel_size") *value = tr.options().parallel.d;
-    else if (n == "virtual_pipeline_stages") *value = tr.options().virtual_stages;
-    else if (n == "comm_seconds") {
-      *value = 0;
-      for (const char *g : {"tp", "pp", "dp", "embedding"})
-        if (tr.has_group(0, g)) *value += tr.comm_stats(0, g).seconds;
-    } else if (n == "replayed_bubble") {
-      metric(0);  // wrong_state before the first step
-      *value = tr.replayed_bubble();
-    } else if (n == "forward_op_seconds" || n == "backward_op_seconds" ||
-               n == "weight_op_seconds") {
-      metric(0);
-      *value = tr.mean_op_seconds(n[0] == 'f'   ? ptdp::PipeOpKind::forward
-                                  : n[0] == 'b' ? ptdp::PipeOpKind::backward
-                                                : ptdp::PipeOpKind::backward_weight);
-    } else if (n == "lm_loss") *value = metric(m.lm_loss);
-    else if (n == "lr") *value = metric(m.lr);
-    else if (n == "grad_norm") *value = metric(m.grad_norm);
-    else if (n == "loss_scale") *value = metric(m.loss_scale);
-    else if (n == "skipped_iters") *value = metric((double)m.skipped_iters);
-    else if (n == "nan_iters") *value = metric((double)m.nan_iters);
-    else if (n == "elapsed_ms") *value = metric(m.elapsed_ms);
-    else if (n == "tokens_per_s") *value = metric(m.tokens_per_s);
-    else if (n == "tflops_per_rank") *value = metric(m.tflops_per_rank);
-    else
-      ptdp::fail(ptdp::Status::invalid_argument, "unknown trainer value '", n,
-                 "'; known: iteration, consumed_samples, train_iters, num_parameters, failed_saves, "
-                 "steps_taken, steps_skipped, "
-                 "padded_vocab_size, unigram_entropy, train_samples, valid_samples, "
-                 "peak_memory_bytes, device_peak_memory_bytes, world_size, local_ranks, rank, tp_rank, dp_rank, pp_rank, "
-                 "tensor_model_parallel_size, pipeline_model_parallel_size, data_parallel_size, "
-                 "virtual_pipeline_stages, comm_seconds, replayed_bubble, forward_op_seconds, "
-                 "backward_op_seconds, weight_op_seconds, lm_loss, lr, grad_norm, "
-                 "loss_scale, skipped_iters, nan_iters, elapsed_ms, tokens_per_s, "
-                 "tflops_per_rank");
+    const ptdp::capi::TrainerValue &v = ptdp::capi::trainer_value(name);
+    if (v.needs_step && t->trainer->last_metrics().iteration == 0)  // a load alone gives no metrics
+      ptdp::fail(ptdp::Status::wrong_state, "metric '", name,
+                 "' is not available before the first ptdp_trainer_step");
+    *value = v.get(*t->trainer);
+  });
+}
+
+int32_t ptdp_trainer_value_count(void) { return (int32_t)ptdp::capi::trainer_values().size(); }
+
+ptdp_status ptdp_trainer_value_info(int32_t index, const char **name, int32_t *step_result) {
+  return guard([&] {
+    const auto &rows = ptdp::capi::trainer_values();
+    if (index < 0 || index >= (int32_t)rows.size())
+      ptdp::fail(ptdp::Status::invalid_argument, "trainer value index ", index, " is not in [0, ",
+                 rows.size(), ")");
+    require(name, "name");
+    *name = rows[index].name;
+    if (step_result) *step_result = rows[index].step_result ? 1 : 0;
   });
 }
 

@@ -143,6 +143,12 @@ PTDP_API ptdp_status ptdp_trainer_evaluate(ptdp_trainer *trainer, int64_t iters,
  * PTDP_ERR_WRONG_STATE. */
 PTDP_API ptdp_status ptdp_trainer_get(const ptdp_trainer *trainer, const char *name,
                                       double *value);
+/* The names ptdp_trainer_get knows, index 0 .. ptdp_trainer_value_count() - 1,
+ * from the one table that answers it; *step_result (may be NULL) is 1 for the
+ * values a step reports (iteration, consumed_samples and the last step's
+ * metrics), 0 for facts of the run. The name is static. */
+PTDP_API int32_t ptdp_trainer_value_count(void);
+PTDP_API ptdp_status ptdp_trainer_value_info(int32_t index, const char **name, int32_t *step_result);
 /* A named number of one rank hosted by this process: local_rank is in
  * [0, local_ranks) (without mpirun this process hosts every rank and
  * local_rank is the world rank). Its place: world_rank, tp_rank, pp_rank,

@@ -213,9 +213,15 @@ function M.trainer(t)
   return setmetatable({ handle = ffi.gc(out[0], C.ptdp_trainer_destroy) }, Trainer)
 end
 
-local metric_names = { 'iteration', 'consumed_samples', 'lm_loss', 'lr', 'grad_norm',
-                       'loss_scale', 'skipped_iters', 'nan_iters', 'elapsed_ms',
-                       'tokens_per_s', 'tflops_per_rank' }
+-- The values a step reports, from the engine's one table of trainer values.
+local metric_names = {}
+do
+  local name, step = ffi.new('const char*[1]'), ffi.new('int32_t[1]')
+  for i = 0, C.ptdp_trainer_value_count() - 1 do
+    check(C.ptdp_trainer_value_info(i, name, step))
+    if step[0] == 1 then metric_names[#metric_names + 1] = ffi.string(name[0]) end
+  end
+end
 
 -- This process's place in the job: rank (its first rank) and that rank's
 -- tp_rank, dp_rank, pp_rank; world_size, local_ranks and the t, p, d degrees

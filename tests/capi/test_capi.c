@@ -622,6 +622,25 @@ static void test_training(const char *data_path) {
   CHECK(v > 0, "tokens_per_s positive");
   EXPECT_OK(ptdp_trainer_get(t, "tflops_per_rank", &v), "get tflops_per_rank");
   CHECK(v > 0, "tflops_per_rank positive");
+  {  /* every name the table lists answers after a step; the step result's are the 11 */
+    const char *name = NULL;
+    int32_t step_result = -1, results = 0, n = ptdp_trainer_value_count();
+    CHECK(n >= 30, "trainer_value_count lists the trainer's values");
+    for (int32_t i = 0; i < n; i++) {
+      EXPECT_OK(ptdp_trainer_value_info(i, &name, &step_result), "trainer_value_info");
+      results += step_result;
+      EXPECT_OK(ptdp_trainer_get(t, name, &v), name);
+    }
+    CHECK(results == 11, "11 values are a step's result");
+    EXPECT_OK(ptdp_trainer_value_info(0, &name, NULL), "trainer_value_info(NULL step_result)");
+    CHECK(strcmp(name, "iteration") == 0, "the first value is iteration");
+    EXPECT(ptdp_trainer_value_info(n, &name, NULL), PTDP_ERR_INVALID_ARGUMENT, "is not in [0, ",
+           "trainer_value_info past the last");
+    EXPECT(ptdp_trainer_value_info(-1, &name, NULL), PTDP_ERR_INVALID_ARGUMENT, "index -1",
+           "trainer_value_info(-1)");
+    EXPECT(ptdp_trainer_value_info(0, NULL, NULL), PTDP_ERR_INVALID_ARGUMENT, "name",
+           "trainer_value_info(NULL name)");
+  }
   EXPECT_OK(ptdp_trainer_get(t, "peak_memory_bytes", &v), "get peak_memory_bytes");
   CHECK(v > 0, "peak_memory_bytes positive");
   {
