@@ -113,8 +113,33 @@ void GPT<T>::attention_backward(int l, const LayerActs &a, Act dqkv, int s, int 
   }
 }
 
+// Incremental decoding: this forward's queries (rows pos0.. of the cache)
+// against the keys and values of positions 0 .. pos0 + s - 1, as
+// attention_forward's unfused path but with s_k = pos0 + s (no dropout: not
+// training). Causal within a prompt (pos0 = 0); a later step's single query
+// sees every cached position.
+template <class T>
+void GPT<T>::attention_decode(int li, LayerActs &a, int s, int b, int pos0) {
+  const int w = width_, A = heads_, hd = cfg_.head_dim();
+  const int r = A / groups_, batches = b * groups_, ld_qkv = b * qkv_width_, ld_ctx = b * w;
+  const int row = (r + 2) * hd, sk = pos0 + s;
+  const int64_t ps = (int64_t)s * sk;  // one head's probabilities [s, sk]
+  CAct cache = kv_cache_[(size_t)li].data();
+  CAct Q = cache + (int64_t)pos0 * ld_qkv, K = cache + (int64_t)r * hd, V = cache + (int64_t)(r + 1) * hd;
+  if (decode_probs_.size() < (size_t)b * A * ps) decode_probs_.resize(*dev_, (size_t)b * A * ps, act_);
+  Act P = decode_probs_.data();
+  for (int j = 0; j < r; j++)
+    ops_->gemm_strided_batched(false, true, s, sk, hd, 1, Q + (int64_t)j * hd, ld_qkv, row, K,
+                               ld_qkv, row, 0, P + j * ps, sk, r * ps, batches);
+  ops_->scale_mask_softmax_forward(P, P, b * A, s, sk, T(1) / std::sqrt((T)hd), pos0 == 0, nullptr);
+  for (int j = 0; j < r; j++)
+    ops_->gemm_strided_batched(false, false, s, hd, sk, 1, P + j * ps, sk, r * ps, V, ld_qkv, row, 0,
+                               a.ctxv.data() + (int64_t)j * hd, ld_ctx, (int64_t)r * hd, batches);
+}
+
 #define PTDP_INSTANTIATE(T)                                                                 \
   template void GPT<T>::attention_forward(int, LayerActs &, int, int, const StepContext &); \
+  template void GPT<T>::attention_decode(int, LayerActs &, int, int, int);                  \
   template void GPT<T>::attention_backward(int, const LayerActs &, Act, int, int,            \
                                            const StepContext &);                            \
   template CAct GPT<T>::attention_probs(int, const LayerActs &, Act, Act, int, int,          \

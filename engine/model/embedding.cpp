@@ -12,6 +12,7 @@ void GPT<T>::embedding_forward_into(Act out, const int32_t *tokens, int s, int b
   const int h = cfg_.hidden_size;
   // Rotary positions turn q and k in the layers instead: no wpe.
   const T *wte = param_data("wte.weight"), *wpe = cfg_.rope() ? nullptr : param_data("wpe.weight");
+  if (wpe) wpe += (size_t)ctx.first_position * h;  // incremental decoding's positions
   // Vocab-parallel embedding: each rank looks up its rows, the sum completes it
   // (positions are added once, after the sum).
   const bool one = tp_.size == 1;

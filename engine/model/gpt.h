@@ -103,6 +103,13 @@ struct StepContext {
   bool training = true;          // dropout on, activations kept for backward
   uint32_t iteration = 0;        // keys the dropout masks
   uint32_t sample_offset = 0;    // global index of the micro-batch's first sample
+  // Incremental decoding (not training): the tokens sit at positions
+  // first_position.., their keys and values join the chunk's cache and
+  // attention reads every cached position. first_position 0 starts the cache
+  // afresh (a prompt of s tokens); a later forward continues at the cache's
+  // end with one token a sequence.
+  bool kv_cache = false;
+  int first_position = 0;
 };
 
 template <class T>
@@ -260,8 +267,14 @@ class GPT {
   void attention_weight_grads(int li, const LayerActs &a, CAct dy_attn, CAct dqkv, int N);
   void size_weight_grads(LayerActs &a, int s, int b);  // a's W part
   void layer_grads_written(int li, bool final);      // the layer's whole range
-  void rotate_qk(Act qkv, int s, int b, bool inverse);  // rope on q and k, in place
+  // Rope on q and k in place, for positions first_position ...
+  void rotate_qk(Act qkv, int s, int b, bool inverse, int first_position = 0);
   void attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx);
+  // Incremental decoding: the queries of this forward's s rows (at positions
+  // pos0..) against every cached key and value of local layer li, into a.ctxv.
+  void attention_decode(int li, LayerActs &a, int s, int b, int pos0);
+  // Checks a kv_cache forward of chunk `chunk` and sizes its caches (pos0 = 0).
+  void start_kv_forward(int chunk, int s, int b, int pos0);
   // In: dctx_. Out: dqkv [N, q].
   void attention_backward(int l, const LayerActs &a, Act dqkv, int s, int b,
                           const StepContext &ctx);
@@ -351,6 +364,13 @@ class GPT {
   ActArray dqkv_, dfc_;                      // [N, 3w], [N, f/t] (SwiGLU [N, 2f/t])
   ActArray dact_;                            // [N, f/t] SwiGLU's d(silu(gate) up)
   ActArray sp_local_, sp_part_, sp_dy_;      // [N/t, h] sequence parallelism's rows
+  // Incremental decoding's cache, per local layer: QKV rows of every position
+  // so far ([max_positions, b, 3w]; attention reads K and V, the Q columns come
+  // along so a forward's QKV GEMM writes its rows in place). Per chunk: the
+  // positions it holds and its batch.
+  std::vector<ActArray> kv_cache_;
+  std::vector<int> kv_positions_, kv_batch_;
+  ActArray decode_probs_;                    // [b, a/t, s, positions] of a decoding step
   DeviceArray<T> reduce_buf_;                // [N, h] tp_all_reduce of a 16-bit run
   std::vector<T> ce_host_;                   // [3, N] the loss's statistics, on the host
 };

@@ -35,6 +35,13 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
     fail(Status::invalid_argument, "a training forward of the head chunk needs targets");
   check_act("input", input);
   check_act("output", output);
+  if (ctx.kv_cache && ctx.training)
+    fail(Status::invalid_argument, "kv_cache is incremental decoding's: not in a training forward");
+  if (ctx.kv_cache)
+    start_kv_forward(chunk, s, b, ctx.first_position);
+  else if (ctx.first_position != 0)
+    fail(Status::invalid_argument, "first_position ", ctx.first_position,
+         " without kv_cache (positions other than 0.. are incremental decoding's)");
 
   if (weights_changed_) {  // written since the last forward (see params())
     ops_->set_weights(params_.data(), params_.size());
@@ -82,6 +89,7 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
     }
     last_head_ = &A;
   }
+  if (ctx.kv_cache) kv_positions_[(size_t)chunk] = ctx.first_position + s;
   if (stash) {
     stashed_bytes_ += A.bytes();
     peak_stashed_bytes_ = std::max(peak_stashed_bytes_, stashed_bytes_);
@@ -89,6 +97,31 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
     release(chunk, mb);  // nothing to keep; the pooled buffers still hold the logits
   }
   return loss;
+}
+
+template <class T>
+void GPT<T>::start_kv_forward(int chunk, int s, int b, int pos0) {
+  if (kv_positions_.size() != (size_t)pp_.chunks) {
+    kv_positions_.assign((size_t)pp_.chunks, 0);
+    kv_batch_.assign((size_t)pp_.chunks, 0);
+  }
+  const size_t c = (size_t)chunk;
+  if (pos0 < 0 || (int64_t)pos0 + s > cfg_.max_positions())
+    fail(Status::invalid_argument, "incremental decoding at positions ", pos0, " .. ", pos0 + s - 1,
+         ": beyond max_position_embeddings (", cfg_.max_positions(), ")");
+  if (pos0 > 0 && (s != 1 || b != kv_batch_[c] || pos0 != kv_positions_[c]))
+    fail(Status::wrong_state, "incremental decoding of chunk ", chunk, " at position ", pos0,
+         " with s = ", s, ", b = ", b, ": its cache holds positions 0 .. ", kv_positions_[c] - 1,
+         " of ", kv_batch_[c], " sequences (a step continues at the cache's end, s = 1, the same "
+         "b; position 0 starts afresh)");
+  if (pos0 == 0) {  // a prompt: the chunk's caches sized for every position
+    if (kv_cache_.size() < (size_t)pp_.chunks * layers_per_chunk_)
+      kv_cache_.resize((size_t)pp_.chunks * layers_per_chunk_);
+    for (int j = 0; j < layers_per_chunk_; j++)
+      kv_cache_[c * layers_per_chunk_ + j].resize(
+          *dev_, (size_t)cfg_.max_positions() * b * qkv_width_, act_);
+    kv_batch_[c] = b;
+  }
 }
 
 template <class T>
@@ -248,6 +281,7 @@ void GPT<T>::backward(T dloss) {
   template void GPT<T>::backward_chunk(int, int, CAct, Act, T, bool, bool);                    \
   template void GPT<T>::backward_weight_chunk(int, int, bool);                                 \
   template void GPT<T>::layer_grads_written(int, bool);                                        \
+  template void GPT<T>::start_kv_forward(int, int, int, int);                                  \
   template void GPT<T>::backward(T);
 PTDP_INSTANTIATE(float)
 PTDP_INSTANTIATE(double)

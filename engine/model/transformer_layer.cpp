@@ -13,10 +13,11 @@ using namespace gpt_detail;
 // (r + 2)*hd values, their first r + 1 vectors turned by position si.
 // inverse: the backward (the transpose of a rotation is its inverse).
 template <class T>
-void GPT<T>::rotate_qk(Act qkv, int s, int b, bool inverse) {
+void GPT<T>::rotate_qk(Act qkv, int s, int b, bool inverse, int first_position) {
   const int hd = cfg_.head_dim(), r = heads_ / groups_;
-  ops_->rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), s, b * groups_, (r + 2) * hd, r + 1,
-                    hd, hd, inverse);
+  const size_t from = (size_t)first_position * (hd / 2);  // the tables' rows: [positions, hd/2]
+  ops_->rope_rotate(qkv, rope_cos_.data() + from, rope_sin_.data() + from, s, b * groups_,
+                    (r + 2) * hd, r + 1, hd, hd, inverse);
 }
 
 // One transformer layer: out = x + attention(x), then + MLP; fills a.
@@ -36,12 +37,16 @@ void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
   // (Every op stores its output in the activation type, rounded once.)
   norm_to_gemm_input(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, P.ln1_w, P.ln1_b, s,
                      b);
-  ops_->gemm(false, true, N, q, h, 1, a.ln1.data(), h, P.qkv_w, h, 0, a.qkv.data(), q);
-  if (P.qkv_b)
-    ops_->bias_dropout_add_forward(a.qkv.data(), nullptr, a.qkv.data(), P.qkv_b, s, b, q,
-                                   DropoutSpec{});
-  if (cfg_.rope()) rotate_qk(a.qkv.data(), s, b, false);
-  attention_forward(l, a, s, b, ctx);
+  // Incremental decoding writes QKV straight into its rows of the cache.
+  const int pos0 = ctx.first_position;
+  Act qkv = ctx.kv_cache ? kv_cache_[(size_t)li].data() + (int64_t)pos0 * b * q : a.qkv.data();
+  ops_->gemm(false, true, N, q, h, 1, a.ln1.data(), h, P.qkv_w, h, 0, qkv, q);
+  if (P.qkv_b) ops_->bias_dropout_add_forward(qkv, nullptr, qkv, P.qkv_b, s, b, q, DropoutSpec{});
+  if (cfg_.rope()) rotate_qk(qkv, s, b, false, pos0);
+  if (ctx.kv_cache)
+    attention_decode(li, a, s, b, pos0);
+  else
+    attention_forward(l, a, s, b, ctx);
   ops_->gemm(false, true, N, h, w, 1, a.ctxv.data(), w, P.proj_w, w, 0, tmp_h_.data(), h);
   CAct y = reduce_row_parallel(tmp_h_.data(), s, b);  // g: row-parallel partial sums
   ops_->bias_dropout_add_forward(a.mid.data(), x, y, P.proj_b, s_rows, b, h, hid);
@@ -176,7 +181,7 @@ void GPT<T>::size_weight_grads(LayerActs &a, int s, int b) {
 }
 
 #define PTDP_INSTANTIATE(T)                                                        \
-  template void GPT<T>::rotate_qk(Act, int, int, bool);                            \
+  template void GPT<T>::rotate_qk(Act, int, int, bool, int);                       \
   template void GPT<T>::layer_forward(int, CAct, Act, LayerActs &, int, int,   \
                                       const StepContext &);                      \
   template void GPT<T>::layer_backward(int, CAct, LayerActs &, Act, int, int,  \

@@ -129,7 +129,7 @@ double PipelineRuntime::run(const std::vector<PipeOp> &ops, int s, int b, uint32
           o.resize(dev, Nh, act);
           out = o.data();
         }
-        StepContext ctx{training, iteration, mbd.sample_offset};
+        StepContext ctx{training, iteration, mbd.sample_offset, mbd.kv_cache, mbd.first_position};
         const double loss = timed(op, [&] {
           return model_.forward_chunk(op.chunk, op.microbatch, mbd.tokens, mbd.targets, in, out, s,
                                       b, ctx);

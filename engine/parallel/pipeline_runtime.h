@@ -32,6 +32,8 @@ struct MicroBatch {
   const int32_t *tokens = nullptr;   // [s, b] (embedding chunk)
   const int32_t *targets = nullptr;  // [s, b] (head chunk)
   uint32_t sample_offset = 0;        // global index of its first sample (keys dropout)
+  bool kv_cache = false;             // incremental decoding (StepContext::kv_cache)
+  int first_position = 0;
 };
 
 // When one compute op (forward or backward) ran, by steady_clock ns, and the

@@ -1,5 +1,6 @@
 // Text generation from the trained model: one sequence through every
-// pipeline stage per new token, the last stage picks it and tells the others.
+// pipeline stage per new token (with a KV cache: the newest token alone), the
+// last stage picks it and tells the others.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -73,11 +74,17 @@ std::string Trainer::rank_generate(Rank &r, const std::string &prompt, int max_n
   std::vector<float> mine((size_t)Vl), row((size_t)Vl * t);
   std::vector<double> prob((size_t)V);
   std::vector<int> order;
+  // While the text fits the model's positions, each step runs only the newest
+  // token (the prompt once), its keys and values joining the model's cache;
+  // past them, the last `window` tokens again each step, at positions 0...
+  size_t cached = 0;  // tokens whose keys and values the cache holds
   for (int k = 0; k < max_new_tokens; k++) {
-    int n = (int)std::min<size_t>(toks.size(), (size_t)window);
-    const int32_t *context = toks.data() + toks.size() - n;
-    r.pipeline->run(ops, n, 1, 0, false, 0.f,
-                    [&](int, bool) { return MicroBatch{context, nullptr, 0}; });
+    const bool fits = toks.size() <= (size_t)window;
+    const size_t first = fits ? cached : toks.size() - window;
+    const int n = (int)(toks.size() - first);
+    const MicroBatch mb{toks.data() + first, nullptr, 0, fits, fits ? (int)first : 0};
+    r.pipeline->run(ops, n, 1, 0, false, 0.f, [&](int, bool) { return mb; });
+    cached = fits ? toks.size() : 0;
     int next = 0;
     if (r.coord.pp == head) {
       // The last position's logits, gathered over the vocabulary shards.

@@ -524,3 +524,63 @@ TEST(Gpt, LlamaParameterCountsArePublishedOnes) {
     EXPECT_EQ(table, c.published);
   }
 }
+
+// Incremental decoding with the KV cache: a prompt, then one token at a time,
+// gives the logits of the whole sequence's forward at every new position
+// (double: the same products summed in the same order up to the softmax's
+// length; agreement to 1e-12 relative). GPT-2's block (learned positions) and
+// the LLaMA block (rope, 2 and 1 key/value groups), fused attention on too
+// (decoding itself runs the unfused core); b = 3 sequences at once.
+void check_kv_cache_decoding(const GptConfig &c, bool flash) {
+  SCOPED_TRACE(std::string(c.rope() ? "rope" : "learned positions") + ", groups " +
+               std::to_string(c.query_groups()) + (flash ? ", flash" : ""));
+  GPT<double> full(c, 4), inc(c, 4);
+  full.set_flash_attention(flash);
+  inc.set_flash_attention(flash);
+  const int b = 3, n = c.max_positions(), prompt = 3, Vl = full.local_vocab();
+  std::mt19937 rng(3);
+  std::vector<int32_t> tokens((size_t)n * b);  // [s, b]
+  for (auto &t : tokens) t = (int32_t)(rng() % c.vocab_size);
+  StepContext eval{false, 0, 0};
+  full.forward(tokens.data(), nullptr, n, b, eval);
+  const std::vector<double> want = full.logits_to_host(0, n * b);
+  StepContext ctx = eval;
+  ctx.kv_cache = true;
+  inc.forward(tokens.data(), nullptr, prompt, b, ctx);
+  double worst = 0, largest = 0;
+  auto compare = [&](const std::vector<double> &got, int pos, int rows) {
+    for (int i = 0; i < rows * b; i++)
+      for (int v = 0; v < inc.local_real_vocab(); v++) {
+        const double w = want[((size_t)pos * b + i) * Vl + v];
+        worst = std::max(worst, std::abs(got[(size_t)i * Vl + v] - w));
+        largest = std::max(largest, std::abs(w));
+      }
+  };
+  compare(inc.logits_to_host(0, prompt * b), 0, prompt);
+  for (int pos = prompt; pos < n; pos++) {
+    ctx.first_position = pos;
+    inc.forward(tokens.data() + (size_t)pos * b, nullptr, 1, b, ctx);
+    compare(inc.logits_to_host(0, b), pos, 1);
+  }
+  EXPECT_LT(worst, 1e-12 * largest);
+  EXPECT_GT(largest, 1e-2);
+  // A step that does not continue at the cache's end, two tokens after the
+  // prompt, a training forward with the cache: refused, naming the cache.
+  ctx.first_position = 2;
+  EXPECT_THROW(inc.forward(tokens.data(), nullptr, 1, b, ctx), ptdp::Error);
+  ctx.first_position = n;
+  EXPECT_THROW(inc.forward(tokens.data(), nullptr, 2, b, ctx), ptdp::Error);
+  ctx.training = true;
+  ctx.first_position = 0;
+  EXPECT_THROW(inc.forward(tokens.data(), tokens.data(), 1, b, ctx), ptdp::Error);
+}
+
+TEST(Gpt, KvCacheDecodingEqualsTheWholeForward) {
+  check_kv_cache_decoding(tiny_config(), false);
+  check_kv_cache_decoding(tiny_config(), true);
+  GptConfig llama = llama_config();
+  check_kv_cache_decoding(llama, false);
+  check_kv_cache_decoding(llama, true);
+  llama.num_query_groups = 1;
+  check_kv_cache_decoding(llama, false);
+}

@@ -328,6 +328,12 @@ TEST(Pipeline, EvaluateAndGenerateMatchSerial) {
   EXPECT_NEAR(pipe.evaluate(2), serial.evaluate(2), 1e-5);
   EXPECT_EQ(pipe.generate("Th", 12, 0.0, 1), serial.generate("Th", 12, 0.0, 1));
   EXPECT_EQ(pipe.generate("", 8, 0.8, 3), serial.generate("", 8, 0.8, 3));
+  // Past the model's positions: the KV cache's steps, then the last window
+  // again each step (max_position_embeddings is seq_length here).
+  const int window = serial.options().model.max_positions();
+  const std::string long_serial = serial.generate("Th", 3 * window, 0.7, 5);
+  EXPECT_EQ(pipe.generate("Th", 3 * window, 0.7, 5), long_serial);
+  EXPECT_GT(long_serial.size(), (size_t)window + 2) << "the text ended before the window did";
 }
 
 // The timeline: one track per rank, each with its F and B spans labelled by
