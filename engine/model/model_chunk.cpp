@@ -37,11 +37,17 @@ double GPT<T>::forward_chunk(int chunk, int mb, const int32_t *tokens, const int
   check_act("output", output);
   if (ctx.kv_cache && ctx.training)
     fail(Status::invalid_argument, "kv_cache is incremental decoding's: not in a training forward");
-  if (ctx.kv_cache)
+  if (ctx.kv_cache) {
     start_kv_forward(chunk, s, b, ctx.first_position);
-  else if (ctx.first_position != 0)
+  } else if (ctx.first_position != 0) {
     fail(Status::invalid_argument, "first_position ", ctx.first_position,
          " without kv_cache (positions other than 0.. are incremental decoding's)");
+  } else if (!kv_cache_.empty()) {  // decoding is over: its memory goes back to training
+    kv_cache_.clear();
+    kv_positions_.clear();
+    kv_batch_.clear();
+    decode_probs_ = ActArray();
+  }
 
   if (weights_changed_) {  // written since the last forward (see params())
     ops_->set_weights(params_.data(), params_.size());
