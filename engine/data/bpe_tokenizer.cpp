@@ -18,8 +18,6 @@ namespace ptdp {
 namespace {
 
 constexpr int64_t kMaxVocab = 1 << 24;
-constexpr size_t kMaxCachedWord = 256;        // longer words are merged every time
-constexpr size_t kMaxCacheEntries = 1 << 20;  // per cache (one a worker); then it starts over
 
 // GPT-2's byte alphabet: a printable byte stands for itself; the others
 // (controls, space, 0x7F..0xA0, 0xAD) for U+0100 onwards, in byte order, so
@@ -436,19 +434,15 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text) const {
 }
 
 std::unique_ptr<Tokenizer::Cache> Gpt2BpeTokenizer::new_cache() const {
-  return std::make_unique<WordCache>();
+  return std::make_unique<BpeWordCache>(this);
 }
 
 std::vector<int32_t> Gpt2BpeTokenizer::encode_with(std::string_view text, Cache &cache) const {
-  auto *words = dynamic_cast<WordCache *>(&cache);
-  if (!words)
-    fail(Status::invalid_argument,
-         "GPT2BPETokenizer::encode_with: the cache is not from GPT2BPETokenizer::new_cache()");
-  return encode_cached(text, *words);
+  return encode_cached(text, bpe_word_cache(cache, *this));
 }
 
 std::vector<int32_t> Gpt2BpeTokenizer::encode_cached(std::string_view text,
-                                                     WordCache &cache) const {
+                                                     BpeWordCache &cache) const {
   std::vector<int32_t> out(prefix_);
   out.reserve(text.size() / 3);
   cut_at_specials(
@@ -458,40 +452,26 @@ std::vector<int32_t> Gpt2BpeTokenizer::encode_cached(std::string_view text,
   return out;
 }
 
-void Gpt2BpeTokenizer::encode_segment(std::string_view text, WordCache &cache,
+void Gpt2BpeTokenizer::encode_segment(std::string_view text, BpeWordCache &cache,
                                       std::vector<int32_t> &out) const {
   for (size_t i = 0; i < text.size();) {
     const size_t end = pretoken_end_(text, i);
-    encode_word(text.substr(i, end - i), cache, out);
+    cache.encode(text.substr(i, end - i), out,
+                 [&](std::string_view word, std::vector<int32_t> &ids) { merge_word(word, ids); });
     i = end;
   }
 }
 
-void Gpt2BpeTokenizer::encode_word(std::string_view word, WordCache &cache,
-                                   std::vector<int32_t> &out) const {
-  const bool cacheable = word.size() <= kMaxCachedWord;
-  if (cacheable) {
-    cache.key.assign(word.data(), word.size());
-    auto it = cache.ids.find(cache.key);
-    if (it != cache.ids.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
+void Gpt2BpeTokenizer::merge_word(std::string_view word, std::vector<int32_t> &ids) const {
+  if (ignore_merges_) {
+    auto it = ids_.find(std::string(word));
+    if (it != ids_.end()) {
+      ids.push_back(it->second);
       return;
     }
   }
-  std::vector<int32_t> ids;
-  if (ignore_merges_) {
-    auto it = ids_.find(std::string(word));
-    if (it != ids_.end()) ids.push_back(it->second);
-  }
-  if (ids.empty()) {
-    for (const char c : word) ids.push_back(byte_id_[(unsigned char)c]);
-    bpe_merge(ids, merges_);
-  }
-  out.insert(out.end(), ids.begin(), ids.end());
-  if (cacheable) {
-    if (cache.ids.size() >= kMaxCacheEntries) cache.ids.clear();
-    cache.ids.emplace(cache.key, std::move(ids));
-  }
+  for (const char c : word) ids.push_back(byte_id_[(unsigned char)c]);
+  bpe_merge(ids, merges_);
 }
 
 std::string Gpt2BpeTokenizer::decode(const int32_t *tokens, size_t n) const {

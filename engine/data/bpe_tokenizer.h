@@ -17,6 +17,7 @@
 
 #include "engine/core/output_file.h"
 #include "engine/data/bpe_merge.h"
+#include "engine/data/bpe_word_cache.h"
 #include "engine/data/tokenizer.h"
 
 namespace ptdp {
@@ -51,11 +52,6 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::string decode(const int32_t *tokens, size_t n) const override;
 
  private:
-  // Words seen before and their ids: text repeats words, and merging is the slow part.
-  struct WordCache final : Cache {
-    std::unordered_map<std::string, std::vector<int32_t>> ids;
-    std::string key;  // the lookup key, its buffer reused
-  };
   Gpt2BpeTokenizer() = default;
   // vocab: GPT-2's byte-alphabet strings and their ids; merges in rank order.
   void build(const std::vector<std::pair<std::string, int64_t>> &vocab,
@@ -63,9 +59,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
              const std::string &what);
   void add_special(const std::string &content, int64_t id, const std::string &what);
   void check_template_id(int32_t id, const std::string &what) const;
-  std::vector<int32_t> encode_cached(std::string_view text, WordCache &cache) const;
-  void encode_segment(std::string_view text, WordCache &cache, std::vector<int32_t> &out) const;
-  void encode_word(std::string_view word, WordCache &cache, std::vector<int32_t> &out) const;
+  std::vector<int32_t> encode_cached(std::string_view text, BpeWordCache &cache) const;
+  void encode_segment(std::string_view text, BpeWordCache &cache, std::vector<int32_t> &out) const;
+  void merge_word(std::string_view word, std::vector<int32_t> &ids) const;
 
   std::vector<InputFile> files_;                  // read from: no output may overwrite them
   std::vector<std::string> token_bytes_;          // id -> bytes ("" for an unused id)
@@ -81,7 +77,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
 
   // encode()'s cache, shared by the threads calling it.
   mutable std::mutex mu_;
-  mutable WordCache shared_cache_;
+  mutable BpeWordCache shared_cache_{this};
 };
 
 }  // namespace ptdp

@@ -177,59 +177,74 @@ std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::s
 }
 
 std::vector<int32_t> SpBpeTokenizer::encode(std::string_view text) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return encode_cached(text, shared_cache_);
+}
+
+std::unique_ptr<Tokenizer::Cache> SpBpeTokenizer::new_cache() const {
+  return std::make_unique<BpeWordCache>(this);
+}
+
+std::vector<int32_t> SpBpeTokenizer::encode_with(std::string_view text, Cache &cache) const {
+  return encode_cached(text, bpe_word_cache(cache, *this));
+}
+
+std::vector<int32_t> SpBpeTokenizer::encode_cached(std::string_view text, BpeWordCache &cache) const {
   std::vector<int32_t> out(prefix_);
   cut_at_specials(
       text, specials_,
-      [&](std::string_view piece, bool first) { encode_segment(piece, first, out); },
+      [&](std::string_view piece, bool first) { encode_segment(piece, first, cache, out); },
       [&](int32_t id) { out.push_back(id); });
   out.insert(out.end(), suffix_.begin(), suffix_.end());
   return out;
 }
 
-void SpBpeTokenizer::encode_segment(std::string_view text, bool first,
+void SpBpeTokenizer::encode_segment(std::string_view text, bool first, BpeWordCache &cache,
                                     std::vector<int32_t> &out) const {
   if (text.empty()) return;
+  auto word = [&](std::string_view w) {
+    cache.encode(w, out, [&](std::string_view x, std::vector<int32_t> &ids) { merge_word(x, ids); });
+  };
   std::string s = replaced_spaces(text);
   if (!metaspace_) {  // the normalizer: "▁" before every segment, one word
-    encode_word(kSpace + s, out);
+    word(kSpace + s);
     return;
   }
   // Metaspace: "▁" before the first segment (or every one), unless it starts with one.
   const bool prepend = prepend_ == Prepend::always || (prepend_ == Prepend::first && first);
   if (prepend && s.compare(0, kSpace.size(), kSpace) != 0) s = kSpace + s;
   if (!split_) {
-    encode_word(s, out);
+    word(s);
     return;
   }
   // Words begin at each "▁" (it joins the word after it).
   size_t start = 0;
   for (size_t i = char_len(s, 0); i + kSpace.size() <= s.size();) {
     if (s.compare(i, kSpace.size(), kSpace) == 0) {
-      if (i > start) encode_word(std::string_view(s).substr(start, i - start), out);
+      if (i > start) word(std::string_view(s).substr(start, i - start));
       start = i;
       i += kSpace.size();
     } else {
       i += char_len(s, i);
     }
   }
-  encode_word(std::string_view(s).substr(start), out);
+  word(std::string_view(s).substr(start));
 }
 
-void SpBpeTokenizer::encode_word(std::string_view word, std::vector<int32_t> &out) const {
-  // One symbol per character; a character outside the vocabulary is its bytes' tokens.
-  std::vector<int32_t> id;
+// One symbol per character, merged; a character outside the vocabulary is its
+// bytes' tokens.
+void SpBpeTokenizer::merge_word(std::string_view word, std::vector<int32_t> &ids) const {
   for (size_t i = 0; i < word.size();) {
     const size_t len = char_len(word, i);
     auto it = ids_.find(std::string(word.substr(i, len)));
     if (it != ids_.end()) {
-      id.push_back(it->second);
+      ids.push_back(it->second);
     } else {
-      for (size_t k = 0; k < len; k++) id.push_back(byte_id_[(unsigned char)word[i + k]]);
+      for (size_t k = 0; k < len; k++) ids.push_back(byte_id_[(unsigned char)word[i + k]]);
     }
     i += len;
   }
-  bpe_merge(id, merges_);
-  out.insert(out.end(), id.begin(), id.end());
+  bpe_merge(ids, merges_);
 }
 
 std::string SpBpeTokenizer::decode(const int32_t *tokens, size_t n) const {

@@ -18,6 +18,7 @@
 
 #include "engine/core/output_file.h"
 #include "engine/data/bpe_merge.h"
+#include "engine/data/bpe_word_cache.h"
 #include "engine/data/tokenizer.h"
 
 namespace ptdp {
@@ -34,12 +35,17 @@ class SpBpeTokenizer final : public Tokenizer {
   int vocab_size() const override { return (int)pieces_.size(); }
   int32_t eod() const override { return eod_; }  // </s>
   std::vector<int32_t> encode(std::string_view text) const override;
+  // A word cache of the caller's own: encode_with takes no lock.
+  std::unique_ptr<Cache> new_cache() const override;
+  std::vector<int32_t> encode_with(std::string_view text, Cache &cache) const override;
   std::string decode(const int32_t *tokens, size_t n) const override;
 
  private:
   SpBpeTokenizer() = default;
-  void encode_segment(std::string_view text, bool first, std::vector<int32_t> &out) const;
-  void encode_word(std::string_view word, std::vector<int32_t> &out) const;
+  std::vector<int32_t> encode_cached(std::string_view text, BpeWordCache &cache) const;
+  void encode_segment(std::string_view text, bool first, BpeWordCache &cache,
+                      std::vector<int32_t> &out) const;
+  void merge_word(std::string_view word, std::vector<int32_t> &ids) const;
 
   std::vector<InputFile> files_;
   std::vector<std::string> pieces_;                  // id -> piece ("" for an unused id)
@@ -55,6 +61,10 @@ class SpBpeTokenizer final : public Tokenizer {
   // one word).
   bool metaspace_ = true, split_ = true;
   enum class Prepend { first, always, never } prepend_ = Prepend::first;
+
+  // encode()'s cache, shared by the threads calling it.
+  mutable std::mutex mu_;
+  mutable BpeWordCache shared_cache_{this};
 };
 
 }  // namespace ptdp

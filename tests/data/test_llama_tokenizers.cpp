@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/core/status.h"
@@ -110,4 +111,33 @@ TEST(LlamaTokenizers, RefusesOtherKinds) {
   s.type = "GPT2BPETokenizer";
   s.tokenizer_file = kDir + "llama3.json";
   expect_error([&] { make_tokenizer(s); }, Status::corrupt_data, "tokenizer_type HuggingFaceTokenizer");
+}
+
+// The SentencePiece-style tokenizer's word cache: the whole text encoded again
+// with a cache that already holds its words, and on three threads each with a
+// cache of its own, gives Hugging Face's ids; a cache of another tokenizer is
+// refused (its words have other ids).
+TEST(LlamaTokenizers, SentencePieceWordCacheKeepsTheIds) {
+  const std::string text = read_file(kDir + "text.txt");
+  for (const char *name : {"sp_metaspace", "sp_normalizer"}) {
+    SCOPED_TRACE(name);
+    const auto tok = hf(kDir + name + ".json");
+    const std::vector<int32_t> want = ids_of(name);
+    auto cache = tok->new_cache();
+    EXPECT_EQ(tok->encode_with(text, *cache), want);
+    EXPECT_EQ(tok->encode_with(text, *cache), want);  // every word from the cache
+    EXPECT_EQ(tok->encode(text), want);
+    std::vector<std::vector<int32_t>> got(3);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 3; t++)
+      threads.emplace_back([&, t] {
+        auto own = tok->new_cache();
+        got[t] = tok->encode_with(text, *own);
+      });
+    for (auto &th : threads) th.join();
+    for (const auto &g : got) EXPECT_EQ(g, want);
+    const auto other = hf(kDir + name + ".json");
+    expect_error([&] { other->encode_with("x", *cache); }, Status::invalid_argument,
+                 "not from this tokenizer's new_cache()");
+  }
 }

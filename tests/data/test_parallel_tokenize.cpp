@@ -92,7 +92,12 @@ TEST(ParallelBpe, ByteTokenizerAndForeignCaches) {
   ASSERT_NE(byte_cache, nullptr);
   EXPECT_EQ(bytes->encode_with("ab", *byte_cache), (std::vector<int32_t>{'a', 'b'}));
   expect_error([&] { bpe->encode_with("ab", *byte_cache); }, Status::invalid_argument,
-               "the cache is not from GPT2BPETokenizer::new_cache()");
+               "GPT2BPETokenizer::encode_with: the cache is not from this tokenizer's new_cache()");
+  // Nor a cache of another tokenizer of the same kind: its words have other ids.
+  const auto other = make_tokenizer(bpe_spec());
+  auto other_cache = other->new_cache();
+  expect_error([&] { bpe->encode_with("ab", *other_cache); }, Status::invalid_argument,
+               "not from this tokenizer's new_cache()");
 }
 
 TEST(OrderedParallel, ResultsComeInInputOrder) {
