@@ -19,9 +19,14 @@
 // step, test_mixed_precision.cpp), and Adam's first updates turn a near-zero
 // gradient's flipped sign into a whole lr step: observed t = 2 against serial
 // after two steps, GPT-2's block 6e-5, the LLaMA block 1.8e-4, with flash
-// attention up to 1e-3 (its untied head), gradient norms up to 4e-4. So fp32
-// holds the structure; the 16-bit cases catch what moves a loss by percents
-// (a missing all-reduce, a wrong shard, log t in the loss, lost master weights:
+// attention up to 1e-3 (its untied head), gradient norms up to 4e-4. Step 2's
+// gradient norm in bf16 is held to 0.2 only: after the first Adam step about
+// 0.6% of the parameters differ from the serial run's by two lr steps (their
+// near-zero gradients took the other sign), which moved it by up to 6.4%
+// (measured: the LLaMA block at t = 2, GQA with fused attention, and MHA or
+// unfused GQA alike) while step 1's figures agreed to 3e-5. So fp32 holds
+// the structure; the 16-bit cases catch what moves a loss by percents (a
+// missing all-reduce, a wrong shard, log t in the loss, lost master weights:
 // 4% in the bug this fuzzer found).
 #include <unistd.h>
 
@@ -204,8 +209,14 @@ std::string check_case(const Spec &s) {
   for (int i = 0; i < 2; i++) {
     if (!close(b.losses[i], a.losses[i], loss_tol))
       err << "step " << i + 1 << " loss " << b.losses[i] << " vs serial " << a.losses[i] << "; ";
-    if (!close(b.grad_norms[i], a.grad_norms[i], norm_tol))
+    if (!close(b.grad_norms[i], a.grad_norms[i], i == 1 && !fp32 ? 0.2 : norm_tol))
       err << "step " << i + 1 << " grad norm " << b.grad_norms[i] << " vs serial " << a.grad_norms[i] << "; ";
+  }
+  if (!err.str().empty()) {  // the figures of both steps, to tell noise from a bug
+    err.precision(9);
+    err << "(losses " << b.losses[0] << ", " << b.losses[1] << " vs " << a.losses[0] << ", "
+        << a.losses[1] << "; norms " << b.grad_norms[0] << ", " << b.grad_norms[1] << " vs "
+        << a.grad_norms[0] << ", " << a.grad_norms[1] << ") ";
   }
   // Saved, loaded into the reload layout, one more step each.
   namespace fs = std::filesystem;
