@@ -1,11 +1,13 @@
 #include "engine/data/indexed_tokenize.h"
 
 #include <fstream>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "engine/core/output_file.h"
+#include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
 #include "engine/data/corpus.h"
@@ -63,25 +65,32 @@ class TextReader {
     if (!jsonl_) return docs_.next(chunk.texts, kTokenizeChunkBytes);
     size_t bytes = 0;
     while (bytes < kTokenizeChunkBytes) {
-      if (!in_.is_open()) {
+      if (!open_) {
         if (file_ == files_.size()) break;
         if (!chunk.texts.empty()) break;  // a chunk holds one file's lines
-        in_.open(files_[file_], std::ios::binary);
-        if (!in_) fail(Status::io_error, "cannot open input '", files_[file_], "'");
+        // Mapped, as every input: a FIFO or device is refused, not waited on.
+        map_ = MappedFile(files_[file_], "input '" + files_[file_] + "'");
+        open_ = true;
+        at_ = 0;
         line_ = 0;
       }
-      if (!std::getline(in_, text_)) {
-        if (in_.bad()) fail(Status::io_error, "cannot read input '", files_[file_], "'");
-        in_.close();
+      const char *text = reinterpret_cast<const char *>(map_.data());
+      if (at_ >= map_.size()) {
+        map_ = MappedFile();
+        open_ = false;
         file_++;
         continue;
       }
+      const char *nl = static_cast<const char *>(std::memchr(text + at_, '\n', map_.size() - at_));
+      const size_t end = nl ? (size_t)(nl - text) : map_.size();
+      std::string line(text + at_, end - at_);
+      at_ = end + 1;
       line_++;
-      if (text_.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
       chunk.file = files_[file_];
       chunk.line_numbers.push_back(line_);
-      bytes += text_.size();
-      chunk.texts.push_back(std::move(text_));
+      bytes += line.size();
+      chunk.texts.push_back(std::move(line));
     }
     return !chunk.texts.empty();
   }
@@ -90,10 +99,10 @@ class TextReader {
   const std::vector<std::string> &files_;
   bool jsonl_;
   DocumentReader docs_;  // the other formats
-  std::ifstream in_;     // jsonl: files_[file_], at line line_
-  size_t file_ = 0;
+  MappedFile map_;       // jsonl: files_[file_], read up to at_, at line line_
+  bool open_ = false;
+  size_t file_ = 0, at_ = 0;
   uint64_t line_ = 0;
-  std::string text_;
 };
 
 using Sequences = std::vector<std::vector<int32_t>>;  // one document of one key

@@ -1,10 +1,12 @@
 #include "engine/plan/machine.h"
 
 #include <fstream>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 
 // kMachinePresets: {name, json} of every engine/plan/machines/*.json, made by cmake/plan.cmake.
@@ -167,17 +169,17 @@ std::string machine_to_json(const Machine &m) {
 Machine load_machine(const std::string &name_or_file) {
   for (auto &p : kMachinePresets)
     if (name_or_file == p[0]) return machine_from_json(p[1], std::string("preset '") + p[0] + "'");
-  // Not a preset: a file if it looks like a path, otherwise a mistyped name.
-  std::ifstream f(name_or_file);
-  if (!f) {
+  // Not a preset: a file if one is there, otherwise a mistyped name.
+  std::error_code ec;
+  if (!std::filesystem::exists(name_or_file, ec)) {
     std::string list;
     for (auto &n : machine_preset_names()) list += (list.empty() ? "" : ", ") + n;
     fail(Status::bad_value, "unknown machine '", name_or_file, "'; known presets: ", list,
          " (or a JSON file; see engine/plan/machines/)");
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return machine_from_json(ss.str(), "machine file '" + name_or_file + "'");
+  // Read as every input is: a directory, FIFO or device is refused, not waited on.
+  const std::string what = "machine file '" + name_or_file + "'";
+  return machine_from_json(read_small_file(name_or_file, what, "plan: ", size_t(1) << 20), what);
 }
 
 }  // namespace ptdp::plan

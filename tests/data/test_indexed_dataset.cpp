@@ -4,6 +4,8 @@
 // indexed data and blends under several layouts (ARCHITECTURE §3).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -493,6 +495,15 @@ TEST(IndexedTokenize, BadInputsAreClearErrorsAndWriteNothing) {
                "is a list holding a null");
   expect_error([&] { run("{\"text\": \"\\ud800\"}\n"); }, Status::invalid_argument, "not valid JSON");
   expect_error([&] { run("\n\n"); }, Status::invalid_argument, "hold no documents");
+  // The last line needs no newline; a FIFO as an input is refused, not
+  // waited on (read as every input is: mapped).
+  EXPECT_NO_THROW(run("{\"text\": \"a\"}\n\n{\"text\": \"b\"}"));
+  fs::remove(o.output_prefix + "_text_document.bin");
+  fs::remove(o.output_prefix + "_text_document.idx");
+  ASSERT_EQ(::mkfifo((dir.path + "/fifo.jsonl").c_str(), 0600), 0);
+  expect_error([&] { build_indexed_dataset({dir.path + "/fifo.jsonl"}, o, tok); }, Status::io_error,
+               "is not a regular file");
+  fs::remove(dir.path + "/fifo.jsonl");
   for (const auto &e : fs::directory_iterator(dir.path))
     EXPECT_EQ(e.path().filename(), "in.jsonl") << "left behind: " << e.path();
   // The output may not be an input, nor a directory.

@@ -3,6 +3,10 @@
 // cases, the paper's Table 1, machine files and bad input.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
+#include <sys/stat.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -423,6 +427,15 @@ TEST(PlanMachines, PresetsRoundTripAndBadFilesSayWhy) {
   std::string path = std::string(PTDP_PLAN_TMP) + "/m.json";
   std::ofstream(path) << j;
   EXPECT_EQ(load_machine(path).name, "selene");
+  // A machine file is read as every input is: a FIFO or a directory is refused, not waited on.
+  const std::string fifo = std::string(PTDP_PLAN_TMP) + "/fifo.json";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(error_of([&] { load_machine(fifo); }, ptdp::Status::io_error).find("is not a regular file"),
+            std::string::npos);
+  std::remove(fifo.c_str());
+  EXPECT_NE(error_of([] { load_machine(PTDP_PLAN_TMP); }, ptdp::Status::io_error).find("is a directory"),
+            std::string::npos);
 }
 
 std::string file_text(const std::string &path) {
