@@ -448,7 +448,10 @@ int run_generate(int argc, char **argv) {
                       {"tensor_model_parallel_size", std::to_string(t)},
                       {"pipeline_model_parallel_size", std::to_string(p)},
                       {"micro_batch_size", "1"},
-                      {"global_batch_size", "1"}})
+                      {"global_batch_size", "1"},
+                      // The weights only: a checkpoint trained with any schedule
+                      // or seed loads (nothing here trains on).
+                      {"finetune", "1"}})
     if (st == PTDP_OK) st = set(k, v);
   if (st == PTDP_OK) st = ptdp_trainer_create(cfg, &tr);
   for (int attempt = 0; st == PTDP_OK && attempt < 2; attempt++) {

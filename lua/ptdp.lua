@@ -553,8 +553,13 @@ function M.mkdirs(path)
   local prefix = path:sub(1, 1) == '/' and '/' or ''
   for part in path:gmatch('[^/]+') do
     prefix = prefix .. part
-    if ffi.C.mkdir(prefix, tonumber('755', 8)) ~= 0 and ffi.errno() ~= EEXIST then
-      raise(string.format("cannot create directory '%s': %s", prefix, ffi.string(ffi.C.strerror(ffi.errno()))))
+    if ffi.C.mkdir(prefix, tonumber('755', 8)) ~= 0 then
+      if ffi.errno() ~= EEXIST then
+        raise(string.format("cannot create directory '%s': %s", prefix, ffi.string(ffi.C.strerror(ffi.errno()))))
+      end
+      local dir = io.open(prefix .. '/.', 'r')  -- opens only when prefix is a directory
+      if not dir then raise(string.format("'%s' exists and is not a directory", prefix)) end
+      dir:close()
     end
     prefix = prefix .. '/'
   end

@@ -9,7 +9,8 @@
 -- reused by a later run of the recipe:
 --   W/imported     the import: a ptdp checkpoint at iteration 0
 --   W/data_text_document.{bin,idx}   the corpus as a Megatron indexed dataset
--- and made by this run (neither may exist yet):
+-- (only for the same --hf-model, --corpus and --corpus-format, recorded in
+-- W/recipe_inputs.txt) and made by this run (neither may exist yet):
 --   W/finetuned    the fine-tuned checkpoints (--finetune --load W/imported)
 --   W/hf           the export: model.safetensors, config.json, generation_config.json
 -- The model's options come from the import; a flag that contradicts its shape
@@ -57,7 +58,7 @@ while i <= #arg do
     if not value then
       i = i + 1
       value = arg[i]
-      if value == nil then fail(name .. ' needs a value') end
+      if value == nil or value:match('^%-%-') then fail(name .. ' needs a value') end
     end
     opts[own[name]] = value
   elseif decided[name] then
@@ -87,7 +88,20 @@ if not exists(tokenizer_file) then
   fail(string.format("--hf-model '%s' has no tokenizer.json: the recipe tokenizes the corpus " ..
                      "with the model's own tokenizer", opts.hf_model))
 end
+local formats = { jsonl = true, lines = true, file = true, fortune = true }
+if not formats[opts.corpus_format] then
+  fail(string.format("--corpus-format '%s' (allowed: jsonl, lines, file, fortune)", opts.corpus_format))
+end
+if not exists(opts.corpus) then fail(string.format("--corpus '%s' cannot be read", opts.corpus)) end
 local W = opts.workdir
+-- The work directory is the recipe's own: never the model's directory or a
+-- folder inside it (the user's files stay as they are).
+local function trimmed(p) return (p:gsub('/+$', '')) end
+local model_dir = trimmed(opts.hf_model)
+if trimmed(W) == model_dir or trimmed(W):sub(1, #model_dir + 1) == model_dir .. '/' then
+  fail(string.format("--workdir '%s' is the model's directory or inside it; give a directory of " ..
+                     'its own', W))
+end
 local imported, prefix = W .. '/imported', W .. '/data'
 local finetuned, export = W .. '/finetuned', W .. '/hf'
 for _, dir in ipairs { finetuned, export } do
@@ -96,7 +110,29 @@ for _, dir in ipairs { finetuned, export } do
                        'move it away', dir))
   end
 end
-ptdp.mkdirs(W)
+local ok, err = pcall(ptdp.mkdirs, W)
+if not ok then fail('--workdir: ' .. tostring(err)) end
+
+-- What W's import and dataset were made from: a later run reuses them only
+-- for the same --hf-model, --corpus and --corpus-format.
+local record, made_from = W .. '/recipe_inputs.txt', string.format(
+  'hf_model=%s\ncorpus=%s\ncorpus_format=%s\n', opts.hf_model, opts.corpus, opts.corpus_format)
+local f = io.open(record, 'rb')
+if f then
+  local was = f:read('*a')
+  f:close()
+  if was ~= made_from then
+    fail(string.format("'%s' holds the import and dataset of other inputs:\n%sgive another --workdir",
+                       W, was))
+  end
+elseif exists(imported .. '/latest') or exists(prefix .. '_text_document.idx') then
+  fail(string.format("'%s' holds an import or a dataset this recipe did not record; give another " ..
+                     '--workdir', W))
+else
+  f = assert(io.open(record, 'wb'))
+  assert(f:write(made_from))
+  assert(f:close())
+end
 
 -- 1. The import (once).
 if exists(imported .. '/latest') then

@@ -238,6 +238,9 @@ class Trainer {
   // checkpoint and written by every later save, fine-tuning included, so an
   // export of a fine-tuned model still knows its bos and eos.
   std::map<std::string, std::string> provenance_;
+  // The tokenizer_type the loaded checkpoint was trained with ("" when it
+  // records none, as an import): generate() refuses another.
+  std::string loaded_tokenizer_;
   int failed_saves_ = 0;
   StepMetrics last_;
   // Preemption and time limits (trainer_exit.cpp).

@@ -288,6 +288,8 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   provenance_.clear();
   for (const auto &[key, value] : ckpt.manifest.training)
     if (key == "imported_from" || key.rfind("hf_", 0) == 0) provenance_[key] = value;
+  const auto tok = ckpt.manifest.training.find("tokenizer_type");
+  loaded_tokenizer_ = tok == ckpt.manifest.training.end() ? "" : tok->second;
   loaded_files_.clear();
   std::error_code ec;  // (a listing that fails protects less; the load itself succeeded)
   for (std::filesystem::recursive_directory_iterator it(ckpt.dir, ec), end; !ec && it != end;

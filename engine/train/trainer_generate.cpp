@@ -157,6 +157,11 @@ std::string Trainer::generate(const std::string &prompt, int max_new_tokens, dou
   if (top_k < 0) fail(Status::invalid_argument, "top_k must be >= 0 (0 = every token), got ", top_k);
   if (!(top_p > 0 && top_p <= 1))
     fail(Status::invalid_argument, "top_p must be in (0, 1] (1 = every token), got ", top_p);
+  // Another tokenizer would read the model's ids as other text.
+  if (!loaded_tokenizer_.empty() && loaded_tokenizer_ != opt_.tokenizer)
+    fail(Status::invalid_config, "the loaded checkpoint was trained with tokenizer_type ",
+         loaded_tokenizer_, ", this run has ", opt_.tokenizer, ": give tokenizer_type ",
+         loaded_tokenizer_, " (and its files) to generate with it");
   run_on_ranks([&](Rank &r) {
     r.text = rank_generate(r, prompt, max_new_tokens, temperature, seed, top_k, top_p);
   });

@@ -103,6 +103,26 @@ cli.expect("a flag the recipe sets", [recipe, "--hf-model", "hf", "--corpus", "c
            "--load is set by the recipe")
 cli.expect("no --workdir", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl"], False,
            "--workdir is required")
+cli.expect("a work directory inside the model's", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
+                                                  "--workdir", "hf/w"], False,
+           "is the model's directory or inside it")
+cli.expect("a work directory that is a file", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
+                                               "--workdir", "corpus.jsonl"], False,
+           "exists and is not a directory")
+with open(os.path.join(work, "other.jsonl"), "w") as f:
+    f.write(json.dumps({"text": "another corpus"}) + "\n")
+shutil.move(os.path.join(work, "run", "finetuned"), os.path.join(work, "second_finetuned"))
+shutil.move(os.path.join(work, "run", "hf"), os.path.join(work, "second_hf"))
+cli.expect("another corpus into the same work directory",
+           [recipe, "--hf-model", "hf", "--corpus", "other.jsonl", "--workdir", "run"], False,
+           "holds the import and dataset of other inputs")
+cli.expect("a flag without its value", [recipe, "--hf-model", "--corpus", "corpus.jsonl",
+                                        "--workdir", "w5"], False, "--hf-model needs a value")
+cli.expect("a bad --corpus-format", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
+                                     "--workdir", "w6", "--corpus-format", "csv"], False,
+           "allowed: jsonl, lines, file, fortune")
+if os.path.exists(os.path.join(work, "w6")):
+    cli.failures.append("a bad --corpus-format made its work directory (checked after the import?)")
 os.makedirs(os.path.join(work, "no_tok"))
 shutil.copy(os.path.join(hf, "config.json"), os.path.join(work, "no_tok", "config.json"))
 cli.expect("no tokenizer.json", [recipe, "--hf-model", "no_tok", "--corpus", "corpus.jsonl",

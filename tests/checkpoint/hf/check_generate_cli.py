@@ -37,6 +37,22 @@ cli.expect("no checkpoint", ["generate", "--load", "nothing", "--prompt", "x"], 
 cli.expect("outside the vocabulary", ["generate", "--load", "ckpt", "--prompt", "The "], False,
            "token 104 at position 1 is outside the vocabulary [0, 103)")
 cli.expect("top_p 0", gen + ["--temperature", "1", "--top-p", "0"], False, "top_p must be in (0, 1]")
+# A checkpoint trained with its own schedule and seed loads (generation needs
+# the weights only); one trained with another tokenizer is refused by name.
+repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
+cli.expect("a trained model", [os.path.join(repo, "scripts", "train_gpt.lua"), "--num-layers", "2",
+                               "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "32",
+                               "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "2",
+                               "--lr", "0.002", "--min-lr", "0.0002", "--seed", "7", "--eval-iters", "1",
+                               "--sample-tokens", "0", "--save", "trained", "--data-path", "bytes.ptdp",
+                               "--corpus", os.path.join(repo, "tests", "data", "capi_corpus.txt"),
+                               "--corpus-format", "lines"], True)
+cli.expect("generate from it", ["generate", "--load", "trained", "--prompt", "The ",
+                                "--max-new-tokens", "5"], True, "The ")
+cli.expect("generate with another tokenizer", ["generate", "--load", "trained", "--prompt", "The ",
+                                               "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-file",
+                                               os.path.join(repo, "tests", "data", "llama_tok", "llama3.json")],
+           False, "trained with tokenizer_type byte, this run has HuggingFaceTokenizer")
 cli.expect("export", ["ckpt", "export-safetensors", "ckpt", "exported"], True)
 for f in ("model.safetensors", "config.json", "generation_config.json"):
     if not os.path.exists(os.path.join(work, "exported", f)):
