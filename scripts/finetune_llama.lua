@@ -74,11 +74,10 @@ for _, k in ipairs { 'hf_model', 'corpus', 'workdir' } do
   if opts[k] == '' then fail('--' .. k:gsub('_', '-') .. ' is required (--help lists the flags)') end
 end
 
-local function exists(path)
-  local f = io.open(path, 'rb')
-  if f then f:close() end
-  return f ~= nil
-end
+-- Whether path is there, without opening it (opening a FIFO would wait).
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int access(const char *path, int mode);')
+local function exists(path) return ffi.C.access(path, 0) == 0 end
 local tokenizer_file = opts.hf_model .. '/tokenizer.json'
 if not exists(opts.hf_model .. '/config.json') then
   fail(string.format("--hf-model '%s' has no config.json: give the model directory as " ..
