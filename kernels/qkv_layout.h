@@ -11,6 +11,7 @@
 #include <cstddef>
 
 #include "engine/core/philox.h"  // PTDP_HOST_DEVICE
+#include "engine/core/status.h"
 
 namespace ptdp {
 
@@ -30,5 +31,13 @@ struct QkvLayout {
   PTDP_HOST_DEVICE size_t v_col(int unit) const { return k_col(unit) + hd; }
   PTDP_HOST_DEVICE size_t ctx_col(int bi, int head) const { return ((size_t)bi * heads + head) * hd; }
 };
+
+// The one check of a head count and its key/value groups, for the op table
+// and for the kernels called directly (tests, benchmarks).
+inline void check_attention_groups(const char *op, int heads, int groups) {
+  if (groups < 1 || groups > heads || heads % groups != 0)
+    fail(Status::invalid_argument, op, ": ", groups, " key/value groups for ", heads,
+         " heads (allowed: a divisor of heads, 1 .. ", heads, ")");
+}
 
 }  // namespace ptdp

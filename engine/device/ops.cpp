@@ -32,10 +32,4 @@ void check_sizes(const char *op, std::initializer_list<OpSize> sizes) {
       fail(Status::invalid_argument, op, ": ", s.name, " = ", s.value, " (allowed: >= 0)");
 }
 
-void check_attention_groups(const char *op, int heads, int groups) {
-  if (groups < 1 || groups > heads || heads % groups != 0)
-    fail(Status::invalid_argument, op, ": ", groups, " key/value groups for ", heads,
-         " heads (allowed: a divisor of heads, 1 .. ", heads, ")");
-}
-
 }  // namespace ptdp

@@ -25,6 +25,7 @@
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/device/device.h"
+#include "kernels/qkv_layout.h"  // check_attention_groups
 #include "engine/device/op_profile.h"
 
 namespace ptdp {
@@ -84,8 +85,6 @@ struct OpSize {
 };
 // Fails with Status::invalid_argument naming the first negative size.
 void check_sizes(const char *op, std::initializer_list<OpSize> sizes);
-// Attention's key/value groups: 1 <= groups <= heads and groups divides heads.
-void check_attention_groups(const char *op, int heads, int groups);
 
 // Each op is a public, non-virtual entry that checks what every backend
 // requires (here, once), times the call when profiling is on, and runs the

@@ -11,7 +11,7 @@ using namespace gpt_detail;
 
 template <class T>
 void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepContext &ctx) {
-  const int w = width_, A = heads_, hd = cfg_.head_dim();
+  const int A = heads_, hd = cfg_.head_dim();
   if (flash_) {
     DropoutSpec d{{seed_, dropout_stream(l, kAttentionProbs), ctx.iteration},
                   ctx.training ? cfg_.attention_dropout : 0.f,
@@ -20,36 +20,43 @@ void GPT<T>::attention_forward(int l, LayerActs &a, int s, int b, const StepCont
                                   T(1) / std::sqrt((T)hd), tp_.rank * A, d);
     return;
   }
-  // Grouped-query attention: heads_ = groups_ * r, qkv's rows [groups_, r + 2,
-  // hd]. Query slot j of every (bi, group) is one strided batch: batch k = bi *
-  // groups_ + g is head g*r + j, whose probabilities and context sit at
-  // uniform strides; the group's K and V are read by all r slots, never copied.
-  // Without grouping (r = 1) these are single batched GEMMs over [a, 3, hd].
-  const int r = A / groups_, batches = b * groups_, ld_qkv = b * qkv_width_, ld_ctx = b * w;
-  const int row = (r + 2) * hd;  // a group's width in qkv
-  const int64_t ss = (int64_t)s * s;
-  CAct V = a.qkv.data() + (int64_t)(r + 1) * hd;
   // Selective recomputation keeps no probabilities: they go to scratch.
   const bool keep = !rc_.selective;
   CAct pd = attention_probs(l, a, keep ? a.probs.data() : core_probs_.data(),
                             keep ? a.probs_drop.data() : core_probs_drop_.data(), s, b, ctx);
+  attention_context(pd, a.qkv.data(), s, s, b, a.ctxv.data());
+}
+
+// Grouped-query attention: heads_ = groups_ * r, qkv's rows [groups_, r + 2,
+// hd]. Query slot j of every (bi, group) is one strided batch: batch k = bi *
+// groups_ + g is head g*r + j, whose probabilities and context sit at uniform
+// strides; the group's K and V are read by all r slots, never copied. Without
+// grouping (r = 1) these are single batched GEMMs over [a, 3, hd].
+template <class T>
+void GPT<T>::attention_scores(CAct Q, CAct kv, Act P, int s, int sk, int b) {
+  const int hd = cfg_.head_dim(), r = heads_ / groups_, ld = b * qkv_width_, row = (r + 2) * hd;
+  const int64_t ps = (int64_t)s * sk;  // one head's scores
   for (int j = 0; j < r; j++)
-    ops_->gemm_strided_batched(false, false, s, hd, s, 1, pd + j * ss, s, r * ss, V, ld_qkv, row, 0,
-                               a.ctxv.data() + (int64_t)j * hd, ld_ctx, (int64_t)r * hd, batches);
+    ops_->gemm_strided_batched(false, true, s, sk, hd, 1, Q + (int64_t)j * hd, ld, row,
+                               kv + (int64_t)r * hd, ld, row, 0, P + j * ps, sk, r * ps, b * groups_);
+}
+
+template <class T>
+void GPT<T>::attention_context(CAct P, CAct kv, int s, int sk, int b, Act ctx) {
+  const int hd = cfg_.head_dim(), r = heads_ / groups_, ld = b * qkv_width_, row = (r + 2) * hd;
+  const int64_t ps = (int64_t)s * sk;
+  for (int j = 0; j < r; j++)
+    ops_->gemm_strided_batched(false, false, s, hd, sk, 1, P + j * ps, sk, r * ps,
+                               kv + (int64_t)(r + 1) * hd, ld, row, 0, ctx + (int64_t)j * hd,
+                               b * width_, (int64_t)r * hd, b * groups_);
 }
 
 template <class T>
 CAct GPT<T>::attention_probs(int l, const LayerActs &a, Act probs, Act probs_drop, int s, int b,
                              const StepContext &ctx) {
   const int A = heads_, hd = cfg_.head_dim();
-  const int r = A / groups_, batches = b * groups_, ld_qkv = b * qkv_width_;
-  const int row = (r + 2) * hd;  // a group's width in qkv
-  const int64_t ss = (int64_t)s * s;
-  CAct qkv = a.qkv.data(), K = qkv + (int64_t)r * hd;
   // (Skipping the causal upper-right blocks was measured: smaller GEMMs ate the gain.)
-  for (int j = 0; j < r; j++)
-    ops_->gemm_strided_batched(false, true, s, s, hd, 1, qkv + (int64_t)j * hd, ld_qkv, row, K,
-                               ld_qkv, row, 0, probs + j * ss, s, r * ss, batches);
+  attention_scores(a.qkv.data(), a.qkv.data(), probs, s, s, b);
   ops_->scale_mask_softmax_forward(probs, probs, b * A, s, s, T(1) / std::sqrt((T)hd), true,
                                    nullptr);
   if (!ctx.training || cfg_.attention_dropout <= 0) return probs;
@@ -120,26 +127,21 @@ void GPT<T>::attention_backward(int l, const LayerActs &a, Act dqkv, int s, int 
 // sees every cached position.
 template <class T>
 void GPT<T>::attention_decode(int li, LayerActs &a, int s, int b, int pos0) {
-  const int w = width_, A = heads_, hd = cfg_.head_dim();
-  const int r = A / groups_, batches = b * groups_, ld_qkv = b * qkv_width_, ld_ctx = b * w;
-  const int row = (r + 2) * hd, sk = pos0 + s;
-  const int64_t ps = (int64_t)s * sk;  // one head's probabilities [s, sk]
+  const int A = heads_, hd = cfg_.head_dim(), sk = pos0 + s;
+  const size_t n = (size_t)b * A * s * sk;  // the probabilities [b*a, s, sk]
   CAct cache = kv_cache_[(size_t)li].data();
-  CAct Q = cache + (int64_t)pos0 * ld_qkv, K = cache + (int64_t)r * hd, V = cache + (int64_t)(r + 1) * hd;
-  if (decode_probs_.size() < (size_t)b * A * ps) decode_probs_.resize(*dev_, (size_t)b * A * ps, act_);
+  if (decode_probs_.size() < n) decode_probs_.resize(*dev_, n, act_);
   Act P = decode_probs_.data();
-  for (int j = 0; j < r; j++)
-    ops_->gemm_strided_batched(false, true, s, sk, hd, 1, Q + (int64_t)j * hd, ld_qkv, row, K,
-                               ld_qkv, row, 0, P + j * ps, sk, r * ps, batches);
+  attention_scores(cache + (int64_t)pos0 * b * qkv_width_, cache, P, s, sk, b);
   ops_->scale_mask_softmax_forward(P, P, b * A, s, sk, T(1) / std::sqrt((T)hd), pos0 == 0, nullptr);
-  for (int j = 0; j < r; j++)
-    ops_->gemm_strided_batched(false, false, s, hd, sk, 1, P + j * ps, sk, r * ps, V, ld_qkv, row, 0,
-                               a.ctxv.data() + (int64_t)j * hd, ld_ctx, (int64_t)r * hd, batches);
+  attention_context(P, cache, s, sk, b, a.ctxv.data());
 }
 
 #define PTDP_INSTANTIATE(T)                                                                 \
   template void GPT<T>::attention_forward(int, LayerActs &, int, int, const StepContext &); \
   template void GPT<T>::attention_decode(int, LayerActs &, int, int, int);                  \
+  template void GPT<T>::attention_scores(CAct, CAct, Act, int, int, int);                   \
+  template void GPT<T>::attention_context(CAct, CAct, int, int, int, Act);                  \
   template void GPT<T>::attention_backward(int, const LayerActs &, Act, int, int,            \
                                            const StepContext &);                            \
   template CAct GPT<T>::attention_probs(int, const LayerActs &, Act, Act, int, int,          \

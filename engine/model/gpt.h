@@ -273,6 +273,11 @@ class GPT {
   // Incremental decoding: the queries of this forward's s rows (at positions
   // pos0..) against every cached key and value of local layer li, into a.ctxv.
   void attention_decode(int li, LayerActs &a, int s, int b, int pos0);
+  // The unfused core's two products, for training and decoding alike: queries
+  // Q (s rows of QKV's layout) against the keys of kv (sk rows: QKV itself or
+  // a decoding cache), P [b*a/t, s, sk] = Q K^T unscaled; then ctx = P V.
+  void attention_scores(CAct Q, CAct kv, Act P, int s, int sk, int b);
+  void attention_context(CAct P, CAct kv, int s, int sk, int b, Act ctx);
   // Checks a kv_cache forward of chunk `chunk` and sizes its caches (pos0 = 0).
   void start_kv_forward(int chunk, int s, int b, int pos0);
   // In: dctx_. Out: dqkv [N, q].

@@ -328,7 +328,7 @@ void flash_attention_forward(T *ctx, float *lse, const T *qkv, int s, int b, int
                              int groups, int hd, float scale, int head_offset,
                              const DropoutSpec &d, cudaStream_t stream) {
   check_head_dim(hd, "flash_attention_forward");
-  check_groups(heads, groups, "flash_attention_forward");
+  check_attention_groups("flash_attention_forward", heads, groups);
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_attention_drop(d, head_offset);
   const int blocks = grid_blocks(s, kRows, b * heads, "flash_attention_forward");
@@ -348,7 +348,7 @@ void flash_attention_backward(T *dqkv, const T *dctx, const T *ctx, const T *qkv
                               float scale, int head_offset, const DropoutSpec &d,
                               cudaStream_t stream) {
   check_head_dim(hd, "flash_attention_backward");
-  check_groups(heads, groups, "flash_attention_backward");
+  check_attention_groups("flash_attention_backward", heads, groups);
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_attention_drop(d, head_offset);
   const int bh = b * heads;

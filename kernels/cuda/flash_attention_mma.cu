@@ -643,7 +643,7 @@ void flash_attention_forward_mma(G *ctx, float *lse, const G *qkv, int s, int b,
                                  const DropoutSpec &d, DType mma, cudaStream_t stream) {
   const char *what = "flash_attention_forward_mma";
   check_head_dim(hd, what);
-  check_groups(heads, groups, what);
+  check_attention_groups(what, heads, groups);
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_attention_drop(d, head_offset);
   const int blocks = grid_blocks(s, kRowTile, b * heads, what);
@@ -668,7 +668,7 @@ void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G 
                                   cudaStream_t stream, Gemm *dq_gemm, size_t dq_scratch_bytes) {
   const char *what = "flash_attention_backward_mma";
   check_head_dim(hd, what);
-  check_groups(heads, groups, what);
+  check_attention_groups(what, heads, groups);
   if (s <= 0 || b <= 0 || heads <= 0) return;
   const Drop dr = make_attention_drop(d, head_offset);
   const QkvLayout L{b, heads, groups, hd};

@@ -162,13 +162,6 @@ inline void check_head_dim(int hd, const char *what) {
   if (hd < 1 || hd > kMaxHeadDim)
     fail(Status::invalid_argument, what, ": head dim hd=", hd, " is not in [1, ", kMaxHeadDim, "]");
 }
-// Key/value groups (the kernels are called directly by tests and benchmarks,
-// not only through Ops, which checks the same).
-inline void check_groups(int heads, int groups, const char *what) {
-  if (groups < 1 || groups > heads || heads % groups != 0)
-    fail(Status::invalid_argument, what, ": ", groups, " key/value groups for ", heads,
-         " heads (allowed: a divisor of heads, 1 .. ", heads, ")");
-}
 
 // Dynamic shared memory above the default 48 KiB needs an opt-in per kernel.
 template <class Kernel>
