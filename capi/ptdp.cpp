@@ -1,18 +1,16 @@
-// The C ABI: argument checks, exception-to-status translation, nothing else.
+// The engine's C ABI (capi/ptdp.h): argument checks, handle checks and
+// exception-to-status translation, nothing else. The tools are in ptdp_tools.cpp.
 #include "capi/ptdp.h"
 
-#include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstring>
+#include <memory>
 #include <mutex>
-#include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "capi/boundary.h"
 #include "capi/trainer_values.h"
-#include "checkpoints/disk_bandwidth.h"
 #include "checkpoints/inspect.h"
 #include "checkpoints/safetensors_export.h"
 #include "checkpoints/safetensors_import.h"
@@ -20,12 +18,8 @@
 #include "engine/core/allocator.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
-#include "engine/data/corpus.h"
-#include "engine/data/indexed_tokenize.h"
-#include "engine/trace/timeline_png.h"
-#include "engine/train/metrics_plot.h"
+#include "engine/train/metrics.h"
 #include "engine/train/trainer.h"
-#include "kernels/cpu/cpu_kernels.h"
 
 struct ptdp_config {
   ptdp::Config config;
@@ -36,50 +30,10 @@ struct ptdp_trainer {
 
 namespace {
 
-thread_local std::string g_last_error;
-
-// The C enum (capi/ptdp.h, literal: LuaJIT and ctypes read it as text) and
-// ptdp::Status must agree, every code.
-static_assert(PTDP_OK == (int)ptdp::Status::ok &&
-                  PTDP_ERR_INVALID_ARGUMENT == (int)ptdp::Status::invalid_argument &&
-                  PTDP_ERR_UNKNOWN_OPTION == (int)ptdp::Status::unknown_option &&
-                  PTDP_ERR_BAD_VALUE == (int)ptdp::Status::bad_value &&
-                  PTDP_ERR_INVALID_CONFIG == (int)ptdp::Status::invalid_config &&
-                  PTDP_ERR_WRONG_STATE == (int)ptdp::Status::wrong_state &&
-                  PTDP_ERR_IO == (int)ptdp::Status::io_error &&
-                  PTDP_ERR_CORRUPT_DATA == (int)ptdp::Status::corrupt_data &&
-                  PTDP_ERR_BUFFER_TOO_SMALL == (int)ptdp::Status::buffer_too_small &&
-                  PTDP_ERR_OUT_OF_MEMORY == (int)ptdp::Status::out_of_memory &&
-                  PTDP_ERR_INTERNAL == (int)ptdp::Status::internal &&
-                  PTDP_ERR_COMM == (int)ptdp::Status::comm_failure,
-              "status codes out of sync: capi/ptdp.h against engine/core/status.h");
-
-ptdp_status set_error(ptdp::Status code, const std::string &msg) {
-  g_last_error = msg;
-  return (ptdp_status)code;
-}
-
-// Runs f, turning every exception into a status code and ptdp_last_error text.
-template <class F>
-ptdp_status guard(F &&f) {
-  try {
-    f();
-    g_last_error.clear();
-    return PTDP_OK;
-  } catch (const ptdp::Error &e) {
-    return set_error(e.code(), e.what());
-  } catch (const std::bad_alloc &) {
-    return set_error(ptdp::Status::out_of_memory, "out of memory");
-  } catch (const std::exception &e) {
-    return set_error(ptdp::Status::internal, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return set_error(ptdp::Status::internal, "internal error: unknown exception");
-  }
-}
-
-void require(const void *p, const char *what) {
-  if (!p) ptdp::fail(ptdp::Status::invalid_argument, what, " must not be NULL");
-}
+using ptdp::capi::check_buffer;
+using ptdp::capi::copy_out;
+using ptdp::capi::guard;
+using ptdp::capi::require;
 
 // Every live handle and its kind, so that a wrong, destroyed or never-created
 // handle is an error, not a crash: checked by address before anything is read
@@ -122,28 +76,11 @@ bool unregister_handle(const void *p, HandleKind k, const char *fn) {
   std::lock_guard<std::mutex> lock(g_handles_mutex);
   const std::string why = not_live(p, k, "the handle");
   if (!why.empty()) {
-    g_last_error = std::string(fn) + ": " + why + "; nothing was destroyed";
+    ptdp::capi::last_error() = std::string(fn) + ": " + why + "; nothing was destroyed";
     return false;
   }
   handles().erase(p);
   return true;
-}
-
-// A C array argument of n strings: every one non-NULL, at least one when
-// `nonempty` (inputs), any number otherwise (options; NULL when n = 0).
-std::vector<std::string> strings(const char *const *a, int32_t n, const char *name, bool nonempty) {
-  if (nonempty) require(a, name);
-  if (nonempty ? n <= 0 : n < 0)
-    ptdp::fail(ptdp::Status::invalid_argument, "num_", name, " must be ",
-               nonempty ? "positive" : "zero or more", ", got ", n);
-  if (n > 0 && !a)
-    ptdp::fail(ptdp::Status::invalid_argument, name, " must hold num_", name, " (", n, ") strings");
-  std::vector<std::string> out;
-  for (int32_t i = 0; i < n; i++) {
-    if (!a[i]) ptdp::fail(ptdp::Status::invalid_argument, name, "[", i, "] must not be NULL");
-    out.emplace_back(a[i]);
-  }
-  return out;
 }
 
 // Option `index` of the schema; invalid_argument outside it.
@@ -152,24 +89,6 @@ const ptdp::OptionSpec &option_at(int32_t index) {
   if (index < 0 || index >= (int32_t)s.size())
     ptdp::fail(ptdp::Status::invalid_argument, "option index ", index, " is outside [0, ", s.size(), ")");
   return s[index];
-}
-
-// A caller's text buffer: NULL only with cap 0 (asking for the size).
-// Checked on entry, before any work is done for the text.
-void check_buffer(const char *buf, size_t cap) {
-  if (!buf && cap > 0)
-    ptdp::fail(ptdp::Status::invalid_argument, "buffer is NULL but cap is ", cap,
-               " (pass cap 0 with a NULL buffer to ask for the size)");
-}
-
-// Copies s into the caller's buffer (NUL-terminated) or reports the size needed.
-void copy_out(const std::string &s, char *buf, size_t cap, size_t *out_len) {
-  check_buffer(buf, cap);
-  if (out_len) *out_len = s.size();
-  if (!buf || cap < s.size() + 1)
-    ptdp::fail(ptdp::Status::buffer_too_small, "buffer of ", cap, " bytes is too small: ",
-               s.size() + 1, " bytes needed (the size without NUL is returned in out_len)");
-  std::memcpy(buf, s.c_str(), s.size() + 1);
 }
 
 }  // namespace
@@ -190,7 +109,7 @@ const char *ptdp_status_string(ptdp_status s) {
   if (s < 0 || s > PTDP_ERR_COMM) return "unknown status code";
   return ptdp::status_string((ptdp::Status)s);
 }
-const char *ptdp_last_error(void) { return g_last_error.c_str(); }
+const char *ptdp_last_error(void) { return ptdp::capi::last_error().c_str(); }
 
 ptdp_status ptdp_config_create(ptdp_config **out) {
   return guard([&] {
@@ -572,124 +491,8 @@ ptdp_status ptdp_checkpoint_import_safetensors(const char *safetensors_path,
   });
 }
 
-ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs, const char *format,
-                          const char *tokenizer, const char *output_path, int64_t *num_docs,
-                          int64_t *num_tokens) {
-  return guard([&] {
-    require(format, "format");
-    require(tokenizer, "tokenizer");
-    require(output_path, "output_path");
-    const std::vector<std::string> in = strings(inputs, num_inputs, "inputs", true);
-    auto tok = ptdp::make_tokenizer(tokenizer);
-    ptdp::CorpusStats st = ptdp::build_token_dataset(in, format, *tok, output_path);
-    if (num_docs) *num_docs = (int64_t)st.num_docs;
-    if (num_tokens) *num_tokens = (int64_t)st.num_tokens;
-  });
-}
-
-ptdp_status ptdp_tokenize_options(const char *const *inputs, int32_t num_inputs,
-                                  const char *const *options, int32_t num_options,
-                                  int64_t *num_docs, int64_t *num_tokens) {
-  return guard([&] {
-    const std::vector<std::string> in = strings(inputs, num_inputs, "inputs", true),
-                                   kv = strings(options, num_options, "options", false);
-    ptdp::TokenizeOptions o = ptdp::parse_tokenize_options(kv);
-    auto tok = ptdp::make_tokenizer(o.tokenizer);
-    ptdp::CorpusStats st = ptdp::build_token_dataset(in, o.format, *tok, o.output, o.workers);
-    if (num_docs) *num_docs = (int64_t)st.num_docs;
-    if (num_tokens) *num_tokens = (int64_t)st.num_tokens;
-  });
-}
-
-ptdp_status ptdp_tokenize_indexed(const char *const *inputs, int32_t num_inputs,
-                                  const char *const *options, int32_t num_options,
-                                  int64_t *num_docs, int64_t *num_tokens) {
-  return guard([&] {
-    const std::vector<std::string> in = strings(inputs, num_inputs, "inputs", true),
-                                   kv = strings(options, num_options, "options", false);
-    ptdp::IndexedTokenizeOptions o = ptdp::parse_indexed_tokenize_options(kv);
-    auto tok = ptdp::make_tokenizer(o.tokenizer);
-    std::vector<ptdp::IndexedOutput> out = ptdp::build_indexed_dataset(in, o, *tok);
-    for (size_t k = 0; k < out.size(); k++) {
-      if (num_docs) num_docs[k] = (int64_t)out[k].num_docs;
-      if (num_tokens) num_tokens[k] = (int64_t)out[k].num_tokens;
-    }
-  });
-}
-
-ptdp_status ptdp_render_timeline(const char *trace_json, const char *png, int32_t width) {
-  return guard([&] {
-    require(trace_json, "trace_json");
-    require(png, "png");
-    ptdp::render_timeline_png(trace_json, png, width == 0 ? 1600 : width);
-  });
-}
-
-ptdp_status ptdp_plot_log(const char *log_json, const char *png) {
-  return guard([&] {
-    require(log_json, "log_json");
-    require(png, "png");
-    ptdp::plot_metrics_png(log_json, png);
-  });
-}
-
 ptdp_status ptdp_abort_job(const char *reason) {
   return guard([&] { ptdp::abort_mpi_job_if_running(reason ? reason : "job aborted"); });
 }
 
-ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double *write_gbps,
-                                double *read_gbps) {
-  return guard([&] {
-    require(dir, "dir");
-    require(write_gbps, "write_gbps");
-    require(read_gbps, "read_gbps");
-    const ptdp::DiskBandwidth bw = ptdp::measure_disk_bandwidth(dir, bytes);
-    *write_gbps = bw.write_gbps;
-    *read_gbps = bw.read_gbps;
-  });
-}
-
-ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops) {
-  return guard([&] {
-    require(gflops, "gflops");
-    if (n <= 0 || n > 16384 || repeats <= 0)
-      ptdp::fail(ptdp::Status::invalid_argument, "need 0 < n <= 16384 and repeats > 0, got n=", n,
-                 " repeats=", repeats);
-    std::vector<float> a((size_t)n * n), b((size_t)n * n), c((size_t)n * n);
-    for (size_t i = 0; i < a.size(); i++) {
-      a[i] = (float)((i * 7 + 3) % 13) * 0.01f;
-      b[i] = (float)((i * 5 + 1) % 11) * 0.01f;
-    }
-    ptdp::cpu::gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
-    auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < repeats; r++)
-      ptdp::cpu::gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(),
-                             n);
-    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    *gflops = 2.0 * n * (double)n * n * repeats / sec / 1e9;
-  });
-}
-
 }  // extern "C"
-
-// ---- the planner (engine/plan) ----------------------------------------------------
-#include "engine/plan/plan.h"
-
-extern "C" ptdp_status ptdp_plan(const char *const *options, int32_t num_options, char *buf,
-                                 size_t cap, size_t *out_len) {
-  return guard([&] {
-    if (num_options > 4096)
-      ptdp::fail(ptdp::Status::invalid_argument, "num_options must be in [0, 4096], got ", num_options);
-    std::vector<std::pair<std::string, std::string>> kv;
-    for (const std::string &o : strings(options, num_options, "options", false)) {
-      if (o == "help" || o == "--help") {
-        kv.push_back({"help", ""});
-        continue;
-      }
-      auto [key, value] = ptdp::split_key_value(
-          o, "plan option", "Megatron's argument names, e.g. num_layers=24 (help lists them)");
-      kv.push_back({std::move(key), std::move(value)});
-    }
-    copy_out(ptdp::plan::plan_report(kv), buf, cap, out_len);
-  });
-}

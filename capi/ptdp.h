@@ -16,7 +16,10 @@
  * the NUL) in *out_len; PTDP_ERR_BUFFER_TOO_SMALL means call again with more.
  * No C++ exception or abort crosses this boundary. The declarations between
  * the ffi markers contain no preprocessor lines, so LuaJIT's ffi.cdef and
- * Python's ctypes bind them as they are. */
+ * Python's ctypes bind them as they are (a binding drops the PTDP_API and
+ * PTDP_DEPRECATED(...) markers). This header is the engine: configuration,
+ * trainer, checkpoints; capi/ptdp_tools.h adds the tools (tokenizers, drawings,
+ * benchmarks, the planner) from the same library. */
 #ifndef PTDP_H
 #define PTDP_H
 
@@ -31,6 +34,14 @@
 #define PTDP_API __attribute__((visibility("default")))
 #else
 #define PTDP_API
+#endif
+
+/* A function another one supersedes: it keeps working, the compiler warns
+ * (define PTDP_ALLOW_DEPRECATED before including to silence it). */
+#if defined(PTDP_ALLOW_DEPRECATED) || defined(PTDP_BUILDING_LIBRARY)
+#define PTDP_DEPRECATED(why)
+#else
+#define PTDP_DEPRECATED(why) __attribute__((deprecated(why)))
 #endif
 
 #ifdef __cplusplus
@@ -241,6 +252,7 @@ PTDP_API ptdp_status ptdp_trainer_logits(ptdp_trainer *trainer, const int32_t *i
  * temperature 0 = greedy; otherwise sampling keyed by `seed`, so a retry with a
  * larger buffer returns the same text. The text is valid UTF-8: an ill-formed
  * part (a character the model cut short) becomes U+FFFD. */
+PTDP_DEPRECATED("use ptdp_trainer_generate_top with top_k 0, top_p 1")
 PTDP_API ptdp_status ptdp_trainer_generate(ptdp_trainer *trainer, const char *prompt,
                                            int32_t max_new_tokens, double temperature,
                                            uint64_t seed, char *buf, size_t cap,
@@ -268,6 +280,7 @@ PTDP_API ptdp_status ptdp_checkpoint_inspect(const char *dir, char *buf, size_t 
                                              size_t *out_len);
 PTDP_API ptdp_status ptdp_checkpoint_verify(const char *dir, char *buf, size_t cap,
                                             size_t *out_len);
+PTDP_DEPRECATED("use ptdp_checkpoint_export_safetensors_dtype with dtype NULL")
 PTDP_API ptdp_status ptdp_checkpoint_export_safetensors(const char *dir, const char *out_path);
 /* The same export with its tensors in `dtype`: "f32" (NULL means it too),
  * "bf16" or "f16", rounded to nearest even. Another name is PTDP_ERR_BAD_VALUE
@@ -291,82 +304,11 @@ PTDP_API ptdp_status ptdp_checkpoint_export_safetensors_dtype(const char *dir,
 PTDP_API ptdp_status ptdp_checkpoint_import_safetensors(const char *safetensors_path,
                                                         const char *config_path, const char *dir);
 
-/* Tokenizes text files (or every file of a directory) into a ptdp token
- * dataset (one file; documents shuffled, each ending with the end-of-document
- * token). format: fortune | lines | file; tokenizer: byte (a tokenizer that
- * needs files goes through ptdp_tokenize_options). Counts may be NULL. */
-PTDP_API ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs,
-                                   const char *format, const char *tokenizer,
-                                   const char *output_path, int64_t *num_docs,
-                                   int64_t *num_tokens);
-
-/* ptdp_tokenize with num_options "key=value" strings: output=FILE (required);
- * format=fortune (default) | lines | file; tokenizer_type=byte (default) |
- * GPT2BPETokenizer, which takes vocab_file=vocab.json + merge_file=merges.txt
- * or tokenizer_file=tokenizer.json (Hugging Face's, of a GPT-2 byte-level
- * BPE); workers=N threads encoding (default 1, 0: one per core, at most
- * 1024; the file is the same for any N). A file given to the byte tokenizer,
- * or GPT2BPETokenizer without its files, is PTDP_ERR_INVALID_CONFIG; an unreadable file PTDP_ERR_IO; a
- * malformed one PTDP_ERR_CORRUPT_DATA. Counts may be NULL. */
-PTDP_API ptdp_status ptdp_tokenize_options(const char *const *inputs, int32_t num_inputs,
-                                           const char *const *options, int32_t num_options,
-                                           int64_t *num_docs, int64_t *num_tokens);
-
-/* Tokenizes text into Megatron-LM's indexed dataset (PREFIX.bin + PREFIX.idx,
- * byte for byte as Megatron's tools/preprocess_data.py writes it). options:
- * num_options "key=value" strings: output_prefix=P (required);
- * format=jsonl (default) | fortune | lines | file; json_keys=text[,KEY...]
- * (jsonl only; default text); tokenizer_type=byte (default) | GPT2BPETokenizer
- * with vocab_file + merge_file or tokenizer_file (as ptdp_tokenize_options);
- * append_eod=0|1
- * (default 0, as Megatron's --append-eod); workers=N (as ptdp_tokenize_options). Writes P_KEY_document.bin and
- * P_KEY_document.idx for each key (Megatron's names; KEY is text for the
- * formats other than jsonl): P_KEY_document is what data_path takes.
- * num_docs, num_tokens: NULL, or arrays with one entry per key, in order. */
-PTDP_API ptdp_status ptdp_tokenize_indexed(const char *const *inputs, int32_t num_inputs,
-                                           const char *const *options, int32_t num_options,
-                                           int64_t *num_docs, int64_t *num_tokens);
-
-/* Draws a Chrome trace written by the `timeline` option as a PNG, one lane per
- * rank, time left to right: forward spans light and backward spans dark in a
- * colour per micro-batch, communication as a grey band. width in pixels
- * (0 = 1600; otherwise 140 to 8192). */
-PTDP_API ptdp_status ptdp_render_timeline(const char *trace_json, const char *png, int32_t width);
-
-/* Draws a metrics file written by train_gpt.lua's --log-json (JSON lines) as a
- * PNG: the training and validation loss against iteration above, the learning
- * rate against iteration below, with numbered axes and a legend. A missing
- * file is PTDP_ERR_IO; lines that are not JSON, or no iteration logged,
- * PTDP_ERR_CORRUPT_DATA; a png that is a directory, a device or the log
- * itself PTDP_ERR_INVALID_ARGUMENT. The PNG is written atomically. */
-PTDP_API ptdp_status ptdp_plot_log(const char *log_json, const char *png);
-
 /* Under mpirun: prints `reason` and stops every process of the job at once, so
  * that the others do not wait for this one until their communication timeout
  * (the launcher calls it when a script fails). Without MPI it does nothing. */
 PTDP_API ptdp_status ptdp_abort_job(const char *reason);
 
-/* The machine's ceiling: GFLOP/s of an n x n x n fp32 GEMM (OpenBLAS, all threads). */
-PTDP_API ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops);
-/* The disk's raw sequential bandwidth under dir, in GB/s (1e9 bytes/s): a file
- * of `bytes` written with fsync, dropped from the page cache, read back, removed. */
-PTDP_API ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double *write_gbps,
-                                         double *read_gbps);
-/* The planner (`ptdp plan`; engine/plan): the paper's performance and memory
- * model of PTD-P training. options: num_options strings "key=value", keys
- * Megatron's argument names (num_layers, hidden_size, num_attention_heads,
- * seq_length, global_batch_size, micro_batch_size, tensor_model_parallel_size,
- * ...) plus machine (a preset or a JSON file), num_gpus, train_tokens,
- * calibrate, explain, top, format (text | records); "help" alone gives the
- * list. It enumerates the layouts, drops those that cannot work or do not fit
- * (saying why) and ranks the rest by predicted iteration time. The report's
- * last line is machine-readable: "tflops_per_gpu=X iteration_s=Y memory_gib=Z
- * tensor=T pipeline=P data=D micro_batch=B virtual=V" for the layout shown
- * first. An unknown key is PTDP_ERR_UNKNOWN_OPTION, a bad value
- * PTDP_ERR_BAD_VALUE, a layout that cannot work or nothing that fits
- * PTDP_ERR_INVALID_CONFIG; each message names what is wrong and what is allowed. */
-PTDP_API ptdp_status ptdp_plan(const char *const *options, int32_t num_options, char *buf,
-                               size_t cap, size_t *out_len);
 /* ffi-end */
 
 #ifdef __cplusplus

@@ -45,8 +45,9 @@ def bind(path):
         "ptdp_trainer_step_tokens": (C.c_int32, [vp, C.POINTER(C.c_int32), C.c_size_t,
                                                  C.POINTER(C.c_double)]),
         "ptdp_trainer_get": (C.c_int32, [vp, C.c_char_p, C.POINTER(C.c_double)]),
-        "ptdp_tokenize": (C.c_int32, [C.POINTER(C.c_char_p), C.c_int32, C.c_char_p, C.c_char_p,
-                                      C.c_char_p, C.POINTER(C.c_int64), C.POINTER(C.c_int64)]),
+        "ptdp_tokenize_options": (C.c_int32, [C.POINTER(C.c_char_p), C.c_int32,
+                                              C.POINTER(C.c_char_p), C.c_int32,
+                                              C.POINTER(C.c_int64), C.POINTER(C.c_int64)]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
@@ -110,7 +111,8 @@ def make_dataset(lib, workdir, lines, name):
     with open(txt, "w") as f:
         f.write("".join(line + "\n" for line in lines))
     inputs = (C.c_char_p * 1)(txt.encode())
-    call(lib, lib.ptdp_tokenize(inputs, 1, b"lines", b"byte", out.encode(), None, None))
+    options = (C.c_char_p * 3)(b"output=" + out.encode(), b"format=lines", b"tokenizer_type=byte")
+    call(lib, lib.ptdp_tokenize_options(inputs, 1, options, 3, None, None))
     return out
 
 

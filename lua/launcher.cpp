@@ -2,7 +2,7 @@
 // an embedded LuaJIT (ARCHITECTURE §7); `ptdp tokenize ...` builds a token dataset;
 // `ptdp timeline-png ...` draws a timeline trace as a picture; `ptdp plot ...`
 // draws a --log-json metrics file. Everything goes through the C ABI
-// (capi/ptdp.h), as any other program of the library's would.
+// (capi/ptdp.h and capi/ptdp_tools.h), as any other program of the library's would.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "capi/ptdp.h"
+#include "capi/ptdp_tools.h"
 
 extern "C" {
 #include <lauxlib.h>

@@ -5,23 +5,34 @@ local ffi = require 'ffi'
 
 local M = {}
 
--- Bind the declarations between the ffi markers of the header, which has no
+-- Bind the declarations between the ffi markers of the two headers, the
+-- engine's (capi/ptdp.h) and the tools' (capi/ptdp_tools.h), which have no
 -- preprocessor lines inside them (ARCHITECTURE §6).
 local here = debug.getinfo(1, 'S').source:match('^@(.*)/[^/]*$') or '.'
-local function read_header()
-  for _, p in ipairs { os.getenv('PTDP_HEADER') or '', here .. '/../capi/ptdp.h' } do
+-- The first readable of `paths` as text, and its path.
+local function read_first(paths, what, hint)
+  for _, p in ipairs(paths) do
     local f = p ~= '' and io.open(p, 'r')
     if f then
       local text = f:read('*a')
       f:close()
-      return text
+      return text, p
     end
   end
-  error('ptdp: cannot find capi/ptdp.h next to ' .. here .. ' (set PTDP_HEADER)')
+  error('ptdp: cannot find ' .. what .. ' next to ' .. here .. ' (' .. hint .. ')')
 end
-local header = read_header()
-local decls = header:match('/%* ffi%-begin %*/(.-)/%* ffi%-end %*/')
-ffi.cdef((decls:gsub('PTDP_API ', '')))
+local header, header_path = read_first({ os.getenv('PTDP_HEADER') or '', here .. '/../capi/ptdp.h' },
+                                       'capi/ptdp.h', 'set PTDP_HEADER')
+-- The tools' header sits beside the engine's.
+local tools_header = read_first({ (header_path:match('^(.*)/[^/]*$') or '.') .. '/ptdp_tools.h',
+                                  here .. '/../capi/ptdp_tools.h' },
+                                'capi/ptdp_tools.h', 'put it beside ptdp.h')
+local function ffi_decls(text)
+  local decls = text:match('/%* ffi%-begin %*/(.-)/%* ffi%-end %*/')
+  return (decls:gsub('PTDP_DEPRECATED%b()%s*', ''):gsub('PTDP_API ', ''))
+end
+ffi.cdef(ffi_decls(header))
+ffi.cdef(ffi_decls(tools_header))
 -- The version the header declares: the library must be the same one.
 local header_version = table.concat({ header:match('#define PTDP_VERSION_MAJOR (%d+)'),
                                       header:match('#define PTDP_VERSION_MINOR (%d+)'),

@@ -1,23 +1,26 @@
 #!/bin/sh
-# check_exports.sh LIBPTDP.so PTDP.h
+# check_exports.sh LIBPTDP.so HEADER...   (capi/ptdp.h capi/ptdp_tools.h)
 #
 # libptdp.so must export exactly its C ABI (ARCHITECTURE §6):
 #   1. every dynamic symbol the library defines starts with ptdp_ (besides the
 #      linker's own _init, _fini, __bss_start, _edata, _end, and version nodes);
-#   2. every function declared with PTDP_API in the header is exported, as a
-#      function (T).
+#   2. every function declared with PTDP_API in the headers is exported, as a
+#      function (T), and every exported ptdp_ function is declared in one of them.
 set -u
 LC_ALL=C
 export LC_ALL
 
-if [ $# -ne 2 ]; then
-  echo "usage: $0 LIBPTDP.so PTDP.h" >&2
+if [ $# -lt 2 ]; then
+  echo "usage: $0 LIBPTDP.so HEADER..." >&2
   exit 2
 fi
 lib=$1
-header=$2
+shift
+header="$*"
 [ -r "$lib" ] || { echo "FAIL: cannot read library '$lib'" >&2; exit 1; }
-[ -r "$header" ] || { echo "FAIL: cannot read header '$header'" >&2; exit 1; }
+for h in "$@"; do
+  [ -r "$h" ] || { echo "FAIL: cannot read header '$h'" >&2; exit 1; }
+done
 command -v nm >/dev/null 2>&1 || { echo "FAIL: nm not found" >&2; exit 1; }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ptdp_exports.XXXXXX") || exit 1
@@ -58,7 +61,7 @@ fi
 
 # 2. every PTDP_API function of the header is exported as a function.
 # Declarations: "PTDP_API <type> <name>(" on one line; skip the #define lines.
-grep -E '^[[:space:]]*PTDP_API[[:space:]]' "$header" |
+cat "$@" | grep -E '^[[:space:]]*PTDP_API[[:space:]]' |
   sed -E 's/\(.*//; s/.*[^A-Za-z0-9_]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*$/\1/' |
   sort -u >"$tmp/declared.txt"
 if [ ! -s "$tmp/declared.txt" ]; then

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "capi/ptdp.h"
+/* The deprecated functions are still part of the ABI and tested. */
+#define PTDP_ALLOW_DEPRECATED
+#include "capi/ptdp_tools.h"
 
 static int g_checks = 0;
 static const char *g_tmpdir = ".";

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "capi/ptdp.h"
+/* The deprecated functions are still part of the ABI and tested. */
+#define PTDP_ALLOW_DEPRECATED
+#include "capi/ptdp_tools.h"
 
 #define SEQ 16
 #define BATCH 8

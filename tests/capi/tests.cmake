@@ -38,7 +38,15 @@ add_test(NAME capi_ctypes
 # 3. libptdp.so exports exactly the PTDP_API functions
 add_test(NAME capi_exports
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/capi/check_exports.sh $<TARGET_FILE:ptdp>
-                 ${CMAKE_SOURCE_DIR}/capi/ptdp.h)
+                 ${CMAKE_SOURCE_DIR}/capi/ptdp.h ${CMAKE_SOURCE_DIR}/capi/ptdp_tools.h)
+
+# The superseded functions stay in the ABI but the compiler says what replaces
+# them: a call to one fails under -Werror=deprecated-declarations naming the
+# replacement, and compiles once PTDP_ALLOW_DEPRECATED is defined.
+add_test(NAME capi_deprecated
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/capi/check_deprecated.sh ${CMAKE_C_COMPILER}
+                 ${CMAKE_SOURCE_DIR} ${PTDP_TEST_TMP}/capi_deprecated)
+set_tests_properties(capi_deprecated PROPERTIES LABELS capi TIMEOUT 60)
 
 # examples/feed_from_python.py: batches from a Python generator, the same run
 # as the dataset's

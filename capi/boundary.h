@@ -1,0 +1,56 @@
+// What every C entry point shares: the thread's last error, the
+// exception-to-status guard, and the argument checks of pointers, string
+// arrays and caller-owned text buffers (capi/ptdp.cpp, capi/ptdp_tools.cpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "capi/ptdp.h"
+#include "engine/core/status.h"
+
+namespace ptdp::capi {
+
+// The text ptdp_last_error returns on this thread.
+std::string &last_error();
+
+inline ptdp_status set_error(Status code, const std::string &msg) {
+  last_error() = msg;
+  return (ptdp_status)code;
+}
+
+// Runs f, turning every exception into a status code and ptdp_last_error text.
+template <class F>
+ptdp_status guard(F &&f) {
+  try {
+    f();
+    last_error().clear();
+    return PTDP_OK;
+  } catch (const Error &e) {
+    return set_error(e.code(), e.what());
+  } catch (const std::bad_alloc &) {
+    return set_error(Status::out_of_memory, "out of memory");
+  } catch (const std::exception &e) {
+    return set_error(Status::internal, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return set_error(Status::internal, "internal error: unknown exception");
+  }
+}
+
+// invalid_argument naming `what` when p is NULL.
+void require(const void *p, const char *what);
+
+// A C array argument of n strings: every one non-NULL, at least one when
+// `nonempty` (inputs), any number otherwise (options; NULL when n = 0).
+std::vector<std::string> strings(const char *const *a, int32_t n, const char *name, bool nonempty);
+
+// A caller's text buffer: NULL only with cap 0 (asking for the size).
+// Checked on entry, before any work is done for the text.
+void check_buffer(const char *buf, size_t cap);
+
+// Copies s into the caller's buffer (NUL-terminated) or reports the size needed.
+void copy_out(const std::string &s, char *buf, size_t cap, size_t *out_len);
+
+}  // namespace ptdp::capi

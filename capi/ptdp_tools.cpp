@@ -1,0 +1,141 @@
+// The tools' C ABI (capi/ptdp_tools.h): tokenizers, drawings, benchmarks and
+// the planner, with the same boundary rules as the engine's (capi/boundary.h).
+#include "capi/ptdp_tools.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "capi/boundary.h"
+#include "checkpoints/disk_bandwidth.h"
+#include "engine/core/status.h"
+#include "engine/core/text.h"
+#include "engine/data/corpus.h"
+#include "engine/data/indexed_tokenize.h"
+#include "engine/plan/plan.h"
+#include "engine/trace/timeline_png.h"
+#include "engine/train/metrics_plot.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+using ptdp::capi::copy_out;
+using ptdp::capi::guard;
+using ptdp::capi::require;
+using ptdp::capi::strings;
+
+extern "C" {
+
+ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs, const char *format,
+                          const char *tokenizer, const char *output_path, int64_t *num_docs,
+                          int64_t *num_tokens) {
+  return guard([&] {
+    require(format, "format");
+    require(tokenizer, "tokenizer");
+    require(output_path, "output_path");
+    const std::vector<std::string> in = strings(inputs, num_inputs, "inputs", true);
+    auto tok = ptdp::make_tokenizer(tokenizer);
+    ptdp::CorpusStats st = ptdp::build_token_dataset(in, format, *tok, output_path);
+    if (num_docs) *num_docs = (int64_t)st.num_docs;
+    if (num_tokens) *num_tokens = (int64_t)st.num_tokens;
+  });
+}
+
+ptdp_status ptdp_tokenize_options(const char *const *inputs, int32_t num_inputs,
+                                  const char *const *options, int32_t num_options,
+                                  int64_t *num_docs, int64_t *num_tokens) {
+  return guard([&] {
+    const std::vector<std::string> in = strings(inputs, num_inputs, "inputs", true),
+                                   kv = strings(options, num_options, "options", false);
+    ptdp::TokenizeOptions o = ptdp::parse_tokenize_options(kv);
+    auto tok = ptdp::make_tokenizer(o.tokenizer);
+    ptdp::CorpusStats st = ptdp::build_token_dataset(in, o.format, *tok, o.output, o.workers);
+    if (num_docs) *num_docs = (int64_t)st.num_docs;
+    if (num_tokens) *num_tokens = (int64_t)st.num_tokens;
+  });
+}
+
+ptdp_status ptdp_tokenize_indexed(const char *const *inputs, int32_t num_inputs,
+                                  const char *const *options, int32_t num_options,
+                                  int64_t *num_docs, int64_t *num_tokens) {
+  return guard([&] {
+    const std::vector<std::string> in = strings(inputs, num_inputs, "inputs", true),
+                                   kv = strings(options, num_options, "options", false);
+    ptdp::IndexedTokenizeOptions o = ptdp::parse_indexed_tokenize_options(kv);
+    auto tok = ptdp::make_tokenizer(o.tokenizer);
+    std::vector<ptdp::IndexedOutput> out = ptdp::build_indexed_dataset(in, o, *tok);
+    for (size_t k = 0; k < out.size(); k++) {
+      if (num_docs) num_docs[k] = (int64_t)out[k].num_docs;
+      if (num_tokens) num_tokens[k] = (int64_t)out[k].num_tokens;
+    }
+  });
+}
+
+ptdp_status ptdp_render_timeline(const char *trace_json, const char *png, int32_t width) {
+  return guard([&] {
+    require(trace_json, "trace_json");
+    require(png, "png");
+    ptdp::render_timeline_png(trace_json, png, width == 0 ? 1600 : width);
+  });
+}
+
+ptdp_status ptdp_plot_log(const char *log_json, const char *png) {
+  return guard([&] {
+    require(log_json, "log_json");
+    require(png, "png");
+    ptdp::plot_metrics_png(log_json, png);
+  });
+}
+
+ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double *write_gbps,
+                                double *read_gbps) {
+  return guard([&] {
+    require(dir, "dir");
+    require(write_gbps, "write_gbps");
+    require(read_gbps, "read_gbps");
+    const ptdp::DiskBandwidth bw = ptdp::measure_disk_bandwidth(dir, bytes);
+    *write_gbps = bw.write_gbps;
+    *read_gbps = bw.read_gbps;
+  });
+}
+
+ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops) {
+  return guard([&] {
+    require(gflops, "gflops");
+    if (n <= 0 || n > 16384 || repeats <= 0)
+      ptdp::fail(ptdp::Status::invalid_argument, "need 0 < n <= 16384 and repeats > 0, got n=", n,
+                 " repeats=", repeats);
+    std::vector<float> a((size_t)n * n), b((size_t)n * n), c((size_t)n * n);
+    for (size_t i = 0; i < a.size(); i++) {
+      a[i] = (float)((i * 7 + 3) % 13) * 0.01f;
+      b[i] = (float)((i * 5 + 1) % 11) * 0.01f;
+    }
+    ptdp::cpu::gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < repeats; r++)
+      ptdp::cpu::gemm<float>(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(),
+                             n);
+    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    *gflops = 2.0 * n * (double)n * n * repeats / sec / 1e9;
+  });
+}
+
+}  // extern "C"
+
+extern "C" ptdp_status ptdp_plan(const char *const *options, int32_t num_options, char *buf,
+                                 size_t cap, size_t *out_len) {
+  return guard([&] {
+    if (num_options > 4096)
+      ptdp::fail(ptdp::Status::invalid_argument, "num_options must be in [0, 4096], got ", num_options);
+    std::vector<std::pair<std::string, std::string>> kv;
+    for (const std::string &o : strings(options, num_options, "options", false)) {
+      if (o == "help" || o == "--help") {
+        kv.push_back({"help", ""});
+        continue;
+      }
+      auto [key, value] = ptdp::split_key_value(
+          o, "plan option", "Megatron's argument names, e.g. num_layers=24 (help lists them)");
+      kv.push_back({std::move(key), std::move(value)});
+    }
+    copy_out(ptdp::plan::plan_report(kv), buf, cap, out_len);
+  });
+}

@@ -1,0 +1,93 @@
+/* ptdp tools — the C ABI of the tools around the engine (ARCHITECTURE §6):
+ * tokenizers into datasets, drawings of traces and metrics, machine
+ * benchmarks and the planner. The same library as capi/ptdp.h, under the
+ * same conventions (status codes, ptdp_last_error, caller-owned buffers);
+ * the declarations between the ffi markers contain no preprocessor lines. */
+#ifndef PTDP_TOOLS_H
+#define PTDP_TOOLS_H
+
+#include "ptdp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ffi-begin */
+/* Tokenizes text files (or every file of a directory) into a ptdp token
+ * dataset (one file; documents shuffled, each ending with the end-of-document
+ * token). format: fortune | lines | file; tokenizer: byte (a tokenizer that
+ * needs files goes through ptdp_tokenize_options). Counts may be NULL. */
+PTDP_DEPRECATED("use ptdp_tokenize_options")
+PTDP_API ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs,
+                                   const char *format, const char *tokenizer,
+                                   const char *output_path, int64_t *num_docs,
+                                   int64_t *num_tokens);
+
+/* ptdp_tokenize with num_options "key=value" strings: output=FILE (required);
+ * format=fortune (default) | lines | file; tokenizer_type=byte (default) |
+ * GPT2BPETokenizer, which takes vocab_file=vocab.json + merge_file=merges.txt
+ * or tokenizer_file=tokenizer.json (Hugging Face's, of a GPT-2 byte-level
+ * BPE); workers=N threads encoding (default 1, 0: one per core, at most
+ * 1024; the file is the same for any N). A file given to the byte tokenizer,
+ * or GPT2BPETokenizer without its files, is PTDP_ERR_INVALID_CONFIG; an unreadable file PTDP_ERR_IO; a
+ * malformed one PTDP_ERR_CORRUPT_DATA. Counts may be NULL. */
+PTDP_API ptdp_status ptdp_tokenize_options(const char *const *inputs, int32_t num_inputs,
+                                           const char *const *options, int32_t num_options,
+                                           int64_t *num_docs, int64_t *num_tokens);
+
+/* Tokenizes text into Megatron-LM's indexed dataset (PREFIX.bin + PREFIX.idx,
+ * byte for byte as Megatron's tools/preprocess_data.py writes it). options:
+ * num_options "key=value" strings: output_prefix=P (required);
+ * format=jsonl (default) | fortune | lines | file; json_keys=text[,KEY...]
+ * (jsonl only; default text); tokenizer_type=byte (default) | GPT2BPETokenizer
+ * with vocab_file + merge_file or tokenizer_file (as ptdp_tokenize_options);
+ * append_eod=0|1
+ * (default 0, as Megatron's --append-eod); workers=N (as ptdp_tokenize_options). Writes P_KEY_document.bin and
+ * P_KEY_document.idx for each key (Megatron's names; KEY is text for the
+ * formats other than jsonl): P_KEY_document is what data_path takes.
+ * num_docs, num_tokens: NULL, or arrays with one entry per key, in order. */
+PTDP_API ptdp_status ptdp_tokenize_indexed(const char *const *inputs, int32_t num_inputs,
+                                           const char *const *options, int32_t num_options,
+                                           int64_t *num_docs, int64_t *num_tokens);
+
+/* Draws a Chrome trace written by the `timeline` option as a PNG, one lane per
+ * rank, time left to right: forward spans light and backward spans dark in a
+ * colour per micro-batch, communication as a grey band. width in pixels
+ * (0 = 1600; otherwise 140 to 8192). */
+PTDP_API ptdp_status ptdp_render_timeline(const char *trace_json, const char *png, int32_t width);
+
+/* Draws a metrics file written by train_gpt.lua's --log-json (JSON lines) as a
+ * PNG: the training and validation loss against iteration above, the learning
+ * rate against iteration below, with numbered axes and a legend. A missing
+ * file is PTDP_ERR_IO; lines that are not JSON, or no iteration logged,
+ * PTDP_ERR_CORRUPT_DATA; a png that is a directory, a device or the log
+ * itself PTDP_ERR_INVALID_ARGUMENT. The PNG is written atomically. */
+PTDP_API ptdp_status ptdp_plot_log(const char *log_json, const char *png);
+
+/* The machine's ceiling: GFLOP/s of an n x n x n fp32 GEMM (OpenBLAS, all threads). */
+PTDP_API ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops);
+/* The disk's raw sequential bandwidth under dir, in GB/s (1e9 bytes/s): a file
+ * of `bytes` written with fsync, dropped from the page cache, read back, removed. */
+PTDP_API ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double *write_gbps,
+                                         double *read_gbps);
+/* The planner (`ptdp plan`; engine/plan): the paper's performance and memory
+ * model of PTD-P training. options: num_options strings "key=value", keys
+ * Megatron's argument names (num_layers, hidden_size, num_attention_heads,
+ * seq_length, global_batch_size, micro_batch_size, tensor_model_parallel_size,
+ * ...) plus machine (a preset or a JSON file), num_gpus, train_tokens,
+ * calibrate, explain, top, format (text | records); "help" alone gives the
+ * list. It enumerates the layouts, drops those that cannot work or do not fit
+ * (saying why) and ranks the rest by predicted iteration time. The report's
+ * last line is machine-readable: "tflops_per_gpu=X iteration_s=Y memory_gib=Z
+ * tensor=T pipeline=P data=D micro_batch=B virtual=V" for the layout shown
+ * first. An unknown key is PTDP_ERR_UNKNOWN_OPTION, a bad value
+ * PTDP_ERR_BAD_VALUE, a layout that cannot work or nothing that fits
+ * PTDP_ERR_INVALID_CONFIG; each message names what is wrong and what is allowed. */
+PTDP_API ptdp_status ptdp_plan(const char *const *options, int32_t num_options, char *buf,
+                               size_t cap, size_t *out_len);
+/* ffi-end */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PTDP_TOOLS_H */
