@@ -20,7 +20,7 @@ cleanup() {
 trap cleanup EXIT
 cd "$work"
 cores=$(nproc)
-"$ptdp" tokenize --format lines --output d.ptdp "$repo/tests/data/capi_corpus.txt" >/dev/null
+"$ptdp" tokenize --format lines --output d.ptdp "$repo/tests/fixtures/capi_corpus.txt" >/dev/null
 # The mean step time over the run's last $iters steps (its one log line).
 step_ms() {
   env "$@" "$ptdp" "$repo/scripts/train_gpt.lua" --num-layers 2 --hidden-size 64 \

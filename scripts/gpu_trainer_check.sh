@@ -20,7 +20,7 @@ wheels=$(python3 -c 'import glob, os, nvidia; print(":".join(sorted(glob.glob(os
 [[ -n $wheels ]] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$wheels
 # A deadlock is an error naming the rank and op within 20 s, not a cut step.
 export PTDP_TEST_COMM_TIMEOUT_S=${PTDP_TEST_COMM_TIMEOUT_S:-20}
-export PTDP_LUA_PATH=$PWD/lua PTDP_TEST_DATA_DIR=$PWD/tests/data PTDP_TEST_GPU_DEVICE=$device
+export PTDP_LUA_PATH=$PWD/lua PTDP_TEST_DATA_DIR=$PWD/tests/fixtures PTDP_TEST_GPU_DEVICE=$device
 if ldd "$bin/test_cuda_trainer" "$bin/test_nccl_comm" "$bin/ptdp" | grep "not found"; then
   echo "libraries missing on this machine (above): the bundle needs them too"
   exit 1
@@ -30,7 +30,7 @@ echo "== test_cuda_trainer (device $device)"
 "$bin/test_cuda_trainer" || rc=1
 
 echo "== scripts/train_gpt.lua --device $device --bf16, (t, p, d) = (2, 2, 1)"
-"$bin/ptdp" tokenize --format fortune --output "$dir/tiny.ptdp" tests/data/tiny_corpus.txt || rc=1
+"$bin/ptdp" tokenize --format fortune --output "$dir/tiny.ptdp" tests/fixtures/tiny_corpus.txt || rc=1
 "$bin/ptdp" scripts/train_gpt.lua --device "$device" --bf16 --data-path "$dir/tiny.ptdp" \
   --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 \
   --micro-batch-size 4 --global-batch-size 16 --tensor-model-parallel-size 2 \

@@ -23,9 +23,9 @@ launcher = os.path.abspath(sys.argv[1])
 repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 out_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(repo, "tests", "BAD_INPUTS.md")
 work = tempfile.mkdtemp(prefix="ptdp_bad_inputs.")
-corpus = os.path.join(repo, "tests", "data", "capi_corpus.txt")
-jsonl = os.path.join(repo, "tests", "data", "capi_corpus.jsonl")
-bpe = os.path.join(repo, "tests", "data", "bpe")
+corpus = os.path.join(repo, "tests", "fixtures", "capi_corpus.txt")
+jsonl = os.path.join(repo, "tests", "fixtures", "capi_corpus.jsonl")
+bpe = os.path.join(repo, "tests", "fixtures", "bpe")
 hf = os.path.join(repo, "tests", "checkpoint", "hf")
 train = [os.path.join(repo, "scripts", "train_gpt.lua")]
 tiny = ["--num-layers", "1", "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length",

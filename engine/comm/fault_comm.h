@@ -1,6 +1,6 @@
 // A communicator that corrupts one result, for tests: the checks that hold
 // every layout to the serial run must catch a collective that is wrong once
-// (tests/unit/compose_fuzz.cpp --self-test). Wraps another communicator of
+// (tests/parallel/compose_fuzz.cpp --self-test). Wraps another communicator of
 // host memory; its `call`-th all-reduce or reduce-scatter of fp32 (counting
 // from 1) gets `delta` added to element 0 of the result on group rank 0.
 #pragma once

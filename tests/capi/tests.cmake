@@ -3,7 +3,7 @@
 # Every test writes only under ${CMAKE_CURRENT_BINARY_DIR}/tmp/<test>; the Lua
 # and train_gpt.lua tests run with that folder as working directory. Python is
 # `python3` on PATH (standard library only).
-set(PTDP_TEST_CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+set(PTDP_TEST_CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.txt)
 set(PTDP_TEST_TMP ${CMAKE_CURRENT_BINARY_DIR}/tmp)
 set(PTDP_LUA_TEST ${CMAKE_CURRENT_SOURCE_DIR}/lua)
 set(PTDP_RUN_LUA_TEST sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/run_lua_test.sh)

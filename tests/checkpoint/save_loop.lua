@@ -1,5 +1,5 @@
 -- Trains up to train_iters, saving as the engine flags say (--save DIR
--- --save-interval 1 ...), for tests/unit/test_checkpoint_crash.cpp, which
+-- --save-interval 1 ...), for tests/checkpoint/test_checkpoint_crash.cpp, which
 -- SIGKILLs it at random moments. Every flag is an engine option: the test
 -- keeps the whole configuration, so its in-process reference is the same run.
 -- Prints each iteration reached (with --async-save its save may still be in

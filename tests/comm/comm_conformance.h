@@ -38,7 +38,7 @@
 #include "engine/comm/grid.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status.h"
-#include "tests/unit/expect_error.h"
+#include "tests/support/expect_error.h"
 
 namespace comm_conformance {
 

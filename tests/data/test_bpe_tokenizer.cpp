@@ -1,6 +1,6 @@
 // GPT-2's byte-level BPE against Hugging Face's tokenizers: the ids of a few
 // hundred KB of text (fortunes and hand-written Unicode) and of its lines,
-// made by tests/data/bpe/make_bpe_fixtures.py, must match exactly, from
+// made by tests/fixtures/bpe/make_bpe_fixtures.py, must match exactly, from
 // vocab.json + merges.txt and from tokenizer.json; decode inverts encode; bad
 // files and bad specs are refused naming what is wrong.
 #include <gtest/gtest.h>
@@ -13,8 +13,8 @@
 #include "engine/core/status.h"
 #include "engine/data/bpe_tokenizer.h"
 #include "engine/data/tokenizer.h"
-#include "tests/unit/expect_error.h"
-#include "tests/unit/temp_dir.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/temp_dir.h"
 
 using namespace ptdp;
 

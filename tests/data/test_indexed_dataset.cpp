@@ -19,9 +19,9 @@
 #include "engine/data/indexed_dataset.h"
 #include "engine/data/indexed_tokenize.h"
 #include "engine/train/trainer.h"
-#include "tests/unit/expect_error.h"
-#include "tests/unit/temp_dir.h"
-#include "tests/unit/trained_run.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/trained_run.h"
 
 namespace fs = std::filesystem;
 using namespace ptdp;

@@ -1,5 +1,5 @@
 // The LLaMA family's Hugging Face tokenizers against the ids Hugging Face's
-// tokenizers 0.23.2 gives (tests/data/llama_tok, made by
+// tokenizers 0.23.2 gives (tests/fixtures/llama_tok, made by
 // tests/checkpoint/hf/make_llama_fixtures.py): a byte-level BPE set up as
 // LLaMA 3's (its Split regex, ignore_merges, <|begin_of_text|> added by the
 // post-processor) and a SentencePiece-style BPE with byte fallback in
@@ -18,8 +18,8 @@
 
 #include "engine/core/status.h"
 #include "engine/data/tokenizer.h"
-#include "tests/unit/expect_error.h"
-#include "tests/unit/temp_dir.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/temp_dir.h"
 
 using namespace ptdp;
 

@@ -17,8 +17,8 @@
 #include "engine/data/indexed_tokenize.h"
 #include "engine/data/ordered_parallel.h"
 #include "engine/data/tokenizer.h"
-#include "tests/unit/expect_error.h"
-#include "tests/unit/temp_dir.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/temp_dir.h"
 
 using namespace ptdp;
 

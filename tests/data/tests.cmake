@@ -5,7 +5,7 @@
 add_executable(test_indexed_dataset data/test_indexed_dataset.cpp)
 target_link_libraries(test_indexed_dataset PRIVATE ptdp_static GTest::gtest_main)
 target_compile_definitions(test_indexed_dataset PRIVATE
-  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fixtures")
 gtest_discover_tests(test_indexed_dataset PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1"
                      DISCOVERY_TIMEOUT 60)
 
@@ -25,7 +25,7 @@ set(PTDP_DATA_LAUNCHER $<TARGET_FILE:ptdp_launcher>)
 set(PTDP_DATA_TRAIN ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua)
 # capi_corpus.txt as JSON lines, {"id": N, "text": LINE + "\n"} (made with
 # Python's json.dumps; the same 200 documents as `--format lines`).
-set(PTDP_DATA_JSONL ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.jsonl)
+set(PTDP_DATA_JSONL ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.jsonl)
 set(PTDP_DATA_TINY --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16
     --micro-batch-size 2 --global-batch-size 4 --train-iters 3 --lr-warmup-iters 1
     --log-interval 1 --eval-iters 1 --eval-interval 0 --sample-tokens 0 --num-threads 1)
@@ -39,7 +39,7 @@ ptdp_data_test(data_tokenize_jsonl --rc 0
 ptdp_data_test(data_tokenize_lines_indexed --rc 0
   --match "^wrote .*/lines_text_document.bin .*: 200 documents, 7470 tokens"
   -- ${PTDP_DATA_LAUNCHER} tokenize --format lines --output-prefix ${PTDP_DATA_TMP}/lines
-     ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+     ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.txt)
 ptdp_data_test(data_train_indexed --rc 0
   --match "^ iteration +3/ +3 \\| consumed samples: +12 \\|" --expect "final validation loss"
   -- ${PTDP_DATA_LAUNCHER} ${PTDP_DATA_TRAIN} --data-path ${PTDP_DATA_TMP}/fort_text_document
@@ -78,13 +78,13 @@ ptdp_data_test(data_tokenize_missing_key --rc nonzero
 # decoded by BPE), the ptdp format from a tokenizer.json, and the files that
 # belong with each tokenizer type.
 set(PTDP_DATA_BPE --tokenizer-type GPT2BPETokenizer
-    --vocab-file ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe/vocab.json
-    --merge-file ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe/merges.txt)
+    --vocab-file ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/bpe/vocab.json
+    --merge-file ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/bpe/merges.txt)
 ptdp_data_test(data_tokenize_bpe --rc 0
   --clean ${PTDP_DATA_TMP}/bpe_text_document.bin --clean ${PTDP_DATA_TMP}/bpe_text_document.idx
   --match "^wrote .*/bpe_text_document.bin .*: 200 documents, 2856 tokens"
   -- ${PTDP_DATA_LAUNCHER} tokenize --format lines --append-eod ${PTDP_DATA_BPE}
-     --output-prefix ${PTDP_DATA_TMP}/bpe ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+     --output-prefix ${PTDP_DATA_TMP}/bpe ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.txt)
 ptdp_data_test(data_train_bpe --rc 0
   --expect "padded vocab: 3072" --match "^ iteration +2/ +2 \\| consumed samples: +8 \\|"
   --expect "final validation loss" --expect "---- sample"
@@ -94,37 +94,37 @@ set_tests_properties(data_train_bpe PROPERTIES DEPENDS data_tokenize_bpe)
 ptdp_data_test(data_tokenize_bpe_json --rc 0 --clean ${PTDP_DATA_TMP}/bpe_json.ptdp
   --match "^wrote .*/bpe_json.ptdp: 200 documents, 2856 tokens"
   -- ${PTDP_DATA_LAUNCHER} tokenize --format lines --tokenizer-type GPT2BPETokenizer
-     --tokenizer-file ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe/tokenizer.json
-     --output ${PTDP_DATA_TMP}/bpe_json.ptdp ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+     --tokenizer-file ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/bpe/tokenizer.json
+     --output ${PTDP_DATA_TMP}/bpe_json.ptdp ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.txt)
 ptdp_data_test(data_tokenize_bpe_no_files --rc nonzero
   --expect "GPT2BPETokenizer needs vocab_file + merge_file (vocab.json, merges.txt) or tokenizer_file"
   -- ${PTDP_DATA_LAUNCHER} tokenize --format lines --tokenizer-type GPT2BPETokenizer
-     --output-prefix ${PTDP_DATA_TMP}/bpe_none ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+     --output-prefix ${PTDP_DATA_TMP}/bpe_none ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.txt)
 # --workers N: the same bytes for 1, 2 and 3 workers; a bad count names the range.
 ptdp_data_test(data_tokenize_workers --rc 0
   --expect "workers 1, 2, 3: identical files (byte)" --expect "workers 1, 2, 3: identical files (bpe)"
   -- sh ${CMAKE_CURRENT_SOURCE_DIR}/data/check_workers.sh ${PTDP_DATA_LAUNCHER}
-     ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe/text.txt
+     ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/bpe ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/bpe/text.txt
      ${PTDP_DATA_JSONL} ${PTDP_DATA_TMP}/workers)
 ptdp_data_test(data_tokenize_workers_range --rc nonzero
   --expect "workers must be in [0, 1024] (0: one per core), got -1"
   -- ${PTDP_DATA_LAUNCHER} tokenize --workers -1 --format lines
-     --output ${PTDP_DATA_TMP}/w.ptdp ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+     --output ${PTDP_DATA_TMP}/w.ptdp ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.txt)
 ptdp_data_test(data_tokenize_workers_too_many --rc nonzero
   --expect "workers must be in [0, 1024] (0: one per core), got 5000"
   -- ${PTDP_DATA_LAUNCHER} tokenize --workers 5000 --format lines
-     --output-prefix ${PTDP_DATA_TMP}/w ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt)
+     --output-prefix ${PTDP_DATA_TMP}/w ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.txt)
 ptdp_data_test(data_train_byte_with_vocab --rc nonzero
   --expect "the byte tokenizer takes no files, but vocab_file is set" --reject "iteration "
   -- ${PTDP_DATA_LAUNCHER} ${PTDP_DATA_TRAIN} --data-path ${PTDP_DATA_TMP}/bpe_text_document
-     --vocab-file ${CMAKE_CURRENT_SOURCE_DIR}/data/bpe/vocab.json ${PTDP_DATA_TINY})
+     --vocab-file ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/bpe/vocab.json ${PTDP_DATA_TINY})
 set_tests_properties(data_train_byte_with_vocab PROPERTIES DEPENDS data_tokenize_bpe)
 
 # The Lua module's data calls (tokenize to Megatron's format, a blend as a
 # list, log_json, append_line), asserted inside the script.
 ptdp_data_test(data_module_api --rc 0 --expect "module_data: PASS"
   -- ${PTDP_DATA_LAUNCHER} ${CMAKE_CURRENT_SOURCE_DIR}/data/module_data.lua ${PTDP_DATA_JSONL}
-     ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt ${PTDP_DATA_TMP})
+     ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.txt ${PTDP_DATA_TMP})
 
 # The Python cross-checks: Megatron's layout written and read with struct
 # alone, and the metrics file.
@@ -133,42 +133,42 @@ add_test(NAME data_indexed_python_crosscheck
           $<TARGET_FILE:dump_tokens> ${PTDP_DATA_TRAIN} ${PTDP_DATA_TMP}/crosscheck)
 add_test(NAME data_log_json
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/data/check_log_json.py ${PTDP_DATA_LAUNCHER}
-          ${PTDP_DATA_TRAIN} ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt ${PTDP_DATA_TMP}/log_json)
+          ${PTDP_DATA_TRAIN} ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.txt ${PTDP_DATA_TMP}/log_json)
 # `ptdp plot` of a real run's --log-json (the PNG read back with Python's zlib),
 # its errors, and the planner's labelled plot.
 add_test(NAME data_plot
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/data/check_plot.py ${PTDP_DATA_LAUNCHER}
-          ${PTDP_DATA_TRAIN} ${CMAKE_CURRENT_SOURCE_DIR}/data/capi_corpus.txt ${PTDP_DATA_TMP}/plot
+          ${PTDP_DATA_TRAIN} ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.txt ${PTDP_DATA_TMP}/plot
           ${PTDP_DATA_TINY})
 set(PTDP_DATA_TESTS ${PTDP_DATA_TESTS} data_indexed_python_crosscheck data_log_json data_plot)
 
 set_tests_properties(${PTDP_DATA_TESTS} PROPERTIES
                      LABELS lua TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1")
 
-# The LLaMA family's tokenizers against Hugging Face's ids (tests/data/llama_tok)
+# The LLaMA family's tokenizers against Hugging Face's ids (tests/fixtures/llama_tok)
 add_executable(test_llama_tokenizers data/test_llama_tokenizers.cpp)
 target_link_libraries(test_llama_tokenizers PRIVATE ptdp_static GTest::gtest_main)
 target_compile_definitions(test_llama_tokenizers PRIVATE
-  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fixtures")
 gtest_discover_tests(test_llama_tokenizers PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1")
 # GPT-2 byte-level BPE against Hugging Face's tokenizers (fixtures in data/bpe,
 # made by data/bpe/make_bpe_fixtures.py), and its speed on the fortunes.
 add_executable(test_bpe_tokenizer data/test_bpe_tokenizer.cpp)
 target_link_libraries(test_bpe_tokenizer PRIVATE ptdp_static GTest::gtest_main)
 target_compile_definitions(test_bpe_tokenizer PRIVATE
-  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fixtures")
 gtest_discover_tests(test_bpe_tokenizer PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1"
                      DISCOVERY_TIMEOUT 60)
 add_executable(bench_bpe_tokenizer data/bench_bpe_tokenizer.cpp)
 target_link_libraries(bench_bpe_tokenizer PRIVATE ptdp_static)
 target_compile_definitions(bench_bpe_tokenizer PRIVATE
-  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fixtures")
 
 # `ptdp tokenize --workers N`: BPE on several threads, ordered chunks, and
 # byte-identical files for any N.
 add_executable(test_parallel_tokenize data/test_parallel_tokenize.cpp)
 target_link_libraries(test_parallel_tokenize PRIVATE ptdp_static GTest::gtest_main)
 target_compile_definitions(test_parallel_tokenize PRIVATE
-  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+  PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fixtures")
 gtest_discover_tests(test_parallel_tokenize PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1"
                      DISCOVERY_TIMEOUT 60)

@@ -1,7 +1,7 @@
 // One conformance suite for every Device backend (engine/device): memory and
 // its statistics, copies, DeviceArray, timers, the caching of freed memory,
 // and the errors. Plain checks returning a failure count, so the same cases run
-// under GoogleTest (tests/unit/test_device.cpp: CPU, and CUDA where a GPU is
+// under GoogleTest (tests/device/test_device.cpp: CPU, and CUDA where a GPU is
 // present) and in the GPU-only build (tests/gpu/test_cuda_device.cu).
 #pragma once
 #include <algorithm>

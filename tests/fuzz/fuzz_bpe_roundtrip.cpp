@@ -1,5 +1,5 @@
 // Encode/decode of arbitrary bytes with the test fixtures' GPT-2 BPE
-// (tests/data/bpe): decode(encode(x)) == x, and vocab.json + merges.txt
+// (tests/fixtures/bpe): decode(encode(x)) == x, and vocab.json + merges.txt
 // encode as the same model's tokenizer.json does.
 #include "tests/fuzz/bpe_fuzz_util.h"
 

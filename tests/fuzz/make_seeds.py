@@ -5,13 +5,13 @@ repository's real files: small, so that libFuzzer's inputs stay small.
     make_seeds.py LAUNCHER     # a built `ptdp` (build/ptdp)
 
   - indexed_dataset: `ptdp tokenize --output-prefix` of a few lines of
-    tests/data/capi_corpus.txt (byte and GPT-2 BPE tokens), plus a multimodal
+    tests/fixtures/capi_corpus.txt (byte and GPT-2 BPE tokens), plus a multimodal
     copy (a mode byte per sequence) and one whose sequences lie out of order;
   - manifest: the manifest.json of `ptdp ckpt import-safetensors` of the
     Hugging Face fixture (tests/checkpoint/hf), and one cut to two datasets;
   - safetensors: the fixture's names, dtypes and config scaled down to a
     one-layer GPT-2 of width 4, with its GPT2Config as gpt2_config metadata;
-  - bpe_*: the fixture BPE (tests/data/bpe) cut to its bytes, <|endoftext|>
+  - bpe_*: the fixture BPE (tests/fixtures/bpe) cut to its bytes, <|endoftext|>
     and its first merges; the round trip gets lines of its text.
 A seed holding two files is split2() of fuzz_util.h: a 2-byte length, the
 first file, the second. Standard library only.
@@ -28,7 +28,7 @@ launcher = os.path.abspath(sys.argv[1])
 here = os.path.dirname(os.path.abspath(__file__))
 tests = os.path.dirname(here)
 corpus = os.path.join(here, "corpus")
-bpe = os.path.join(tests, "data", "bpe")
+bpe = os.path.join(tests, "fixtures", "bpe")
 hf = os.path.join(tests, "checkpoint", "hf")
 work = tempfile.mkdtemp(prefix="ptdp_seeds.")
 
@@ -52,7 +52,7 @@ def run(*args):
 shutil.rmtree(corpus, ignore_errors=True)
 
 # ---- Megatron indexed datasets ---------------------------------------------
-lines = open(os.path.join(tests, "data", "capi_corpus.txt"), encoding="utf-8").read().splitlines()
+lines = open(os.path.join(tests, "fixtures", "capi_corpus.txt"), encoding="utf-8").read().splitlines()
 with open(os.path.join(work, "few.txt"), "w", encoding="utf-8") as f:
     f.write("\n".join(lines[:4]) + "\n\n")  # an empty line: an empty document
 bpe_flags = ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", bpe + "/vocab.json",

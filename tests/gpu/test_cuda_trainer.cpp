@@ -4,7 +4,7 @@
 // with every rank of a layout on the one GPU (each its own stream). Needs the
 // full build (HDF5, the data path); scripts/pack_gpu_bundle.sh carries it to a
 // GPU machine. Exits 77 (skipped) without a GPU.
-//   PTDP_TEST_DATA_DIR overrides the compiled-in tests/data (the GPU machine
+//   PTDP_TEST_DATA_DIR overrides the compiled-in tests/fixtures (the GPU machine
 //   runs the binary from another checkout); PTDP_TEST_GPU_DEVICE=cpu runs the
 //   "GPU" side on the CPU, to check the test itself where there is no GPU.
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@
 #include "engine/data/corpus.h"
 #include "engine/device/device.h"
 #include "engine/train/trainer.h"
-#include "tests/unit/trained_run.h"
+#include "tests/support/trained_run.h"
 
 using namespace ptdp;
 
@@ -30,7 +30,7 @@ std::string data_dir() {
   return env && *env ? env : PTDP_TEST_DATA_DIR;
 }
 
-// tests/data/tiny_corpus.txt tokenized once per process.
+// tests/fixtures/tiny_corpus.txt tokenized once per process.
 const std::string &dataset() {
   static const std::string path = [] {
     namespace fs = std::filesystem;
@@ -46,7 +46,7 @@ const std::string &dataset() {
 
 using Settings = std::initializer_list<std::pair<const char *, std::string>>;
 
-// tests/unit/test_parallel.cpp's run with 4 layers: dropout on, several buckets.
+// tests/parallel/test_parallel.cpp's run with 4 layers: dropout on, several buckets.
 TrainerOptions options(const std::string &device, int t, int d, int p, int v = 1,
                        Settings extra = {}) {
   Config c;
@@ -235,7 +235,7 @@ TEST(CudaTrainer, GroupedFlashAttentionMatchesCpu) {
 
 // fp16 with dynamic loss scaling on the GPU: an injected overflow (an inf
 // written into a device gradient) skips exactly that step and halves the scale
-// (hysteresis 1), as on the CPU (tests/unit/test_mixed_precision.cpp).
+// (hysteresis 1), as on the CPU (tests/model/test_mixed_precision.cpp).
 TEST(CudaTrainer, Fp16OverflowSkipsTheStep) {
   TrainerOptions o = options(device_under_test(), 1, 2, 1, 1,
                              {{"fp16", "1"}, {"hysteresis", "1"}, {"initial_loss_scale", "1024"}});

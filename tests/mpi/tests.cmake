@@ -95,7 +95,7 @@ function(ptdp_mpi_training_equivalence name np)
   add_test(NAME ${name}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/train_equivalence.sh
                    $<TARGET_FILE:ptdp_launcher> ${MPIEXEC_EXECUTABLE} ${np}
-                   ${PTDP_TEST_TMP}/${name} ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                   ${PTDP_TEST_TMP}/${name} ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
                    ${F_ARGS})
   set_tests_properties(${name} PROPERTIES LABELS "${F_LABELS}" TIMEOUT 240
                        PROCESSORS ${np} ENVIRONMENT "OMP_NUM_THREADS=1")
@@ -146,7 +146,7 @@ foreach(layout "4;2;2;1" "2;2;2;2")
   add_test(NAME ${name}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/rank_report_lines.sh
                    $<TARGET_FILE:ptdp_launcher> ${MPIEXEC_EXECUTABLE} ${np} ${PTDP_TEST_TMP}/${name}
-                   ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                   ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
                    ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
                    --tensor-model-parallel-size ${t} --pipeline-model-parallel-size ${p}
                    --data-parallel-size ${d})
@@ -159,7 +159,7 @@ foreach(layout "4;2;2;1" "2;2;2;2")
   file(MAKE_DIRECTORY ${dir})
   add_test(NAME ${name}
            COMMAND bash -c "\"$1\" tokenize --format lines --output d.ptdp \"$2\" >/dev/null && timeout 120 ${MPIEXEC_EXECUTABLE} -np ${np} --allow-run-as-root --oversubscribe \"$1\" \"$3\" d.ptdp ${t} ${p} ${d} | tee out.txt && grep -q 'mpi rank_reports: PASS' out.txt"
-                   ${name} $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                   ${name} $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
                    ${CMAKE_CURRENT_SOURCE_DIR}/mpi/rank_reports.lua)
   set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np}
                        WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
@@ -192,7 +192,7 @@ function(ptdp_mpi_training_failure name np)
   add_test(NAME ${name}
            COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30 ${expects}
                    -- bash -c "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && ${MPIEXEC_EXECUTABLE} -np ${np} --allow-run-as-root --oversubscribe \"$1\" \"$3\" --data-path data.ptdp ${args}"
-                   ${name} $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+                   ${name} $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
                    ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
   set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS ${np}
                        WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
@@ -213,7 +213,7 @@ set(dir ${PTDP_TEST_TMP}/mpi_exit_signal)
 file(MAKE_DIRECTORY ${dir})
 add_test(NAME mpi_exit_signal
   COMMAND bash -c "rm -rf ck && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && timeout 60 ${MPIEXEC_EXECUTABLE} -np 2 --allow-run-as-root --oversubscribe \"$1\" \"$3\" --data-path data.ptdp --tensor-model-parallel-size 2 --exit-signal-handler 1 --save ck --term-rank 1 --die-step 3 | tee out.txt && grep -q 'rank 0: exiting: SIGTERM received at iteration 3; saved ck/iter_0000003' out.txt && grep -q 'rank 1: exiting: SIGTERM received at iteration 3' out.txt && test -d ck/iter_0000003"
-          mpi_exit_signal $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt
+          mpi_exit_signal $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
           ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
 set_tests_properties(mpi_exit_signal PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS 2
                      WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
@@ -233,6 +233,6 @@ ptdp_mpi_training_failure(mpi_script_error 2
 add_test(NAME mpi_checkpoint_reshard
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/checkpoint_reshard.sh
                  $<TARGET_FILE:ptdp_launcher> ${MPIEXEC_EXECUTABLE}
-                 ${PTDP_TEST_TMP}/mpi_checkpoint_reshard ${CMAKE_CURRENT_SOURCE_DIR}/data/tiny_corpus.txt)
+                 ${PTDP_TEST_TMP}/mpi_checkpoint_reshard ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt)
 set_tests_properties(mpi_checkpoint_reshard PROPERTIES LABELS "mpi;checkpoint" TIMEOUT 300
                      PROCESSORS 8 ENVIRONMENT "OMP_NUM_THREADS=1")

@@ -17,7 +17,7 @@
 #include "engine/core/status.h"
 #include "engine/device/device.h"
 #include "engine/plan/plan.h"
-#include "tests/unit/png_decode.h"
+#include "tests/support/png_decode.h"
 
 using namespace ptdp::plan;
 using ptdp::ScheduleKind;
@@ -198,7 +198,7 @@ TEST(PlanReplay, BubbleOfUniformStagesIsTheClosedForm) {
 // 12%: its V puts the embedding and the head on the first rank, which is then
 // the busiest (the fraction's denominator) while its slack in the V absorbs
 // part of that extra work; the formula assumes equal ranks (uniform stages
-// replay to it exactly: tests/unit/test_schedule.cpp).
+// replay to it exactly: tests/parallel/test_schedule.cpp).
 TEST(PlanReplay, ZeroBubbleSchedulesFollowTheirFormulas) {
   ModelSpec m{32, 1024, 16, 128, 1024, 0};
   Machine mach = ideal_machine();

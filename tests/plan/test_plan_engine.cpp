@@ -13,7 +13,7 @@
 #include "engine/plan/model.h"
 #include "engine/plan/ptdp_stash.h"
 #include "engine/train/trainer.h"
-#include "tests/unit/tiny_dataset.h"
+#include "tests/support/tiny_dataset.h"
 
 using namespace ptdp;
 

@@ -79,6 +79,6 @@ set_tests_properties(${PTDP_PLAN_LUA_TESTS} PROPERTIES LABELS lua TIMEOUT 120 EN
 add_executable(test_plan_engine plan/test_plan_engine.cpp $<TARGET_OBJECTS:ptdp_plan>)
 target_link_libraries(test_plan_engine PRIVATE ptdp_static ptdp_cpu_kernels
   nlohmann_json::nlohmann_json ZLIB::ZLIB GTest::gtest_main)
-target_compile_definitions(test_plan_engine PRIVATE PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
+target_compile_definitions(test_plan_engine PRIVATE PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fixtures")
 gtest_discover_tests(test_plan_engine PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1"
                      DISCOVERY_TIMEOUT 60)

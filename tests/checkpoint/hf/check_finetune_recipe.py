@@ -6,7 +6,7 @@
 The recipe's input is made here: a small LLaMA-shaped model (4 query heads over
 2 key/value groups, rope, SwiGLU, untied) trained two steps from scratch by
 ptdp with the vocabulary of the LLaMA-3-style tokenizer.json fixture
-(tests/data/llama_tok/llama3.json), exported as a model directory, given that
+(tests/fixtures/llama_tok/llama3.json), exported as a model directory, given that
 tokenizer.json and bos/eos ids in its config.json. The recipe imports it,
 tokenizes a JSON-lines corpus with the tokenizer, fine-tunes at (t, p) = (2,
 2) and exports: the export has the input's tensors (names and shapes, new
@@ -46,16 +46,16 @@ cli.expect("the base model", [os.path.join(repo, "scripts", "train_gpt.lua"), *m
                               "--seq-length", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
                               "--train-iters", "2", "--eval-iters", "1", "--sample-tokens", "0",
                               "--save", "base", "--data-path", "bytes.ptdp", "--corpus",
-                              os.path.join(repo, "tests", "data", "capi_corpus.txt"),
+                              os.path.join(repo, "tests", "fixtures", "capi_corpus.txt"),
                               "--corpus-format", "lines"], True)
 cli.expect("its export", ["ckpt", "export-safetensors", "base", "hf"], True)
 hf = os.path.join(work, "hf")
-shutil.copy(os.path.join(repo, "tests", "data", "llama_tok", "llama3.json"),
+shutil.copy(os.path.join(repo, "tests", "fixtures", "llama_tok", "llama3.json"),
             os.path.join(hf, "tokenizer.json"))
 config = json.load(open(os.path.join(hf, "config.json")))
 config["bos_token_id"], config["eos_token_id"] = 0, 1  # <|begin_of_text|>, <|end_of_text|>
 json.dump(config, open(os.path.join(hf, "config.json"), "w"), indent=2)
-text = open(os.path.join(repo, "tests", "data", "llama_tok", "text.txt"), encoding="utf-8").read()
+text = open(os.path.join(repo, "tests", "fixtures", "llama_tok", "text.txt"), encoding="utf-8").read()
 with open(os.path.join(work, "corpus.jsonl"), "w", encoding="utf-8") as f:
     for para in text.split("\n\n"):
         if para.strip():

@@ -45,13 +45,13 @@ cli.expect("a trained model", [os.path.join(repo, "scripts", "train_gpt.lua"), "
                                "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "2",
                                "--lr", "0.002", "--min-lr", "0.0002", "--seed", "7", "--eval-iters", "1",
                                "--sample-tokens", "0", "--save", "trained", "--data-path", "bytes.ptdp",
-                               "--corpus", os.path.join(repo, "tests", "data", "capi_corpus.txt"),
+                               "--corpus", os.path.join(repo, "tests", "fixtures", "capi_corpus.txt"),
                                "--corpus-format", "lines"], True)
 cli.expect("generate from it", ["generate", "--load", "trained", "--prompt", "The ",
                                 "--max-new-tokens", "5"], True, "The ")
 cli.expect("generate with another tokenizer", ["generate", "--load", "trained", "--prompt", "The ",
                                                "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-file",
-                                               os.path.join(repo, "tests", "data", "llama_tok", "llama3.json")],
+                                               os.path.join(repo, "tests", "fixtures", "llama_tok", "llama3.json")],
            False, "trained with tokenizer_type byte, this run has HuggingFaceTokenizer")
 cli.expect("export", ["ckpt", "export-safetensors", "ckpt", "exported"], True)
 for f in ("model.safetensors", "config.json", "generation_config.json"):

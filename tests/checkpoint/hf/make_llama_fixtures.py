@@ -38,7 +38,7 @@ import traceback
 
 OUT = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
-TEXT = os.path.join(HERE, "..", "..", "data", "bpe", "text.txt")
+TEXT = os.path.join(HERE, "..", "..", "fixtures", "bpe", "text.txt")
 failed = []
 
 

@@ -1,0 +1,315 @@
+// CRC32C and the checkpoint commit protocol (ARCHITECTURE §5): crashes are
+// simulated by leaving the directories a crashed save would leave.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "checkpoints/commit.h"
+#include "checkpoints/disk_bandwidth.h"
+#include "checkpoints/crc32c.h"
+#include "engine/core/status.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/temp_dir.h"
+
+using namespace ptdp;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void spit(const std::string &path, const std::string &text) { std::ofstream(path) << text; }
+
+// A fresh directory per test, removed afterwards.
+class Commit : public ::testing::Test {
+ protected:
+  void SetUp() override { root = scratch.path + "/ckpt"; }
+  // A whole save: a data file, then the commit.
+  std::string save(int64_t iteration, const std::string &manifest = "{}") {
+    std::string tmp = begin_checkpoint(root, iteration);
+    spit(tmp + "/model.h5", "weights " + std::to_string(iteration));
+    return commit_checkpoint(root, iteration, manifest);
+  }
+  TempDir scratch{"ptdp_commit"};
+  const std::string &dir = scratch.path;
+  std::string root;
+};
+
+}  // namespace
+
+TEST(Crc32c, KnownVectors) {
+  EXPECT_EQ(crc32c(0, "123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c_table(0, "123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c(0, "", 0), 0u);
+  std::string zeros(32, '\0'), ones(32, '\xff');  // RFC 3720 B.4
+  EXPECT_EQ(crc32c(0, zeros.data(), 32), 0x8A9136AAu);
+  EXPECT_EQ(crc32c_table(0, ones.data(), 32), 0x62A8AB43u);
+}
+
+TEST(Crc32c, IncrementalEqualsOneShotAndHardwareEqualsTable) {
+  std::mt19937 rng(7);
+  std::vector<unsigned char> buf(4099);
+  for (auto &b : buf) b = (unsigned char)rng();
+  for (size_t n : {1, 3, 7, 8, 9, 15, 17, 63, 255, 1001, 4097}) {
+    size_t off = rng() % 3;  // unaligned starts too
+    uint32_t whole = crc32c_table(0, buf.data() + off, n);
+    EXPECT_EQ(crc32c(0, buf.data() + off, n), whole) << "n=" << n << " hw=" << crc32c_hardware();
+    size_t cut = rng() % (n + 1);
+    uint32_t part = crc32c(0, buf.data() + off, cut);
+    EXPECT_EQ(crc32c(part, buf.data() + off + cut, n - cut), whole) << "n=" << n;
+    EXPECT_EQ(crc32c_table(crc32c_table(0, buf.data() + off, cut), buf.data() + off + cut, n - cut),
+              whole);
+  }
+}
+
+TEST(CheckpointName, SevenDigitsOrMore) {
+  EXPECT_EQ(checkpoint_name(0), "iter_0000000");
+  EXPECT_EQ(checkpoint_name(1000), "iter_0001000");
+  EXPECT_EQ(checkpoint_name(123456789), "iter_123456789");
+  expect_error([] { checkpoint_name(-1); }, Status::bad_value, "must be >= 0, got -1");
+}
+
+// A save swaps out an iter_N of its own iteration only when a save made it
+// (its manifest is there): a user's directory or file of that name stays.
+TEST_F(Commit, AnIterDirectoryThatIsNoCheckpointIsNotReplaced) {
+  fs::create_directories(root + "/iter_0000002");
+  spit(root + "/iter_0000002/notes.txt", "mine");
+  expect_error([&] { begin_checkpoint(root, 2); }, Status::io_error,
+               "iter_0000002' exists and is not a complete checkpoint (no manifest.json; it holds '");
+  EXPECT_TRUE(fs::exists(root + "/iter_0000002/notes.txt"));
+  // A rotation cut short (only the data file left) and a save killed while
+  // writing its manifest (the manifest's temporary left): a save's files only,
+  // which the next save of that iteration clears.
+  fs::create_directories(root + "/iter_0000007");
+  spit(root + "/iter_0000007/model.h5", "half pruned");
+  fs::create_directories(root + "/iter_0000007.tmp");
+  spit(root + "/iter_0000007.tmp/model.h5", "killed");
+  spit(root + "/iter_0000007.tmp/manifest.json.tmp.Ab12Cd", "{\"half");
+  EXPECT_EQ(begin_checkpoint(root, 7), root + "/iter_0000007.tmp");
+  EXPECT_FALSE(fs::exists(root + "/iter_0000007"));
+  EXPECT_TRUE(fs::is_empty(root + "/iter_0000007.tmp"));
+  // A tracker edited by hand (a trailing CR, spaces) is still a tracker.
+  spit(root + "/latest", "iter_0000007\r\n");
+  EXPECT_NO_THROW(begin_checkpoint(root, 8));
+  spit(root + "/iter_0000003", "a file");
+  expect_error([&] { begin_checkpoint(root, 3); }, Status::io_error, "(not a directory)");
+  // A complete checkpoint of that iteration is swapped out as before.
+  begin_checkpoint(root, 4);
+  commit_checkpoint(root, 4, "{}");
+  begin_checkpoint(root, 4);
+  EXPECT_EQ(commit_checkpoint(root, 4, "{\"again\": 1}"), root + "/iter_0000004");
+}
+
+TEST_F(Commit, BeginAndCommitMakeFinalDirManifestAndTracker) {
+  std::string tmp = begin_checkpoint(root, 1000);  // root made on the way
+  EXPECT_EQ(tmp, root + "/iter_0001000.tmp");
+  EXPECT_TRUE(fs::is_directory(tmp));
+  spit(tmp + "/model.h5", "weights");
+  std::string final_dir = commit_checkpoint(root, 1000, "{\"format\": 1}");
+  EXPECT_EQ(final_dir, root + "/iter_0001000");
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_EQ(slurp(final_dir + "/model.h5"), "weights");
+  EXPECT_EQ(slurp(final_dir + "/manifest.json"), "{\"format\": 1}");
+  EXPECT_EQ(slurp(root + "/latest"), "iter_0001000\n");
+  EXPECT_FALSE(temp_left_beside(root + "/latest"));
+  std::string why;
+  EXPECT_EQ(find_latest_checkpoint(root, &why), final_dir);
+  EXPECT_EQ(why, "from the tracker 'latest'");
+}
+
+// The tracker's temporary file is a fresh one of its own: a link or a FIFO
+// someone left under the old fixed name (latest.tmp) is neither followed nor
+// opened (a FIFO would hang the save, a link would truncate its target).
+TEST_F(Commit, TrackerNeverWritesThroughWhatIsThere) {
+  fs::create_directories(root);
+  const std::string precious = dir + "/precious.txt";
+  spit(precious, "keep me");
+  fs::create_symlink(precious, root + "/latest.tmp");
+  ASSERT_EQ(::mkfifo((root + "/latest.tmp.fifo").c_str(), 0644), 0);
+  begin_checkpoint(root, 7);
+  commit_checkpoint(root, 7, "{}");
+  EXPECT_EQ(slurp(root + "/latest"), "iter_0000007\n");
+  EXPECT_EQ(slurp(precious), "keep me");
+  EXPECT_TRUE(fs::is_symlink(root + "/latest.tmp"));
+}
+
+// The disk measurement writes a file of its own: what is already in the
+// directory (here a link under its old fixed name) is neither followed nor
+// left behind.
+TEST_F(Commit, DiskBandwidthNeverWritesThroughWhatIsThere) {
+  fs::create_directories(root);
+  const std::string precious = dir + "/precious.txt";
+  spit(precious, "keep me");
+  fs::create_symlink(precious, root + "/ptdp_disk_bandwidth.tmp");
+  const DiskBandwidth bw = measure_disk_bandwidth(root, 1 << 20);
+  EXPECT_GT(bw.write_gbps, 0);
+  EXPECT_GT(bw.read_gbps, 0);
+  EXPECT_EQ(slurp(precious), "keep me");
+  size_t entries = 0;
+  for (const auto &e : fs::directory_iterator(root)) entries += e.exists() || e.is_symlink();
+  EXPECT_EQ(entries, 1u);  // the link alone: the measurement's file is gone
+}
+
+TEST_F(Commit, CommitWithoutBeginIsWrongState) {
+  fs::create_directories(root);
+  expect_error([&] { commit_checkpoint(root, 5, "{}"); }, Status::wrong_state,
+               "call begin_checkpoint first");
+}
+
+TEST_F(Commit, CrashedSaveIsIgnoredThenCleanedByBegin) {
+  save(100);
+  // Crash in the middle of saving 200: data half written, no manifest, no rename.
+  fs::create_directories(root + "/iter_0000200.tmp");
+  spit(root + "/iter_0000200.tmp/model.h5", "half");
+  EXPECT_EQ(find_latest_checkpoint(root), root + "/iter_0000100");
+  fs::remove(root + "/latest");  // even without the tracker the .tmp is not taken
+  std::string why;
+  EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
+  EXPECT_NE(why.find("tracker was missing"), std::string::npos) << why;
+  EXPECT_NE(why.find("iter_0000200.tmp is an unfinished save"), std::string::npos) << why;
+  std::string tmp = begin_checkpoint(root, 200);
+  EXPECT_TRUE(fs::is_empty(tmp));  // the leftover is gone
+}
+
+TEST_F(Commit, DirectoryWithoutManifestIsSkipped) {
+  save(100);
+  fs::create_directories(root + "/iter_0000300");  // damaged: data but no manifest
+  spit(root + "/iter_0000300/model.h5", "?");
+  spit(root + "/latest", "iter_0000300\n");
+  std::string why;
+  EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
+  EXPECT_NE(why.find("stale: it names 'iter_0000300', which has no manifest.json"), std::string::npos)
+      << why;
+  // prune leaves damaged directories alone.
+  save(400);
+  prune_checkpoints(root, 1);
+  EXPECT_TRUE(fs::exists(root + "/iter_0000300"));
+}
+
+TEST_F(Commit, StaleTrackerFallsBackToNewestComplete) {
+  save(100);
+  save(200);
+  fs::remove_all(root + "/iter_0000200");  // the tracker now names nothing
+  std::string why;
+  EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
+  EXPECT_EQ(why.rfind("newest complete directory; the tracker was stale", 0), 0u) << why;
+  EXPECT_NE(why.find("'iter_0000200', which does not exist"), std::string::npos) << why;
+  spit(root + "/latest", "garbage\n");
+  EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
+  EXPECT_NE(why.find("'garbage', which is not a checkpoint name"), std::string::npos) << why;
+}
+
+TEST_F(Commit, NoCompleteCheckpointListsWhatIsThere) {
+  expect_error([&] { find_latest_checkpoint(root); }, Status::io_error, root);  // no root at all
+  fs::create_directories(root + "/iter_0000200.tmp");
+  fs::create_directories(root + "/iter_0000100");
+  fs::create_directories(root + "/other");
+  expect_error([&] { find_latest_checkpoint(root); }, Status::io_error,
+               "no complete checkpoint in '" + root + "'");
+  expect_error([&] { find_latest_checkpoint(root); }, Status::io_error,
+               "found: iter_0000200.tmp is an unfinished save, iter_0000100 has no manifest.json");
+  fs::remove_all(root);
+  fs::create_directories(root);
+  expect_error([&] { find_latest_checkpoint(root); }, Status::io_error, "no iter_* directories");
+}
+
+TEST_F(Commit, RecommitReplacesTheSameIteration) {
+  save(100, "{\"v\": 1}");
+  std::string tmp = begin_checkpoint(root, 100);
+  spit(tmp + "/model.h5", "second");
+  commit_checkpoint(root, 100, "{\"v\": 2}");
+  EXPECT_EQ(slurp(root + "/iter_0000100/manifest.json"), "{\"v\": 2}");
+  EXPECT_EQ(slurp(root + "/iter_0000100/model.h5"), "second");
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_FALSE(fs::exists(root + "/iter_0000100.old"));
+  // A file a user put into the checkpoint: the swapped-out copy is kept with it.
+  spit(root + "/iter_0000100/notes", "mine");
+  tmp = begin_checkpoint(root, 100);
+  spit(tmp + "/model.h5", "third");
+  commit_checkpoint(root, 100, "{\"v\": 3}");
+  EXPECT_EQ(slurp(root + "/iter_0000100/model.h5"), "third");
+  EXPECT_EQ(slurp(tmp + "/notes"), "mine");
+  // ... and a later save of that iteration refuses to remove it.
+  expect_error([&] { begin_checkpoint(root, 100); }, Status::io_error, "which no save made");
+  EXPECT_EQ(slurp(tmp + "/notes"), "mine");
+}
+
+// Rotation and a crashed save's leftover go only when they hold nothing but a
+// save's files; a user's file inside is kept with its directory.
+TEST_F(Commit, NothingANoSaveMadeIsRemoved) {
+  for (int it : {100, 200, 300}) save(it);
+  spit(root + "/iter_0000100/data.ptdp", "a user's dataset");
+  fs::create_directories(root + "/iter_0000400.tmp");
+  spit(root + "/iter_0000400.tmp/notes.txt", "precious");
+  std::vector<std::string> removed = prune_checkpoints(root, 1);
+  EXPECT_EQ(removed, (std::vector<std::string>{root + "/iter_0000200"}));
+  EXPECT_EQ(slurp(root + "/iter_0000100/data.ptdp"), "a user's dataset");
+  expect_error([&] { begin_checkpoint(root, 400); }, Status::io_error,
+               "iter_0000400.tmp' holds '" + root + "/iter_0000400.tmp/notes.txt', which no save made");
+  EXPECT_EQ(slurp(root + "/iter_0000400.tmp/notes.txt"), "precious");
+  spit(root + "/iter_0000500.tmp", "a file");
+  expect_error([&] { begin_checkpoint(root, 500); }, Status::io_error, "(not a directory)");
+  // A tracker that is something else is not replaced either.
+  spit(root + "/latest", "not a tracker, a user's file");
+  expect_error([&] { begin_checkpoint(root, 600); }, Status::io_error,
+               "latest' exists and is not a checkpoint tracker");
+}
+
+TEST_F(Commit, PruneKeepsNewestKAndTheTrackedOne) {
+  for (int it : {100, 200, 300, 400, 500}) save(it);
+  fs::create_directories(root + "/iter_0000050.tmp");  // stale: older than 500
+  fs::create_directories(root + "/iter_0000600.tmp");  // may be a save under way
+  spit(root + "/latest", "iter_0000200\n");            // e.g. rolled back by hand
+  std::vector<std::string> removed = prune_checkpoints(root, 2);
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::string>{root + "/iter_0000050.tmp", root + "/iter_0000100",
+                                               root + "/iter_0000300"}));
+  for (const char *kept : {"iter_0000200", "iter_0000400", "iter_0000500", "iter_0000600.tmp"})
+    EXPECT_TRUE(fs::exists(root + "/" + kept)) << kept;
+  EXPECT_TRUE(prune_checkpoints(root, 2).empty());
+  expect_error([&] { prune_checkpoints(root, 0); }, Status::bad_value, "keep_last must be >= 1");
+}
+
+// A checkpoint directory that is a symbolic link (to a directory outside the
+// save directory) is never deleted through, and the link stays: rotation
+// removes only what the saves made.
+TEST_F(Commit, PruneNeverDeletesThroughALink) {
+  const std::string outside = dir + "/elsewhere";
+  fs::create_directories(outside);
+  spit(outside + "/manifest.json", "{}");
+  spit(outside + "/weights.h5", "precious");
+  for (int it : {300, 400}) save(it);
+  fs::create_symlink(outside, root + "/iter_0000100");  // older than both: would be dropped
+  fs::create_symlink(outside, root + "/iter_0000050.tmp");
+  std::vector<std::string> removed = prune_checkpoints(root, 1);
+  EXPECT_EQ(removed, (std::vector<std::string>{root + "/iter_0000300"}));
+  EXPECT_TRUE(fs::is_symlink(root + "/iter_0000100"));
+  EXPECT_TRUE(fs::is_symlink(root + "/iter_0000050.tmp"));
+  EXPECT_EQ(slurp(outside + "/manifest.json"), "{}");
+  EXPECT_EQ(slurp(outside + "/weights.h5"), "precious");
+}
+
+TEST_F(Commit, UnwritableRootIsIoErrorNamingThePath) {
+  // Under a regular file: ENOTDIR, even for root (who ignores permissions).
+  spit(dir + "/file", "x");
+  std::string bad = dir + "/file/sub";
+  expect_error([&] { begin_checkpoint(bad, 1); }, Status::io_error, "'" + bad + "'");
+  expect_error([&] { begin_checkpoint(dir + "/file", 1); }, Status::io_error, "not a directory");
+  if (::geteuid() != 0) {
+    fs::create_directories(root);
+    ::chmod(root.c_str(), 0500);
+    expect_error([&] { begin_checkpoint(root, 1); }, Status::io_error, "'" + root + "'");
+    ::chmod(root.c_str(), 0700);
+  }
+}

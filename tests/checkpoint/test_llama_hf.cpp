@@ -1,0 +1,321 @@
+// `ptdp ckpt import-safetensors` and `export-safetensors` of the LLaMA family
+// against Hugging Face transformers: the fixtures in tests/checkpoint/hf/{llama,qwen2} (made by
+// make_llama_fixtures.py with transformers 5.17: a sharded LlamaForCausalLM,
+// 4 query heads over 2 key/value heads, rope_theta 500000, untied, vocabulary
+// 103; a Qwen2ForCausalLM with QKV biases and a tied embedding) are imported
+// from their model directories and loaded into several layouts, and must give
+// transformers' logits; exported, they give back the fixture's tensors bit for
+// bit and its config. Damaged copies must be refused by name.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoints/safetensors_export.h"
+#include "checkpoints/safetensors_import.h"
+#include "engine/train/config.h"
+#include "engine/train/trainer.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/hf_fixture.h"
+#include "tests/support/temp_dir.h"
+
+using namespace ptdp;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fixture(const std::string &name) {
+  return std::string(PTDP_HF_FIXTURE_DIR) + "/" + name;
+}
+
+struct Model {
+  const char *dir;
+  int layers, groups, vocab;
+  const char *theta, *eps;
+  bool tied, qkv_bias;
+};
+const Model kLlama{"llama", 4, 2, 103, "500000", "1e-5", false, false};
+const Model kQwen2{"qwen2", 2, 2, 103, "1000000", "1e-6", true, true};
+
+// A run of the imported model's shape in layout (t, p) with `per_chunk`
+// layers per virtual stage (0: one chunk).
+Config config(const Model &m, const std::string &load, int t, int p, int per_chunk = 0) {
+  Config c;
+  c.set("num_layers", std::to_string(m.layers));
+  c.set("hidden_size", "32");
+  c.set("num_attention_heads", "4");
+  c.set("num_query_groups", std::to_string(m.groups));
+  c.set("ffn_hidden_size", "48");
+  c.set("normalization", "RMSNorm");
+  c.set("layernorm_epsilon", m.eps);
+  c.set("position_embedding_type", "rope");
+  c.set("rotary_base", m.theta);
+  c.set("swiglu", "1");
+  c.set("disable_bias_linear", "1");
+  c.set("add_qkv_bias", m.qkv_bias ? "1" : "0");
+  c.set("untie_embeddings_and_output_weights", m.tied ? "0" : "1");
+  c.set("seq_length", "32");
+  c.set("max_position_embeddings", "64");
+  c.set("vocab_size", std::to_string(m.vocab));
+  c.set("micro_batch_size", "1");
+  c.set("global_batch_size", "4");
+  // No data_path: the byte tokenizer's 257 ids would not fit the fixture's 103.
+  c.set("tensor_model_parallel_size", std::to_string(t));
+  c.set("pipeline_model_parallel_size", std::to_string(p));
+  if (per_chunk) c.set("num_layers_per_virtual_pipeline_stage", std::to_string(per_chunk));
+  if (!load.empty()) c.set("load", load);
+  return c;
+}
+
+// ptdp's logits over the imported weights against transformers'. Tolerance as
+// the GPT-2 import's (test_checkpoint_import.cpp): both fp32 from the same
+// weights, differing in summation order only, a few 1e-7 after the layers;
+// a wrong head order, rotation or group mapping gives order 1.
+void expect_logits(const Model &m, const std::string &imported, int t, int p, int per_chunk) {
+  SCOPED_TRACE(std::string(m.dir) + " t=" + std::to_string(t) + " p=" + std::to_string(p) +
+               " layers per chunk=" + std::to_string(per_chunk));
+  Trainer tr(TrainerOptions::from_config(config(m, imported, t, p, per_chunk)));
+  for (const Sequence &s : read_logits(fixture(std::string(m.dir) + "/logits.bin"), m.vocab)) {
+    const std::vector<float> got = tr.logits(s.ids);
+    ASSERT_EQ(got.size(), s.logits.size());
+    const double rel = relative_l2(got, s.logits);
+    EXPECT_LE(rel, 1e-5) << s.ids.size() << " tokens";
+    ::testing::Test::RecordProperty(std::string("rel_l2_") + m.dir + "_t" + std::to_string(t) + "_p" +
+                                        std::to_string(p) + "_n" + std::to_string(s.ids.size()),
+                                    ::testing::PrintToString((float)rel));
+  }
+}
+
+}  // namespace
+
+TEST(LlamaImport, LogitsMatchTransformersInEveryLayout) {
+  TempDir imported;
+  import_safetensors(fixture("llama"), "", imported.path);  // the sharded model directory
+  expect_logits(kLlama, imported.path, 1, 1, 0);
+  expect_logits(kLlama, imported.path, 2, 1, 0);  // t = G: one query group a rank
+  expect_logits(kLlama, imported.path, 2, 2, 1);  // and an interleaved pipeline, v = 2
+  // The index given instead of the directory (config.json beside it).
+  TempDir again;
+  import_safetensors(fixture("llama/model.safetensors.index.json"), "", again.path);
+  expect_logits(kLlama, again.path, 1, 1, 0);
+}
+
+TEST(LlamaImport, Qwen2LogitsMatchTransformers) {
+  TempDir imported;
+  import_safetensors(fixture("qwen2/model.safetensors"), "", imported.path);
+  expect_logits(kQwen2, imported.path, 1, 1, 0);
+  expect_logits(kQwen2, imported.path, 2, 2, 0);
+}
+
+// Each bad input is refused by name, and no checkpoint is written.
+TEST(LlamaImport, RefusesWhatItCannotImport) {
+  TempDir work;
+  auto copy_model = [&](const std::string &name) {
+    const std::string to = work.path + "/" + name;
+    fs::copy(fixture("llama"), to, fs::copy_options::recursive);
+    return to;
+  };
+  auto edit_config = [&](const std::string &dir, const char *key, const nlohmann::json &value) {
+    nlohmann::json c = nlohmann::json::parse(read_file(dir + "/config.json"));
+    if (value.is_null())
+      c.erase(key);
+    else
+      c[key] = value;
+    write_file(dir + "/config.json", c.dump(1));
+  };
+  auto refused = [&](const std::string &dir, Status code, const std::string &what) {
+    const std::string out = work.path + "/out_" + fs::path(dir).filename().string();
+    expect_error([&] { import_safetensors(dir, "", out); }, code, what);
+    EXPECT_FALSE(fs::exists(out + "/iter_0000000")) << what;
+  };
+
+  const std::string missing = copy_model("missing_shard");
+  fs::remove(missing + "/model-00002-of-00003.safetensors");
+  refused(missing, Status::io_error, "model-00002-of-00003.safetensors' listed in");
+
+  const std::string scaled = copy_model("scaled_rope");
+  edit_config(scaled, "rope_parameters", {{"rope_type", "linear"}, {"rope_theta", 500000.0}, {"factor", 2.0}});
+  refused(scaled, Status::invalid_config, "rope_parameters of type \"linear\" is not supported");
+
+  const std::string gelu = copy_model("gelu");
+  edit_config(gelu, "hidden_act", "gelu");
+  refused(gelu, Status::invalid_config, "hidden_act \"gelu\" is not supported");
+
+  const std::string window = copy_model("window");
+  edit_config(window, "model_type", "mistral");
+  edit_config(window, "sliding_window", 16);
+  refused(window, Status::invalid_config, "sliding-window attention is not supported");
+
+  const std::string heads = copy_model("kv_heads");
+  edit_config(heads, "num_key_value_heads", 3);
+  refused(heads, Status::invalid_config, "num_query_groups (3) must divide num_attention_heads (4)");
+
+  const std::string bias = copy_model("o_bias");
+  edit_config(bias, "attention_bias", true);
+  refused(bias, Status::invalid_config, "attention_bias true is not supported");
+
+  const std::string tied = copy_model("tied");  // says tied, but lm_head differs from the embedding
+  edit_config(tied, "tie_word_embeddings", true);
+  refused(tied, Status::invalid_config, "'lm_head.weight' in");
+
+  const std::string shape = copy_model("shape");
+  edit_config(shape, "intermediate_size", 64);
+  refused(shape, Status::invalid_config, "mlp.gate_proj.weight' in");
+
+  const std::string index = copy_model("escaping_index");
+  nlohmann::json ix = nlohmann::json::parse(read_file(index + "/model.safetensors.index.json"));
+  ix["weight_map"]["lm_head.weight"] = "../model-00003-of-00003.safetensors";
+  write_file(index + "/model.safetensors.index.json", ix.dump());
+  refused(index, Status::corrupt_data, "not a file name beside the index");
+
+  // Values the engine does not take, types it cannot read, a config that does
+  // not fit the weights: refused before anything is allocated or written.
+  const std::string eps = copy_model("eps");
+  edit_config(eps, "rms_norm_eps", 1e300);
+  refused(eps, Status::invalid_config, "layernorm_epsilon inf is outside [1e-12, 1]");
+  const std::string positions = copy_model("positions");
+  edit_config(positions, "max_position_embeddings", 16777216);
+  refused(positions, Status::invalid_config, "16777216 is outside [1, 1048576]");
+  const std::string both = copy_model("both_types");
+  edit_config(both, "rope_parameters", {{"rope_type", "linear"}, {"type", "default"}, {"factor", 2.0}});
+  refused(both, Status::invalid_config, "rope_parameters of type \"linear\" is not supported");
+  const std::string hd = copy_model("head_dim");
+  edit_config(hd, "head_dim", 4611686018427387912LL);
+  refused(hd, Status::invalid_config, "head_dim 4611686018427387912 is not supported");
+  const std::string types = copy_model("layer_types");
+  edit_config(types, "layer_types", {{"0", "full_attention"}});
+  refused(types, Status::invalid_config, "'layer_types' must be a list");
+  const std::string bos = copy_model("bos");
+  edit_config(bos, "bos_token_id", "one");
+  refused(bos, Status::invalid_config, "'bos_token_id' must be a token id");
+  const std::string big = copy_model("big");  // LLaMA 3 8B's config over the tiny weights
+  edit_config(big, "hidden_size", 4096);
+  edit_config(big, "num_hidden_layers", 32);
+  edit_config(big, "intermediate_size", 14336);
+  edit_config(big, "vocab_size", 128256);
+  edit_config(big, "head_dim", nullptr);
+  refused(big, Status::invalid_config, "is [32] but config");
+  const std::string fifo = work.path + "/fifo_model";
+  fs::create_directory(fifo);
+  ASSERT_EQ(mkfifo((fifo + "/config.json").c_str(), 0600), 0);
+  refused(fifo, Status::io_error, "is not a regular file");
+
+  // The checkpoint loads only into a layout whose tensor ranks hold whole groups.
+  TempDir imported;
+  import_safetensors(fixture("llama"), "", imported.path);
+  expect_error([&] { Trainer tr(TrainerOptions::from_config(config(kLlama, imported.path, 4, 1))); },
+               Status::invalid_config, "must divide num_query_groups (2)");
+}
+
+namespace {
+
+// Import then export gives back the fixture's tensors, every byte, and a
+// config.json that says the same model; the export imports again.
+void expect_round_trip(const Model &m, const std::vector<std::string> &files) {
+  SCOPED_TRACE(m.dir);
+  TempDir work;
+  import_safetensors(fixture(m.dir), "", work.path + "/ckpt");
+  const std::string out = work.path + "/exported";
+  export_safetensors(work.path + "/ckpt", out);
+  const Safetensors got = read_safetensors(out + "/model.safetensors");
+  size_t want_count = 0;
+  for (const std::string &f : files)
+    for (const auto &[name, t] : read_safetensors(fixture(std::string(m.dir) + "/" + f)).tensors) {
+      want_count++;
+      ASSERT_TRUE(got.tensors.count(name)) << name;
+      EXPECT_EQ(got.tensors.at(name).shape, t.shape) << name;
+      EXPECT_TRUE(got.tensors.at(name).bytes == t.bytes) << name << " differs";
+    }
+  EXPECT_EQ(got.tensors.size(), want_count);
+  const nlohmann::json want = nlohmann::json::parse(read_file(fixture(std::string(m.dir) + "/config.json")));
+  const nlohmann::json have = nlohmann::json::parse(read_file(out + "/config.json"));
+  for (const char *k : {"model_type", "vocab_size", "hidden_size", "intermediate_size",
+                        "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                        "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
+                        "hidden_act", "bos_token_id", "eos_token_id", "architectures"})
+    EXPECT_EQ(have[k], want[k]) << k;
+  EXPECT_EQ(have["rope_theta"], want["rope_parameters"]["rope_theta"]);
+  const nlohmann::json gen = nlohmann::json::parse(read_file(out + "/generation_config.json"));
+  EXPECT_EQ(gen["bos_token_id"], 1);
+  EXPECT_EQ(gen["eos_token_id"], 2);
+  // The exported directory imports again and gives transformers' logits.
+  import_safetensors(out, "", work.path + "/again");
+  expect_logits(m, work.path + "/again", 1, 1, 0);
+}
+
+}  // namespace
+
+TEST(LlamaExport, ImportThenExportGivesTheFixtureBack) {
+  expect_round_trip(kLlama, {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                             "model-00003-of-00003.safetensors"});
+  expect_round_trip(kQwen2, {"model.safetensors"});
+}
+
+// A LLaMA-family model's config goes beside its weights: a file path alone is
+// refused before anything is written.
+TEST(LlamaExport, NeedsADirectory) {
+  TempDir work;
+  import_safetensors(fixture("llama"), "", work.path + "/ckpt");
+  expect_error([&] { export_safetensors(work.path + "/ckpt", work.path + "/m.safetensors"); },
+               Status::invalid_argument, "exports to a directory");
+  EXPECT_FALSE(fs::exists(work.path + "/m.safetensors"));
+  write_file(work.path + "/plain", "x");
+  expect_error([&] { export_safetensors(work.path + "/ckpt", work.path + "/plain"); },
+               Status::invalid_argument, "plain' is a file, but a model of the LLaMA family");
+  EXPECT_EQ(read_file(work.path + "/plain"), "x");
+}
+
+// A load must give the checkpoint's function, not only its shapes: another
+// rotary base or norm epsilon is refused by name (plain load and fine-tuning).
+TEST(LlamaImport, LoadNeedsTheSameRotaryBaseAndEpsilon) {
+  TempDir imported;
+  import_safetensors(fixture("llama"), "", imported.path);
+  Config other = config(kLlama, imported.path, 1, 1);
+  other.set("rotary_base", "10000");
+  expect_error([&] { Trainer tr(TrainerOptions::from_config(other)); }, Status::invalid_config,
+               "rotary_base: checkpoint 500000, this run 10000");
+  other = config(kLlama, imported.path, 1, 1);
+  other.set("layernorm_epsilon", "1e-6");
+  other.set("finetune", "1");
+  expect_error([&] { Trainer tr(TrainerOptions::from_config(other)); }, Status::invalid_config,
+               "layernorm_epsilon: checkpoint 9.99999975e-06, this run 9.99999997e-07");
+}
+
+// A model fine-tuned from an import keeps the import's record (where it came
+// from, the tokenizer's bos and eos ids) in every checkpoint it saves, so its
+// export writes them as the import's export does; a run that was not imported
+// writes none.
+TEST(LlamaExport, FineTunedModelKeepsItsBosAndEos) {
+  TempDir work;
+  import_safetensors(fixture("llama"), "", work.path + "/ckpt");
+  Config c = config(kLlama, work.path + "/ckpt", 1, 1);
+  c.set("finetune", "1");
+  Trainer tr(TrainerOptions::from_config(c));
+  std::vector<int32_t> ids(tr.step_tokens_count());
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = (int32_t)(i * 7 % kLlama.vocab);
+  tr.step_tokens(ids.data(), ids.size());
+  tr.save(work.path + "/ft");
+  export_safetensors(work.path + "/ft", work.path + "/out");
+  for (const char *file : {"/out/config.json", "/out/generation_config.json"}) {
+    const nlohmann::json j = nlohmann::json::parse(read_file(work.path + file));
+    EXPECT_EQ(j["bos_token_id"], 1) << file;
+    EXPECT_EQ(j["eos_token_id"], 2) << file;
+  }
+  // Resumed (not fine-tuned) from the fine-tuned checkpoint: still there.
+  Config again = config(kLlama, work.path + "/ft", 1, 1);
+  Trainer tr2(TrainerOptions::from_config(again));
+  tr2.step_tokens(ids.data(), ids.size());
+  tr2.save(work.path + "/ft");
+  export_safetensors(work.path + "/ft", work.path + "/out2");
+  EXPECT_EQ(nlohmann::json::parse(read_file(work.path + "/out2/generation_config.json"))["eos_token_id"], 2);
+  // A model trained from scratch: no ids to write.
+  Trainer fresh(TrainerOptions::from_config(config(kLlama, "", 1, 1)));
+  fresh.save(work.path + "/scratch");
+  export_safetensors(work.path + "/scratch", work.path + "/out3");
+  EXPECT_FALSE(nlohmann::json::parse(read_file(work.path + "/out3/generation_config.json")).contains("eos_token_id"));
+}

@@ -1,0 +1,205 @@
+// The engine's writers never replace what is not a regular file, and never
+// overwrite their own inputs (engine/core/output_file.h): /dev/null stays a
+// device, a FIFO stays a FIFO, a link keeps pointing at its file.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/core/output_file.h"
+#include "engine/data/bpe_tokenizer.h"
+#include "engine/data/corpus.h"
+#include "engine/data/indexed_dataset.h"
+#include "engine/data/token_source.h"
+#include "engine/data/tokenizer.h"
+#include "engine/train/metrics.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/temp_dir.h"
+
+namespace {
+
+mode_t lmode(const std::string &path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 ? st.st_mode : 0;
+}
+
+}  // namespace
+
+TEST(OutputFile, WritesNewAndRegularFiles) {
+  TempDir dir;
+  const std::string p = dir.path + "/out.json";
+  ptdp::write_file_atomic(p, "one");
+  EXPECT_EQ(read_file(p), "one");
+  ptdp::write_file_atomic(p, "two");
+  EXPECT_EQ(read_file(p), "two");
+}
+
+TEST(OutputFile, RefusesDeviceNodesDirectoriesAndFifos) {
+  TempDir dir;
+  expect_error([] { ptdp::write_file_atomic("/dev/null", "x", "--timeline"); },
+               ptdp::Status::invalid_argument, "--timeline '/dev/null' exists and is a character device");
+  EXPECT_TRUE(S_ISCHR(lmode("/dev/null")));
+  expect_error([&] { ptdp::write_file_atomic(dir.path, "x"); }, ptdp::Status::invalid_argument,
+               "is a directory: refusing to replace it");
+  const std::string fifo = dir.path + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  expect_error([&] { ptdp::write_file_atomic(fifo, "x"); }, ptdp::Status::invalid_argument,
+               "is a FIFO");
+  EXPECT_TRUE(S_ISFIFO(lmode(fifo)));
+}
+
+// A new file's directory must be there: refused before any work, not when the
+// output is first written (after a training step, say).
+TEST(OutputFile, RefusesAMissingOrFileDirectory) {
+  TempDir dir;
+  expect_error([&] { ptdp::output_target(dir.path + "/nodir/sub/x.json", "--timeline"); },
+               ptdp::Status::io_error, "its directory '" + dir.path + "/nodir/sub' does not exist");
+  const std::string file = dir.path + "/afile";
+  ptdp::write_file_atomic(file, "x");
+  expect_error([&] { ptdp::output_target(file + "/x.json", "--timeline"); }, ptdp::Status::io_error,
+               "--timeline '" + file + "/x.json': Not a directory");
+  EXPECT_EQ(ptdp::output_target("plain_name.json", "--timeline"), "plain_name.json");  // the cwd
+}
+
+// What a process tokenized stays its run's input (hold_input): no later
+// output of the process replaces it.
+TEST(OutputFile, HeldInputsStayInputs) {
+  TempDir dir;
+  const std::string corpus = dir.path + "/corpus.txt";
+  ptdp::write_file_atomic(corpus, "text\n");
+  ptdp::hold_input(corpus, "tokenized corpus");
+  expect_error([&] { ptdp::write_file_atomic(corpus, "{}", "--log-json"); },
+               ptdp::Status::invalid_argument, "is the tokenized corpus '" + corpus + "'");
+  EXPECT_TRUE(ptdp::same_output(corpus, dir.path + "/./corpus.txt"));
+  EXPECT_FALSE(ptdp::same_output(corpus, dir.path + "/other.txt"));
+}
+
+// Two outputs of one run never name one file: a claimed output (a run's
+// --timeline) is refused to every other writer, under any spelling or link.
+TEST(OutputFile, ClaimedOutputsAreTheirWritersOnly) {
+  TempDir dir;
+  const std::string t = dir.path + "/trace.json";
+  ptdp::write_file_atomic(t, "{}");  // a trace of an earlier run, replaced by this one
+  {
+    ptdp::OutputClaim claim(t, "--timeline");
+    EXPECT_EQ(ptdp::output_target(t, "--timeline"), t);  // its own writer
+    expect_error([&] { ptdp::write_file_atomic(dir.path + "/./trace.json", "{}", "--log-json"); },
+                 ptdp::Status::invalid_argument, "is also this run's --timeline");
+    ASSERT_EQ(::symlink(t.c_str(), (dir.path + "/link.json").c_str()), 0);
+    expect_error([&] { ptdp::OutputClaim other(dir.path + "/link.json", "--profile-ops"); },
+                 ptdp::Status::invalid_argument, "two outputs cannot share one file");
+  }
+  ptdp::write_file_atomic(t, "{}", "--log-json");  // the claim is gone
+}
+
+TEST(OutputFile, SymlinkToAFileWritesThatFileAndKeepsTheLink) {
+  TempDir dir;
+  const std::string file = dir.path + "/real.json", link = dir.path + "/link.json";
+  write_file(file, "old");
+  ASSERT_EQ(::symlink(file.c_str(), link.c_str()), 0);
+  ptdp::write_file_atomic(link, "new");
+  EXPECT_TRUE(S_ISLNK(lmode(link)));
+  EXPECT_EQ(read_file(file), "new");
+  const std::string dangling = dir.path + "/dangling";
+  ASSERT_EQ(::symlink((dir.path + "/nowhere/x").c_str(), dangling.c_str()), 0);
+  expect_error([&] { ptdp::write_file_atomic(dangling, "x"); }, ptdp::Status::invalid_argument,
+               "symbolic link to nothing");
+  const std::string to_dev = dir.path + "/to_dev";
+  ASSERT_EQ(::symlink("/dev/null", to_dev.c_str()), 0);
+  expect_error([&] { ptdp::write_file_atomic(to_dev, "x"); }, ptdp::Status::invalid_argument,
+               "symbolic link to a character device");
+  EXPECT_TRUE(S_ISCHR(lmode("/dev/null")));
+}
+
+TEST(OutputFile, TokenizeRefusesToOverwriteItsInput) {
+  TempDir dir;
+  const std::string text = dir.path + "/corpus.txt", alias = dir.path + "/./corpus.txt";
+  write_file(text, "hello\nworld\n");
+  auto tok = ptdp::make_tokenizer("byte");
+  expect_error([&] { ptdp::build_token_dataset({text}, "lines", *tok, alias); },
+               ptdp::Status::invalid_argument, "refusing to overwrite an input");
+  EXPECT_EQ(read_file(text), "hello\nworld\n");
+  // An old output inside an input directory would be read as text: refused too.
+  const std::string out = dir.path + "/out.ptdp";
+  write_file(out, "previous output");
+  expect_error([&] { ptdp::build_token_dataset({dir.path}, "lines", *tok, out); },
+               ptdp::Status::invalid_argument, "refusing to overwrite an input");
+  EXPECT_EQ(read_file(out), "previous output");
+  expect_error([&] { ptdp::build_token_dataset({text}, "lines", *tok, "/dev/null"); },
+               ptdp::Status::invalid_argument, "exists and is a character device");
+  ptdp::build_token_dataset({text}, "lines", *tok, dir.path + "/fresh.ptdp");
+  EXPECT_TRUE(S_ISREG(lmode(dir.path + "/fresh.ptdp")));
+}
+
+// An output is never an input of the same run, by identity: a registered input
+// (InputFile) is refused under any spelling (itself, a hard link, a symbolic
+// link), by every writer (the atomic writer, the JSON-lines log), and only
+// while it is an input.
+TEST(OutputFile, RegisteredInputsAreRefusedUnderAnySpelling) {
+  TempDir dir;
+  const std::string in = dir.path + "/data.bin", hard = dir.path + "/hard.bin",
+                    soft = dir.path + "/soft.bin";
+  write_file(in, "precious");
+  ASSERT_EQ(::link(in.c_str(), hard.c_str()), 0);
+  ASSERT_EQ(::symlink(in.c_str(), soft.c_str()), 0);
+  {
+    ptdp::InputFile input(in, "dataset");
+    for (const std::string &out : {in, hard, soft, dir.path + "/./data.bin"}) {
+      expect_error([&] { ptdp::write_file_atomic(out, "x", "--timeline"); },
+                   ptdp::Status::invalid_argument, "is the dataset '" + in + "' this run reads");
+      expect_error([&] { ptdp::append_json_line(out, "{}", false); },
+                   ptdp::Status::invalid_argument, "refusing to overwrite an input");
+      expect_error([&] { ptdp::append_json_line(out, "{}", true); },
+                   ptdp::Status::invalid_argument, "refusing to overwrite an input");
+    }
+    ptdp::InputFile moved = std::move(input);  // still registered, once
+    expect_error([&] { ptdp::write_file_atomic(in, "x"); }, ptdp::Status::invalid_argument,
+                 "refusing to overwrite an input");
+    EXPECT_EQ(read_file(in), "precious");
+  }
+  ptdp::write_file_atomic(soft, "no longer an input");  // the InputFile is gone
+  EXPECT_EQ(read_file(in), "no longer an input");
+  ptdp::InputFile missing(dir.path + "/not_there", "dataset");  // registers nothing
+  ptdp::write_file_atomic(dir.path + "/not_there", "new");
+}
+
+// The inputs a run opens register themselves: a ptdp dataset, a Megatron
+// dataset's .idx and .bin, a GPT-2 BPE tokenizer's files.
+TEST(OutputFile, DatasetsAndTokenizerFilesAreInputsWhileOpen) {
+  TempDir dir;
+  const std::string text = dir.path + "/corpus.txt", data = dir.path + "/data.ptdp";
+  write_file(text, "hello\nworld\n");
+  auto bytes = ptdp::make_tokenizer("byte");
+  ptdp::build_token_dataset({text}, "lines", *bytes, data);
+  const std::string before = read_file(data);
+  {
+    auto src = ptdp::open_token_source(data);
+    expect_error([&] { ptdp::append_json_line(data, "{}", false); },
+                 ptdp::Status::invalid_argument, "is the dataset '" + data + "'");
+    expect_error([&] { ptdp::build_token_dataset({text}, "lines", *bytes, data); },
+                 ptdp::Status::invalid_argument, "refusing to overwrite an input");
+  }
+  EXPECT_EQ(read_file(data), before);
+  const std::string prefix = dir.path + "/mega";
+  {
+    ptdp::IndexedDatasetWriter w(prefix, 256, {});
+    w.add_document({{104, 105}});
+    w.finish();
+  }
+  {
+    auto src = ptdp::open_token_source(prefix);
+    for (const char *ext : {".idx", ".bin"})
+      expect_error([&] { ptdp::write_file_atomic(prefix + ext, "x", "--profile-ops"); },
+                   ptdp::Status::invalid_argument, "this run reads");
+  }
+  const std::string bpe = std::string(PTDP_TEST_DATA_DIR) + "/bpe";
+  const std::string vocab = dir.path + "/vocab.json", merges = dir.path + "/merges.txt";
+  write_file(vocab, read_file(bpe + "/vocab.json"));
+  write_file(merges, read_file(bpe + "/merges.txt"));
+  {
+    auto tok = ptdp::Gpt2BpeTokenizer::from_vocab_merges(vocab, merges);
+    for (const std::string &f : {vocab, merges})
+      expect_error([&] { ptdp::build_token_dataset({text}, "lines", *tok, f); },
+                   ptdp::Status::invalid_argument, "file '" + f + "' this run reads");
+  }
+  EXPECT_EQ(read_file(vocab), read_file(bpe + "/vocab.json"));
+}
