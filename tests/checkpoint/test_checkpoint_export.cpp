@@ -25,6 +25,7 @@
 #include "engine/core/text.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
+#include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tiny_dataset.h"
@@ -108,18 +109,11 @@ SafeTensors parse_safetensors(const std::string &path, const std::string &dtype 
 
 Config config() {
   Config c;
-  c.set("num_layers", "4");
-  c.set("hidden_size", "32");
-  c.set("num_attention_heads", "4");
-  c.set("seq_length", "16");
-  c.set("micro_batch_size", "2");
-  c.set("global_batch_size", "8");
-  c.set("lr", "3e-3");
-  c.set("split", "80,20");
-  c.set("data_path", tiny_dataset_path());
-  c.set("tensor_model_parallel_size", "2");
-  c.set("pipeline_model_parallel_size", "2");
-  c.set("data_parallel_size", "2");
+  set_options(c, {{"num_layers", "4"}, {"hidden_size", "32"}, {"num_attention_heads", "4"},
+                  {"seq_length", "16"}, {"micro_batch_size", "2"}, {"global_batch_size", "8"},
+                  {"lr", "3e-3"}, {"split", "80,20"}, {"data_path", tiny_dataset_path()},
+                  {"tensor_model_parallel_size", "2"}, {"pipeline_model_parallel_size", "2"},
+                  {"data_parallel_size", "2"}});
   return c;
 }
 

@@ -23,6 +23,7 @@
 #include "engine/core/dtype.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
+#include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/hf_fixture.h"
 #include "tests/support/temp_dir.h"
@@ -77,19 +78,13 @@ constexpr int kVocab = 260;
 
 Config config(const std::string &load, int t = 1, int p = 1, int per_chunk = 0) {
   Config c;
-  c.set("num_layers", "4");
-  c.set("hidden_size", "32");
-  c.set("num_attention_heads", "4");
-  c.set("seq_length", "16");
-  c.set("max_position_embeddings", "32");
-  c.set("vocab_size", std::to_string(kVocab));
-  c.set("micro_batch_size", "1");
-  c.set("global_batch_size", "4");
-  c.set("lr", "1e-3");
-  c.set("split", "80,20");
-  c.set("data_path", tiny_dataset_path());
-  c.set("tensor_model_parallel_size", std::to_string(t));
-  c.set("pipeline_model_parallel_size", std::to_string(p));
+  set_options(c, {{"num_layers", "4"}, {"hidden_size", "32"}, {"num_attention_heads", "4"},
+                  {"seq_length", "16"}, {"max_position_embeddings", "32"},
+                  {"vocab_size", std::to_string(kVocab)}, {"micro_batch_size", "1"},
+                  {"global_batch_size", "4"}, {"lr", "1e-3"}, {"split", "80,20"},
+                  {"data_path", tiny_dataset_path()},
+                  {"tensor_model_parallel_size", std::to_string(t)},
+                  {"pipeline_model_parallel_size", std::to_string(p)}});
   if (per_chunk) c.set("num_layers_per_virtual_pipeline_stage", std::to_string(per_chunk));
   if (!load.empty()) c.set("load", load);
   return c;
@@ -329,9 +324,7 @@ TEST_F(CheckpointImport, FinetuneStartsAfresh) {
 
   // Another seed and learning rate: refused by a resume, taken by a fine-tuning run.
   Config c = config(trained.path, 2, 2);
-  c.set("seed", "7");
-  c.set("lr", "5e-4");
-  c.set("lr_warmup_iters", "3");
+  set_options(c, {{"seed", "7"}, {"lr", "5e-4"}, {"lr_warmup_iters", "3"}});
   expect_error([&] { trainer(c); }, Status::invalid_config,
                "was trained with other options (seed:");
   c.set("finetune", "1");

@@ -22,6 +22,7 @@
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
+#include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/pipeline_config.h"
@@ -584,9 +585,8 @@ TEST_F(CheckpointFaults, ManifestNotJson) {
 
 TEST_F(CheckpointFaults, DifferentModelNamesTheFields) {
   Config c = config({1, 1, 1, 1});
-  c.set("hidden_size", "64");
-  c.set("num_layers", "4");
-  c.set("num_layers_per_virtual_pipeline_stage", "4");
+  set_options(c, {{"hidden_size", "64"}, {"num_layers", "4"},
+                  {"num_layers_per_virtual_pipeline_stage", "4"}});
   Trainer tr(TrainerOptions::from_config(c));
   expect_error([&] { tr.load(dir.path); }, Status::invalid_config,
                "num_layers: checkpoint 8, this run 4; hidden_size: checkpoint 32, this run 64");

@@ -20,6 +20,7 @@
 #include "checkpoints/safetensors_import.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
+#include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/hf_fixture.h"
 #include "tests/support/temp_dir.h"
@@ -46,24 +47,15 @@ const Model kQwen2{"qwen2", 2, 2, 103, "1000000", "1e-6", true, true};
 // layers per virtual stage (0: one chunk).
 Config config(const Model &m, const std::string &load, int t, int p, int per_chunk = 0) {
   Config c;
-  c.set("num_layers", std::to_string(m.layers));
-  c.set("hidden_size", "32");
-  c.set("num_attention_heads", "4");
-  c.set("num_query_groups", std::to_string(m.groups));
-  c.set("ffn_hidden_size", "48");
-  c.set("normalization", "RMSNorm");
-  c.set("layernorm_epsilon", m.eps);
-  c.set("position_embedding_type", "rope");
-  c.set("rotary_base", m.theta);
-  c.set("swiglu", "1");
-  c.set("disable_bias_linear", "1");
-  c.set("add_qkv_bias", m.qkv_bias ? "1" : "0");
-  c.set("untie_embeddings_and_output_weights", m.tied ? "0" : "1");
-  c.set("seq_length", "32");
-  c.set("max_position_embeddings", "64");
-  c.set("vocab_size", std::to_string(m.vocab));
-  c.set("micro_batch_size", "1");
-  c.set("global_batch_size", "4");
+  set_options(c, {{"num_layers", std::to_string(m.layers)}, {"hidden_size", "32"},
+                  {"num_attention_heads", "4"}, {"num_query_groups", std::to_string(m.groups)},
+                  {"ffn_hidden_size", "48"}, {"normalization", "RMSNorm"},
+                  {"layernorm_epsilon", m.eps}, {"position_embedding_type", "rope"},
+                  {"rotary_base", m.theta}, {"swiglu", "1"}, {"disable_bias_linear", "1"},
+                  {"add_qkv_bias", m.qkv_bias ? "1" : "0"},
+                  {"untie_embeddings_and_output_weights", m.tied ? "0" : "1"}, {"seq_length", "32"},
+                  {"max_position_embeddings", "64"}, {"vocab_size", std::to_string(m.vocab)},
+                  {"micro_batch_size", "1"}, {"global_batch_size", "4"}});
   // No data_path: the byte tokenizer's 257 ids would not fit the fixture's 103.
   c.set("tensor_model_parallel_size", std::to_string(t));
   c.set("pipeline_model_parallel_size", std::to_string(p));

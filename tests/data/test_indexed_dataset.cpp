@@ -19,6 +19,7 @@
 #include "engine/data/indexed_dataset.h"
 #include "engine/data/indexed_tokenize.h"
 #include "engine/train/trainer.h"
+#include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/trained_run.h"
@@ -551,20 +552,13 @@ BlendData &blend_data() {
 
 TrainerOptions blend_options(const std::string &data_path, int t, int d) {
   Config c;
-  c.set("num_layers", "2");
-  c.set("hidden_size", "48");
-  c.set("num_attention_heads", "12");
-  c.set("seq_length", "16");
-  c.set("micro_batch_size", "2");
-  c.set("global_batch_size", "8");
-  c.set("train_iters", "6");
-  c.set("lr", "3e-3");
-  c.set("min_lr", "3e-4");
+  set_options(c, {{"num_layers", "2"}, {"hidden_size", "48"}, {"num_attention_heads", "12"},
+                  {"seq_length", "16"}, {"micro_batch_size", "2"}, {"global_batch_size", "8"},
+                  {"train_iters", "6"}, {"lr", "3e-3"}, {"min_lr", "3e-4"}});
   c.set("lr_warmup_iters", "2");  // as test_parallel, whose parameter bound this shares
-  c.set("split", "80,20");
-  c.set("data_path", data_path);
-  c.set("tensor_model_parallel_size", std::to_string(t));
-  c.set("data_parallel_size", std::to_string(d));
+  set_options(c, {{"split", "80,20"}, {"data_path", data_path},
+                  {"tensor_model_parallel_size", std::to_string(t)},
+                  {"data_parallel_size", std::to_string(d)}});
   return TrainerOptions::from_config(c);
 }
 

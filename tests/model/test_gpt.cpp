@@ -10,6 +10,7 @@
 #include "engine/comm/thread_comm.h"
 #include "engine/core/status.h"
 #include "engine/model/gpt.h"
+#include "tests/support/tiny_model.h"
 
 using ptdp::GPT;
 using ptdp::GptConfig;
@@ -18,18 +19,11 @@ using ptdp::StepContext;
 namespace {
 
 GptConfig tiny_config() {
-  GptConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 8;
-  c.num_attention_heads = 2;
+  GptConfig c = tiny_gpt(2, 8, 2, 11, 5);  // vocabulary padded to 16
   c.ffn_hidden_size = 12;
-  c.vocab_size = 11;
-  c.make_vocab_size_divisible_by = 8;  // padded to 16: padding must stay out of the loss
-  c.seq_length = 5;
   c.max_position_embeddings = 7;
-  c.hidden_dropout = 0.2f;
   c.attention_dropout = 0.3f;
-  c.init_method_std = 0.3f;  // large enough that attention is far from uniform
+  c.init_method_std = 0.3f;
   return c;
 }
 
@@ -192,14 +186,7 @@ GptConfig llama_config() {
   GptConfig c = tiny_config();
   c.hidden_size = 16;
   c.num_attention_heads = 4;  // head dim 4
-  c.num_query_groups = 2;
-  c.normalization = GptConfig::RMSNorm;
-  c.position_embedding_type = GptConfig::Rope;
-  c.rotary_base = 500.f;
-  c.swiglu = 1;
-  c.untie_embeddings_and_output_weights = 1;
-  c.disable_bias_linear = 1;
-  c.add_qkv_bias = 1;
+  c = with_llama_block(c, 500.f, 2, c.ffn_hidden_size);
   c.layernorm_epsilon = 1e-6f;
   return c;
 }

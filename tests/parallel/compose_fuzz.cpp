@@ -45,6 +45,7 @@
 #include "engine/core/status.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
+#include "tests/support/config_options.h"
 #include "tests/support/pipeline_config.h"
 #include "tests/support/step_figures.h"
 #include "tests/support/tiny_dataset.h"
@@ -123,41 +124,35 @@ Config config_of(const Spec &s, const std::string &prefix, bool serial) {
   auto at = [&](const std::string &k) { return s.at(k); };
   // The pipeline tests' run (tests/support/pipeline_config.h), reshaped.
   Config c = pipeline_test_config(1, 1, 1, 1);
-  c.set("num_layers", at("layers"));
-  c.set("num_layers_per_virtual_pipeline_stage", "0");
-  c.set("hidden_size", at("hidden"));
-  c.set("num_attention_heads", at("heads"));
-  c.set("micro_batch_size", at("b"));
-  c.set("global_batch_size", at("gbs"));
-  c.set("num_threads", "1");
-  c.set("vocab_size", at("vocab"));
-  c.set("make_vocab_size_divisible_by", at("vocab_div"));
+  set_options(c, {{"num_layers", at("layers")}, {"num_layers_per_virtual_pipeline_stage", "0"},
+                  {"hidden_size", at("hidden")}, {"num_attention_heads", at("heads")},
+                  {"micro_batch_size", at("b")}, {"global_batch_size", at("gbs")},
+                  {"num_threads", "1"}, {"vocab_size", at("vocab")},
+                  {"make_vocab_size_divisible_by", at("vocab_div")}});
   if (at("dtype") != "fp32") c.set(at("dtype") == "bf16" ? "bf16" : "fp16", "1");
   c.set("use_flash_attn", at("flash"));
   if (at("llama") == "1") {
-    c.set("normalization", "RMSNorm");
-    c.set("position_embedding_type", "rope");
-    c.set("swiglu", "1");
-    c.set("disable_bias_linear", "1");
-    c.set("untie_embeddings_and_output_weights", "1");
+    set_options(c, {{"normalization", "RMSNorm"}, {"position_embedding_type", "rope"},
+                    {"swiglu", "1"}, {"disable_bias_linear", "1"},
+                    {"untie_embeddings_and_output_weights", "1"}});
     if (at("groups") != "0") c.set("num_query_groups", at("groups"));
   }
   if (serial) return c;
   const int t = std::stoi(at(prefix + "t")), p = std::stoi(at(prefix + "p")),
             v = std::stoi(at(prefix + "v")), L = std::stoi(at("layers"));
-  c.set("tensor_model_parallel_size", at(prefix + "t"));
-  c.set("pipeline_model_parallel_size", at(prefix + "p"));
-  c.set("data_parallel_size", at(prefix + "d"));
+  set_options(c, {{"tensor_model_parallel_size", at(prefix + "t")},
+                  {"pipeline_model_parallel_size", at(prefix + "p")},
+                  {"data_parallel_size", at(prefix + "d")}});
   if (v > 1 && L % (p * v) == 0)
     c.set("num_layers_per_virtual_pipeline_stage", std::to_string(L / (p * v)));
   else if (v > 1)
     c.set("num_layers_per_virtual_pipeline_stage", "3");  // refused: not a divisor
-  c.set("pipeline_schedule", at(prefix + "schedule"));
-  c.set("scatter_gather_tensors_in_pipeline", t > 1 ? at("sg") : "1");
-  c.set("sequence_parallel", s.count("seq_par") ? at("seq_par") : "0");
-  c.set("recompute_granularity", at("recompute"));
-  c.set("use_distributed_optimizer", at("dist_opt"));
-  c.set("overlap_grad_reduce", at("overlap"));
+  set_options(c, {{"pipeline_schedule", at(prefix + "schedule")},
+                  {"scatter_gather_tensors_in_pipeline", t > 1 ? at("sg") : "1"},
+                  {"sequence_parallel", s.count("seq_par") ? at("seq_par") : "0"},
+                  {"recompute_granularity", at("recompute")},
+                  {"use_distributed_optimizer", at("dist_opt")},
+                  {"overlap_grad_reduce", at("overlap")}});
   return c;
 }
 

@@ -13,28 +13,19 @@
 #include "engine/core/status.h"
 #include "engine/data/corpus.h"
 #include "engine/train/trainer.h"
+#include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tiny_dataset.h"
+#include "tests/support/tiny_model.h"
 #include "tests/support/trained_run.h"
 
 using namespace ptdp;
 
 namespace {
 
-GptConfig small_model() {
-  GptConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 48;
-  c.num_attention_heads = 12;  // divisible by t = 1, 2, 3, 4, 6
-  c.vocab_size = 50;
-  c.make_vocab_size_divisible_by = 8;
-  c.seq_length = 6;
-  c.hidden_dropout = 0.2f;
-  c.attention_dropout = 0.2f;
-  c.init_method_std = 0.2f;
-  return c;
-}
+// 12 heads: divisible by t = 1, 2, 3, 4, 6.
+GptConfig small_model() { return tiny_gpt(2, 48, 12, 50, 6); }
 
 // Runs fn(rank) on t threads.
 template <class F>
@@ -48,21 +39,8 @@ void on_threads(int t, F fn) {
 
 namespace {
 
-// The LLaMA family's block: RMSNorm, rope, 12 query heads over `groups`
-// key/value heads, SwiGLU, untied head, QKV bias only.
-GptConfig small_llama(int groups) {
-  GptConfig c = small_model();
-  c.normalization = GptConfig::RMSNorm;
-  c.position_embedding_type = GptConfig::Rope;
-  c.rotary_base = 500000.f;
-  c.num_query_groups = groups;
-  c.swiglu = 1;
-  c.ffn_hidden_size = 36;
-  c.untie_embeddings_and_output_weights = 1;
-  c.disable_bias_linear = 1;
-  c.add_qkv_bias = 1;
-  return c;
-}
+// The LLaMA family's block: 12 query heads over `groups` key/value heads.
+GptConfig small_llama(int groups) { return with_llama_block(small_model(), 500000.f, groups, 36); }
 
 // One forward and backward of the model split over t tensor ranks, in double:
 // the loss and every gradient equal the serial ones up to summation order.
@@ -155,23 +133,14 @@ namespace {
 
 TrainerOptions run_options(int t, int d, int p = 1) {
   Config c;
-  c.set("num_layers", "2");
-  c.set("hidden_size", "48");
-  c.set("num_attention_heads", "12");
-  c.set("seq_length", "16");
-  c.set("micro_batch_size", "2");
-  c.set("global_batch_size", "8");
-  c.set("train_iters", "10");
-  c.set("lr", "3e-3");
-  c.set("min_lr", "3e-4");
-  c.set("lr_warmup_iters", "2");
-  c.set("hidden_dropout", "0.1");
-  c.set("attention_dropout", "0.1");
-  c.set("split", "80,20");
-  c.set("data_path", tiny_dataset_path());
-  c.set("tensor_model_parallel_size", std::to_string(t));
-  c.set("data_parallel_size", std::to_string(d));
-  c.set("pipeline_model_parallel_size", std::to_string(p));
+  set_options(c, {{"num_layers", "2"}, {"hidden_size", "48"}, {"num_attention_heads", "12"},
+                  {"seq_length", "16"}, {"micro_batch_size", "2"}, {"global_batch_size", "8"},
+                  {"train_iters", "10"}, {"lr", "3e-3"}, {"min_lr", "3e-4"},
+                  {"lr_warmup_iters", "2"}, {"hidden_dropout", "0.1"}, {"attention_dropout", "0.1"},
+                  {"split", "80,20"}, {"data_path", tiny_dataset_path()},
+                  {"tensor_model_parallel_size", std::to_string(t)},
+                  {"data_parallel_size", std::to_string(d)},
+                  {"pipeline_model_parallel_size", std::to_string(p)}});
   c.set("ddp_bucket_size", "5000");  // several buckets
   return TrainerOptions::from_config(c);
 }
@@ -345,21 +314,16 @@ TEST(Parallel, NcclOnTheCpuIsAClearError) {
 
 TEST(Parallel, BadLayoutsAreClearErrors) {
   Config c;
-  c.set("data_path", "unused");
-  c.set("num_attention_heads", "4");
-  c.set("tensor_model_parallel_size", "3");
+  set_options(c, {{"data_path", "unused"}, {"num_attention_heads", "4"},
+                  {"tensor_model_parallel_size", "3"}});
   expect_error([&] { TrainerOptions::from_config(c); }, Status::invalid_config,
                "tensor_model_parallel_size (3) must divide num_attention_heads (4)");
-  c.set("num_attention_heads", "6");
-  c.set("hidden_size", "96");
-  c.set("ffn_hidden_size", "100");
+  set_options(c, {{"num_attention_heads", "6"}, {"hidden_size", "96"}, {"ffn_hidden_size", "100"}});
   expect_error([&] { TrainerOptions::from_config(c); }, Status::invalid_config,
                "must divide ffn_hidden_size (100)");
-  c.set("ffn_hidden_size", "0");
-  c.set("tensor_model_parallel_size", "1");
-  c.set("data_parallel_size", "3");
-  c.set("micro_batch_size", "2");
-  c.set("global_batch_size", "8");
+  set_options(c, {{"ffn_hidden_size", "0"}, {"tensor_model_parallel_size", "1"},
+                  {"data_parallel_size", "3"}, {"micro_batch_size", "2"},
+                  {"global_batch_size", "8"}});
   expect_error([&] { TrainerOptions::from_config(c); }, Status::invalid_config,
                "must be divisible by micro_batch_size x data_parallel_size (2 x 3 = 6)");
 }

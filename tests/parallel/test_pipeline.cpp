@@ -13,28 +13,18 @@
 
 #include "engine/core/status.h"
 #include "engine/train/trainer.h"
+#include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/pipeline_config.h"
 #include "tests/support/tiny_dataset.h"
+#include "tests/support/tiny_model.h"
 #include "tests/support/trained_run.h"
 
 using namespace ptdp;
 
 namespace {
 
-GptConfig chunk_model() {
-  GptConfig c;
-  c.num_layers = 8;
-  c.hidden_size = 24;
-  c.num_attention_heads = 4;
-  c.vocab_size = 40;
-  c.make_vocab_size_divisible_by = 8;
-  c.seq_length = 5;
-  c.hidden_dropout = 0.2f;
-  c.attention_dropout = 0.2f;
-  c.init_method_std = 0.2f;
-  return c;
-}
+GptConfig chunk_model() { return tiny_gpt(8, 24, 4, 40, 5); }
 
 struct Batch {
   int s, b;
@@ -293,9 +283,8 @@ TEST(Pipeline, RecomputationStashesWhatIsPredicted) {
     if (std::string(c.method) == "selective") {
       cfg.set("recompute_granularity", "selective");
     } else if (std::string(c.method) != "none") {
-      cfg.set("recompute_granularity", "full");
-      cfg.set("recompute_method", c.method);
-      cfg.set("recompute_num_layers", std::to_string(c.k));
+      set_options(cfg, {{"recompute_granularity", "full"}, {"recompute_method", c.method},
+                        {"recompute_num_layers", std::to_string(c.k)}});
     }
     Trainer tr(TrainerOptions::from_config(cfg));
     tr.step();
@@ -412,10 +401,10 @@ TEST(Pipeline, NoBubbleWithoutPipeline) {
 TEST(Pipeline, BadLayoutsAreClearErrors) {
   auto cfg = [](int p, int layers, int per_chunk, const char *sched) {
     Config c = run_config({1, 1, 1, 1, "1f1b", true, false});
-    c.set("pipeline_model_parallel_size", std::to_string(p));
-    c.set("num_layers", std::to_string(layers));
-    c.set("num_layers_per_virtual_pipeline_stage", std::to_string(per_chunk));
-    c.set("pipeline_schedule", sched);
+    set_options(c, {{"pipeline_model_parallel_size", std::to_string(p)},
+                    {"num_layers", std::to_string(layers)},
+                    {"num_layers_per_virtual_pipeline_stage", std::to_string(per_chunk)},
+                    {"pipeline_schedule", sched}});
     return c;
   };
   auto opts = [](const Config &c) { TrainerOptions::from_config(c); };

@@ -12,6 +12,7 @@
 #include "engine/core/status.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
+#include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/pipeline_config.h"
 #include "tests/support/trained_run.h"
@@ -53,9 +54,8 @@ TEST(SequenceParallel, MatchesSerial) {
                  std::to_string(k.d) + "v" + std::to_string(k.v) + " " + k.schedule + " " +
                  k.recompute + (k.dist_opt ? " distributed optimizer" : ""));
     Config c = sp_config(k.t, k.p, k.d, k.v);
-    c.set("pipeline_schedule", k.schedule);
-    c.set("recompute_granularity", k.recompute);
-    c.set("use_distributed_optimizer", k.dist_opt ? "1" : "0");
+    set_options(c, {{"pipeline_schedule", k.schedule}, {"recompute_granularity", k.recompute},
+                    {"use_distributed_optimizer", k.dist_opt ? "1" : "0"}});
     expect_matches_serial(train(c), serial);
   }
 }
@@ -92,10 +92,8 @@ TEST(SequenceParallel, ActivationMemoryAgainstThePaper) {
     int64_t peak[2];
     for (int k = 0; k < 2; k++) {
       Config c = sp_config((int)t, 1, 1, 1, sp);
-      c.set("num_layers", k ? "4" : "8");
-      c.set("num_layers_per_virtual_pipeline_stage", "0");
-      c.set("bf16", "1");
-      c.set("recompute_granularity", recompute);
+      set_options(c, {{"num_layers", k ? "4" : "8"}, {"num_layers_per_virtual_pipeline_stage", "0"},
+                      {"bf16", "1"}, {"recompute_granularity", recompute}});
       c.set("global_batch_size", "2");  // one micro-batch: the peak is one stash
       Trainer tr(TrainerOptions::from_config(c));
       tr.step();

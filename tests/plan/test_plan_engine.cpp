@@ -13,6 +13,7 @@
 #include "engine/plan/model.h"
 #include "engine/plan/ptdp_stash.h"
 #include "engine/train/trainer.h"
+#include "tests/support/config_options.h"
 #include "tests/support/tiny_dataset.h"
 
 using namespace ptdp;
@@ -52,9 +53,8 @@ void check(const Case &c) {
   if (c.selective) cfg.set("recompute_granularity", "selective");
   if (c.sequence_parallel) cfg.set("sequence_parallel", "1");
   if (c.recompute) {
-    cfg.set("recompute_granularity", "full");
-    cfg.set("recompute_method", "uniform");
-    cfg.set("recompute_num_layers", "1");
+    set_options(cfg, {{"recompute_granularity", "full"}, {"recompute_method", "uniform"},
+                      {"recompute_num_layers", "1"}});
   }
   Trainer tr(TrainerOptions::from_config(cfg));
   tr.step();

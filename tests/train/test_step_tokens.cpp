@@ -10,6 +10,7 @@
 
 #include "engine/core/status.h"
 #include "engine/train/trainer.h"
+#include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tiny_dataset.h"
@@ -20,22 +21,14 @@ namespace {
 
 TrainerOptions options(int t, int p, int d) {
   Config c;
-  c.set("num_layers", "2");
-  c.set("hidden_size", "32");
-  c.set("num_attention_heads", "4");
-  c.set("seq_length", "16");
-  c.set("micro_batch_size", "2");
-  c.set("global_batch_size", "8");
-  c.set("train_iters", "20");
-  c.set("lr", "3e-3");
-  c.set("lr_warmup_iters", "2");
+  set_options(c, {{"num_layers", "2"}, {"hidden_size", "32"}, {"num_attention_heads", "4"},
+                  {"seq_length", "16"}, {"micro_batch_size", "2"}, {"global_batch_size", "8"},
+                  {"train_iters", "20"}, {"lr", "3e-3"}, {"lr_warmup_iters", "2"}});
   c.set("hidden_dropout", "0.1");  // dropout keys use the global sample index
-  c.set("attention_dropout", "0.1");
-  c.set("split", "80,20");
-  c.set("tensor_model_parallel_size", std::to_string(t));
-  c.set("pipeline_model_parallel_size", std::to_string(p));
-  c.set("data_parallel_size", std::to_string(d));
-  c.set("data_path", tiny_dataset_path());
+  set_options(c, {{"attention_dropout", "0.1"}, {"split", "80,20"},
+                  {"tensor_model_parallel_size", std::to_string(t)},
+                  {"pipeline_model_parallel_size", std::to_string(p)},
+                  {"data_parallel_size", std::to_string(d)}, {"data_path", tiny_dataset_path()}});
   return TrainerOptions::from_config(c);
 }
 

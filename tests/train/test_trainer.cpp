@@ -7,6 +7,7 @@
 
 #include "engine/core/status.h"
 #include "engine/core/utf8.h"
+#include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tiny_dataset.h"
@@ -22,19 +23,11 @@ namespace {
 
 Config tiny_config() {
   Config c;
-  c.set("num_layers", "2");
-  c.set("hidden_size", "64");
-  c.set("num_attention_heads", "4");
-  c.set("seq_length", "32");
-  c.set("micro_batch_size", "4");
-  c.set("global_batch_size", "8");
-  c.set("train_iters", "200");
-  c.set("lr", "3e-3");
-  c.set("min_lr", "3e-4");
-  c.set("lr_warmup_iters", "5");
-  c.set("split", "80,20");
-  c.set("eval_iters", "2");
-  c.set("data_path", tiny_dataset_path());
+  set_options(c, {{"num_layers", "2"}, {"hidden_size", "64"}, {"num_attention_heads", "4"},
+                  {"seq_length", "32"}, {"micro_batch_size", "4"}, {"global_batch_size", "8"},
+                  {"train_iters", "200"}, {"lr", "3e-3"}, {"min_lr", "3e-4"},
+                  {"lr_warmup_iters", "5"}, {"split", "80,20"}, {"eval_iters", "2"},
+                  {"data_path", tiny_dataset_path()}});
   return c;
 }
 
@@ -43,11 +36,8 @@ Config tiny_config() {
 
 TEST(Trainer, LossFallsOnASmallCorpus) {
   Config c = tiny_config();
-  c.set("hidden_dropout", "0");
-  c.set("attention_dropout", "0");
-  c.set("lr", "1e-2");
-  c.set("min_lr", "1e-3");
-  c.set("train_iters", "200");
+  set_options(c, {{"hidden_dropout", "0"}, {"attention_dropout", "0"}, {"lr", "1e-2"},
+                  {"min_lr", "1e-3"}, {"train_iters", "200"}});
   Trainer t(TrainerOptions::from_config(c));
   double first = t.step().lm_loss;
   // Byte vocabulary of 257: an untrained model starts near ln(257) = 5.55.
@@ -91,9 +81,8 @@ TEST(Trainer, SameSeedGivesBitIdenticalLosses) {
 // more micro-batches changes only the summation order, dropout included.
 TEST(Trainer, MicroBatchSplitDoesNotChangeTheRun) {
   Config c = tiny_config();
-  c.set("hidden_dropout", "0.1");
-  c.set("attention_dropout", "0.1");
-  c.set("micro_batch_size", "8");
+  set_options(c, {{"hidden_dropout", "0.1"}, {"attention_dropout", "0.1"},
+                  {"micro_batch_size", "8"}});
   Trainer one(TrainerOptions::from_config(c));
   c.set("micro_batch_size", "2");
   Trainer four(TrainerOptions::from_config(c));
