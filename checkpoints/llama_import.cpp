@@ -214,15 +214,23 @@ GptConfig gpt_config_from_llama(const std::string &text, const std::string &wher
   g.init_method_std = (float)number(c, "initializer_range", where, 0.02);
   if (const json *act = get(c, "hidden_act"); act && *act != "silu")
     unsupported(where, "hidden_act " + act->dump(), "ptdp's SwiGLU gates with silu");
-  if (flag(c, "mlp_bias", where, false))
-    unsupported(where, "mlp_bias true", "ptdp's SwiGLU MLP has no biases");
-  // Qwen2 has q, k, v biases always; LLaMA's attention_bias puts one on o_proj too.
-  if (type == "qwen2") g.add_qkv_bias = 1;
-  if (flag(c, "attention_bias", where, false)) {
-    if (type != "qwen2")
-      unsupported(where, "attention_bias true",
-                  "it adds o_proj's bias too; ptdp's add_qkv_bias covers q, k and v only");
+  // Linear biases. Qwen2 has q, k, v biases always (add_qkv_bias) and none in
+  // its MLP; LLaMA's attention_bias puts one on q, k, v and o_proj, its
+  // mlp_bias on gate, up and down: both together are ptdp's linear biases
+  // (disable_bias_linear 0); one without the other has no ptdp form.
+  const bool attention_bias = flag(c, "attention_bias", where, false),
+             mlp_bias = flag(c, "mlp_bias", where, false);
+  if (type == "qwen2") {
     g.add_qkv_bias = 1;
+    if (mlp_bias) unsupported(where, "mlp_bias true", "Qwen2's MLP has no biases");
+  } else if (attention_bias || mlp_bias) {
+    const std::string what = attention_bias ? "attention_bias true" : "mlp_bias true";
+    if (type != "llama")
+      unsupported(where, what, "only model_type llama has linear biases");
+    if (attention_bias != mlp_bias)
+      unsupported(where, what + " without " + (attention_bias ? "mlp_bias" : "attention_bias"),
+                  "ptdp's linear biases are all there (both true) or only q, k and v's (Qwen2)");
+    g.disable_bias_linear = 0;
   }
   if (const json *hd = get(c, "head_dim");
       hd && (!hd->is_number_integer() || g.hidden_size % g.num_attention_heads != 0 ||

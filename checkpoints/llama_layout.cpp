@@ -9,7 +9,6 @@ std::string llama_layout_mismatch(const GptConfig &cfg) {
   if (!cfg.rms_norm()) return "normalization is LayerNorm (the LLaMA layout has RMSNorm)";
   if (!cfg.rope()) return "positions are learned (the LLaMA layout has rotary embeddings)";
   if (!cfg.swiglu) return "the MLP is GeLU (the LLaMA layout has SwiGLU)";
-  if (cfg.linear_bias()) return "the linear layers have biases (the LLaMA layout has none but QKV's)";
   return "";
 }
 
@@ -41,6 +40,15 @@ HfMapping llama_mapping(const ParamInfo &p, const GptConfig &cfg) {
   if (role == "mlp.gate_proj.weight") return one(pre + "mlp.gate_proj.weight");
   if (role == "mlp.up_proj.weight") return one(pre + "mlp.up_proj.weight");
   if (role == "mlp.c_proj.weight") return one(pre + "mlp.down_proj.weight");
+  // Linear biases: LLaMA's attention_bias (o_proj's; q, k, v below) and mlp_bias.
+  if (role == "attn.c_proj.bias") return one(pre + "self_attn.o_proj.bias");
+  if (role == "mlp.c_proj.bias") return one(pre + "mlp.down_proj.bias");
+  if (role == "mlp.gate_up_proj.bias") {
+    const int64_t f = p.global_shape[1];
+    m.sources = {{pre + "mlp.gate_proj.bias", {f}}, {pre + "mlp.up_proj.bias", {f}}};
+    m.row_per_source = true;
+    return m;
+  }
   if (role == "attn.c_attn.weight" || role == "attn.c_attn.bias") {
     const std::string kind = weight ? ".weight" : ".bias";
     auto shape = [&](int64_t n) {

@@ -68,8 +68,10 @@ std::vector<OutTensor> llama_outputs(const ParamInfo &p, const GptConfig &cfg) {
     o.shape = m.sources[s].shape;
     o.dataset_shape = p.global_shape;
     if (p.vocab_rows) o.dataset_shape[0] = cfg.vocab_size;  // checkpoints hold it unpadded
-    o.rows = o.shape[0];
     o.cols = m.cols;
+    o.rows = 1;  // rows of m.cols values (SwiGLU's gate bias [f]: one)
+    for (int64_t d : o.shape) o.rows *= d;
+    o.rows /= o.cols;
     for (int64_t i = 0; i < m.rows; i++) {
       const auto [src, row] = m.row(i);
       o.row_of.push_back(src == (int)s ? row : -1);
@@ -164,12 +166,12 @@ void check_f16_range(const std::string &tensor, const std::vector<float> &x) {
 }
 
 
-// The Hugging Face config of a LLaMA-shaped model: LlamaForCausalLM, or
-// Qwen2ForCausalLM when QKV has biases (LLaMA's attention_bias would put one
-// on o_proj too). rope_theta both as transformers 4 reads it and in
+// The Hugging Face config of a LLaMA-shaped model: LlamaForCausalLM (with
+// attention_bias and mlp_bias when every linear layer has a bias), or
+// Qwen2ForCausalLM when only QKV has biases. rope_theta both as transformers 4 reads it and in
 // transformers 5's rope_parameters.
 nlohmann::json llama_config(const GptConfig &g, DType type) {
-  const bool qwen2 = g.add_qkv_bias != 0;
+  const bool qwen2 = !g.linear_bias() && g.add_qkv_bias != 0;
   nlohmann::json c = {
       {"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
       {"model_type", qwen2 ? "qwen2" : "llama"},
@@ -194,8 +196,8 @@ nlohmann::json llama_config(const GptConfig &g, DType type) {
     c["use_sliding_window"] = false;
     c["sliding_window"] = nullptr;
   } else {
-    c["attention_bias"] = false;
-    c["mlp_bias"] = false;
+    c["attention_bias"] = g.linear_bias();
+    c["mlp_bias"] = g.linear_bias();
   }
   return c;
 }

@@ -54,6 +54,9 @@ std::vector<ParamInfo> gpt_param_table(const GptConfig &cfg, int t, const Pipeli
       if (cfg.swiglu) {  // two column-parallel tensors: any layout's shards of the same matrices
         add(pre + "mlp.gate_proj.weight", {f, h}, 0, true);
         add(pre + "mlp.up_proj.weight", {f, h}, 0, true);
+        // One tensor [gate; up] split along f: a rank's share is the [gate | up]
+        // row of 2f/t values the SwiGLU op adds.
+        if (bias) add(pre + "mlp.gate_up_proj.bias", {2, f}, 1, false);
       } else {
         add(pre + "mlp.c_fc.weight", {f, h}, 0, true);
         if (bias) add(pre + "mlp.c_fc.bias", {f}, 0, false);
@@ -238,7 +241,8 @@ typename GPT<T>::Layer GPT<T>::layer(T *base, int li) {
   const std::vector<int> &slots = layer_slots_[(size_t)li];
   for (int k = 0; k < kLayerRoles; k++)
     g[k] = slots[(size_t)k] < 0 ? nullptr : base + table_[(size_t)slots[(size_t)k]].offset;
-  return {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13]};
+  return {g[0], g[1], g[2],  g[3],  g[4],  g[5],  g[6], g[7],
+          g[8], g[9], g[10], g[11], g[12], g[13], g[14]};
 }
 
 template <class T>

@@ -189,9 +189,6 @@ void GptConfig::validate(int t) const {
   if (rope() && head_dim() % 2 != 0)
     fail(Status::invalid_config, "position_embedding_type rope turns pairs of values: the head dim (",
          head_dim(), " = hidden_size / num_attention_heads) must be even");
-  if (swiglu && linear_bias())
-    fail(Status::invalid_config, "swiglu with MLP biases is not supported yet: add "
-         "disable_bias_linear (the LLaMA family has none; add_qkv_bias keeps QKV's)");
 }
 
 double GptConfig::flops_per_batch(int64_t samples, bool recompute) const {

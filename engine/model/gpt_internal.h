@@ -14,12 +14,12 @@ namespace gpt_detail {
 
 // A layer's tensors by role: the order of GPT::Layer's members, and the
 // parameter names' suffixes after "h.<layer>.".
-constexpr int kLayerRoles = 14;
+constexpr int kLayerRoles = 15;
 constexpr const char *kLayerRoleNames[kLayerRoles] = {
     "ln_1.weight",       "ln_1.bias",         "attn.c_attn.weight",  "attn.c_attn.bias",
     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",         "ln_2.bias",
     "mlp.c_fc.weight",   "mlp.c_fc.bias",     "mlp.c_proj.weight",   "mlp.c_proj.bias",
-    "mlp.gate_proj.weight", "mlp.up_proj.weight"};
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.gate_up_proj.bias"};
 constexpr int kSerialSlot = -1;  // the micro-batch id of forward()/backward()
 // Dropout sites; the stream of (layer, site) keys the mask (ARCHITECTURE §3).
 enum Site : uint32_t { kEmbedding = 0, kAttentionProbs = 1, kAttentionOut = 2, kMlpOut = 3 };
@@ -33,7 +33,7 @@ inline uint32_t dropout_stream(int layer, Site site) { return (uint32_t)(layer +
 template <class T>
 struct GPT<T>::Layer {
   T *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w,
-      *fc2_b, *gate_w, *up_w;
+      *fc2_b, *gate_w, *up_w, *gate_up_b;  // gate_up_b: [gate | up] biases, SwiGLU's [2, f]
 };
 
 // One layer's activations. x is its input; the rest is empty for a layer whose

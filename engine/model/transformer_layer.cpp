@@ -52,14 +52,14 @@ void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
   ops_->bias_dropout_add_forward(a.mid.data(), x, y, P.proj_b, s_rows, b, h, hid);
   // MLP block: out = mid + dropout(g(fc2(act(fc1(f(ln2(mid)))))) + fc2_b), act
   // GeLU with fc1's bias, or SwiGLU over [gate | up] (two column-parallel GEMMs
-  // into one [N, 2f] array).
+  // into one [N, 2f] array; their biases added by the SwiGLU op).
   norm_to_gemm_input(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), P.ln2_w,
                      P.ln2_b, s, b);
   if (cfg_.swiglu) {
     ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.gate_w, h, 0, a.fc1_z.data(), 2 * f);
     ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.up_w, h, 0, a.fc1_z.data() + (int64_t)f,
                2 * f);
-    ops_->swiglu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), nullptr, N, f);
+    ops_->swiglu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.gate_up_b, N, f);
   } else {
     ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.fc1_w, h, 0, a.fc1_z.data(), f);
     ops_->bias_gelu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.fc1_b, N, f);
@@ -110,7 +110,7 @@ void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int
     // d(silu(gate) up), then [dgate | dup].
     Act dact = dact_.data();
     ops_->gemm(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dact, f);
-    ops_->swiglu_backward(dfc, nullptr, dact, a.fc1_z.data(), N, f);
+    ops_->swiglu_backward(dfc, G.gate_up_b, dact, a.fc1_z.data(), N, f);
     const CAct dup = dfc + (int64_t)f;
     ops_->gemm(false, false, N, h, f, 1, dfc, 2 * f, P.gate_w, h, 0, dln, h);
     ops_->gemm(false, false, N, h, f, 1, dup, 2 * f, P.up_w, h, 1, dln, h);

@@ -206,8 +206,6 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
     fail(Status::invalid_config, "num_query_groups (", r.model.groups(),
          ") must divide num_attention_heads (", r.model.heads, ")");
   // As the engine's model refuses them (GptConfig::validate).
-  if (r.model.swiglu && r.model.linear_bias)
-    fail(Status::invalid_config, "swiglu with MLP biases is not supported: add disable_bias_linear");
   if (r.model.rope && (r.model.hidden / r.model.heads) % 2 != 0)
     fail(Status::invalid_config, "position_embedding_type rope needs an even head dim (hidden_size / "
          "num_attention_heads = ", r.model.hidden / r.model.heads, ")");

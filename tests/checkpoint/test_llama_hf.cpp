@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -149,7 +150,12 @@ TEST(LlamaImport, RefusesWhatItCannotImport) {
 
   const std::string bias = copy_model("o_bias");
   edit_config(bias, "attention_bias", true);
-  refused(bias, Status::invalid_config, "attention_bias true is not supported");
+  refused(bias, Status::invalid_config, "attention_bias true without mlp_bias is not supported");
+  edit_config(bias, "attention_bias", false);
+  edit_config(bias, "mlp_bias", true);
+  refused(bias, Status::invalid_config, "mlp_bias true without attention_bias is not supported");
+  edit_config(bias, "attention_bias", true);  // both: the config is taken, the tensors are missing
+  refused(bias, Status::invalid_config, "self_attn.q_proj.bias' is missing");
 
   const std::string tied = copy_model("tied");  // says tied, but lm_head differs from the embedding
   edit_config(tied, "tie_word_embeddings", true);
@@ -310,4 +316,56 @@ TEST(LlamaExport, FineTunedModelKeepsItsBosAndEos) {
   fresh.save(work.path + "/scratch");
   export_safetensors(work.path + "/scratch", work.path + "/out3");
   EXPECT_FALSE(nlohmann::json::parse(read_file(work.path + "/out3/generation_config.json")).contains("eos_token_id"));
+}
+
+// Every linear layer with its bias (disable_bias_linear 0) is LLaMA with
+// attention_bias and mlp_bias: trained at (t, p) = (2, 2), exported, it names
+// q/k/v/o, gate/up/down biases as transformers does (gate and up: the two rows
+// of ptdp's one [2, f] tensor), and imports again to the same function in
+// another layout. Tolerance: fp32 in two layouts, summation order only.
+TEST(LlamaExport, LinearBiasesAreLlamaAttentionAndMlpBias) {
+  TempDir work;
+  Config c = config(kLlama, "", 2, 2);
+  c.set("disable_bias_linear", "0");
+  c.set("lr", "1e-2");
+  Trainer tr(TrainerOptions::from_config(c));
+  std::vector<int32_t> ids(tr.step_tokens_count());
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = (int32_t)(i * 7 % kLlama.vocab);
+  for (int step = 0; step < 2; step++) tr.step_tokens(ids.data(), ids.size());  // biases move off 0
+  const std::vector<int32_t> prompt = {5, 17, 42, 3, 99, 64, 8};
+  const std::vector<float> want = tr.logits(prompt);
+  const std::vector<float> gate_up = tr.gather_parameter("h.1.mlp.gate_up_proj.bias");
+  tr.save(work.path + "/ckpt");
+  export_safetensors(work.path + "/ckpt", work.path + "/out");
+
+  const nlohmann::json cfg = nlohmann::json::parse(read_file(work.path + "/out/config.json"));
+  EXPECT_EQ(cfg["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(cfg["attention_bias"], true);
+  EXPECT_EQ(cfg["mlp_bias"], true);
+  const Safetensors st = read_safetensors(work.path + "/out/model.safetensors");
+  for (const char *b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+                        "self_attn.o_proj.bias", "mlp.gate_proj.bias", "mlp.up_proj.bias",
+                        "mlp.down_proj.bias"})
+    EXPECT_TRUE(st.tensors.count(std::string("model.layers.1.") + b)) << b;
+  const int64_t f = 48;
+  ASSERT_EQ(gate_up.size(), (size_t)(2 * f));
+  for (int k = 0; k < 2; k++) {
+    const auto &t = st.tensors.at(k == 0 ? "model.layers.1.mlp.gate_proj.bias" : "model.layers.1.mlp.up_proj.bias");
+    ASSERT_EQ(t.shape, (std::vector<int64_t>{f}));
+    ASSERT_EQ(t.bytes.size(), (size_t)f * 4);
+    std::vector<float> v((size_t)f);
+    std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+    bool moved = false;
+    for (int64_t i = 0; i < f; i++) {
+      EXPECT_EQ(v[(size_t)i], gate_up[(size_t)(k * f + i)]) << k << " " << i;
+      moved |= v[(size_t)i] != 0.f;
+    }
+    EXPECT_TRUE(moved) << "the biases trained";
+  }
+
+  import_safetensors(work.path + "/out", "", work.path + "/again");
+  Config back = config(kLlama, work.path + "/again", 1, 1);
+  back.set("disable_bias_linear", "0");
+  Trainer serial(TrainerOptions::from_config(back));
+  EXPECT_LE(relative_l2(serial.logits(prompt), want), 1e-5);
 }

@@ -155,8 +155,10 @@ double reference_loss(GPT<double> &model, const Batch &bt) {
         auto ln2 = norm(x[t], pre + "ln_2");
         std::vector<double> hid;
         if (c.swiglu) {
-          auto gate = ref_linear(ln2, P(pre + "mlp.gate_proj.weight"), nullptr, f);
-          auto up = ref_linear(ln2, P(pre + "mlp.up_proj.weight"), nullptr, f);
+          // The biases [gate; up], one [2, f] tensor (none without linear biases).
+          const double *gate_up_b = Popt(pre + "mlp.gate_up_proj.bias");
+          auto gate = ref_linear(ln2, P(pre + "mlp.gate_proj.weight"), gate_up_b, f);
+          auto up = ref_linear(ln2, P(pre + "mlp.up_proj.weight"), gate_up_b ? gate_up_b + f : nullptr, f);
           for (int j = 0; j < f; j++) hid.push_back(gate[j] / (1 + std::exp(-gate[j])) * up[j]);
         } else {
           hid = ref_linear(ln2, P(pre + "mlp.c_fc.weight"), Popt(pre + "mlp.c_fc.bias"), f);
@@ -265,7 +267,7 @@ TEST(Gpt, LlamaBlockLossMatchesUnfusedReference) {
   EXPECT_NEAR(loss, ref, 1e-12 * std::abs(ref));
   EXPECT_GT(loss, 1.0);
   // Each option alone against the reference too (the others at GPT-2's).
-  for (int option = 0; option < 6; option++) {
+  for (int option = 0; option < 7; option++) {
     GptConfig one = tiny_config();
     one.hidden_size = 16;
     one.num_attention_heads = 4;
@@ -275,7 +277,12 @@ TEST(Gpt, LlamaBlockLossMatchesUnfusedReference) {
     if (option == 3) one.swiglu = one.disable_bias_linear = 1;
     if (option == 4) one.untie_embeddings_and_output_weights = 1;
     if (option == 5) one.disable_bias_linear = 1;
+    if (option == 6) one.swiglu = 1;  // with every linear bias, SwiGLU's gate and up too
     GPT<double> m(one, 7);
+    if (option == 6)  // biases start at zero: give them values, so that each must be added right
+      for (const auto &p : m.param_table())
+        if (p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0)
+          for (size_t i = 0; i < p.numel; i++) m.params()[p.offset + i] = 0.1 * std::sin(1.0 + i + p.offset);
     const double l = m.forward(bt.tokens.data(), bt.targets.data(), bt.s, bt.b, StepContext{false, 0, 0});
     const double want = reference_loss(m, bt);
     EXPECT_NEAR(l, want, 1e-12 * std::abs(want)) << "option " << option;
@@ -284,6 +291,10 @@ TEST(Gpt, LlamaBlockLossMatchesUnfusedReference) {
 
 TEST(Gpt, LlamaBlockGradientsMatchFiniteDifferences) {
   check_gradients_against_finite_differences(false, llama_config());
+  // Every linear layer with its bias (LLaMA's attention_bias and mlp_bias).
+  GptConfig biased = llama_config();
+  biased.disable_bias_linear = 0;
+  check_gradients_against_finite_differences(false, biased);
 }
 
 // Fused attention with rotary positions and grouped-query attention: a

@@ -112,6 +112,8 @@ Spec draw(std::mt19937_64 &rng) {
   s["vocab_div"] = pick<std::string>(rng, {"128", "1"});
   s["llama"] = pick<std::string>(rng, {"0", "0", "1"});
   s["groups"] = s["llama"] == "1" ? pick<std::string>(rng, {"0", "2"}) : "0";
+  // The LLaMA block with every linear bias (attention_bias and mlp_bias).
+  s["llama_bias"] = s["llama"] == "1" ? pick<std::string>(rng, {"0", "1"}) : "0";
   s["b"] = std::to_string(pick(rng, {1, 2}));
   s["gbs"] = std::to_string(pick(rng, {8, 16}));
   s["sg"] = pick<std::string>(rng, {"0", "1"});
@@ -133,7 +135,8 @@ Config config_of(const Spec &s, const std::string &prefix, bool serial) {
   c.set("use_flash_attn", at("flash"));
   if (at("llama") == "1") {
     set_options(c, {{"normalization", "RMSNorm"}, {"position_embedding_type", "rope"},
-                    {"swiglu", "1"}, {"disable_bias_linear", "1"},
+                    {"swiglu", "1"},
+                    {"disable_bias_linear", s.count("llama_bias") && at("llama_bias") == "1" ? "0" : "1"},
                     {"untie_embeddings_and_output_weights", "1"}});
     if (at("groups") != "0") c.set("num_query_groups", at("groups"));
   }

@@ -120,6 +120,9 @@ TEST(TensorParallel, ModelMatchesSerialInDouble) {
 TEST(TensorParallel, LlamaModelMatchesSerialInDouble) {
   expect_tensor_parallel_matches_serial(small_llama(6), {2, 3, 6});
   expect_tensor_parallel_matches_serial(small_llama(2), {2});
+  GptConfig biased = small_llama(6);  // every linear bias: SwiGLU's [gate; up] split along f
+  biased.disable_bias_linear = 0;
+  expect_tensor_parallel_matches_serial(biased, {2, 3});
   try {
     GPT<double> m(small_llama(2), 5, TensorParallel{0, 4, nullptr});
     FAIL() << "4 tensor ranks over 2 query groups accepted";

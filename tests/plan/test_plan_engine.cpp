@@ -32,22 +32,15 @@ void check(const Case &c) {
   SCOPED_TRACE(c.name);
   Config cfg;
   const int64_t layers = 4, gbs = 8, b = 2;
-  for (auto [k, val] : std::initializer_list<std::pair<const char *, std::string>>{
-           {"num_layers", std::to_string(layers)},
-           {"hidden_size", "32"},
-           {"num_attention_heads", "4"},
-           {"seq_length", "16"},
-           {"micro_batch_size", std::to_string(b)},
-           {"global_batch_size", std::to_string(gbs)},
-           {"train_iters", "2"},
-           {"split", "80,20"},
-           {"data_path", tiny_dataset_path()},
-           {"tensor_model_parallel_size", std::to_string(c.t)},
-           {"pipeline_model_parallel_size", std::to_string(c.p)},
-           {"pipeline_schedule", c.schedule},
-           {"attention_dropout", c.dropout ? "0.1" : "0"},
-           {"use_flash_attn", c.flash ? "1" : "0"}})
-    cfg.set(k, val);
+  set_options(cfg, {{"num_layers", std::to_string(layers)}, {"hidden_size", "32"},
+                    {"num_attention_heads", "4"}, {"seq_length", "16"},
+                    {"micro_batch_size", std::to_string(b)}, {"global_batch_size", std::to_string(gbs)},
+                    {"train_iters", "2"}, {"split", "80,20"}, {"data_path", tiny_dataset_path()},
+                    {"tensor_model_parallel_size", std::to_string(c.t)},
+                    {"pipeline_model_parallel_size", std::to_string(c.p)},
+                    {"pipeline_schedule", c.schedule},
+                    {"attention_dropout", c.dropout ? "0.1" : "0"},
+                    {"use_flash_attn", c.flash ? "1" : "0"}});
   if (c.v > 1)
     cfg.set("num_layers_per_virtual_pipeline_stage", std::to_string(layers / (c.p * c.v)));
   if (c.selective) cfg.set("recompute_granularity", "selective");
@@ -81,6 +74,32 @@ void check(const Case &c) {
 }
 
 }  // namespace
+
+// The planner's parameter count is the engine's for every block shape: GPT-2's,
+// LLaMA's without biases, with every linear bias (SwiGLU's gate and up biases
+// included), with QKV's alone (Qwen2), grouped or not. Exact: both count
+// integers (a vocabulary of 256 needs no padding).
+TEST(PlanAgainstEngine, ParameterCountsOfEveryBlockShape) {
+  for (int shape = 0; shape < 4; shape++) {
+    GptConfig g;
+    g.num_layers = 3, g.hidden_size = 64, g.num_attention_heads = 8, g.vocab_size = 256;
+    g.seq_length = 32;
+    plan::ModelSpec m;
+    m.layers = 3, m.hidden = 64, m.heads = 8, m.vocab = 256, m.seq = 32;
+    if (shape > 0) {
+      g.normalization = GptConfig::RMSNorm, g.position_embedding_type = GptConfig::Rope;
+      g.swiglu = 1, g.ffn_hidden_size = 96, g.untie_embeddings_and_output_weights = 1;
+      g.num_query_groups = 2;
+      g.disable_bias_linear = shape == 1 ? 0 : 1;
+      g.add_qkv_bias = shape == 3 ? 1 : 0;
+      m.rms_norm = m.rope = m.swiglu = m.untied = true;
+      m.ffn = 96, m.kv_heads = 2;
+      m.linear_bias = shape == 1;
+      m.qkv_bias = shape == 3;
+    }
+    EXPECT_EQ(plan::params_total(m), (double)g.num_params()) << "shape " << shape;
+  }
+}
 
 TEST(PlanAgainstEngine, PeakActivationMemory) {
   const Case cases[] = {
