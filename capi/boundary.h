@@ -10,14 +10,17 @@
 
 #include "capi/ptdp.h"
 #include "engine/core/status.h"
+#include "engine/core/utf8.h"
 
 namespace ptdp::capi {
 
 // The text ptdp_last_error returns on this thread.
 std::string &last_error();
 
+// The message is made valid UTF-8 here, once for every entry point: it may
+// quote a user's bytes (a bad line of a file), which stay readable as \xNN.
 inline ptdp_status set_error(Status code, const std::string &msg) {
-  last_error() = msg;
+  last_error() = escape_ill_formed_utf8(msg);
   return (ptdp_status)code;
 }
 

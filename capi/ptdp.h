@@ -2,7 +2,8 @@
  *
  * Conventions: every function returns ptdp_status (0 = PTDP_OK) except the
  * string getters and destructors; on error, ptdp_last_error() (thread-local)
- * says what was wrong and what is allowed. Handles are opaque; *_destroy
+ * says what was wrong and what is allowed, in valid UTF-8 (a user's bytes it
+ * quotes that are not UTF-8 appear as \xNN). Handles are opaque; *_destroy
  * accepts NULL. A handle of the wrong kind, a destroyed one, or an address that
  * was never one gives PTDP_ERR_INVALID_ARGUMENT naming what it is; a destructor
  * given one (a double destroy) frees nothing and says why in ptdp_last_error

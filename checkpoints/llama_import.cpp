@@ -324,6 +324,11 @@ std::string import_llama(const std::string &weights, const std::string &config_t
   }
   std::map<std::string, std::string> training = {
       {"imported_from", fs::weakly_canonical(fs::absolute(weights)).string()}};
+  // The model's own tokenizer beside it: generating with another (the byte
+  // tokenizer, say) would read its ids as other text, and is refused by name.
+  std::error_code ec;
+  if (fs::is_regular_file(fs::path(weights).parent_path() / "tokenizer.json", ec))
+    training["tokenizer_type"] = "HuggingFaceTokenizer";
   // The tokenizer's ids of bos and eos (an id or a list), for the export's configs.
   const json c = parse_config(config_text, where);
   for (const char *id : {"bos_token_id", "eos_token_id"}) {

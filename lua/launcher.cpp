@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -431,7 +432,10 @@ int run_generate(int argc, char **argv) {
   }
   ptdp_config *cfg = nullptr;
   ptdp_trainer *tr = nullptr;
-  std::vector<char> buf(1 << 16, '\0');
+  // Room for the usual text at once (a retry generates it all again): the
+  // prompt, and 64 bytes a token, each byte as U+FFFD at worst; 64 MiB at most.
+  const size_t room = 3 * (prompt.size() + 64 * (size_t)std::max(0, max_new_tokens)) + (1 << 16);
+  std::vector<char> buf(std::min(room, (size_t)1 << 26), '\0');
   size_t len = 0;
   auto set = [&](const char *k, const std::string &v) {
     return v.empty() ? PTDP_OK : ptdp_config_set(cfg, k, v.c_str());

@@ -73,6 +73,12 @@ end
 for _, k in ipairs { 'hf_model', 'corpus', 'workdir' } do
   if opts[k] == '' then fail('--' .. k:gsub('_', '-') .. ' is required (--help lists the flags)') end
 end
+-- The flags for train_gpt.lua are checked now, as it will check them, not
+-- after the import and the tokenization.
+do
+  local ok, err = pcall(flags.parse, rest, require('ptdp.train_gpt_flags').script, {})
+  if not ok then fail(tostring(err)) end
+end
 
 -- Whether path is there, without opening it (opening a FIFO would wait).
 local ffi = require 'ffi'

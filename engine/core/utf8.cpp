@@ -20,10 +20,10 @@ Lead lead(unsigned char c) {
   if (c >= 0xF1 && c <= 0xF3) return {4, 0x80, 0xBF};
   return {0, 0, 0};
 }
-}  // namespace
 
-std::string valid_utf8(std::string_view text) {
-  static const char kReplacement[] = "\xEF\xBF\xBD";
+// text with each maximal ill-formed subpart replaced by bad(subpart).
+template <class F>
+std::string replace_ill_formed(std::string_view text, F bad) {
   std::string out;
   out.reserve(text.size());
   size_t i = 0;
@@ -39,12 +39,26 @@ std::string valid_utf8(std::string_view text) {
     if (l.length > 0 && good == (size_t)l.length) {
       out.append(text.substr(i, good));
     } else {
-      out += kReplacement;  // the maximal subpart, then go on at the byte that broke it
       if (l.length == 0) good = 1;
+      out += bad(text.substr(i, good));  // the maximal subpart, then go on at the byte that broke it
     }
     i += good;
   }
   return out;
+}
+}  // namespace
+
+std::string valid_utf8(std::string_view text) {
+  return replace_ill_formed(text, [](std::string_view) { return std::string("\xEF\xBF\xBD"); });
+}
+
+std::string escape_ill_formed_utf8(std::string_view text) {
+  return replace_ill_formed(text, [](std::string_view part) {
+    static const char hex[] = "0123456789ABCDEF";
+    std::string e;
+    for (unsigned char c : part) e += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+    return e;
+  });
 }
 
 }  // namespace ptdp

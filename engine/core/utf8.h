@@ -1,6 +1,7 @@
 // Text for people: a generated sample is whatever bytes the model picked (a
-// byte tokenizer can end inside a character), so it is made valid UTF-8
-// before it is returned or printed.
+// byte tokenizer can end inside a character), and an error message may quote
+// a file's bytes, so both are made valid UTF-8 before they are returned or
+// printed.
 #pragma once
 #include <string>
 #include <string_view>
@@ -12,5 +13,10 @@ namespace ptdp {
 // formed means RFC 3629, so no overlong forms, surrogates or code points past
 // U+10FFFF. Valid text comes back unchanged.
 std::string valid_utf8(std::string_view text);
+
+// The same, each ill-formed byte written as the four characters \xNN instead:
+// for messages that quote a user's bytes (an error naming a file's bad line),
+// which stay valid UTF-8 and still show what was there.
+std::string escape_ill_formed_utf8(std::string_view text);
 
 }  // namespace ptdp

@@ -28,7 +28,14 @@ namespace {
 // SentencePiece-style BPE (LLaMA 2's, Mistral's: "▁" for spaces, byte fallback).
 std::unique_ptr<Tokenizer> hf_tokenizer(const std::string &path) {
   if (SpBpeTokenizer::is_its_kind(path)) return SpBpeTokenizer::from_tokenizer_json(path);
-  return Gpt2BpeTokenizer::from_tokenizer_json(path, true);
+  try {
+    return Gpt2BpeTokenizer::from_tokenizer_json(path, true);
+  } catch (const Error &e) {
+    // The byte-level BPE reader names itself; the user named HuggingFaceTokenizer.
+    const std::string msg = e.what(), own = "GPT2BPETokenizer: ";
+    if (msg.compare(0, own.size(), own) != 0) throw;
+    throw Error(e.code(), "HuggingFaceTokenizer (read as a byte-level BPE): " + msg.substr(own.size()));
+  }
 }
 
 }  // namespace

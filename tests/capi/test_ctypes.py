@@ -86,6 +86,9 @@ def bind(path):
         "ptdp_tokenize": (C.c_int32, [C.POINTER(C.c_char_p), C.c_int32, C.c_char_p,
                                       C.c_char_p, C.c_char_p, C.POINTER(C.c_int64),
                                       C.POINTER(C.c_int64)]),
+        "ptdp_tokenize_indexed": (C.c_int32, [C.POINTER(C.c_char_p), C.c_int32,
+                                              C.POINTER(C.c_char_p), C.c_int32,
+                                              C.POINTER(C.c_int64), C.POINTER(C.c_int64)]),
         "ptdp_benchmark_sgemm": (C.c_int32, [C.c_int32, C.c_int32, C.POINTER(C.c_double)]),
         "ptdp_trainer_save": (C.c_int32, [tr_p, C.c_char_p]),
         "ptdp_checkpoint_export_safetensors": (C.c_int32, [C.c_char_p, C.c_char_p]),
@@ -154,6 +157,16 @@ def main():
     ok(lib.ptdp_tokenize(inputs, 1, b"lines", b"byte", data, C.byref(docs), C.byref(toks)),
        "tokenize the corpus")
     check(docs.value >= 100 and toks.value > 10 * docs.value, "document and token counts")
+
+    # An error that quotes a file's bytes is valid UTF-8 (last_error() decodes
+    # strictly): a broken JSON line with ill-formed UTF-8 shows them as \xNN.
+    bad = os.path.join(tmpdir, "ill_formed.jsonl")
+    with open(bad, "wb") as f:
+        f.write(b'{"text": "caf\xc3\xa9 \xff\xfe}\n')
+    bad_in = (C.c_char_p * 1)(bad.encode())
+    bad_opts = (C.c_char_p * 1)(b"output_prefix=" + os.path.join(tmpdir, "ill_formed").encode())
+    expect(lib.ptdp_tokenize_indexed(bad_in, 1, bad_opts, 1, None, None), INVALID_ARGUMENT,
+           "\\xFF", "tokenize_indexed: ill-formed UTF-8 quoted as \\xNN")
 
     # misuse
     cfg = C.c_void_p()

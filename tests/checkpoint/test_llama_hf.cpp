@@ -369,3 +369,20 @@ TEST(LlamaExport, LinearBiasesAreLlamaAttentionAndMlpBias) {
   Trainer serial(TrainerOptions::from_config(back));
   EXPECT_LE(relative_l2(serial.logits(prompt), want), 1e-5);
 }
+
+// An import records the tokenizer its model directory holds (tokenizer.json:
+// HuggingFaceTokenizer), so generating with another is refused by name; a
+// directory without one records none.
+TEST(LlamaImport, RecordsTheModelsTokenizer) {
+  TempDir work;
+  const std::string model = work.path + "/model";
+  fs::copy(fixture("llama"), model);
+  fs::copy_file(std::string(PTDP_TEST_DATA_DIR) + "/llama_tok/llama3.json", model + "/tokenizer.json");
+  import_safetensors(model, "", work.path + "/ckpt");
+  Trainer tr(TrainerOptions::from_config(config(kLlama, work.path + "/ckpt", 1, 1)));
+  expect_error([&] { tr.generate("The ", 4, 0.0, 0); }, Status::invalid_config,
+               "trained with tokenizer_type HuggingFaceTokenizer, this run has byte");
+  import_safetensors(fixture("llama"), "", work.path + "/plain");
+  Trainer plain(TrainerOptions::from_config(config(kLlama, work.path + "/plain", 1, 1)));
+  EXPECT_EQ(plain.generate("The ", 0, 0.0, 0), "The ");
+}

@@ -33,3 +33,19 @@ TEST(Utf8, IllFormedPartsBecomeReplacementCharacters) {
                        "\xC3\xA9"),
             R + "\xC3\xA9");  // cut emoji, then a good é
 }
+
+// Messages quoting a user's bytes: ill-formed bytes become the text \xNN
+// (each byte of a maximal subpart), well-formed text stays as it is.
+TEST(Utf8, EscapedIllFormedBytesShowWhatWasThere) {
+  using ptdp::escape_ill_formed_utf8;
+  EXPECT_EQ(escape_ill_formed_utf8("caf\xC3\xA9"), "caf\xC3\xA9");
+  EXPECT_EQ(escape_ill_formed_utf8("a\xFF"
+                                   "b"),
+            "a\\xFFb");
+  EXPECT_EQ(escape_ill_formed_utf8("\xE6\x97"
+                                   "x"),
+            "\\xE6\\x97x");  // a cut character: its two bytes
+  EXPECT_EQ(escape_ill_formed_utf8("\xED\xA0\x80"), "\\xED\\xA0\\x80");  // a surrogate
+  EXPECT_EQ(valid_utf8(escape_ill_formed_utf8("\xC0\xAF\xF4\x90\x80\x80 ok")),
+            escape_ill_formed_utf8("\xC0\xAF\xF4\x90\x80\x80 ok"));  // the result is valid
+}

@@ -111,6 +111,19 @@ TEST(LlamaTokenizers, RefusesOtherKinds) {
   s.type = "GPT2BPETokenizer";
   s.tokenizer_file = kDir + "llama3.json";
   expect_error([&] { make_tokenizer(s); }, Status::corrupt_data, "tokenizer_type HuggingFaceTokenizer");
+  // A file that is not JSON is named as the type the user gave.
+  write_file(dir.path + "/garbage.json", "not json {");
+  s.type = "HuggingFaceTokenizer";
+  s.tokenizer_file = dir.path + "/garbage.json";
+  try {
+    make_tokenizer(s);
+    ADD_FAILURE() << "garbage accepted";
+  } catch (const Error &e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("HuggingFaceTokenizer", 0), 0u) << msg;
+    EXPECT_NE(msg.find("is not valid JSON"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("GPT2BPETokenizer"), std::string::npos) << msg;
+  }
 }
 
 // The SentencePiece-style tokenizer's word cache: the whole text encoded again

@@ -123,6 +123,14 @@ cli.expect("a bad --corpus-format", [recipe, "--hf-model", "hf", "--corpus", "co
            "allowed: jsonl, lines, file, fortune")
 if os.path.exists(os.path.join(work, "w6")):
     cli.failures.append("a bad --corpus-format made its work directory (checked after the import?)")
+cli.expect("an unknown engine flag", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
+                                     "--workdir", "w7", "--num-layerz", "3"], False,
+           "unknown flag '--num-layerz'")
+cli.expect("a bad value of train_gpt.lua's own flag",
+           [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl", "--workdir", "w7",
+            "--log-interval", "0.5"], False, "--log-interval' must be a whole number")
+if os.path.exists(os.path.join(work, "w7")):
+    cli.failures.append("a bad engine flag made its work directory (checked after the import?)")
 os.makedirs(os.path.join(work, "no_tok"))
 shutil.copy(os.path.join(hf, "config.json"), os.path.join(work, "no_tok", "config.json"))
 cli.expect("no tokenizer.json", [recipe, "--hf-model", "no_tok", "--corpus", "corpus.jsonl",
