@@ -48,6 +48,15 @@ std::string replace_ill_formed(std::string_view text, F bad) {
 }
 }  // namespace
 
+size_t first_ill_formed_utf8(std::string_view text) {
+  size_t first = std::string_view::npos;
+  replace_ill_formed(text, [&](std::string_view part) {  // parts come in order
+    if (first == std::string_view::npos) first = (size_t)(part.data() - text.data());
+    return std::string();
+  });
+  return first;
+}
+
 std::string valid_utf8(std::string_view text) {
   return replace_ill_formed(text, [](std::string_view) { return std::string("\xEF\xBF\xBD"); });
 }

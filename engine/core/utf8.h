@@ -19,4 +19,7 @@ std::string valid_utf8(std::string_view text);
 // which stay valid UTF-8 and still show what was there.
 std::string escape_ill_formed_utf8(std::string_view text);
 
+// The offset of the first ill-formed byte of `text`, or npos when it is valid.
+size_t first_ill_formed_utf8(std::string_view text);
+
 }  // namespace ptdp

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "engine/core/philox.h"
 #include "engine/core/output_file.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
+#include "engine/core/utf8.h"
 #include "engine/data/dataset.h"
 #include "engine/data/ordered_parallel.h"
 
@@ -26,24 +26,36 @@ std::vector<std::string> read_documents(const std::string &path, const std::stri
   // A regular file only (the rule of every input: a FIFO would block), mapped.
   const MappedFile map(path, "corpus file '" + path + "'");
   std::string text(reinterpret_cast<const char *>(map.data()), map.size());
+  // Text is UTF-8 in every format, as jsonl's JSON must be: ill-formed bytes
+  // are refused where they are, not tokenized as they come.
+  if (const size_t bad = first_ill_formed_utf8(text); bad != std::string::npos) {
+    const size_t line = 1 + (size_t)std::count(text.begin(), text.begin() + (std::ptrdiff_t)bad, '\n');
+    fail(Status::invalid_argument, "corpus file '", path, "' line ", line, ": not valid UTF-8 (",
+         escape_ill_formed_utf8(text.substr(bad, 4)), " at byte ", bad,
+         "); every format takes UTF-8 text, as jsonl does");
+  }
   std::vector<std::string> docs;
   if (format == "file") {
     if (!text.empty()) docs.push_back(std::move(text));
     return docs;
   }
-  std::string cur, line;
-  std::istringstream lines(text);
-  while (std::getline(lines, line)) {
+  // Each document keeps the input's bytes: a line's newline only where the
+  // input has one (not after an unterminated last line).
+  size_t at = 0;
+  std::string cur;
+  while (at < text.size()) {
+    const size_t end = text.find('\n', at);
+    const bool newline = end != std::string::npos;
+    const std::string_view line(text.data() + at, (newline ? end : text.size()) - at);
+    at = newline ? end + 1 : text.size();
     if (format == "lines") {
-      if (!line.empty()) docs.push_back(line + "\n");
-      continue;
-    }
-    if (line == "%") {
+      if (!line.empty()) docs.push_back(std::string(line) + (newline ? "\n" : ""));
+    } else if (line == "%") {
       if (!cur.empty()) docs.push_back(std::move(cur));
       cur.clear();
     } else {
-      cur += line;
-      cur += '\n';
+      cur.append(line);
+      if (newline) cur += '\n';
     }
   }
   if (!cur.empty()) docs.push_back(std::move(cur));

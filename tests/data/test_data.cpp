@@ -169,6 +169,27 @@ TEST(Corpus, FortuneFormatAndBuild) {
   EXPECT_TRUE(read_documents(dir + "/empty", "lines").empty());
 }
 
+// The plain-text formats keep the input's bytes: no newline after a last line
+// that has none (as jsonl's text and the file format), and only UTF-8, as
+// jsonl's JSON: an ill-formed byte is refused with its line and bytes.
+TEST(Corpus, PlainTextFormatsKeepTheInputsBytes) {
+  const std::string dir = temp_path("corpus_bytes");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/unterminated") << "one\n\ntwo";
+  EXPECT_EQ(read_documents(dir + "/unterminated", "lines"),
+            (std::vector<std::string>{"one\n", "two"}));
+  EXPECT_EQ(read_documents(dir + "/unterminated", "fortune"),
+            (std::vector<std::string>{"one\n\ntwo"}));
+  EXPECT_EQ(read_documents(dir + "/unterminated", "file"),
+            (std::vector<std::string>{"one\n\ntwo"}));
+  std::ofstream(dir + "/fortunes") << "a\n%\nb";
+  EXPECT_EQ(read_documents(dir + "/fortunes", "fortune"), (std::vector<std::string>{"a\n", "b"}));
+  std::ofstream(dir + "/latin1") << "caf\xC3\xA9\nna\xEFve\n";  // line 2: Latin-1's i-diaeresis
+  for (const char *format : {"lines", "fortune", "file"})
+    expect_error([&] { read_documents(dir + "/latin1", format); }, Status::invalid_argument,
+                 "line 2: not valid UTF-8 (\\xEFve");
+}
+
 TEST(Tokenizer, ByteRoundTrip) {
   ByteTokenizer tok;
   std::string s = "h\xc3\xa9llo\n\t";
