@@ -187,6 +187,10 @@ case("`tokenize --format jsonl --output X.ptdp`", ["tokenize", "--format", "json
      jsonl], "data_tokenize_jsonl_needs_prefix")
 case("`tokenize --json-keys body` of lines without it", ["tokenize", "--json-keys", "body",
      "--output-prefix", "nokey", jsonl], "data_tokenize_missing_key")
+case("`tokenize --format lines` of text that is not UTF-8 (Latin-1)", ["tokenize", "--format", "lines",
+     "--output", "x.ptdp", write("latin1.txt", b"caf\xc3\xa9\nna\xefve\n")], "Corpus.PlainTextFormatsKeepTheInputsBytes")
+case("`tokenize` of a jsonl line with ill-formed UTF-8", ["tokenize", "--output-prefix", "ill",
+     write("ill.jsonl", b'{"text": "\xff\xfe"}\n')], "capi_ctypes")
 case("`tokenize` of an input that does not exist", ["tokenize", "--output", "x.ptdp", "no_such.txt"],
      "lua_tokenize_cli_missing")
 case("`tokenize --output` naming its own input", ["tokenize", "--format", "lines", "--output", "good.ptdp",
@@ -295,6 +299,17 @@ case("a safetensors file without h.1.mlp.c_fc.bias", imp(write("missing.safetens
     "<Q", len(text)) + text + raw[8 + n:]), os.path.join(hf, "config.json"), "i6"), "checkpoint_import_cli")
 case("`ptdp ckpt import-safetensors` with one path", ["ckpt", "import-safetensors", model],
      "checkpoint_import_cli")
+llama = os.path.join(hf, "llama")
+lconfig = json.load(open(os.path.join(llama, "config.json")))
+case("a LLaMA config.json with attention_bias but not mlp_bias", imp(
+    os.path.join(llama, "model.safetensors.index.json"),
+    write("l_bias.json", json.dumps(dict(lconfig, attention_bias=True))), "i7"), "LlamaImport.RefusesWhatItCannotImport")
+case("a LLaMA config.json with both biases, the weights without them", imp(
+    os.path.join(llama, "model.safetensors.index.json"),
+    write("l_biases.json", json.dumps(dict(lconfig, attention_bias=True, mlp_bias=True))), "i8"),
+    "LlamaImport.RefusesWhatItCannotImport")
+case("`finetune_llama.lua` with a misspelt engine flag", [os.path.join(repo, "scripts", "finetune_llama.lua"),
+     "--hf-model", llama, "--corpus", jsonl, "--workdir", "ft", "--num-layerz", "2"], "finetune_recipe")
 
 section("`ptdp plot` of a --log-json file")
 write("text.jsonl", "not json\n")
