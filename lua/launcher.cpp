@@ -110,7 +110,9 @@ int run_script(int argc, char **argv) {
   }
   if (rc != 0) {
     const char *msg = lua_tostring(L, -1);
-    std::fprintf(stderr, "ptdp: %s\n", msg ? msg : "(error object is not a string)");
+    if (!msg) msg = "(error object is not a string)";
+    // One "ptdp: " in front (the module's own errors carry it already).
+    std::fprintf(stderr, "%s%s\n", std::strncmp(msg, "ptdp: ", 6) == 0 ? "" : "ptdp: ", msg);
     std::fflush(stderr);
     // Under mpirun the other processes may be waiting for this one: stop them now.
     ptdp_abort_job("the script failed (see above)");

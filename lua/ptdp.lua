@@ -19,14 +19,17 @@ local function read_first(paths, what, hint)
       return text, p
     end
   end
-  error('ptdp: cannot find ' .. what .. ' next to ' .. here .. ' (' .. hint .. ')')
+  local tried = {}
+  for _, p in ipairs(paths) do if p ~= '' then tried[#tried + 1] = p end end
+  error('ptdp: cannot find ' .. what .. ' (looked for ' .. table.concat(tried, ', ') .. '; ' ..
+        hint .. ')', 0)
 end
 local header, header_path = read_first({ os.getenv('PTDP_HEADER') or '', here .. '/../capi/ptdp.h' },
                                        'capi/ptdp.h', 'set PTDP_HEADER')
--- The tools' header sits beside the engine's.
-local tools_header = read_first({ (header_path:match('^(.*)/[^/]*$') or '.') .. '/ptdp_tools.h',
-                                  here .. '/../capi/ptdp_tools.h' },
-                                'capi/ptdp_tools.h', 'put it beside ptdp.h')
+-- The tools' header sits beside the engine's, always the same pair (the
+-- version check below reads the engine's).
+local tools_header = read_first({ (header_path:match('^(.*)/[^/]*$') or '.') .. '/ptdp_tools.h' },
+                                'capi/ptdp_tools.h', 'it goes beside ' .. header_path)
 local function ffi_decls(text)
   local decls = text:match('/%* ffi%-begin %*/(.-)/%* ffi%-end %*/')
   return (decls:gsub('PTDP_DEPRECATED%b()%s*', ''):gsub('PTDP_API ', ''))

@@ -74,10 +74,15 @@ for _, k in ipairs { 'hf_model', 'corpus', 'workdir' } do
   if opts[k] == '' then fail('--' .. k:gsub('_', '-') .. ' is required (--help lists the flags)') end
 end
 -- The flags for train_gpt.lua are checked now, as it will check them, not
--- after the import and the tokenization.
+-- after the import and the tokenization: their names, train_gpt.lua's own
+-- values, and each engine option's value (what needs the model's shape, as
+-- t dividing the heads, can only be checked once the import is there).
 do
-  local ok, err = pcall(flags.parse, rest, require('ptdp.train_gpt_flags').script, {})
-  if not ok then fail(tostring(err)) end
+  local ok, err = pcall(function()
+    local engine = flags.parse(rest, require('ptdp.train_gpt_flags').script, {})
+    ptdp.config(engine)
+  end)
+  if not ok then fail((tostring(err):gsub('^[^:]+:%d+: ', ''))) end  -- the message, not this line
 end
 
 -- Whether path is there, without opening it (opening a FIFO would wait).

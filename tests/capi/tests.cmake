@@ -247,7 +247,12 @@ ptdp_lua_test(lua_header_version --rc 0 --expect "ptdp ${PROJECT_VERSION}, heade
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/require_ptdp.lua)
 ptdp_lua_test(lua_header_version_mismatch --rc nonzero
   --expect "the library is version ${PROJECT_VERSION} but the header it is bound with"
-  -- sh -c "sed 's/^#define PTDP_VERSION_MAJOR .*/#define PTDP_VERSION_MAJOR 99/' \"$1\" >other_ptdp.h && PTDP_HEADER=other_ptdp.h exec \"$2\" \"$3\""
+  -- sh -c "mkdir -p other && sed 's/^#define PTDP_VERSION_MAJOR .*/#define PTDP_VERSION_MAJOR 99/' \"$1\" >other/ptdp.h && cp \"$4\" other/ && PTDP_HEADER=other/ptdp.h exec \"$2\" \"$3\""
+     sh ${CMAKE_SOURCE_DIR}/capi/ptdp.h ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/require_ptdp.lua
+     ${CMAKE_SOURCE_DIR}/capi/ptdp_tools.h)
+# PTDP_HEADER names the engine's header; the tools' must sit beside it (the two go together)
+ptdp_lua_test(lua_header_without_tools --rc nonzero --expect "cannot find capi/ptdp_tools.h"
+  -- sh -c "mkdir -p alone && cp \"$1\" alone/ptdp.h && PTDP_HEADER=alone/ptdp.h exec \"$2\" \"$3\""
      sh ${CMAKE_SOURCE_DIR}/capi/ptdp.h ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/require_ptdp.lua)
 ptdp_lua_test(lua_launcher_unknown_command --rc 2 --expect "unknown command 'frobnicate'"
   --expect "usage:" -- ${PTDP_LAUNCHER} frobnicate)

@@ -151,8 +151,8 @@ target_link_libraries(test_llama_tokenizers PRIVATE ptdp_static GTest::gtest_mai
 target_compile_definitions(test_llama_tokenizers PRIVATE
   PTDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fixtures")
 gtest_discover_tests(test_llama_tokenizers PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1")
-# GPT-2 byte-level BPE against Hugging Face's tokenizers (fixtures in data/bpe,
-# made by data/bpe/make_bpe_fixtures.py), and its speed on the fortunes.
+# GPT-2 byte-level BPE against Hugging Face's tokenizers (fixtures in fixtures/bpe,
+# made by fixtures/bpe/make_bpe_fixtures.py), and its speed on the fortunes.
 add_executable(test_bpe_tokenizer data/test_bpe_tokenizer.cpp)
 target_link_libraries(test_bpe_tokenizer PRIVATE ptdp_static GTest::gtest_main)
 target_compile_definitions(test_bpe_tokenizer PRIVATE

@@ -129,6 +129,8 @@ cli.expect("an unknown engine flag", [recipe, "--hf-model", "hf", "--corpus", "c
 cli.expect("a bad value of train_gpt.lua's own flag",
            [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl", "--workdir", "w7",
             "--log-interval", "0.5"], False, "--log-interval' must be a whole number")
+cli.expect("a bad value of an engine flag", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
+                                          "--workdir", "w7", "--lr", "abc"], False, "lr")
 if os.path.exists(os.path.join(work, "w7")):
     cli.failures.append("a bad engine flag made its work directory (checked after the import?)")
 os.makedirs(os.path.join(work, "no_tok"))
