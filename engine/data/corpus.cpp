@@ -30,8 +30,10 @@ std::vector<std::string> read_documents(const std::string &path, const std::stri
   // are refused where they are, not tokenized as they come.
   if (const size_t bad = first_ill_formed_utf8(text); bad != std::string::npos) {
     const size_t line = 1 + (size_t)std::count(text.begin(), text.begin() + (std::ptrdiff_t)bad, '\n');
+    size_t shown = 0;  // the bad bytes and what follows, up to 8 bytes of the line
+    while (shown < 8 && bad + shown < text.size() && text[bad + shown] != '\n') shown++;
     fail(Status::invalid_argument, "corpus file '", path, "' line ", line, ": not valid UTF-8 (",
-         escape_ill_formed_utf8(text.substr(bad, 4)), " at byte ", bad,
+         escape_ill_formed_utf8(text.substr(bad, shown)), " at byte ", bad,
          "); every format takes UTF-8 text, as jsonl does");
   }
   std::vector<std::string> docs;
