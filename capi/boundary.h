@@ -19,8 +19,13 @@ std::string &last_error();
 
 // The message is made valid UTF-8 here, once for every entry point: it may
 // quote a user's bytes (a bad line of a file), which stay readable as \xNN.
-inline ptdp_status set_error(Status code, const std::string &msg) {
-  last_error() = escape_ill_formed_utf8(msg);
+// Never throws: it runs inside guard's handlers (out of memory: no message).
+inline ptdp_status set_error(Status code, const std::string &msg) noexcept {
+  try {
+    last_error() = escape_ill_formed_utf8(msg);
+  } catch (...) {
+    last_error().clear();
+  }
   return (ptdp_status)code;
 }
 
