@@ -29,5 +29,6 @@ if(PTDP_CUDA)
     kernels/cuda/flash_attention.cu kernels/cuda/flash_attention_mma.cu
     kernels/cuda/swiglu.cu kernels/cuda/rope.cu)
   target_include_directories(ptdp_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR})
-  target_link_libraries(ptdp_cuda_kernels PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas)  # cublas: status names
+  # ptdp_core: the errors the launchers throw (engine/core/status.h)
+  target_link_libraries(ptdp_cuda_kernels PUBLIC ptdp_core CUDA::cudart CUDA::cublasLt CUDA::cublas)  # cublas: status names
 endif()

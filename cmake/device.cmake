@@ -2,7 +2,8 @@
 # core (host allocator, dtypes, errors), the CPU kernels, and a rank's device
 # with its op table (engine/device): the CPU backend always, the CUDA backend
 # when cmake/cuda.cmake has set PTDP_CUDA.
-add_library(ptdp_core STATIC engine/core/allocator.cpp engine/core/dtype.cpp engine/core/status.cpp)
+add_library(ptdp_core STATIC engine/core/allocator.cpp engine/core/dtype.cpp engine/core/status.cpp
+            engine/core/utf8.cpp)
 target_include_directories(ptdp_core PUBLIC ${CMAKE_SOURCE_DIR})
 
 add_library(ptdp_cpu_kernels STATIC kernels/cpu/gemm.cpp kernels/cpu/layernorm.cpp

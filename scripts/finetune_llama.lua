@@ -106,9 +106,28 @@ if not exists(opts.corpus) then fail(string.format("--corpus '%s' cannot be read
 local W = opts.workdir
 -- The work directory is the recipe's own: never the model's directory or a
 -- folder inside it (the user's files stay as they are).
-local function trimmed(p) return (p:gsub('/+$', '')) end
-local model_dir = trimmed(opts.hf_model)
-if trimmed(W) == model_dir or trimmed(W):sub(1, #model_dir + 1) == model_dir .. '/' then
+-- Compared as real paths: links, "." and ".." resolved (a part of W that does
+-- not exist yet is taken as written, its first existing folder resolved).
+pcall(ffi.cdef, 'char *realpath(const char *path, char *resolved); void free(void *p);')
+local function real(p)
+  local rest, cur = {}, p
+  while true do
+    local r = ffi.C.realpath(cur, nil)
+    if r ~= nil then
+      local path = ffi.string(r)
+      ffi.C.free(r)
+      for i = #rest, 1, -1 do path = (path == '/' and '' or path) .. '/' .. rest[i] end
+      return path
+    end
+    local parent, name = cur:match('^(.-)/*([^/]+)/*$')
+    if not name or name == '..' then return nil end  -- nothing to resolve it against
+    if name ~= '.' then rest[#rest + 1] = name end
+    cur = parent == '' and (cur:sub(1, 1) == '/' and '/' or '.') or parent
+  end
+end
+local model_dir, work_dir = real(opts.hf_model), real(W)
+if not model_dir or not work_dir or work_dir == model_dir or
+   work_dir:sub(1, #model_dir + 1) == model_dir .. '/' then
   fail(string.format("--workdir '%s' is the model's directory or inside it; give a directory of " ..
                      'its own', W))
 end

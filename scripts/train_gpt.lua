@@ -22,11 +22,13 @@ end
 -- tokenized with the run's tokenizer; the default dataset is bytes, so another
 -- tokenizer needs its own --data-path.
 local tokenizer = config.tokenizer_type or 'byte'
+ptdp.config(config)  -- every value checked now (an unknown tokenizer named), before any file is made
 if tokenizer ~= 'byte' and not given.data_path then
-  error(string.format('--tokenizer-type %s needs a --data-path tokenized with it (the default ' ..
-                      '%s holds bytes): make one with `ptdp tokenize --tokenizer-type %s ...`, ' ..
-                      'or give --data-path FILE --corpus TEXT to make it on first use',
-                      tokenizer, config.data_path, tokenizer), 0)
+  io.stderr:write(string.format('ptdp: --tokenizer-type %s needs a --data-path tokenized with it ' ..
+                                '(the default %s holds bytes): make one with `ptdp tokenize ' ..
+                                '--tokenizer-type %s ...`, or give --data-path FILE --corpus TEXT ' ..
+                                'to make it on first use\n', tokenizer, config.data_path, tokenizer))
+  os.exit(1)
 end
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   create = given.corpus, corpus = opts.corpus,

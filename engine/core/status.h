@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/core/utf8.h"
+
 namespace ptdp {
 
 // Keep in sync with the PTDP_* status codes of capi/ptdp.h (checked by a test).
@@ -27,7 +29,10 @@ const char *status_string(Status s);
 
 class Error : public std::runtime_error {
  public:
-  Error(Status code, const std::string &msg) : std::runtime_error(msg), code_(code) {}
+  // The text made printable valid UTF-8 here, for every message at once: it
+  // may quote a user's bytes, and what() is a C string (a NUL would cut it).
+  Error(Status code, const std::string &msg)
+      : std::runtime_error(printable_message(msg)), code_(code) {}
   Status code() const { return code_; }
 
  private:

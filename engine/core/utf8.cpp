@@ -48,6 +48,20 @@ std::string replace_ill_formed(std::string_view text, F bad) {
 }
 }  // namespace
 
+std::string printable_message(std::string_view text) {
+  const std::string valid = escape_ill_formed_utf8(text);
+  std::string out;
+  out.reserve(valid.size());
+  static const char hex[] = "0123456789ABCDEF";
+  for (unsigned char c : valid) {  // controls are one byte, never inside a UTF-8 sequence
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F)
+      out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+    else
+      out += (char)c;
+  }
+  return out;
+}
+
 size_t first_ill_formed_utf8(std::string_view text) {
   size_t first = std::string_view::npos;
   replace_ill_formed(text, [&](std::string_view part) {  // parts come in order

@@ -19,6 +19,11 @@ std::string valid_utf8(std::string_view text);
 // which stay valid UTF-8 and still show what was there.
 std::string escape_ill_formed_utf8(std::string_view text);
 
+// A message for a terminal: escape_ill_formed_utf8, and the control
+// characters as \xNN too (NUL would cut a C string short, ESC would colour the
+// terminal), but for newline and tab.
+std::string printable_message(std::string_view text);
+
 // The offset of the first ill-formed byte of `text`, or npos when it is valid.
 size_t first_ill_formed_utf8(std::string_view text);
 

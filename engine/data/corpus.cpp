@@ -50,9 +50,12 @@ std::vector<std::string> read_documents(const std::string &path, const std::stri
     const bool newline = end != std::string::npos;
     const std::string_view line(text.data() + at, (newline ? end : text.size()) - at);
     at = newline ? end + 1 : text.size();
+    // A CRLF file's line ends in '\r': blank when that is all, a fortune
+    // separator when it follows the '%'.
+    const bool blank = line.empty() || line == "\r";
     if (format == "lines") {
-      if (!line.empty()) docs.push_back(std::string(line) + (newline ? "\n" : ""));
-    } else if (line == "%") {
+      if (!blank) docs.push_back(std::string(line) + (newline ? "\n" : ""));
+    } else if (line == "%" || line == "%\r") {
       if (!cur.empty()) docs.push_back(std::move(cur));
       cur.clear();
     } else {

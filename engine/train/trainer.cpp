@@ -36,10 +36,29 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The directories a trainer made for --save, removed again (each only while
+// empty, deepest first) if the trainer fails to start: a refused run leaves
+// nothing behind that a corrected one would trip over.
+struct MadeDirectories {
+  std::vector<fs::path> made;  // deepest first
+  bool keep = false;
+  ~MadeDirectories() {
+    std::error_code ec;
+    if (!keep)
+      for (const fs::path &d : made) fs::remove(d, ec);  // rmdir: a directory with files stays
+  }
+};
+
 // Before the first step, so an unwritable --save costs no training: the
 // directory is made if need be and a probe file is created and removed in it.
-void check_save_directory(const std::string &dir) {
+void check_save_directory(const std::string &dir, MadeDirectories &made) {
   std::error_code ec;
+  // Links and ".." resolved first: only a directory that is not there is listed.
+  for (fs::path p = fs::weakly_canonical(fs::absolute(dir, ec), ec); !p.empty() && !fs::exists(p, ec);
+       p = p.parent_path()) {
+    made.made.push_back(p);
+    if (p == p.parent_path()) break;
+  }
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
     fail(Status::io_error, "--save '", dir, "' cannot be used: ",
@@ -67,8 +86,9 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   threads_per_rank_ = std::max(1, cores / n);
   openblas_set_num_threads(threads_per_rank_);
   tok_ = make_tokenizer(opt_.tokenizer_spec());
+  MadeDirectories made;
   if (!opt_.save_path.empty()) {
-    check_save_directory(opt_.save_path);
+    check_save_directory(opt_.save_path, made);
     // A fine-tuning run starts again at iteration 0: saving where the checkpoint
     // it loads lies would replace (same iteration) or prune that checkpoint.
     if (opt_.finetune && !opt_.load_path.empty()) {
@@ -227,6 +247,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     if (!opt_.op_profile_path.empty())
       output_target(process_path(opt_.op_profile_path), "--profile-ops");
   }
+  made.keep = true;  // started: the --save directory is this run's
 }
 
 // NCCL (2.23 and later) finalizes a communicator together with the other

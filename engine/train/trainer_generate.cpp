@@ -162,6 +162,17 @@ std::string Trainer::generate(const std::string &prompt, int max_new_tokens, dou
     fail(Status::invalid_config, "the loaded checkpoint was trained with tokenizer_type ",
          loaded_tokenizer_, ", this run has ", opt_.tokenizer, ": give tokenizer_type ",
          loaded_tokenizer_, " (and its files) to generate with it");
+  // An import without a tokenizer beside it records none. A tokenizer that
+  // cannot decode every id the model may emit is not its own (the byte
+  // tokenizer, the default, for a LLaMA or GPT-2 vocabulary, say).
+  const auto imported = provenance_.find("imported_from");
+  if (loaded_tokenizer_.empty() && imported != provenance_.end() &&
+      opt_.model.vocab_size > tok_->vocab_size())
+    fail(Status::invalid_config, "the loaded checkpoint was imported from '", imported->second,
+         "' with no record of its tokenizer; its vocabulary has ", opt_.model.vocab_size,
+         " tokens, more than tokenizer_type ", opt_.tokenizer, "'s ", tok_->vocab_size(),
+         ": give the model's own tokenizer (tokenizer_type HuggingFaceTokenizer with "
+         "tokenizer_file, or GPT2BPETokenizer's files)");
   run_on_ranks([&](Rank &r) {
     r.text = rank_generate(r, prompt, max_new_tokens, temperature, seed, top_k, top_p);
   });

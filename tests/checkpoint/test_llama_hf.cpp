@@ -385,4 +385,22 @@ TEST(LlamaImport, RecordsTheModelsTokenizer) {
   import_safetensors(fixture("llama"), "", work.path + "/plain");
   Trainer plain(TrainerOptions::from_config(config(kLlama, work.path + "/plain", 1, 1)));
   EXPECT_EQ(plain.generate("The ", 0, 0.0, 0), "The ");
+  // Without a record, a tokenizer that cannot decode every id of the model is
+  // refused: the same model with a vocabulary of 300 and the byte tokenizer's 257.
+  TempDir wide;
+  const ConfigOptions shape = {{"num_layers", "1"}, {"hidden_size", "32"}, {"num_attention_heads", "4"},
+                               {"vocab_size", "300"}, {"seq_length", "16"}, {"micro_batch_size", "1"},
+                               {"global_batch_size", "1"}};
+  {
+    Config c;
+    Trainer t(TrainerOptions::from_config(set_options(c, shape)));
+    t.save(wide.path + "/trained");
+  }
+  export_safetensors(wide.path + "/trained", wide.path + "/hf");  // GPT-2's layout
+  import_safetensors(wide.path + "/hf", "", wide.path + "/imported");
+  Config c;
+  set_options(c, shape).set("load", wide.path + "/imported");
+  Trainer back(TrainerOptions::from_config(c));
+  expect_error([&] { back.generate("The ", 4, 0.0, 0); }, Status::invalid_config,
+               "its vocabulary has 300 tokens, more than tokenizer_type byte's 257");
 }

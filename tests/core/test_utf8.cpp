@@ -36,6 +36,13 @@ TEST(Utf8, IllFormedPartsBecomeReplacementCharacters) {
 
 // Messages quoting a user's bytes: ill-formed bytes become the text \xNN
 // (each byte of a maximal subpart), well-formed text stays as it is.
+TEST(Utf8, PrintableMessagesEscapeControlCharacters) {
+  using ptdp::printable_message;
+  EXPECT_EQ(printable_message(std::string("a\0b\x1b[31m\r\x7F\xFF\n\tz", 14)),
+            "a\\x00b\\x1B[31m\\x0D\\x7F\\xFF\n\tz");
+  EXPECT_EQ(printable_message("caf\xC3\xA9"), "caf\xC3\xA9");
+}
+
 TEST(Utf8, EscapedIllFormedBytesShowWhatWasThere) {
   using ptdp::escape_ill_formed_utf8;
   EXPECT_EQ(escape_ill_formed_utf8("caf\xC3\xA9"), "caf\xC3\xA9");

@@ -184,6 +184,11 @@ TEST(Corpus, PlainTextFormatsKeepTheInputsBytes) {
             (std::vector<std::string>{"one\n\ntwo"}));
   std::ofstream(dir + "/fortunes") << "a\n%\nb";
   EXPECT_EQ(read_documents(dir + "/fortunes", "fortune"), (std::vector<std::string>{"a\n", "b"}));
+  std::ofstream(dir + "/crlf") << "a\r\n\r\nb\r\n%\r\nc\r\n";  // blank CRLF lines, a CRLF separator
+  EXPECT_EQ(read_documents(dir + "/crlf", "lines"),
+            (std::vector<std::string>{"a\r\n", "b\r\n", "%\r\n", "c\r\n"}));
+  EXPECT_EQ(read_documents(dir + "/crlf", "fortune"),
+            (std::vector<std::string>{"a\r\n\r\nb\r\n", "c\r\n"}));
   std::ofstream(dir + "/latin1") << "caf\xC3\xA9\nna\xEFve\n";  // line 2: Latin-1's i-diaeresis
   for (const char *format : {"lines", "fortune", "file"})
     expect_error([&] { read_documents(dir + "/latin1", format); }, Status::invalid_argument,

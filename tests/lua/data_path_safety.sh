@@ -13,7 +13,9 @@ launcher=$1 script=$2 corpus=$3 work=$4
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 fail=0
 check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
-run() { "$launcher" "$script" --num-layers abc "$@" >out.txt 2>&1; echo $? >rc.txt; cat out.txt; }
+# 3 heads do not divide the hidden size: the run stops at the trainer, after
+# the data path is dealt with (a bad value alone would stop it before).
+run() { "$launcher" "$script" --num-attention-heads 3 "$@" >out.txt 2>&1; echo $? >rc.txt; cat out.txt; }
 
 run --data-path typo.ptdp
 check "mistyped path: non-zero exit" '[ "$(cat rc.txt)" != 0 ]'

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "engine/core/status.h"
 #include "engine/core/utf8.h"
@@ -260,4 +261,23 @@ TEST(Trainer, GeneratedTextIsValidUtf8) {
   const std::string s = t.generate("", 200, 2.0, 7);
   EXPECT_FALSE(s.empty());
   EXPECT_EQ(valid_utf8(s), s);
+}
+
+// A trainer that fails to start removes the --save directories it made (a
+// corrected run would find them in its way) and keeps every one that was there.
+TEST(Trainer, ARefusedStartLeavesNoSaveDirectoryBehind) {
+  TempDir dir;
+  Config c = tiny_config();
+  set_options(c, {{"save", dir.path + "/a/b/c"}, {"data_path", dir.path + "/no_such.ptdp"}});
+  EXPECT_THROW(Trainer t(TrainerOptions::from_config(c)), Error);
+  EXPECT_FALSE(std::filesystem::exists(dir.path + "/a"));
+  std::filesystem::create_directories(dir.path + "/kept/empty");
+  c.set("save", dir.path + "/kept/empty/new");
+  EXPECT_THROW(Trainer t(TrainerOptions::from_config(c)), Error);
+  EXPECT_TRUE(std::filesystem::is_directory(dir.path + "/kept/empty"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path + "/kept/empty/new"));
+  c.set("save", dir.path + "/kept/empty/../started");  // a started run keeps its directory
+  c.set("data_path", tiny_dataset_path());
+  Trainer t(TrainerOptions::from_config(c));
+  EXPECT_TRUE(std::filesystem::is_directory(dir.path + "/kept/started"));
 }
