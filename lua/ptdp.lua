@@ -9,37 +9,64 @@ local M = {}
 -- engine's (capi/ptdp.h) and the tools' (capi/ptdp_tools.h), which have no
 -- preprocessor lines inside them (ARCHITECTURE §6).
 local here = debug.getinfo(1, 'S').source:match('^@(.*)/[^/]*$') or '.'
--- The first readable of `paths` as text, and its path.
-local function read_first(paths, what, hint)
-  for _, p in ipairs(paths) do
-    local f = p ~= '' and io.open(p, 'r')
-    if f then
-      local text = f:read('*a')
-      f:close()
-      return text, p
-    end
+-- A header's text. Read without blocking (a FIFO named as a header has no
+-- writer), so that anything but a regular file is an error naming it.
+pcall(ffi.cdef, [[
+int open(const char *path, int flags, ...);
+long read(int fd, void *buf, unsigned long n);
+int close(int fd);
+char *strerror(int errnum);
+]])
+local function read_header(path, what)
+  local fd = ffi.C.open(path, 0x800)  -- O_RDONLY | O_NONBLOCK
+  if fd < 0 then
+    error(string.format("ptdp: cannot open %s '%s': %s", what, path,
+                        ffi.string(ffi.C.strerror(ffi.errno()))), 0)
   end
-  local tried = {}
-  for _, p in ipairs(paths) do if p ~= '' then tried[#tried + 1] = p end end
-  error('ptdp: cannot find ' .. what .. ' (looked for ' .. table.concat(tried, ', ') .. '; ' ..
-        hint .. ')', 0)
-end
-local header, header_path = read_first({ os.getenv('PTDP_HEADER') or '', here .. '/../capi/ptdp.h' },
-                                       'capi/ptdp.h', 'set PTDP_HEADER')
--- The tools' header sits beside the engine's, always the same pair (the
--- version check below reads the engine's).
-local tools_header = read_first({ (header_path:match('^(.*)/[^/]*$') or '.') .. '/ptdp_tools.h' },
-                                'capi/ptdp_tools.h', 'it goes beside ' .. header_path)
-local function ffi_decls(text)
+  local parts, buf = {}, ffi.new('char[65536]')
+  while true do
+    local n = ffi.C.read(fd, buf, 65536)
+    if n < 0 then
+      local why = ffi.string(ffi.C.strerror(ffi.errno()))
+      ffi.C.close(fd)
+      error(string.format("ptdp: cannot read %s '%s': %s", what, path, why), 0)
+    end
+    if n == 0 then break end
+    parts[#parts + 1] = ffi.string(buf, n)
+  end
+  ffi.C.close(fd)
+  local text = table.concat(parts)
   local decls = text:match('/%* ffi%-begin %*/(.-)/%* ffi%-end %*/')
-  return (decls:gsub('PTDP_DEPRECATED%b()%s*', ''):gsub('PTDP_API ', ''))
+  if not decls then
+    error(string.format("ptdp: %s '%s' has no /* ffi-begin */ ... /* ffi-end */ declarations: " ..
+                        "it is not ptdp's header", what, path), 0)
+  end
+  return text, decls
 end
-ffi.cdef(ffi_decls(header))
-ffi.cdef(ffi_decls(tools_header))
+-- PTDP_HEADER names the engine's header (no other is tried then); the tools'
+-- header sits beside it, always the same pair (the version check below reads
+-- the engine's).
+local header_path = os.getenv('PTDP_HEADER')
+if not header_path or header_path == '' then header_path = here .. '/../capi/ptdp.h' end
+local header, decls = read_header(header_path, 'the C header (PTDP_HEADER, or capi/ptdp.h)')
+local _, tools_decls = read_header((header_path:match('^(.*)/[^/]*$') or '.') .. '/ptdp_tools.h',
+                                   "the tools' header beside " .. header_path)
+local function bind(d)
+  local ok, err = pcall(ffi.cdef, (d:gsub('PTDP_DEPRECATED%b()%s*', ''):gsub('PTDP_API ', '')))
+  if not ok then error("ptdp: the declarations of '" .. header_path .. "' (or the tools' " ..
+                       'header beside it) do not parse: ' .. tostring(err), 0) end
+end
+bind(decls)
+bind(tools_decls)
 -- The version the header declares: the library must be the same one.
-local header_version = table.concat({ header:match('#define PTDP_VERSION_MAJOR (%d+)'),
-                                      header:match('#define PTDP_VERSION_MINOR (%d+)'),
-                                      header:match('#define PTDP_VERSION_PATCH (%d+)') }, '.')
+local major, minor, patch = header:match('#define PTDP_VERSION_MAJOR (%d+)'),
+                            header:match('#define PTDP_VERSION_MINOR (%d+)'),
+                            header:match('#define PTDP_VERSION_PATCH (%d+)')
+if not (major and minor and patch) then
+  error("ptdp: '" .. header_path .. "' has no #define PTDP_VERSION_MAJOR/MINOR/PATCH: it is not " ..
+        "ptdp's header", 0)
+end
+local header_version = major .. '.' .. minor .. '.' .. patch
 
 -- Inside the `ptdp` launcher the library is already loaded; elsewhere load it.
 local C

@@ -251,7 +251,11 @@ ptdp_lua_test(lua_header_version_mismatch --rc nonzero
      sh ${CMAKE_SOURCE_DIR}/capi/ptdp.h ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/require_ptdp.lua
      ${CMAKE_SOURCE_DIR}/capi/ptdp_tools.h)
 # PTDP_HEADER names the engine's header; the tools' must sit beside it (the two go together)
-ptdp_lua_test(lua_header_without_tools --rc nonzero --expect "cannot find capi/ptdp_tools.h"
+# a header that is a FIFO or a directory is an error naming it, never a wait
+ptdp_lua_test(lua_header_fifo --rc nonzero --expect "has no /* ffi-begin */ ... /* ffi-end */"
+  -- sh -c "rm -f fifo.h && mkfifo fifo.h && PTDP_HEADER=fifo.h exec \"$1\" \"$2\""
+     sh ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/require_ptdp.lua)
+ptdp_lua_test(lua_header_without_tools --rc nonzero --expect "cannot open the tools' header"
   -- sh -c "mkdir -p alone && cp \"$1\" alone/ptdp.h && PTDP_HEADER=alone/ptdp.h exec \"$2\" \"$3\""
      sh ${CMAKE_SOURCE_DIR}/capi/ptdp.h ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/require_ptdp.lua)
 ptdp_lua_test(lua_launcher_unknown_command --rc 2 --expect "unknown command 'frobnicate'"
