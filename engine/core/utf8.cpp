@@ -21,31 +21,44 @@ Lead lead(unsigned char c) {
   return {0, 0, 0};
 }
 
+// Walks text: good(part) for each well-formed run of characters, bad(part)
+// for each maximal ill-formed subpart, in order; either returning false stops.
+template <class Good, class Bad>
+void walk(std::string_view text, Good good, Bad bad) {
+  size_t i = 0, run = 0;  // the well-formed run goes from `run` to i
+  while (i < text.size()) {
+    const Lead l = lead((unsigned char)text[i]);
+    size_t n = 1;  // bytes of the sequence found well formed so far
+    if (l.length > 1)
+      for (; n < (size_t)l.length && i + n < text.size(); n++) {
+        const unsigned char c = (unsigned char)text[i + n];
+        const bool ok = n == 1 ? c >= l.lo && c <= l.hi : c >= 0x80 && c <= 0xBF;
+        if (!ok) break;
+      }
+    if (l.length > 0 && n == (size_t)l.length) {
+      i += n;
+      continue;
+    }
+    if (l.length == 0) n = 1;
+    if (i > run && !good(text.substr(run, i - run))) return;
+    if (!bad(text.substr(i, n))) return;  // the maximal subpart; go on at the byte that broke it
+    i += n;
+    run = i;
+  }
+  if (i > run) good(text.substr(run, i - run));
+}
+
 // text with each maximal ill-formed subpart replaced by bad(subpart).
 template <class F>
 std::string replace_ill_formed(std::string_view text, F bad) {
   std::string out;
   out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    const Lead l = lead((unsigned char)text[i]);
-    size_t good = 1;  // bytes of the sequence found well formed so far
-    if (l.length > 1)
-      for (; good < (size_t)l.length && i + good < text.size(); good++) {
-        const unsigned char c = (unsigned char)text[i + good];
-        const bool ok = good == 1 ? c >= l.lo && c <= l.hi : c >= 0x80 && c <= 0xBF;
-        if (!ok) break;
-      }
-    if (l.length > 0 && good == (size_t)l.length) {
-      out.append(text.substr(i, good));
-    } else {
-      if (l.length == 0) good = 1;
-      out += bad(text.substr(i, good));  // the maximal subpart, then go on at the byte that broke it
-    }
-    i += good;
-  }
+  walk(
+      text, [&](std::string_view part) { return out.append(part), true; },
+      [&](std::string_view part) { return out += bad(part), true; });
   return out;
 }
+
 }  // namespace
 
 std::string printable_message(std::string_view text) {
@@ -64,10 +77,9 @@ std::string printable_message(std::string_view text) {
 
 size_t first_ill_formed_utf8(std::string_view text) {
   size_t first = std::string_view::npos;
-  replace_ill_formed(text, [&](std::string_view part) {  // parts come in order
-    if (first == std::string_view::npos) first = (size_t)(part.data() - text.data());
-    return std::string();
-  });
+  walk(
+      text, [](std::string_view) { return true; },
+      [&](std::string_view part) { return first = (size_t)(part.data() - text.data()), false; });
   return first;
 }
 
