@@ -16,7 +16,10 @@ extern "C" {
 /* Tokenizes text files (or every file of a directory) into a ptdp token
  * dataset (one file; documents shuffled, each ending with the end-of-document
  * token). format: fortune | lines | file; tokenizer: byte (a tokenizer that
- * needs files goes through ptdp_tokenize_options). Counts may be NULL. */
+ * needs files goes through ptdp_tokenize_options). Counts may be NULL. Text
+ * is UTF-8 in every format: an ill-formed byte is PTDP_ERR_INVALID_ARGUMENT
+ * naming its file and line; a document keeps the input's bytes (no newline
+ * is added after an unterminated last line). */
 PTDP_DEPRECATED("use ptdp_tokenize_options")
 PTDP_API ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs,
                                    const char *format, const char *tokenizer,
