@@ -17,9 +17,8 @@ namespace ptdp::capi {
 // The text ptdp_last_error returns on this thread.
 std::string &last_error();
 
-// The message is made printable valid UTF-8 here, once for every entry point:
-// it may quote a user's bytes (a bad line of a file), which stay readable as
-// \xNN (NUL and other control characters too, so nothing cuts it short).
+// ptdp::Error's messages are printable already (made so where they are made);
+// this covers the rest, a library's exception text say, for every entry point.
 // Never throws: it runs inside guard's handlers (out of memory: no message).
 inline ptdp_status set_error(Status code, const std::string &msg) noexcept {
   try {

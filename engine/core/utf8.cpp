@@ -48,30 +48,38 @@ void walk(std::string_view text, Good good, Bad bad) {
   if (i > run) good(text.substr(run, i - run));
 }
 
-// text with each maximal ill-formed subpart replaced by bad(subpart).
-template <class F>
-std::string replace_ill_formed(std::string_view text, F bad) {
-  std::string out;
-  out.reserve(text.size());
-  walk(
-      text, [&](std::string_view part) { return out.append(part), true; },
-      [&](std::string_view part) { return out += bad(part), true; });
-  return out;
+// out += "\xNN" for the byte c.
+void append_escaped(std::string &out, unsigned char c) {
+  static const char hex[] = "0123456789ABCDEF";
+  out += "\\x";
+  out += hex[c >> 4];
+  out += hex[c & 15];
 }
+
+// Control characters a message shows as \xNN: NUL would cut a C string short,
+// ESC would colour the terminal; newline and tab stay.
+bool is_control(unsigned char c) { return (c < 0x20 && c != '\n' && c != '\t') || c == 0x7F; }
 
 }  // namespace
 
 std::string printable_message(std::string_view text) {
-  const std::string valid = escape_ill_formed_utf8(text);
   std::string out;
-  out.reserve(valid.size());
-  static const char hex[] = "0123456789ABCDEF";
-  for (unsigned char c : valid) {  // controls are one byte, never inside a UTF-8 sequence
-    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F)
-      out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
-    else
-      out += (char)c;
-  }
+  out.reserve(text.size());
+  walk(
+      text,
+      [&](std::string_view part) {  // a control is one byte, never inside a UTF-8 sequence
+        for (unsigned char c : part) {
+          if (is_control(c))
+            append_escaped(out, c);
+          else
+            out += (char)c;
+        }
+        return true;
+      },
+      [&](std::string_view part) {
+        for (unsigned char c : part) append_escaped(out, c);
+        return true;
+      });
   return out;
 }
 
@@ -84,16 +92,12 @@ size_t first_ill_formed_utf8(std::string_view text) {
 }
 
 std::string valid_utf8(std::string_view text) {
-  return replace_ill_formed(text, [](std::string_view) { return std::string("\xEF\xBF\xBD"); });
-}
-
-std::string escape_ill_formed_utf8(std::string_view text) {
-  return replace_ill_formed(text, [](std::string_view part) {
-    static const char hex[] = "0123456789ABCDEF";
-    std::string e;
-    for (unsigned char c : part) e += std::string("\\x") + hex[c >> 4] + hex[c & 15];
-    return e;
-  });
+  std::string out;
+  out.reserve(text.size());
+  walk(
+      text, [&](std::string_view part) { return out.append(part), true; },
+      [&](std::string_view) { return out += "\xEF\xBF\xBD", true; });  // U+FFFD a subpart
+  return out;
 }
 
 }  // namespace ptdp

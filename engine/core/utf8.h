@@ -14,14 +14,10 @@ namespace ptdp {
 // U+10FFFF. Valid text comes back unchanged.
 std::string valid_utf8(std::string_view text);
 
-// The same, each ill-formed byte written as the four characters \xNN instead:
-// for messages that quote a user's bytes (an error naming a file's bad line),
-// which stay valid UTF-8 and still show what was there.
-std::string escape_ill_formed_utf8(std::string_view text);
-
-// A message for a terminal: escape_ill_formed_utf8, and the control
-// characters as \xNN too (NUL would cut a C string short, ESC would colour the
-// terminal), but for newline and tab.
+// A message for a terminal, valid UTF-8 that still shows what was there: each
+// ill-formed byte (a user's bytes an error quotes) and each control character
+// (NUL would cut a C string short, ESC would colour the terminal; newline and
+// tab stay) written as the four characters \xNN.
 std::string printable_message(std::string_view text);
 
 // The offset of the first ill-formed byte of `text`, or npos when it is valid.

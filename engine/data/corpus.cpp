@@ -33,7 +33,7 @@ std::vector<std::string> read_documents(const std::string &path, const std::stri
     size_t shown = 0;  // the bad bytes and what follows, up to 8 bytes of the line
     while (shown < 8 && bad + shown < text.size() && text[bad + shown] != '\n') shown++;
     fail(Status::invalid_argument, "corpus file '", path, "' line ", line, ": not valid UTF-8 (",
-         escape_ill_formed_utf8(text.substr(bad, shown)), " at byte ", bad,
+         text.substr(bad, shown), " at byte ", bad,  // shown as \xNN by ptdp::Error
          "); every format takes UTF-8 text, as jsonl does");
   }
   std::vector<std::string> docs;

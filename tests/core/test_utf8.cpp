@@ -44,15 +44,15 @@ TEST(Utf8, PrintableMessagesEscapeControlCharacters) {
 }
 
 TEST(Utf8, EscapedIllFormedBytesShowWhatWasThere) {
-  using ptdp::escape_ill_formed_utf8;
-  EXPECT_EQ(escape_ill_formed_utf8("caf\xC3\xA9"), "caf\xC3\xA9");
-  EXPECT_EQ(escape_ill_formed_utf8("a\xFF"
+  using ptdp::printable_message;
+  EXPECT_EQ(printable_message("caf\xC3\xA9"), "caf\xC3\xA9");
+  EXPECT_EQ(printable_message("a\xFF"
                                    "b"),
             "a\\xFFb");
-  EXPECT_EQ(escape_ill_formed_utf8("\xE6\x97"
+  EXPECT_EQ(printable_message("\xE6\x97"
                                    "x"),
             "\\xE6\\x97x");  // a cut character: its two bytes
-  EXPECT_EQ(escape_ill_formed_utf8("\xED\xA0\x80"), "\\xED\\xA0\\x80");  // a surrogate
-  EXPECT_EQ(valid_utf8(escape_ill_formed_utf8("\xC0\xAF\xF4\x90\x80\x80 ok")),
-            escape_ill_formed_utf8("\xC0\xAF\xF4\x90\x80\x80 ok"));  // the result is valid
+  EXPECT_EQ(printable_message("\xED\xA0\x80"), "\\xED\\xA0\\x80");  // a surrogate
+  EXPECT_EQ(valid_utf8(printable_message("\xC0\xAF\xF4\x90\x80\x80 ok")),
+            printable_message("\xC0\xAF\xF4\x90\x80\x80 ok"));  // the result is valid
 }
