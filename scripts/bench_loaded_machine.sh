@@ -9,7 +9,7 @@
 #   idle_step_ms=... loaded_step_ms=... loaded_active_step_ms=... fair_share_x=2
 set -euo pipefail
 ptdp=$(realpath "${1:-build/ptdp}")
-iters=${2:-40}
+iters=${2:-20}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/ptdp_bench_loaded.XXXXXX")
 busy=()
@@ -23,8 +23,8 @@ cores=$(nproc)
 "$ptdp" tokenize --format lines --output d.ptdp "$repo/tests/fixtures/capi_corpus.txt" >/dev/null
 # The mean step time over the run's last $iters steps (its one log line).
 step_ms() {
-  env "$@" "$ptdp" "$repo/scripts/train_gpt.lua" --num-layers 2 --hidden-size 64 \
-    --num-attention-heads 2 --seq-length 32 --micro-batch-size 4 --global-batch-size 8 \
+  env "$@" "$ptdp" "$repo/scripts/train_gpt.lua" --num-layers 2 --hidden-size 256 \
+    --num-attention-heads 4 --seq-length 128 --micro-batch-size 4 --global-batch-size 8 \
     --train-iters "$iters" --log-interval "$iters" --eval-iters 1 --eval-interval 0 \
     --sample-tokens 0 --num-threads "$cores" --data-path d.ptdp 2>&1 |
     sed -n 's/.*elapsed time per iteration (ms): *\([0-9.]*\).*/\1/p' | tail -1
@@ -36,7 +36,7 @@ for ((i = 0; i < cores; i++)); do
 done
 loaded=$(step_ms)
 active=$(step_ms OMP_WAIT_POLICY=ACTIVE)
-echo "$cores cores; a step of the tiny model on $cores OpenMP threads:"
+echo "$cores cores; a step of a small model (h 256, 2 layers, s 128) on $cores OpenMP threads:"
 echo "  every core free: $idle ms"
 echo "  beside $cores busy processes, waiting threads asleep (the default): $loaded ms" \
      "= $(awk "BEGIN{printf \"%.1f\", $loaded / $idle}")x (a fair share is 2x)"

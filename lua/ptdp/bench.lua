@@ -19,4 +19,12 @@ function M.median(xs)
   return k % 2 == 1 and xs[(k + 1) / 2] or (xs[k / 2] + xs[k / 2 + 1]) / 2
 end
 
+-- The cores this process may run on (nproc follows the affinity mask).
+function M.cores()
+  local h = io.popen('nproc 2>/dev/null')
+  local n = h and tonumber(h:read('*l') or '')
+  if h then h:close() end
+  return n or 1
+end
+
 return M
