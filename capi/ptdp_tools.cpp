@@ -9,6 +9,7 @@
 
 #include "capi/boundary.h"
 #include "checkpoints/disk_bandwidth.h"
+#include "engine/core/output_file.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
 #include "engine/data/corpus.h"
@@ -84,6 +85,10 @@ ptdp_status ptdp_plot_log(const char *log_json, const char *png) {
     require(png, "png");
     ptdp::plot_metrics_png(log_json, png);
   });
+}
+
+ptdp_status ptdp_remove_temp_files_on_signal(void) {
+  return guard([] { ptdp::remove_temp_files_on_signal(); });
 }
 
 ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double *write_gbps,

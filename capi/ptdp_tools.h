@@ -73,6 +73,12 @@ PTDP_API ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gf
  * of `bytes` written with fsync, dropped from the page cache, read back, removed. */
 PTDP_API ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double *write_gbps,
                                          double *read_gbps);
+/* For a program's main (the ptdp launcher calls it), not for a library inside
+ * another program: from now on SIGINT, SIGTERM and SIGHUP first remove the
+ * temporary files ptdp's writers have made and not yet renamed into place
+ * ("OUTPUT.tmp.XXXXXX" beside each output), then end the process as the signal
+ * would have. A signal the process ignores (nohup) stays ignored. */
+PTDP_API ptdp_status ptdp_remove_temp_files_on_signal(void);
 /* The planner (`ptdp plan`; engine/plan): the paper's performance and memory
  * model of PTD-P training. options: num_options strings "key=value", keys
  * Megatron's argument names (num_layers, hidden_size, num_attention_heads,

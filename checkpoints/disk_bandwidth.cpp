@@ -38,7 +38,7 @@ DiskBandwidth measure_disk_bandwidth(const std::string &dir, int64_t bytes) {
   for (size_t i = 0; i < buf.size(); i++) buf[i] = (char)(i * 2654435761u >> 13);  // not zeros
   auto io_fail = [&](const char *what) {
     const int e = errno;
-    ::unlink(path.c_str());
+    remove_temp_file(path);
     fail(Status::io_error, "cannot ", what, " '", path, "': ", std::strerror(e));
   };
   DiskBandwidth bw;
@@ -69,7 +69,7 @@ DiskBandwidth measure_disk_bandwidth(const std::string &dir, int64_t bytes) {
     }
   bw.read_gbps = (double)got / seconds_since(t0) / 1e9;
   ::close(fd);
-  ::unlink(path.c_str());
+  remove_temp_file(path);
   if (got != bytes) fail(Status::io_error, "read back ", got, " of ", bytes, " bytes of '", path, "'");
   return bw;
 }

@@ -336,14 +336,10 @@ void export_safetensors(const std::string &path, const std::string &out_path,
       fail(Status::io_error, "cannot close '", tmp, "': ", std::strerror(errno));
   } catch (...) {
     if (!closed) ::close(fd);
-    ::unlink(tmp.c_str());
+    remove_temp_file(tmp);
     throw;
   }
-  if (std::rename(tmp.c_str(), out_file.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    fail(Status::io_error, "cannot rename '", tmp, "' to '", out_file, "': ", std::strerror(e));
-  }
+  rename_temp_file(tmp, out_file);
   // The rename is durable once the directory is synced.
   const size_t slash = out_file.find_last_of('/');
   const std::string parent = slash == std::string::npos ? "."

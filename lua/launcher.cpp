@@ -511,6 +511,8 @@ static void sleep_while_waiting(char **argv) {
 
 int main(int argc, char **argv) {
   sleep_while_waiting(argv);
+  // An interrupted command leaves no temporary files beside its outputs.
+  ptdp_remove_temp_files_on_signal();
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -1,8 +1,11 @@
 #include "engine/core/output_file.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -174,6 +177,78 @@ void write_all(int fd, const void *p, size_t n, const std::string &path) {
   }
 }
 
+namespace {
+
+// The temporary files not yet renamed or removed, for a signal handler to
+// remove: fixed slots (no allocation, no lock: the handler may run at any
+// moment), each free, being written, or holding a path. A file that finds no
+// slot free is only left out of the cleanup.
+constexpr int kTempSlots = 64;
+enum : int { kSlotFree, kSlotBusy, kSlotHeld };
+struct TempSlot {
+  std::atomic<int> state{kSlotFree};
+  char path[PATH_MAX];
+};
+std::array<TempSlot, kTempSlots> temp_slots;
+
+void hold_temp_path(const std::string &tmp) {
+  if (tmp.size() >= PATH_MAX) return;
+  for (TempSlot &slot : temp_slots) {
+    int expected = kSlotFree;
+    if (!slot.state.compare_exchange_strong(expected, kSlotBusy)) continue;
+    std::memcpy(slot.path, tmp.c_str(), tmp.size() + 1);
+    slot.state.store(kSlotHeld);
+    return;
+  }
+}
+
+void release_temp_path(const std::string &tmp) {
+  for (TempSlot &slot : temp_slots) {
+    int expected = kSlotHeld;
+    if (slot.state.load() != kSlotHeld || tmp != slot.path) continue;
+    if (slot.state.compare_exchange_strong(expected, kSlotBusy)) {
+      slot.state.store(kSlotFree);
+      return;
+    }
+  }
+}
+
+// Async-signal-safe: unlink(2), then the default action of the signal.
+extern "C" void remove_temp_files_and_die(int sig) {
+  for (TempSlot &slot : temp_slots)
+    if (slot.state.load() == kSlotHeld) ::unlink(slot.path);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+}  // namespace
+
+void remove_temp_files_on_signal() {
+  struct sigaction sa = {};
+  sa.sa_handler = remove_temp_files_and_die;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old = {};
+    // A signal the user's shell set to be ignored (nohup) stays ignored.
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
+void rename_temp_file(const std::string &tmp, const std::string &target) {
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int e = errno;
+    remove_temp_file(tmp);
+    fail(Status::io_error, "cannot rename '", tmp, "' to '", target, "': ", std::strerror(e));
+  }
+  release_temp_path(tmp);
+}
+
+void remove_temp_file(const std::string &tmp) {
+  ::unlink(tmp.c_str());
+  release_temp_path(tmp);
+}
+
 int create_temp_file(const std::string &target, std::string *tmp) {
   // mkstemp: a name of its own, so ranks-as-threads writing side by side never collide.
   *tmp = target + ".tmp.XXXXXX";
@@ -181,10 +256,11 @@ int create_temp_file(const std::string &target, std::string *tmp) {
   if (fd < 0)
     fail(Status::io_error, "cannot create a temporary file next to '", target, "': ",
          std::strerror(errno));
+  hold_temp_path(*tmp);
   if (::fchmod(fd, 0644) != 0) {  // mkstemp makes it 0600
     const int e = errno;
     ::close(fd);
-    ::unlink(tmp->c_str());
+    remove_temp_file(*tmp);
     fail(Status::io_error, "cannot set the mode of '", *tmp, "': ", std::strerror(e));
   }
   return fd;
@@ -196,27 +272,23 @@ void replace_file(const std::string &target, const std::string &bytes) {
   auto bail = [&](const char *step) {
     int e = errno;
     ::close(fd);
-    ::unlink(tmp.c_str());
+    remove_temp_file(tmp);
     fail(Status::io_error, "cannot write '", target, "': ", step, ": ", std::strerror(e));
   };
   try {
     write_all(fd, bytes.data(), bytes.size(), tmp);
   } catch (...) {
     ::close(fd);
-    ::unlink(tmp.c_str());
+    remove_temp_file(tmp);
     throw;
   }
   if (::fsync(fd) != 0) bail("fsync");
   if (::close(fd) != 0) {
     int e = errno;
-    ::unlink(tmp.c_str());
+    remove_temp_file(tmp);
     fail(Status::io_error, "cannot write '", target, "': close: ", std::strerror(e));
   }
-  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    fail(Status::io_error, "cannot rename '", tmp, "' to '", target, "': ", std::strerror(e));
-  }
+  rename_temp_file(tmp, target);
 }
 
 void write_file_atomic(const std::string &path, const std::string &bytes, const char *what) {

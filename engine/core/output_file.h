@@ -74,6 +74,21 @@ void hold_input(const std::string &path, const std::string &what);
 // name goes to *tmp. An error is Error(io_error) naming `target`.
 int create_temp_file(const std::string &target, std::string *tmp);
 
+// A temporary file's end: renamed over `target`, or removed. Either way it
+// leaves the list of temporary files that a fatal signal's cleanup removes.
+// rename_temp_file's error is Error(io_error) naming both paths (the
+// temporary file is then removed).
+void rename_temp_file(const std::string &tmp, const std::string &target);
+void remove_temp_file(const std::string &tmp);
+
+// For programs (the ptdp launcher), not for a library inside someone else's
+// process: SIGINT, SIGTERM and SIGHUP remove this process's temporary files
+// that are not yet renamed (create_temp_file's), then end it as the signal
+// would have, so that an interrupted command leaves no "X.tmp.XXXXXX" behind.
+// A handler installed later (--exit-signal-handler's) passes a signal on to
+// this one when it ends the process.
+void remove_temp_files_on_signal();
+
 // Writes all n bytes to fd (retrying short and interrupted writes); an error
 // is Error(io_error) naming `path`.
 void write_all(int fd, const void *p, size_t n, const std::string &path);

@@ -74,15 +74,11 @@ void write_token_dataset(const std::string &out_path,
     if (::fsync(fd) != 0) fail(Status::io_error, "fsync '", tmp, "': ", std::strerror(errno));
   } catch (...) {
     ::close(fd);
-    ::unlink(tmp.c_str());
+    remove_temp_file(tmp);
     throw;
   }
   ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    fail(Status::io_error, "cannot rename '", tmp, "' to '", path, "': ", std::strerror(e));
-  }
+  rename_temp_file(tmp, path);
 }
 
 TokenDataset::TokenDataset(const std::string &path)

@@ -239,8 +239,8 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string &prefix, int vocab_
 IndexedDatasetWriter::~IndexedDatasetWriter() {
   if (fd_ >= 0) ::close(fd_);
   if (!finished_) {
-    if (!bin_tmp_.empty()) ::unlink(bin_tmp_.c_str());
-    if (!idx_tmp_.empty()) ::unlink(idx_tmp_.c_str());
+    if (!bin_tmp_.empty()) remove_temp_file(bin_tmp_);
+    if (!idx_tmp_.empty()) remove_temp_file(idx_tmp_);
   }
 }
 
@@ -305,9 +305,9 @@ void IndexedDatasetWriter::finish() {
   ::close(fd);
   // .bin first: a reader opens the .idx first, and a new .idx never points
   // into an old .bin.
-  for (auto [tmp, target] : {std::pair{&bin_tmp_, &bin_path_}, std::pair{&idx_tmp_, &idx_path_}})
-    if (std::rename(tmp->c_str(), target->c_str()) != 0)
-      fail(Status::io_error, "cannot rename '", *tmp, "' to '", *target, "': ", std::strerror(errno));
+  rename_temp_file(bin_tmp_, bin_path_);
+  bin_tmp_.clear();
+  rename_temp_file(idx_tmp_, idx_path_);
   finished_ = true;
 }
 

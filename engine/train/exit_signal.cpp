@@ -16,8 +16,9 @@ std::mutex scopes_mutex;
 int scopes = 0;
 struct sigaction previous_term, previous_int;
 
-// Async-signal-safe: a flag, write(2), and for the second signal the default
-// action (the process ends as if no handler had been set).
+// Async-signal-safe: a flag, write(2), and for the second signal the handler
+// that was there before (the launcher's, which removes temporary files), or
+// the default action: the process ends as if this handler had not been set.
 extern "C" void on_exit_signal(int sig) {
   if (received == 0) {
     received = sig;
@@ -28,7 +29,11 @@ extern "C" void on_exit_signal(int sig) {
     (void)ignored;
     return;
   }
-  signal(sig, SIG_DFL);
+  const struct sigaction &before = sig == SIGTERM ? previous_term : previous_int;
+  if (before.sa_handler == SIG_IGN || before.sa_handler == SIG_DFL || (before.sa_flags & SA_SIGINFO))
+    signal(sig, SIG_DFL);
+  else
+    sigaction(sig, &before, nullptr);
   raise(sig);
 }
 

@@ -140,6 +140,12 @@ add_test(NAME data_plot
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/data/check_plot.py ${PTDP_DATA_LAUNCHER}
           ${PTDP_DATA_TRAIN} ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/capi_corpus.txt ${PTDP_DATA_TMP}/plot
           ${PTDP_DATA_TINY})
+# An interrupted tokenize (SIGTERM while writing) leaves no X.tmp.* behind and
+# the earlier outputs as they were.
+ptdp_data_test(data_tokenize_interrupted --rc 0
+  --expect "SIGTERM while writing: no temporary file left, the earlier outputs kept"
+  -- sh ${CMAKE_CURRENT_SOURCE_DIR}/data/check_interrupt.sh ${PTDP_DATA_LAUNCHER}
+     ${PTDP_DATA_TMP}/interrupted)
 set(PTDP_DATA_TESTS ${PTDP_DATA_TESTS} data_indexed_python_crosscheck data_log_json data_plot)
 
 set_tests_properties(${PTDP_DATA_TESTS} PROPERTIES
