@@ -43,6 +43,22 @@ std::string lua_dir() {
   return PTDP_SOURCE_LUA_DIR;
 }
 
+// A subcommand's command line: -1 when it parsed, else the exit status: 0
+// after --help, 2 after one line naming the error (CLI11's own statuses,
+// 100 and up, would read as a crash to a script).
+int parse_command_line(CLI::App &app, int argc, char **argv) {
+  try {
+    app.parse(argc - 1, argv + 1);
+    return -1;
+  } catch (const CLI::Success &e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError &e) {
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", app.get_name().c_str(), e.what(),
+                 app.get_name().c_str());
+    return 2;
+  }
+}
+
 // The ptdp module's directory, to tell its errors from the script's.
 std::string module_dir;
 
@@ -166,11 +182,7 @@ int run_tokenize(int argc, char **argv) {
                  "threads encoding the text (0: one per core, at most 1024); the output is the "
                  "same for any number")
       ->capture_default_str();
-  try {
-    app.parse(argc - 1, argv + 1);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_command_line(app, argc, argv); rc >= 0) return rc;
   inputs.insert(inputs.end(), input_flags.begin(), input_flags.end());
   auto usage_error = [](const char *msg) {
     std::fprintf(stderr, "ptdp tokenize: %s (--help for the flags)\n", msg);
@@ -234,11 +246,7 @@ int run_timeline_png(int argc, char **argv) {
   app.add_option("trace", trace, "Chrome trace JSON (the trainer's `timeline` option)")->required();
   app.add_option("png", png, "PNG file to write")->required();
   app.add_option("--width", width, "picture width in pixels")->capture_default_str();
-  try {
-    app.parse(argc - 1, argv + 1);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_command_line(app, argc, argv); rc >= 0) return rc;
   ptdp_status st = ptdp_render_timeline(trace.c_str(), png.c_str(), width);
   if (st != PTDP_OK) {
     std::fprintf(stderr, "ptdp: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
@@ -254,11 +262,7 @@ int run_plot(int argc, char **argv) {
   std::string log, png;
   app.add_option("log", log, "JSON lines written by train_gpt.lua --log-json")->required();
   app.add_option("png", png, "PNG file to write")->required();
-  try {
-    app.parse(argc - 1, argv + 1);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_command_line(app, argc, argv); rc >= 0) return rc;
   ptdp_status st = ptdp_plot_log(log.c_str(), png.c_str());
   if (st != PTDP_OK) {
     std::fprintf(stderr, "ptdp plot: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
@@ -317,11 +321,7 @@ int run_ckpt(int argc, char **argv) {
                  sub.c_str(), names.c_str(), app.help().c_str());
     return 2;
   }
-  try {
-    app.parse(argc - 1, argv + 1);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_command_line(app, argc, argv); rc >= 0) return rc;
   // Through the C ABI, whose report calls take a buffer: grow it until it fits.
   bool reported = false;  // a report was printed (a fault list, not only an error)
   auto report = [&reported](auto call) {
@@ -417,7 +417,14 @@ int run_generate(int argc, char **argv) {
   app.add_option("--top-k", top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
   app.add_option("--top-p", top_p, "and among those whose probabilities add up to p (1: all)")
       ->capture_default_str();
-  app.add_option("--seed", seed, "the sampling's seed")->capture_default_str();
+  app.add_option("--seed", seed, "the sampling's seed (0 to 2^64-1)")
+      ->check(CLI::Validator(
+          [](std::string &v) {  // CLI11 would wrap "-1" around to 2^64 - 1
+            return v.find('-') == std::string::npos ? std::string()
+                                                    : "the seed is 0 to 2^64-1, got " + v;
+          },
+          "UINT64"))
+      ->capture_default_str();
   app.add_option("--tokenizer-type,--tokenizer", tokenizer,
                  "byte | GPT2BPETokenizer | HuggingFaceTokenizer (the one the model was trained with)")
       ->capture_default_str();
@@ -427,11 +434,7 @@ int run_generate(int argc, char **argv) {
   app.add_option("--tensor-model-parallel-size", t, "t")->capture_default_str();
   app.add_option("--pipeline-model-parallel-size", p, "p")->capture_default_str();
   app.add_option("--device", device, "cpu | cuda (default: the config's)");
-  try {
-    app.parse(argc - 1, argv + 1);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_command_line(app, argc, argv); rc >= 0) return rc;
   ptdp_config *cfg = nullptr;
   ptdp_trainer *tr = nullptr;
   // Room for the usual text at once (a retry generates it all again): the

@@ -37,6 +37,10 @@ cli.expect("no checkpoint", ["generate", "--load", "nothing", "--prompt", "x"], 
 cli.expect("outside the vocabulary", ["generate", "--load", "ckpt", "--prompt", "The "], False,
            "token 104 at position 1 is outside the vocabulary [0, 103)")
 cli.expect("top_p 0", gen + ["--temperature", "1", "--top-p", "0"], False, "top_p must be in (0, 1]")
+# Command-line errors: one line, exit status 2, never a wrapped-around seed.
+cli.expect("a negative seed", gen + ["--seed", "-1"], False, "the seed is 0 to 2^64-1, got -1")
+cli.expect("not a number", gen + ["--top-k", "x"], False,
+           "ptdp generate: Could not convert: --top-k = x (see ptdp generate --help)")
 # A checkpoint trained with its own schedule and seed loads (generation needs
 # the weights only); one trained with another tokenizer is refused by name.
 repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
