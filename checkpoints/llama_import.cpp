@@ -15,6 +15,7 @@
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/llama_layout.h"
 #include "checkpoints/safetensors_file.h"
+#include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
@@ -29,12 +30,7 @@ namespace {
 const char *kFamily = "llama, mistral, qwen2";
 
 json parse_config(const std::string &text, const std::string &where) {
-  json c;
-  try {
-    c = json::parse(text);
-  } catch (const json::exception &e) {
-    fail(Status::corrupt_data, where, " is not valid JSON (", e.what(), ")");
-  }
+  const json c = parse_json_text(text, where);
   if (!c.is_object()) fail(Status::corrupt_data, where, " is not a JSON object (a model config)");
   return c;
 }

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "checkpoints/crc32c.h"
+#include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 
@@ -124,12 +125,7 @@ std::string Manifest::to_json() const {
 }
 
 Manifest Manifest::parse(const std::string &text, const std::string &where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception &e) {
-    fail(Status::corrupt_data, where, " is not valid JSON: ", e.what());
-  }
+  const json j = parse_json_text(text, where);
   if (field<std::string>(j, "format", where) != "ptdp-checkpoint")
     fail(Status::corrupt_data, where, ": format is not 'ptdp-checkpoint'");
   const int version = field<int>(j, "format_version", where);

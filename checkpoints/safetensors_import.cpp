@@ -25,6 +25,7 @@
 #include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/dtype.h"
+#include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
@@ -168,12 +169,7 @@ std::map<std::string, std::pair<std::string, const SourceTensor *>> match_tensor
 }  // namespace
 
 GptConfig gpt_config_from_gpt2(const std::string &text, const std::string &where) {
-  json c;
-  try {
-    c = json::parse(text);
-  } catch (const json::exception &e) {
-    fail(Status::corrupt_data, where, " is not valid JSON (", e.what(), ")");
-  }
+  const json c = parse_json_text(text, where);
   if (!c.is_object()) fail(Status::corrupt_data, where, " is not a JSON object (a GPT2Config)");
   if (c.contains("model_type") && c["model_type"] != "gpt2")
     fail(Status::invalid_config, where, ": model_type is ", c["model_type"].dump(),

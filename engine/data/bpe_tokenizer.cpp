@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/data/bpe_merge.h"
@@ -74,11 +75,7 @@ std::string read_file(const std::string &path, const char *what) {
 }
 
 nlohmann::json parse_json(const std::string &text, const std::string &what) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception &e) {
-    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, " is not valid JSON: ", e.what());
-  }
+  return parse_json_text(text, "GPT2BPETokenizer: " + what);
 }
 
 // A vocabulary object {"token": id, ...} as a list.

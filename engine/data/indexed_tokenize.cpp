@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/core/json_text.h"
 #include "engine/core/output_file.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
@@ -131,12 +132,7 @@ std::vector<std::vector<Sequences>> encode_chunk(const TextChunk &chunk,
       continue;
     }
     const std::string where = chunk.file + ":" + std::to_string(chunk.line_numbers[i]);
-    nlohmann::json doc;
-    try {
-      doc = nlohmann::json::parse(chunk.texts[i]);
-    } catch (const nlohmann::json::exception &e) {
-      fail(Status::invalid_argument, where, ": not valid JSON: ", e.what());
-    }
+    const nlohmann::json doc = parse_json_text(chunk.texts[i], where, Status::invalid_argument);
     if (!doc.is_object())
       fail(Status::invalid_argument, where,
            ": a line must be a JSON object, got: ", doc.type_name());

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/data/bpe_merge.h"
@@ -69,12 +70,7 @@ bool SpBpeTokenizer::is_its_kind(const std::string &path) {
 
 std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::string &path) {
   const std::string what = "tokenizer file '" + path + "'";
-  json j;
-  try {
-    j = json::parse(read_text(path));
-  } catch (const json::exception &e) {
-    fail(Status::corrupt_data, "HuggingFaceTokenizer: ", what, " is not valid JSON: ", e.what());
-  }
+  const json j = parse_json_text(read_text(path), "HuggingFaceTokenizer: " + what);
   auto unsupported = [&](const std::string &part, const json &v, const char *allowed) {
     fail(Status::corrupt_data, "HuggingFaceTokenizer: ", what, ": ", part, " is ", v.dump(),
          "; a SentencePiece-style BPE has ", allowed);

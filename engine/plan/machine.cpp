@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 
@@ -76,12 +77,7 @@ Link link(const json &obj, const char *key, const std::string &origin) {
 }  // namespace
 
 Machine machine_from_json(const std::string &text, const std::string &origin) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception &e) {
-    fail(Status::bad_value, origin, " is not valid JSON: ", e.what());
-  }
+  const json j = parse_json_text(text, origin, Status::bad_value);
   only_keys(j,
             {"name", "description", "devices_per_node", "peak_flops", "memory_bytes",
              "memory_reserved_bytes", "memory_bandwidth", "memory_efficiency",

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/core/canvas.h"
+#include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
@@ -63,12 +64,7 @@ Kind kind_of(const std::string &cat) {
 std::vector<Event> read_events(const std::string &path) {
   // A regular file only: a FIFO named as the trace would block the reader.
   const std::string text = read_small_file(path, "the trace '" + path + "'");
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception &e) {
-    fail(Status::corrupt_data, "'", path, "' is not valid JSON: ", e.what());
-  }
+  const json j = parse_json_text(text, "'" + path + "'");
   // Chrome traces come as {"traceEvents": [...]} or as a bare array of events.
   const json *list = &j;
   if (j.is_object() && j.contains("traceEvents")) list = &j["traceEvents"];

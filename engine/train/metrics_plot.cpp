@@ -76,6 +76,8 @@ MetricsSeries read_metrics_log(const std::string &path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json rec;
     try {
+      if (line.find('\0') != std::string::npos)  // nlohmann would stop there, accepting a part
+        throw json::parse_error::create(101, line.find('\0'), "a NUL byte in the line", nullptr);
       rec = json::parse(line);
     } catch (const json::exception &e) {
       if (last_unterminated) break;  // a record still being written

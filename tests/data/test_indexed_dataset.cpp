@@ -488,7 +488,7 @@ TEST(IndexedTokenize, BadInputsAreClearErrorsAndWriteNothing) {
   expect_error([&] { run("{\"text\": \"a\"}\n{\"txt\": \"b\"}\n"); }, Status::invalid_argument,
                "in.jsonl:2: no key 'text'");
   expect_error([&] { run("{\"text\": \"a\"\n"); }, Status::invalid_argument,
-               "in.jsonl:1: not valid JSON");
+               "in.jsonl:1 is not valid JSON");
   expect_error([&] { run("[\"a\"]\n"); }, Status::invalid_argument, "must be a JSON object, got: array");
   expect_error([&] { run("{\"text\": 3}\n"); }, Status::invalid_argument,
                "key 'text' holds a number; expected a string or a list of strings");

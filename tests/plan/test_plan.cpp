@@ -424,6 +424,12 @@ TEST(PlanMachines, PresetsRoundTripAndBadFilesSayWhy) {
             std::string::npos);
   EXPECT_NE(error_of([] { machine_from_json("{", "x.json"); }, ptdp::Status::bad_value).find("not valid JSON"),
             std::string::npos);
+  // A valid machine with a NUL and junk after it: nlohmann alone would read the
+  // part before the NUL and say nothing (engine/core/json_text.h refuses it).
+  const std::string with_nul = j + std::string("\0junk", 5);
+  EXPECT_NE(error_of([&] { machine_from_json(with_nul, "x.json"); }, ptdp::Status::bad_value)
+                .find("x.json is not valid JSON: a NUL byte at offset " + std::to_string(j.size())),
+            std::string::npos);
   std::string path = std::string(PTDP_PLAN_TMP) + "/m.json";
   std::ofstream(path) << j;
   EXPECT_EQ(load_machine(path).name, "selene");

@@ -1,0 +1,29 @@
+// JSON text from a file or a field, parsed whole or refused by name: the one
+// way the engine reads JSON (manifests, configs, tokenizers, traces, logs).
+// Header-only: nlohmann's parser is a template, and so is every user of it.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/core/status.h"
+
+namespace ptdp {
+
+// `text` as one JSON value, or Error(status) "<where> is not valid JSON: why".
+// nlohmann's parser takes a NUL byte for the end of its input and accepts the
+// value before it, so a file with a NUL inside (junk after a valid object, a
+// file cut and padded with zeros) would be read in part without a word: it is
+// refused here instead, at the NUL's offset.
+inline nlohmann::json parse_json_text(const std::string &text, const std::string &where,
+                                      Status status = Status::corrupt_data) {
+  const size_t nul = text.find('\0');
+  if (nul != std::string::npos)
+    fail(status, where, " is not valid JSON: a NUL byte at offset ", nul, " (JSON text has none)");
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception &e) {
+    fail(status, where, " is not valid JSON: ", e.what());
+  }
+}
+
+}  // namespace ptdp
