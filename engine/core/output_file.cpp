@@ -50,10 +50,15 @@ uint64_t register_file(Registered r) {
 }
 
 // `path` with "." and ".." resolved and the links of its existing part followed.
+// One spelling per file, existing or not: absolute first (weakly_canonical
+// leaves a relative name that does not exist yet relative, so "x" and "./x"
+// would differ), then links resolved as far as the path exists.
 std::string normalized(const std::string &path) {
   std::error_code ec;
-  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
-  return ec ? path : p.string();
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  if (ec) return path;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(abs, ec);
+  return ec ? abs.lexically_normal().string() : p.string();
 }
 
 // Error when `path` is an output another writer (not `what`) claimed.

@@ -91,6 +91,22 @@ TEST(OutputFile, ClaimedOutputsAreTheirWritersOnly) {
   ptdp::write_file_atomic(t, "{}", "--log-json");  // the claim is gone
 }
 
+// A file that does not exist yet, named relatively in two spellings ("x" and
+// "./x", the working directory's and its absolute path): one file, one claim.
+TEST(OutputFile, ClaimsOfAFileNotYetThereMatchEverySpelling) {
+  TempDir dir;
+  char cwd[4096];
+  ASSERT_NE(::getcwd(cwd, sizeof cwd), nullptr);
+  ASSERT_EQ(::chdir(dir.path.c_str()), 0);
+  {
+    ptdp::OutputClaim claim("new.jsonl", "--log-json");
+    for (const std::string &other : {std::string("./new.jsonl"), dir.path + "/new.jsonl", std::string("sub/../new.jsonl")})
+      expect_error([&] { ptdp::OutputClaim again(other, "--timeline"); },
+                   ptdp::Status::invalid_argument, "two outputs cannot share one file");
+  }
+  ASSERT_EQ(::chdir(cwd), 0);
+}
+
 TEST(OutputFile, SymlinkToAFileWritesThatFileAndKeepsTheLink) {
   TempDir dir;
   const std::string file = dir.path + "/real.json", link = dir.path + "/link.json";
