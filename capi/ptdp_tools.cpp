@@ -87,6 +87,14 @@ ptdp_status ptdp_plot_log(const char *log_json, const char *png) {
   });
 }
 
+ptdp_status ptdp_hold_input(const char *path, const char *what) {
+  return guard([&] {
+    require(path, "path");
+    require(what, "what");
+    ptdp::hold_input_file(path, what);
+  });
+}
+
 ptdp_status ptdp_remove_temp_files_on_signal(void) {
   return guard([] { ptdp::remove_temp_files_on_signal(); });
 }

@@ -73,6 +73,12 @@ PTDP_API ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gf
  * of `bytes` written with fsync, dropped from the page cache, read back, removed. */
 PTDP_API ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double *write_gbps,
                                          double *read_gbps);
+/* A file a script will read (a dataset), held as an input of this process
+ * until it ends: every writer refuses it from now on (an output is never an
+ * input). Checked without opening it, so a FIFO never blocks: a missing or
+ * unreadable file is PTDP_ERR_IO (the system's reason), a directory, FIFO or
+ * device PTDP_ERR_INVALID_ARGUMENT; each message names `what` and the path. */
+PTDP_API ptdp_status ptdp_hold_input(const char *path, const char *what);
 /* For a program's main (the ptdp launcher calls it), not for a library inside
  * another program: from now on SIGINT, SIGTERM and SIGHUP first remove the
  * temporary files ptdp's writers have made and not yet renamed into place

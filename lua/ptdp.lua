@@ -621,15 +621,15 @@ M.project_dir = here .. '/..'
 --   ptdp.dataset{ path = ..., given = <--data-path given?>, create = <--corpus given?>,
 --                 corpus = ..., format = ..., tokenizer = ..., vocab_file = ...,
 --                 merge_file = ..., tokenizer_file = ... }  (what tokenizes a new one)
+-- A dataset file that is there is held as this process's input (no writer of
+-- any later run in it replaces it); checked without opening it, so a FIFO
+-- never blocks. Missing: nil and the reason; any other refusal stops the run.
 local function readable(path)
-  local f, err = io.open(path, 'rb')
-  if not f then return nil, err end
-  local ok, rerr = f:read(0)
-  f:close()
-  if ok == nil and rerr then
-    raise(string.format("--data-path '%s' cannot be read: %s", path, rerr))
-  end
-  return true
+  local status = C.ptdp_hold_input(path, '--data-path')
+  if status == 0 then return true end
+  local err = ffi.string(C.ptdp_last_error())
+  if status == C.PTDP_ERR_IO and err:match('No such file') then return nil, err end
+  check(status)
 end
 
 function M.dataset(t)

@@ -116,6 +116,16 @@ bool same_output(const std::string &a, const std::string &b) {
   return normalized(a) == normalized(b);
 }
 
+void hold_input_file(const std::string &path, const std::string &what) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || ::access(path.c_str(), R_OK) != 0)
+    fail(Status::io_error, what, " '", path, "': ", std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    fail(Status::invalid_argument, what, " '", path, "' is ", kind_of(st.st_mode),
+         ", not a file to read (allowed: a regular file, or a link to one)");
+  hold_input(path, what);
+}
+
 void hold_input(const std::string &path, const std::string &what) {
   static std::mutex held_mu;
   static auto *held = new std::vector<InputFile>();  // never released: the process's inputs

@@ -66,6 +66,12 @@ bool same_output(const std::string &a, const std::string &b);
 // registered as by an InputFile that is never released.
 void hold_input(const std::string &path, const std::string &what);
 
+// hold_input for a file a script names, checked first without opening it (a
+// FIFO would block the open): a readable regular file, or a link to one.
+// Missing: Error(io_error) "<what> '<path>': No such file or directory"; a
+// directory, FIFO, device or socket: Error(invalid_argument) naming its kind.
+void hold_input_file(const std::string &path, const std::string &what);
+
 // A new, empty file of this process's own beside `target` (same directory:
 // a rename moves it into place), named target + ".tmp.XXXXXX" and created
 // exclusively (mkstemp), so it never opens, truncates or follows whatever is

@@ -24,8 +24,16 @@ check "mistyped path: nothing created" '[ ! -e typo.ptdp ]'
 
 mkdir adir && touch adir/keep
 run --data-path adir --corpus "$corpus" --corpus-format lines
-check "directory: non-zero exit, says so" '[ "$(cat rc.txt)" != 0 ] && grep -q "cannot be read: Is a directory" out.txt'
+check "directory: non-zero exit, says so" '[ "$(cat rc.txt)" != 0 ] && grep -q "is a directory, not a file to read" out.txt'
 check "directory: untouched" '[ -d adir ] && [ -f adir/keep ]'
+
+# A FIFO is refused without being opened (an open would wait for a writer),
+# alone or as a blend's part.
+mkfifo afifo
+run --data-path afifo
+check "FIFO: refused by kind, not waited on" '[ "$(cat rc.txt)" != 0 ] && grep -q "is a FIFO, not a file to read" out.txt'
+run --data-path "1 afifo 1 afifo"
+check "FIFO in a blend: refused" '[ "$(cat rc.txt)" != 0 ] && grep -q "is a FIFO, not a file to read" out.txt'
 
 printf 'my precious data\n' >mine.ptdp
 run --data-path mine.ptdp --corpus "$corpus" --corpus-format lines
