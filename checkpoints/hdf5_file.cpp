@@ -2,6 +2,7 @@
 
 #define OMPI_SKIP_MPICXX 1  // parallel HDF5's header includes mpi.h
 #include <hdf5.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <mutex>
@@ -94,6 +95,11 @@ H5File H5File::create(const std::string &path, bool mpi_io) {
 H5File H5File::open_read(const std::string &path) {
   const auto lock = lock_hdf5();
   silence_hdf5();
+  // HDF5 opens whatever is there: a FIFO would block it until a writer came.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail(Status::corrupt_data, "'", path, "' is not a regular file (a directory, FIFO or device), ",
+         "so not a checkpoint's HDF5 file");
   if (H5Fis_hdf5(path.c_str()) <= 0)
     fail(Status::corrupt_data, "'", path, "' is missing or not an HDF5 file", hdf5_reason());
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);

@@ -8,6 +8,7 @@
 // The 16-bit exports hold exactly float_to_bf16 / float_to_f16 of the float32
 // export's values.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -416,6 +417,13 @@ TEST_F(CheckpointExport, VerifyFindsATruncatedFile) {
   EXPECT_NE(verify_checkpoint(ckpt, &ok).find("model.h5' is missing"), std::string::npos);
   EXPECT_FALSE(ok);
   expect_error([&] { export_safetensors(ckpt, out); }, Status::corrupt_data, "is missing");
+  expect_no_output(out);
+  // A FIFO in the file's place is refused by kind, never opened (an open
+  // would wait for a writer that never comes).
+  ASSERT_EQ(::mkfifo(file.c_str(), 0644), 0);
+  EXPECT_NE(verify_checkpoint(ckpt, &ok).find("is not a regular file"), std::string::npos);
+  EXPECT_FALSE(ok);
+  expect_error([&] { export_safetensors(ckpt, out); }, Status::corrupt_data, "damaged");
   expect_no_output(out);
 }
 
