@@ -1,5 +1,7 @@
-// JSON text from a file or a field, parsed whole or refused by name: the one
-// way the engine reads JSON (manifests, configs, tokenizers, traces, logs).
+// JSON text a user hands the engine (a manifest, a model config, a tokenizer,
+// a machine file, a trace, a JSON line to tokenize), parsed whole or refused by
+// name. (Probes that only ask "is it this kind?" and JSON the engine wrote
+// into its own records still call nlohmann directly.)
 // Header-only: nlohmann's parser is a template, and so is every user of it.
 #pragma once
 #include <nlohmann/json.hpp>
