@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -419,9 +420,12 @@ int run_generate(int argc, char **argv) {
       ->capture_default_str();
   app.add_option("--seed", seed, "the sampling's seed (0 to 2^64-1)")
       ->check(CLI::Validator(
-          [](std::string &v) {  // CLI11 would wrap "-1" around to 2^64 - 1
-            return v.find('-') == std::string::npos ? std::string()
-                                                    : "the seed is 0 to 2^64-1, got " + v;
+          [](std::string &v) {  // CLI11 would wrap "-1" to 2^64 - 1 and cap 2^64
+            errno = 0;
+            char *end = nullptr;
+            std::strtoull(v.c_str(), &end, 10);
+            const bool ok = v.find('-') == std::string::npos && errno != ERANGE;
+            return ok ? std::string() : "the seed is 0 to 2^64-1, got " + v;
           },
           "UINT64"))
       ->capture_default_str();

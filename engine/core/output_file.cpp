@@ -144,6 +144,7 @@ std::string output_target(const std::string &path, const char *what) {
 }
 
 static std::string checked_target(const std::string &path, const char *what) {
+  if (path.empty()) fail(Status::invalid_argument, what, " is an empty path (give a file's path)");
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno != ENOENT) fail(Status::io_error, what, " '", path, "': ", std::strerror(errno));

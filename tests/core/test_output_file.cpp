@@ -91,6 +91,11 @@ TEST(OutputFile, ClaimedOutputsAreTheirWritersOnly) {
   ptdp::write_file_atomic(t, "{}", "--log-json");  // the claim is gone
 }
 
+TEST(OutputFile, AnEmptyPathIsNamedAsSuch) {
+  expect_error([] { ptdp::write_file_atomic("", "x", "--timeline"); }, ptdp::Status::invalid_argument,
+               "--timeline is an empty path");
+}
+
 // A file that does not exist yet, named relatively in two spellings ("x" and
 // "./x", the working directory's and its absolute path): one file, one claim.
 TEST(OutputFile, ClaimsOfAFileNotYetThereMatchEverySpelling) {

@@ -39,6 +39,8 @@ cli.expect("outside the vocabulary", ["generate", "--load", "ckpt", "--prompt", 
 cli.expect("top_p 0", gen + ["--temperature", "1", "--top-p", "0"], False, "top_p must be in (0, 1]")
 # Command-line errors: one line, exit status 2, never a wrapped-around seed.
 cli.expect("a negative seed", gen + ["--seed", "-1"], False, "the seed is 0 to 2^64-1, got -1")
+cli.expect("a seed past 2^64-1", gen + ["--seed", "18446744073709551616"], False,
+           "the seed is 0 to 2^64-1, got 18446744073709551616")
 cli.expect("not a number", gen + ["--top-k", "x"], False,
            "ptdp generate: Could not convert: --top-k = x (see ptdp generate --help)")
 # A checkpoint trained with its own schedule and seed loads (generation needs
