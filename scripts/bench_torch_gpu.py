@@ -10,6 +10,10 @@
    under torch.compile. Tokens/s and model TFLOP/s (Eq. 3 of the paper without
    recomputation: 72 B s l h^2 (1 + s/6h + V/12lh)), MFU against --peak.
 
+3. With --attention, only one layer's causal attention through
+   scaled_dot_product_attention's flash backend (bench_gpu_ops attention's
+   shape and FLOP count, dropout 0.1 and 0): forward and backward times.
+
 Prints a table and one "bench key=value ..." line per figure.
 """
 import argparse
@@ -62,6 +66,29 @@ def bench_gemms(h, a, s, b, V):
                   f"tflops={tflops:.2f}")
             del A, B, opA, opB
     torch.cuda.empty_cache()
+
+
+def bench_attention(h, a, s, b):
+    """One layer's causal attention through scaled_dot_product_attention (its
+    flash backend), bf16, the shape and FLOP count of bench_gpu_ops'
+    tensor-core attention: the reference for ptdp's kernels."""
+    hd = h // a
+    fwd_flops = 2.0 * b * a * s * s * hd  # causal: half of 4 b a s^2 hd
+    q, k, v = (torch.randn(b, a, s, hd, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    grad = torch.randn(b, a, s, hd, device="cuda", dtype=torch.bfloat16)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        for p in (0.1, 0.0):
+            attend = lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            fwd = time_ms(attend)
+            both = time_ms(lambda: attend().backward(grad))
+            bwd = both - fwd
+            what = "" if p > 0 else ", no dropout"
+            print(f"torch bf16 attention fwd flash{what:13s} {fwd:9.3f} ms {fwd_flops / fwd / 1e9:8.1f} TFLOP/s")
+            print(f"torch bf16 attention bwd flash{what:13s} {bwd:9.3f} ms "
+                  f"{2.5 * fwd_flops / bwd / 1e9:8.1f} TFLOP/s")
+            print(f"bench name=torch_attention dtype=bf16 dropout={p:g} fwd_ms={fwd:.3f} bwd_ms={bwd:.3f}")
 
 
 class Block(nn.Module):
@@ -150,9 +177,14 @@ def main():
     ap.add_argument("--skip-gemms", action="store_true")
     ap.add_argument("--skip-compile", action="store_true")
     ap.add_argument("--only-flash", action="store_true", help="eager + flash only (like for like)")
+    ap.add_argument("--attention", action="store_true",
+                    help="only one layer's SDPA flash attention (bench_gpu_ops attention's shape)")
     args = ap.parse_args()
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
     h, a, s, V, l, b = 2048, 16, 2048, 50304, 24, 2
+    if args.attention:
+        bench_attention(h, a, s, b)
+        return
     if not args.skip_gemms:
         bench_gemms(h, a, s, b, V)
     variants = [(False, False), (True, False)] + ([] if args.skip_compile else [(True, True)])

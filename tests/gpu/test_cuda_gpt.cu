@@ -180,6 +180,46 @@ void run_case(Device &cuda, const Case &c) {
 // forward: after the weights change (here: set from the host, as a checkpoint
 // load does), the next forward must see the new ones. Its loss must be a fresh
 // model's with those weights, bit for bit, and differ from the old loss.
+// Generation's cached decoding on the device: a prompt, then one token at a
+// time against the cached keys and values (the strided-batched GEMMs, the
+// softmax with s_q < s_k), gives at every position the logits of the whole
+// sequence's forward on the CPU (same seed, so the same weights). b = 3
+// sequences; fp32 to summation order (1e-5 relative L2, as the logits above),
+// bf16 to rounding (3e-2). A stale or misplaced cache entry moves logits by O(1).
+void check_cached_decoding(Device &dev, const char *name, void (*shape)(GptConfig &),
+                           Precision prec, bool flash, double tol) {
+  GptConfig cfg = small_config();
+  if (shape) shape(cfg);
+  GPT<float> cpu(cfg, 77, {}, {}, {}, prec), gpu(cfg, 77, {}, {}, {}, prec, &dev);
+  const int n = cfg.max_positions(), b = 3, prompt = 5, Vl = cpu.local_vocab();
+  cpu.set_flash_attention(flash);
+  gpu.set_flash_attention(flash);
+  const std::vector<int32_t> tokens = gpu_test::random_ids((size_t)n * b, cfg.vocab_size, 9);
+  StepContext eval;
+  eval.training = false;
+  cpu.forward(tokens.data(), nullptr, n, b, eval);
+  const std::vector<float> want = cpu.logits_to_host(0, n * b);  // [n, b, Vl]
+  StepContext ctx = eval;
+  ctx.kv_cache = true;
+  std::vector<float> got;  // the decoded rows in the same [n, b, Vl] order
+  gpu.forward(tokens.data(), nullptr, prompt, b, ctx);
+  got = gpu.logits_to_host(0, prompt * b);
+  for (int pos = prompt; pos < n; pos++) {
+    ctx.first_position = pos;
+    gpu.forward(tokens.data() + (size_t)pos * b, nullptr, 1, b, ctx);
+    const std::vector<float> row = gpu.logits_to_host(0, b);
+    got.insert(got.end(), row.begin(), row.end());
+  }
+  std::printf("-- cached decoding, %s: %d positions, prompt %d\n", name, n, prompt);
+  const size_t m = (size_t)n * b * Vl;
+  check("decoded logits against the CPU's whole forward (relative L2)",
+        rel_l2(got.data(), want.data(), m), tol);
+  // The last position alone: the longest cache, where a wrong offset shows most.
+  const size_t last = (size_t)(n - 1) * b * Vl;
+  check("the last position's logits (relative L2)",
+        rel_l2(got.data() + last, want.data() + last, (size_t)b * Vl), tol);
+}
+
 void check_weights_copy_follows_the_weights(Device &cuda) {
   const GptConfig cfg = small_config();
   const int s = cfg.seq_length, b = 2, N = s * b;
@@ -318,10 +358,14 @@ int main() {
   }
   try {
     check_op_profile(*cuda);
+    check_cached_decoding(*cuda, "fp32", nullptr, {}, false, 1e-5);
+    check_cached_decoding(*cuda, "fp32, flash attention for the prompt", nullptr, {}, true, 1e-5);
+    check_cached_decoding(*cuda, "fp32, LLaMA block (rope, GQA 4/2)", llama_block, {}, false, 1e-5);
+    check_cached_decoding(*cuda, "bf16", nullptr, bf16, false, 3e-2);
     check_weights_copy_follows_the_weights(*cuda);
     check_weights_copy_after_an_update(*cuda);
   } catch (const std::exception &e) {
-    std::printf("weights copy: FAIL, threw: %s\n", e.what());
+    std::printf("decoding or weights copy: FAIL, threw: %s\n", e.what());
     gpu_test::failures++;
   }
   // Every activation and parameter went back to the device's pool.
