@@ -9,6 +9,7 @@
 
 #include "capi/boundary.h"
 #include "checkpoints/disk_bandwidth.h"
+#include "engine/core/mapped_file.h"
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
@@ -19,6 +20,7 @@
 #include "engine/train/metrics_plot.h"
 #include "kernels/cpu/cpu_kernels.h"
 
+using ptdp::capi::check_buffer;
 using ptdp::capi::copy_out;
 using ptdp::capi::guard;
 using ptdp::capi::require;
@@ -92,6 +94,25 @@ ptdp_status ptdp_hold_input(const char *path, const char *what) {
     require(path, "path");
     require(what, "what");
     ptdp::hold_input_file(path, what);
+  });
+}
+
+ptdp_status ptdp_write_file(const char *path, const char *bytes, size_t n, const char *what) {
+  return guard([&] {
+    require(path, "path");
+    require(what, "what");
+    if (!bytes && n > 0) ptdp::fail(ptdp::Status::invalid_argument, "bytes is NULL but n is ", n);
+    ptdp::write_file_atomic(path, std::string(bytes ? bytes : "", n), what);
+  });
+}
+
+ptdp_status ptdp_read_file(const char *path, const char *what, char *buf, size_t cap,
+                           size_t *out_len) {
+  return guard([&] {
+    require(path, "path");
+    require(what, "what");
+    check_buffer(buf, cap);
+    copy_out(ptdp::read_small_file(path, std::string(what) + " '" + path + "'"), buf, cap, out_len);
   });
 }
 

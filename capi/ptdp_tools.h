@@ -79,6 +79,21 @@ PTDP_API ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double 
  * unreadable file is PTDP_ERR_IO (the system's reason), a directory, FIFO or
  * device PTDP_ERR_INVALID_ARGUMENT; each message names `what` and the path. */
 PTDP_API ptdp_status ptdp_hold_input(const char *path, const char *what);
+/* A script's own small output file (a record, a copied tokenizer file): the n
+ * bytes at `path`, written as every writer writes (a temporary file beside it,
+ * fsynced, renamed over it). A directory, device, FIFO, dangling link, an input
+ * of this process or another writer's output is refused
+ * (PTDP_ERR_INVALID_ARGUMENT), a missing directory PTDP_ERR_IO; each message
+ * names `what` and the path. */
+PTDP_API ptdp_status ptdp_write_file(const char *path, const char *bytes, size_t n,
+                                     const char *what);
+/* A script's small input file (at most 1 GiB) into buf, as ptdp_version's
+ * callers read text: out_len gets its size, PTDP_ERR_BUFFER_TOO_SMALL when cap
+ * is not more than that. A regular file only (a FIFO or device would block):
+ * missing, unreadable or of another kind PTDP_ERR_IO, the message naming
+ * `what`, the path and the reason ("No such file or directory", "a FIFO"). */
+PTDP_API ptdp_status ptdp_read_file(const char *path, const char *what, char *buf, size_t cap,
+                                    size_t *out_len);
 /* For a program's main (the ptdp launcher calls it), not for a library inside
  * another program: from now on SIGINT, SIGTERM and SIGHUP first remove the
  * temporary files ptdp's writers have made and not yet renamed into place

@@ -28,7 +28,7 @@ const char *kManifest = "manifest.json";
 }  // namespace
 const char *const kCheckpointDataFile = "model.h5";
 namespace {
-const char *kTracker = "latest";
+const char *kTracker = kCheckpointTracker;
 
 [[noreturn]] void os_fail(const char *what, const std::string &path, int err) {
   fail(Status::io_error, "cannot ", what, " '", path, "': ", std::strerror(err));
@@ -109,20 +109,6 @@ void rename_or_fail(const std::string &from, const std::string &to) {
     fail(Status::io_error, "cannot rename '", from, "' to '", to, "': ", std::strerror(errno));
 }
 
-// The iteration a directory name stands for ("iter_0001000" or, with *tmp set,
-// "iter_0001000.tmp"); -1 for any other name. One spelling per iteration.
-int64_t parse_name(std::string name, bool *tmp) {
-  *tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
-  if (*tmp) name.resize(name.size() - 4);
-  if (name.compare(0, 5, "iter_") != 0) return -1;
-  std::string digits = name.substr(5);
-  if (digits.size() < 7 || digits.size() > 18 ||
-      digits.find_first_not_of("0123456789") != std::string::npos)
-    return -1;
-  int64_t it = std::stoll(digits);
-  return checkpoint_name(it) == name ? it : -1;
-}
-
 struct Entry {
   int64_t iter;
   std::string name;
@@ -138,7 +124,7 @@ std::vector<Entry> scan(const std::string &root) {
   for (; !ec && it != end; it.increment(ec)) {
     std::string name = it->path().filename().string();
     Entry e{0, name, false, false, false};
-    e.iter = parse_name(name, &e.tmp);
+    e.iter = checkpoint_iteration(name, &e.tmp);
     if (e.iter < 0 || !is_dir(it->path().string())) continue;
     e.link = it->is_symlink(ec);
     if (ec) break;
@@ -173,7 +159,7 @@ std::string tracker_line(const std::string &path) {
 // Whether a tracker line names a checkpoint directory (iter_NNNNNNN, not .tmp).
 bool names_a_checkpoint(const std::string &name) {
   bool tmp;
-  return parse_name(name, &tmp) >= 0 && !tmp;
+  return checkpoint_iteration(name, &tmp) >= 0 && !tmp;
 }
 
 // The complete checkpoint the tracker names, or "" with *stale saying why not.
@@ -220,18 +206,11 @@ std::string put_in_place(const std::string &tmp, const std::string &final_dir) {
 
 }  // namespace
 
-std::string checkpoint_name(int64_t iteration) {
-  if (iteration < 0)
-    fail(Status::bad_value, "checkpoint iteration must be >= 0, got ", iteration);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "iter_%07lld", (long long)iteration);
-  return buf;
-}
-
 std::string tracker_path(const std::string &root) { return join(root, kTracker); }
 
 std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   std::string tmp = join(root, checkpoint_name(iteration) + ".tmp");
+  refuse_inside_checkpoint(root, "checkpoint directory", true);  // checkpoints never nest
   if (exists(root) && !is_dir(root))
     fail(Status::io_error, "checkpoint directory '", root, "' exists but is not a directory");
   std::error_code ec;
@@ -347,6 +326,14 @@ std::string find_latest_checkpoint(const std::string &root, std::string *why) {
   fail(Status::io_error, "no complete checkpoint in '", root,
        "' (one is an iter_NNNNNNN directory with a ", kManifest, "); found: ",
        skipped.empty() ? "no iter_* directories" : skipped);
+}
+
+std::vector<std::string> complete_checkpoints(const std::string &root) {
+  std::vector<std::string> out;
+  if (!exists(root)) return out;
+  for (const Entry &e : scan(root))
+    if (e.complete) out.push_back(join(root, e.name));
+  return out;
 }
 
 std::vector<std::string> prune_checkpoints(const std::string &root, int keep_last) {

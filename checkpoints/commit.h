@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/checkpoint_names.h"
+
 namespace ptdp {
 
-// Name of the checkpoint directory of an iteration: "iter_0001000" (7 digits,
-// more if needed). Throws bad_value for iteration < 0.
-std::string checkpoint_name(int64_t iteration);
+// checkpoint_name(iteration), "iter_0001000": engine/core/checkpoint_names.h.
 
 // Starts a checkpoint: creates root if needed, removes any leftover of a
 // crashed save, creates <root>/iter_XXXXXXX.tmp/ and returns its path.
@@ -48,6 +48,11 @@ std::string tracker_path(const std::string &root);
 // missing" / "... was stale: ...". Throws io_error naming root and listing what
 // is there (e.g. "iter_0000200.tmp is an unfinished save") when there is none.
 std::string find_latest_checkpoint(const std::string &root, std::string *why = nullptr);
+
+// Every complete checkpoint under root (an iter_N directory with its
+// manifest.json), highest iteration first; none (or no root): empty. Throws
+// io_error naming root when it cannot be listed.
+std::vector<std::string> complete_checkpoints(const std::string &root);
 
 // Keep-last-K retention (keep_last >= 1, else bad_value): removes complete
 // iter_* directories older than the newest keep_last, never the one `latest`

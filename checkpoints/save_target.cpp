@@ -68,31 +68,30 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
 void check_save_target(const std::string &save, const std::string &load, const GptConfig &model,
                        const std::map<std::string, std::string> &training) {
   if (loads_from(save, load)) return;  // resuming: the load checks model and options
-  std::string newest;
-  try {
-    newest = find_latest_checkpoint(save);
-  } catch (const Error &e) {
-    if (e.code() == Status::io_error) return;  // no complete checkpoint there: nothing to mix with
-    throw;
+  // Every checkpoint there, not only the newest: rotation removes the older
+  // ones, and another run's must not be among them.
+  const std::vector<std::string> there = complete_checkpoints(save);
+  for (size_t i = 0; i < there.size(); i++) {
+    const char *which = i == 0 ? "newest" : "one of them";
+    Manifest saved;
+    try {
+      saved = Manifest::read(there[i]);
+    } catch (const Error &e) {
+      fail(Status::corrupt_data, "--save '", save, "' holds checkpoints whose ", which, ", '",
+           there[i], "', has a manifest that cannot be read, so it cannot be told whether they "
+           "are this run's (", e.what(), "); repair or remove it, or choose another --save directory");
+    }
+    const std::string diff = other_run_fields(saved, model, training);
+    if (diff.empty()) continue;
+    fail(Status::invalid_config, "--save '", save, "' holds checkpoints of another run (", which,
+         ": '", there[i], "', iteration ", saved.iteration, "; ", diff,
+         "); saving there would replace them and mix two runs. Choose another --save directory, "
+         "or resume that run with --load '", save,
+         "' (the same run means the same model and the same seed, data_path, split, "
+         "global_batch_size, LR schedule, optimizer, clip_grad, tokenizer and params_dtype as "
+         "its manifest records; the layout, micro_batch_size and, where lr_decay_iters is set, "
+         "train_iters may differ)");
   }
-  Manifest saved;
-  try {
-    saved = Manifest::read(newest);
-  } catch (const Error &e) {
-    fail(Status::corrupt_data, "--save '", save, "' holds checkpoints whose newest, '", newest,
-         "', has a manifest that cannot be read, so it cannot be told whether they are this "
-         "run's (", e.what(), "); repair or remove it, or choose another --save directory");
-  }
-  const std::string diff = other_run_fields(saved, model, training);
-  if (diff.empty()) return;
-  fail(Status::invalid_config, "--save '", save, "' holds checkpoints of another run (newest: '",
-       newest, "', iteration ", saved.iteration, "; ", diff,
-       "); saving there would replace them and mix two runs. Choose another --save directory, "
-       "or resume that run with --load '", save,
-       "' (the same run means the same model and the same seed, data_path, split, "
-       "global_batch_size, LR schedule, optimizer, clip_grad, tokenizer and params_dtype as "
-       "its manifest records; the layout, micro_batch_size and, where lr_decay_iters is set, "
-       "train_iters may differ)");
 }
 
 }  // namespace ptdp

@@ -2,7 +2,8 @@
 // would save among another run's is stopped before its first step, since its
 // iter_N would replace theirs and `latest` would then name a mix of models.
 //
-// "The same run" is what the newest manifest there records: the same model
+// "The same run" is what every manifest there records (rotation removes the
+// older checkpoints, so no other run's may be among them): the same model
 // (every field of its `model`) and the same training options of its
 // `training` (seed, data_path, split, global_batch_size, the LR schedule,
 // AdamW, clip_grad, tokenizer, params_dtype). The layout (t, p, d, v),
@@ -24,11 +25,11 @@ namespace ptdp {
 std::string other_run_fields(const Manifest &saved, const GptConfig &model,
                              const std::map<std::string, std::string> &training);
 
-// Throws invalid_config naming `save`, its newest checkpoint and the fields
-// that differ when `save` holds complete checkpoints of another run, unless
+// Throws invalid_config naming `save`, the first checkpoint (newest first) of
+// another run and the fields that differ when `save` holds any, unless
 // `load` (may be "") is that directory or one of its iter_N: a run resuming
-// itself, whose load then checks the model and options. corrupt_data when the
-// newest manifest there cannot be read (no one can tell whose it is).
+// itself, whose load then checks the model and options. corrupt_data when a
+// manifest there cannot be read (no one can tell whose it is).
 void check_save_target(const std::string &save, const std::string &load, const GptConfig &model,
                        const std::map<std::string, std::string> &training);
 

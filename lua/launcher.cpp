@@ -119,6 +119,13 @@ int run_script(int argc, char **argv) {
   }
   lua_setglobal(L, "arg");
 
+  // The script is an input of its run: no output of the run may replace it,
+  // and a FIFO or directory is refused by kind instead of read (which waits).
+  if (ptdp_hold_input(script, "script") != PTDP_OK) {
+    std::fprintf(stderr, "ptdp: %s\n", ptdp_last_error());
+    lua_close(L);
+    return 1;
+  }
   lua_pushcfunction(L, traceback);
   int rc = luaL_loadfile(L, script);
   if (rc == 0) {

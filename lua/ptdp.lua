@@ -583,6 +583,24 @@ function M.append_line(path, line, fresh)
   check(C.ptdp_append_line(path, line, fresh and 1 or 0))
 end
 
+-- A script's own small file: bytes at path, written as every writer writes
+-- (temporary file, rename); a directory, device, FIFO, dangling link or an
+-- input of this run is refused, naming `what`.
+function M.write_file(path, bytes, what)
+  check(C.ptdp_write_file(path, bytes, #bytes, what))
+end
+
+-- A script's small input file's bytes; a directory, FIFO or device is refused
+-- (nothing waits on it). Missing: nil and the reason.
+function M.read_file(path, what)
+  local ok, bytes = pcall(read_text, function(buf, cap, len)
+    return C.ptdp_read_file(path, what, buf, cap, len)
+  end)
+  if ok then return bytes end
+  if tostring(bytes):match('No such file') then return nil, tostring(bytes) end
+  error(bytes, 0)
+end
+
 -- mkdir -p without a shell: a path is data, never code. Raises naming the
 -- directory that could not be made.
 ffi.cdef [[

@@ -146,10 +146,8 @@ if not ok then fail('--workdir: ' .. tostring(err)) end
 -- for the same --hf-model, --corpus and --corpus-format.
 local record, made_from = W .. '/recipe_inputs.txt', string.format(
   'hf_model=%s\ncorpus=%s\ncorpus_format=%s\n', opts.hf_model, opts.corpus, opts.corpus_format)
-local f = io.open(record, 'rb')
-if f then
-  local was = f:read('*a')
-  f:close()
+local was = ptdp.read_file(record, 'the recipe\'s record')
+if was then
   if was ~= made_from then
     fail(string.format("'%s' holds the import and dataset of other inputs:\n%sgive another --workdir",
                        W, was))
@@ -158,9 +156,7 @@ elseif exists(imported .. '/latest') or exists(prefix .. '_text_document.idx') t
   fail(string.format("'%s' holds an import or a dataset this recipe did not record; give another " ..
                      '--workdir', W))
 else
-  f = assert(io.open(record, 'wb'))
-  assert(f:write(made_from))
-  assert(f:close())
+  ptdp.write_file(record, made_from, "the recipe's record")
 end
 
 -- 1. The import (once).
@@ -220,14 +216,10 @@ dofile(ptdp.project_dir .. '/scripts/train_gpt.lua')
 ptdp.export_safetensors(finetuned, export)
 for _, name in ipairs { 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json' } do
   local from, to = opts.hf_model .. '/' .. name, export .. '/' .. name
-  local src = io.open(from, 'rb')
-  if src then
-    local bytes = src:read('*a')
-    src:close()
+  local bytes = ptdp.read_file(from, '--hf-model tokenizer file')
+  if bytes then
     if exists(to) then fail(string.format("'%s' exists; the export is left as it is", to)) end
-    local dst = assert(io.open(to, 'wb'))
-    assert(dst:write(bytes))
-    assert(dst:close())
+    ptdp.write_file(to, bytes, 'the export\'s tokenizer file')
   end
 end
 print(string.format('exported %s -> %s', finetuned, export))

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/core/checkpoint_names.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -78,6 +79,48 @@ void refuse_if_input(const struct stat &st, const std::string &path, const char 
     if (in.input && in.dev == st.st_dev && in.ino == st.st_ino)
       fail(Status::invalid_argument, what, " '", path, "' is the ", in.what, " '", in.path,
            "' this run reads: refusing to overwrite an input (choose another output path)");
+}
+
+// Whether a directory's name is a checkpoint's: iter_N, or its save's .tmp,
+// or the .old a commit swaps out (checkpoints/commit.cpp).
+bool checkpoint_dir_name(std::string name) {
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, ".old") == 0) name.resize(name.size() - 4);
+  bool tmp;
+  return checkpoint_iteration(name, &tmp) >= 0;
+}
+
+}  // namespace
+
+void refuse_inside_checkpoint(const std::string &path, const char *what, bool is_dir) {
+  namespace fs = std::filesystem;
+  const fs::path p = normalized(path);
+  for (fs::path dir = is_dir ? p : p.parent_path(); dir.has_relative_path(); dir = dir.parent_path())
+    if (checkpoint_dir_name(dir.filename().string())) {
+      if (dir == p)
+        fail(Status::invalid_argument, what, " '", path, "' is named as a checkpoint directory ",
+             "(iter_NNNNNNN), whose files only a save writes: give another directory");
+      fail(Status::invalid_argument, what, " '", path, "' is inside the checkpoint directory '",
+           dir.string(), "', whose files only a save writes: give a path outside it");
+    }
+}
+
+namespace {
+
+// A checkpoint's files belong to the checkpoint writer: Error when `path`
+// lies inside a checkpoint directory (any spelling or link), or is the tracker
+// "latest" of a directory holding checkpoints. Another writer there would
+// corrupt a checkpoint (its manifest, its data) or repoint the run's resume.
+void refuse_if_checkpoint_part(const std::string &path, const char *what) {
+  namespace fs = std::filesystem;
+  refuse_inside_checkpoint(path, what, false);
+  const fs::path p = normalized(path);
+  if (p.filename() != kCheckpointTracker) return;
+  std::error_code ec;
+  for (const fs::directory_entry &e : fs::directory_iterator(p.parent_path(), ec))
+    if (checkpoint_dir_name(e.path().filename().string()))
+      fail(Status::invalid_argument, what, " '", path, "' is the checkpoint tracker of '",
+           p.parent_path().string(), "' (it names the checkpoint a resume loads; '",
+           e.path().filename().string(), "' is there): give another path");
 }
 
 }  // namespace
@@ -145,6 +188,7 @@ std::string output_target(const std::string &path, const char *what) {
 
 static std::string checked_target(const std::string &path, const char *what) {
   if (path.empty()) fail(Status::invalid_argument, what, " is an empty path (give a file's path)");
+  refuse_if_checkpoint_part(path, what);
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno != ENOENT) fail(Status::io_error, what, " '", path, "': ", std::strerror(errno));

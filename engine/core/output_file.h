@@ -18,6 +18,15 @@ namespace ptdp {
 // `what` names the output in the message ("--timeline", "tokenize output").
 std::string output_target(const std::string &path, const char *what);
 
+// A checkpoint directory's files are written by a save only (ARCHITECTURE §5):
+// Error(invalid_argument) naming `what` when `path` lies inside a directory
+// named as a checkpoint's (iter_0001000, its .tmp or .old), through any
+// spelling or link; with is_dir, also when `path` is itself so named. Every
+// output_target() applies it (and refuses a checkpoint root's tracker
+// "latest"); a checkpoint writer applies it to its root, so that checkpoints
+// never nest.
+void refuse_inside_checkpoint(const std::string &path, const char *what, bool is_dir);
+
 // An entry of this process's registry of files (an input read, an output
 // claimed), held for as long as the handle lives; movable, not copyable.
 class FileRegistration {

@@ -21,6 +21,7 @@
 #include "engine/comm/mpi_threads_comm.h"
 #include "engine/comm/nccl_comm.h"
 #include "engine/comm/thread_comm.h"
+#include "engine/core/checkpoint_names.h"
 #include "engine/core/output_file.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
@@ -52,6 +53,7 @@ struct MadeDirectories {
 // Before the first step, so an unwritable --save costs no training: the
 // directory is made if need be and a probe file is created and removed in it.
 void check_save_directory(const std::string &dir, MadeDirectories &made) {
+  refuse_inside_checkpoint(dir, "--save", true);  // a save writes only its own directory
   std::error_code ec;
   // Links and ".." resolved first: only a directory that is not there is listed.
   for (fs::path p = fs::weakly_canonical(fs::absolute(dir, ec), ec); !p.empty() && !fs::exists(p, ec);
@@ -107,6 +109,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     // A fine-tuning run is a new run even when it loads from its --save directory.
     check_save_target(opt_.save_path, opt_.finetune ? "" : opt_.load_path, opt_.model,
                       resumption_options(opt_));
+    // The tracker a save will write is this run's, before the first save too:
+    // no other output of the run (a --log-json there, say) may take it.
+    output_claims_.emplace_back((fs::path(opt_.save_path) / kCheckpointTracker).string(),
+                                "--save tracker");
   }
   // Without data_path the caller feeds every batch (step_tokens).
   if (!opt_.data_path.empty()) {

@@ -264,7 +264,8 @@ ptdp_lua_test(lua_header_without_tools --rc nonzero --expect "cannot open the to
      sh ${CMAKE_SOURCE_DIR}/capi/ptdp.h ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/require_ptdp.lua)
 ptdp_lua_test(lua_launcher_unknown_command --rc 2 --expect "unknown command 'frobnicate'"
   --expect "usage:" -- ${PTDP_LAUNCHER} frobnicate)
-ptdp_lua_test(lua_launcher_missing_script --rc nonzero --expect "cannot open"
+ptdp_lua_test(lua_launcher_missing_script --rc nonzero
+  --expect "script '${PTDP_TEST_TMP}/lua/no_such_script.lua': No such file or directory"
   -- ${PTDP_LAUNCHER} ${PTDP_TEST_TMP}/lua/no_such_script.lua)
 ptdp_lua_test(lua_tokenize_cli --rc 0 --expect "200 documents, 7670 tokens"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/tokenize_cli.ptdp --format lines

@@ -128,6 +128,19 @@ TEST_F(Commit, BeginAndCommitMakeFinalDirManifestAndTracker) {
   EXPECT_EQ(why, "from the tracker 'latest'");
 }
 
+// Checkpoints never nest: a save (the trainer's, an import's) into a
+// checkpoint directory, or into a root named as one, is refused before
+// anything is made, and the checkpoint stays as it was.
+TEST_F(Commit, CheckpointsNeverNest) {
+  const std::string first = save(10);
+  for (const std::string &inner : {first, first + "/sub", first + "/../iter_0000010/x"})
+    expect_error([&] { begin_checkpoint(inner, 20); }, Status::invalid_argument,
+                 "checkpoint directory '" + inner + "' is");
+  EXPECT_EQ(complete_checkpoints(root), std::vector<std::string>{first});
+  EXPECT_FALSE(fs::exists(first + "/sub"));
+  EXPECT_EQ(complete_checkpoints(dir + "/absent"), std::vector<std::string>{});
+}
+
 // The tracker's temporary file is a fresh one of its own: a link or a FIFO
 // someone left under the old fixed name (latest.tmp) is neither followed nor
 // opened (a FIFO would hang the save, a link would truncate its target).

@@ -449,19 +449,24 @@ TEST_F(CheckpointFaults, UncheckedManifestStillFollowsTheRules) {
   write_file(path, original);
 }
 
-// The tracker a load (or an export) read is an input as the checkpoint's files
-// are: an output naming it is refused, before the first step.
+// A checkpoint root's tracker is no output's, whether a load (or an export)
+// read it or not: refused before the first step (the rule of
+// engine/core/output_file.h, ahead of its "an input is no output" rule).
 TEST_F(CheckpointFaults, TheTrackerReadIsAnInput) {
   const std::string tracker = dir.path + "/latest", before = read_file(tracker);
   TrainerOptions o = options({1, 1, 1, 1});
   o.load_path = dir.path;
   o.timeline_path = tracker;
-  expect_error([&] { Trainer tr(o); }, Status::invalid_argument, "is the checkpoint file");
+  const std::string refused = "is the checkpoint tracker of '" + dir.path + "'";
+  expect_error([&] { Trainer tr(o); }, Status::invalid_argument, refused);
   expect_error([&] { export_safetensors(dir.path, tracker, "f32"); }, Status::invalid_argument,
-               "is the checkpoint file");
+               refused);
   // Given the iter_N directory itself (the tracker not consulted): the same.
-  expect_error([&] { export_safetensors(ckpt, tracker, "f32"); }, Status::invalid_argument,
-               "is the checkpoint file");
+  expect_error([&] { export_safetensors(ckpt, tracker, "f32"); }, Status::invalid_argument, refused);
+  // Nor a file inside a checkpoint (its manifest, say).
+  o.timeline_path = ckpt + "/manifest.json";
+  expect_error([&] { Trainer tr(o); }, Status::invalid_argument,
+               "is inside the checkpoint directory '" + ckpt + "'");
   EXPECT_EQ(read_file(tracker), before);
 }
 
@@ -538,6 +543,26 @@ TEST_F(CheckpointFaults, SaveAmongAnotherRunsCheckpointsIsRefused) {
   o.save_path = dir.path;
   expect_error([&] { Trainer tr(o); }, Status::corrupt_data,
                "cannot be told whether they are this run's");
+}
+
+// Every checkpoint there is looked at, not only the newest: rotation would
+// remove the older ones, another run's among them. Here the newest (iteration
+// 2) is this run's and iteration 1 another's (seed 1234).
+TEST_F(CheckpointFaults, AnOlderCheckpointOfAnotherRunIsFound) {
+  TrainerOptions mine = options({1, 1, 1, 1});
+  mine.seed = 7;
+  TempDir own;
+  {
+    Trainer b(mine);
+    b.step();
+    b.step();
+    fs::copy(b.save(own.path), dir.path + "/iter_0000002", fs::copy_options::recursive);
+  }
+  mine.save_path = dir.path;
+  expect_error([&] { Trainer tr(mine); }, Status::invalid_config,
+               "holds checkpoints of another run (one of them: '" + ckpt +
+                   "', iteration 1; seed: checkpoint 1234, this run 7)");
+  EXPECT_TRUE(fs::exists(ckpt + "/manifest.json"));
 }
 
 // An explicit save (Trainer::save, the C ABI's and Lua's) keeps to the same

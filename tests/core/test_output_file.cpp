@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "engine/core/output_file.h"
 #include "engine/data/bpe_tokenizer.h"
 #include "engine/data/corpus.h"
@@ -89,6 +92,31 @@ TEST(OutputFile, ClaimedOutputsAreTheirWritersOnly) {
                  ptdp::Status::invalid_argument, "two outputs cannot share one file");
   }
   ptdp::write_file_atomic(t, "{}", "--log-json");  // the claim is gone
+}
+
+// A checkpoint's files are a save's only: no writer puts a file inside a
+// checkpoint directory (iter_N, its .tmp, through a link too) or over the
+// tracker "latest" beside checkpoint directories; elsewhere in the root, and
+// a "latest" where no checkpoint is, are anyone's.
+TEST(OutputFile, NoWriterPutsAFileAmongACheckpointsFiles) {
+  TempDir dir;
+  const std::string root = dir.path + "/ck", ckpt = root + "/iter_0000010";
+  std::filesystem::create_directories(ckpt);
+  std::filesystem::create_directories(root + "/iter_0000020.tmp");
+  const std::string manifest = ckpt + "/manifest.json";
+  std::ofstream(manifest) << "{}";  // as a save writes it
+  ASSERT_EQ(::symlink(ckpt.c_str(), (dir.path + "/link").c_str()), 0);
+  for (const std::string &inside : {manifest, ckpt + "/new.json", root + "/iter_0000020.tmp/x",
+                                    dir.path + "/link/manifest.json", root + "/./iter_0000010/y"})
+    expect_error([&] { ptdp::write_file_atomic(inside, "x", "--timeline"); },
+                 ptdp::Status::invalid_argument, "is inside the checkpoint directory");
+  expect_error([&] { ptdp::append_json_line(root + "/latest", "{}", false); },
+               ptdp::Status::invalid_argument, "is the checkpoint tracker of");
+  ptdp::write_file_atomic(root + "/log.jsonl", "x", "--log-json");  // beside them: allowed
+  ptdp::write_file_atomic(dir.path + "/latest", "x", "--log-json");  // no checkpoint there
+  expect_error([&] { ptdp::refuse_inside_checkpoint(ckpt, "--save", true); },
+               ptdp::Status::invalid_argument, "is named as a checkpoint directory");
+  EXPECT_NO_THROW(ptdp::refuse_inside_checkpoint(root, "--save", true));
 }
 
 TEST(OutputFile, AnEmptyPathIsNamedAsSuch) {

@@ -2,7 +2,8 @@
 # checkpoint_guard.sh LAUNCHER TRAIN_GPT CORPUS WORKDIR — through train_gpt.lua
 # and `ptdp ckpt`: --save into another run's checkpoints stops the run before
 # its first step (naming the directory and what differs) and the same run may
-# save there; an edited manifest field is caught by verify, inspect and --load.
+# save there; no other output goes among a checkpoint's files; an edited
+# manifest field is caught by verify, inspect and --load.
 . "$(dirname "$0")/tiny_train_run.sh"
 fail=0
 ok() { echo "ok   $1"; }
@@ -22,6 +23,18 @@ run --save ck --micro-batch-size 1 >same.txt 2>&1 && ok "the same run (other mic
 run --save ck --load ck --train-iters 4 --lr-decay-iters 2 >resume.txt 2>&1 &&
   has resume.txt "loaded ck/iter_0000002" && ok "a resume (--load ck) saves there" ||
   { cat resume.txt; bad "the resume"; }
+
+# A checkpoint's files are a save's: not another output's, before the first
+# save either (the tracker of a fresh --save directory is claimed by the run).
+run --save fresh --log-json fresh/latest >claim.txt 2>&1
+[ $? -ne 0 ] && has claim.txt "--log-json 'fresh/latest' is also this run's --save tracker" &&
+  ok "--log-json onto the run's own tracker-to-be: refused" || { cat claim.txt; bad "tracker claim"; }
+run --timeline ck/iter_0000002/manifest.json >inside.txt 2>&1
+[ $? -ne 0 ] && has inside.txt "is inside the checkpoint directory" && has ck/iter_0000002/manifest.json '"iteration"' &&
+  ok "--timeline inside a checkpoint: refused, the manifest kept" || { cat inside.txt; bad "inside a checkpoint"; }
+run --save ck/iter_0000002/nested >nested.txt 2>&1
+[ $? -ne 0 ] && has nested.txt "is inside the checkpoint directory" && [ ! -e ck/iter_0000002/nested ] &&
+  ok "--save inside a checkpoint: refused, nothing made" || { cat nested.txt; bad "nested --save"; }
 
 "$launcher" ckpt verify ck >verify_ok.txt 2>&1 && has verify_ok.txt "manifest checksum: matches its fields" &&
   ok "verify: manifest checksum matches" || { cat verify_ok.txt; bad "verify of a sound checkpoint"; }

@@ -31,6 +31,20 @@ expect_error('does not exist', 'tokenize a missing corpus', ptdp.tokenize,
 expect_error('unknown corpus format', 'tokenize with a bad format', ptdp.tokenize,
              { inputs = corpus, output = tmpdir .. '/x.ptdp', format = 'csv' })
 
+-- a script's own small files: written and read as every writer and reader
+-- does; the running script is an input (the launcher holds it), a directory
+-- or FIFO is refused by kind, a missing file reads as nil and the reason.
+local note = tmpdir .. '/module_api_note.txt'
+ptdp.write_file(note, 'a\0b\n', 'note')
+check(ptdp.read_file(note, 'note') == 'a\0b\n', 'write_file then read_file: the same bytes (a NUL too)')
+local missing, why = ptdp.read_file(tmpdir .. '/module_api_absent', 'note')
+check(missing == nil and why:match('No such file'), 'read_file of a missing file: nil and the reason')
+expect_error("'" .. tmpdir .. "' is a directory", 'read_file of a directory', ptdp.read_file, tmpdir, 'note')
+expect_error('exists and is a directory', 'write_file onto a directory', ptdp.write_file, tmpdir, 'x', 'note')
+expect_error("the script '", 'write_file onto the running script', ptdp.write_file, arg[0], 'x', 'note')
+expect_error('is inside the checkpoint directory', 'write_file inside a checkpoint',
+             ptdp.write_file, ptdp.mkdirs(tmpdir .. '/ck/iter_0000001') .. '/x', 'x', 'note')
+
 -- config errors (through pcall: the message, not the position)
 expect_error("unknown option 'no_such_option'", 'unknown flat key', ptdp.config,
              { no_such_option = 1 })
