@@ -190,7 +190,9 @@ void validate_value(const OptionSpec &o, const std::string &v) {
     long long x = std::strtoll(v.c_str(), &end, 10);
     if (v.empty() || *end != '\0' || errno == ERANGE)
       fail(Status::bad_value, o.key, " must be an integer in ", range(), ", got '", v, "'");
-    if ((double)x < o.min || (double)x > o.max)
+    // In integers: the bounds are whole numbers below 2^63, and x as a double
+    // would round (1e18 + 64 to 1e18, inside the range).
+    if (x < (long long)o.min || x > (long long)o.max)
       fail(Status::bad_value, o.key, " must be in ", range(), ", got ", x);
   } else if (o.type == OptionSpec::Float) {
     char *end = nullptr;

@@ -373,6 +373,11 @@ static void test_options(void) {
          "num_layers 5000 (out of range)");
   EXPECT(ptdp_config_set_int(c, "micro_batch_size", -2), PTDP_ERR_BAD_VALUE, "micro_batch_size",
          "micro_batch_size -2");
+  /* compared as integers: 1e18 + 64 is a double's 1e18, yet past the bound */
+  EXPECT(ptdp_config_set(c, "seed", "1000000000000000064"), PTDP_ERR_BAD_VALUE,
+         "got 1000000000000000064", "seed 1e18 + 64 (out of range)");
+  EXPECT_OK(ptdp_config_set(c, "seed", "1000000000000000000"), "seed 1e18 (the bound)");
+  EXPECT_OK(ptdp_config_set(c, "seed", "1234"), "seed back to 1234");
   EXPECT_OK(ptdp_config_get(c, "num_layers", buf, sizeof buf, &len), "config_get num_layers");
   CHECK(strcmp(buf, "3") == 0, "a rejected value leaves the previous one in place");
   EXPECT_OK(ptdp_config_set_double(c, "num_layers", 2.0), "set_double 2.0 on an integer option");
