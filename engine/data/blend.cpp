@@ -11,10 +11,12 @@ namespace ptdp {
 
 namespace {
 
+// Whether s is written as a number (strtod takes all of it: "inf", "nan" and
+// "1e309" too); its value, which may be infinite or NaN, goes to *out.
 bool parse_number(const std::string &s, double *out) {
   char *end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || !std::isfinite(v)) return false;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0') return false;
   *out = v;
   return true;
 }
@@ -46,17 +48,28 @@ DataPathSpec parse_data_path(const std::string &spec) {
     if (!parse_number(items[i], &w))
       fail(Status::invalid_config, "data_path '", spec, "': '", items[i], "' (item ", i + 1,
            ") is not a weight; ", form);
+    if (!std::isfinite(w))
+      fail(Status::invalid_config, "data_path '", spec, "': the weight ", items[i], " of '",
+           items[i + 1], "' is not a finite number; weights are finite and >= 0");
     if (w < 0)
       fail(Status::invalid_config, "data_path '", spec, "': the weight ", items[i], " of '",
            items[i + 1], "' is negative; weights are >= 0");
     out.weights.push_back(w);
     out.paths.push_back(items[i + 1]);
-    total += w;
   }
+  for (double w : out.weights) total += w;
   if (!(total > 0))
     fail(Status::invalid_config, "data_path '", spec, "': the weights sum to ", total,
          "; they must sum to a positive number");
-  for (double &w : out.weights) w /= total;
+  // Weights are relative: finite ones that sum past the largest double
+  // (1e308 and 1e308) are scaled by the largest first, so each is one half.
+  double scale = 1;
+  if (std::isinf(total)) {
+    scale = *std::max_element(out.weights.begin(), out.weights.end());
+    total = 0;
+    for (double w : out.weights) total += w / scale;
+  }
+  for (double &w : out.weights) w = w / scale / total;
   return out;
 }
 

@@ -22,9 +22,18 @@ std::vector<SplitRange> parse_split(const std::string &spec, uint64_t num_docs) 
            "' must be 2 or 3 non-negative numbers separated by commas, e.g. 98,2 or 949,50,1");
     w.push_back(v);
   }
-  if (w.size() < 2 || w.size() > 3 || w[0] <= 0 || w[1] <= 0)
+  if (w.size() < 2 || w.size() > 3)
+    fail(Status::bad_value, "split '", spec, "' has ", w.size(), w.size() == 1 ? " part" : " parts",
+         "; give 2 or 3 (train,valid[,test]), e.g. 98,2 or 949,50,1");
+  if (w[0] <= 0 || w[1] <= 0)
     fail(Status::bad_value, "split '", spec,
          "' must give positive train and valid weights (and optionally test), e.g. 98,2");
+  // Relative weights: finite ones whose sum passes the largest double are
+  // scaled by the largest first.
+  if (std::isinf(w[0] + w[1] + (w.size() > 2 ? w[2] : 0))) {
+    const double largest = *std::max_element(w.begin(), w.end());
+    for (double &v : w) v /= largest;
+  }
   double total = 0;
   for (double v : w) total += v;
   std::vector<SplitRange> out;

@@ -215,6 +215,12 @@ TEST(Split, Parse) {
   expect_error([] { parse_split("98", 10); }, Status::bad_value, "98,2");
   expect_error([] { parse_split("a,b", 10); }, Status::bad_value, "98,2");
   expect_error([] { parse_split("1,0", 10); }, Status::bad_value, "positive");
+  expect_error([] { parse_split("1,1,1,1", 10); }, Status::bad_value,
+               "split '1,1,1,1' has 4 parts; give 2 or 3");
+  // Relative weights whose sum passes the largest double: halves, not NaN bounds.
+  auto huge = parse_split("1e308,1e308", 100);
+  EXPECT_EQ(huge[0].end_doc, 50u);
+  EXPECT_EQ(huge[1].end_doc, 100u);
 }
 
 TEST(Sampler, DeterministicPermutationPerEpoch) {

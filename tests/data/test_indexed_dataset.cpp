@@ -369,6 +369,13 @@ TEST(DataPath, ParsesOnePathOrAWeightedBlend) {
   expect_error([] { parse_data_path("0 A 0 B"); }, Status::invalid_config,
                "sum to 0; they must sum to a positive number");
   expect_error([] { parse_data_path("  "); }, Status::invalid_config, "data_path is not set");
+  // A weight written as a number but not finite (inf, nan, past a double's
+  // range) is named as such, not read as part of a path with spaces.
+  for (const char *bad : {"1e309 A 1 B", "nan A", "1 A inf B"})
+    expect_error([&] { parse_data_path(bad); }, Status::invalid_config, "is not a finite number");
+  // Finite weights whose sum passes the largest double are still relative.
+  DataPathSpec big = parse_data_path("1e308 A 1e308 B");
+  EXPECT_EQ(big.weights, (std::vector<double>{0.5, 0.5}));
 }
 
 namespace {
