@@ -125,14 +125,20 @@ std::string verify_checkpoint(const std::string &path, bool *ok) {
   const CheckpointRef ref = open_checkpoint(path);
   const std::vector<std::string> faults = checkpoint_faults(ref.dir);
   if (ok) *ok = faults.empty();
+  // Taken other than by the tracker (it was stale or missing): said, so that
+  // an OK for an older checkpoint does not hide the newer one that was passed over.
+  const bool plain = ref.why.empty() || ref.why.rfind("from the tracker", 0) == 0 ||
+                     ref.why.rfind("the checkpoint directory given", 0) == 0;
+  const std::string chosen = plain ? "" : " (" + ref.why + ")";
   if (faults.empty()) {
     const Totals tot = totals(ref.manifest);
-    return format("OK: %s: %zu datasets, %lld blocks, %lld bytes checked against their checksums; "
-                  "manifest checksum: %s\n",
-                  ref.dir.c_str(), ref.manifest.datasets.size(), (long long)tot.blocks,
-                  (long long)tot.bytes, manifest_checksum_text(ref.manifest).c_str());
+    return format("OK: %s%s: %zu datasets, %lld blocks, %lld bytes checked against their "
+                  "checksums; manifest checksum: %s\n",
+                  ref.dir.c_str(), chosen.c_str(), ref.manifest.datasets.size(),
+                  (long long)tot.blocks, (long long)tot.bytes,
+                  manifest_checksum_text(ref.manifest).c_str());
   }
-  std::string out = "FAULTY: " + ref.dir + "\n";
+  std::string out = "FAULTY: " + ref.dir + chosen + "\n";
   for (const std::string &f : faults) out += "  " + f + "\n";
   return out + format("%zu fault%s\n", faults.size(), faults.size() == 1 ? "" : "s");
 }

@@ -404,6 +404,24 @@ TEST_F(CheckpointExport, DamagedOptimizerStateIsNotExported) {
   expect_no_output(out);
 }
 
+// A save directory whose tracker names a damaged checkpoint: verify checks
+// the newest complete one and says which it took and what it passed over.
+TEST_F(CheckpointExport, VerifySaysWhatItPassedOver) {
+  const std::string newer = dir.path + "/iter_0000099";
+  fs::create_directories(newer);
+  write_file(dir.path + "/latest", "iter_0000099\n");
+  bool ok = false;
+  const std::string report = verify_checkpoint(dir.path, &ok);
+  EXPECT_TRUE(ok) << report;
+  EXPECT_EQ(report.rfind("OK: " + ckpt + " (newest complete directory; the tracker was stale: it "
+                         "names 'iter_0000099', which has no manifest.json",
+                         0),
+            0u)
+      << report;
+  EXPECT_NE(report.find("skipped: iter_0000099 has no manifest.json (damaged)"), std::string::npos)
+      << report;
+}
+
 TEST_F(CheckpointExport, VerifyFindsATruncatedFile) {
   fs::resize_file(file, fs::file_size(file) - 4096);
   bool ok = true;
@@ -465,9 +483,9 @@ TEST_F(CheckpointExport, UnwritableDestination) {
   fs::create_directories(dir.path + "/b_dir/x.safetensors");
   expect_error([&] { export_safetensors(dir.path, dir.path + "/b_dir/x.safetensors"); },
                Status::invalid_argument, "exists and is a directory: refusing to replace it");
-  // Never over the checkpoint's own file.
+  // Never over the checkpoint's own file, nor anywhere inside its directory.
   expect_error([&] { export_safetensors(dir.path, file); }, Status::invalid_argument,
-               "is the checkpoint file '" + file + "' this run reads");
+               "is inside the checkpoint directory '" + ckpt + "'");
   bool ok = false;
   verify_checkpoint(ckpt, &ok);
   EXPECT_TRUE(ok);
