@@ -143,6 +143,8 @@ case("train_gpt.lua: global batch 5, micro batch 2",
      train + ["--data-path", "good.ptdp"] + tiny + ["--global-batch-size", "5"], "lua_bad_config_batch")
 case("train_gpt.lua: `--finetune` without `--load`",
      train + ["--data-path", "good.ptdp", "--finetune"] + tiny, "checkpoint_import_cli")
+os.mkfifo(os.path.join(work, "fifo.lua"))
+case("a script that is a FIFO", ["fifo.lua"], ONLY)
 case("`ptdp ckpt frobnicate`", ["ckpt", "frobnicate"], "lua_ckpt_cli_unknown_subcommand")
 case("`ptdp timeline-png` of a trace that does not exist", ["timeline-png", "no_such_trace.json", "t.png"],
      "lua_timeline_png_cli_missing")
@@ -181,6 +183,10 @@ case("a byte-tokenized dataset under GPT2BPETokenizer", train + ["--data-path", 
      "--merge-file", os.path.join(bpe, "merges.txt")] + tiny, "test_indexed_dataset")
 case("a blend whose weights sum to 0", train + ["--data-path", "0", "meg_text_document", "0",
      "meg_text_document"] + tiny, "data_blend_zero_weights")
+case("a blend weight past a double's range (`1e309`)", train + ["--data-path", "1e309",
+     "meg_text_document", "1", "meg_text_document"] + tiny, "DataPath.ParsesOnePathOrAWeightedBlend")
+case("`--split 1,1,1,1` (four parts)", train + ["--data-path", "good.ptdp", "--split", "1,1,1,1"] + tiny,
+     "Split.Parse")
 case("a blend naming a prefix that does not exist", train + ["--data-path", "0.5", "meg_text_document",
      "0.5", "no_such_prefix"] + tiny, "data_blend_missing_part")
 case("`tokenize --format jsonl --output X.ptdp`", ["tokenize", "--format", "jsonl", "--output", "x.ptdp",
@@ -271,6 +277,14 @@ case("train_gpt.lua `--save` under a file", train + ["--data-path", "good.ptdp",
      + tiny, "lua_train_gpt_save_under_a_file")
 case("train_gpt.lua `--load` of a file", train + ["--data-path", "good.ptdp", "--load", "afile"] + tiny,
      "lua_train_gpt_load_a_file")
+case("`--timeline` inside a checkpoint directory", train + ["--data-path", "good.ptdp", "--timeline",
+     "ckpt/iter_0000000/manifest.json"] + tiny, "lua_train_gpt_checkpoint_guard")
+case("`--log-json` onto a save directory's tracker", train + ["--data-path", "good.ptdp", "--log-json",
+     "ckpt/latest"] + tiny, "OutputFile.NoWriterPutsAFileAmongACheckpointsFiles")
+case("`--save` inside a checkpoint directory", train + ["--data-path", "good.ptdp", "--save",
+     "ckpt/iter_0000000/nested"] + tiny, "lua_train_gpt_checkpoint_guard")
+case("`ptdp ckpt import-safetensors` into a checkpoint directory", ["ckpt", "import-safetensors",
+     os.path.join(hf, "model.safetensors"), "ckpt/iter_0000000"], "Commit.CheckpointsNeverNest")
 case("`--load` of a checkpoint of another shape", train + ["--data-path", "good.ptdp", "--load", "ckpt"]
      + tiny, "test_checkpoint_trainer")
 

@@ -1,6 +1,7 @@
 // The training loop: learning, determinism, gradient accumulation, schedule,
 // configuration errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -179,7 +180,13 @@ TEST(Trainer, OutputsNeverOverwriteTheRunsInputs) {
   b.load(dir.path + "/ckpt");
   const std::string manifest = ckpt + "/manifest.json", saved = read_file(manifest);
   expect_error([&] { write_file_atomic(manifest, "x", "--log-json"); }, Status::invalid_argument,
-               "is the checkpoint file '" + manifest + "' this run reads");
+               "is inside the checkpoint directory '" + ckpt + "'");
+  // Outside the checkpoint, a hard link to its manifest is still the loaded
+  // checkpoint's file (compared by identity).
+  const std::string linked = dir.path + "/linked.json";
+  ASSERT_EQ(::link(manifest.c_str(), linked.c_str()), 0);
+  expect_error([&] { write_file_atomic(linked, "x", "--log-json"); }, Status::invalid_argument,
+               "' this run reads");
   EXPECT_EQ(read_file(manifest), saved);
   EXPECT_EQ(read_file(data), before);
 }
