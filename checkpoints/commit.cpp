@@ -210,7 +210,7 @@ std::string tracker_path(const std::string &root) { return join(root, kTracker);
 
 std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   std::string tmp = join(root, checkpoint_name(iteration) + ".tmp");
-  refuse_inside_checkpoint(root, "checkpoint directory", true);  // checkpoints never nest
+  refuse_inside_checkpoint(root, "checkpoint root", true);  // checkpoints never nest
   if (exists(root) && !is_dir(root))
     fail(Status::io_error, "checkpoint directory '", root, "' exists but is not a directory");
   std::error_code ec;

@@ -135,7 +135,7 @@ TEST_F(Commit, CheckpointsNeverNest) {
   const std::string first = save(10);
   for (const std::string &inner : {first, first + "/sub", first + "/../iter_0000010/x"})
     expect_error([&] { begin_checkpoint(inner, 20); }, Status::invalid_argument,
-                 "checkpoint directory '" + inner + "' is");
+                 "checkpoint root '" + inner + "' is");
   EXPECT_EQ(complete_checkpoints(root), std::vector<std::string>{first});
   EXPECT_FALSE(fs::exists(first + "/sub"));
   EXPECT_EQ(complete_checkpoints(dir + "/absent"), std::vector<std::string>{});
