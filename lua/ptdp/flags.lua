@@ -143,7 +143,9 @@ function M.parse(argv, script_spec, config_defaults)
         if n ~= n or n == math.huge or n == -math.huge then
           error(string.format("flag '--%s' must be a finite number, got '%s'", name, value), 0)
         end
-        if spec.integer and n ~= math.floor(n) then
+        -- An integer is written in decimal digits, as the engine's integer
+        -- options and Megatron's (argparse int) take it: not 1e3 or 0x10.
+        if spec.integer and (n ~= math.floor(n) or not value:match('^[-+]?%d+$')) then
           error(string.format("flag '--%s' must be a whole number, got '%s'", name, value), 0)
         end
         if spec.min and n < spec.min then

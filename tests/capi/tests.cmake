@@ -196,6 +196,12 @@ ptdp_lua_test(lua_train_gpt_fractional_interval --rc nonzero
   --reject "iteration "
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --eval-interval 2.5
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
+# an integer flag is written in digits, as the engine's options and Megatron's take it
+ptdp_lua_test(lua_train_gpt_exponent_integer --rc nonzero
+  --expect "flag '--sample-tokens' must be a whole number, got '1e3'" --reject "traceback"
+  --reject "iteration "
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --sample-tokens 1e3
+     --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
 ptdp_lua_test(lua_train_gpt_train_iters_not_a_number --rc nonzero
   --expect "train_iters must be an integer" --reject "traceback" --reject "iteration "
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --train-iters abc
