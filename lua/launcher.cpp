@@ -47,17 +47,46 @@ std::string lua_dir() {
 // A subcommand's command line: -1 when it parsed, else the exit status: 0
 // after --help, 2 after one line naming the error (CLI11's own statuses,
 // 100 and up, would read as a crash to a script).
+// An option given an empty value ('') that is not allowed one: CLI11 reads
+// '' as 0 for a number and the commands take an empty path as "not given", so
+// `--max-new-tokens ''` would generate nothing and `--plot ''` draw nothing,
+// silently. Only --prompt may be empty (generation then starts a document).
+const CLI::Option *empty_value(const CLI::App &app) {
+  for (const CLI::Option *opt : app.get_options()) {
+    if (!opt->nonpositional() || opt->get_expected_min() == 0 || opt->get_name() == "--prompt")
+      continue;
+    for (const std::string &r : opt->results())
+      if (r.empty()) return opt;
+  }
+  for (const CLI::App *sub : app.get_subcommands())
+    if (const CLI::Option *opt = empty_value(*sub)) return opt;
+  return nullptr;
+}
+
+// A command's flags through CLI11: -1 to go on, else the exit code (0 after
+// --help, 2 after a usage error, printed on one line).
 int parse_command_line(CLI::App &app, int argc, char **argv) {
+  const std::string name = app.get_name();
   try {
     app.parse(argc - 1, argv + 1);
-    return -1;
   } catch (const CLI::Success &e) {  // --help
     return app.exit(e);
+  } catch (const CLI::ConversionError &e) {
+    // CLI11 says only "Could not convert: --top-k = 2.5": add what is allowed.
+    std::fprintf(stderr, "%s: %s: not a value of the option's type, or past its range (%s --help "
+                 "gives each option's type: INT, UINT a whole number, FLOAT a number)\n",
+                 name.c_str(), e.what(), name.c_str());
+    return 2;
   } catch (const CLI::ParseError &e) {
-    std::fprintf(stderr, "%s: %s (see %s --help)\n", app.get_name().c_str(), e.what(),
-                 app.get_name().c_str());
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", name.c_str(), e.what(), name.c_str());
     return 2;
   }
+  if (const CLI::Option *opt = empty_value(app)) {
+    std::fprintf(stderr, "%s: %s is given an empty value; give one (see %s --help)\n",
+                 name.c_str(), opt->get_name().c_str(), name.c_str());
+    return 2;
+  }
+  return -1;
 }
 
 // The ptdp module's directory, to tell its errors from the script's.
@@ -386,7 +415,9 @@ int run_plan(int argc, char **argv) {
       std::fprintf(stderr, "ptdp plan: expected a --flag, got '%s' (--help lists the flags)\n", a.c_str());
       return 2;
     }
-    std::string key = a.substr(2), value = "1";
+    // A bare --flag passes an empty value: a switch takes it as on, an option
+    // that needs a value refuses it (a bare --save-machine wrote a file "1").
+    std::string key = a.substr(2), value;
     size_t eq = key.find('=');
     if (eq != std::string::npos) value = key.substr(eq + 1), key = key.substr(0, eq);
     else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) value = argv[++i];

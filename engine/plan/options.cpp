@@ -86,6 +86,13 @@ bool flag(const std::string &k, const std::string &v) {
   fail(Status::bad_value, k, " is a switch: 1/true or 0/false, got '", v, "'");
 }
 
+// A value that must be given (an output's path, a layout to explain): empty
+// (a bare --plot, or --plot '') would do nothing and say nothing.
+std::string needed(const std::string &k, const std::string &v, const char *what) {
+  if (v.empty()) fail(Status::bad_value, k, " needs ", what, " (got an empty value)");
+  return v;
+}
+
 double tokens(const std::string &k, const std::string &v) {
   char *end = nullptr;
   double x = std::strtod(v.c_str(), &end);
@@ -179,16 +186,16 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
         fail(Status::bad_value, "device '", val, "': allowed are auto, cpu, cuda and cuda:N");
       r.device = val;
     }
-    else if (k == "save_machine") r.save_machine = val;
+    else if (k == "save_machine") r.save_machine = needed(k, val, "a file path");
     else if (k == "train_tokens") r.train.train_tokens = tokens(k, val);
     else if (k == "max_micro_batch_size") r.max_micro_batch = (int)whole(k, val, 1, 1 << 20);
     else if (k == "top") r.top = (int)whole(k, val, 1, 100000);
-    else if (k == "explain") r.explain = val;
+    else if (k == "explain") r.explain = needed(k, val, "a layout, e.g. t=8,p=2,b=4,v=2");
     else if (k == "format") {
       if (val != "text" && val != "records")
         fail(Status::bad_value, "format must be text or records, got '", val, "'");
       r.format = val;
-    } else if (k == "plot") r.plot = val;
+    } else if (k == "plot") r.plot = needed(k, val, "a file path");
     else
       fail(Status::unknown_option, "unknown plan option '", key0, "'; known: ", known_keys());
   }

@@ -276,6 +276,11 @@ ptdp_lua_test(lua_launcher_missing_script --rc nonzero
 ptdp_lua_test(lua_tokenize_cli --rc 0 --expect "200 documents, 7670 tokens"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/tokenize_cli.ptdp --format lines
      ${PTDP_TEST_CORPUS})
+# An option given an empty value: refused by name, not read as 0 (all cores);
+# through sh, as CMake drops an empty argument.
+ptdp_lua_test(lua_tokenize_cli_empty_value --rc nonzero
+  --expect "ptdp tokenize: --workers is given an empty value" --reject "documents"
+  -- sh -c "'${PTDP_LAUNCHER}' tokenize --output '${PTDP_TEST_TMP}/lua/tokenize_cli_empty.ptdp' --workers '' --format lines '${PTDP_TEST_CORPUS}'")
 ptdp_lua_test(lua_tokenize_cli_missing --rc nonzero --expect "does not exist"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/tokenize_cli_missing.ptdp
      --format lines ${PTDP_TEST_TMP}/lua/no_such_corpus.txt)

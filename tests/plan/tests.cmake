@@ -36,6 +36,10 @@ ptdp_plan_cli_test(lua_plan_cli_explain --rc 0
   --expect "the explained layout is" --match "qkv +2048 x +9600 x +25600"
   --match "tensor=8 pipeline=64 data=6 micro_batch=1 virtual=1$"
   -- ${PTDP_LAUNCHER} plan ${PTDP_PLAN_1T} --explain t=8,p=64,b=1,v=1,full)
+# A bare option that needs a value is refused (it wrote a file named "1").
+ptdp_plan_cli_test(lua_plan_cli_bare_output --rc nonzero
+  --expect "save_machine needs a file path (got an empty value)" --reject "tflops_per_gpu="
+  -- ${PTDP_LAUNCHER} plan ${PTDP_PLAN_1T} --save-machine)
 ptdp_plan_cli_test(lua_plan_cli_help --rc 0 --expect "--num-layers" --expect "--machine"
   --expect "--calibrate" -- ${PTDP_LAUNCHER} plan --help)
 ptdp_plan_cli_test(lua_plan_cli_bad_t --rc 1
