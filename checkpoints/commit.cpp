@@ -67,6 +67,12 @@ void fsync_path(const std::string &path, bool dir) {
 // Whether a file of a checkpoint directory is one a save makes: the manifest,
 // the data file, or the manifest's temporary (create_temp_file's
 // manifest.json.tmp.XXXXXX, left by a save killed while writing it).
+// The files a save makes under their own names (held for the signal cleanup).
+const std::vector<std::string> &save_files() {
+  static const std::vector<std::string> names = {kManifest, kCheckpointDataFile};
+  return names;
+}
+
 bool made_by_a_save(const std::string &name) {
   return name == kManifest || name == kCheckpointDataFile ||
          name.rfind(std::string(kManifest) + ".tmp.", 0) == 0;
@@ -249,13 +255,22 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
            "naming an iter_N directory): a save would replace it; move it away or save elsewhere");
   }
   clear_or_refuse(tmp, "");
-  if (::mkdir(tmp.c_str(), 0755) != 0) os_fail("create", tmp, errno);
+  // An interrupted save (SIGINT, SIGTERM) leaves no iter_N.tmp behind: held
+  // for the signal cleanup before it exists, so no moment is left out.
+  hold_temp_directory(tmp, save_files());
+  if (::mkdir(tmp.c_str(), 0755) != 0) {
+    const int e = errno;
+    release_temp_directory(tmp, save_files());
+    os_fail("create", tmp, e);
+  }
   return tmp;
 }
 
 void abandon_checkpoint(const std::string &root, int64_t iteration) noexcept {
   try {
-    remove_save_dir(join(root, checkpoint_name(iteration) + ".tmp"));  // (only what the save made)
+    const std::string tmp = join(root, checkpoint_name(iteration) + ".tmp");
+    release_temp_directory(tmp, save_files());
+    remove_save_dir(tmp);  // (only what the save made)
   } catch (...) {
   }
 }
@@ -284,6 +299,7 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
   replace_file(join(tmp, kManifest), manifest_json);
   fsync_path(tmp, true);
   std::string old = put_in_place(tmp, final_dir);
+  release_temp_directory(tmp, save_files());
   fsync_path(root, true);  // makes the rename durable
   if (!old.empty()) {
     // The previous checkpoint of this iteration, swapped out: gone, unless it

@@ -268,10 +268,20 @@ void export_safetensors(const std::string &path, const std::string &out_path,
       convs.push_back(std::move(c));
     }
   }
-  if (to_dir && !fs::exists(out_path, ec) && !fs::create_directory(out_path, ec))
+  // The directory is made only for an output that may be written, and
+  // removed again when its file is refused.
+  refuse_inside_checkpoint(weights_path, "export_safetensors output", false);
+  const bool make_dir = to_dir && !fs::exists(out_path, ec);
+  if (make_dir && !fs::create_directory(out_path, ec))
     fail(Status::io_error, "export_safetensors: cannot create directory '", out_path,
          "': ", ec.message());
-  const std::string out_file = output_target(weights_path, "export_safetensors output");
+  std::string out_file;
+  try {
+    out_file = output_target(weights_path, "export_safetensors output");
+  } catch (const Error &) {
+    if (make_dir) fs::remove(out_path, ec);  // empty: only what this export made
+    throw;
+  }
 
   // Header: every tensor's dtype, shape and byte range in the data that
   // follows, in the order they are written.

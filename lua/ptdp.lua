@@ -601,28 +601,43 @@ function M.read_file(path, what)
   error(bytes, 0)
 end
 
--- mkdir -p without a shell: a path is data, never code. Raises naming the
--- directory that could not be made.
+-- mkdir -p without a shell: a path is data, never code. Returns path and the
+-- directories it made (outermost first), for unmake_dirs when what was to go
+-- in them is refused. Raises naming the directory that could not be made,
+-- having removed the ones it made.
 ffi.cdef [[
 int mkdir(const char *path, unsigned int mode);
+int rmdir(const char *path);
 char *strerror(int errnum);
 ]]
+
+-- Removes the directories mkdirs made, innermost first, each only while empty.
+function M.unmake_dirs(made)
+  for i = #made, 1, -1 do ffi.C.rmdir(made[i]) end
+end
+
 function M.mkdirs(path)
   local EEXIST = 17
-  local prefix = path:sub(1, 1) == '/' and '/' or ''
+  local prefix, made = path:sub(1, 1) == '/' and '/' or '', {}
+  local function refuse(msg)
+    M.unmake_dirs(made)
+    raise(msg)
+  end
   for part in path:gmatch('[^/]+') do
     prefix = prefix .. part
-    if ffi.C.mkdir(prefix, tonumber('755', 8)) ~= 0 then
+    if ffi.C.mkdir(prefix, tonumber('755', 8)) == 0 then
+      made[#made + 1] = prefix
+    else
       if ffi.errno() ~= EEXIST then
-        raise(string.format("cannot create directory '%s': %s", prefix, ffi.string(ffi.C.strerror(ffi.errno()))))
+        refuse(string.format("cannot create directory '%s': %s", prefix, ffi.string(ffi.C.strerror(ffi.errno()))))
       end
       local dir = io.open(prefix .. '/.', 'r')  -- opens only when prefix is a directory
-      if not dir then raise(string.format("'%s' exists and is not a directory", prefix)) end
+      if not dir then refuse(string.format("'%s' exists and is not a directory", prefix)) end
       dir:close()
     end
     prefix = prefix .. '/'
   end
-  return path
+  return path, made
 end
 
 -- The project's directory (this module is in <project>/lua).
@@ -678,11 +693,16 @@ function M.dataset(t)
                         (#items > 1 and '; a blend is WEIGHT PREFIX pairs, e.g. 0.3 A 0.7 B' or '') ..
                         ')' or ''))
   end
-  local dir = path:match('^(.*)/[^/]*$')
-  if dir then M.mkdirs(dir) end
-  local docs, toks = M.tokenize { inputs = t.corpus, output = path, format = t.format,
-                                  tokenizer = t.tokenizer, vocab_file = t.vocab_file,
-                                  merge_file = t.merge_file, tokenizer_file = t.tokenizer_file }
+  local dir, made = path:match('^(.*)/[^/]*$'), {}
+  if dir then _, made = M.mkdirs(dir) end
+  -- A refused dataset leaves no directory made for it.
+  local ok, docs, toks = pcall(M.tokenize, { inputs = t.corpus, output = path, format = t.format,
+                                             tokenizer = t.tokenizer, vocab_file = t.vocab_file,
+                                             merge_file = t.merge_file, tokenizer_file = t.tokenizer_file })
+  if not ok then
+    M.unmake_dirs(made)
+    error(docs, 0)
+  end
   print(string.format('tokenized %s: %d documents, %d tokens -> %s', tostring(t.corpus), docs, toks, path))
   return path
 end

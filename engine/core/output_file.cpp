@@ -247,16 +247,18 @@ constexpr int kTempSlots = 64;
 enum : int { kSlotFree, kSlotBusy, kSlotHeld };
 struct TempSlot {
   std::atomic<int> state{kSlotFree};
+  bool directory;  // rmdir(2) it, after every file's unlink(2)
   char path[PATH_MAX];
 };
 std::array<TempSlot, kTempSlots> temp_slots;
 
-void hold_temp_path(const std::string &tmp) {
+void hold_temp_path(const std::string &tmp, bool directory = false) {
   if (tmp.size() >= PATH_MAX) return;
   for (TempSlot &slot : temp_slots) {
     int expected = kSlotFree;
     if (!slot.state.compare_exchange_strong(expected, kSlotBusy)) continue;
     std::memcpy(slot.path, tmp.c_str(), tmp.size() + 1);
+    slot.directory = directory;
     slot.state.store(kSlotHeld);
     return;
   }
@@ -273,10 +275,12 @@ void release_temp_path(const std::string &tmp) {
   }
 }
 
-// Async-signal-safe: unlink(2), then the default action of the signal.
+// Async-signal-safe: unlink(2) and rmdir(2), then the default action of the signal.
 extern "C" void remove_temp_files_and_die(int sig) {
   for (TempSlot &slot : temp_slots)
-    if (slot.state.load() == kSlotHeld) ::unlink(slot.path);
+    if (slot.state.load() == kSlotHeld && !slot.directory) ::unlink(slot.path);
+  for (TempSlot &slot : temp_slots)
+    if (slot.state.load() == kSlotHeld && slot.directory) ::rmdir(slot.path);
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -293,6 +297,16 @@ void remove_temp_files_on_signal() {
     if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
     sigaction(sig, &sa, nullptr);
   }
+}
+
+void hold_temp_directory(const std::string &dir, const std::vector<std::string> &names) {
+  for (const std::string &name : names) hold_temp_path(dir + "/" + name);
+  hold_temp_path(dir, true);
+}
+
+void release_temp_directory(const std::string &dir, const std::vector<std::string> &names) {
+  for (const std::string &name : names) release_temp_path(dir + "/" + name);
+  release_temp_path(dir);
 }
 
 void rename_temp_file(const std::string &tmp, const std::string &target) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ptdp {
 
@@ -95,6 +96,13 @@ int create_temp_file(const std::string &target, std::string *tmp);
 // temporary file is then removed).
 void rename_temp_file(const std::string &tmp, const std::string &target);
 void remove_temp_file(const std::string &tmp);
+
+// A directory this process is filling with files of known names (a
+// checkpoint's iter_N.tmp): until release_temp_directory, the signal cleanup
+// below removes those files, then the directory if it is then empty, as it
+// removes temporary files. Only the named files: nothing else is ever removed.
+void hold_temp_directory(const std::string &dir, const std::vector<std::string> &names);
+void release_temp_directory(const std::string &dir, const std::vector<std::string> &names);
 
 // For programs (the ptdp launcher), not for a library inside someone else's
 // process: SIGINT, SIGTERM and SIGHUP remove this process's temporary files

@@ -483,6 +483,10 @@ TEST_F(CheckpointExport, UnwritableDestination) {
   fs::create_directories(dir.path + "/b_dir/x.safetensors");
   expect_error([&] { export_safetensors(dir.path, dir.path + "/b_dir/x.safetensors"); },
                Status::invalid_argument, "exists and is a directory: refusing to replace it");
+  // A directory named as a checkpoint's is no export's: refused before it is made.
+  expect_error([&] { export_safetensors(dir.path, dir.path + "/iter_0000015"); },
+               Status::invalid_argument, "is inside the checkpoint directory");
+  EXPECT_FALSE(fs::exists(dir.path + "/iter_0000015"));
   // Never over the checkpoint's own file, nor anywhere inside its directory.
   expect_error([&] { export_safetensors(dir.path, file); }, Status::invalid_argument,
                "is inside the checkpoint directory '" + ckpt + "'");

@@ -545,6 +545,22 @@ TEST_F(CheckpointFaults, SaveAmongAnotherRunsCheckpointsIsRefused) {
                "cannot be told whether they are this run's");
 }
 
+// --save through a link to nothing (the link itself, "link/", or below it)
+// is refused naming the link, and the link stays: the cleanup of a refused
+// run removes only directories it made, never what was there.
+TEST(CheckpointSave, ADanglingLinkIsRefusedAndKept) {
+  TempDir dir;
+  const std::string link = dir.path + "/dang";
+  ASSERT_EQ(::symlink("nowhere", link.c_str()), 0);
+  for (const std::string &save : {link, link + "/", link + "/sub"}) {
+    TrainerOptions o = options({1, 1, 1, 1});
+    o.save_path = save;
+    expect_error([&] { Trainer tr(o); }, Status::io_error,
+                 "'" + link + "' is a symbolic link to nothing");
+    EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link))) << save;
+  }
+}
+
 // Every checkpoint there is looked at, not only the newest: rotation would
 // remove the older ones, another run's among them. Here the newest (iteration
 // 2) is this run's and iteration 1 another's (seed 1234).

@@ -42,6 +42,11 @@ check(missing == nil and why:match('No such file'), 'read_file of a missing file
 expect_error("'" .. tmpdir .. "' is a directory", 'read_file of a directory', ptdp.read_file, tmpdir, 'note')
 expect_error('exists and is a directory', 'write_file onto a directory', ptdp.write_file, tmpdir, 'x', 'note')
 expect_error("the script '", 'write_file onto the running script', ptdp.write_file, arg[0], 'x', 'note')
+-- a dataset refused where it was to be made leaves no directory made for it
+expect_error('is inside the checkpoint directory', 'a dataset inside a checkpoint', ptdp.dataset,
+             { path = tmpdir .. '/made/iter_0000002/x.ptdp', given = true, create = true,
+               corpus = corpus, format = 'lines' })
+check(io.open(tmpdir .. '/made/.', 'r') == nil, 'the refused dataset left no directory behind')
 expect_error('is inside the checkpoint directory', 'write_file inside a checkpoint',
              ptdp.write_file, ptdp.mkdirs(tmpdir .. '/ck/iter_0000001') .. '/x', 'x', 'note')
 

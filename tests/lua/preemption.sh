@@ -66,4 +66,18 @@ rc=$?
 cat out_skipped.txt
 check "every step skipped: exit non-zero with the reason" \
   sh -c "[ $rc -ne 0 ] && grep -q 'every one of the 2 steps of this run skipped its update' out_skipped.txt"
+# SIGTERM without --exit-signal-handler while a checkpoint is being written
+# (a model large enough to catch it there): the run ends as the signal would
+# end it, the unfinished iter_N.tmp goes with it, the earlier checkpoint stays.
+(run_exec --num-layers 4 --hidden-size 512 --num-attention-heads 8 --train-iters 1000000 \
+  --save inter --save-interval 1 >out_inter.txt 2>&1) &
+pid=$!
+tries=0
+until [ -d inter/iter_0000002.tmp ] || [ $tries -ge 6000 ]; do tries=$((tries + 1)); sleep 0.005; done
+kill -TERM $pid
+wait $pid
+rc=$?
+check "SIGTERM while saving: exit 143" [ $rc -eq 143 ]
+check "SIGTERM while saving: no iter_N.tmp left" sh -c "! ls -d inter/*.tmp 2>/dev/null"
+check "SIGTERM while saving: the earlier checkpoint stays" [ -f inter/iter_0000001/manifest.json ]
 exit $fail
