@@ -12,6 +12,10 @@ namespace ptdp {
 
 std::vector<SplitRange> parse_split(const std::string &spec, uint64_t num_docs) {
   std::vector<double> w;
+  // (getline yields no empty part after a trailing comma: "98,2," would pass.)
+  if (!spec.empty() && spec.back() == ',')
+    fail(Status::bad_value, "split '", spec,
+         "' must be 2 or 3 non-negative numbers separated by commas, e.g. 98,2 or 949,50,1");
   std::stringstream ss(spec);
   std::string part;
   while (std::getline(ss, part, ',')) {

@@ -215,6 +215,8 @@ TEST(Split, Parse) {
   expect_error([] { parse_split("98", 10); }, Status::bad_value, "98,2");
   expect_error([] { parse_split("a,b", 10); }, Status::bad_value, "98,2");
   expect_error([] { parse_split("1,0", 10); }, Status::bad_value, "positive");
+  for (const char *bad : {"98,2,", ",98,2", "98,,2"})
+    expect_error([&] { parse_split(bad, 10); }, Status::bad_value, "separated by commas");
   expect_error([] { parse_split("1,1,1,1", 10); }, Status::bad_value,
                "split '1,1,1,1' has 4 parts; give 2 or 3");
   // Relative weights whose sum passes the largest double: halves, not NaN bounds.
