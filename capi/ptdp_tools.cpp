@@ -106,6 +106,17 @@ ptdp_status ptdp_write_file(const char *path, const char *bytes, size_t n, const
   });
 }
 
+ptdp_status ptdp_check_output(const char *path, const char *what, int32_t directory) {
+  return guard([&] {
+    require(path, "path");
+    require(what, "what");
+    if (directory)
+      ptdp::check_output_directory(path, what);
+    else
+      ptdp::output_target(path, what);
+  });
+}
+
 ptdp_status ptdp_read_file(const char *path, const char *what, char *buf, size_t cap,
                            size_t *out_len) {
   return guard([&] {

@@ -87,6 +87,15 @@ PTDP_API ptdp_status ptdp_hold_input(const char *path, const char *what);
  * names `what` and the path. */
 PTDP_API ptdp_status ptdp_write_file(const char *path, const char *bytes, size_t n,
                                      const char *what);
+/* Checks an output a script will make, before anything is made: with
+ * directory = 0 a file (every writer's rules: not a directory, device, FIFO or
+ * dangling link, not an input of this run or another output's, not among a
+ * checkpoint's files, its directory there); with directory = 1 a directory an
+ * output tree goes into, such as a --save root (not inside or named as a
+ * checkpoint directory, no link to nothing or file on the way; what is not
+ * there yet is fine). Nothing is written. PTDP_ERR_INVALID_ARGUMENT or
+ * PTDP_ERR_IO naming `what` and the path. */
+PTDP_API ptdp_status ptdp_check_output(const char *path, const char *what, int32_t directory);
 /* A script's small input file (at most 1 GiB) into buf, as ptdp_version's
  * callers read text: out_len gets its size, PTDP_ERR_BUFFER_TOO_SMALL when cap
  * is not more than that. A regular file only (a FIFO or device would block):

@@ -220,6 +220,9 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   if (exists(root) && !is_dir(root))
     fail(Status::io_error, "checkpoint directory '", root, "' exists but is not a directory");
   std::error_code ec;
+  // A root this save makes (an import's) goes too if the save is interrupted
+  // while the root is still empty (the commit releases it).
+  if (!exists(root)) hold_temp_directory(root, {});
   fs::create_directories(root, ec);
   if (ec) fail(Status::io_error, "cannot create checkpoint directory '", root, "': ", ec.message());
   if (::access(root.c_str(), W_OK) != 0) os_fail("write into checkpoint directory", root, errno);
@@ -300,6 +303,7 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
   fsync_path(tmp, true);
   std::string old = put_in_place(tmp, final_dir);
   release_temp_directory(tmp, save_files());
+  release_temp_directory(root, {});  // (held only if this save made it)
   fsync_path(root, true);  // makes the rename durable
   if (!old.empty()) {
     // The previous checkpoint of this iteration, swapped out: gone, unless it

@@ -272,6 +272,15 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   // removed again when its file is refused.
   refuse_inside_checkpoint(weights_path, "export_safetensors output", false);
   const bool make_dir = to_dir && !fs::exists(out_path, ec);
+  // An interrupted export (SIGINT, SIGTERM) removes the directory it made once
+  // its temporary files are gone (rmdir: only while empty), until it ends.
+  struct HeldDirectory {
+    std::string dir;
+    ~HeldDirectory() {
+      if (!dir.empty()) release_temp_directory(dir, {});
+    }
+  } held{make_dir ? out_path : ""};
+  if (make_dir) hold_temp_directory(out_path, {});
   if (make_dir && !fs::create_directory(out_path, ec))
     fail(Status::io_error, "export_safetensors: cannot create directory '", out_path,
          "': ", ec.message());

@@ -123,25 +123,18 @@ std::string read_text(const std::string &path) {
 // iteration 0 (the import would become the newest and hide it).
 void check_import_target(const std::string &dir, const GptConfig &cfg,
                          const std::map<std::string, std::string> &training) {
-  std::string newest;
-  try {
-    newest = find_latest_checkpoint(dir);
-  } catch (const Error &e) {
-    if (e.code() == Status::io_error) return;  // no complete checkpoint there
-    throw;
-  }
-  Manifest saved;
-  try {
-    saved = Manifest::read(newest);
-  } catch (const Error &e) {
-    fail(Status::corrupt_data, "'", dir, "' holds checkpoints whose newest, '", newest,
-         "', has a manifest that cannot be read (", e.what(), "); import into another directory");
-  }
-  std::string why = other_run_fields(saved, cfg, training);
-  if (why.empty() && saved.iteration > 0) why = "a trained checkpoint: the import would hide it";
-  if (!why.empty())
-    fail(Status::invalid_config, "'", dir, "' holds checkpoints of another run (newest: '", newest,
-         "', iteration ", saved.iteration, "; ", why,
+  // Every checkpoint there (newest first), as check_save_target does.
+  const std::optional<OtherRun> other = find_other_run(
+      dir,
+      [&](const Manifest &m) {
+        std::string why = other_run_fields(m, cfg, training);
+        if (why.empty() && m.iteration > 0) why = "a trained checkpoint: the import would hide it";
+        return why;
+      },
+      "'" + dir + "'", "import into another directory");
+  if (other)
+    fail(Status::invalid_config, "'", dir, "' holds checkpoints of another run (", other->which,
+         ": '", other->dir, "', iteration ", other->manifest.iteration, "; ", other->diff,
          "); importing there would mix two runs. Import into an empty directory");
 }
 

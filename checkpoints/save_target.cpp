@@ -70,28 +70,38 @@ void check_save_target(const std::string &save, const std::string &load, const G
   if (loads_from(save, load)) return;  // resuming: the load checks model and options
   // Every checkpoint there, not only the newest: rotation removes the older
   // ones, and another run's must not be among them.
-  const std::vector<std::string> there = complete_checkpoints(save);
+  const std::optional<OtherRun> other = find_other_run(
+      save, [&](const Manifest &m) { return other_run_fields(m, model, training); },
+      "--save '" + save + "'", "repair or remove it, or choose another --save directory");
+  if (!other) return;
+  fail(Status::invalid_config, "--save '", save, "' holds checkpoints of another run (",
+       other->which, ": '", other->dir, "', iteration ", other->manifest.iteration, "; ",
+       other->diff,
+       "); saving there would replace them and mix two runs. Choose another --save directory, "
+       "or resume that run with --load '", save,
+       "' (the same run means the same model and the same seed, data_path, split, "
+       "global_batch_size, LR schedule, optimizer, clip_grad, tokenizer and params_dtype as "
+       "its manifest records; the layout, micro_batch_size and, where lr_decay_iters is set, "
+       "train_iters may differ)");
+}
+
+std::optional<OtherRun> find_other_run(const std::string &root,
+                                       const std::function<std::string(const Manifest &)> &differs,
+                                       const std::string &where, const std::string &remedy) {
+  const std::vector<std::string> there = complete_checkpoints(root);
   for (size_t i = 0; i < there.size(); i++) {
-    const char *which = i == 0 ? "newest" : "one of them";
-    Manifest saved;
+    OtherRun o{there[i], i == 0 ? "newest" : "one of them", "", {}};
     try {
-      saved = Manifest::read(there[i]);
+      o.manifest = Manifest::read(there[i]);
     } catch (const Error &e) {
-      fail(Status::corrupt_data, "--save '", save, "' holds checkpoints whose ", which, ", '",
-           there[i], "', has a manifest that cannot be read, so it cannot be told whether they "
-           "are this run's (", e.what(), "); repair or remove it, or choose another --save directory");
+      fail(Status::corrupt_data, where, " holds checkpoints whose ", o.which, ", '", there[i],
+           "', has a manifest that cannot be read, so it cannot be told whether they are this "
+           "run's (", e.what(), "); ", remedy);
     }
-    const std::string diff = other_run_fields(saved, model, training);
-    if (diff.empty()) continue;
-    fail(Status::invalid_config, "--save '", save, "' holds checkpoints of another run (", which,
-         ": '", there[i], "', iteration ", saved.iteration, "; ", diff,
-         "); saving there would replace them and mix two runs. Choose another --save directory, "
-         "or resume that run with --load '", save,
-         "' (the same run means the same model and the same seed, data_path, split, "
-         "global_batch_size, LR schedule, optimizer, clip_grad, tokenizer and params_dtype as "
-         "its manifest records; the layout, micro_batch_size and, where lr_decay_iters is set, "
-         "train_iters may differ)");
+    o.diff = differs(o.manifest);
+    if (!o.diff.empty()) return o;
   }
+  return std::nullopt;
 }
 
 }  // namespace ptdp

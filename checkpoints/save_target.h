@@ -12,7 +12,9 @@
 // decay (lr_decay_iters 0 = train_iters) shows as lr_decay_iters. Options the manifest does not record (an
 // older checkpoint) are not compared.
 #pragma once
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "checkpoints/manifest.h"
@@ -32,5 +34,19 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
 // manifest there cannot be read (no one can tell whose it is).
 void check_save_target(const std::string &save, const std::string &load, const GptConfig &model,
                        const std::map<std::string, std::string> &training);
+
+// A complete checkpoint under a root that is another run's.
+struct OtherRun {
+  std::string dir;    // the checkpoint directory
+  std::string which;  // "newest" or "one of them"
+  std::string diff;   // what `differs` said
+  Manifest manifest;
+};
+// The first complete checkpoint under root (newest first) for which `differs`
+// says something, or none. A manifest that cannot be read is corrupt_data
+// naming `where` and the checkpoint, ending with `remedy`.
+std::optional<OtherRun> find_other_run(const std::string &root,
+                                       const std::function<std::string(const Manifest &)> &differs,
+                                       const std::string &where, const std::string &remedy);
 
 }  // namespace ptdp

@@ -47,14 +47,14 @@ std::string lua_dir() {
 // A subcommand's command line: -1 when it parsed, else the exit status: 0
 // after --help, 2 after one line naming the error (CLI11's own statuses,
 // 100 and up, would read as a crash to a script).
-// An option given an empty value ('') that is not allowed one: CLI11 reads
-// '' as 0 for a number and the commands take an empty path as "not given", so
-// `--max-new-tokens ''` would generate nothing and `--plot ''` draw nothing,
-// silently. Only --prompt may be empty (generation then starts a document).
+// An option or argument given an empty value ('') that is not allowed one:
+// CLI11 reads '' as 0 for a number and the commands take an empty path as "not
+// given", so `--max-new-tokens ''` would generate nothing and an import's ''
+// config.json be ignored, silently. Only --prompt may be empty (generation
+// then starts a document).
 const CLI::Option *empty_value(const CLI::App &app) {
   for (const CLI::Option *opt : app.get_options()) {
-    if (!opt->nonpositional() || opt->get_expected_min() == 0 || opt->get_name() == "--prompt")
-      continue;
+    if (opt->get_expected_min() == 0 || opt->get_name() == "--prompt") continue;
     for (const std::string &r : opt->results())
       if (r.empty()) return opt;
   }
@@ -82,8 +82,9 @@ int parse_command_line(CLI::App &app, int argc, char **argv) {
     return 2;
   }
   if (const CLI::Option *opt = empty_value(app)) {
+    const std::string which = opt->nonpositional() ? opt->get_name() : "argument " + opt->get_name();
     std::fprintf(stderr, "%s: %s is given an empty value; give one (see %s --help)\n",
-                 name.c_str(), opt->get_name().c_str(), name.c_str());
+                 name.c_str(), which.c_str(), name.c_str());
     return 2;
   }
   return -1;
@@ -115,6 +116,34 @@ int traceback(lua_State *L) {
   luaL_traceback(L, L, msg, 1);
   return 1;
 }
+
+// hold_input(path): a Lua file the script loads, held as an input of the run.
+int hold_lua_file(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  if (ptdp_hold_input(path, "Lua file") != PTDP_OK) return luaL_error(L, "%s", ptdp_last_error());
+  return 0;
+}
+
+// Every Lua file the script loads (require's Lua modules, dofile, loadfile)
+// is an input of its run, as the script is: no output of the run replaces it.
+const char *const kHoldLoadedFiles = R"(
+local hold = ...
+local find_module = package.loaders[2]
+package.loaders[2] = function(name)
+  local path = package.searchpath(name, package.path)
+  if path then hold(path) end
+  return find_module(name)
+end
+local dofile0, loadfile0 = dofile, loadfile
+dofile = function(path, ...)
+  if path then hold(path) end
+  return dofile0(path, ...)
+end
+loadfile = function(path, ...)
+  if path then hold(path) end
+  return loadfile0(path, ...)
+end
+)";
 
 int run_script(int argc, char **argv) {
   const char *script = argv[1];
@@ -155,6 +184,13 @@ int run_script(int argc, char **argv) {
     lua_close(L);
     return 1;
   }
+  if (luaL_loadstring(L, kHoldLoadedFiles) != 0) {
+    std::fprintf(stderr, "ptdp: %s\n", lua_tostring(L, -1));
+    lua_close(L);
+    return 1;
+  }
+  lua_pushcfunction(L, hold_lua_file);
+  lua_call(L, 1, 0);
   lua_pushcfunction(L, traceback);
   int rc = luaL_loadfile(L, script);
   if (rc == 0) {

@@ -97,6 +97,13 @@ local function raise(msg)
   error(msg, level)
 end
 
+-- Raises, naming the function and the argument, unless value is a string.
+local function need_string(value, fn, arg)
+  if type(value) ~= 'string' then
+    raise(string.format('ptdp.%s: %s must be a string, got %s', fn, arg, type(value)))
+  end
+end
+
 -- Raises the library's error for a failed status.
 local function check(status)
   if status ~= 0 then
@@ -587,12 +594,26 @@ end
 -- (temporary file, rename); a directory, device, FIFO, dangling link or an
 -- input of this run is refused, naming `what`.
 function M.write_file(path, bytes, what)
+  need_string(path, 'write_file', 'path')
+  need_string(bytes, 'write_file', 'bytes')
+  need_string(what, 'write_file', 'what')
   check(C.ptdp_write_file(path, bytes, #bytes, what))
+end
+
+-- Checks an output the script will make before anything is made (the
+-- writers' rules; nothing is written): a file, or with directory = true a
+-- directory an output tree goes into (a --save root). Raises naming `what`.
+function M.check_output(path, what, directory)
+  need_string(path, 'check_output', 'path')
+  need_string(what, 'check_output', 'what')
+  check(C.ptdp_check_output(path, what, directory and 1 or 0))
 end
 
 -- A script's small input file's bytes; a directory, FIFO or device is refused
 -- (nothing waits on it). Missing: nil and the reason.
 function M.read_file(path, what)
+  need_string(path, 'read_file', 'path')
+  need_string(what, 'read_file', 'what')
   local ok, bytes = pcall(read_text, function(buf, cap, len)
     return C.ptdp_read_file(path, what, buf, cap, len)
   end)
@@ -617,6 +638,7 @@ function M.unmake_dirs(made)
 end
 
 function M.mkdirs(path)
+  need_string(path, 'mkdirs', 'path')
   local EEXIST = 17
   local prefix, made = path:sub(1, 1) == '/' and '/' or '', {}
   local function refuse(msg)
@@ -666,7 +688,9 @@ local function readable(path)
 end
 
 function M.dataset(t)
+  if type(t) ~= 'table' then raise('ptdp.dataset: give a table { path = ..., ... }, got ' .. type(t)) end
   local path = t.path
+  need_string(path, 'dataset', 'path')
   local items = {}
   for item in path:gmatch('%S+') do items[#items + 1] = item end
   if #items > 1 and tonumber(items[1]) then  -- a blend: every part must be there

@@ -4,6 +4,8 @@
 -- Every engine option is a Megatron-style flag; --help lists them all.
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int access(const char *path, int mode);')
 
 local spec = require 'ptdp.train_gpt_flags'
 local config, opts, given = flags.parse(arg, spec.script, spec.defaults)
@@ -23,6 +25,18 @@ end
 -- tokenizer needs its own --data-path.
 local tokenizer = config.tokenizer_type or 'byte'
 ptdp.config(config)  -- every value checked now (an unknown tokenizer named), before any file is made
+-- and every output: a refused run makes nothing (no dataset, no --save directory).
+-- A file whose directory is not there yet (the --save directory the run
+-- makes, say) has that directory checked; the file is checked again when written.
+local function check_file(path, what)
+  local dir = path:match('^(.*)/[^/]*$') or '.'
+  if ffi.C.access(dir, 0) == 0 then ptdp.check_output(path, what) else ptdp.check_output(dir, what, true) end
+end
+if opts.log_json ~= '' then check_file(opts.log_json, '--log-json') end
+for _, key in ipairs { 'timeline', 'profile_ops' } do
+  if (config[key] or '') ~= '' then check_file(config[key], '--' .. key:gsub('_', '-')) end
+end
+if (config.save or '') ~= '' then ptdp.check_output(config.save, '--save', true) end
 if tokenizer ~= 'byte' and not given.data_path then
   io.stderr:write(string.format('ptdp: --tokenizer-type %s needs a --data-path tokenized with it ' ..
                                 '(the default %s holds bytes): make one with `ptdp tokenize ' ..

@@ -77,7 +77,30 @@ std::string read_small_file(const std::string &path, const std::string &what,
   if (map.size() > max_bytes)
     fail(Status::io_error, context, what, " is ", map.size(), " bytes; at most ", max_bytes,
          " are read from such a file");
-  return std::string(reinterpret_cast<const char *>(map.data()), map.size());
+  if (map.size() > 0) return std::string(reinterpret_cast<const char *>(map.data()), map.size());
+  // A regular file whose size says 0 may still have bytes (/proc's): read them.
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(Status::io_error, context, "cannot open ", what, ": ", std::strerror(errno));
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      fail(Status::io_error, context, "cannot read ", what, ": ", std::strerror(e));
+    }
+    if (n == 0) break;
+    out.append(buf, (size_t)n);
+    if (out.size() > max_bytes) {
+      ::close(fd);
+      fail(Status::io_error, context, what, " has more than ", max_bytes,
+           " bytes; at most that many are read from such a file");
+    }
+  }
+  ::close(fd);
+  return out;
 }
 
 }  // namespace ptdp

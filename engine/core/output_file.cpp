@@ -104,6 +104,29 @@ void refuse_inside_checkpoint(const std::string &path, const char *what, bool is
     }
 }
 
+void check_output_directory(const std::string &dir, const char *what) {
+  namespace fs = std::filesystem;
+  if (dir.empty()) fail(Status::invalid_argument, what, " is an empty path (give a directory)");
+  refuse_inside_checkpoint(dir, what, true);  // a save writes only its own directory
+  std::error_code ec;
+  // A link to nothing on the way (dir itself, "dir/", a parent) would be
+  // "File exists" to a mkdir.
+  for (fs::path p = fs::absolute(dir, ec).lexically_normal(); p.has_relative_path();
+       p = p.parent_path()) {
+    if (!p.has_filename()) p = p.parent_path();  // "dir/": the link itself
+    if (fs::is_symlink(fs::symlink_status(p, ec)) && !fs::exists(p, ec))
+      fail(Status::io_error, what, " '", dir, "': '", p.string(), "' is a symbolic link to ",
+           "nothing: give a directory, or a link to one");
+  }
+  // What is there on the way must be a directory (or a link to one).
+  for (fs::path p = fs::absolute(dir, ec).lexically_normal(); p.has_relative_path();
+       p = p.parent_path()) {
+    if (!p.has_filename()) p = p.parent_path();
+    if (fs::exists(p, ec) && !fs::is_directory(p, ec))
+      fail(Status::io_error, what, " '", dir, "': '", p.string(), "' is not a directory");
+  }
+}
+
 namespace {
 
 // A checkpoint's files belong to the checkpoint writer: Error when `path`
@@ -279,8 +302,14 @@ void release_temp_path(const std::string &tmp) {
 extern "C" void remove_temp_files_and_die(int sig) {
   for (TempSlot &slot : temp_slots)
     if (slot.state.load() == kSlotHeld && !slot.directory) ::unlink(slot.path);
-  for (TempSlot &slot : temp_slots)
-    if (slot.state.load() == kSlotHeld && slot.directory) ::rmdir(slot.path);
+  // Directories in any slot order: passes until one removes nothing, so an
+  // inner one (iter_N.tmp) goes before the root it emptied.
+  for (bool removed = true; removed;) {
+    removed = false;
+    for (TempSlot &slot : temp_slots)
+      if (slot.state.load() == kSlotHeld && slot.directory && ::rmdir(slot.path) == 0)
+        removed = true;
+  }
   signal(sig, SIG_DFL);
   raise(sig);
 }

@@ -28,6 +28,12 @@ std::string output_target(const std::string &path, const char *what);
 // never nest.
 void refuse_inside_checkpoint(const std::string &path, const char *what, bool is_dir);
 
+// A directory an output tree goes into (a --save root), checked before
+// anything is made: not empty, not inside or named as a checkpoint directory,
+// no link to nothing and nothing but directories on the way; Error naming
+// `what`, the path and the part that is wrong. What is not there yet is fine.
+void check_output_directory(const std::string &dir, const char *what);
+
 // An entry of this process's registry of files (an input read, an output
 // claimed), held for as long as the handle lives; movable, not copyable.
 class FileRegistration {

@@ -53,17 +53,8 @@ struct MadeDirectories {
 // Before the first step, so an unwritable --save costs no training: the
 // directory is made if need be and a probe file is created and removed in it.
 void check_save_directory(const std::string &dir, MadeDirectories &made) {
-  refuse_inside_checkpoint(dir, "--save", true);  // a save writes only its own directory
+  check_output_directory(dir, "--save");
   std::error_code ec;
-  // A link to nothing on the way (dir itself, "dir/", a parent) would be
-  // "File exists" to create_directories.
-  for (fs::path p = fs::absolute(dir, ec).lexically_normal(); p.has_relative_path();
-       p = p.parent_path()) {
-    if (!p.has_filename()) p = p.parent_path();  // "dir/": the link itself
-    if (fs::is_symlink(fs::symlink_status(p, ec)) && !fs::exists(p, ec))
-      fail(Status::io_error, "--save '", dir, "': '", p.string(), "' is a symbolic link to ",
-           "nothing: give a directory, or a link to one (checked before the first step)");
-  }
   // Links and ".." resolved first: only a path where nothing is, not even a
   // link, is listed (the cleanup removes what is listed).
   for (fs::path p = fs::weakly_canonical(fs::absolute(dir, ec), ec);
