@@ -42,6 +42,25 @@ check(missing == nil and why:match('No such file'), 'read_file of a missing file
 expect_error("'" .. tmpdir .. "' is a directory", 'read_file of a directory', ptdp.read_file, tmpdir, 'note')
 expect_error('exists and is a directory', 'write_file onto a directory', ptdp.write_file, tmpdir, 'x', 'note')
 expect_error("the script '", 'write_file onto the running script', ptdp.write_file, arg[0], 'x', 'note')
+-- the Lua files the script loaded are inputs of its run too
+local testutil_file = package.searchpath('testutil', package.path)
+expect_error("is the Lua file '", 'write_file onto a loaded module', ptdp.write_file,
+             testutil_file, 'x', 'note')
+-- outputs checked before anything is made; nothing is written
+ptdp.check_output(tmpdir .. '/module_api_new.txt', 'note')
+check(io.open(tmpdir .. '/module_api_new.txt', 'r') == nil, 'check_output writes nothing')
+expect_error('exists and is a directory', 'check_output of a directory', ptdp.check_output, tmpdir, 'note')
+expect_error('is named as a checkpoint directory', 'check_output of a checkpoint-named root',
+             ptdp.check_output, tmpdir .. '/ck2/iter_0000003', '--save', true)
+ptdp.check_output(tmpdir .. '/not/yet/there', '--save', true)
+-- a file whose size says 0 (/proc's) is read whole
+check(#ptdp.read_file('/proc/self/status', 'status') > 0, 'read_file of /proc/self/status has bytes')
+-- wrong argument types are named
+expect_error('ptdp.write_file: bytes must be a string, got nil', 'write_file without bytes',
+             ptdp.write_file, note, nil, 'note')
+expect_error('ptdp.read_file: path must be a string, got number', 'read_file of a number',
+             ptdp.read_file, 12, 'note')
+expect_error('ptdp.dataset: path must be a string, got nil', 'dataset without a path', ptdp.dataset, {})
 -- a dataset refused where it was to be made leaves no directory made for it
 expect_error('is inside the checkpoint directory', 'a dataset inside a checkpoint', ptdp.dataset,
              { path = tmpdir .. '/made/iter_0000002/x.ptdp', given = true, create = true,
