@@ -182,6 +182,13 @@ ptdp_status ptdp_option_type(int32_t index, const char **type, double *min, doub
   });
 }
 
+ptdp_status ptdp_config_check(const ptdp_config *c) {
+  return guard([&] {
+    live(c);
+    ptdp::TrainerOptions::from_config(c->config);
+  });
+}
+
 ptdp_status ptdp_trainer_create(const ptdp_config *c, ptdp_trainer **out) {
   return guard([&] {
     require(out, "out");

@@ -101,6 +101,12 @@ PTDP_API ptdp_status ptdp_option_info(int32_t index, const char **key, const cha
 PTDP_API ptdp_status ptdp_option_type(int32_t index, const char **type, double *min, double *max,
                                       const char **choices);
 
+/* Checks the options together as ptdp_trainer_create does, where no file or
+ * device is needed (shapes, layout, batch sizes, schedule, split, the device's
+ * name), and makes nothing: a script calls it before it makes a dataset or a
+ * directory, so that a refused run leaves nothing. The errors are the ones
+ * ptdp_trainer_create would give. */
+PTDP_API ptdp_status ptdp_config_check(const ptdp_config *config);
 /* A trainer reads the dataset, builds and initialises the model. The config
  * is copied: it may be destroyed or changed afterwards. */
 PTDP_API ptdp_status ptdp_trainer_create(const ptdp_config *config, ptdp_trainer **out);

@@ -318,8 +318,7 @@ std::string import_llama(const std::string &weights, const std::string &config_t
            "' differs from model.embed_tokens.weight, but ", where,
            " says tie_word_embeddings: the model would not be the one in the file");
   }
-  std::map<std::string, std::string> training = {
-      {"imported_from", fs::weakly_canonical(fs::absolute(weights)).string()}};
+  std::map<std::string, std::string> training = imported_source(weights);
   // The model's own tokenizer beside it: generating with another (the byte
   // tokenizer, say) would read its ids as other text, and is refused by name.
   std::error_code ec;

@@ -1,5 +1,7 @@
 #include "checkpoints/safetensors_file.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -121,6 +123,18 @@ std::string read_text(const std::string &path) {
 
 // Refuses a directory whose newest checkpoint is another run's, or past
 // iteration 0 (the import would become the newest and hide it).
+std::map<std::string, std::string> imported_source(const std::string &weights) {
+  std::error_code ec;
+  std::map<std::string, std::string> out = {
+      {"imported_from", fs::weakly_canonical(fs::absolute(weights)).string()}};
+  struct stat st;
+  if (::stat(weights.c_str(), &st) == 0)
+    out["imported_file"] = std::to_string((long long)st.st_size) + " bytes, modified " +
+                           std::to_string((long long)st.st_mtim.tv_sec) + "." +
+                           std::to_string((long long)st.st_mtim.tv_nsec);
+  return out;
+}
+
 void check_import_target(const std::string &dir, const GptConfig &cfg,
                          const std::map<std::string, std::string> &training) {
   // Every checkpoint there (newest first), as check_save_target does.

@@ -58,8 +58,12 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
       if (was != now) add(f.name, float_text(was, now), float_text(now, was));
     }
   }
+  // The data by what it is when both record that (data_fingerprint), not by
+  // how data_path was spelled; by the spelling for an older checkpoint.
+  const bool by_content = saved.training.count("data_fingerprint") && training.count("data_fingerprint");
   for (const auto &[key, was] : saved.training) {
     auto now = training.find(key);
+    if (key == "data_path" && by_content) continue;
     if (now != training.end() && !may_differ(key)) add(key, was, now->second);
   }
   return out;

@@ -104,6 +104,15 @@ local function need_string(value, fn, arg)
   end
 end
 
+-- Raises unless value is nil or a whole number in [min, max].
+local function need_count(value, fn, arg, min, max)
+  if value ~= nil and (type(value) ~= 'number' or value ~= math.floor(value) or value < min or
+                       value > max) then
+    raise(string.format('ptdp.%s: %s must be a whole number in [%d, %d], got %s', fn, arg, min, max,
+                        tostring(value)))
+  end
+end
+
 -- Raises the library's error for a failed status.
 local function check(status)
   if status ~= 0 then
@@ -225,6 +234,12 @@ end
 
 -- Every engine option's value for the table t as the engine reads it, the
 -- defaults filled in: { key = text, ... } (a run's arguments, for its log).
+-- The options checked together as ptdp.trainer would check them, where no
+-- file or device is needed; makes nothing. Raises the trainer's error.
+function M.check_config(t)
+  check(C.ptdp_config_check(M.config(t)))
+end
+
 function M.config_values(t)
   local cfg = M.config(t)
   local out = {}
@@ -411,6 +426,7 @@ function Trainer:step_tokens(ids, count)
 end
 
 function Trainer:evaluate(iters)
+  need_count(iters, 'evaluate', 'iters', 1, 2 ^ 31 - 1)  -- nil: the run's eval_iters
   local v = ffi.new('double[1]')
   check(C.ptdp_trainer_evaluate(self.handle, iters or 0, v))
   return v[0]
@@ -458,7 +474,13 @@ function Trainer:logits(ids, opts)
 end
 
 function Trainer:generate(prompt, opts)
+  if prompt ~= nil then need_string(prompt, 'generate', 'prompt') end
+  if opts ~= nil and type(opts) ~= 'table' then
+    raise('ptdp.generate: options are a table, e.g. { max_new_tokens = 20 }, got ' .. type(opts))
+  end
   opts = opts or {}
+  need_count(opts.max_new_tokens, 'generate', 'max_new_tokens', 0, 2 ^ 31 - 1)
+  need_count(opts.top_k, 'generate', 'top_k', 0, 2 ^ 31 - 1)
   return read_text(function(buf, cap, len)
     return C.ptdp_trainer_generate_top(self.handle, prompt or '', opts.max_new_tokens or 200,
                                        opts.temperature or 0, opts.top_k or 0, opts.top_p or 1,
@@ -520,6 +542,8 @@ function M.checkpoint_verify(dir)
 end
 
 function M.export_safetensors(dir, out, opts)
+  need_string(dir, 'export_safetensors', 'dir')
+  need_string(out, 'export_safetensors', 'out')
   if opts ~= nil and type(opts) ~= 'table' then
     raise("export_safetensors: options are a table, e.g. { dtype = 'bf16' }")
   end
@@ -532,6 +556,8 @@ end
 -- (default: the file's gpt2_config metadata, else config.json beside it).
 -- Returns dir.
 function M.import_safetensors(file, dir, opts)
+  need_string(file, 'import_safetensors', 'file')
+  need_string(dir, 'import_safetensors', 'dir')
   if opts ~= nil and type(opts) ~= 'table' then
     raise("import_safetensors: options are a table, e.g. { config = 'config.json' }")
   end
@@ -587,6 +613,8 @@ end
 -- Appends one line (a JSON object) to a JSON-lines file; fresh = true
 -- replaces the file with it. Refuses a directory, device or FIFO.
 function M.append_line(path, line, fresh)
+  need_string(path, 'append_line', 'path')
+  need_string(line, 'append_line', 'line')
   check(C.ptdp_append_line(path, line, fresh and 1 or 0))
 end
 

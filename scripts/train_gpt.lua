@@ -6,6 +6,7 @@ local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 local ffi = require 'ffi'
 pcall(ffi.cdef, 'int access(const char *path, int mode);')
+pcall(ffi.cdef, 'int rmdir(const char *path);')
 
 local spec = require 'ptdp.train_gpt_flags'
 local config, opts, given = flags.parse(arg, spec.script, spec.defaults)
@@ -24,7 +25,7 @@ end
 -- tokenized with the run's tokenizer; the default dataset is bytes, so another
 -- tokenizer needs its own --data-path.
 local tokenizer = config.tokenizer_type or 'byte'
-ptdp.config(config)  -- every value checked now (an unknown tokenizer named), before any file is made
+ptdp.check_config(config)  -- every value checked now, together, before any file is made
 -- and every output: a refused run makes nothing (no dataset, no --save directory).
 -- A file whose directory is not there yet (the --save directory the run
 -- makes, say) has that directory checked; the file is checked again when written.
@@ -50,6 +51,7 @@ config.data_path = ptdp.dataset { path = config.data_path, given = given.data_pa
                                   vocab_file = config.vocab_file, merge_file = config.merge_file,
                                   tokenizer_file = config.tokenizer_file }
 
+local save_made = (config.save or '') ~= '' and ffi.C.access(config.save, 0) ~= 0
 local trainer = ptdp.trainer(config)
 local layout = trainer:layout()
 -- Under mpirun every process runs this script: the first rank reports.
@@ -103,7 +105,13 @@ if log_json then
                        'data_parallel_size', 'train_samples', 'valid_samples', 'unigram_entropy' } do
     fields[#fields + 1] = string.format('"%s": %s', k, json_number(trainer:get(k)))
   end
-  ptdp.append_line(opts.log_json, '{' .. table.concat(fields, ', ') .. '}', trainer:get('iteration') == 0)
+  local ok, err = pcall(ptdp.append_line, opts.log_json, '{' .. table.concat(fields, ', ') .. '}',
+                        trainer:get('iteration') == 0)
+  if not ok then  -- refused before the first step: the --save directory this run made goes
+    if save_made then ffi.C.rmdir(config.save) end  -- (only while empty)
+    io.stderr:write('ptdp: ', (tostring(err):gsub('^ptdp: ', '')), '\n')
+    os.exit(1)
+  end
 end
 
 local function validate(it)

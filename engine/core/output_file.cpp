@@ -130,13 +130,19 @@ void check_output_directory(const std::string &dir, const char *what) {
 namespace {
 
 // A checkpoint's files belong to the checkpoint writer: Error when `path`
-// lies inside a checkpoint directory (any spelling or link), or is the tracker
-// "latest" of a directory holding checkpoints. Another writer there would
+// lies inside a checkpoint directory (any spelling or link), takes a
+// checkpoint directory's name, or is the tracker "latest" of a directory
+// holding checkpoints. Another writer there would
 // corrupt a checkpoint (its manifest, its data) or repoint the run's resume.
 void refuse_if_checkpoint_part(const std::string &path, const char *what) {
   namespace fs = std::filesystem;
   refuse_inside_checkpoint(path, what, false);
   const fs::path p = normalized(path);
+  // A file of a checkpoint directory's name would stop the save of that
+  // iteration ("exists and is not a complete checkpoint").
+  if (checkpoint_dir_name(p.filename().string()))
+    fail(Status::invalid_argument, what, " '", path, "' is named as a checkpoint directory ",
+         "(iter_NNNNNNN), a name only a save gives: give another name");
   if (p.filename() != kCheckpointTracker) return;
   std::error_code ec;
   for (const fs::directory_entry &e : fs::directory_iterator(p.parent_path(), ec))

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -83,6 +84,30 @@ TrainingData open_training_data(const std::string &data_path, const std::string 
     d.splits.push_back(parse_split(split, d.sources.back()->num_docs()));
   }
   return d;
+}
+
+std::string data_fingerprint(const TrainingData &data) {
+  constexpr uint64_t kEnds = uint64_t(1) << 16;  // tokens hashed at each end
+  std::string out;
+  for (size_t i = 0; i < data.sources.size(); i++) {
+    const TokenSource &s = *data.sources[i];
+    const uint64_t n = s.num_tokens();
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the token ids' bytes
+    std::vector<int32_t> buf;
+    auto hash = [&](uint64_t first, uint64_t count) {
+      buf.resize((size_t)count);
+      s.read(first, (size_t)count, buf.data());
+      for (int32_t t : buf)
+        for (int b = 0; b < 4; b++) h = (h ^ (((uint32_t)t >> (8 * b)) & 0xff)) * 1099511628211ull;
+    };
+    hash(0, std::min(n, kEnds));
+    if (n > kEnds) hash(n - std::min(n - kEnds, kEnds), std::min(n - kEnds, kEnds));
+    char part[128];
+    std::snprintf(part, sizeof part, "%s%.17g:%llu/%llu/%016llx", i ? " " : "", data.weights[i],
+                  (unsigned long long)s.num_docs(), (unsigned long long)n, (unsigned long long)h);
+    out += part;
+  }
+  return out;
 }
 
 void check_training_data(const TrainingData &data, int seq_length) {

@@ -39,6 +39,14 @@ struct TrainingData {
 
 TrainingData open_training_data(const std::string &data_path, const std::string &split);
 
+// What the data is, whatever its path's spelling: per dataset (in blend
+// order) its weight, documents, tokens and a hash of its first and last 64Ki
+// tokens, as "w:docs/tokens/hash" joined by spaces. Two runs on one file
+// agree; two files of other contents almost never do. Recorded in a
+// checkpoint's manifest, so that a --save directory is told another run's by
+// what it trained on, not by how data_path was written.
+std::string data_fingerprint(const TrainingData &data);
+
 // Every dataset with a positive weight must give at least one sample of
 // seq_length + 1 tokens in the train and in the valid split.
 void check_training_data(const TrainingData &data, int seq_length);

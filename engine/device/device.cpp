@@ -15,20 +15,24 @@ std::unique_ptr<Device> make_cuda_device(int) {
 }
 #endif
 
-std::unique_ptr<Device> make_device(const std::string &spec, int rank) {
-  if (spec == "cpu") return make_cpu_device();
-  if (spec == "auto") return make_device(cuda_device_count() > 0 ? "cuda" : "cpu", rank);
-  if (spec == "cuda") {
-    const int count = cuda_device_count();
-    if (count == 0) make_cuda_device(0);  // throws with the reason
-    return make_cuda_device(rank % count);
-  }
+int cuda_ordinal(const std::string &spec) {
+  if (spec == "cpu" || spec == "auto" || spec == "cuda") return -1;
   if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5) {
     char *end = nullptr;
     const long ordinal = std::strtol(spec.c_str() + 5, &end, 10);
-    if (*end == '\0' && ordinal >= 0 && ordinal < (1 << 20)) return make_cuda_device((int)ordinal);
+    if (*end == '\0' && ordinal >= 0 && ordinal < (1 << 20)) return (int)ordinal;
   }
   fail(Status::bad_value, "device '", spec, "' (allowed: auto, cpu, cuda, cuda:N)");
+}
+
+std::unique_ptr<Device> make_device(const std::string &spec, int rank) {
+  const int ordinal = cuda_ordinal(spec);  // the name checked first
+  if (ordinal >= 0) return make_cuda_device(ordinal);
+  if (spec == "cpu") return make_cpu_device();
+  if (spec == "auto") return make_device(cuda_device_count() > 0 ? "cuda" : "cpu", rank);
+  const int count = cuda_device_count();  // "cuda"
+  if (count == 0) make_cuda_device(0);      // throws with the reason
+  return make_cuda_device(rank % count);
 }
 
 void device_array_size_mismatch(size_t have, size_t given) {

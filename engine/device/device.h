@@ -118,6 +118,9 @@ std::unique_ptr<Device> make_cuda_device(int ordinal);
 // each with its own stream), "cuda:N", or "auto" (cuda when a GPU is visible,
 // else cpu). Anything else is an error naming the choices.
 std::unique_ptr<Device> make_device(const std::string &spec, int rank);
+// A --device value's check, needing no device: N of "cuda:N", else -1 for
+// auto, cpu and cuda; Error(bad_value) naming the allowed values otherwise.
+int cuda_ordinal(const std::string &spec);
 // Number of visible CUDA devices; 0 without CUDA or without a GPU.
 int cuda_device_count();
 

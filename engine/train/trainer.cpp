@@ -89,6 +89,15 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   threads_per_rank_ = std::max(1, cores / n);
   openblas_set_num_threads(threads_per_rank_);
   tok_ = make_tokenizer(opt_.tokenizer_spec());
+  // Without data_path the caller feeds every batch (step_tokens). The data
+  // first: --save's check compares what a run trains on.
+  if (!opt_.data_path.empty()) {
+    data_ = open_training_data(opt_.data_path, opt_.split);
+    for (const auto &src : data_.sources)
+      check_source_vocab(*src, opt_.model.vocab_size, opt_.tokenizer, tok_->vocab_size());
+    check_training_data(data_, opt_.model.seq_length);
+    data_fingerprint_ = data_fingerprint(data_);
+  }
   MadeDirectories made;
   if (!opt_.save_path.empty()) {
     check_save_directory(opt_.save_path, made);
@@ -109,18 +118,11 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     }
     // A fine-tuning run is a new run even when it loads from its --save directory.
     check_save_target(opt_.save_path, opt_.finetune ? "" : opt_.load_path, opt_.model,
-                      resumption_options(opt_));
+                      resumption_options(opt_, data_fingerprint_));
     // The tracker a save will write is this run's, before the first save too:
     // no other output of the run (a --log-json there, say) may take it.
     output_claims_.emplace_back((fs::path(opt_.save_path) / kCheckpointTracker).string(),
                                 "--save tracker");
-  }
-  // Without data_path the caller feeds every batch (step_tokens).
-  if (!opt_.data_path.empty()) {
-    data_ = open_training_data(opt_.data_path, opt_.split);
-    for (const auto &src : data_.sources)
-      check_source_vocab(*src, opt_.model.vocab_size, opt_.tokenizer, tok_->vocab_size());
-    check_training_data(data_, opt_.model.seq_length);
   }
   // Under mpirun each process hosts one rank; otherwise this process hosts all.
   std::vector<int> local;
@@ -255,6 +257,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       output_target(process_path(opt_.op_profile_path), "--profile-ops");
   }
   made.keep = true;  // started: the --save directory is this run's
+  for (const fs::path &d : made.made) {
+    made_save_dirs_.push_back(d.string());
+    hold_temp_directory(d.string(), {});
+  }
 }
 
 // NCCL (2.23 and later) finalizes a communicator together with the other
@@ -265,6 +271,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
 // thread uses them.
 Trainer::~Trainer() {
   wait_for_saves();  // the background save reads the ranks' staging
+  for (const std::string &d : made_save_dirs_) release_temp_directory(d, {});
   auto release = [](Rank *r) {
     if (r->device && r->device->kind() != DeviceKind::cpu) {
       try {

@@ -212,6 +212,7 @@ class Trainer {
   TrainerOptions opt_;
   std::unique_ptr<Tokenizer> tok_;
   TrainingData data_;  // the dataset(s) of data_path and their splits
+  std::string data_fingerprint_;  // data_fingerprint(data_): recorded in each save
   std::unique_ptr<RankGrid> grid_;
   // threads; under mpirun the process's mpi world (one rank per process) or
   // mpi messages between thread ranks (several per process)
@@ -230,6 +231,9 @@ class Trainer {
   // no output of it (a log, a trace, a profile) may overwrite.
   std::vector<InputFile> loaded_files_;
   std::vector<OutputClaim> output_claims_;  // --timeline, --profile-ops: no other output of the run
+  // The --save directories this trainer made: an interrupted run removes them
+  // while they are still empty (the signal cleanup's rmdir), until destruction.
+  std::vector<std::string> made_save_dirs_;
   // The checkpoint this run resumed from ("" for a new run, and when fine-tuning):
   // saving into its directory continues that run.
   std::string resumed_from_;

@@ -18,9 +18,10 @@
 namespace ptdp {
 
 // The options a resumed run must share with the saved one, as text.
-std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
+std::map<std::string, std::string> resumption_options(const TrainerOptions &o,
+                                                      const std::string &data_fingerprint) {
   const auto num = number_text;
-  return {{"seed", std::to_string(o.seed)},
+  std::map<std::string, std::string> out = {{"seed", std::to_string(o.seed)},
           {"split", o.split},
           {"data_path", o.data_path},
           {"global_batch_size", std::to_string(o.global_batch_size)},
@@ -38,6 +39,8 @@ std::map<std::string, std::string> resumption_options(const TrainerOptions &o) {
           {"clip_grad", num(o.clip_grad)},
           {"tokenizer_type", o.tokenizer},
           {"params_dtype", dtype_name(o.precision.dtype)}};
+  if (!data_fingerprint.empty()) out["data_fingerprint"] = data_fingerprint;
+  return out;
 }
 
 // The staging: page-locked so that the copies run at the DMA's full rate
@@ -144,7 +147,7 @@ SaveRequest Trainer::save_request(const std::string &root) {
     req.state.loss_scale_growth_tracker = ls.growth_tracker;
     req.state.loss_scale_hysteresis_tracker = ls.hysteresis_tracker;
   }
-  req.training = resumption_options(opt_);
+  req.training = resumption_options(opt_, data_fingerprint_);
   req.training.insert(provenance_.begin(), provenance_.end());
   // Every save, not only --save's: a directory holding another run's
   // checkpoints is not written into (this run's own, or the one it resumed, is).
@@ -220,7 +223,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   // The options that decide the data order and dropout (seed, split) and the
   // LR schedule must be the saved ones, or the run would not continue the same
   // way. Checked before anything is read, so a refused load changes nothing.
-  const std::map<std::string, std::string> now = resumption_options(opt_);
+  const std::map<std::string, std::string> now = resumption_options(opt_, data_fingerprint_);
   std::vector<std::string> keys = {"seed", "split"};
   if (!opt_.override_opt_param_scheduler)
     for (const char *k : {"lr", "min_lr", "lr_warmup_iters", "lr_decay_iters", "lr_decay_style"})

@@ -5,6 +5,8 @@
 
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/status.h"
+#include "engine/data/sampler.h"
+#include "engine/device/device.h"
 
 namespace ptdp {
 
@@ -67,6 +69,7 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.eval_iters = (int)c.get_int("eval_iters");
   o.num_threads = (int)c.get_int("num_threads");
   o.device = c.get("device");
+  cuda_ordinal(o.device);  // the name checked now, before any file is read
   o.distributed_backend = c.get("distributed_backend");
   o.use_flash_attn = c.get_int("use_flash_attn") != 0;
   o.ddp_bucket_size = c.get_int("ddp_bucket_size");
@@ -131,6 +134,7 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
     fail(Status::invalid_config, "t*p*d = ", o.parallel.t, "*", o.parallel.p, "*", o.parallel.d,
          " = ", world, " ranks; at most ", kMaxRanks, " are supported");
   m.validate(o.parallel.t);
+  parse_split(o.split, 1);  // its form, before any dataset is opened
   // Pipeline: p stages of v model chunks each (ARCHITECTURE §4).
   const int p = o.parallel.p;
   const int64_t per_chunk = c.get_int("num_layers_per_virtual_pipeline_stage");

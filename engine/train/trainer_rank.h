@@ -70,7 +70,9 @@ struct Trainer::Rank {
 };
 
 // The options a resumed run must share with the saved one, as text
-// (trainer_checkpoint.cpp; also what --save compares against its directory).
-std::map<std::string, std::string> resumption_options(const TrainerOptions &o);
+// (trainer_checkpoint.cpp; also what --save compares against its directory),
+// with the data's fingerprint (data_fingerprint; none without data_path).
+std::map<std::string, std::string> resumption_options(const TrainerOptions &o,
+                                                      const std::string &data_fingerprint);
 
 }  // namespace ptdp

@@ -8,7 +8,7 @@ return {
                       help = 'iterations between validation runs (0 = only at the end)' },
     corpus = { default = '/usr/share/games/fortunes', help = 'text tokenized into the dataset when it does not exist yet' },
     corpus_format = { default = 'fortune', help = 'fortune | lines | file' },
-    prompt = { default = 'The ', help = 'prompt of the final sample' },
+    prompt = { default = 'The ', empty_ok = true, help = 'prompt of the final sample' },
     sample_tokens = { default = 300, integer = true, min = 0, max = 2147483647,
                       help = 'tokens of the final sample (0 = none)' },
     temperature = { default = 0.8, min = 0, help = 'sampling temperature (0 = greedy)' },

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -293,6 +294,18 @@ TEST_F(CheckpointImport, RefusesWhatItCannotImport) {
 TEST_F(CheckpointImport, TargetDirectory) {
   import_safetensors(fixture("model.safetensors"), "", imported.path);  // the same again
   EXPECT_TRUE(fs::exists(imported.path + "/iter_0000000/manifest.json"));
+  // Other weights under the same path (a later export there, say) are another
+  // run's: told by the file's size and time, not by its path alone.
+  {
+    TempDir src;
+    const std::string file = src.path + "/model.safetensors";
+    fs::copy_file(fixture("model.safetensors"), file);
+    TempDir into;
+    import_safetensors(file, fixture("config.json"), into.path);
+    fs::last_write_time(file, fs::last_write_time(file) + std::chrono::seconds(5));
+    expect_error([&] { import_safetensors(file, fixture("config.json"), into.path); },
+                 Status::invalid_config, "imported_file: checkpoint ");
+  }
   Config c = config(imported.path);
   c.set("save", work.path);
   auto tr = trainer(c);

@@ -20,6 +20,7 @@
 #include "checkpoints/safetensors_export.h"
 #include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
+#include "engine/data/corpus.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
 #include "tests/support/config_options.h"
@@ -559,6 +560,34 @@ TEST(CheckpointSave, ADanglingLinkIsRefusedAndKept) {
                  "'" + link + "' is a symbolic link to nothing");
     EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link))) << save;
   }
+}
+
+// The data is told by what it is, not by how data_path is spelled: a dataset
+// rebuilt from another corpus under the same path is another run's data (its
+// checkpoints stay), the same file through a link is the same run's.
+TEST(CheckpointSave, AnotherRunIsToldByItsDataNotItsPathsSpelling) {
+  TempDir dir;
+  const std::string data = dir.path + "/d.ptdp", save = dir.path + "/s";
+  ByteTokenizer tok;
+  build_token_dataset({std::string(PTDP_TEST_DATA_DIR) + "/tiny_corpus.txt"}, "fortune", tok, data);
+  TrainerOptions o = options({1, 1, 1, 1});
+  o.data_path = data;
+  o.save_path = save;
+  {
+    Trainer a(o);
+    a.step();
+    a.save(save);
+  }
+  const std::string link = dir.path + "/same.ptdp";
+  ASSERT_EQ(::symlink(data.c_str(), link.c_str()), 0);
+  TrainerOptions same = o;
+  same.data_path = link;
+  EXPECT_NO_THROW(Trainer b(same));
+  fs::remove(data);
+  build_token_dataset({std::string(PTDP_TEST_DATA_DIR) + "/capi_corpus.txt"}, "lines", tok, data);
+  expect_error([&] { Trainer c(o); }, Status::invalid_config,
+               "holds checkpoints of another run (newest: '" + save + "/iter_0000001', iteration 1; "
+               "data_fingerprint: checkpoint 1:");
 }
 
 // Every checkpoint there is looked at, not only the newest: rotation would

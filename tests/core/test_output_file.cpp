@@ -112,6 +112,9 @@ TEST(OutputFile, NoWriterPutsAFileAmongACheckpointsFiles) {
                  ptdp::Status::invalid_argument, "is inside the checkpoint directory");
   expect_error([&] { ptdp::append_json_line(root + "/latest", "{}", false); },
                ptdp::Status::invalid_argument, "is the checkpoint tracker of");
+  for (const std::string &named : {root + "/iter_0000030", dir.path + "/iter_0000001.tmp"})
+    expect_error([&] { ptdp::write_file_atomic(named, "x", "--profile-ops"); },
+                 ptdp::Status::invalid_argument, "is named as a checkpoint directory");
   ptdp::write_file_atomic(root + "/log.jsonl", "x", "--log-json");  // beside them: allowed
   ptdp::write_file_atomic(dir.path + "/latest", "x", "--log-json");  // no checkpoint there
   expect_error([&] { ptdp::refuse_inside_checkpoint(ckpt, "--save", true); },

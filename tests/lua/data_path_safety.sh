@@ -13,9 +13,9 @@ launcher=$1 script=$2 corpus=$3 work=$4
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 fail=0
 check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
-# 3 heads do not divide the hidden size: the run stops at the trainer, after
-# the data path is dealt with (a bad value alone would stop it before).
-run() { "$launcher" "$script" --num-attention-heads 3 "$@" >out.txt 2>&1; echo $? >rc.txt; cat out.txt; }
+# Sequences longer than the corpus: the run stops at the trainer, after the
+# data path is dealt with (a bad option alone stops it before any file is made).
+run() { "$launcher" "$script" --seq-length 8000 "$@" >out.txt 2>&1; echo $? >rc.txt; cat out.txt; }
 
 run --data-path typo.ptdp
 check "mistyped path: non-zero exit" '[ "$(cat rc.txt)" != 0 ]'
@@ -64,4 +64,13 @@ check "--log-json naming the --corpus: the corpus stays" 'cmp -s mycorpus.txt "$
 run --data-path '$(touch INJECTED)x/f.ptdp' --corpus "$corpus" --corpus-format lines
 check "shell in a path: not run" '[ ! -e INJECTED ]'
 check "shell in a path: a directory of that literal name" '[ -d "\$(touch INJECTED)x" ]'
+
+# A run refused for its options, or for an empty value, makes no dataset (and
+# no directory for it): every option is checked before the corpus is tokenized.
+run --data-path made/new.ptdp --corpus "$corpus" --corpus-format lines --num-attention-heads 3
+check "refused options: says why" 'grep -q "num_attention_heads (3) must divide" out.txt'
+check "refused options: no dataset made" '[ ! -e made ]'
+run --data-path made/new.ptdp --corpus "$corpus" --corpus-format lines --save ''
+check "an empty --save: refused by name" 'grep -q "flag .--save. is given an empty value" out.txt'
+check "an empty --save: no dataset made" '[ ! -e made ]'
 exit $fail

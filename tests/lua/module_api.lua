@@ -197,6 +197,14 @@ expect_error('max_new_tokens', 'negative max_new_tokens', trainer.generate, trai
 expect_error('temperature', 'negative temperature', trainer.generate, trainer, 'x',
              { temperature = -1 })
 
+-- a count that is no whole number, or out of range, is named (not the default)
+expect_error('ptdp.evaluate: iters must be a whole number in [1,', 'evaluate(-1)', trainer.evaluate,
+             trainer, -1)
+expect_error('ptdp.generate: max_new_tokens must be a whole number', 'max_new_tokens 1.5',
+             trainer.generate, trainer, 'x', { max_new_tokens = 1.5 })
+expect_error('ptdp.generate: prompt must be a string, got number', 'generate(5)', trainer.generate,
+             trainer, 5)
+
 -- Stepping on after train_iters keeps counting; handles are freed by the GC.
 trainer:step()
 check(trainer:get('iteration') == 11, 'a step after train_iters still counts')

@@ -80,4 +80,13 @@ rc=$?
 check "SIGTERM while saving: exit 143" [ $rc -eq 143 ]
 check "SIGTERM while saving: no iter_N.tmp left" sh -c "! ls -d inter/*.tmp 2>/dev/null"
 check "SIGTERM while saving: the earlier checkpoint stays" [ -f inter/iter_0000001/manifest.json ]
+# SIGTERM before any save: the --save directories the run made go with it.
+(run_exec --train-iters 1000000 --save-interval 1000000 --save made/early >out_early.txt 2>&1) &
+pid=$!
+tries=0
+until [ -d made/early ] || [ $tries -ge 6000 ]; do tries=$((tries + 1)); sleep 0.005; done
+sleep 0.2
+kill -TERM $pid
+wait $pid
+check "SIGTERM before a save: the directories the run made are gone" [ ! -e made ]
 exit $fail
