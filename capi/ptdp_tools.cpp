@@ -127,6 +127,16 @@ ptdp_status ptdp_read_file(const char *path, const char *what, char *buf, size_t
   });
 }
 
+ptdp_status ptdp_hold_made_directory(const char *path, int32_t hold) {
+  return guard([&] {
+    require(path, "path");
+    if (hold)
+      ptdp::hold_temp_directory(path, {});
+    else
+      ptdp::release_temp_directory(path, {});
+  });
+}
+
 ptdp_status ptdp_remove_temp_files_on_signal(void) {
   return guard([] { ptdp::remove_temp_files_on_signal(); });
 }

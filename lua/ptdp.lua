@@ -653,7 +653,8 @@ end
 -- mkdir -p without a shell: a path is data, never code. Returns path and the
 -- directories it made (outermost first), for unmake_dirs when what was to go
 -- in them is refused. Raises naming the directory that could not be made,
--- having removed the ones it made.
+-- having removed the ones it made. Until keep_dirs, an interrupted run
+-- (SIGTERM) removes them while they are empty.
 ffi.cdef [[
 int mkdir(const char *path, unsigned int mode);
 int rmdir(const char *path);
@@ -662,7 +663,15 @@ char *strerror(int errnum);
 
 -- Removes the directories mkdirs made, innermost first, each only while empty.
 function M.unmake_dirs(made)
-  for i = #made, 1, -1 do ffi.C.rmdir(made[i]) end
+  for i = #made, 1, -1 do
+    C.ptdp_hold_made_directory(made[i], 0)
+    ffi.C.rmdir(made[i])
+  end
+end
+
+-- Keeps them: off the interrupted run's cleanup (what they hold is done).
+function M.keep_dirs(made)
+  for i = #made, 1, -1 do C.ptdp_hold_made_directory(made[i], 0) end
 end
 
 function M.mkdirs(path)
@@ -675,11 +684,14 @@ function M.mkdirs(path)
   end
   for part in path:gmatch('[^/]+') do
     prefix = prefix .. part
+    C.ptdp_hold_made_directory(prefix, 1)  -- before it exists: no moment left out
     if ffi.C.mkdir(prefix, tonumber('755', 8)) == 0 then
       made[#made + 1] = prefix
     else
-      if ffi.errno() ~= EEXIST then
-        refuse(string.format("cannot create directory '%s': %s", prefix, ffi.string(ffi.C.strerror(ffi.errno()))))
+      local err = ffi.errno()
+      C.ptdp_hold_made_directory(prefix, 0)  -- not this script's
+      if err ~= EEXIST then
+        refuse(string.format("cannot create directory '%s': %s", prefix, ffi.string(ffi.C.strerror(err))))
       end
       local dir = io.open(prefix .. '/.', 'r')  -- opens only when prefix is a directory
       if not dir then refuse(string.format("'%s' exists and is not a directory", prefix)) end
@@ -755,6 +767,7 @@ function M.dataset(t)
     M.unmake_dirs(made)
     error(docs, 0)
   end
+  M.keep_dirs(made)
   print(string.format('tokenized %s: %d documents, %d tokens -> %s', tostring(t.corpus), docs, toks, path))
   return path
 end

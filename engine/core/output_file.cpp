@@ -1,6 +1,7 @@
 #include "engine/core/output_file.h"
 
 #include <signal.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -304,18 +305,28 @@ void release_temp_path(const std::string &tmp) {
   }
 }
 
-// Async-signal-safe: unlink(2) and rmdir(2), then the default action of the signal.
-extern "C" void remove_temp_files_and_die(int sig) {
+// Async-signal-safe: unlink(2) and rmdir(2). Directories in any slot order:
+// passes until one removes nothing, so an inner one (iter_N.tmp) goes before
+// the root it emptied.
+void remove_held_paths() {
   for (TempSlot &slot : temp_slots)
     if (slot.state.load() == kSlotHeld && !slot.directory) ::unlink(slot.path);
-  // Directories in any slot order: passes until one removes nothing, so an
-  // inner one (iter_N.tmp) goes before the root it emptied.
   for (bool removed = true; removed;) {
     removed = false;
     for (TempSlot &slot : temp_slots)
       if (slot.state.load() == kSlotHeld && slot.directory && ::rmdir(slot.path) == 0)
         removed = true;
   }
+}
+
+// The cleanup, then the default action of the signal. Other threads (a
+// background save) run on meanwhile and may make a file just after the first
+// pass: a second pass, 20 ms later, takes what they made in between.
+extern "C" void remove_temp_files_and_die(int sig) {
+  remove_held_paths();
+  const struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, nullptr);
+  remove_held_paths();
   signal(sig, SIG_DFL);
   raise(sig);
 }

@@ -160,6 +160,13 @@ IndexedTokenizeOptions parse_indexed_tokenize_options(const std::vector<std::str
       o.format = value;
     } else if (key == "json_keys") {
       o.json_keys = split_commas(value);
+      // Each key is one PREFIX_KEY_document dataset: a repeated key would name
+      // one output twice.
+      for (size_t i = 0; i < o.json_keys.size(); i++)
+        for (size_t j = 0; j < i; j++)
+          if (o.json_keys[i] == o.json_keys[j])
+            fail(Status::bad_value, "json_keys '", value, "' names '", o.json_keys[i],
+                 "' twice; each key makes its own dataset, give each once");
     } else if (set_tokenizer_option(o.tokenizer, key, value)) {
     } else if (key == "append_eod") {
       if (value != "0" && value != "1")

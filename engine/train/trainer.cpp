@@ -40,13 +40,19 @@ namespace {
 // The directories a trainer made for --save, removed again (each only while
 // empty, deepest first) if the trainer fails to start: a refused run leaves
 // nothing behind that a corrected one would trip over.
+// Made directories are on the signal cleanup's list from their making (an
+// interrupted run removes them while empty); a trainer that starts takes them
+// over (made_save_dirs_) and releases them when it ends.
 struct MadeDirectories {
   std::vector<fs::path> made;  // deepest first
   bool keep = false;
   ~MadeDirectories() {
+    if (keep) return;
     std::error_code ec;
-    if (!keep)
-      for (const fs::path &d : made) fs::remove(d, ec);  // rmdir: a directory with files stays
+    for (const fs::path &d : made) {
+      release_temp_directory(d.string(), {});
+      fs::remove(d, ec);  // rmdir: a directory with files stays
+    }
   }
 };
 
@@ -60,6 +66,7 @@ void check_save_directory(const std::string &dir, MadeDirectories &made) {
   for (fs::path p = fs::weakly_canonical(fs::absolute(dir, ec), ec);
        !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) {
     made.made.push_back(p);
+    hold_temp_directory(p.string(), {});  // before it exists: no moment left out
     if (p == p.parent_path()) break;
   }
   fs::create_directories(dir, ec);
@@ -257,10 +264,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       output_target(process_path(opt_.op_profile_path), "--profile-ops");
   }
   made.keep = true;  // started: the --save directory is this run's
-  for (const fs::path &d : made.made) {
-    made_save_dirs_.push_back(d.string());
-    hold_temp_directory(d.string(), {});
-  }
+  for (const fs::path &d : made.made) made_save_dirs_.push_back(d.string());  // held since made
 }
 
 // NCCL (2.23 and later) finalizes a communicator together with the other

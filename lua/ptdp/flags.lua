@@ -30,8 +30,9 @@ local multi_value = { data_path = true }
 -- script_spec: { log_interval = { default = 10, help = '...' }, ... }; the type
 -- of the default (number, string, boolean) is the type of the flag. A number
 -- flag is always finite; `integer = true` makes it whole and `min`, `max`
--- bound it, all checked here, before the script does any work, with one line
--- of error (no traceback).
+-- bound it; a string flag's `choices` list its allowed values; `empty_ok`
+-- lets a flag take an empty value. All checked here, before the script does
+-- any work, with one line of error (no traceback).
 -- Returns config (table of engine options), opts (script options) and given
 -- (the keys set on the command line).
 function M.parse(argv, script_spec, config_defaults)
@@ -166,6 +167,14 @@ function M.parse(argv, script_spec, config_defaults)
         end
         opts[key] = value == 'true'
       else
+        if spec.choices then  -- one of a list: checked now, not when first used
+          local ok = false
+          for _, c in ipairs(spec.choices) do ok = ok or c == value end
+          if not ok then
+            error(string.format("flag '--%s' must be one of %s, got '%s'", name,
+                                table.concat(spec.choices, ', '), value), 0)
+          end
+        end
         opts[key] = value
       end
     else

@@ -196,6 +196,15 @@ ptdp_lua_test(lua_train_gpt_fractional_interval --rc nonzero
   --reject "iteration "
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --eval-interval 2.5
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
+# a flag with a list of values is checked against it at once, not when first used
+ptdp_lua_test(lua_train_gpt_bad_corpus_format --rc nonzero
+  --expect "flag '--corpus-format' must be one of fortune, lines, file, got 'xml'" --reject "iteration "
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --corpus-format xml
+     --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
+# a JSON key named twice would make one dataset twice
+ptdp_lua_test(lua_tokenize_cli_repeated_key --rc nonzero --expect "names 'text' twice"
+  -- ${PTDP_LAUNCHER} tokenize --output-prefix ${PTDP_TEST_TMP}/lua/repeated_key --format jsonl
+     --json-keys text,text ${PTDP_TEST_TMP}/lua/no_such_input.jsonl)
 # an integer flag is written in digits, as the engine's options and Megatron's take it
 ptdp_lua_test(lua_train_gpt_exponent_integer --rc nonzero
   --expect "flag '--sample-tokens' must be a whole number, got '1e3'" --reject "traceback"
