@@ -67,6 +67,17 @@ void fsync_path(const std::string &path, bool dir) {
 // Whether a file of a checkpoint directory is one a save makes: the manifest,
 // the data file, or the manifest's temporary (create_temp_file's
 // manifest.json.tmp.XXXXXX, left by a save killed while writing it).
+// Takes root and the directories above it off the signal cleanup's list (the
+// ones begin_checkpoint made for it; a path not held is left as it is).
+void release_made_roots(const std::string &root) {
+  std::error_code ec;
+  for (fs::path p = fs::absolute(root, ec).lexically_normal(); p.has_relative_path();
+       p = p.parent_path()) {
+    if (!p.has_filename()) p = p.parent_path();
+    release_temp_directory(p.string(), {});
+  }
+}
+
 // The files a save makes under their own names (held for the signal cleanup).
 const std::vector<std::string> &save_files() {
   static const std::vector<std::string> names = {kManifest, kCheckpointDataFile};
@@ -83,6 +94,20 @@ bool made_by_a_save(const std::string &name) {
 // complete-looking directory. A symbolic link in its place is unlinked (what
 // it names stays). Otherwise, or when `path` is no directory, nothing is
 // removed and the first file no save made is returned ("" when removed or absent).
+// The first file of directory `path` that no save made ("" when there is
+// none), listing the save's temporaries into *others when given.
+std::string foreign_file(const std::string &path, std::vector<std::string> *others = nullptr) {
+  std::error_code ec;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool ours = made_by_a_save(name) && it->symlink_status(ec).type() == fs::file_type::regular;
+    if (!ours) return it->path().string();
+    if (others && name != kManifest && name != kCheckpointDataFile) others->push_back(name);
+  }
+  if (ec) fail(Status::io_error, "cannot list '", path, "': ", ec.message());
+  return "";
+}
+
 std::string remove_save_dir(const std::string &path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return "";
@@ -91,15 +116,8 @@ std::string remove_save_dir(const std::string &path) {
     return "";
   }
   if (!S_ISDIR(st.st_mode)) return path + " (not a directory)";
-  std::error_code ec;
   std::vector<std::string> others;  // the temporaries, after the manifest and data
-  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const bool ours = made_by_a_save(name) && it->symlink_status(ec).type() == fs::file_type::regular;
-    if (!ours) return it->path().string();
-    if (name != kManifest && name != kCheckpointDataFile) others.push_back(name);
-  }
-  if (ec) fail(Status::io_error, "cannot list '", path, "': ", ec.message());
+  if (std::string foreign = foreign_file(path, &others); !foreign.empty()) return foreign;
   for (const char *name : {kManifest, kCheckpointDataFile})
     if (std::remove(join(path, name).c_str()) != 0 && errno != ENOENT)
       os_fail("remove", join(path, name), errno);
@@ -220,9 +238,14 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   if (exists(root) && !is_dir(root))
     fail(Status::io_error, "checkpoint directory '", root, "' exists but is not a directory");
   std::error_code ec;
-  // A root this save makes (an import's) goes too if the save is interrupted
-  // while the root is still empty (the commit releases it).
-  if (!exists(root)) hold_temp_directory(root, {});
+  // The directories this save makes for its root (an import's) go too if the
+  // save is interrupted while they are still empty (the commit releases them).
+  for (fs::path p = fs::absolute(root, ec).lexically_normal(); p.has_relative_path();
+       p = p.parent_path()) {
+    if (!p.has_filename()) p = p.parent_path();
+    if (exists(p.string())) break;
+    hold_temp_directory(p.string(), {});
+  }
   fs::create_directories(root, ec);
   if (ec) fail(Status::io_error, "cannot create checkpoint directory '", root, "': ", ec.message());
   if (::access(root.c_str(), W_OK) != 0) os_fail("write into checkpoint directory", root, errno);
@@ -299,11 +322,14 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
     else if (fs::is_directory(st)) fsync_path(it->path().string(), true);
   }
   if (ec) fail(Status::io_error, "cannot list '", tmp, "': ", ec.message());
+  // From the manifest to the tracker, a signal's cleanup waits: it would
+  // otherwise remove the files of a checkpoint being put in place.
+  const UninterruptedStep step("checkpoint '" + final_dir + "' not committed");
   replace_file(join(tmp, kManifest), manifest_json);
   fsync_path(tmp, true);
-  std::string old = put_in_place(tmp, final_dir);
+  const std::string old = put_in_place(tmp, final_dir);
   release_temp_directory(tmp, save_files());
-  release_temp_directory(root, {});  // (held only if this save made it)
+  release_made_roots(root);
   fsync_path(root, true);  // makes the rename durable
   if (!old.empty()) {
     // The previous checkpoint of this iteration, swapped out: gone, unless it
@@ -360,6 +386,18 @@ std::vector<std::string> prune_checkpoints(const std::string &root, int keep_las
   if (keep_last < 1)
     fail(Status::bad_value, "keep_last must be >= 1 (the newest checkpoint is always kept), got ",
          keep_last);
+  // A removal cut short earlier (iter_N.old, below or a commit's fallback
+  // swap): finished now, if it holds only what saves make.
+  std::error_code ec;
+  std::vector<std::string> old_copies;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    bool tmp;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".old") == 0 &&
+        checkpoint_iteration(name.substr(0, name.size() - 4), &tmp) >= 0 && !tmp)
+      old_copies.push_back(it->path().string());
+  }
+  for (const std::string &old : old_copies) remove_save_dir(old);
   std::vector<Entry> entries = scan(root);
   std::string stale, keep_tracked = tracked(root, &stale);
   int64_t newest = -1;
@@ -374,10 +412,20 @@ std::vector<std::string> prune_checkpoints(const std::string &root, int keep_las
     // Rotation deletes only directories the saves made: through a link it
     // would delete another directory's files (it still counts as kept).
     if (!drop || e.link) continue;
-    std::string path = join(root, e.name);
+    const std::string path = join(root, e.name);
     // Only what the saves made: a directory holding anything else (a user's
     // file put there) is kept, and said so.
-    const std::string foreign = remove_save_dir(path);
+    std::string foreign = foreign_file(path);
+    if (foreign.empty()) {
+      // A complete checkpoint is first renamed to a leftover's name
+      // (iter_N.old, which the next rotation removes): a removal cut short (a
+      // kill between its files) never leaves an iter_N without its manifest,
+      // which no later rotation would touch. Only when that name is free.
+      std::string gone = path;
+      if (!e.tmp && !exists(path + ".old") && std::rename(path.c_str(), (path + ".old").c_str()) == 0)
+        gone += ".old";
+      foreign = remove_save_dir(gone);
+    }
     if (!foreign.empty()) {
       std::fprintf(stderr, "ptdp: rotation kept '%s': it holds '%s', which no save made\n",
                    path.c_str(), foreign.c_str());

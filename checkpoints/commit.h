@@ -56,8 +56,11 @@ std::vector<std::string> complete_checkpoints(const std::string &root);
 
 // Keep-last-K retention (keep_last >= 1, else bad_value): removes complete
 // iter_* directories older than the newest keep_last, never the one `latest`
-// names, and *.tmp directories older than the newest complete checkpoint.
-// Directories without a manifest are left for a person to look at.
+// names, and *.tmp directories older than the newest complete checkpoint. A
+// complete one is renamed iter_N.old before its files go, and iter_N.old
+// leftovers (a removal cut short) are finished first, so a kill mid-removal
+// never leaves an iter_N without its manifest. Other directories without a
+// manifest are left for a person to look at.
 // Returns the removed paths.
 std::vector<std::string> prune_checkpoints(const std::string &root, int keep_last);
 

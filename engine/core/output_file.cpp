@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
@@ -319,10 +320,26 @@ void remove_held_paths() {
   }
 }
 
-// The cleanup, then the default action of the signal. Other threads (a
-// background save) run on meanwhile and may make a file just after the first
-// pass: a second pass, 20 ms later, takes what they made in between.
+// The steps the cleanup must not cut into (uninterrupted_section below): how
+// many are under way, the thread of the latest, and whether the cleanup began.
+std::atomic<int> sections_under_way{0};
+std::atomic<long> section_thread{0};
+std::atomic<bool> cleanup_began{false};
+
+long this_thread_id() { return (long)::syscall(SYS_gettid); }  // async-signal-safe
+
+// The cleanup, then the default action of the signal. First the steps under
+// way on other threads finish (a commit's renames, up to 10 s), so that the
+// cleanup never removes the files of a checkpoint being put in place. Other
+// threads (a background save) run on meanwhile and may make a file just after
+// the first pass: a second pass, 20 ms later, takes what they made in between.
 extern "C" void remove_temp_files_and_die(int sig) {
+  cleanup_began.store(true);
+  const struct timespec tick = {0, 1000 * 1000};
+  for (int ms = 0; ms < 10000 && sections_under_way.load() > 0 &&
+                   section_thread.load() != this_thread_id();
+       ms++)
+    nanosleep(&tick, nullptr);
   remove_held_paths();
   const struct timespec pause = {0, 20 * 1000 * 1000};
   nanosleep(&pause, nullptr);
@@ -343,6 +360,22 @@ void remove_temp_files_on_signal() {
     if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
     sigaction(sig, &sa, nullptr);
   }
+}
+
+bool enter_uninterrupted() {
+  sections_under_way.fetch_add(1);
+  if (cleanup_began.load()) {  // too late: the process is ending
+    sections_under_way.fetch_sub(1);
+    return false;
+  }
+  section_thread.store(this_thread_id());
+  return true;
+}
+
+void leave_uninterrupted() { sections_under_way.fetch_sub(1); }
+
+UninterruptedStep::UninterruptedStep(const std::string &what) {
+  if (!enter_uninterrupted()) fail(Status::io_error, what, ": the process is ending");
 }
 
 void hold_temp_directory(const std::string &dir, const std::vector<std::string> &names) {

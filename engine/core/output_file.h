@@ -110,6 +110,24 @@ void remove_temp_file(const std::string &tmp);
 void hold_temp_directory(const std::string &dir, const std::vector<std::string> &names);
 void release_temp_directory(const std::string &dir, const std::vector<std::string> &names);
 
+// A step the signal cleanup below must not cut into (a checkpoint's last
+// renames: its files must not vanish between them): the cleanup waits for it
+// (up to 10 s) before it removes anything. enter_uninterrupted() returns
+// false, having entered nothing, once the cleanup has begun (the process is
+// ending: do not start the step); else call leave_uninterrupted() after it.
+bool enter_uninterrupted();
+void leave_uninterrupted();
+
+// enter_uninterrupted() for a scope: Error(io_error) "<what>: the process is
+// ending" when the cleanup has begun.
+class UninterruptedStep {
+ public:
+  explicit UninterruptedStep(const std::string &what);
+  ~UninterruptedStep() { leave_uninterrupted(); }
+  UninterruptedStep(const UninterruptedStep &) = delete;
+  UninterruptedStep &operator=(const UninterruptedStep &) = delete;
+};
+
 // For programs (the ptdp launcher), not for a library inside someone else's
 // process: SIGINT, SIGTERM and SIGHUP remove this process's temporary files
 // that are not yet renamed (create_temp_file's), then end it as the signal

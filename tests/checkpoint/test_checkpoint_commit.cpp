@@ -279,6 +279,24 @@ TEST_F(Commit, NothingANoSaveMadeIsRemoved) {
                "latest' exists and is not a checkpoint tracker");
 }
 
+// A rotation cut short by a kill (its model.h5 removed, not yet its
+// directory) leaves iter_N.old, never an iter_N without its manifest that no
+// later rotation would touch; the next rotation finishes it. One holding a
+// file no save made stays.
+TEST_F(Commit, ARotationCutShortIsFinishedByTheNext) {
+  for (int it : {100, 200, 300}) save(it);
+  fs::create_directories(root + "/iter_0000050.old");
+  spit(root + "/iter_0000050.old/model.h5", "half removed");
+  fs::create_directories(root + "/iter_0000060.old");
+  spit(root + "/iter_0000060.old/notes.txt", "the user's");
+  prune_checkpoints(root, 1);
+  EXPECT_FALSE(fs::exists(root + "/iter_0000050.old"));
+  EXPECT_TRUE(fs::exists(root + "/iter_0000060.old/notes.txt"));
+  for (const char *gone : {"iter_0000100", "iter_0000100.old", "iter_0000200", "iter_0000200.old"})
+    EXPECT_FALSE(fs::exists(root + "/" + gone)) << gone;
+  EXPECT_TRUE(fs::exists(root + "/iter_0000300/manifest.json"));
+}
+
 TEST_F(Commit, PruneKeepsNewestKAndTheTrackedOne) {
   for (int it : {100, 200, 300, 400, 500}) save(it);
   fs::create_directories(root + "/iter_0000050.tmp");  // stale: older than 500
