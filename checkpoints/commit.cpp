@@ -391,10 +391,8 @@ std::vector<std::string> prune_checkpoints(const std::string &root, int keep_las
   std::error_code ec;
   std::vector<std::string> old_copies;
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    bool tmp;
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".old") == 0 &&
-        checkpoint_iteration(name.substr(0, name.size() - 4), &tmp) >= 0 && !tmp)
+    bool old = false;
+    if (checkpoint_dir_name(it->path().filename().string(), &old) && old)
       old_copies.push_back(it->path().string());
   }
   for (const std::string &old : old_copies) remove_save_dir(old);

@@ -36,4 +36,15 @@ inline int64_t checkpoint_iteration(std::string name, bool *tmp) {
   return checkpoint_name(it) == name ? it : -1;
 }
 
+// Whether `name` is a checkpoint directory's (iter_N, its save's .tmp, or the
+// .old a commit swaps out or a rotation is removing); *old tells the last.
+inline bool checkpoint_dir_name(std::string name, bool *old = nullptr) {
+  const bool is_old = name.size() > 4 && name.compare(name.size() - 4, 4, ".old") == 0;
+  if (is_old) name.resize(name.size() - 4);
+  bool tmp;
+  if (checkpoint_iteration(name, &tmp) < 0 || (is_old && tmp)) return false;
+  if (old) *old = is_old;
+  return true;
+}
+
 }  // namespace ptdp

@@ -83,14 +83,6 @@ void refuse_if_input(const struct stat &st, const std::string &path, const char 
            "' this run reads: refusing to overwrite an input (choose another output path)");
 }
 
-// Whether a directory's name is a checkpoint's: iter_N, or its save's .tmp,
-// or the .old a commit swaps out (checkpoints/commit.cpp).
-bool checkpoint_dir_name(std::string name) {
-  if (name.size() > 4 && name.compare(name.size() - 4, 4, ".old") == 0) name.resize(name.size() - 4);
-  bool tmp;
-  return checkpoint_iteration(name, &tmp) >= 0;
-}
-
 }  // namespace
 
 void refuse_inside_checkpoint(const std::string &path, const char *what, bool is_dir) {
@@ -111,20 +103,17 @@ void check_output_directory(const std::string &dir, const char *what) {
   if (dir.empty()) fail(Status::invalid_argument, what, " is an empty path (give a directory)");
   refuse_inside_checkpoint(dir, what, true);  // a save writes only its own directory
   std::error_code ec;
-  // A link to nothing on the way (dir itself, "dir/", a parent) would be
-  // "File exists" to a mkdir.
+  // On the way (dir itself, "dir/", a parent): a link to nothing would be
+  // "File exists" to a mkdir, and what is there must be a directory (or a
+  // link to one).
   for (fs::path p = fs::absolute(dir, ec).lexically_normal(); p.has_relative_path();
        p = p.parent_path()) {
     if (!p.has_filename()) p = p.parent_path();  // "dir/": the link itself
-    if (fs::is_symlink(fs::symlink_status(p, ec)) && !fs::exists(p, ec))
+    const bool there = fs::exists(p, ec);
+    if (!there && fs::is_symlink(fs::symlink_status(p, ec)))
       fail(Status::io_error, what, " '", dir, "': '", p.string(), "' is a symbolic link to ",
            "nothing: give a directory, or a link to one");
-  }
-  // What is there on the way must be a directory (or a link to one).
-  for (fs::path p = fs::absolute(dir, ec).lexically_normal(); p.has_relative_path();
-       p = p.parent_path()) {
-    if (!p.has_filename()) p = p.parent_path();
-    if (fs::exists(p, ec) && !fs::is_directory(p, ec))
+    if (there && !fs::is_directory(p, ec))
       fail(Status::io_error, what, " '", dir, "': '", p.string(), "' is not a directory");
   }
 }

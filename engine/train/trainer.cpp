@@ -115,8 +115,8 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       std::error_code ec;
       const fs::path load = fs::weakly_canonical(opt_.load_path, ec);
       const std::string name = load.filename().string();
-      const bool iter_dir = name.size() > 5 && name.rfind("iter_", 0) == 0 &&
-                            name.find_first_not_of("0123456789", 5) == std::string::npos;
+      bool tmp = false;
+      const bool iter_dir = checkpoint_iteration(name, &tmp) >= 0 && !tmp;
       const fs::path load_root = iter_dir ? load.parent_path() : load;
       if (same_output(opt_.save_path, load_root.string()))
         fail(Status::invalid_config, "--finetune starts a new run, but --save '", opt_.save_path,
