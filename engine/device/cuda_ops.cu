@@ -59,6 +59,37 @@ class CudaOps final : public Ops<float> {
     gemm_.run(st, C.t, ta, tb, M, N, K, alpha, A16, lda, strideA, B16, ldb, strideB, beta, C.p, ldc,
               strideC, batch, stream_);
   }
+  // 16-bit runs fuse the linear layers' epilogues into cuBLASLt's GEMM.
+  bool fuses(LinearEpilogue) const override { return storage_type() != DType::f32; }
+  void fused_linear_impl(LinearEpilogue e, bool tb, int M, int N, int K, CAct A, const float *W,
+                         const float *bias, CAct aux_in, Act aux_out, Act C) override {
+    with_act_type(storage_type(), [&](auto t) {
+      using S = decltype(t);
+      if constexpr (!std::is_same_v<S, float>) {
+        const DType st = storage_type();
+        const S *A16 = act<S>(A), *b16 = weight<S>(bias, N, 0);
+        const int ldw = tb ? K : N;  // W: [N, K] with tb, else [K, N]
+        const void *W16 = operand16(1, W, tb ? N : K, tb ? K : N, ldw, 0, 1);
+        S *c = act<S>(C), *z = act<S>(aux_out);
+        const S *z_in = act<S>(aux_in);
+        const auto lt = e == LinearEpilogue::bias        ? cuda::Gemm::Epilogue::bias
+                        : e == LinearEpilogue::bias_gelu ? cuda::Gemm::Epilogue::bias_gelu
+                                                         : cuda::Gemm::Epilogue::dgelu;
+        const void *aux = e == LinearEpilogue::dgelu ? (const void *)z_in : z;
+        if (gemm_.run_fused(lt, st, tb, M, N, K, A16, K, W16, ldw, c, b16, aux, stream_)) return;
+        // No algorithm for the epilogue: the GEMM, then the op, as Ops composes them.
+        S *gemm_out = e == LinearEpilogue::bias_gelu ? z : c;
+        gemm_.run(st, st, false, tb, M, N, K, 1.f, A16, K, 0, W16, ldw, 0, 0.f, gemm_out, N, 0, 1,
+                  stream_);
+        if (e == LinearEpilogue::bias)
+          cuda::bias_dropout_add_forward<S>(c, nullptr, c, b16, M, 1, N, DropoutSpec{}, stream_);
+        else if (e == LinearEpilogue::bias_gelu)
+          cuda::bias_gelu_forward<S>(z, c, z, b16, M, N, stream_);
+        else
+          cuda::bias_gelu_backward<S>(c, nullptr, c, z_in, M, N, stream_);
+      }
+    });
+  }
   void layernorm_forward_impl(Act out, float *mean, float *rstd, CAct x, const float *w, const float *b,
                          int N, int h, float eps) override {
     with_act_type(act_type(), [&](auto z) {

@@ -46,10 +46,12 @@ std::string format_op_profile(const std::vector<OpTime> &rows) {
                   (long long)r.calls, r.ms, total > 0 ? 100 * r.ms / total : 0.0, rate);
     out += line;
   }
-  // All GEMMs together: the share the tensor cores (or BLAS) take.
+  // All GEMMs together (with their fused epilogues, "gemm+..."): the share
+  // the tensor cores (or BLAS) take.
   OpTime gemms{"gemm (all shapes)"};
   for (const OpTime &r : rows)
-    if (r.op.rfind("gemm ", 0) == 0) gemms.calls += r.calls, gemms.ms += r.ms, gemms.flops += r.flops;
+    if (r.op.rfind("gemm ", 0) == 0 || r.op.rfind("gemm+", 0) == 0)
+      gemms.calls += r.calls, gemms.ms += r.ms, gemms.flops += r.flops;
   if (gemms.calls) {
     std::snprintf(line, sizeof line, "%-40s %7lld %10.3f %5.1f%% %9.3g\n", gemms.op.c_str(),
                   (long long)gemms.calls, gemms.ms, total > 0 ? 100 * gemms.ms / total : 0.0,

@@ -45,6 +45,9 @@ struct AdamWStep {
   DType model_type = DType::f32;
 };
 
+// The element-wise ops a backend may fuse into a linear layer's GEMM (Ops::linear_*).
+enum class LinearEpilogue { bias, bias_gelu, dgelu };
+
 // A device pointer and the type of the elements it points to: an activation
 // (in the run's act_type()) or, as a GEMM operand, also a weight or gradient
 // in T. V is void (Act) or const void (CAct); a float* or double* converts
@@ -141,6 +144,35 @@ class Ops {
   void bias_gelu_backward(Act dz, T *dbias, CAct dout, CAct z, int N, int f) {
     check_sizes("bias_gelu_backward", {{"N", N}, {"f", f}});
     timed("bias_gelu_backward", 0, [&] { bias_gelu_backward_impl(dz, dbias, dout, z, N, f); });
+  }
+
+  // ---- linear layers with their element-wise epilogues: each is the GEMM,
+  // then the op named, unless the backend fuses the two (fuses(): CUDA in a
+  // 16-bit run, cuBLASLt's epilogues), which rounds once from the GEMM's fp32
+  // sums instead of twice. W is a weight (T); bias [N] may be null. ----
+  // y [M, N] = A [M, K] W^T + bias, W [N, K] (the QKV layer).
+  void linear_bias(int M, int N, int K, CAct A, const T *W, const T *bias, Act y) {
+    if (!bias || !fused_linear(LinearEpilogue::bias, true, M, N, K, A, W, bias, nullptr, nullptr, y)) {
+      gemm(false, true, M, N, K, 1, A, K, W, K, 0, y, N);
+      if (bias) bias_dropout_add_forward(y, nullptr, y, bias, M, 1, N, DropoutSpec{});
+    }
+  }
+  // z [M, N] = A [M, K] W^T + bias, out = gelu(z) (fc1 and its GeLU).
+  void linear_bias_gelu(int M, int N, int K, CAct A, const T *W, const T *bias, Act z, Act out) {
+    if (bias && fused_linear(LinearEpilogue::bias_gelu, true, M, N, K, A, W, bias, nullptr, z, out))
+      return;
+    gemm(false, true, M, N, K, 1, A, K, W, K, 0, z, N);
+    bias_gelu_forward(z, out, z, bias, M, N);
+  }
+  // dz [M, N] = (dy [M, K] W) * gelu'(z), W [K, N]; dbias += the column sums of
+  // dz (fc2's input gradient through fc1's GeLU).
+  void linear_dgelu(int M, int N, int K, CAct dy, const T *W, CAct z, Act dz, T *dbias) {
+    if (fused_linear(LinearEpilogue::dgelu, false, M, N, K, dy, W, nullptr, z, nullptr, dz)) {
+      if (dbias) colsum_accumulate(dbias, dz, M, N);
+      return;
+    }
+    gemm(false, false, M, N, K, 1, dy, K, W, N, 0, dz, N);
+    bias_gelu_backward(dz, dbias, dz, z, M, N);
   }
 
   // ---- RMSNorm (LLaMA): out, x [N, h]; rstd [N]; backward accumulates ----
@@ -363,6 +395,9 @@ class Ops {
     if (!on) profiler_.reset();
   }
   bool profiling() const { return profiler_ != nullptr; }
+  // Off: the linear_* ops compose their GEMM and element-wise op even where
+  // the backend fuses them (benchmarks compare the two).
+  void set_fused_epilogues(bool on) { fused_epilogues_ = on; }
   std::vector<OpTime> take_profile() { return profiler_ ? profiler_->take() : std::vector<OpTime>{}; }
 
  protected:
@@ -377,6 +412,16 @@ class Ops {
                                       int N, int h, T eps) = 0;
   virtual void layernorm_backward_impl(Act dx, T *dw, T *db, CAct dout, CAct x, const T *w,
                                        const T *mean, const T *rstd, int N, int h) = 0;
+  // The fused GEMM + epilogue (C = A op(W) with tb, C [M, N] dense) where fuses(e):
+  // bias: C += bias; bias_gelu: aux_out = C + bias, C = gelu(aux_out); dgelu:
+  // C *= gelu'(aux_in).
+  virtual bool fuses(LinearEpilogue) const { return false; }
+  virtual void fused_linear_impl(LinearEpilogue e, bool tb, int M, int N, int K, CAct A,
+                                 const T *W, const T *bias, CAct aux_in, Act aux_out, Act C) {
+    (void)e, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)W, (void)bias, (void)aux_in,
+        (void)aux_out, (void)C;
+    fail(Status::internal, "fused_linear_impl called on a backend that fuses nothing");
+  }
   virtual void bias_gelu_forward_impl(Act z, Act out, CAct y, const T *bias, int N, int f) = 0;
   virtual void bias_gelu_backward_impl(Act dz, T *dbias, CAct dout, CAct z, int N, int f) = 0;
   virtual void rmsnorm_forward_impl(Act out, T *rstd, CAct x, const T *w, int N, int h, T eps) = 0;
@@ -431,6 +476,21 @@ class Ops {
     else
       f();
   }
+  // A linear_* op's fused form when the backend has it (false: compose).
+  bool fused_linear(LinearEpilogue e, bool tb, int M, int N, int K, CAct A, const T *W,
+                    const T *bias, CAct aux_in, Act aux_out, Act C) {
+    check_sizes("linear", {{"M", M}, {"N", N}, {"K", K}});
+    if (M == 0 || N == 0 || K == 0 || !fused_epilogues_ || !fuses(e)) return false;
+    auto run = [&] { fused_linear_impl(e, tb, M, N, K, A, W, bias, aux_in, aux_out, C); };
+    if (!profiler_) {
+      run();
+    } else {
+      static const char *const names[] = {"gemm+bias", "gemm+bias_gelu", "gemm+dgelu"};
+      profiler_->timed(names[(int)e] + gemm_op_name(false, tb, M, N, K, 1).substr(4),
+                       2.0 * M * N * K, run);
+    }
+    return true;
+  }
   // C = beta C for a GEMM with K = 0, the same on every backend: zeros (by
   // rows unless C is dense) for beta 0, nothing for beta 1.
   void empty_product(T beta, Act C, int M, int N, int ldc, int64_t strideC, int batch) {
@@ -454,6 +514,7 @@ class Ops {
 
   Device *dev_;
   DType storage_ = DType::f32;
+  bool fused_epilogues_ = true;
   std::unique_ptr<OpProfiler> profiler_;
 };
 

@@ -40,8 +40,7 @@ void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
   // Incremental decoding writes QKV straight into its rows of the cache.
   const int pos0 = ctx.first_position;
   Act qkv = ctx.kv_cache ? kv_cache_[(size_t)li].data() + (int64_t)pos0 * b * q : a.qkv.data();
-  ops_->gemm(false, true, N, q, h, 1, a.ln1.data(), h, P.qkv_w, h, 0, qkv, q);
-  if (P.qkv_b) ops_->bias_dropout_add_forward(qkv, nullptr, qkv, P.qkv_b, s, b, q, DropoutSpec{});
+  ops_->linear_bias(N, q, h, a.ln1.data(), P.qkv_w, P.qkv_b, qkv);
   if (cfg_.rope()) rotate_qk(qkv, s, b, false, pos0);
   if (ctx.kv_cache)
     attention_decode(li, a, s, b, pos0);
@@ -61,8 +60,7 @@ void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
                2 * f);
     ops_->swiglu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.gate_up_b, N, f);
   } else {
-    ops_->gemm(false, true, N, f, h, 1, a.ln2.data(), h, P.fc1_w, h, 0, a.fc1_z.data(), f);
-    ops_->bias_gelu_forward(a.fc1_z.data(), a.fc1_g.data(), a.fc1_z.data(), P.fc1_b, N, f);
+    ops_->linear_bias_gelu(N, f, h, a.ln2.data(), P.fc1_w, P.fc1_b, a.fc1_z.data(), a.fc1_g.data());
   }
   ops_->gemm(false, true, N, h, f, 1, a.fc1_g.data(), f, P.fc2_w, f, 0, tmp_h_.data(), h);
   y = reduce_row_parallel(tmp_h_.data(), s, b);  // g
@@ -115,8 +113,7 @@ void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int
     ops_->gemm(false, false, N, h, f, 1, dfc, 2 * f, P.gate_w, h, 0, dln, h);
     ops_->gemm(false, false, N, h, f, 1, dup, 2 * f, P.up_w, h, 1, dln, h);
   } else {
-    ops_->gemm(false, false, N, f, h, 1, dy, h, P.fc2_w, f, 0, dfc, f);
-    ops_->bias_gelu_backward(dfc, G.fc1_b, dfc, a.fc1_z.data(), N, f);
+    ops_->linear_dgelu(N, f, h, dy, P.fc2_w, a.fc1_z.data(), dfc, G.fc1_b);
     ops_->gemm(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
   }
   if (!defer) mlp_weight_grads(li, a, dy, dfc, N);

@@ -48,12 +48,23 @@ class Gemm {
     run(dt, dt, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
   }
 
+  // C = A op(B) with an epilogue fused by cuBLASLt, A, B and C in `dt`, C
+  // dense ([M, N], ld N): bias [N] in `dt`; aux [M, N] (ld N) the GeLU's input,
+  // written by bias_gelu, read by dgelu. False (nothing done) when cuBLASLt
+  // has no algorithm for it (then the caller composes the ops).
+  enum class Epilogue { bias, bias_gelu, dgelu };
+  bool run_fused(Epilogue e, DType dt, bool tb, int M, int N, int K, const void *A, int lda,
+                 const void *B, int ldb, void *C, const void *bias, const void *aux,
+                 cudaStream_t stream);
+
  private:
   struct Plan;
-  // dtypes of A/B and C, ta, tb, M, N, K, lda, ldb, ldc, strides, batch, pointer alignments.
+  // dtypes of A/B and C, ta, tb, M, N, K, lda, ldb, ldc, strides, batch, pointer alignments,
+  // then the epilogue (-1: none) and the alignments of its bias and aux.
   using Key = std::tuple<int, int, bool, bool, int, int, int, int, int, int, int64_t, int64_t,
-                         int64_t, int, int, int, int>;
+                         int64_t, int, int, int, int, int, int, int>;
   Plan &plan(const Key &key);
+  void set_epilogue(Plan &p, Epilogue e, int N, int al_bias, int al_aux);
 
   cublasLtHandle_t handle_ = nullptr;
   void *workspace_ = nullptr;
@@ -215,6 +226,12 @@ void scale_inplace(T *x, size_t n, float alpha, cudaStream_t stream);
 // out[j] += sum_i x[i, j] for x: [N, cols], rows summed in a fixed order.
 template <class T>
 void colsum_accumulate(float *out, const T *x, int N, int cols, cudaStream_t stream);
+// Its split, for kernels that sum the columns of what they compute: the rows
+// of each chunk of N (the last may hold fewer), and out[j] += the sum of the
+// chunks' partial[c, j], c = 0 .. chunks - 1, in a fixed order.
+int colsum_chunk_rows(int N);
+void colsum_add_partials(float *out, const float *partial, int chunks, int cols,
+                         cudaStream_t stream);
 // x = float(dtype(x)), rounded to nearest even: a 16-bit tensor held in float
 // (dtype.h's round_to on the CPU); nothing to do for f32.
 void round_to(float *x, size_t n, DType dtype, cudaStream_t stream);

@@ -122,6 +122,44 @@ void launch_dropout(T *out, const T *residual, const T *y, const T *bias, int64_
   check_launch(what);
 }
 
+// bias_dropout_add's backward with its bias gradient in one pass: dy =
+// dropout(dout) over [N = s*b, h] (as bias_dropout_add_vec with no bias and
+// no residual), and partial[chunk, j] = the sum of the stored dy[i, j] over
+// the chunk's rows in row order (colsum_accumulate's chunks, so the same
+// bits). A thread takes V = 16 / sizeof(T) columns (whole quads: h % V == 0,
+// e_base % 4 == 0), blockIdx.y the chunk. dy may alias dout.
+template <class T>
+__global__ void dropout_backward_colsum(T *dy, float *partial, const T *dout, int N, int b, int h,
+                                        uint64_t e_base, int rows, Drop d) {
+  constexpr int V = 16 / sizeof(T);
+  using P = Vec<T, V>;
+  const int j = (blockIdx.x * blockDim.x + threadIdx.x) * V, chunk = blockIdx.y;
+  if (j >= h) return;
+  const int end = min(N, (chunk + 1) * rows);
+  float acc[V] = {};
+#pragma unroll 4  // independent loads in flight; each column's sum stays in row order
+  for (int r = chunk * rows; r < end; r++) {
+    const size_t i = (size_t)r * h + j;
+    const P g = *reinterpret_cast<const P *>(dout + i);
+    float v[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) v[k] = to_f32(g.v[k]);
+    const uint32_t sample = d.sample_offset + (uint32_t)(r % b);
+    const uint64_t e = e_base + (uint64_t)(r / b) * h + j;
+#pragma unroll
+    for (int k = 0; k < V; k += 4) drop_quad(v + k, d, sample, (e + k) >> 2);
+    P o;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      o.v[k] = from_f32<T>(v[k]);
+      acc[k] += to_f32(o.v[k]);
+    }
+    *reinterpret_cast<P *>(dy + i) = o;
+  }
+#pragma unroll
+  for (int k = 0; k < V; k++) partial[(size_t)chunk * h + j + k] = acc[k];
+}
+
 // dx = y != 0 ? dy * scale : 0, V elements per thread (n a multiple of V).
 template <class T, int V>
 __global__ void dropout_backward_kernel(T *dx, const T *dy, const T *y, size_t n, float scale) {
@@ -221,6 +259,21 @@ void bias_dropout_add_forward(T *out, const T *residual, const T *y, const T *bi
 template <class T>
 void bias_dropout_add_backward(T *dy, float *dbias, const T *dout, int s, int b, int h,
                                const DropoutSpec &d, cudaStream_t stream) {
+  const int N = s * b;
+  const uint64_t e_base = (uint64_t)d.position_offset * h;
+  constexpr int V = 16 / sizeof(T);
+  if (dbias && N > 0 && h > 0 && h % V == 0 && e_base % 4 == 0 && aligned16(dy) &&
+      aligned16(dout)) {  // one pass for both
+    const int rows = colsum_chunk_rows(N), chunks = (N + rows - 1) / rows, threads = 128;
+    const StreamScratch scratch((size_t)chunks * h * sizeof(float), stream,
+                                "bias_dropout_add_backward scratch");
+    dropout_backward_colsum<T><<<dim3((h + threads * V - 1) / (threads * V), chunks), threads, 0,
+                                 stream>>>(dy, scratch.as<float>(), dout, N, b, h, e_base, rows,
+                                           make_drop(d));
+    check_launch("bias_dropout_add_backward");
+    colsum_add_partials(dbias, scratch.as<float>(), chunks, h, stream);
+    return;
+  }
   launch_dropout<T>(dy, nullptr, dout, nullptr, s, b, h, (uint64_t)d.position_offset * h, make_drop(d), stream,
                     "bias_dropout_add_backward");
   if (dbias) colsum_accumulate<T>(dbias, dy, s * b, h, stream);

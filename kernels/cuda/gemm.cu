@@ -47,6 +47,7 @@ struct Gemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A = our B, ...
   cublasLtMatmulAlgo_t algo{};
+  bool usable = true;  // false: cuBLASLt has no algorithm for this epilogue
   ~Plan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -54,6 +55,44 @@ struct Gemm::Plan {
     if (op) cublasLtMatmulDescDestroy(op);
   }
 };
+
+namespace {
+
+cublasLtEpilogue_t lt_epilogue(Gemm::Epilogue e) {
+  switch (e) {
+    case Gemm::Epilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case Gemm::Epilogue::bias_gelu: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Gemm::Epilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// Pointers of the given alignment for the heuristic, which reads their values
+// for that alone (run_fused sets the real ones before each call).
+void *aligned_to(int al) { return reinterpret_cast<void *>(uintptr_t(al) * 0x1000 + al); }
+
+}  // namespace
+
+// The epilogue's attributes: in row-major terms C's columns are cuBLASLt's
+// rows, so the bias has N elements and aux is [M, N] with leading dimension N.
+void Gemm::set_epilogue(Plan &p, Epilogue e, int N, int al_bias, int al_aux) {
+  const cublasLtEpilogue_t lt = lt_epilogue(e);
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt, sizeof(lt)),
+        "MatmulDescSetAttribute(EPILOGUE)");
+  if (e != Epilogue::dgelu) {
+    const void *bias = aligned_to(al_bias);
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                         sizeof(bias)), "MatmulDescSetAttribute(BIAS_POINTER)");
+  }
+  if (e != Epilogue::bias) {
+    const void *aux = aligned_to(al_aux);
+    const int64_t ld = N;
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                         sizeof(aux)), "MatmulDescSetAttribute(AUX_POINTER)");
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                         sizeof(ld)), "MatmulDescSetAttribute(AUX_LD)");
+  }
+}
 
 Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
   check(cublasLtCreate(&handle_), "cublasLtCreate");
@@ -69,7 +108,8 @@ Gemm::~Gemm() {
 Gemm::Plan &Gemm::plan(const Key &key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
-  const auto [dti, dtc, ta, tb, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, alA, alB, alC] = key;
+  const auto [dti, dtc, ta, tb, M, N, K, lda, ldb, ldc, sA, sB, sC, batch, alA, alB, alC, ep,
+              alBias, alAux] = key;
   const cudaDataType_t t = cuda_type((DType)dti), tc = cuda_type((DType)dtc);
   Plan *p = new Plan;
   try {
@@ -95,6 +135,7 @@ Gemm::Plan &Gemm::plan(const Key &key) {
               "LayoutSetAttribute(STRIDED_BATCH_OFFSET)");
       }
     }
+    if (ep >= 0) set_epilogue(*p, (Epilogue)ep, N, alBias, alAux);
     cublasLtMatmulPreference_t pref;
     check(cublasLtMatmulPreferenceCreate(&pref), "MatmulPreferenceCreate");
     uint64_t ws = workspace_bytes_;
@@ -109,6 +150,11 @@ Gemm::Plan &Gemm::plan(const Key &key) {
     const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle_, p->op, p->a, p->b, p->c, p->c,
                                                             pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
+    if (ep >= 0 && (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && !found))) {
+      p->usable = false;  // the caller composes the ops instead
+      plans_[key] = p;
+      return *p;
+    }
     check(s, "MatmulAlgoGetHeuristic");
     if (!found)
       fail(Status::internal, "cuBLASLt has no algorithm for a ", dtype_name((DType)dti), " GEMM (C ",
@@ -137,11 +183,35 @@ void Gemm::run(DType ab, DType c, bool ta, bool tb, int M, int N, int K, float a
   const int64_t size = (int64_t)dtype_size(ab), size_c = (int64_t)dtype_size(c);
   const Key key{(int)ab, (int)c, ta, tb, M, N, K, lda, ldb, ldc, strideA, strideB, strideC, batch,
                 alignment(A, strideA * size), alignment(B, strideB * size),
-                alignment(C, strideC * size_c)};
+                alignment(C, strideC * size_c), -1, 0, 0};
   Plan &p = plan(key);
   check(cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
                        workspace_, workspace_bytes_, stream),
         "Matmul");
+}
+
+bool Gemm::run_fused(Epilogue e, DType dt, bool tb, int M, int N, int K, const void *A, int lda,
+                     const void *B, int ldb, void *C, const void *bias, const void *aux,
+                     cudaStream_t stream) {
+  if (M <= 0 || N <= 0 || K <= 0 || dt == DType::f32) return false;
+  if (e != Epilogue::bias && N % 8) return false;  // aux's leading dimension: a multiple of 8
+  if ((e != Epilogue::dgelu && !bias) || (e != Epilogue::bias && !aux)) return false;
+  const Key key{(int)dt, (int)dt, false, tb, M, N, K, lda, ldb, N, 0, 0, 0, 1,
+                alignment(A, 0), alignment(B, 0), alignment(C, 0), (int)e,
+                bias ? alignment(bias, 0) : 0, aux ? alignment(aux, 0) : 0};
+  Plan &p = plan(key);
+  if (!p.usable) return false;
+  if (e != Epilogue::dgelu)
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                         sizeof(bias)), "MatmulDescSetAttribute(BIAS_POINTER)");
+  if (e != Epilogue::bias)
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                         sizeof(aux)), "MatmulDescSetAttribute(AUX_POINTER)");
+  const float alpha = 1.f, beta = 0.f;
+  check(cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
+                       workspace_, workspace_bytes_, stream),
+        "Matmul (fused epilogue)");
+  return true;
 }
 
 }  // namespace ptdp::cuda

@@ -4,8 +4,10 @@
 // RMSNorm is LayerNorm with the mean taken as 0 and no bias (kRms): the same
 // kernels, its backward without the mean(dxhat) term and without db. Forward: one warp per row held in registers when it fits
 // (h <= 32 * kMaxRegs with 16-byte rows), else one block per row. Backward: one
-// block per chunk of rows computes dx and the chunk's dw, db partial sums; a
-// second kernel adds the chunks in a fixed order (the same bits every run).
+// block per chunk of rows computes dx and the chunk's dw, db partial sums (rows
+// in registers where they fit); a second kernel adds the chunks in a fixed
+// order (the same bits every run).
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -20,7 +22,15 @@ namespace {
 constexpr int kRowsPerBlock = 4;  // forward: one warp per row
 constexpr int kMaxRegs = 64;      // forward: row values per lane kept in registers
 constexpr int kThreads = 256;     // forward fallback and backward blocks
-constexpr int kChunk = 8;         // backward: rows per block (one dw, db partial each)
+constexpr int kChunk = 8;         // backward fallback: rows per block (one dw, db partial each)
+// Backward in registers: rows per block (one dw, db partial each), from 8 to
+// 64 so that there are about 256 blocks (a function of N alone: the sums'
+// order, and so their bits, do not depend on the GPU).
+inline int bwd_rows_per_block(int N) { return std::max(8, std::min(64, (N + 255) / 256)); }
+// Backward in registers: threads a row, and row values per thread (dout and x
+// packed, plus fp32 dw and db sums for each): h <= 4096 for 16-bit types.
+constexpr int kTeam = 128;
+constexpr int kMaxBwdValues = 32;
 
 // Forward with the row in registers: lane holds packs lane, lane + 32, ...
 // (kPacks of kVec<T> values); two passes (mean, then the squared deviations)
@@ -114,8 +124,9 @@ __global__ void layernorm_fwd_loop(T *out, float *mean, float *rstd, const T *x,
   }
 }
 
-// Backward, one block per chunk of kChunk rows, W elements per access (kVec<T>,
-// or 1 when h or the pointers do not allow 16 bytes).
+// Backward fallback (rows too long for registers, or not 16-byte packs): one
+// block per chunk of kChunk rows, W elements per access (kVec<T>, or 1 when h
+// or the pointers do not allow 16 bytes). Reads dout and x twice.
 // 1. one warp per row: the means of dxhat = dout * w and of dxhat * xhat;
 // 2. one thread per W columns, rows in order: dx += (dxhat - mean(dxhat) - xhat *
 //    mean(dxhat * xhat)) * rstd, and the chunk's sums of dout * xhat and dout.
@@ -176,6 +187,105 @@ __global__ void layernorm_bwd_chunk(T *__restrict__ dx, float *__restrict__ part
   }
 }
 
+// Backward with the rows in registers (h <= kTeam kPacks kVec<T>, 16-byte
+// rows), so dout and x are read once. Block = chunk of `rows` rows; a team of
+// four warps (kTeam threads: thread u holds packs u, u + kTeam, ...) takes
+// rows team, team + 2, ... in order (loading the next while it computes one)
+// and computes each as layernorm_bwd_chunk does, the row's two sums added over
+// the team's warps through shared memory;
+// a thread keeps its columns' sums of dout * xhat and dout over the team's
+// rows, then the block adds the teams' sums in team order into
+// partial[chunk]. (A team of two warps, 64 columns' sums a thread, ran one
+// block an SM and at 30% of copy on an H100.)
+template <class T, int kPacks, bool kRms>
+__global__ void __launch_bounds__(kThreads)
+    layernorm_bwd_rows(T *__restrict__ dx, float *__restrict__ partial, const T *__restrict__ dout,
+                       const T *__restrict__ x, const T *__restrict__ w,
+                       const float *__restrict__ mean, const float *__restrict__ rstd, int N,
+                       int h, int rows) {
+  constexpr int V = kVec<T>, kTeams = kThreads / kTeam, kTeamWarps = kTeam / 32;
+  using Pack = Vec<T, V>;
+  extern __shared__ float s_sum[];                    // [2h]: the block's dw, then db sums
+  __shared__ float s_row[kTeams][2][kTeamWarps][2];  // [team][row parity][warp][sg, sgx]
+  const int team = threadIdx.x / kTeam, u = threadIdx.x % kTeam, tw = u / 32, np = h / V;
+  const int r0 = blockIdx.x * rows, r1 = min(N, r0 + rows);
+  const Pack *wp = reinterpret_cast<const Pack *>(w);
+  float aw[kPacks][V] = {}, ab[kPacks][V] = {};
+  // dout and x of a row into g, xv (rows past r1: nothing).
+  auto load_row = [&](int row, Pack(&g)[kPacks], Pack(&xv)[kPacks]) {
+    const Pack *gp = reinterpret_cast<const Pack *>(dout + (size_t)row * h);
+    const Pack *xp = reinterpret_cast<const Pack *>(x + (size_t)row * h);
+#pragma unroll
+    for (int k = 0; k < kPacks; k++)
+      if (row < r1 && k * kTeam + u < np) g[k] = gp[k * kTeam + u], xv[k] = xp[k * kTeam + u];
+  };
+  Pack g[kPacks], xv[kPacks];
+  load_row(r0 + team, g, xv);
+  int parity = 0;
+  // Every team runs the same number of rounds (the barrier needs all its warps).
+  for (int row = r0 + team; row - team < r1; row += kTeams, parity ^= 1) {
+    Pack g_next[kPacks], x_next[kPacks];  // the team's next row, loading meanwhile
+    load_row(row + kTeams, g_next, x_next);
+    const bool live = row < r1;
+    const float m = kRms || !live ? 0.f : mean[row], r = live ? rstd[row] : 0.f;
+    float sg = 0.f, sgx = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPacks; k++)
+      if (live && k * kTeam + u < np) {
+        const Pack wq = wp[k * kTeam + u];
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+          const float dxhat = to_f32(g[k].v[e]) * to_f32(wq.v[e]);
+          sg += dxhat;
+          sgx += dxhat * (to_f32(xv[k].v[e]) - m) * r;
+        }
+      }
+    sg = warp_sum(sg);
+    sgx = warp_sum(sgx);
+    if (u % 32 == 0) s_row[team][parity][tw][0] = sg, s_row[team][parity][tw][1] = sgx;
+    asm volatile("bar.sync %0, %1;\n" ::"r"(team + 1), "n"(kTeam));  // the team's warps
+    if (live) {
+      sg = sgx = 0.f;
+#pragma unroll
+      for (int i = 0; i < kTeamWarps; i++)
+        sg += s_row[team][parity][i][0], sgx += s_row[team][parity][i][1];
+      const float mg = kRms ? 0.f : sg / h, mgx = sgx / h;
+      Pack *dxp = reinterpret_cast<Pack *>(dx + (size_t)row * h);
+#pragma unroll
+      for (int k = 0; k < kPacks; k++)
+        if (k * kTeam + u < np) {
+          const Pack wq = wp[k * kTeam + u], dq = dxp[k * kTeam + u];
+          Pack d;
+#pragma unroll
+          for (int e = 0; e < V; e++) {
+            const float gv = to_f32(g[k].v[e]), xhat = (to_f32(xv[k].v[e]) - m) * r;
+            d.v[e] = from_f32<T>(to_f32(dq.v[e]) + (gv * to_f32(wq.v[e]) - mg - xhat * mgx) * r);
+            aw[k][e] += gv * xhat;
+            ab[k][e] += gv;
+          }
+          dxp[k * kTeam + u] = d;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < kPacks; k++) g[k] = g_next[k], xv[k] = x_next[k];
+  }
+  for (int t = 0; t < kTeams; t++) {  // the teams' sums, in order
+    if (team == t)
+#pragma unroll
+      for (int k = 0; k < kPacks; k++)
+        if (k * kTeam + u < np)
+#pragma unroll
+          for (int e = 0; e < V; e++) {
+            const int c = (k * kTeam + u) * V + e;
+            s_sum[c] = (t ? s_sum[c] : 0.f) + aw[k][e];
+            s_sum[h + c] = (t ? s_sum[h + c] : 0.f) + ab[k][e];
+          }
+    __syncthreads();
+  }
+  for (int c = threadIdx.x; c < 2 * h; c += kThreads)
+    partial[(size_t)blockIdx.x * 2 * h + c] = s_sum[c];
+}
+
 // dw[j] += sum over chunks of partial[k, 0, j], db[j] likewise with [k, 1, j]:
 // column c of the [chunks, 2h] partials summed by the 8 threads y (chunks y,
 // y + 8, ...), then their 8 sums in order.
@@ -224,10 +334,27 @@ void norm_backward(T *dx, float *dw, float *db, const T *dout, const T *x, const
                    const float *mean, const float *rstd, int N, int h, cudaStream_t stream,
                    const char *what) {
   if (N <= 0 || h <= 0) return;
+  constexpr int V = kVec<T>;
+  const bool vec = h % V == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(w);
+  const int per_thread = (h / V + kTeam - 1) / kTeam;  // packs per thread in the register kernel
+  if (vec && per_thread * V <= kMaxBwdValues) {
+    const int rows = bwd_rows_per_block(N), chunks = (N + rows - 1) / rows;
+    const StreamScratch scratch(sizeof(float) * 2 * h * chunks, stream, what);
+    with_packs<T, kMaxBwdValues>(per_thread, [&](auto packs) {
+      layernorm_bwd_rows<T, decltype(packs)::value, kRms>
+          <<<chunks, kThreads, sizeof(float) * 2 * h, stream>>>(dx, scratch.as<float>(), dout, x,
+                                                                 w, mean, rstd, N, h, rows);
+    });
+    check_launch(what);
+    layernorm_bwd_sum<<<(2 * h + 31) / 32, dim3(32, 8), 0, stream>>>(dw, db, scratch.as<float>(),
+                                                                    chunks, h);
+    check_launch(what);
+    return;
+  }
   const int chunks = (N + kChunk - 1) / kChunk;
   const StreamScratch scratch(sizeof(float) * 2 * h * chunks, stream, what);
   float *partial = scratch.as<float>();
-  if (h % kVec<T> == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(w))
+  if (vec)
     layernorm_bwd_chunk<T, kVec<T>, kRms>
         <<<chunks, kThreads, 0, stream>>>(dx, partial, dout, x, w, mean, rstd, N, h);
   else

@@ -155,12 +155,20 @@ void scale_inplace(T *x, size_t n, float alpha, cudaStream_t stream) {
   check_launch("scale_inplace");
 }
 
+// Rows split into at most kColChunks chunks of at least 16 rows: enough blocks
+// to fill the GPU, few partials to add. Depends on N only, so do the sums.
+int colsum_chunk_rows(int N) { return std::max(16, (N + kColChunks - 1) / kColChunks); }
+
+void colsum_add_partials(float *out, const float *partial, int chunks, int cols,
+                         cudaStream_t stream) {
+  colsum_finish<<<(cols + 31) / 32, dim3(32, 8), 0, stream>>>(out, partial, chunks, cols);
+  check_launch("colsum_add_partials");
+}
+
 template <class T>
 void colsum_accumulate(float *out, const T *x, int N, int cols, cudaStream_t stream) {
   if (N <= 0 || cols <= 0) return;
-  // Rows split into at most kColChunks chunks of at least 16 rows: enough blocks
-  // to fill the GPU, few partials to add. Depends on N only, so do the sums.
-  const int rows = std::max(16, (N + kColChunks - 1) / kColChunks);
+  const int rows = colsum_chunk_rows(N);
   const int chunks = (N + rows - 1) / rows, threads = 128;
   const StreamScratch scratch((size_t)chunks * cols * sizeof(float), stream,
                              "colsum_accumulate scratch");
@@ -174,8 +182,8 @@ void colsum_accumulate(float *out, const T *x, int N, int cols, cudaStream_t str
     colsum_chunks<T, 1><<<dim3((cols + threads - 1) / threads, chunks), threads, 0, stream>>>(
         partial, x, N, cols, rows);
   }
-  colsum_finish<<<(cols + 31) / 32, dim3(32, 8), 0, stream>>>(out, partial, chunks, cols);
   check_launch("colsum_accumulate");
+  colsum_add_partials(out, partial, chunks, cols, stream);
 }
 
 void cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n,

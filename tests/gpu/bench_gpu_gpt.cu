@@ -9,7 +9,9 @@
 //   bench_gpu_gpt [--layers 24] [--hidden 2048] [--heads 16] [--seq 2048]
 //                 [--vocab 50304] [--batch 2] [--microbatches 1] [--steps 3]
 //                 [--recompute 1] [--flash 0] [--bf16 0] [--bf16-peak 989]
-//                 [--fp32-peak 67] [--profile 0]
+//                 [--fp32-peak 67] [--profile 0] [--fused-epilogues 1]
+// --fused-epilogues 0: the linear layers' bias, GeLU and GeLU gradient as
+// their own kernels after the GEMM, not fused into it (Ops::linear_*).
 // Prints "bench name=ptdp_train ..." for scripts/gpu_summary.py; --profile 1
 // then times every op of one more step (Ops::set_profiling) and prints the table.
 #include <chrono>
@@ -34,7 +36,8 @@ int main(int argc, char **argv) {
   cfg.num_attention_heads = 16;
   cfg.seq_length = 2048;
   cfg.vocab_size = 50304;
-  int batch = 2, microbatches = 1, steps = 3, recompute = 1, flash = 0, bf16 = 0, profile = 0;
+  int batch = 2, microbatches = 1, steps = 3, recompute = 1, flash = 0, bf16 = 0, profile = 0,
+      fused = 1;
   double bf16_peak = 989, fp32_peak = 67;  // H100 SXM dense, TFLOP/s
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -63,6 +66,8 @@ int main(int argc, char **argv) {
       bf16 = (int)v;
     else if (k == "--profile")
       profile = (int)v;
+    else if (k == "--fused-epilogues")
+      fused = (int)v;
     else if (k == "--bf16-peak")
       bf16_peak = v;
     else if (k == "--fp32-peak")
@@ -88,6 +93,7 @@ int main(int argc, char **argv) {
     if (bf16) prec.dtype = DType::bf16;
     GPT<float> model(cfg, 1234, {}, {}, rc, prec, dev.get());
     model.set_flash_attention(flash != 0);
+    model.ops().set_fused_epilogues(fused != 0);
     AdamW opt(model, {});
     std::printf("model: %.2fB parameters, init %.1f s\n", model.num_real_params() * 1e-9,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count());
@@ -133,11 +139,12 @@ int main(int argc, char **argv) {
     const double hw_tflops = microbatches * cfg.flops_per_batch(batch, rc.enabled) / per_step * 1e-12;
     const double gib = dev->memory().peak / 1073741824.0;
     std::printf(
-        "bench name=ptdp_train variant=%s%s%s%s tokens_per_s=%.0f "
+        "bench name=ptdp_train variant=%s%s%s%s%s tokens_per_s=%.0f "
         "tflops=%.1f mfu=%.4f hfu=%.4f "
         "of_fp32_peak=%.4f mem_gib=%.2f step_s=%.3f microbatches=%d\n",
         bf16 ? "bf16" : "fp32", rc.enabled ? "+recompute" : "", flash ? "+flash" : "",
         microbatches > 1 ? ("+" + std::to_string(microbatches) + "mb").c_str() : "",
+        fused ? "" : "+unfused_epilogues",
         (double)N * microbatches / per_step, tflops, tflops / bf16_peak, hw_tflops / bf16_peak,
         tflops / fp32_peak, gib, per_step, microbatches);
     return std::isfinite(loss) ? 0 : 1;

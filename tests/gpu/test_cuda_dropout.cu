@@ -276,6 +276,9 @@ void test_all() {
     test_bda_forward<T>(4, 3, 1000, p, true, true, 0, 3);
     test_bda_forward<T>(4, 3, 7, p, false, true, 0, 3);
     test_bda_backward<T>(4, 3, 7, p, true, 3);
+    // The one-pass backward with its bias gradient (h % 8 == 0), several chunks
+    // of rows, from position 3.
+    test_bda_backward<T>(40, 3, 1000, p, true, 3);
     // head_offset * s_q * s_k % 4 != 0: scalar path; 8x13 with 3 heads before:
     // vector path over rows of 13 (quads straddle rows); 64x64: the usual case.
     test_attention<T>(2, 3, 5, 7, 5, p, true, false);

@@ -124,6 +124,83 @@ void run_case(ptdp::cuda::Gemm &gemm, const Case &c) {
   }
 }
 
+double gelu_tanh(double x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1 + std::tanh(u));
+}
+double gelu_tanh_grad(double x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), t = std::tanh(u);
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+}
+
+// A GEMM with a fused epilogue (run_fused, C = A op(B), the linear layers'
+// shapes) against float64 from the same inputs: bias: C = AB + bias; bias_gelu:
+// aux = AB + bias, C = gelu(aux); dgelu: C = AB * gelu'(aux_in). Bounds: one
+// rounding of the stored result (two for dgelu), K fp32 additions, and for the GeLU forms 1e-3
+// (absolute, resp. relative to AB) for cuBLASLt's own form of the GeLU, which
+// is not the CPU's tanh polynomial bit for bit. A wrong layout, bias
+// orientation or aux leading dimension gives errors of order 1.
+void run_fused_case(ptdp::cuda::Gemm &gemm, ptdp::cuda::Gemm::Epilogue e, DType dt, bool tb, int M,
+                    int N, int K) {
+  using E = ptdp::cuda::Gemm::Epilogue;
+  static unsigned seed = 500;
+  const int ldb = tb ? K : N;
+  const auto A = stored(randn((size_t)M * K, seed++), dt);
+  const auto B = stored(randn((size_t)K * N, seed++, 1.f / std::sqrt((float)K)), dt);
+  const auto bias = stored(randn(N, seed++), dt);
+  const auto aux_in = stored(randn((size_t)M * N, seed++, 2.f), dt);
+  auto dA = upload(A, dt), dB = upload(B, dt), dbias = upload(bias, dt), daux = upload(aux_in, dt);
+  DevArray<uint8_t> dC((size_t)M * N * ptdp::dtype_size(dt));
+  const bool fused = gemm.run_fused(e, dt, tb, M, N, K, dA.p, K, dB.p, ldb, dC.p,
+                                    e == E::dgelu ? nullptr : dbias.p, daux.p, 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  const char *name = e == E::bias ? "bias" : e == E::bias_gelu ? "bias_gelu" : "dgelu";
+  char tag[160];
+  std::snprintf(tag, sizeof tag, "gemm+%s %s N%c M=%d N=%d K=%d", name, ptdp::dtype_name(dt),
+                tb ? 'T' : 'N', M, N, K);
+  if (!fused) {  // every model shape has an algorithm on sm_80 and later
+    std::printf("%-72s FAIL (cuBLASLt has no algorithm)\n", tag);
+    failures++;
+    return;
+  }
+  const auto C = download(dC, dt), aux = download(daux, dt);
+  const double u = dt == DType::bf16 ? 1.0 / 256 : 1.0 / 2048, gamma = (K + 2) * std::ldexp(1.0, -24);
+  size_t bad = 0;
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double acc = 0, mag = 0;
+      for (int k = 0; k < K; k++) {
+        const double t = (double)A[(size_t)i * K + k] * B[tb ? (size_t)j * K + k : (size_t)k * N + j];
+        acc += t;
+        mag += std::fabs(t);
+      }
+      const size_t at = (size_t)i * N + j;
+      double ref, bound;
+      if (e == E::dgelu) {
+        const double g = gelu_tanh_grad(aux_in[at]);
+        ref = acc * g;
+        // Two roundings: cuBLASLt may round the product to 16 bits before
+        // multiplying by the gradient (seen on an H100: 1.5x one rounding's bound).
+        bound = 2 * u * std::fabs(ref) + std::fabs(g) * gamma * mag + 1e-3 * std::fabs(acc);
+      } else {
+        const double z = acc + bias[j];
+        const double dz = std::fabs(aux[at] - z), bz = u * std::fabs(z) + gamma * (mag + std::fabs(bias[j]));
+        if (e == E::bias_gelu && !(dz <= bz)) bad++;  // aux: the GeLU's input
+        ref = e == E::bias ? z : gelu_tanh(z);
+        bound = e == E::bias ? bz : u * std::fabs(ref) + 1.2 * gamma * (mag + std::fabs(bias[j])) + 1e-3;
+      }
+      const double d = std::fabs(C[at] - ref);
+      if (!(d <= bound)) bad++;
+      worst = std::max(worst, d / (bound + 1e-30));
+    }
+  std::printf("%-72s worst err/bound %.2g %s\n", tag, worst, bad ? "FAIL" : "ok");
+  if (bad) {
+    std::printf("  %zu of %d out of tolerance\n", bad, M * N);
+    failures++;
+  }
+}
+
 // A bad call throws ptdp::Error naming the problem; nothing is launched.
 void expect_error(const char *what, const char *needle, void (*call)(ptdp::cuda::Gemm &),
                   ptdp::cuda::Gemm &gemm) {
@@ -162,6 +239,24 @@ int main() {
       run_case(gemm, {dt, ta, tb, 24, 40, 64, 8, 3, 1.f, 1.f, 0, true});
     }
   run_case(gemm, {DType::bf16, true, false, 512, 768, 2048, 0, 1, 1.f, 1.f, 0, true});  // dW +=
+  // The linear layers' epilogues (Ops::linear_*): QKV's bias, fc1's bias + GeLU,
+  // fc2's input gradient through the GeLU.
+  using E = ptdp::cuda::Gemm::Epilogue;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    run_fused_case(gemm, E::bias, dt, true, 96, 72, 64);
+    run_fused_case(gemm, E::bias_gelu, dt, true, 96, 256, 64);
+    run_fused_case(gemm, E::dgelu, dt, false, 96, 256, 64);
+    run_fused_case(gemm, E::bias_gelu, dt, true, 256, 1024, 256);
+    run_fused_case(gemm, E::dgelu, dt, false, 256, 1024, 256);
+  }
+  // fp32 and an aux width off a multiple of 8: not fused (the caller composes).
+  const bool f32_fused = gemm.run_fused(E::bias, DType::f32, true, 8, 8, 8, nullptr, 8, nullptr, 8,
+                                        nullptr, nullptr, nullptr, 0);
+  const bool odd_fused = gemm.run_fused(E::dgelu, DType::bf16, false, 8, 12, 8, nullptr, 8, nullptr,
+                                        12, nullptr, nullptr, nullptr, 0);
+  std::printf("%-72s %s\n", "run_fused declines fp32 and an aux width of 12",
+              !f32_fused && !odd_fused ? "ok" : "FAIL");
+  if (f32_fused || odd_fused) failures++;
   expect_error("gemm rejects ldc < N", "leading dimensions", [](ptdp::cuda::Gemm &g) {
     g.run(DType::f32, false, false, 4, 8, 4, 1.f, nullptr, 4, nullptr, 8, 0.f, nullptr, 7, 0);
   }, gemm);

@@ -256,6 +256,7 @@ void test_all() {
   // (384 .. 2048), the loop fallback (4096); N = 37: a partial chunk of rows.
   for (int h : {1, 7, 12, 384, 1000, 2048, 4096}) test_layernorm<T>(37, h);
   test_layernorm<T>(300, 1000);
+  test_layernorm<T>(300, 2048);  // several chunks of the register kernel, 8 packs a lane (16-bit)
   for (int f : {1, 6, 1003, 1536}) test_bias_gelu<T>(29, f);
   // s: scalar (1, 5, 257), rows in registers (64 .. 2048); s_k = 4104 the loop
   // fallback with 16-byte rows; 3x7 and 5x4104 non-square (causal: j > i masked).
