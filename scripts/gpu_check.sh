@@ -13,7 +13,8 @@
 #            CUDA_LAUNCH_BLOCKING=1 so the log names the kernel
 #   bench    ptdp's 1.3B training step: bf16 flash without recompute (the
 #            like-for-like figure) first, unfused without recompute, 4
-#            micro-batches a step, then flash with recompute + op profile
+#            micro-batches a step, micro-batches of 8 sequences, then flash
+#            with recompute + op profile
 #   torch    PyTorch eager + flash on the same model, batch, clipping, AdamW
 #   ops      bench_gpu_ops (GEMMs, element-wise kernels against copy)
 #   sanitize compute-sanitizer memcheck + racecheck (only with --full or --only;
@@ -26,7 +27,7 @@
 #              summary's shape with every GPU step reported as skipped
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu_check_out}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}  # the device tool sets OUT
 mkdir -p "$OUT"
 all_steps="build trainer tests bench torch ops sanitize"
 only="" skip="" full=0 dry=0
@@ -150,6 +151,9 @@ else
       # A training run's step: 4 micro-batches accumulated, then one optimizer pass.
       step bench_mb4 60 bench_gpt.log $g/bench_gpu_gpt --steps 2 --microbatches 4 --bf16 1 --flash 1 \
         --recompute 0
+      # Micro-batches of 8 sequences, two a step: the fastest step measured (docs/gpu.md).
+      step bench_b8 60 bench_gpt.log $g/bench_gpu_gpt --steps 2 --batch 8 --microbatches 2 --bf16 1 \
+        --flash 1 --recompute 0
       step bench_rc 75 bench_gpt.log $g/bench_gpu_gpt --steps 2 --bf16 1 --flash 1 --profile 1
       if ((full)); then
         step bench_unf 90 bench_gpt.log $g/bench_gpu_gpt --steps 2 --bf16 1

@@ -7,7 +7,7 @@
 # $OUT/attention_sass.txt.xz; prints the headline figures last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu_check_out}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}  # the device tool sets OUT
 mkdir -p "$OUT"
 bench=build-gpu/tests/gpu/bench_gpu_ops
 [[ -x $bench ]] || { echo "gpu_profile_attention: $bench is not built (run gpu_check.sh --only build first)" >&2; exit 2; }

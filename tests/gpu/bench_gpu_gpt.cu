@@ -139,10 +139,11 @@ int main(int argc, char **argv) {
     const double hw_tflops = microbatches * cfg.flops_per_batch(batch, rc.enabled) / per_step * 1e-12;
     const double gib = dev->memory().peak / 1073741824.0;
     std::printf(
-        "bench name=ptdp_train variant=%s%s%s%s%s tokens_per_s=%.0f "
+        "bench name=ptdp_train variant=%s%s%s%s%s%s tokens_per_s=%.0f "
         "tflops=%.1f mfu=%.4f hfu=%.4f "
         "of_fp32_peak=%.4f mem_gib=%.2f step_s=%.3f microbatches=%d\n",
         bf16 ? "bf16" : "fp32", rc.enabled ? "+recompute" : "", flash ? "+flash" : "",
+        batch != 2 ? ("+b" + std::to_string(batch)).c_str() : "",
         microbatches > 1 ? ("+" + std::to_string(microbatches) + "mb").c_str() : "",
         fused ? "" : "+unfused_epilogues",
         (double)N * microbatches / per_step, tflops, tflops / bf16_peak, hw_tflops / bf16_peak,
