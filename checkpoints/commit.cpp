@@ -25,6 +25,10 @@ namespace ptdp {
 namespace {
 
 const char *kManifest = "manifest.json";
+// Put into a checkpoint directory before a removal renames it iter_N.old (a
+// rotation, a commit's fallback swap): only a directory so marked is a
+// removal to finish, so a user's own copy named iter_N.old is never removed.
+const char *kRemovalMark = "removing";
 }  // namespace
 const char *const kCheckpointDataFile = "model.h5";
 namespace {
@@ -84,16 +88,16 @@ const std::vector<std::string> &save_files() {
   return names;
 }
 
+// (The manifest's temporary: exactly create_temp_file's name, six characters
+// of mkstemp's after "manifest.json.tmp.", not any name that begins so.)
 bool made_by_a_save(const std::string &name) {
-  return name == kManifest || name == kCheckpointDataFile ||
-         name.rfind(std::string(kManifest) + ".tmp.", 0) == 0;
+  const std::string tmp = std::string(kManifest) + ".tmp.";
+  const bool temporary = name.size() == tmp.size() + 6 && name.compare(0, tmp.size(), tmp) == 0 &&
+                         std::all_of(name.begin() + (long)tmp.size(), name.end(),
+                                     [](char c) { return std::isalnum((unsigned char)c); });
+  return name == kManifest || name == kCheckpointDataFile || name == kRemovalMark || temporary;
 }
 
-// Removes a checkpoint directory (final, .tmp or .old) only if everything in
-// it is what a save makes: the manifest first, so a removal cut short leaves no
-// complete-looking directory. A symbolic link in its place is unlinked (what
-// it names stays). Otherwise, or when `path` is no directory, nothing is
-// removed and the first file no save made is returned ("" when removed or absent).
 // The first file of directory `path` that no save made ("" when there is
 // none), listing the save's temporaries into *others when given.
 std::string foreign_file(const std::string &path, std::vector<std::string> *others = nullptr) {
@@ -108,16 +112,35 @@ std::string foreign_file(const std::string &path, std::vector<std::string> *othe
   return "";
 }
 
-std::string remove_save_dir(const std::string &path) {
+// Why a save could not remove `path` (a checkpoint directory's name: final,
+// .tmp or .old) as its own: "" when it may (absent, or a directory holding
+// only what saves make, and for .old the removal mark), else the reason, to
+// follow "'<path>' ". Nothing a save did not make is ever removed: not a
+// user's file in it, not a symbolic link in its place, not a user's copy of a
+// checkpoint named iter_N.old.
+std::string not_removable(const std::string &path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return "";
-  if (S_ISLNK(st.st_mode)) {
-    if (::unlink(path.c_str()) != 0) os_fail("remove the link", path, errno);
-    return "";
-  }
-  if (!S_ISDIR(st.st_mode)) return path + " (not a directory)";
-  std::vector<std::string> others;  // the temporaries, after the manifest and data
-  if (std::string foreign = foreign_file(path, &others); !foreign.empty()) return foreign;
+  if (S_ISLNK(st.st_mode)) return "is a symbolic link, which no save makes";
+  if (!S_ISDIR(st.st_mode)) return "is not a directory";
+  if (const std::string foreign = foreign_file(path); !foreign.empty())
+    return "holds '" + foreign + "', which no save made";
+  bool old = false;
+  if (checkpoint_dir_name(fs::path(path).filename().string(), &old) && old &&
+      !exists(join(path, kRemovalMark)))
+    return std::string("is no removal of a save's (it has no '") + kRemovalMark +
+           "' mark): a copy someone made";
+  return "";
+}
+
+// Removes a checkpoint directory (final, .tmp or .old) if not_removable says
+// it may, the manifest first, so a removal cut short leaves no
+// complete-looking directory; else removes nothing and returns the reason.
+std::string remove_save_dir(const std::string &path) {
+  if (std::string why = not_removable(path); !why.empty()) return why;
+  if (!exists(path)) return "";
+  std::vector<std::string> others;  // the temporaries and the mark, after the manifest and data
+  foreign_file(path, &others);
   for (const char *name : {kManifest, kCheckpointDataFile})
     if (std::remove(join(path, name).c_str()) != 0 && errno != ENOENT)
       os_fail("remove", join(path, name), errno);
@@ -205,6 +228,13 @@ std::string tracked(const std::string &root, std::string *stale) {
   return "";
 }
 
+// Marks a checkpoint directory as a removal a save began (kRemovalMark).
+void mark_for_removal(const std::string &dir) {
+  const int fd = ::open(join(dir, kRemovalMark).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) os_fail("mark for removal", dir, errno);
+  ::close(fd);
+}
+
 // Puts the complete tmp directory in place as final. Returns the path that
 // now holds a replaced older copy (to be removed), or "" if there was none.
 std::string put_in_place(const std::string &tmp, const std::string &final_dir) {
@@ -217,12 +247,13 @@ std::string put_in_place(const std::string &tmp, const std::string &final_dir) {
     return tmp;
   if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
     fail(Status::io_error, "cannot swap '", tmp, "' with '", final_dir, "': ", std::strerror(errno));
-  // The file system cannot swap: move the old copy aside first, then rename.
-  // A crash between the two leaves <name>.old, which the next commit removes.
+  // The file system cannot swap: move the old copy aside first, marked as a
+  // removal, then rename. A crash between the two leaves <name>.old, which the
+  // next commit or rotation removes.
   std::string aside = final_dir + ".old";
-  const std::string foreign = remove_save_dir(aside);
-  if (!foreign.empty())
-    fail(Status::io_error, "'", aside, "' holds '", foreign, "', which no save made: move it away");
+  const std::string why = remove_save_dir(aside);
+  if (!why.empty()) fail(Status::io_error, "'", aside, "' ", why, ": move it away");
+  mark_for_removal(final_dir);
   rename_or_fail(final_dir, aside);
   rename_or_fail(tmp, final_dir);
   return aside;
@@ -231,6 +262,51 @@ std::string put_in_place(const std::string &tmp, const std::string &final_dir) {
 }  // namespace
 
 std::string tracker_path(const std::string &root) { return join(root, kTracker); }
+
+namespace {
+
+// A complete checkpoint directory (not a link): its manifest is there.
+bool complete_dir(const std::string &path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && has_manifest(path);
+}
+
+}  // namespace
+
+std::string save_name_problem(const std::string &path) {
+  const std::string name = fs::path(path).filename().string();
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return "";
+  if (name == kTracker) {
+    // The commit replaces the tracker: only a tracker (a checkpoint's name on
+    // one line) or a link (the link goes, not what it names). Anything else of
+    // that name is the user's (a dataset saved as 'latest', say).
+    const bool tracker_like = S_ISLNK(st.st_mode) || (S_ISREG(st.st_mode) && st.st_size <= 64 &&
+                                                      names_a_checkpoint(tracker_line(path)));
+    return tracker_like ? "" : "exists and is not a checkpoint tracker (one line naming an iter_N "
+                               "directory)";
+  }
+  bool old = false, tmp = false;
+  if (!checkpoint_dir_name(name, &old)) return "";
+  checkpoint_iteration(name, &tmp);
+  // A complete checkpoint or a link (a save of its iteration swaps it out; the
+  // link goes, not what it names, as with the tracker) is a save's to replace;
+  // anything else of a checkpoint's name only if it holds nothing but what
+  // saves make.
+  if (!old && !tmp && (S_ISLNK(st.st_mode) || complete_dir(path))) return "";
+  return not_removable(path);
+}
+
+void check_save_root(const std::string &root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+    if (const std::string why = save_name_problem(it->path().string()); !why.empty())
+      fail(Status::io_error, "--save '", root, "': '", it->path().string(), "' ", why,
+           ": a save could not replace it (a save directory's iter_N, iter_N.tmp, iter_N.old "
+           "and latest names are ptdp's to write and remove); move it away or save elsewhere");
+  if (ec) fail(Status::io_error, "cannot list '", root, "': ", ec.message());
+}
 
 std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   std::string tmp = join(root, checkpoint_name(iteration) + ".tmp");
@@ -256,31 +332,13 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   // they hold only what a save makes, else refused: a leftover of a crashed
   // save (.tmp), of a crashed fallback swap (.old, put_in_place), of a rotation
   // cut short (an iter_N without its manifest). Anything else is the user's.
-  auto clear_or_refuse = [&](const std::string &path, const std::string &what_it_is) {
-    const std::string foreign = remove_save_dir(path);
-    if (!foreign.empty())
-      fail(Status::io_error, "'", path, "' ", what_it_is, "holds '", foreign, "', which no save ",
-           "made: the save of iteration ", iteration, " would replace it; move it away or save elsewhere");
-  };
   const std::string final_dir = join(root, checkpoint_name(iteration));
-  struct stat st;
-  if (::lstat(final_dir.c_str(), &st) == 0 && !S_ISLNK(st.st_mode) &&
-      !(S_ISDIR(st.st_mode) && exists(join(final_dir, kManifest))))
-    clear_or_refuse(final_dir, S_ISDIR(st.st_mode) ? "exists and is not a complete checkpoint (no manifest.json; it "
-                                                   : "exists and is not a complete checkpoint (not a directory); it ");
-  clear_or_refuse(final_dir + ".old", "");
-  // The commit replaces the tracker: only a tracker (a checkpoint's name on
-  // one line) or a link (the link goes, not what it names). Anything else of
-  // that name is the user's (a dataset saved as 'latest', say).
-  const std::string tracker = tracker_path(root);
-  if (::lstat(tracker.c_str(), &st) == 0 && !S_ISLNK(st.st_mode)) {
-    const bool tracker_like = S_ISREG(st.st_mode) && st.st_size <= 64 &&
-                              names_a_checkpoint(tracker_line(tracker));
-    if (!tracker_like)
-      fail(Status::io_error, "'", tracker, "' exists and is not a checkpoint tracker (one line ",
-           "naming an iter_N directory): a save would replace it; move it away or save elsewhere");
-  }
-  clear_or_refuse(tmp, "");
+  for (const std::string &path : {final_dir, final_dir + ".old", tmp, tracker_path(root)})
+    if (const std::string why = save_name_problem(path); !why.empty())
+      fail(Status::io_error, "'", path, "' ", why, ": the save of iteration ", iteration,
+           " would replace it; move it away or save elsewhere");
+  for (const std::string &path : {final_dir + ".old", tmp}) remove_save_dir(path);
+  if (!complete_dir(final_dir)) remove_save_dir(final_dir);
   // An interrupted save (SIGINT, SIGTERM) leaves no iter_N.tmp behind: held
   // for the signal cleanup before it exists, so no moment is left out.
   hold_temp_directory(tmp, save_files());
@@ -336,10 +394,11 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
     // holds files no save made (then it stays, renamed, and the save says so).
     // The new checkpoint is in place: a cleanup that fails is only reported.
     try {
-      const std::string foreign = remove_save_dir(old);
-      if (!foreign.empty())
-        std::fprintf(stderr, "ptdp: kept '%s': it holds '%s', which no save made\n", old.c_str(),
-                     foreign.c_str());
+      struct stat st;
+      const bool link = ::lstat(old.c_str(), &st) == 0 && S_ISLNK(st.st_mode);  // was iter_N
+      const std::string why = link ? "" : remove_save_dir(old);
+      if (link && ::unlink(old.c_str()) != 0) os_fail("remove the link", old, errno);
+      if (!why.empty()) std::fprintf(stderr, "ptdp: kept '%s': it %s\n", old.c_str(), why.c_str());
     } catch (const Error &e) {
       std::fprintf(stderr, "ptdp: the previous copy '%s' stays: %s\n", old.c_str(), e.what());
     }
@@ -395,7 +454,7 @@ std::vector<std::string> prune_checkpoints(const std::string &root, int keep_las
     if (checkpoint_dir_name(it->path().filename().string(), &old) && old)
       old_copies.push_back(it->path().string());
   }
-  for (const std::string &old : old_copies) remove_save_dir(old);
+  for (const std::string &old : old_copies) remove_save_dir(old);  // (a user's copy stays)
   std::vector<Entry> entries = scan(root);
   std::string stale, keep_tracked = tracked(root, &stale);
   int64_t newest = -1;
@@ -420,13 +479,14 @@ std::vector<std::string> prune_checkpoints(const std::string &root, int keep_las
       // kill between its files) never leaves an iter_N without its manifest,
       // which no later rotation would touch. Only when that name is free.
       std::string gone = path;
-      if (!e.tmp && !exists(path + ".old") && std::rename(path.c_str(), (path + ".old").c_str()) == 0)
-        gone += ".old";
+      if (!e.tmp && !exists(path + ".old")) {
+        mark_for_removal(path);
+        if (std::rename(path.c_str(), (path + ".old").c_str()) == 0) gone += ".old";
+      }
       foreign = remove_save_dir(gone);
     }
     if (!foreign.empty()) {
-      std::fprintf(stderr, "ptdp: rotation kept '%s': it holds '%s', which no save made\n",
-                   path.c_str(), foreign.c_str());
+      std::fprintf(stderr, "ptdp: rotation kept '%s': it %s\n", path.c_str(), foreign.c_str());
       continue;
     }
     removed.push_back(path);

@@ -22,6 +22,18 @@ namespace ptdp {
 // writable directory.
 std::string begin_checkpoint(const std::string &root, int64_t iteration);
 
+// Why a save could not replace or remove `path`, an entry of a save
+// directory named as ptdp's (iter_N, iter_N.tmp, iter_N.old, latest): "" when
+// it may (absent, a complete checkpoint or a link to one, a tracker, a
+// leftover holding only what saves make, an iter_N.old a removal marked),
+// else the reason. A save never removes anything else.
+std::string save_name_problem(const std::string &path);
+
+// Every entry of root save_name_problem objects to, before a run trains:
+// Error(io_error) naming the first and the reason (nothing when root is not
+// there yet). A save would otherwise stop at that name after the training.
+void check_save_root(const std::string &root);
+
 // Removes the unfinished <root>/iter_XXXXXXX.tmp/ of a failed save (best
 // effort, never throws), so that a full disk gets its space back.
 void abandon_checkpoint(const std::string &root, int64_t iteration) noexcept;
@@ -57,10 +69,11 @@ std::vector<std::string> complete_checkpoints(const std::string &root);
 // Keep-last-K retention (keep_last >= 1, else bad_value): removes complete
 // iter_* directories older than the newest keep_last, never the one `latest`
 // names, and *.tmp directories older than the newest complete checkpoint. A
-// complete one is renamed iter_N.old before its files go, and iter_N.old
-// leftovers (a removal cut short) are finished first, so a kill mid-removal
-// never leaves an iter_N without its manifest. Other directories without a
-// manifest are left for a person to look at.
+// complete one is marked (a "removing" file) and renamed iter_N.old before its
+// files go, and marked iter_N.old leftovers (a removal cut short) are finished
+// first, so a kill mid-removal never leaves an iter_N without its manifest. A
+// link, a directory holding a file no save made, an unmarked iter_N.old (a
+// user's copy) and other directories without a manifest are left alone.
 // Returns the removed paths.
 std::vector<std::string> prune_checkpoints(const std::string &root, int keep_last);
 

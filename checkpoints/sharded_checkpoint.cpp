@@ -122,9 +122,33 @@ std::vector<WriteBlock> blocks_to_write(const std::vector<RankShard> &local, int
   return out;
 }
 
+// What is wrong with the data file a manifest names, as a save left it ("" if
+// nothing): a regular file of the recorded size, inside the checkpoint's
+// directory, so not a symbolic link (a save makes none; through one a
+// checkpoint would read, and be verified against, a file elsewhere).
 int64_t file_size(const std::string &path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 ? (int64_t)st.st_size : -1;
+}
+
+// *readable: whether the file can still be opened and checked further (it is
+// a regular file, of whatever size).
+std::string data_file_fault(const std::string &file, int64_t bytes, bool *readable = nullptr) {
+  if (readable) *readable = false;
+  struct stat st;
+  if (::lstat(file.c_str(), &st) != 0) return "'" + file + "' is missing (the manifest names it)";
+  if (S_ISLNK(st.st_mode))
+    return "'" + file + "' is a symbolic link: a checkpoint's data file is a regular file in its "
+           "own directory (a save makes no links; copy the file in place of the link)";
+  if (!S_ISREG(st.st_mode))
+    return "'" + file + "' is not a regular file (" +
+           (S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket") +
+           "): a checkpoint's data file is one";
+  if (readable) *readable = true;
+  if ((int64_t)st.st_size != bytes)
+    return "'" + file + "' is " + std::to_string(st.st_size) + " bytes but the manifest says " +
+           std::to_string(bytes) + ": the file was truncated or replaced";
+  return "";
 }
 
 // Runs fn, returning its error message ("" when it succeeded).
@@ -447,19 +471,20 @@ CheckpointRef open_checkpoint(const std::string &path) {
   return ref;
 }
 
-TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
-                              const std::vector<RankShard> &local, bool verify) {
-  const Manifest &m = ckpt.manifest;
-  const std::string mismatch = model_shape_mismatch(m.model, model);
+void check_same_model(const CheckpointRef &ckpt, const GptConfig &model) {
+  const std::string mismatch = model_shape_mismatch(ckpt.manifest.model, model);
   if (!mismatch.empty())
     fail(Status::invalid_config, "checkpoint '", ckpt.dir, "' holds a different model (", mismatch,
          "); give the checkpoint's model options to load it");
+}
+
+TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
+                              const std::vector<RankShard> &local, bool verify) {
+  const Manifest &m = ckpt.manifest;
+  check_same_model(ckpt, model);
   const std::string file = ckpt.dir + "/" + m.file;
-  const int64_t size = file_size(file);
-  if (size < 0) fail(Status::corrupt_data, "'", file, "' is missing (the manifest names it)");
-  if (size != m.file_bytes)
-    fail(Status::corrupt_data, "'", file, "' is ", size, " bytes but the manifest says ",
-         m.file_bytes, ": the file was truncated or replaced");
+  if (const std::string fault = data_file_fault(file, m.file_bytes); !fault.empty())
+    fail(Status::corrupt_data, fault);
   H5File f = H5File::open_read(file);
   const int vocab = model.vocab_size;
 
@@ -633,11 +658,11 @@ std::vector<std::string> checkpoint_faults(const std::string &dir) {
         faults.push_back("the manifest says '" + md->name + "' is " + dims_text(md->shape) +
                          " but its model makes it " + dims_text(want));
     }
-  const int64_t size = file_size(file);
-  if (size < 0) return {"'" + file + "' is missing"};
-  if (size != m.file_bytes)
-    faults.push_back("'" + file + "' is " + std::to_string(size) + " bytes but the manifest says " +
-                     std::to_string(m.file_bytes) + " (truncated or replaced)");
+  bool readable = false;
+  if (const std::string fault = data_file_fault(file, m.file_bytes, &readable); !fault.empty()) {
+    faults.push_back(fault);
+    if (!readable) return faults;
+  }
   std::optional<H5File> opened;
   err = attempt([&] { opened.emplace(H5File::open_read(file)); });
   if (!err.empty()) {

@@ -75,6 +75,10 @@ struct CheckpointRef {
 // manifest is damaged.
 CheckpointRef open_checkpoint(const std::string &path);
 
+// Error(invalid_config) naming the fields when the checkpoint holds another
+// model than `model` (a shape, not an option: nothing makes it load).
+void check_same_model(const CheckpointRef &ckpt, const GptConfig &model);
+
 // Fills every local shard (any layout) for `model` from the checkpoint and
 // The weights go to each shard's master when it has one, else to its params,
 // and come from /optim/master when the checkpoint has it (a 16-bit run's),

@@ -702,6 +702,23 @@ function M.mkdirs(path)
   return path, made
 end
 
+-- A new directory of this process's own under parent: parent .. '/' .. prefix
+-- .. six random characters, made by mkdtemp (no shell, so any byte of a path
+-- but NUL is data). Raises naming parent when it cannot be made.
+ffi.cdef [[ char *mkdtemp(char *template); ]]
+function M.make_temp_dir(parent, prefix)
+  need_string(parent, 'make_temp_dir', 'parent')
+  need_string(prefix, 'make_temp_dir', 'prefix')
+  local template = parent .. '/' .. prefix .. 'XXXXXX'
+  local buf = ffi.new('char[?]', #template + 1)
+  ffi.copy(buf, template)
+  if ffi.C.mkdtemp(buf) == nil then
+    raise(string.format("cannot make a directory under '%s': %s", parent,
+                        ffi.string(ffi.C.strerror(ffi.errno()))))
+  end
+  return ffi.string(buf)
+end
+
 -- The project's directory (this module is in <project>/lua).
 M.project_dir = here .. '/..'
 
@@ -733,7 +750,20 @@ function M.dataset(t)
   need_string(path, 'dataset', 'path')
   local items = {}
   for item in path:gmatch('%S+') do items[#items + 1] = item end
-  if #items > 1 and tonumber(items[1]) then  -- a blend: every part must be there
+  if #items > 1 and tonumber(items[1]) then  -- a blend: its form first, then every part there
+    for i = 1, #items, 2 do
+      if not tonumber(items[i]) or not items[i + 1] then
+        raise(string.format("--data-path blend '%s': %s; a blend is WEIGHT PREFIX pairs, e.g. " ..
+                            "0.3 A 0.7 B", path, items[i + 1] and string.format(
+                              "'%s' (item %d) is not a weight", items[i], i) or
+                            string.format('%d items, an odd number', #items)))
+      end
+    end
+    if readable(path) or readable(path .. '.idx') then  -- (as the trainer refuses it too)
+      raise(string.format("--data-path '%s' names a dataset and also reads as a blend (weight " ..
+                          "%s of '%s'): write './%s' for the dataset of that name, or rename it",
+                          path, items[1], items[2], path))
+    end
     for i = 2, #items, 2 do
       local p = items[i]
       if not readable(p) and not (readable(p .. '.idx') and readable(p .. '.bin')) then

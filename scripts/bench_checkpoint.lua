@@ -46,12 +46,12 @@ config.data_path = ptdp.dataset { path = config.data_path, given = given.data_pa
 local function quoted(p) return "'" .. p:gsub("'", "'\\''") .. "'" end
 local trainer = ptdp.trainer(config)
 ptdp.mkdirs(opts.dir)
--- A directory of its own (mktemp -d): the only thing it ever removes.
-local mk = io.popen('mktemp -d ' .. quoted(opts.dir .. '/ptdp_bench_checkpoint.XXXXXX'))
-local work = mk:read('*l')
-mk:close()
-if not work or work == '' then
-  io.stderr:write('bench_checkpoint: cannot make a directory under ' .. opts.dir .. '\n')
+-- A directory of its own (mkdtemp, not the shell's mktemp: a name read back
+-- from a shell stopped at a newline in --dir and named another directory):
+-- the only thing it ever removes.
+local ok, work = pcall(ptdp.make_temp_dir, opts.dir, 'ptdp_bench_checkpoint.')
+if not ok then
+  io.stderr:write('bench_checkpoint: ' .. tostring(work) .. '\n')
   os.exit(1)
 end
 

@@ -9,7 +9,8 @@ local flags = require 'ptdp.flags'
 local config, opts, given = flags.parse(arg, {
   iters = { default = 10, integer = true, min = 1, help = 'timed steps' },
   warmup = { default = 2, integer = true, min = 0, help = 'untimed steps first' },
-  sgemm_n = { default = 2048, integer = true, min = 1, help = 'size of the square SGEMM' },
+  sgemm_n = { default = 2048, integer = true, min = 1, max = 16384,  -- (ptdp.benchmark_sgemm's range)
+              help = 'size of the square SGEMM' },
 }, {
   num_layers = 6, hidden_size = 384, num_attention_heads = 6, seq_length = 256,
   micro_batch_size = 8, global_batch_size = 8, train_iters = 1000000,

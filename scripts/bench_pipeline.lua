@@ -25,7 +25,8 @@ local config, opts, given = flags.parse(arg, {
           help = 'picture of an interleaved step' },
   trace = { default = (os.getenv('TMPDIR') or '/tmp') .. '/pipeline_timeline.json',
             help = 'Chrome trace of that step (Perfetto)' },
-  width = { default = 1600, integer = true, min = 1, help = 'width of the picture in pixels' },
+  width = { default = 1600, integer = true, min = 140, max = 8192,  -- (ptdp.render_timeline's range)
+            help = 'width of the picture in pixels' },
 }, {
   num_layers = 8, hidden_size = 384, num_attention_heads = 6, seq_length = 256,
   micro_batch_size = 2, global_batch_size = 16, train_iters = 1000000,
@@ -33,6 +34,10 @@ local config, opts, given = flags.parse(arg, {
   lr = 1e-4, min_lr = 1e-5, lr_decay_style = 'constant',
   hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
 })
+
+-- The outputs are checked now, not after the five schedules have run.
+ptdp.check_output(opts.png, '--png')
+ptdp.check_output(opts.trace, '--trace')
 
 -- The default dataset is tokenized on first use; a --data-path must exist.
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,

@@ -281,6 +281,21 @@ case("`--timeline` inside a checkpoint directory", train + ["--data-path", "good
      "ckpt/iter_0000000/manifest.json"] + tiny, "lua_train_gpt_checkpoint_guard")
 case("`--log-json` onto a save directory's tracker", train + ["--data-path", "good.ptdp", "--log-json",
      "ckpt/latest"] + tiny, "OutputFile.NoWriterPutsAFileAmongACheckpointsFiles")
+os.link(os.path.join(work, "ckpt", "iter_0000000", "model.h5"), os.path.join(work, "shared.jsonl"))
+case("`--log-json` a hard link of a checkpoint's model.h5", train + ["--data-path", "good.ptdp",
+     "--log-json", "shared.jsonl"] + tiny, "OutputFile.RefusesSharedFilesAndPlacesNoFileCanBeMade")
+case("`--timeline` a name too long for the writer's temporary file", train + ["--data-path",
+     "good.ptdp", "--timeline", "t" * 250 + ".json"] + tiny,
+     "OutputFile.RefusesSharedFilesAndPlacesNoFileCanBeMade")
+case("`--log-json /dev/stdout`", train + ["--data-path", "good.ptdp", "--log-json", "/dev/stdout"]
+     + tiny, "OutputFile.RefusesTheProcesssStreams")
+shutil.copy(os.path.join(work, "good.ptdp"), os.path.join(work, "1 good.ptdp"))
+case("`--data-path '1 good.ptdp'` (a dataset of that name, and a blend of good.ptdp)", train +
+     ["--data-path", "1 good.ptdp"] + tiny, "Blend.ADataPathThatIsAlsoABlendIsRefused")
+os.makedirs(os.path.join(work, "saves", "iter_0000002.old"))
+write(os.path.join("saves", "iter_0000002.old", "manifest.json"), "{}")
+case("`--save` holding a user's copy named iter_0000002.old", train + ["--data-path", "good.ptdp",
+     "--save", "saves"] + tiny, "Commit.ASaveDirectorysNamesAreCheckedUpFront")
 case("`--save` inside a checkpoint directory", train + ["--data-path", "good.ptdp", "--save",
      "ckpt/iter_0000000/nested"] + tiny, "lua_train_gpt_checkpoint_guard")
 case("`ptdp ckpt import-safetensors` into a checkpoint directory", ["ckpt", "import-safetensors",

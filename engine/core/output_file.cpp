@@ -206,9 +206,64 @@ std::string output_target(const std::string &path, const char *what) {
   return target;
 }
 
+// A file with other names (hard links) is not an output: a writer that
+// appends would change every name's contents, one that renames would leave
+// the other names holding the old bytes; and the other names may lie anywhere
+// (inside a checkpoint, say), where no check by path reaches.
+static void refuse_if_linked(const struct stat &st, const std::string &path, const char *what) {
+  if (st.st_nlink > 1)
+    fail(Status::invalid_argument, what, " '", path, "' has ", (unsigned long long)st.st_nlink,
+         " names (hard links): refusing to write a file other names share (give a path of its own)");
+}
+
+// That the writer will be able to make its temporary file beside `target`
+// (create_temp_file's name, 11 bytes longer): tried now, so a name too long or
+// a directory it cannot write into (/proc, /sys, read-only) stops the command
+// before any work, not at the first write.
+static void probe_creatable(const std::string &target, const std::string &path, const char *what) {
+  std::string tmp;
+  int fd;
+  try {
+    fd = create_temp_file(target, &tmp);
+  } catch (const Error &e) {
+    fail(Status::io_error, what, " '", path, "': cannot create a file there (", e.what(),
+         "); give a path whose name is shorter than ", NAME_MAX - 11,
+         " bytes in a directory this process can write");
+  }
+  ::close(fd);
+  remove_temp_file(tmp);
+}
+
+// A writer replaces a file; a process's own streams are no files to replace:
+// /dev/stdout (a link into /proc/self/fd) replaced the file the shell sent
+// standard output to, and the run's log with it. Refused by name (a path into
+// /proc or /dev/fd, or a link to one) and by identity (the file descriptor 1
+// or 2 writes to, however it is named).
+static void refuse_if_stream(const std::string &path, const struct stat *file, const char *what) {
+  auto in_proc = [](const std::string &p) {
+    return p.rfind("/proc/", 0) == 0 || p.rfind("/dev/fd/", 0) == 0 ||
+           p == "/dev/stdout" || p == "/dev/stderr" || p == "/dev/stdin";
+  };
+  char hop[PATH_MAX];
+  const ssize_t n = ::readlink(path.c_str(), hop, sizeof hop - 1);
+  const bool by_name = in_proc(path) || (n > 0 && in_proc(std::string(hop, (size_t)n)));
+  bool by_identity = false;
+  for (int fd : {1, 2}) {
+    struct stat s;
+    if (file && ::fstat(fd, &s) == 0 && s.st_dev == file->st_dev && s.st_ino == file->st_ino)
+      by_identity = true;
+  }
+  if (by_name || by_identity)
+    fail(Status::invalid_argument, what, " '", path, "' is ",
+         by_identity ? "where this process's standard output or error goes"
+                     : "a stream of a process (through /proc or /dev/fd)",
+         ", not a file of its own: a writer replaces its file whole (give a file path)");
+}
+
 static std::string checked_target(const std::string &path, const char *what) {
   if (path.empty()) fail(Status::invalid_argument, what, " is an empty path (give a file's path)");
   refuse_if_checkpoint_part(path, what);
+  refuse_if_stream(path, nullptr, what);
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno != ENOENT) fail(Status::io_error, what, " '", path, "': ", std::strerror(errno));
@@ -222,10 +277,14 @@ static std::string checked_target(const std::string &path, const char *what) {
            errno == ENOENT ? "does not exist" : std::strerror(errno));
     if (!S_ISDIR(ds.st_mode))
       fail(Status::io_error, what, " '", path, "': '", dir, "' is not a directory");
+    probe_creatable(path, path, what);
     return path;
   }
   if (S_ISREG(st.st_mode)) {
     refuse_if_input(st, path, what);
+    refuse_if_stream(path, &st, what);
+    refuse_if_linked(st, path, what);
+    probe_creatable(path, path, what);
     return path;
   }
   if (S_ISLNK(st.st_mode)) {
@@ -236,6 +295,9 @@ static std::string checked_target(const std::string &path, const char *what) {
            "' is a symbolic link to nothing: refusing to replace it (give a file path)");
     if (S_ISREG(target.st_mode)) {
       refuse_if_input(target, path, what);
+      refuse_if_stream(path, &target, what);
+      refuse_if_linked(target, path, what);
+      probe_creatable(resolved, path, what);
       return resolved;
     }
     fail(Status::invalid_argument, what, " '", path, "' is a symbolic link to ",

@@ -1,9 +1,11 @@
 // Status codes and the one exception type the engine throws. The C ABI turns
 // every ptdp::Error into its code plus ptdp_last_error() text (ARCHITECTURE §6).
 #pragma once
+#include <charconv>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "engine/core/utf8.h"
 
@@ -39,11 +41,27 @@ class Error : public std::runtime_error {
   Status code_;
 };
 
+namespace detail {
+// A message's piece: a floating-point value in its shortest form that reads
+// back as the same value ("got 1.0000001", never "got 1" for a value just
+// outside a range's bound); anything else as streamed.
+template <class T>
+void put_piece(std::ostringstream &os, const T &x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, x);
+    os.write(buf, r.ptr - buf);
+  } else {
+    os << x;
+  }
+}
+}  // namespace detail
+
 // Builds a message from any streamable pieces: fail(Status::bad_value, "x=", x).
 template <class... Args>
 [[noreturn]] void fail(Status code, const Args &...args) {
   std::ostringstream os;
-  (os << ... << args);
+  (detail::put_piece(os, args), ...);
   throw Error(code, os.str());
 }
 

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include <sys/stat.h>
+
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -76,6 +78,15 @@ DataPathSpec parse_data_path(const std::string &spec) {
 
 TrainingData open_training_data(const std::string &data_path, const std::string &split) {
   DataPathSpec spec = parse_data_path(data_path);
+  // Read as a blend ("1 data.ptdp": weight 1 of data.ptdp), but the whole text
+  // names a dataset too: which one is meant cannot be told, and guessing
+  // would train on the other silently.
+  struct stat st;
+  if ((spec.paths.size() != 1 || spec.paths[0] != data_path) &&
+      (::stat(data_path.c_str(), &st) == 0 || ::stat((data_path + ".idx").c_str(), &st) == 0))
+    fail(Status::invalid_config, "data_path '", data_path, "' names a dataset and also reads as a ",
+         "blend (weight ", spec.weights.empty() ? 0.0 : spec.weights[0], " of '", spec.paths[0],
+         "'): write './", data_path, "' for the dataset of that name, or rename it");
   TrainingData d;
   d.weights = spec.weights;
   d.split_spec = split;

@@ -90,6 +90,24 @@ class CudaOps final : public Ops<float> {
       }
     });
   }
+  // dW += dy^T x with BGRADB writing dy's column sums to scratch, then added.
+  void fused_weight_grad_impl(int M, int N, int K, CAct dy, CAct x, float *dW,
+                              float *dbias) override {
+    const DType st = storage_type();
+    const void *A16 = operand16(0, dy, M, N, N, 0, 1), *B16 = operand16(1, x, M, K, K, 0, 1);
+    if (bias_grad_.size() < (size_t)N) bias_grad_.resize(device(), N);
+    if (gemm_.run_bias_grad(st, N, K, M, A16, N, B16, K, dW, K, bias_grad_.data(), stream_)) {
+      cuda::add_inplace(dbias, bias_grad_.data(), N, stream_);
+      return;
+    }
+    // No algorithm for the epilogue: the GEMM, then the column sums.
+    gemm_.run(st, DType::f32, true, false, N, K, M, 1.f, A16, N, 0, B16, K, 0, 1.f, dW, K, 0, 1,
+              stream_);
+    with_act_type(st, [&](auto t) {
+      using S = decltype(t);
+      cuda::colsum_accumulate<S>(dbias, static_cast<const S *>(A16), M, N, stream_);
+    });
+  }
   void layernorm_forward_impl(Act out, float *mean, float *rstd, CAct x, const float *w, const float *b,
                          int N, int h, float eps) override {
     with_act_type(act_type(), [&](auto z) {
@@ -396,6 +414,7 @@ class CudaOps final : public Ops<float> {
   cudaStream_t stream_;  // before gemm_ (see the constructor)
   cuda::Gemm gemm_;
   DeviceArray<uint16_t> narrow_[2];  // copies of non-weights: GEMM operands A, B; op weights
+  DeviceArray<float> bias_grad_;     // fused_weight_grad_impl: a bias gradient before it is added
   const float *weights_ = nullptr;   // set_weights: the model's weights, and their 16-bit copy
   size_t weights_n_ = 0;
   DeviceArray<uint16_t> weights16_;

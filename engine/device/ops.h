@@ -46,7 +46,7 @@ struct AdamWStep {
 };
 
 // The element-wise ops a backend may fuse into a linear layer's GEMM (Ops::linear_*).
-enum class LinearEpilogue { bias, bias_gelu, dgelu };
+enum class LinearEpilogue { bias, bias_gelu, dgelu, bias_grad };
 
 // A device pointer and the type of the elements it points to: an activation
 // (in the run's act_type()) or, as a GEMM operand, also a weight or gradient
@@ -173,6 +173,23 @@ class Ops {
     }
     gemm(false, false, M, N, K, 1, dy, K, W, N, 0, dz, N);
     bias_gelu_backward(dz, dbias, dz, z, M, N);
+  }
+
+  // dW [N, K] += dy [M, N]^T x [M, K] (a weight gradient), dbias [N] += the
+  // column sums of dy (may be null): a linear layer's parameter gradients.
+  void linear_weight_grad(int M, int N, int K, CAct dy, CAct x, T *dW, T *dbias) {
+    check_sizes("linear", {{"M", M}, {"N", N}, {"K", K}});
+    if (dbias && M > 0 && N > 0 && K > 0 && fused_epilogues_ && fuses(LinearEpilogue::bias_grad)) {
+      auto run = [&] { fused_weight_grad_impl(M, N, K, dy, x, dW, dbias); };
+      if (profiler_)
+        profiler_->timed("gemm+bias_grad" + gemm_op_name(true, false, N, K, M, 1).substr(4),
+                         2.0 * M * N * K, run);
+      else
+        run();
+      return;
+    }
+    gemm(true, false, N, K, M, 1, dy, N, x, K, 1, dW, K);
+    if (dbias) colsum_accumulate(dbias, dy, M, N);
   }
 
   // ---- RMSNorm (LLaMA): out, x [N, h]; rstd [N]; backward accumulates ----
@@ -421,6 +438,11 @@ class Ops {
     (void)e, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)W, (void)bias, (void)aux_in,
         (void)aux_out, (void)C;
     fail(Status::internal, "fused_linear_impl called on a backend that fuses nothing");
+  }
+  // linear_weight_grad's fused form where fuses(bias_grad).
+  virtual void fused_weight_grad_impl(int M, int N, int K, CAct dy, CAct x, T *dW, T *dbias) {
+    (void)M, (void)N, (void)K, (void)dy, (void)x, (void)dW, (void)dbias;
+    fail(Status::internal, "fused_weight_grad_impl called on a backend that fuses nothing");
   }
   virtual void bias_gelu_forward_impl(Act z, Act out, CAct y, const T *bias, int N, int f) = 0;
   virtual void bias_gelu_backward_impl(Act dz, T *dbias, CAct dout, CAct z, int N, int f) = 0;

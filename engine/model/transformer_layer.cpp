@@ -71,7 +71,8 @@ void GPT<T>::layer_forward(int li, CAct x, Act out, LayerActs &a, int s, int b,
 // dresid [N, h] (this rank's rows with sequence parallelism): in, the
 // gradient of the layer's output; out, of its input x. defer (a zero-bubble
 // B): the weight GEMMs' output gradients go to a's W part and
-// layer_weight_grads runs the GEMMs later; otherwise they run here.
+// layer_weight_grads runs the GEMMs (with the QKV and fc1 bias gradients)
+// later; otherwise they run here.
 template <class T>
 void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int b,
                             const StepContext &ctx, bool defer) {
@@ -113,7 +114,7 @@ void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int
     ops_->gemm(false, false, N, h, f, 1, dfc, 2 * f, P.gate_w, h, 0, dln, h);
     ops_->gemm(false, false, N, h, f, 1, dup, 2 * f, P.up_w, h, 1, dln, h);
   } else {
-    ops_->linear_dgelu(N, f, h, dy, P.fc2_w, a.fc1_z.data(), dfc, G.fc1_b);
+    ops_->linear_dgelu(N, f, h, dy, P.fc2_w, a.fc1_z.data(), dfc, nullptr);  // fc1_b: with W
     ops_->gemm(false, false, N, h, f, 1, dfc, f, P.fc1_w, h, 0, dln, h);
   }
   if (!defer) mlp_weight_grads(li, a, dy, dfc, N);
@@ -128,7 +129,6 @@ void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int
   ops_->gemm(false, false, N, w, h, 1, dy, h, P.proj_w, w, 0, dctx_.data(), w);
   attention_backward(l, a, dqkv, s, b, ctx);
   if (cfg_.rope()) rotate_qk(dqkv, s, b, true);  // back to the unrotated q and k
-  if (G.qkv_b) ops_->colsum_accumulate(G.qkv_b, dqkv, N, qkv_width_);
   if (!defer) attention_weight_grads(li, a, dy, dqkv, N);
   ops_->gemm(false, false, N, h, qkv_width_, 1, dqkv, qkv_width_, P.qkv_w, h, 0, dln, h);
   dln_rows = reduce_row_parallel(dln, s, b);
@@ -137,7 +137,7 @@ void GPT<T>::layer_backward(int li, CAct x, LayerActs &a, Act dresid, int s, int
 }
 
 // The MLP's weight gradients: fc2 from the GeLU/SwiGLU output, fc1 (or gate
-// and up) from ln2.
+// and up) from ln2, and fc1's bias with its weight (one pass on CUDA).
 template <class T>
 void GPT<T>::mlp_weight_grads(int li, const LayerActs &a, CAct dy, CAct dfc, int N) {
   const int h = cfg_.hidden_size, f = ffn_;
@@ -147,17 +147,18 @@ void GPT<T>::mlp_weight_grads(int li, const LayerActs &a, CAct dy, CAct dfc, int
     ops_->gemm(true, false, f, h, N, 1, dfc, 2 * f, a.ln2.data(), h, 1, G.gate_w, h);
     ops_->gemm(true, false, f, h, N, 1, dfc + (int64_t)f, 2 * f, a.ln2.data(), h, 1, G.up_w, h);
   } else {
-    ops_->gemm(true, false, f, h, N, 1, dfc, f, a.ln2.data(), h, 1, G.fc1_w, h);
+    ops_->linear_weight_grad(N, f, h, dfc, a.ln2.data(), G.fc1_w, G.fc1_b);
   }
 }
 
-// The attention block's: the projection from the context, QKV from ln1.
+// The attention block's: the projection from the context, QKV (and its bias)
+// from ln1.
 template <class T>
 void GPT<T>::attention_weight_grads(int li, const LayerActs &a, CAct dy, CAct dqkv, int N) {
   const int h = cfg_.hidden_size, w = width_, q = qkv_width_;
   Layer G = layer(grads_.data(), li);
   ops_->gemm(true, false, h, w, N, 1, dy, h, a.ctxv.data(), w, 1, G.proj_w, w);
-  ops_->gemm(true, false, q, h, N, 1, dqkv, q, a.ln1.data(), h, 1, G.qkv_w, h);
+  ops_->linear_weight_grad(N, q, h, dqkv, a.ln1.data(), G.qkv_w, G.qkv_b);
 }
 
 // W of a deferred layer_backward.

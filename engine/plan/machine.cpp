@@ -170,6 +170,13 @@ Machine load_machine(const std::string &name_or_file) {
   if (!std::filesystem::exists(name_or_file, ec)) {
     std::string list;
     for (auto &n : machine_preset_names()) list += (list.empty() ? "" : ", ") + n;
+    // Spelled as a file ('/' or ".json"): say the file is missing, not the name unknown.
+    const bool file_like = name_or_file.find('/') != std::string::npos ||
+                           (name_or_file.size() > 5 &&
+                            name_or_file.compare(name_or_file.size() - 5, 5, ".json") == 0);
+    if (file_like)
+      fail(Status::io_error, "machine file '", name_or_file, "': No such file or directory (--machine ",
+           "is a preset, one of ", list, ", or a JSON file that exists)");
     fail(Status::bad_value, "unknown machine '", name_or_file, "'; known presets: ", list,
          " (or a JSON file; see engine/plan/machines/)");
   }

@@ -14,6 +14,7 @@
 #include <system_error>
 #include <thread>
 
+#include "checkpoints/commit.h"
 #include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/comm/fault_comm.h"
@@ -108,20 +109,18 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   MadeDirectories made;
   if (!opt_.save_path.empty()) {
     check_save_directory(opt_.save_path, made);
-    // A fine-tuning run starts again at iteration 0: saving where the checkpoint
-    // it loads lies would replace (same iteration) or prune that checkpoint.
-    if (opt_.finetune && !opt_.load_path.empty()) {
-      // The directory itself, whatever the spelling (a trailing slash, /., a link).
-      std::error_code ec;
-      const fs::path load = fs::weakly_canonical(opt_.load_path, ec);
-      const std::string name = load.filename().string();
-      bool tmp = false;
-      const bool iter_dir = checkpoint_iteration(name, &tmp) >= 0 && !tmp;
-      const fs::path load_root = iter_dir ? load.parent_path() : load;
-      if (same_output(opt_.save_path, load_root.string()))
-        fail(Status::invalid_config, "--finetune starts a new run, but --save '", opt_.save_path,
-             "' is the directory of the checkpoint it loads ('", opt_.load_path,
-             "'), whose checkpoints its saves would replace or prune: give --save another directory");
+    // Every name a save would have to replace, now rather than after training.
+    check_save_root(opt_.save_path);
+    // A fine-tuning run starts again at iteration 0: its saves would replace
+    // (same iteration) or prune whatever checkpoints --save holds, the one it
+    // loads among them whatever the spelling or link, or a copy's.
+    if (opt_.finetune) {
+      const std::vector<std::string> there = complete_checkpoints(opt_.save_path);
+      if (!there.empty())
+        fail(Status::invalid_config, "--finetune starts a new run at iteration 0, but --save '",
+             opt_.save_path, "' already holds checkpoints (newest: '", there.front(),
+             "') that its saves would replace or prune: give --save a new or empty directory (to "
+             "resume a fine-tuning run, leave --finetune out and --load its --save directory)");
     }
     // A fine-tuning run is a new run even when it loads from its --save directory.
     check_save_target(opt_.save_path, opt_.finetune ? "" : opt_.load_path, opt_.model,

@@ -222,7 +222,9 @@ std::string Trainer::load(const std::string &path) {
 std::string Trainer::load(const CheckpointRef &ckpt) {
   // The options that decide the data order and dropout (seed, split) and the
   // LR schedule must be the saved ones, or the run would not continue the same
-  // way. Checked before anything is read, so a refused load changes nothing.
+  // way. Checked before anything is read, so a refused load changes nothing;
+  // the model first (no option makes another model's checkpoint load).
+  check_same_model(ckpt, opt_.model);
   const std::map<std::string, std::string> now = resumption_options(opt_, data_fingerprint_);
   std::vector<std::string> keys = {"seed", "split"};
   if (!opt_.override_opt_param_scheduler)

@@ -52,10 +52,15 @@ class Gemm {
   // dense ([M, N], ld N): bias [N] in `dt`; aux [M, N] (ld N) the GeLU's input,
   // written by bias_gelu, read by dgelu. False (nothing done) when cuBLASLt
   // has no algorithm for it (then the caller composes the ops).
-  enum class Epilogue { bias, bias_gelu, dgelu };
+  enum class Epilogue { bias, bias_gelu, dgelu, bgrad };
   bool run_fused(Epilogue e, DType dt, bool tb, int M, int N, int K, const void *A, int lda,
                  const void *B, int ldb, void *C, const void *bias, const void *aux,
                  cudaStream_t stream);
+  // A weight gradient with its bias gradient (bgrad): C [M, N] (fp32) += A^T B,
+  // A [K, M] and B [K, N] in `ab`; dbias [M] = the column sums of A (written,
+  // not added). False (nothing done) when cuBLASLt has no algorithm for it.
+  bool run_bias_grad(DType ab, int M, int N, int K, const void *A, int lda, const void *B, int ldb,
+                     float *C, int ldc, float *dbias, cudaStream_t stream);
 
  private:
   struct Plan;
@@ -65,6 +70,9 @@ class Gemm {
                          int64_t, int, int, int, int, int, int, int>;
   Plan &plan(const Key &key);
   void set_epilogue(Plan &p, Epilogue e, int N, int al_bias, int al_aux);
+  bool fused(Epilogue e, DType ab, DType c, bool ta, bool tb, int M, int N, int K, const void *A,
+             int lda, const void *B, int ldb, float beta, void *C, int ldc, const void *bias,
+             const void *aux, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void *workspace_ = nullptr;
@@ -223,6 +231,8 @@ template <class T>
 void sum_squares(double *out, const T *x, size_t n, double *scratch, cudaStream_t stream);
 template <class T>
 void scale_inplace(T *x, size_t n, float alpha, cudaStream_t stream);
+// out += x, n floats.
+void add_inplace(float *out, const float *x, size_t n, cudaStream_t stream);
 // out[j] += sum_i x[i, j] for x: [N, cols], rows summed in a fixed order.
 template <class T>
 void colsum_accumulate(float *out, const T *x, int N, int cols, cudaStream_t stream);

@@ -63,6 +63,7 @@ cublasLtEpilogue_t lt_epilogue(Gemm::Epilogue e) {
     case Gemm::Epilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
     case Gemm::Epilogue::bias_gelu: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case Gemm::Epilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
+    case Gemm::Epilogue::bgrad: return CUBLASLT_EPILOGUE_BGRADB;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -75,6 +76,8 @@ void *aligned_to(int al) { return reinterpret_cast<void *>(uintptr_t(al) * 0x100
 
 // The epilogue's attributes: in row-major terms C's columns are cuBLASLt's
 // rows, so the bias has N elements and aux is [M, N] with leading dimension N.
+// bgrad: our A (op(A) = A^T, [M, K]) is cuBLASLt's second operand, whose
+// columns (M) BGRADB sums over k into the bias pointer.
 void Gemm::set_epilogue(Plan &p, Epilogue e, int N, int al_bias, int al_aux) {
   const cublasLtEpilogue_t lt = lt_epilogue(e);
   check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt, sizeof(lt)),
@@ -84,7 +87,7 @@ void Gemm::set_epilogue(Plan &p, Epilogue e, int N, int al_bias, int al_aux) {
     check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                          sizeof(bias)), "MatmulDescSetAttribute(BIAS_POINTER)");
   }
-  if (e != Epilogue::bias) {
+  if (e == Epilogue::bias_gelu || e == Epilogue::dgelu) {
     const void *aux = aligned_to(al_aux);
     const int64_t ld = N;
     check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
@@ -193,10 +196,24 @@ void Gemm::run(DType ab, DType c, bool ta, bool tb, int M, int N, int K, float a
 bool Gemm::run_fused(Epilogue e, DType dt, bool tb, int M, int N, int K, const void *A, int lda,
                      const void *B, int ldb, void *C, const void *bias, const void *aux,
                      cudaStream_t stream) {
-  if (M <= 0 || N <= 0 || K <= 0 || dt == DType::f32) return false;
-  if (e != Epilogue::bias && N % 8) return false;  // aux's leading dimension: a multiple of 8
-  if ((e != Epilogue::dgelu && !bias) || (e != Epilogue::bias && !aux)) return false;
-  const Key key{(int)dt, (int)dt, false, tb, M, N, K, lda, ldb, N, 0, 0, 0, 1,
+  if (e == Epilogue::bgrad) return false;  // run_bias_grad
+  return fused(e, dt, dt, false, tb, M, N, K, A, lda, B, ldb, 0.f, C, N, bias, aux, stream);
+}
+
+bool Gemm::run_bias_grad(DType ab, int M, int N, int K, const void *A, int lda, const void *B,
+                         int ldb, float *C, int ldc, float *dbias, cudaStream_t stream) {
+  return fused(Epilogue::bgrad, ab, DType::f32, true, false, M, N, K, A, lda, B, ldb, 1.f, C, ldc,
+               dbias, nullptr, stream);
+}
+
+bool Gemm::fused(Epilogue e, DType ab, DType c, bool ta, bool tb, int M, int N, int K,
+                 const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc,
+                 const void *bias, const void *aux, cudaStream_t stream) {
+  if (M <= 0 || N <= 0 || K <= 0 || ab == DType::f32) return false;
+  const bool has_aux = e == Epilogue::bias_gelu || e == Epilogue::dgelu;
+  if (has_aux && (N % 8 || ldc != N)) return false;  // aux: [M, N], ld N, a multiple of 8
+  if ((e != Epilogue::dgelu && !bias) || (has_aux && !aux)) return false;
+  const Key key{(int)ab, (int)c, ta, tb, M, N, K, lda, ldb, ldc, 0, 0, 0, 1,
                 alignment(A, 0), alignment(B, 0), alignment(C, 0), (int)e,
                 bias ? alignment(bias, 0) : 0, aux ? alignment(aux, 0) : 0};
   Plan &p = plan(key);
@@ -204,10 +221,10 @@ bool Gemm::run_fused(Epilogue e, DType dt, bool tb, int M, int N, int K, const v
   if (e != Epilogue::dgelu)
     check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                          sizeof(bias)), "MatmulDescSetAttribute(BIAS_POINTER)");
-  if (e != Epilogue::bias)
+  if (has_aux)
     check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                          sizeof(aux)), "MatmulDescSetAttribute(AUX_POINTER)");
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = 1.f;
   check(cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
                        workspace_, workspace_bytes_, stream),
         "Matmul (fused epilogue)");

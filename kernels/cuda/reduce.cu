@@ -106,6 +106,11 @@ __global__ void scale_kernel(T *x, size_t n, float alpha) {
     x[i] = from_f32<T>(to_f32(x[i]) * alpha);
 }
 
+__global__ void add_kernel(float *out, const float *x, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] += x[i];
+}
+
 template <class S, class D>
 __global__ void cast_kernel(D *dst, const S *src, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -153,6 +158,12 @@ void scale_inplace(T *x, size_t n, float alpha, cudaStream_t stream) {
   if (n == 0) return;
   scale_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, n, alpha);
   check_launch("scale_inplace");
+}
+
+void add_inplace(float *out, const float *x, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, x, n);
+  check_launch("add_inplace");
 }
 
 // Rows split into at most kColChunks chunks of at least 16 rows: enough blocks

@@ -218,6 +218,19 @@ ptdp_lua_test(lua_train_gpt_train_iters_not_a_number --rc nonzero
 ptdp_lua_test(lua_bench_checkpoint_zero_repeats --rc nonzero
   --expect "flag '--repeats' must be >= 1, got 0" --reject "traceback"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_checkpoint.lua --repeats 0)
+# outputs and ranges a benchmark takes are checked before it runs (they were
+# refused after all five schedules had run)
+ptdp_lua_test(lua_bench_pipeline_bad_width --rc nonzero
+  --expect "flag '--width' must be >= 140, got 1" --reject "traceback" --reject "schedule"
+  -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_pipeline.lua --width 1)
+ptdp_lua_test(lua_bench_pipeline_png_a_directory --rc nonzero
+  --expect "--png '/tmp' exists and is a directory" --reject "traceback" --reject "p=4"
+  -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_pipeline.lua --png /tmp)
+# a path where a blend's weight goes is named as such (it was "dataset '1' does not exist")
+ptdp_lua_test(lua_train_gpt_blend_misordered --rc nonzero
+  --expect "'${PTDP_TEST_TMP}/lua/nowhere.ptdp' (item 3) is not a weight"
+  --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --data-path "1 ${PTDP_TEST_TMP}/lua/x ${PTDP_TEST_TMP}/lua/nowhere.ptdp 1")
 # a verify of a damaged manifest says what is wrong (it printed nothing)
 ptdp_lua_test(lua_ckpt_verify_bad_manifest --rc nonzero --expect "manifest"
   -- sh -c "rm -rf bad_manifest && mkdir bad_manifest && printf '{' >bad_manifest/manifest.json && exec $0 ckpt verify bad_manifest"

@@ -86,7 +86,7 @@ TEST_F(Commit, AnIterDirectoryThatIsNoCheckpointIsNotReplaced) {
   fs::create_directories(root + "/iter_0000002");
   spit(root + "/iter_0000002/notes.txt", "mine");
   expect_error([&] { begin_checkpoint(root, 2); }, Status::io_error,
-               "iter_0000002' exists and is not a complete checkpoint (no manifest.json; it holds '");
+               "iter_0000002' holds '" + root + "/iter_0000002/notes.txt', which no save made");
   EXPECT_TRUE(fs::exists(root + "/iter_0000002/notes.txt"));
   // A rotation cut short (only the data file left) and a save killed while
   // writing its manifest (the manifest's temporary left): a save's files only,
@@ -103,7 +103,7 @@ TEST_F(Commit, AnIterDirectoryThatIsNoCheckpointIsNotReplaced) {
   spit(root + "/latest", "iter_0000007\r\n");
   EXPECT_NO_THROW(begin_checkpoint(root, 8));
   spit(root + "/iter_0000003", "a file");
-  expect_error([&] { begin_checkpoint(root, 3); }, Status::io_error, "(not a directory)");
+  expect_error([&] { begin_checkpoint(root, 3); }, Status::io_error, "iter_0000003' is not a directory");
   // A complete checkpoint of that iteration is swapped out as before.
   begin_checkpoint(root, 4);
   commit_checkpoint(root, 4, "{}");
@@ -272,7 +272,16 @@ TEST_F(Commit, NothingANoSaveMadeIsRemoved) {
                "iter_0000400.tmp' holds '" + root + "/iter_0000400.tmp/notes.txt', which no save made");
   EXPECT_EQ(slurp(root + "/iter_0000400.tmp/notes.txt"), "precious");
   spit(root + "/iter_0000500.tmp", "a file");
-  expect_error([&] { begin_checkpoint(root, 500); }, Status::io_error, "(not a directory)");
+  expect_error([&] { begin_checkpoint(root, 500); }, Status::io_error, "is not a directory");
+  // A file named like a save's temporary but not mkstemp's six characters.
+  fs::create_directories(root + "/iter_0000700.tmp");
+  spit(root + "/iter_0000700.tmp/manifest.json.tmp.notes", "mine");
+  expect_error([&] { begin_checkpoint(root, 700); }, Status::io_error, "manifest.json.tmp.notes");
+  EXPECT_EQ(slurp(root + "/iter_0000700.tmp/manifest.json.tmp.notes"), "mine");
+  // A link where a save's temporary directory goes: refused, not unlinked.
+  fs::create_directory_symlink(dir, root + "/iter_0000800.tmp");
+  expect_error([&] { begin_checkpoint(root, 800); }, Status::io_error, "is a symbolic link");
+  EXPECT_TRUE(fs::is_symlink(root + "/iter_0000800.tmp"));
   // A tracker that is something else is not replaced either.
   spit(root + "/latest", "not a tracker, a user's file");
   expect_error([&] { begin_checkpoint(root, 600); }, Status::io_error,
@@ -285,16 +294,59 @@ TEST_F(Commit, NothingANoSaveMadeIsRemoved) {
 // file no save made stays.
 TEST_F(Commit, ARotationCutShortIsFinishedByTheNext) {
   for (int it : {100, 200, 300}) save(it);
-  fs::create_directories(root + "/iter_0000050.old");
+  fs::create_directories(root + "/iter_0000050.old");  // a removal marked, then cut short
+  spit(root + "/iter_0000050.old/removing", "");
   spit(root + "/iter_0000050.old/model.h5", "half removed");
   fs::create_directories(root + "/iter_0000060.old");
+  spit(root + "/iter_0000060.old/removing", "");
   spit(root + "/iter_0000060.old/notes.txt", "the user's");
+  // A user's copy of a checkpoint named iter_N.old (no mark; a sweep found it
+  // removed), and a link of that name (unlinked before): both stay.
+  fs::create_directories(root + "/iter_0000070.old");
+  spit(root + "/iter_0000070.old/manifest.json", "{}");
+  spit(root + "/iter_0000070.old/model.h5", "a backup");
+  fs::create_directory_symlink(root + "/iter_0000300", root + "/iter_0000080.old");
   prune_checkpoints(root, 1);
   EXPECT_FALSE(fs::exists(root + "/iter_0000050.old"));
   EXPECT_TRUE(fs::exists(root + "/iter_0000060.old/notes.txt"));
+  EXPECT_EQ(slurp(root + "/iter_0000070.old/model.h5"), "a backup");
+  EXPECT_TRUE(fs::is_symlink(root + "/iter_0000080.old"));
   for (const char *gone : {"iter_0000100", "iter_0000100.old", "iter_0000200", "iter_0000200.old"})
     EXPECT_FALSE(fs::exists(root + "/" + gone)) << gone;
   EXPECT_TRUE(fs::exists(root + "/iter_0000300/manifest.json"));
+}
+
+// What a save would have to replace is found before a run trains
+// (check_save_root, the trainer's start), with the reason a save would give.
+TEST_F(Commit, ASaveDirectorysNamesAreCheckedUpFront) {
+  check_save_root(root);  // not there yet: nothing to check
+  for (int it : {100, 200}) save(it);
+  fs::create_directories(root + "/iter_0000150.tmp");  // a crashed save's leftover: a save's to clear
+  spit(root + "/iter_0000150.tmp/model.h5", "partial");
+  fs::create_directory_symlink(root + "/iter_0000100", root + "/iter_0000300");  // loaded through
+  spit(root + "/notes.txt", "not a checkpoint's name: none of ptdp's business");
+  check_save_root(root);
+  const std::pair<std::string, std::string> refused[] = {
+      {"iter_0000400", "is not a directory"},
+      {"iter_0000500.old", "is no removal of a save's"},
+      {"iter_0000600.tmp", "is a symbolic link"},
+      {"latest", "exists and is not a checkpoint tracker"}};
+  for (const auto &[name, why] : refused) {
+    const std::string path = root + "/" + name;
+    fs::rename(root + "/latest", dir + "/latest.kept");
+    if (name == "iter_0000500.old") {
+      fs::create_directories(path);
+      spit(path + "/manifest.json", "{}");
+    } else if (name == "iter_0000600.tmp") {
+      fs::create_directory_symlink(dir, path);
+    } else {
+      spit(path, "a user's file");
+    }
+    expect_error([&] { check_save_root(root); }, Status::io_error, "'" + path + "' " + why);
+    fs::remove_all(path);
+    fs::rename(dir + "/latest.kept", root + "/latest");
+    check_save_root(root);
+  }
 }
 
 TEST_F(Commit, PruneKeepsNewestKAndTheTrackedOne) {

@@ -382,13 +382,24 @@ TEST_F(CheckpointImport, FinetuneStartsAfresh) {
   Config mix = c;
   mix.set("save", trained.path);
   expect_error([&] { trainer(mix); }, Status::invalid_config,
-               "--finetune starts a new run, but --save '" + trained.path +
-                   "' is the directory of the checkpoint it loads");
+               "--finetune starts a new run at iteration 0, but --save '" + trained.path +
+                   "' already holds checkpoints");
   // One iter_N of that directory, however spelled: the same.
   for (const std::string &spelled : {trained.path + "/iter_0000002", trained.path + "/iter_0000002/",
                                      trained.path + "/iter_0000002/.", trained.path + "//iter_0000002//"}) {
     mix.set("load", spelled);
     expect_error([&] { trainer(mix); }, Status::invalid_config, "--finetune starts a new run");
+  }
+  // Through a link elsewhere to the loaded checkpoint, or from a copy of the
+  // directory (a sweep found both replaced the trained run's checkpoints):
+  // --save holds checkpoints, so the run is refused before anything is written.
+  const std::string links = work.path + "/links", copy = work.path + "/copy";
+  std::filesystem::create_directories(links);
+  std::filesystem::create_directory_symlink(trained.path + "/iter_0000002", links + "/iter_0000002");
+  std::filesystem::copy(trained.path, copy, std::filesystem::copy_options::recursive);
+  for (const std::string &from : {links, copy}) {
+    mix.set("load", from);
+    expect_error([&] { trainer(mix); }, Status::invalid_config, "already holds checkpoints");
   }
 }
 

@@ -328,6 +328,19 @@ TEST_F(CheckpointFaults, TruncatedFile) {
   EXPECT_FALSE(checkpoint_faults(ckpt).empty());
 }
 
+// The data file as a link to a file elsewhere (of the very bytes recorded):
+// refused by the load and by verify (which export runs), not read through.
+TEST_F(CheckpointFaults, LinkedDataFile) {
+  const std::string elsewhere = dir.path + "/elsewhere.h5";
+  fs::rename(file, elsewhere);
+  fs::create_symlink(elsewhere, file);
+  Trainer tr(options({1, 1, 1, 1}));
+  expect_error([&] { tr.load(dir.path); }, Status::corrupt_data, "model.h5' is a symbolic link");
+  const std::vector<std::string> faults = checkpoint_faults(ckpt);
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_NE(faults[0].find("is a symbolic link"), std::string::npos) << faults[0];
+}
+
 // One flipped bit inside a dataset's data: the load names the dataset and the
 // block, and `verify` finds it; with verification off the load goes through.
 TEST_F(CheckpointFaults, BitFlip) {

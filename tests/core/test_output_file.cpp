@@ -2,9 +2,11 @@
 // overwrite their own inputs (engine/core/output_file.h): /dev/null stays a
 // device, a FIFO stays a FIFO, a link keeps pointing at its file.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <filesystem>
 #include <fstream>
 
@@ -61,6 +63,59 @@ TEST(OutputFile, RefusesAMissingOrFileDirectory) {
   expect_error([&] { ptdp::output_target(file + "/x.json", "--timeline"); }, ptdp::Status::io_error,
                "--timeline '" + file + "/x.json': Not a directory");
   EXPECT_EQ(ptdp::output_target("plain_name.json", "--timeline"), "plain_name.json");  // the cwd
+}
+
+// A file with other names (a hard link) is no output: an appending writer
+// (--log-json on resume) wrote through one into another checkpoint's model.h5.
+// Whether a file can be made there is tried up front (a name too long for the
+// writer's temporary, a directory no file can be made in): refused before any
+// work, not at the first write after a training step.
+TEST(OutputFile, RefusesSharedFilesAndPlacesNoFileCanBeMade) {
+  TempDir dir;
+  const std::string data = dir.path + "/model.h5", log = dir.path + "/log.jsonl";
+  ptdp::write_file_atomic(data, "weights");
+  ASSERT_EQ(::link(data.c_str(), log.c_str()), 0);
+  expect_error([&] { ptdp::output_target(log, "--log-json"); }, ptdp::Status::invalid_argument,
+               "--log-json '" + log + "' has 2 names (hard links)");
+  expect_error([&] { ptdp::append_json_line(log, "{}", false); }, ptdp::Status::invalid_argument,
+               "has 2 names");
+  EXPECT_EQ(read_file(data), "weights");
+  const std::string link = dir.path + "/link.jsonl";  // a symbolic link to it: the same
+  std::filesystem::create_symlink(log, link);
+  expect_error([&] { ptdp::output_target(link, "--log-json"); }, ptdp::Status::invalid_argument,
+               "has 2 names");
+  const std::string longest = dir.path + "/" + std::string(NAME_MAX - 10, 'a');
+  expect_error([&] { ptdp::output_target(longest, "--timeline"); }, ptdp::Status::io_error,
+               "cannot create a file there");
+  EXPECT_EQ(ptdp::output_target(dir.path + "/" + std::string(NAME_MAX - 11, 'a'), "--timeline"),
+            dir.path + "/" + std::string(NAME_MAX - 11, 'a'));
+  for (const auto &e : std::filesystem::directory_iterator(dir.path))  // the probes left nothing
+    EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+// A process's own streams are no outputs: --log-json /dev/stdout replaced
+// the file the shell sent standard output to (and the run's log in it).
+TEST(OutputFile, RefusesTheProcesssStreams) {
+  for (const char *stream : {"/dev/stdout", "/dev/stderr", "/proc/self/fd/1", "/dev/fd/2"})
+    expect_error([&] { ptdp::output_target(stream, "--log-json"); }, ptdp::Status::invalid_argument,
+                 "is a stream of a process");
+  TempDir dir;
+  const std::string log = dir.path + "/captured.txt";
+  ptdp::write_file_atomic(log, "the run's log\n");
+  const int saved = ::dup(2), fd = ::open(log.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  ::dup2(fd, 2);  // as `2> captured.txt`
+  bool refused = false;
+  try {
+    ptdp::output_target(log, "--timeline");
+  } catch (const ptdp::Error &e) {
+    refused = std::string(e.what()).find("standard output or error goes") != std::string::npos;
+  }
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(fd);
+  EXPECT_TRUE(refused);
+  EXPECT_EQ(read_file(log), "the run's log\n");
 }
 
 // What a process tokenized stays its run's input (hold_input): no later
@@ -208,6 +263,7 @@ TEST(OutputFile, RegisteredInputsAreRefusedUnderAnySpelling) {
                  "refusing to overwrite an input");
     EXPECT_EQ(read_file(in), "precious");
   }
+  std::filesystem::remove(hard);  // (a file with two names is no output)
   ptdp::write_file_atomic(soft, "no longer an input");  // the InputFile is gone
   EXPECT_EQ(read_file(in), "no longer an input");
   ptdp::InputFile missing(dir.path + "/not_there", "dataset");  // registers nothing

@@ -603,3 +603,21 @@ TEST(Blend, TrainerReportsTheBlendAndItsErrors) {
   expect_error([&] { Trainer x(blend_options("1 " + blend_data().a + " 1 /nonexistent/x", 1, 1)); },
                Status::io_error, "/nonexistent/x");
 }
+
+// "1 x" reads as a blend (weight 1 of x) and may also name a dataset "1 x": a
+// sweep found the blend trained silently. Refused, naming both readings;
+// "./1 x" is the dataset.
+TEST(Blend, ADataPathThatIsAlsoABlendIsRefused) {
+  TempDir dir;
+  for (const char *name : {"x", "1 x"})
+    for (const char *ext : {".bin", ".idx"})
+      fs::copy_file(blend_data().a + ext, dir.path + "/" + name + ext);
+  const fs::path here = fs::current_path();
+  fs::current_path(dir.path);
+  expect_error([&] { Trainer x(blend_options("1 x", 1, 1)); }, Status::invalid_config,
+               "data_path '1 x' names a dataset and also reads as a blend (weight 1 of 'x')");
+  Trainer named(blend_options("./1 x", 1, 1));
+  Trainer blend(blend_options("1 x 1 x", 1, 1));  // a blend no file is named as
+  fs::current_path(here);
+  EXPECT_GT(named.train_samples(), 0);
+}

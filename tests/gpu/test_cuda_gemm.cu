@@ -201,6 +201,55 @@ void run_fused_case(ptdp::cuda::Gemm &gemm, ptdp::cuda::Gemm::Epilogue e, DType 
   }
 }
 
+// A weight gradient with its bias gradient (run_bias_grad, BGRADB): C [M, N]
+// (fp32, holding C0) += A^T B with A [K, M], B [K, N] in dt, and dbias [M] =
+// the column sums of A, against float64: C to fp32's bound for K terms, dbias
+// to fp32's bound for K additions of 16-bit values.
+void run_bias_grad_case(ptdp::cuda::Gemm &gemm, DType dt, int M, int N, int K) {
+  static unsigned seed = 900;
+  const auto A = stored(randn((size_t)K * M, seed++), dt), B = stored(randn((size_t)K * N, seed++), dt);
+  const auto C0 = randn((size_t)M * N, seed++);
+  auto dA = upload(A, dt), dB = upload(B, dt), dC = upload(C0, DType::f32);
+  DevArray<uint8_t> dbias((size_t)M * 4);
+  char tag[160];
+  std::snprintf(tag, sizeof tag, "gemm+bias_grad %s TN M=%d N=%d K=%d", ptdp::dtype_name(dt), M, N, K);
+  const bool fused = gemm.run_bias_grad(dt, M, N, K, dA.p, M, dB.p, N, (float *)dC.p, N,
+                                        (float *)dbias.p, 0);
+  CUDA_OK(cudaDeviceSynchronize());
+  if (!fused) {
+    std::printf("%-72s FAIL (cuBLASLt has no algorithm)\n", tag);
+    failures++;
+    return;
+  }
+  const auto C = download(dC, DType::f32), db = download(dbias, DType::f32);
+  const double gamma = (K + 2) * std::ldexp(1.0, -24);
+  size_t bad = 0;
+  double worst = 0;
+  for (int i = 0; i < M; i++) {
+    double sum = 0, abs_sum = 0;
+    for (int k = 0; k < K; k++) sum += A[(size_t)k * M + i], abs_sum += std::fabs(A[(size_t)k * M + i]);
+    const double d = std::fabs(db[i] - sum), bound = gamma * abs_sum;
+    if (!(d <= bound)) bad++;
+    worst = std::max(worst, d / (bound + 1e-30));
+    for (int j = 0; j < N; j++) {
+      double ref = C0[(size_t)i * N + j], mag = std::fabs(ref);
+      for (int k = 0; k < K; k++) {
+        const double t = (double)A[(size_t)k * M + i] * B[(size_t)k * N + j];
+        ref += t;
+        mag += std::fabs(t);
+      }
+      const double e = std::fabs(C[(size_t)i * N + j] - ref), b2 = gamma * mag;
+      if (!(e <= b2)) bad++;
+      worst = std::max(worst, e / (b2 + 1e-30));
+    }
+  }
+  std::printf("%-72s worst err/bound %.2g %s\n", tag, worst, bad ? "FAIL" : "ok");
+  if (bad) {
+    std::printf("  %zu of %d out of tolerance\n", bad, M * N + M);
+    failures++;
+  }
+}
+
 // A bad call throws ptdp::Error naming the problem; nothing is launched.
 void expect_error(const char *what, const char *needle, void (*call)(ptdp::cuda::Gemm &),
                   ptdp::cuda::Gemm &gemm) {
@@ -248,6 +297,10 @@ int main() {
     run_fused_case(gemm, E::dgelu, dt, false, 96, 256, 64);
     run_fused_case(gemm, E::bias_gelu, dt, true, 256, 1024, 256);
     run_fused_case(gemm, E::dgelu, dt, false, 256, 1024, 256);
+  }
+  for (DType dt : {DType::bf16, DType::f16}) {
+    run_bias_grad_case(gemm, dt, 72, 64, 96);    // QKV's and fc1's weight and bias gradients
+    run_bias_grad_case(gemm, dt, 1024, 256, 256);
   }
   // fp32 and an aux width off a multiple of 8: not fused (the caller composes).
   const bool f32_fused = gemm.run_fused(E::bias, DType::f32, true, 8, 8, 8, nullptr, 8, nullptr, 8,

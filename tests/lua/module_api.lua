@@ -69,6 +69,18 @@ check(io.open(tmpdir .. '/made/.', 'r') == nil, 'the refused dataset left no dir
 expect_error('is inside the checkpoint directory', 'write_file inside a checkpoint',
              ptdp.write_file, ptdp.mkdirs(tmpdir .. '/ck/iter_0000001') .. '/x', 'x', 'note')
 
+-- make_temp_dir: a directory of its own under any parent (a newline in the
+-- parent's name made a script read another directory's name from mktemp's
+-- output, then remove that directory).
+local parent = ptdp.mkdirs(tmpdir .. '/module_api_odd\nname')
+local made = ptdp.make_temp_dir(parent, 'bench.')
+check(made:sub(1, #parent + 7) == parent .. '/bench.' and #made == #parent + 13,
+      'make_temp_dir: parent .. "/bench." .. six characters (' .. made .. ')')
+check(io.open(made .. '/.', 'r') ~= nil, 'make_temp_dir made the directory')
+check(ptdp.make_temp_dir(parent, 'bench.') ~= made, 'make_temp_dir: a new name each call')
+expect_error('cannot make a directory under', 'make_temp_dir under a missing parent',
+             ptdp.make_temp_dir, tmpdir .. '/module_api_absent_dir', 'x.')
+
 -- config errors (through pcall: the message, not the position)
 expect_error("unknown option 'no_such_option'", 'unknown flat key', ptdp.config,
              { no_such_option = 1 })
