@@ -128,8 +128,8 @@ std::string not_removable(const std::string &path) {
   bool old = false;
   if (checkpoint_dir_name(fs::path(path).filename().string(), &old) && old &&
       !exists(join(path, kRemovalMark)))
-    return std::string("is no removal of a save's (it has no '") + kRemovalMark +
-           "' mark): a copy someone made";
+    return std::string("is not a removal a save began (it has no '") + kRemovalMark +
+           "' mark), so someone's copy";
   return "";
 }
 
@@ -303,8 +303,8 @@ void check_save_root(const std::string &root) {
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
     if (const std::string why = save_name_problem(it->path().string()); !why.empty())
       fail(Status::io_error, "--save '", root, "': '", it->path().string(), "' ", why,
-           ": a save could not replace it (a save directory's iter_N, iter_N.tmp, iter_N.old "
-           "and latest names are ptdp's to write and remove); move it away or save elsewhere");
+           "; a save could not replace it (a save directory's iter_N, iter_N.tmp, iter_N.old "
+           "and latest names are ptdp's to write and remove): move it away or save elsewhere");
   if (ec) fail(Status::io_error, "cannot list '", root, "': ", ec.message());
 }
 

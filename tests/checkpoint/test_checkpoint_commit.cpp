@@ -328,7 +328,7 @@ TEST_F(Commit, ASaveDirectorysNamesAreCheckedUpFront) {
   check_save_root(root);
   const std::pair<std::string, std::string> refused[] = {
       {"iter_0000400", "is not a directory"},
-      {"iter_0000500.old", "is no removal of a save's"},
+      {"iter_0000500.old", "is not a removal a save began"},
       {"iter_0000600.tmp", "is a symbolic link"},
       {"latest", "exists and is not a checkpoint tracker"}};
   for (const auto &[name, why] : refused) {
