@@ -102,6 +102,10 @@ ptdp_status ptdp_write_file(const char *path, const char *bytes, size_t n, const
     require(path, "path");
     require(what, "what");
     if (!bytes && n > 0) ptdp::fail(ptdp::Status::invalid_argument, "bytes is NULL but n is ", n);
+    // A script's small file: as large as ptdp_read_file reads back (1 GiB).
+    if (n > (size_t(1) << 30))
+      ptdp::fail(ptdp::Status::invalid_argument, "write_file: n = ", n, " bytes; a script's file ",
+                 "is at most 1073741824 bytes (1 GiB)");
     ptdp::write_file_atomic(path, std::string(bytes ? bytes : "", n), what);
   });
 }
@@ -182,13 +186,14 @@ extern "C" ptdp_status ptdp_plan(const char *const *options, int32_t num_options
     if (num_options > 4096)
       ptdp::fail(ptdp::Status::invalid_argument, "num_options must be in [0, 4096], got ", num_options);
     std::vector<std::pair<std::string, std::string>> kv;
+    std::set<std::string> seen;
     for (const std::string &o : strings(options, num_options, "options", false)) {
       if (o == "help" || o == "--help") {
         kv.push_back({"help", ""});
         continue;
       }
       auto [key, value] = ptdp::split_key_value(
-          o, "plan option", "Megatron's argument names, e.g. num_layers=24 (help lists them)");
+          o, "plan option", "Megatron's argument names, e.g. num_layers=24 (help lists them)", &seen);
       kv.push_back({std::move(key), std::move(value)});
     }
     copy_out(ptdp::plan::plan_report(kv), buf, cap, out_len);

@@ -1,5 +1,7 @@
 #include "checkpoints/disk_bandwidth.h"
 
+#include <sys/statvfs.h>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -31,6 +33,17 @@ void release_page_cache(const std::string &path) {
 DiskBandwidth measure_disk_bandwidth(const std::string &dir, int64_t bytes) {
   if (bytes < (1 << 20))
     fail(Status::invalid_argument, "measure_disk_bandwidth needs at least 1 MiB, got ", bytes);
+  // Never the whole disk (a shared machine's other jobs write there too): at
+  // most half of what is free under dir.
+  struct statvfs vfs;
+  if (::statvfs(dir.c_str(), &vfs) != 0)
+    fail(Status::io_error, "measure_disk_bandwidth: cannot read the free space of '", dir, "': ",
+         std::strerror(errno));
+  const double free_bytes = (double)vfs.f_bavail * (double)vfs.f_frsize;
+  if ((double)bytes > free_bytes / 2)
+    fail(Status::invalid_argument, "measure_disk_bandwidth: ", bytes, " bytes is more than half ",
+         "of the ", (int64_t)free_bytes, " bytes free under '", dir, "'; give at most ",
+         (int64_t)(free_bytes / 2));
   // A fresh file of its own (never a file, link or FIFO already there).
   std::string path;
   int fd = create_temp_file(dir + "/ptdp_disk_bandwidth", &path);

@@ -147,7 +147,7 @@ DType export_dtype(const std::string &name) {
   DType t = DType::f32;
   if (!parse_dtype(name, &t) || t == DType::f64)
     fail(Status::bad_value, "export_safetensors: unknown dtype '", name,
-         "'; allowed: f32, bf16, f16");
+         "'; allowed: f32, bf16, f16 (also written fp32, float32, bfloat16, fp16, float16)");
   return t;
 }
 

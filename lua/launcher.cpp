@@ -63,10 +63,32 @@ const CLI::Option *empty_value(const CLI::App &app) {
   return nullptr;
 }
 
+// Whole numbers in decimal digits, as Megatron's argparse and `ptdp plan`
+// read them: CLI11 alone reads 010 as octal 8 and 0x100 as 256. Leading zeros
+// are dropped; any other form (hex, an exponent) is refused naming the option.
+void decimal_integers(CLI::App &app) {
+  for (CLI::Option *opt : app.get_options({})) {
+    const std::string type = opt->get_type_name();
+    if (type != "INT" && type != "UINT") continue;
+    opt->transform(
+        [](std::string v) {
+          if (v.empty()) return v;  // (an empty value is named as such after the parse)
+          size_t at = v[0] == '-' || v[0] == '+' ? 1 : 0;
+          if (at == v.size() || v.find_first_not_of("0123456789", at) != std::string::npos)
+            throw CLI::ValidationError("takes a whole number in decimal digits, got '" + v + "'");
+          while (at + 1 < v.size() && v[at] == '0') v.erase(at, 1);
+          return v;
+        },
+        "", "decimal");
+  }
+  for (CLI::App *sub : app.get_subcommands({})) decimal_integers(*sub);
+}
+
 // A command's flags through CLI11: -1 to go on, else the exit code (0 after
 // --help, 2 after a usage error, printed on one line).
 int parse_command_line(CLI::App &app, int argc, char **argv) {
   const std::string name = app.get_name();
+  decimal_integers(app);
   try {
     app.parse(argc - 1, argv + 1);
   } catch (const CLI::Success &e) {  // --help

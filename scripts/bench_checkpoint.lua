@@ -39,11 +39,31 @@ local config, opts, given = flags.parse(arg, {
   data_path = 'data/fortunes.ptdp', keep_last_checkpoints = 1,
 })
 
+-- What can be told before the work: the async part must save at least once,
+-- and --dir must be a directory (or one that can be made).
+if opts.async_steps < opts.async_interval then
+  io.stderr:write(string.format("bench_checkpoint: --async-steps (%d) must be >= --async-interval " ..
+                                "(%d): the async part saves every --async-interval steps\n",
+                                opts.async_steps, opts.async_interval))
+  os.exit(2)
+end
+ptdp.check_output(opts.dir, '--dir', true)
+
 -- The default dataset is tokenized on first use; a --data-path must exist.
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   corpus = '/usr/share/games/fortunes' }
--- Paths go to the shell single-quoted, so a path is never run as code.
+-- Paths go to the shell single-quoted, so a path is never run as code, and
+-- after `--`, so one starting with '-' is never read as an option.
 local function quoted(p) return "'" .. p:gsub("'", "'\\''") .. "'" end
+-- Removes a directory this benchmark made (rm -rf of its own path only);
+-- a failure stops it, naming the path, instead of passing unnoticed.
+local function remove_own(path)
+  local status = os.execute('rm -rf -- ' .. quoted(path))
+  if status ~= 0 and status ~= true then
+    io.stderr:write('bench_checkpoint: cannot remove its directory ' .. path .. '\n')
+    os.exit(1)
+  end
+end
 local trainer = ptdp.trainer(config)
 ptdp.mkdirs(opts.dir)
 -- A directory of its own (mkdtemp, not the shell's mktemp: a name read back
@@ -84,7 +104,7 @@ for r = 1, opts.repeats do
   local sg, lg = bytes / (t1 - t0) / 1e9, bytes / (t2 - t1) / 1e9
   print(string.format('round %d: save %.2f GB/s (%.0f%% of raw write %.2f), load %.2f GB/s (%.0f%% of raw read %.2f), %.2f GB',
                       r, sg, 100 * sg / w, w, lg, 100 * lg / rd, rd, bytes / 1e9))
-  os.execute('rm -rf ' .. quoted(work .. '/round' .. r))
+  remove_own(work .. '/round' .. r)
 end
 
 -- --async-save, on one rank that leaves a core to the writer: a trainer that
@@ -110,7 +130,7 @@ plain_trainer:save(work .. '/sync')
 local sync_save = now() - t_sync
 plain_trainer = nil
 collectgarbage()
-os.execute('rm -rf ' .. quoted(work .. '/sync'))
+remove_own(work .. '/sync')
 local aconfig = {}
 for k, v in pairs(one) do aconfig[k] = v end
 aconfig.async_save, aconfig.save, aconfig.save_interval = 1, work .. '/async', opts.async_interval
@@ -135,7 +155,7 @@ if async:get('failed_saves') > 0 then
 end
 async = nil
 collectgarbage()
-os.execute('rm -rf ' .. quoted(work))
+remove_own(work)
 local blocked, step_beside = median(launching), median(beside)
 
 local save_gbps, load_gbps = bytes / best_save / 1e9, bytes / best_load / 1e9

@@ -16,16 +16,23 @@ local config, opts, given = flags.parse(arg, {
 })
 
 -- The default dataset is tokenized on first use; a --data-path must exist.
+-- (Checked with the layouts below, before any runs.)
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   corpus = '/usr/share/games/fortunes' }
 
-local results = {}
+-- Each layout, checked before any runs; two micro-batches per replica.
+local layouts = {}
 for _, layout in ipairs { { 1, 1 }, { 2, 1 }, { 1, 2 } } do
   local t, d = layout[1], layout[2]
-  local c = {}
-  for k, v in pairs(config) do c[k] = v end
-  c.tensor_model_parallel_size, c.data_parallel_size = t, d
-  c.micro_batch_size = config.global_batch_size / (2 * d)  -- two micro-batches per replica
+  layouts[#layouts + 1] = { tensor_model_parallel_size = t, data_parallel_size = d,
+                            micro_batch_size = config.global_batch_size / (2 * d) }
+end
+local configs = require('ptdp.bench').variants(ptdp, config, given, layouts,
+                                               'it runs (t, d) = (1, 1), (2, 1), (1, 2)')
+
+local results = {}
+for _, c in ipairs(configs) do
+  local t, d = c.tensor_model_parallel_size, c.data_parallel_size
   local trainer = ptdp.trainer(c)
   for _ = 1, opts.warmup do trainer:step() end
   local comm0, ms = trainer:get('comm_seconds'), 0

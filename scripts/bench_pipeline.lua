@@ -35,9 +35,16 @@ local config, opts, given = flags.parse(arg, {
   hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
 })
 
--- The outputs are checked now, not after the five schedules have run.
+-- The outputs and every schedule's layout are checked now, not after the
+-- first schedules have run.
 ptdp.check_output(opts.png, '--png')
 ptdp.check_output(opts.trace, '--trace')
+require('ptdp.bench').variants(ptdp, config, given, {
+  { pipeline_schedule = 'gpipe' }, { pipeline_schedule = 'zbh1' },
+  { pipeline_schedule = 'zbv', num_layers_per_virtual_pipeline_stage = 1 },
+  { pipeline_schedule = '1f1b' },
+  { pipeline_schedule = 'interleaved', num_layers_per_virtual_pipeline_stage = 1 },
+}, 'it runs every schedule')
 
 -- The default dataset is tokenized on first use; a --data-path must exist.
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,

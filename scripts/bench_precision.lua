@@ -7,7 +7,7 @@
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 
-local config, opts = flags.parse(arg, {
+local config, opts, given = flags.parse(arg, {
   steps = { default = 200, integer = true, min = 1, help = 'training steps of each run' },
 }, {
   num_layers = 6, hidden_size = 384, num_attention_heads = 6, seq_length = 256,
@@ -17,17 +17,18 @@ local config, opts = flags.parse(arg, {
   vocab_size = 8192,  -- the bench vocabulary; byte tokens use ids 0..256 of it
   data_path = 'data/fortunes.ptdp',
 })
-config.train_iters = opts.steps
+-- The three runs (--steps steps each), checked before the dataset is made or
+-- any runs: fp32, then bf16 and fp16, which the benchmark sets itself.
+local configs = require('ptdp.bench').variants(ptdp, config, given, {
+  { train_iters = opts.steps, bf16 = 0, fp16 = 0 }, { train_iters = opts.steps, bf16 = 1, fp16 = 0 },
+  { train_iters = opts.steps, bf16 = 0, fp16 = 1 } }, 'it runs fp32, bf16 and fp16 for --steps')
 
-local f = io.open(config.data_path, 'rb')
-if f then f:close() else
-  ptdp.tokenize { inputs = '/usr/share/games/fortunes', output = config.data_path }
-end
+-- The default dataset is tokenized on first use; a --data-path must exist.
+local data = ptdp.dataset { path = config.data_path, given = given.data_path,
+                            corpus = '/usr/share/games/fortunes' }
 
-local function run(extra)
-  local c = {}
-  for k, v in pairs(config) do c[k] = v end
-  for k, v in pairs(extra) do c[k] = v end
+local function run(c)
+  c.data_path = data
   local trainer = ptdp.trainer(c)
   local tail, ms, m = 0, 0, nil
   for it = 1, opts.steps do
@@ -38,11 +39,11 @@ local function run(extra)
   return { loss = tail, ms = ms / opts.steps, skipped = m.skipped_iters, scale = m.loss_scale }
 end
 
-local f32 = run {}
+local f32 = run(configs[1])
 print(string.format('fp32: loss over the last 10 steps %.5f, %.1f ms/step', f32.loss, f32.ms))
 local out = { string.format('loss_fp32=%.5f', f32.loss) }
-for _, dt in ipairs { 'bf16', 'fp16' } do
-  local r = run { [dt] = 1 }
+for i, dt in ipairs { 'bf16', 'fp16' } do
+  local r = run(configs[i + 1])
   local rel = (r.loss - f32.loss) / f32.loss
   print(string.format('%s: loss over the last 10 steps %.5f (%+.2e relative to fp32), %d skipped steps, loss scale %g, %.1f ms/step (%.2fx fp32)',
                       dt, r.loss, rel, r.skipped, r.scale, r.ms, r.ms / f32.ms))

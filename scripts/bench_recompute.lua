@@ -19,14 +19,18 @@ local config, opts, given = flags.parse(arg, {
 })
 
 -- The default dataset is tokenized on first use; a --data-path must exist.
+-- (Every granularity's configuration is checked below, before any runs.)
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   corpus = '/usr/share/games/fortunes' }
 
+local granularities = { 'none', 'selective', 'full' }
+local configs = require('ptdp.bench').variants(ptdp, config, given, {
+  { recompute_granularity = 'none' }, { recompute_granularity = 'selective' },
+  { recompute_granularity = 'full' } }, 'it runs every granularity')
+
 local res = {}
-for _, granularity in ipairs { 'none', 'selective', 'full' } do
-  local c = {}
-  for k, v in pairs(config) do c[k] = v end
-  c.recompute_granularity = granularity
+for i, granularity in ipairs(granularities) do
+  local c = configs[i]
   local trainer = ptdp.trainer(c)
   for _ = 1, opts.warmup do trainer:step() end
   local ms = 0

@@ -103,6 +103,17 @@ if not formats[opts.corpus_format] then
   fail(string.format("--corpus-format '%s' (allowed: jsonl, lines, file, fortune)", opts.corpus_format))
 end
 if not exists(opts.corpus) then fail(string.format("--corpus '%s' cannot be read", opts.corpus)) end
+-- The run's own outputs among the engine flags, checked before the import,
+-- the tokenization and the load (they were refused only after all three).
+for i, a in ipairs(rest) do
+  local name, value = a:match('^(%-%-[%w%-]+)=(.*)$')
+  if not name then name, value = a, rest[i + 1] end
+  if name == '--log-json' or name == '--timeline' or name == '--profile-ops' then
+    if not value then fail(name .. ' needs a value') end
+    local ok, err = pcall(ptdp.check_output, value, name)
+    if not ok then fail(tostring(err)) end
+  end
+end
 local W = opts.workdir
 -- The work directory is the recipe's own: never the model's directory or a
 -- folder inside it (the user's files stay as they are).

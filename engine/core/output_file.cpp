@@ -227,35 +227,51 @@ static void probe_creatable(const std::string &target, const std::string &path, 
     fd = create_temp_file(target, &tmp);
   } catch (const Error &e) {
     fail(Status::io_error, what, " '", path, "': cannot create a file there (", e.what(),
-         "); give a path whose name is shorter than ", NAME_MAX - 11,
-         " bytes in a directory this process can write");
+         "); give a path whose name is at most ", NAME_MAX - 11,
+         " bytes long, in a directory this process can write");
   }
   ::close(fd);
   remove_temp_file(tmp);
 }
 
-// A writer replaces a file; a process's own streams are no files to replace:
+// A writer replaces a file; a process's streams are no files to replace:
 // /dev/stdout (a link into /proc/self/fd) replaced the file the shell sent
-// standard output to, and the run's log with it. Refused by name (a path into
-// /proc or /dev/fd, or a link to one) and by identity (the file descriptor 1
-// or 2 writes to, however it is named).
+// standard output to, and the run's log with it. Refused by name: the path in
+// its lexical form (//dev/./fd/3 is /dev/fd/3), every hop of a chain of links
+// at its end, and its directory's real path (/dev/fd is /proc/self/fd) must
+// stay out of /proc and /dev/fd; and by identity: no file behind any of this
+// process's open descriptors (3>>f spelled any way at all).
+static bool names_a_stream(const std::string &p) {
+  return p.rfind("/proc/", 0) == 0 || p == "/proc" || p.rfind("/dev/fd/", 0) == 0 ||
+         p == "/dev/fd" || p == "/dev/stdin" || p == "/dev/stdout" || p == "/dev/stderr";
+}
+
 static void refuse_if_stream(const std::string &path, const struct stat *file, const char *what) {
-  auto in_proc = [](const std::string &p) {
-    return p.rfind("/proc/", 0) == 0 || p.rfind("/dev/fd/", 0) == 0 ||
-           p == "/dev/stdout" || p == "/dev/stderr" || p == "/dev/stdin";
-  };
-  char hop[PATH_MAX];
-  const ssize_t n = ::readlink(path.c_str(), hop, sizeof hop - 1);
-  const bool by_name = in_proc(path) || (n > 0 && in_proc(std::string(hop, (size_t)n)));
-  bool by_identity = false;
-  for (int fd : {1, 2}) {
-    struct stat s;
-    if (file && ::fstat(fd, &s) == 0 && s.st_dev == file->st_dev && s.st_ino == file->st_ino)
-      by_identity = true;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  bool by_name = false;
+  fs::path p = fs::absolute(path, ec).lexically_normal();
+  for (int hop = 0; hop < 40 && !by_name; hop++) {
+    by_name = names_a_stream(p.string()) ||
+              names_a_stream(fs::weakly_canonical(p.parent_path(), ec).string());
+    char to[PATH_MAX];
+    const ssize_t n = ::readlink(p.c_str(), to, sizeof to - 1);
+    if (n <= 0) break;
+    const fs::path next(std::string(to, (size_t)n));
+    p = (next.is_absolute() ? next : p.parent_path() / next).lexically_normal();
   }
+  bool by_identity = false;
+  if (file && !by_name)
+    for (fs::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+      struct stat s;
+      if (::stat(it->path().c_str(), &s) == 0 && s.st_dev == file->st_dev &&
+          s.st_ino == file->st_ino)
+        by_identity = true;
+    }
   if (by_name || by_identity)
     fail(Status::invalid_argument, what, " '", path, "' is ",
-         by_identity ? "where this process's standard output or error goes"
+         by_identity ? "a file this process has open (a descriptor it was started with, "
+                       "standard output or error)"
                      : "a stream of a process (through /proc or /dev/fd)",
          ", not a file of its own: a writer replaces its file whole (give a file path)");
 }

@@ -1,5 +1,6 @@
 // Small string helpers shared across the engine (one copy of each).
 #pragma once
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -16,16 +17,20 @@ inline bool ends_with(std::string_view s, std::string_view tail) {
 
 // One "key=value" option of the C ABI's string lists, split at the first '='.
 // No '=' or an empty key fails (Status::bad_value) naming `what` ("tokenize
-// option") and the allowed keys.
+// option") and the allowed keys; so does a key already in *seen (a list's
+// keys so far: a repeated one would silently take the last value).
 struct KeyValue {
   std::string key, value;
 };
 inline KeyValue split_key_value(const std::string &item, const char *what,
-                                const std::string &allowed_keys) {
+                                const std::string &allowed_keys, std::set<std::string> *seen) {
   const size_t eq = item.find('=');
   if (eq == std::string::npos || eq == 0)
     fail(Status::bad_value, what, " '", item, "' is not key=value; keys: ", allowed_keys);
-  return {item.substr(0, eq), item.substr(eq + 1)};
+  KeyValue kv{item.substr(0, eq), item.substr(eq + 1)};
+  if (!seen->insert(kv.key).second)
+    fail(Status::bad_value, what, " '", kv.key, "' is given twice; give each key once");
+  return kv;
 }
 
 }  // namespace ptdp

@@ -155,8 +155,9 @@ TokenizeOptions parse_tokenize_options(const std::vector<std::string> &kv) {
   const char *keys =
       "output, format, workers, tokenizer_type, vocab_file, merge_file, tokenizer_file";
   TokenizeOptions o;
+  std::set<std::string> seen;
   for (const std::string &item : kv) {
-    const auto [key, value] = split_key_value(item, "tokenize option", keys);
+    const auto [key, value] = split_key_value(item, "tokenize option", keys, &seen);
     if (key == "output")
       o.output = value;
     else if (key == "format")

@@ -152,8 +152,9 @@ std::vector<std::vector<Sequences>> encode_chunk(const TextChunk &chunk,
 
 IndexedTokenizeOptions parse_indexed_tokenize_options(const std::vector<std::string> &kv) {
   IndexedTokenizeOptions o;
+  std::set<std::string> seen;
   for (const std::string &item : kv) {
-    const auto [key, value] = split_key_value(item, "tokenize option", kOptionKeys);
+    const auto [key, value] = split_key_value(item, "tokenize option", kOptionKeys, &seen);
     if (key == "output_prefix") {
       o.output_prefix = value;
     } else if (key == "format") {

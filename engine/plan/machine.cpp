@@ -114,8 +114,10 @@ Machine machine_from_json(const std::string &text, const std::string &origin) {
   m.gemm_tile_n = (int)number(g, "tile_n", gw);
   m.gemm_k_half = number(g, "k_half", gw, true);
   m.gemm_max_efficiency = number(g, "max_efficiency", gw);
-  if (m.gemm_max_efficiency > 1 || m.memory_efficiency > 1)
-    fail(Status::bad_value, origin, ": efficiencies must be in (0, 1]");
+  for (auto [field, value] : {std::pair<const char *, double>{"gemm.max_efficiency", m.gemm_max_efficiency},
+                               {"memory_efficiency", m.memory_efficiency}})
+    if (value > 1)
+      fail(Status::bad_value, origin, ": ", field, " is ", value, "; an efficiency is in (0, 1]");
   m.op_overhead_s = number(j, "op_overhead_s", origin, true, 0);
   m.optimizer_params_per_s = number(j, "optimizer_params_per_s", origin, true, 0);
   m.intra = link(j, "intra_node", origin);

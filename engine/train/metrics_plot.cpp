@@ -116,7 +116,7 @@ MetricsSeries read_metrics_log(const std::string &path) {
          "' has no \"train\" records (no iteration was logged): nothing to plot");
   if (s.train_loss.empty() && s.valid_loss.empty())
     fail(Status::corrupt_data, "'", path,
-         "' has no finite loss (every lm_loss is null): nothing to plot");
+         "' has no finite loss (every lm_loss is null, missing or not a number): nothing to plot");
   return s;
 }
 

@@ -19,6 +19,29 @@ function M.median(xs)
   return k % 2 == 1 and xs[(k + 1) / 2] or (xs[k / 2] + xs[k / 2 + 1]) / 2
 end
 
+-- The configurations a benchmark runs, checked before it runs any: config
+-- with each variant's settings over it, each through ptdp.check_config (a
+-- layout or schedule that cannot be built stops it now, not after the first
+-- runs), and a flag the user gave refused where a variant sets it (it would be
+-- overwritten silently). `why` says what the benchmark varies. Returns them.
+function M.variants(ptdp, config, given, list, why)
+  local out = {}
+  for _, v in ipairs(list) do
+    local c = {}
+    for k, x in pairs(config) do c[k] = x end
+    for k, x in pairs(v) do
+      if given[k] then
+        error(string.format("flag '--%s' is this benchmark's to set (%s): leave it out",
+                            (k:gsub('_', '-')), why), 0)
+      end
+      c[k] = x
+    end
+    ptdp.check_config(c)
+    out[#out + 1] = c
+  end
+  return out
+end
+
 -- The cores this process may run on (nproc follows the affinity mask).
 function M.cores()
   local h = io.popen('nproc 2>/dev/null')

@@ -96,10 +96,17 @@ TEST(OutputFile, RefusesSharedFilesAndPlacesNoFileCanBeMade) {
 // A process's own streams are no outputs: --log-json /dev/stdout replaced
 // the file the shell sent standard output to (and the run's log in it).
 TEST(OutputFile, RefusesTheProcesssStreams) {
-  for (const char *stream : {"/dev/stdout", "/dev/stderr", "/proc/self/fd/1", "/dev/fd/2"})
+  TempDir dir;
+  // Every spelling (a sweep got //dev/fd/3 and chains of links through).
+  const std::string l1 = dir.path + "/l1", l2 = dir.path + "/l2";
+  std::filesystem::create_symlink("/dev/fd/1", l1);
+  std::filesystem::create_symlink(l1, l2);
+  for (const std::string &stream : {std::string("/dev/stdout"), std::string("/dev/stderr"),
+                                    std::string("/proc/self/fd/1"), std::string("/dev/fd/2"),
+                                    std::string("//dev/fd/2"), std::string("/dev/./fd/1"),
+                                    std::string("/dev/../dev/stdout"), l2})
     expect_error([&] { ptdp::output_target(stream, "--log-json"); }, ptdp::Status::invalid_argument,
                  "is a stream of a process");
-  TempDir dir;
   const std::string log = dir.path + "/captured.txt";
   ptdp::write_file_atomic(log, "the run's log\n");
   const int saved = ::dup(2), fd = ::open(log.c_str(), O_WRONLY | O_APPEND);
@@ -109,12 +116,16 @@ TEST(OutputFile, RefusesTheProcesssStreams) {
   try {
     ptdp::output_target(log, "--timeline");
   } catch (const ptdp::Error &e) {
-    refused = std::string(e.what()).find("standard output or error goes") != std::string::npos;
+    refused = std::string(e.what()).find("a file this process has open") != std::string::npos;
   }
   ::dup2(saved, 2);
   ::close(saved);
+  // Any descriptor (3>>f), under any name: here the one still open.
+  expect_error([&] { ptdp::output_target(log, "--timeline"); }, ptdp::Status::invalid_argument,
+               "a file this process has open");
   ::close(fd);
   EXPECT_TRUE(refused);
+  EXPECT_EQ(ptdp::output_target(log, "--timeline"), log);  // closed: an output again
   EXPECT_EQ(read_file(log), "the run's log\n");
 }
 

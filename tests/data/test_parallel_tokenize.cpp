@@ -266,6 +266,11 @@ TEST(ParallelTokenize, OptionsMustBeKeyValue) {
                  std::string("tokenize option '") + bad + "' is not key=value; keys: output_prefix");
   }
   EXPECT_EQ(parse_tokenize_options({"output=a=b"}).output, "a=b");  // split at the first '='
+  // A key given twice is refused (the last one took effect, silently).
+  expect_error([&] { parse_tokenize_options({"output=a", "output=b"}); }, Status::bad_value,
+               "tokenize option 'output' is given twice");
+  expect_error([&] { parse_indexed_tokenize_options({"output_prefix=a", "output_prefix=b"}); },
+               Status::bad_value, "tokenize option 'output_prefix' is given twice");
 }
 
 TEST(ParallelTokenize, WorkersOutOfRange) {

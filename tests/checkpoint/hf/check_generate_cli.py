@@ -42,7 +42,10 @@ cli.expect("a negative seed", gen + ["--seed", "-1"], False, "the seed is 0 to 2
 cli.expect("a seed past 2^64-1", gen + ["--seed", "18446744073709551616"], False,
            "the seed is 0 to 2^64-1, got 18446744073709551616")
 cli.expect("not a number", gen + ["--top-k", "x"], False,
-           "ptdp generate: Could not convert: --top-k = x: not a value of the option's type")
+           "ptdp generate: --top-k: takes a whole number in decimal digits, got 'x'")
+# Decimal digits only, as Megatron's argparse reads them: not octal, not hex.
+cli.expect("a hex number", gen + ["--top-k", "0x10"], False,
+           "ptdp generate: --top-k: takes a whole number in decimal digits, got '0x10'")
 cli.expect("an empty number", gen + ["--top-k", ""], False,
            "ptdp generate: --top-k is given an empty value")
 # A checkpoint trained with its own schedule and seed loads (generation needs
