@@ -228,11 +228,13 @@ std::string tracked(const std::string &root, std::string *stale) {
   return "";
 }
 
-// Marks a checkpoint directory as a removal a save began (kRemovalMark).
-void mark_for_removal(const std::string &dir) {
+// Marks a checkpoint directory as a removal a save began (kRemovalMark);
+// false (errno set) when the mark cannot be made.
+bool mark_for_removal(const std::string &dir) {
   const int fd = ::open(join(dir, kRemovalMark).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) os_fail("mark for removal", dir, errno);
+  if (fd < 0) return false;
   ::close(fd);
+  return true;
 }
 
 // Puts the complete tmp directory in place as final. Returns the path that
@@ -253,7 +255,7 @@ std::string put_in_place(const std::string &tmp, const std::string &final_dir) {
   std::string aside = final_dir + ".old";
   const std::string why = remove_save_dir(aside);
   if (!why.empty()) fail(Status::io_error, "'", aside, "' ", why, ": move it away");
-  mark_for_removal(final_dir);
+  if (!mark_for_removal(final_dir)) os_fail("mark for removal", final_dir, errno);
   rename_or_fail(final_dir, aside);
   rename_or_fail(tmp, final_dir);
   return aside;
@@ -479,10 +481,10 @@ std::vector<std::string> prune_checkpoints(const std::string &root, int keep_las
       // kill between its files) never leaves an iter_N without its manifest,
       // which no later rotation would touch. Only when that name is free.
       std::string gone = path;
-      if (!e.tmp && !exists(path + ".old")) {
-        mark_for_removal(path);
-        if (std::rename(path.c_str(), (path + ".old").c_str()) == 0) gone += ".old";
-      }
+      // (Unmarked, it is removed under its own name.)
+      if (!e.tmp && !exists(path + ".old") && mark_for_removal(path) &&
+          std::rename(path.c_str(), (path + ".old").c_str()) == 0)
+        gone += ".old";
       foreign = remove_save_dir(gone);
     }
     if (!foreign.empty()) {
