@@ -18,6 +18,7 @@
 #include "engine/core/allocator.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
+#include "engine/train/config.h"
 #include "engine/train/metrics.h"
 #include "engine/train/trainer.h"
 
@@ -146,8 +147,8 @@ ptdp_status ptdp_config_set_double(ptdp_config *c, const char *key, double value
   char buf[64];
   if (value == std::floor(value) && std::fabs(value) < 9.0e18)
     std::snprintf(buf, sizeof buf, "%lld", (long long)value);  // whole numbers fit Int options
-  else
-    std::snprintf(buf, sizeof buf, "%.17g", value);
+  else  // the shortest form that reads back as the value (10.2, not 10.199999999999999)
+    return ptdp_config_set(c, key, ptdp::number_text(value).c_str());
   return ptdp_config_set(c, key, buf);
 }
 ptdp_status ptdp_config_get(const ptdp_config *c, const char *key, char *buf, size_t cap,

@@ -160,9 +160,12 @@ ptdp_status ptdp_benchmark_disk(const char *dir, int64_t bytes, double *write_gb
 ptdp_status ptdp_benchmark_sgemm(int32_t n, int32_t repeats, double *gflops) {
   return guard([&] {
     require(gflops, "gflops");
-    if (n <= 0 || n > 16384 || repeats <= 0)
-      ptdp::fail(ptdp::Status::invalid_argument, "need 0 < n <= 16384 and repeats > 0, got n=", n,
-                 " repeats=", repeats);
+    // Bounded work (2 n^3 flops a repeat): at most 1000 repeats, and 2^48
+    // multiply-adds in all (minutes on one core), not hours.
+    if (n <= 0 || n > 16384 || repeats <= 0 || repeats > 1000 ||
+        (double)n * n * n * repeats > 281474976710656.0)
+      ptdp::fail(ptdp::Status::invalid_argument, "need 0 < n <= 16384, 0 < repeats <= 1000 and ",
+                 "n^3 x repeats <= 2^48, got n=", n, " repeats=", repeats);
     std::vector<float> a((size_t)n * n), b((size_t)n * n), c((size_t)n * n);
     for (size_t i = 0; i < a.size(); i++) {
       a[i] = (float)((i * 7 + 3) % 13) * 0.01f;

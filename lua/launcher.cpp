@@ -68,8 +68,9 @@ const CLI::Option *empty_value(const CLI::App &app) {
 // are dropped; any other form (hex, an exponent) is refused naming the option.
 void decimal_integers(CLI::App &app) {
   for (CLI::Option *opt : app.get_options({})) {
+    // ("UINT:UINT64" and the like: a whole-number type with a validator's name.)
     const std::string type = opt->get_type_name();
-    if (type != "INT" && type != "UINT") continue;
+    if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0) continue;
     opt->transform(
         [](std::string v) {
           if (v.empty()) return v;  // (an empty value is named as such after the parse)

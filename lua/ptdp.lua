@@ -102,6 +102,12 @@ local function need_string(value, fn, arg)
   if type(value) ~= 'string' then
     raise(string.format('ptdp.%s: %s must be a string, got %s', fn, arg, type(value)))
   end
+  -- A path or a text line ends at a NUL in C ('a\0.txt' would name the file
+  -- 'a'); only bytes (a file's contents) may hold one.
+  if arg ~= 'bytes' and value:find('\0', 1, true) then
+    raise(string.format('ptdp.%s: %s holds a NUL byte, which no path or text the engine takes may',
+                        fn, arg))
+  end
 end
 
 -- Raises unless value is nil or a whole number in [min, max].
@@ -709,6 +715,10 @@ ffi.cdef [[ char *mkdtemp(char *template); ]]
 function M.make_temp_dir(parent, prefix)
   need_string(parent, 'make_temp_dir', 'parent')
   need_string(prefix, 'make_temp_dir', 'prefix')
+  if prefix:find('/', 1, true) then
+    raise(string.format("ptdp.make_temp_dir: prefix '%s' holds a '/': it names the new directory " ..
+                        'inside parent, not a path', prefix))
+  end
   local template = parent .. '/' .. prefix .. 'XXXXXX'
   local buf = ffi.new('char[?]', #template + 1)
   ffi.copy(buf, template)
@@ -837,6 +847,10 @@ end
 function M.plan(t)
   if type(t) ~= 'table' then
     raise(string.format('ptdp.plan takes a table of options, e.g. { num_layers = 24, ... }; got a %s', type(t)))
+  end
+  if t.format ~= nil then
+    raise("ptdp.plan returns records (layouts, best, text, ...): 'format' is `ptdp plan`'s option, " ..
+          'not one of this function')
   end
   local function call(extra)
     local opts = {}

@@ -48,6 +48,16 @@ if opts.async_steps < opts.async_interval then
   os.exit(2)
 end
 ptdp.check_output(opts.dir, '--dir', true)
+-- What the benchmark sets itself (its saves go under its own directory, the
+-- async part's every --async-interval steps): given, they would be ignored.
+for _, key in ipairs { 'save', 'save_interval', 'async_save', 'keep_last_checkpoints' } do
+  if given[key] then
+    io.stderr:write(string.format("bench_checkpoint: flag '--%s' is this benchmark's to set (its " ..
+                                  "saves go under --dir, every --async-interval steps): leave it out\n",
+                                  (key:gsub('_', '-'))))
+    os.exit(2)
+  end
+end
 
 -- The default dataset is tokenized on first use; a --data-path must exist.
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,

@@ -103,17 +103,6 @@ if not formats[opts.corpus_format] then
   fail(string.format("--corpus-format '%s' (allowed: jsonl, lines, file, fortune)", opts.corpus_format))
 end
 if not exists(opts.corpus) then fail(string.format("--corpus '%s' cannot be read", opts.corpus)) end
--- The run's own outputs among the engine flags, checked before the import,
--- the tokenization and the load (they were refused only after all three).
-for i, a in ipairs(rest) do
-  local name, value = a:match('^(%-%-[%w%-]+)=(.*)$')
-  if not name then name, value = a, rest[i + 1] end
-  if name == '--log-json' or name == '--timeline' or name == '--profile-ops' then
-    if not value then fail(name .. ' needs a value') end
-    local ok, err = pcall(ptdp.check_output, value, name)
-    if not ok then fail(tostring(err)) end
-  end
-end
 local W = opts.workdir
 -- The work directory is the recipe's own: never the model's directory or a
 -- folder inside it (the user's files stay as they are).
@@ -142,10 +131,31 @@ if not model_dir or not work_dir or work_dir == model_dir or
   fail(string.format("--workdir '%s' is the model's directory or inside it; give a directory of " ..
                      'its own', W))
 end
+-- The run's own outputs among the engine flags, checked before the import,
+-- the tokenization and the load (they were refused only after all three):
+-- outside --workdir, whose files are the recipe's (a --log-json there replaced
+-- its record), and each by the writers' rules.
+for i, a in ipairs(rest) do
+  local name, value = a:match('^(%-%-[%w%-]+)=(.*)$')
+  if not name then name, value = a, rest[i + 1] end
+  if name == '--log-json' or name == '--timeline' or name == '--profile-ops' then
+    if not value then fail(name .. ' needs a value') end
+    local at = real(value)
+    if at and (at == work_dir or at:sub(1, #work_dir + 1) == work_dir .. '/') then
+      fail(string.format("%s '%s' is inside --workdir '%s', whose files are the recipe's: give a " ..
+                         'path outside it', name, value, W))
+    end
+    local ok, err = pcall(ptdp.check_output, value, name)
+    if not ok then fail(tostring(err)) end
+  end
+end
 local imported, prefix = W .. '/imported', W .. '/data'
 local finetuned, export = W .. '/finetuned', W .. '/hf'
+-- (A link there counts, one to nothing too: the save and the export would stop at it.)
+pcall(ffi.cdef, 'long readlink(const char *path, char *buf, size_t size);')
+local link_buf = ffi.new('char[1]')
 for _, dir in ipairs { finetuned, export } do
-  if exists(dir) then
+  if exists(dir) or ffi.C.readlink(dir, link_buf, 1) >= 0 then
     fail(string.format("'%s' exists: a recipe run makes it afresh; give another --workdir, or " ..
                        'move it away', dir))
   end

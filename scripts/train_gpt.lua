@@ -27,11 +27,20 @@ end
 local tokenizer = config.tokenizer_type or 'byte'
 ptdp.check_config(config)  -- every value checked now, together, before any file is made
 -- and every output: a refused run makes nothing (no dataset, no --save directory).
--- A file whose directory is not there yet (the --save directory the run
--- makes, say) has that directory checked; the file is checked again when written.
+-- A file whose directory is not there yet may only go into the --save
+-- directory the run makes (that directory is checked; the file again when
+-- written); any other missing directory is refused now, before a dataset is
+-- made, and so is the run's own tracker --save/latest.
+local save_dir = (config.save or '') ~= '' and (config.save:gsub('/+$', '')) or nil
 local function check_file(path, what)
   local dir = path:match('^(.*)/[^/]*$') or '.'
-  if ffi.C.access(dir, 0) == 0 then ptdp.check_output(path, what) else ptdp.check_output(dir, what, true) end
+  if save_dir and (path:gsub('/+', '/')) == save_dir .. '/latest' then
+    io.stderr:write(string.format("ptdp: %s '%s' is also this run's --save tracker (its saves " ..
+                                  "write it): give another path\n", what, path))
+    os.exit(1)
+  end
+  if ffi.C.access(dir, 0) == 0 or dir ~= save_dir then ptdp.check_output(path, what)
+  else ptdp.check_output(dir, what, true) end
 end
 if opts.log_json ~= '' then check_file(opts.log_json, '--log-json') end
 for _, key in ipairs { 'timeline', 'profile_ops' } do

@@ -15,6 +15,11 @@ inline bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// Whether s is written as C's hexadecimal ("0x10", "0x1p4"), which strtod
+// reads too: the numbers a person gives are decimal, and every parser of them
+// refuses this (a "0x10B" token count was read as 267 tokens).
+inline bool hex_number(std::string_view s) { return s.find_first_of("xX") != std::string_view::npos; }
+
 // One "key=value" option of the C ABI's string lists, split at the first '='.
 // No '=' or an empty key fails (Status::bad_value) naming `what` ("tokenize
 // option") and the allowed keys; so does a key already in *seen (a list's

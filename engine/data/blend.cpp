@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 
 namespace ptdp {
 
@@ -19,7 +20,7 @@ namespace {
 bool parse_number(const std::string &s, double *out) {
   char *end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0') return false;
+  if (s.empty() || *end != '\0' || hex_number(s)) return false;
   *out = v;
   return true;
 }

@@ -7,6 +7,7 @@
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 
 namespace ptdp {
 
@@ -21,7 +22,7 @@ std::vector<SplitRange> parse_split(const std::string &spec, uint64_t num_docs) 
   while (std::getline(ss, part, ',')) {
     char *end = nullptr;
     double v = std::strtod(part.c_str(), &end);
-    if (part.empty() || *end != '\0' || !(v >= 0) || !std::isfinite(v))
+    if (part.empty() || *end != '\0' || !(v >= 0) || !std::isfinite(v) || hex_number(part))
       fail(Status::bad_value, "split '", spec,
            "' must be 2 or 3 non-negative numbers separated by commas, e.g. 98,2 or 949,50,1");
     w.push_back(v);

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/plan/plan.h"
 
 namespace ptdp::plan {
@@ -99,7 +100,7 @@ double tokens(const std::string &k, const std::string &v) {
   std::string suf = end ? end : "";
   double mult = suf.empty() ? 1 : suf == "K" ? 1e3 : suf == "M" ? 1e6
               : (suf == "B" || suf == "G") ? 1e9 : suf == "T" ? 1e12 : -1;
-  if (v.empty() || mult < 0 || !(x > 0) || !std::isfinite(x))
+  if (v.empty() || mult < 0 || !(x > 0) || !std::isfinite(x) || hex_number(v))
     fail(Status::bad_value, k, " must be a positive number of tokens (e.g. 300e9 or 300B), got '", v, "'");
   return x * mult;
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/model/gpt_config.h"
 
 namespace ptdp {
@@ -197,8 +198,8 @@ void validate_value(const OptionSpec &o, const std::string &v) {
   } else if (o.type == OptionSpec::Float) {
     char *end = nullptr;
     double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || !std::isfinite(x))
-      fail(Status::bad_value, o.key, " must be a number in ", range(), ", got '", v, "'");
+    if (v.empty() || *end != '\0' || !std::isfinite(x) || hex_number(v))
+      fail(Status::bad_value, o.key, " must be a number in ", range(), " (decimal digits), got '", v, "'");
     if (x < o.min || x > o.max) fail(Status::bad_value, o.key, " must be in ", range(), ", got ", v);
   } else if (o.type == OptionSpec::Choice) {
     std::stringstream ss(o.choices);

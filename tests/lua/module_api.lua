@@ -81,6 +81,18 @@ check(ptdp.make_temp_dir(parent, 'bench.') ~= made, 'make_temp_dir: a new name e
 expect_error('cannot make a directory under', 'make_temp_dir under a missing parent',
              ptdp.make_temp_dir, tmpdir .. '/module_api_absent_dir', 'x.')
 
+expect_error("holds a '/'", 'make_temp_dir with a path as its prefix', ptdp.make_temp_dir,
+             parent, 'a/b')
+-- A NUL in a path would cut it short (a sweep wrote 'wf' for 'wf\0.txt'); bytes may hold one.
+expect_error('holds a NUL byte', 'a path with a NUL', ptdp.write_file,
+             tmpdir .. '/module_api_nul\0.txt', 'x', 'note')
+-- Numbers are decimal (strtod also reads C's hex floats: 0x1p-9) and shown as given.
+expect_error('(decimal digits)', 'a hex learning rate', ptdp.check_config, { lr = '0x1p-9' })
+expect_error('got 10.2', 'a learning rate past its range, shown as given', ptdp.check_config,
+             { lr = 10.2 })
+expect_error("'format' is `ptdp plan`'s option", 'ptdp.plan with a format', ptdp.plan,
+             { num_layers = 2, format = 'text' })
+
 -- config errors (through pcall: the message, not the position)
 expect_error("unknown option 'no_such_option'", 'unknown flat key', ptdp.config,
              { no_such_option = 1 })
