@@ -31,10 +31,12 @@ ptdp.check_config(config)  -- every value checked now, together, before any file
 -- directory the run makes (that directory is checked; the file again when
 -- written); any other missing directory is refused now, before a dataset is
 -- made, and so is the run's own tracker --save/latest.
-local save_dir = (config.save or '') ~= '' and (config.save:gsub('/+$', '')) or nil
+-- (Paths compared as written, less repeated slashes and "./" parts.)
+local function tidy(p) return ((p:gsub('/+', '/'):gsub('/%./', '/'):gsub('^%./', ''):gsub('(.)/$', '%1'))) end
+local save_dir = (config.save or '') ~= '' and tidy(config.save) or nil
 local function check_file(path, what)
-  local dir = path:match('^(.*)/[^/]*$') or '.'
-  if save_dir and (path:gsub('/+', '/')) == save_dir .. '/latest' then
+  local dir = tidy(path):match('^(.*)/[^/]*$') or '.'
+  if save_dir and tidy(path) == save_dir .. '/latest' then
     io.stderr:write(string.format("ptdp: %s '%s' is also this run's --save tracker (its saves " ..
                                   "write it): give another path\n", what, path))
     os.exit(1)
