@@ -117,7 +117,7 @@ ptdp_status ptdp_check_output(const char *path, const char *what, int32_t direct
     if (directory)
       ptdp::check_output_directory(path, what);
     else
-      ptdp::output_target(path, what);
+      ptdp::check_output_file(path, what);
   });
 }
 

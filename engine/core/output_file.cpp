@@ -206,6 +206,14 @@ std::string output_target(const std::string &path, const char *what) {
   return target;
 }
 
+static void probe_creatable(const std::string &target, const std::string &path, const char *what);
+
+std::string check_output_file(const std::string &path, const char *what) {
+  const std::string target = output_target(path, what);
+  probe_creatable(target, path, what);
+  return target;
+}
+
 // A file with other names (hard links) is not an output: a writer that
 // appends would change every name's contents, one that renames would leave
 // the other names holding the old bytes; and the other names may lie anywhere
@@ -246,40 +254,40 @@ static bool names_a_stream(const std::string &p) {
          p == "/dev/fd" || p == "/dev/stdin" || p == "/dev/stdout" || p == "/dev/stderr";
 }
 
-static void refuse_if_stream(const std::string &path, const struct stat *file, const char *what) {
+// By name, before anything is looked at.
+static void refuse_if_stream(const std::string &path, const char *what) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  bool by_name = false;
   fs::path p = fs::absolute(path, ec).lexically_normal();
-  for (int hop = 0; hop < 40 && !by_name; hop++) {
-    by_name = names_a_stream(p.string()) ||
-              names_a_stream(fs::weakly_canonical(p.parent_path(), ec).string());
+  for (int hop = 0; hop < 40; hop++) {
+    if (names_a_stream(p.string()) || names_a_stream(fs::weakly_canonical(p.parent_path(), ec).string()))
+      fail(Status::invalid_argument, what, " '", path, "' is a stream of a process (through /proc ",
+           "or /dev/fd), not a file of its own: a writer replaces its file whole (give a file path)");
     char to[PATH_MAX];
     const ssize_t n = ::readlink(p.c_str(), to, sizeof to - 1);
     if (n <= 0) break;
     const fs::path next(std::string(to, (size_t)n));
     p = (next.is_absolute() ? next : p.parent_path() / next).lexically_normal();
   }
-  bool by_identity = false;
-  if (file && !by_name)
-    for (fs::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
-      struct stat s;
-      if (::stat(it->path().c_str(), &s) == 0 && s.st_dev == file->st_dev &&
-          s.st_ino == file->st_ino)
-        by_identity = true;
-    }
-  if (by_name || by_identity)
-    fail(Status::invalid_argument, what, " '", path, "' is ",
-         by_identity ? "a file this process has open (a descriptor it was started with, "
-                       "standard output or error)"
-                     : "a stream of a process (through /proc or /dev/fd)",
-         ", not a file of its own: a writer replaces its file whole (give a file path)");
+}
+
+// By identity, for the regular file the output would replace.
+static void refuse_if_open(const struct stat &file, const std::string &path, const char *what) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    struct stat s;
+    if (::stat(it->path().c_str(), &s) == 0 && s.st_dev == file.st_dev && s.st_ino == file.st_ino)
+      fail(Status::invalid_argument, what, " '", path, "' is a file this process has open (a ",
+           "descriptor it was started with, standard output or error), not a file of its own: a ",
+           "writer replaces its file whole (give a file path)");
+  }
 }
 
 static std::string checked_target(const std::string &path, const char *what) {
   if (path.empty()) fail(Status::invalid_argument, what, " is an empty path (give a file's path)");
   refuse_if_checkpoint_part(path, what);
-  refuse_if_stream(path, nullptr, what);
+  refuse_if_stream(path, what);
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno != ENOENT) fail(Status::io_error, what, " '", path, "': ", std::strerror(errno));
@@ -293,14 +301,12 @@ static std::string checked_target(const std::string &path, const char *what) {
            errno == ENOENT ? "does not exist" : std::strerror(errno));
     if (!S_ISDIR(ds.st_mode))
       fail(Status::io_error, what, " '", path, "': '", dir, "' is not a directory");
-    probe_creatable(path, path, what);
     return path;
   }
   if (S_ISREG(st.st_mode)) {
     refuse_if_input(st, path, what);
-    refuse_if_stream(path, &st, what);
+    refuse_if_open(st, path, what);
     refuse_if_linked(st, path, what);
-    probe_creatable(path, path, what);
     return path;
   }
   if (S_ISLNK(st.st_mode)) {
@@ -311,9 +317,8 @@ static std::string checked_target(const std::string &path, const char *what) {
            "' is a symbolic link to nothing: refusing to replace it (give a file path)");
     if (S_ISREG(target.st_mode)) {
       refuse_if_input(target, path, what);
-      refuse_if_stream(path, &target, what);
+      refuse_if_open(target, path, what);
       refuse_if_linked(target, path, what);
-      probe_creatable(resolved, path, what);
       return resolved;
     }
     fail(Status::invalid_argument, what, " '", path, "' is a symbolic link to ",

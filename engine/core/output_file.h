@@ -19,6 +19,14 @@ namespace ptdp {
 // `what` names the output in the message ("--timeline", "tokenize output").
 std::string output_target(const std::string &path, const char *what);
 
+// output_target, and that a file can be made there (the writer's temporary,
+// made and removed now): a name too long for it, or a directory no file can
+// be made in (/proc, /sys, read-only), is refused. For the checks made before
+// any work (a run's per-step outputs, a script's ptdp_check_output) and for
+// a writer that appends (no temporary of its own to fail first); a writer
+// that renames makes its temporary at once and needs no probe.
+std::string check_output_file(const std::string &path, const char *what);
+
 // A checkpoint directory's files are written by a save only (ARCHITECTURE §5):
 // Error(invalid_argument) naming `what` when `path` lies inside a directory
 // named as a checkpoint's (iter_0001000, its .tmp or .old), through any

@@ -180,12 +180,8 @@ class Ops {
   void linear_weight_grad(int M, int N, int K, CAct dy, CAct x, T *dW, T *dbias) {
     check_sizes("linear", {{"M", M}, {"N", N}, {"K", K}});
     if (dbias && M > 0 && N > 0 && K > 0 && fused_epilogues_ && fuses(LinearEpilogue::bias_grad)) {
-      auto run = [&] { fused_weight_grad_impl(M, N, K, dy, x, dW, dbias); };
-      if (profiler_)
-        profiler_->timed("gemm+bias_grad" + gemm_op_name(true, false, N, K, M, 1).substr(4),
-                         2.0 * M * N * K, run);
-      else
-        run();
+      timed_fused(LinearEpilogue::bias_grad, true, false, N, K, M,
+                  [&] { fused_weight_grad_impl(M, N, K, dy, x, dW, dbias); });
       return;
     }
     gemm(true, false, N, K, M, 1, dy, N, x, K, 1, dW, K);
@@ -503,15 +499,19 @@ class Ops {
                     const T *bias, CAct aux_in, Act aux_out, Act C) {
     check_sizes("linear", {{"M", M}, {"N", N}, {"K", K}});
     if (M == 0 || N == 0 || K == 0 || !fused_epilogues_ || !fuses(e)) return false;
-    auto run = [&] { fused_linear_impl(e, tb, M, N, K, A, W, bias, aux_in, aux_out, C); };
-    if (!profiler_) {
-      run();
-    } else {
-      static const char *const names[] = {"gemm+bias", "gemm+bias_gelu", "gemm+dgelu"};
-      profiler_->timed(names[(int)e] + gemm_op_name(false, tb, M, N, K, 1).substr(4),
-                       2.0 * M * N * K, run);
-    }
+    timed_fused(e, false, tb, M, N, K,
+                [&] { fused_linear_impl(e, tb, M, N, K, A, W, bias, aux_in, aux_out, C); });
     return true;
+  }
+  // A fused GEMM's call, timed as "gemm+<epilogue> MxNxK ..." when profiling.
+  template <class F>
+  void timed_fused(LinearEpilogue e, bool ta, bool tb, int M, int N, int K, F &&run) {
+    if (!profiler_) return run();
+    const char *name = e == LinearEpilogue::bias        ? "gemm+bias"
+                       : e == LinearEpilogue::bias_gelu ? "gemm+bias_gelu"
+                       : e == LinearEpilogue::dgelu     ? "gemm+dgelu"
+                                                        : "gemm+bias_grad";
+    profiler_->timed(name + gemm_op_name(ta, tb, M, N, K, 1).substr(4), 2.0 * M * N * K, run);
   }
   // C = beta C for a GEMM with K = 0, the same on every backend: zeros (by
   // rows unless C is dense) for beta 0, nothing for beta 1.

@@ -85,9 +85,9 @@ TEST(OutputFile, RefusesSharedFilesAndPlacesNoFileCanBeMade) {
   expect_error([&] { ptdp::output_target(link, "--log-json"); }, ptdp::Status::invalid_argument,
                "has 2 names");
   const std::string longest = dir.path + "/" + std::string(NAME_MAX - 10, 'a');
-  expect_error([&] { ptdp::output_target(longest, "--timeline"); }, ptdp::Status::io_error,
+  expect_error([&] { ptdp::check_output_file(longest, "--timeline"); }, ptdp::Status::io_error,
                "cannot create a file there");
-  EXPECT_EQ(ptdp::output_target(dir.path + "/" + std::string(NAME_MAX - 11, 'a'), "--timeline"),
+  EXPECT_EQ(ptdp::check_output_file(dir.path + "/" + std::string(NAME_MAX - 11, 'a'), "--timeline"),
             dir.path + "/" + std::string(NAME_MAX - 11, 'a'));
   for (const auto &e : std::filesystem::directory_iterator(dir.path))  // the probes left nothing
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
