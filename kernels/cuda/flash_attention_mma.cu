@@ -386,12 +386,13 @@ __global__ void __launch_bounds__(kThreads)
 // Shared: K, V [64], Q, dO [2][32] rows of kStride; lse and D [2][32].
 // Groups unit0 .. of the grid. With dsT, also the operand dS / scale rounded to
 // M as dS^T, the group's head slot j at dsT + ((unit - unit0) r + j) s ds_ld,
-// row k (key) of ds_ld columns (queries), zeros where hidden: every column of
-// rows below s is written, for the dQ GEMM (dQ = scale dS K).
+// row k (key) of ds_ld columns (queries), zeros where hidden, for the dQ GEMMs
+// (dQ = scale dS K) in query chunks of ds_chunk (dq_query_chunk): row k is
+// written from its chunk's first query on, every column up to ds_ld.
 template <class M, int kD, class G>
 __global__ void __launch_bounds__(kThreads)
     bwd_dkdv(G *dqkv, const G *dctx, const G *qkv, const float *lse, const float *D,
-             int s, QkvLayout L, float scale, Drop dr, int unit0, M *dsT, int ds_ld) {
+             int s, QkvLayout L, float scale, Drop dr, int unit0, M *dsT, int ds_ld, int ds_chunk) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   constexpr int S = kStride<kD>, kTile = kBwdTile * S;
   M *sK = reinterpret_cast<M *>(smem_bytes), *sV = sK + kRowTile * S, *sQ = sV + kRowTile * S,
@@ -420,11 +421,11 @@ __global__ void __launch_bounds__(kThreads)
       if (key[e] < s && q < ds_ld)
         *reinterpret_cast<uint32_t *>(ds_rows + (size_t)key[e] * ds_ld + q) = pack<M>(c[2 * e], c[2 * e + 1]);
   };
-  if (dsT) {  // the queries before j0 see none of these keys: zeros, 16 bytes a store
-    const int rows = min(kRowTile, s - j0), chunks = j0 / 8;
+  if (dsT) {  // queries z0 .. j0 - 1 of this chunk see none of these keys: zeros, 16 bytes a store
+    const int z0 = j0 / ds_chunk * ds_chunk, rows = min(kRowTile, s - j0), chunks = (j0 - z0) / 8;
     for (int j = 0; j < r; j++)
       for (int e = threadIdx.x; e < rows * chunks; e += kThreads)
-        reinterpret_cast<uint4 *>(ds_of(j) + (size_t)(j0 + e / chunks) * ds_ld)[e % chunks] = uint4{0, 0, 0, 0};
+        reinterpret_cast<uint4 *>(ds_of(j) + (size_t)(j0 + e / chunks) * ds_ld + z0)[e % chunks] = uint4{0, 0, 0, 0};
   }
   auto load_queries = [&](int it) {  // tile it (head slot it / query_tiles) into buffer it & 1
     const int head = gr * r + it / query_tiles, q0 = j0 + (it % query_tiles) * kBwdTile, buf = it & 1;
@@ -590,6 +591,16 @@ __global__ void __launch_bounds__(kThreads)
   store_rows<M, kD>(dqkv + L.q_col(bi, head), ld, dq, row, scale, scale, s, hd, t);
 }
 
+// Queries per dQ GEMM. Causal: dQ's rows [q0, q0 + c) need dS's columns of
+// keys below q0 + c only, so GEMMs over query chunks skip most of dS's hidden
+// half (8 chunks: 36/64 of the products and reads of one GEMM over all keys)
+// and the dK dV kernel writes zeros in the diagonal chunks only. At least 256
+// rows a GEMM; a multiple of the kernel's key block, so that a block's keys
+// lie in one chunk and every chunk starts 16-byte aligned.
+int dq_query_chunk(int s) {
+  return std::max(4 * kRowTile, (s + 8 * kRowTile - 1) / (8 * kRowTile) * kRowTile);
+}
+
 // Calls f(integral_constant<kD>) with the smallest tile of 32, 64, 96, 128 >= hd.
 template <class F>
 void with_head_tile(int hd, F f) {
@@ -704,24 +715,29 @@ void flash_attention_backward_mma(G *dqkv, const G *dctx, const G *ctx, const G 
       if (scratch) {
         M *dsT = scratch->as<M>();
         const int ld = (int)L.qkv_ld(), stride = (r + 2) * hd;  // a group's width in qkv
+        const int qc = dq_query_chunk(s);
         for (int u0 = 0; u0 < units; u0 += chunk) {
           const int n = std::min(chunk, units - u0);
           dkdv<<<grid_blocks(s, kRowTile, n, what), kThreads, kv_smem, stream>>>(
-              dqkv, dctx, qkv, lse, D, s, L, scale, dr, u0, dsT, ds_ld);
+              dqkv, dctx, qkv, lse, D, s, L, scale, dr, u0, dsT, ds_ld, qc);
           check_launch("flash_attention_backward_mma (dK, dV, dS)");
-          // Head slot j of groups u0 ..: dQ [s, hd] = scale (dS^T)^T [s, s] K
-          // [s, hd], one strided batch over the chunk's groups (the stream
-          // orders the next chunk's dS after this read).
+          // Head slot j of groups u0 .., queries q0 .. q0 + m - 1: dQ [m, hd] =
+          // scale (dS^T)^T [m, q0 + m] K [q0 + m, hd] (later keys are hidden),
+          // one strided batch over the chunk's groups (the stream orders the
+          // next chunk's dS after this read).
           const size_t at = L.group_col(u0);
           for (int j = 0; j < r; j++)
-            dq_gemm->run(mma, true, false, s, hd, s, scale, dsT + (size_t)j * s * ds_ld, ds_ld,
-                         (int64_t)r * s * ds_ld, qkv + L.k_col(u0), ld, stride, 0.f,
-                         dqkv + at + (size_t)j * hd, ld, stride, n, stream);
+            for (int q0 = 0; q0 < s; q0 += qc) {
+              const int m = std::min(qc, s - q0);
+              dq_gemm->run(mma, true, false, m, hd, q0 + m, scale, dsT + (size_t)j * s * ds_ld + q0,
+                           ds_ld, (int64_t)r * s * ds_ld, qkv + L.k_col(u0), ld, stride, 0.f,
+                           dqkv + at + (size_t)j * hd + (size_t)q0 * ld, ld, stride, n, stream);
+            }
         }
         return;
       }
       dkdv<<<grid_blocks(s, kRowTile, units, what), kThreads, kv_smem, stream>>>(
-          dqkv, dctx, qkv, lse, D, s, L, scale, dr, 0, nullptr, 0);
+          dqkv, dctx, qkv, lse, D, s, L, scale, dr, 0, nullptr, 0, 1);
       check_launch("flash_attention_backward_mma (dK, dV)");
       const size_t q_smem = smem_bytes<M, kD>(2 * kRowTile + 4 * kBwdTile);
       auto dq = bwd_dq<M, kD, G>;

@@ -359,7 +359,9 @@ void check_mma_type() {
   const Shape shapes[] = {{1, 1, 1, 8},    {5, 2, 3, 16},   {64, 2, 2, 64}, {130, 1, 2, 128},
                           {257, 2, 1, 32}, {200, 1, 2, 80}, {40, 1, 1, 72}, {96, 1, 1, 96},
                           {512, 1, 2, 128},  // 512: many double-buffered tiles at hd = 128
+                          {600, 1, 2, 64},   // dQ GEMMs in three query chunks, the last partial
                           {130, 2, 4, 64, 2}, {200, 1, 4, 128, 1},  // grouped; multi-query
+                          {300, 2, 4, 64, 2},  // grouped, two query chunks
                           {37, 1, 6, 32, 3}};
   unsigned seed = 300;
   for (const Shape &sh : shapes)
