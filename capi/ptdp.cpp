@@ -125,6 +125,9 @@ void ptdp_config_destroy(ptdp_config *c) {
   if (c && unregister_handle(c, HandleKind::config, "ptdp_config_destroy")) delete c;
 }
 
+static_assert(PTDP_MAX_NEW_TOKENS == ptdp::Trainer::kMaxNewTokens,
+              "PTDP_MAX_NEW_TOKENS out of sync: capi/ptdp.h against engine/train/trainer.h");
+
 ptdp_status ptdp_config_set(ptdp_config *c, const char *key, const char *value) {
   return guard([&] {
     live(c);

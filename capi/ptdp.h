@@ -255,7 +255,10 @@ PTDP_API ptdp_status ptdp_append_line(const char *path, const char *line, int32_
 PTDP_API ptdp_status ptdp_trainer_logits(ptdp_trainer *trainer, const int32_t *ids, size_t count,
                                          int32_t last_only, float *out, size_t cap,
                                          size_t *out_len);
-/* Continues `prompt` by up to max_new_tokens tokens (stops at end of document).
+/* The most tokens one generate call makes. */
+enum { PTDP_MAX_NEW_TOKENS = 1048576 };
+/* Continues `prompt` by up to max_new_tokens tokens (stops at end of document);
+ * max_new_tokens in [0, PTDP_MAX_NEW_TOKENS].
  * temperature 0 = greedy; otherwise sampling keyed by `seed`, so a retry with a
  * larger buffer returns the same text. The text is valid UTF-8: an ill-formed
  * part (a character the model cut short) becomes U+FFFD. */

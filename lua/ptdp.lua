@@ -110,6 +110,14 @@ local function need_string(value, fn, arg)
   end
 end
 
+-- The same for an argument that may be left out (nil).
+local function opt_string(value, fn, arg)
+  if value ~= nil then need_string(value, fn, arg) end
+end
+
+-- Every number an argument gives reaches C through one of these two: the FFI
+-- converts a NaN, an infinity or 1e300 to an integer parameter as whatever
+-- the machine makes of it (INT_MIN), and a fraction by cutting it off.
 -- Raises unless value is nil or a whole number in [min, max].
 local function need_count(value, fn, arg, min, max)
   if value ~= nil and (type(value) ~= 'number' or value ~= math.floor(value) or value < min or
@@ -117,6 +125,32 @@ local function need_count(value, fn, arg, min, max)
     raise(string.format('ptdp.%s: %s must be a whole number in [%d, %d], got %s', fn, arg, min, max,
                         tostring(value)))
   end
+end
+-- Raises unless value is nil or a finite number (C checks its range).
+local function need_number(value, fn, arg)
+  if value ~= nil and (type(value) ~= 'number' or value ~= value or value == math.huge or
+                       value == -math.huge) then
+    raise(string.format('ptdp.%s: %s must be a finite number, got %s', fn, arg, tostring(value)))
+  end
+end
+
+-- An options table: nil, or a table whose keys are all in `known` (a
+-- mistyped key would otherwise be ignored and its default used).
+local function need_options(value, fn, known)
+  if value == nil then return {} end
+  if type(value) ~= 'table' then
+    raise(string.format('ptdp.%s: options are a table (keys: %s), got %s', fn,
+                        table.concat(known, ', '), type(value)))
+  end
+  for k in pairs(value) do
+    local ok = false
+    for _, name in ipairs(known) do ok = ok or k == name end
+    if not ok then
+      raise(string.format("ptdp.%s: unknown option '%s' (known: %s)", fn, tostring(k),
+                          table.concat(known, ', ')))
+    end
+  end
+  return value
 end
 
 -- Raises the library's error for a failed status.
@@ -204,14 +238,24 @@ function M.config(t)
   check(C.ptdp_config_create(out))
   local cfg = ffi.gc(out[0], C.ptdp_config_destroy)
   local v, per_chunk_set
+  -- One option given twice (model = { num_layers = 2 } and num_layers = 4, or
+  -- parallel.t and tensor_model_parallel_size) is refused: which would win
+  -- depends on the table's order.
+  local given = {}
   local function apply(tbl, group)
     for k, val in pairs(tbl) do
+      local name = group and group .. '.' .. tostring(k) or tostring(k)
       if type(val) == 'table' and aliases[k] and not group then
         apply(val, k)
       elseif group == 'parallel' and k == 'v' then
         v = val
       else
         local key = group and aliases[group][k] or k
+        if type(key) == 'string' and given[key] then
+          raise(string.format("option '%s' is given twice, as %s and as %s: give it once", key,
+                              given[key], name))
+        end
+        given[key] = name
         if key == 'num_layers_per_virtual_pipeline_stage' then per_chunk_set = true end
         check(set_option(cfg, key, val))
       end
@@ -309,6 +353,7 @@ function Trainer:layout()
 end
 
 function Trainer:get(name)
+  need_string(name, 'get', 'name')
   local v = ffi.new('double[1]')
   check(C.ptdp_trainer_get(self.handle, name, v))
   return v[0]
@@ -346,6 +391,7 @@ end
 -- calls = {...} } of the last step (embedding is 0 off the first and last
 -- pipeline stages).
 function Trainer:rank_report(local_rank)
+  need_count(local_rank, 'rank_report', 'local_rank', 0, 2 ^ 31 - 1)
   return rank_values(C.ptdp_trainer_rank_get, self.handle, local_rank or 0)
 end
 
@@ -404,6 +450,7 @@ function Trainer:step_tokens(ids, count)
     if type(count) ~= 'number' then
       raise('step_tokens(ids, count): an FFI array needs its count of token ids')
     end
+    need_count(count, 'step_tokens', 'count', 0, 2 ^ 53)
     arr, n = ids, count
   elseif type(ids) == 'table' then
     local flat = ids
@@ -455,7 +502,7 @@ end
 -- { last = true } the last position's row alone.
 function Trainer:logits(ids, opts)
   if type(ids) ~= 'table' or #ids == 0 then raise('logits needs a non-empty list of token ids') end
-  opts = opts or {}
+  opts = need_options(opts, 'logits', { 'last' })
   local n = #ids
   local buf = ffi.new('int32_t[?]', n)
   for i = 1, n do
@@ -480,13 +527,13 @@ function Trainer:logits(ids, opts)
 end
 
 function Trainer:generate(prompt, opts)
-  if prompt ~= nil then need_string(prompt, 'generate', 'prompt') end
-  if opts ~= nil and type(opts) ~= 'table' then
-    raise('ptdp.generate: options are a table, e.g. { max_new_tokens = 20 }, got ' .. type(opts))
-  end
-  opts = opts or {}
-  need_count(opts.max_new_tokens, 'generate', 'max_new_tokens', 0, 2 ^ 31 - 1)
+  opt_string(prompt, 'generate', 'prompt')
+  opts = need_options(opts, 'generate', { 'max_new_tokens', 'temperature', 'top_k', 'top_p', 'seed' })
+  need_count(opts.max_new_tokens, 'generate', 'max_new_tokens', 0, C.PTDP_MAX_NEW_TOKENS)
   need_count(opts.top_k, 'generate', 'top_k', 0, 2 ^ 31 - 1)
+  need_count(opts.seed, 'generate', 'seed', 0, 2 ^ 53)
+  need_number(opts.temperature, 'generate', 'temperature')
+  need_number(opts.top_p, 'generate', 'top_p')
   return read_text(function(buf, cap, len)
     return C.ptdp_trainer_generate_top(self.handle, prompt or '', opts.max_new_tokens or 200,
                                        opts.temperature or 0, opts.top_k or 0, opts.top_p or 1,
@@ -497,7 +544,7 @@ end
 -- Saves the training state as dir/iter_N (atomic; see ARCHITECTURE §5) and
 -- returns that directory.
 function Trainer:save(dir)
-  if type(dir) ~= 'string' then raise('save needs a directory') end
+  need_string(dir, 'save', 'dir')
   check(C.ptdp_trainer_save(self.handle, dir))
   return self:text('last_checkpoint')
 end
@@ -515,7 +562,7 @@ end
 -- newest complete checkpoint is taken, or one iter_N); returns the line saying
 -- which was taken, why, and the layouts it was saved with and loaded into.
 function Trainer:load(dir)
-  if type(dir) ~= 'string' then raise('load needs a directory') end
+  need_string(dir, 'load', 'dir')
   check(C.ptdp_trainer_load(self.handle, dir))
   return self:text('loaded_checkpoint')
 end
@@ -523,6 +570,7 @@ end
 -- loaded_checkpoint, last_checkpoint or last_save_error ('' if none), or device
 -- (the first local rank's: what --device, by default auto, chose).
 function Trainer:text(name)
+  need_string(name, 'text', 'name')
   return read_text(function(buf, cap, len) return C.ptdp_trainer_get_text(self.handle, name, buf, cap, len) end)
 end
 
@@ -531,10 +579,12 @@ end
 -- float32 unless opts.dtype says 'bf16' or 'f16', and returns out (import
 -- below).
 function M.checkpoint_inspect(dir)
+  need_string(dir, 'checkpoint_inspect', 'dir')
   return read_text(function(buf, cap, len) return C.ptdp_checkpoint_inspect(dir, buf, cap, len) end)
 end
 
 function M.checkpoint_verify(dir)
+  need_string(dir, 'checkpoint_verify', 'dir')
   local ok = true
   local report = read_text(function(buf, cap, len)
     local st = C.ptdp_checkpoint_verify(dir, buf, cap, len)
@@ -550,10 +600,9 @@ end
 function M.export_safetensors(dir, out, opts)
   need_string(dir, 'export_safetensors', 'dir')
   need_string(out, 'export_safetensors', 'out')
-  if opts ~= nil and type(opts) ~= 'table' then
-    raise("export_safetensors: options are a table, e.g. { dtype = 'bf16' }")
-  end
-  check(C.ptdp_checkpoint_export_safetensors_dtype(dir, out, opts and opts.dtype or 'f32'))
+  opts = need_options(opts, 'export_safetensors', { 'dtype' })
+  opt_string(opts.dtype, 'export_safetensors', 'dtype')
+  check(C.ptdp_checkpoint_export_safetensors_dtype(dir, out, opts.dtype or 'f32'))
   return out
 end
 
@@ -564,10 +613,9 @@ end
 function M.import_safetensors(file, dir, opts)
   need_string(file, 'import_safetensors', 'file')
   need_string(dir, 'import_safetensors', 'dir')
-  if opts ~= nil and type(opts) ~= 'table' then
-    raise("import_safetensors: options are a table, e.g. { config = 'config.json' }")
-  end
-  check(C.ptdp_checkpoint_import_safetensors(file, opts and opts.config or nil, dir))
+  opts = need_options(opts, 'import_safetensors', { 'config' })
+  opt_string(opts.config, 'import_safetensors', 'config')
+  check(C.ptdp_checkpoint_import_safetensors(file, opts.config, dir))
   return dir
 end
 
@@ -582,9 +630,20 @@ end
 -- threads encode (default 1, 0: one per core); the output is the same for any N.
 function M.tokenize(t)
   if type(t) ~= 'table' then raise('ptdp.tokenize takes a table, e.g. { inputs = ..., output = ... }') end
+  t = need_options(t, 'tokenize', { 'inputs', 'output', 'output_prefix', 'format', 'json_keys',
+                                    'append_eod', 'tokenizer', 'vocab_file', 'merge_file',
+                                    'tokenizer_file', 'workers' })
   local inputs = type(t.inputs) == 'table' and t.inputs or { t.inputs }
+  if #inputs == 0 then raise('ptdp.tokenize: inputs names no file') end
   local arr = ffi.new('const char*[?]', #inputs)
-  for i, p in ipairs(inputs) do arr[i - 1] = p end
+  for i, p in ipairs(inputs) do
+    need_string(p, 'tokenize', 'inputs[' .. i .. ']')
+    arr[i - 1] = p
+  end
+  for _, k in ipairs { 'output', 'output_prefix', 'format', 'tokenizer', 'vocab_file', 'merge_file',
+                       'tokenizer_file' } do
+    opt_string(t[k], 'tokenize', k)
+  end
   local kv = { 'tokenizer_type=' .. (t.tokenizer or 'byte') }
   for _, k in ipairs { 'vocab_file', 'merge_file', 'tokenizer_file' } do
     if t[k] and t[k] ~= '' then kv[#kv + 1] = k .. '=' .. t[k] end
@@ -599,6 +658,10 @@ function M.tokenize(t)
     if t.output then raise('ptdp.tokenize: give output or output_prefix, not both') end
     local keys = t.json_keys or { 'text' }
     if type(keys) == 'string' then keys = { keys } end
+    if type(keys) ~= 'table' or #keys == 0 then
+      raise('ptdp.tokenize: json_keys is a key or a list of keys, e.g. { \'text\' }')
+    end
+    for i, k in ipairs(keys) do need_string(k, 'tokenize', 'json_keys[' .. i .. ']') end
     for _, v in ipairs { 'output_prefix=' .. t.output_prefix, 'format=' .. (t.format or 'jsonl'),
                          'json_keys=' .. table.concat(keys, ','),
                          'append_eod=' .. (t.append_eod and '1' or '0') } do
@@ -815,6 +878,9 @@ end
 -- Draws a trace written by the `timeline` option as a PNG (width in pixels,
 -- default 1600); returns png.
 function M.render_timeline(trace, png, width)
+  need_string(trace, 'render_timeline', 'trace')
+  need_string(png, 'render_timeline', 'png')
+  need_count(width, 'render_timeline', 'width', 0, 2 ^ 31 - 1)
   check(C.ptdp_render_timeline(trace, png, width or 0))
   return png
 end
@@ -822,12 +888,16 @@ end
 -- The disk's raw sequential write (fsync included) and cold read bandwidth
 -- under dir, in GB/s, with a file of `bytes`.
 function M.benchmark_disk(dir, bytes)
+  need_string(dir, 'benchmark_disk', 'dir')
+  need_count(bytes, 'benchmark_disk', 'bytes', 1, 2 ^ 53)
   local w, r = ffi.new('double[1]'), ffi.new('double[1]')
   check(C.ptdp_benchmark_disk(dir, bytes, w, r))
   return w[0], r[0]
 end
 
 function M.benchmark_sgemm(n, repeats)
+  need_count(n, 'benchmark_sgemm', 'n', 1, 2 ^ 31 - 1)
+  need_count(repeats, 'benchmark_sgemm', 'repeats', 1, 2 ^ 31 - 1)
   local v = ffi.new('double[1]')
   check(C.ptdp_benchmark_sgemm(n or 2048, repeats or 5, v))
   return v[0]

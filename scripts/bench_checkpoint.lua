@@ -126,6 +126,11 @@ local one = {}
 for k, v in pairs(config) do one[k] = v end
 one.tensor_model_parallel_size, one.pipeline_model_parallel_size, one.data_parallel_size = 1, 1, 1
 one.num_threads = opts.async_threads > 0 and opts.async_threads or math.max(1, bench.cores() - 1)
+-- Said, not silent: the layout and --num-threads given are the rounds' above.
+print(string.format('async part: one rank (t = p = d = 1), %d OpenMP threads (--async-threads%s)',
+                    one.num_threads, (given.num_threads or given.tensor_model_parallel_size or
+                                      given.pipeline_model_parallel_size or given.data_parallel_size)
+                    and '; the layout and --num-threads given apply to the save and load rounds' or ''))
 local plain_trainer = ptdp.trainer(one)
 plain_trainer:step()  -- its first step (allocations) untimed
 local plain = {}

@@ -123,8 +123,11 @@ class Trainer {
   // among the top_k most likely tokens (0: all) whose probabilities add up to
   // top_p (the nucleus; 1: all). The text is valid UTF-8: an ill-formed part
   // (a character cut by the byte tokenizer, say) is replaced by U+FFFD.
+  // max_new_tokens in [0, kMaxNewTokens] (a longer text: several calls, each
+  // continuing the last; the bound keeps a typo from generating for hours).
   std::string generate(const std::string &prompt, int max_new_tokens, double temperature,
                        uint64_t seed, int top_k = 0, double top_p = 1.0);
+  static constexpr int kMaxNewTokens = 1 << 20;
 
   // Saves the whole training state (parameters, Adam moments, iteration,
   // consumed samples, skip counters) as <root>/iter_N, committed atomically;

@@ -151,8 +151,9 @@ std::vector<float> Trainer::logits(const std::vector<int32_t> &tokens) {
 
 std::string Trainer::generate(const std::string &prompt, int max_new_tokens, double temperature,
                               uint64_t seed, int top_k, double top_p) {
-  if (max_new_tokens < 0)
-    fail(Status::invalid_argument, "max_new_tokens must be >= 0, got ", max_new_tokens);
+  if (max_new_tokens < 0 || max_new_tokens > kMaxNewTokens)
+    fail(Status::invalid_argument, "max_new_tokens must be in [0, ", kMaxNewTokens, "], got ",
+         max_new_tokens, " (a longer text: continue it in another call)");
   if (!(temperature >= 0) || !std::isfinite(temperature))
     fail(Status::invalid_argument, "temperature must be >= 0 (0 = greedy), got ", temperature);
   if (top_k < 0) fail(Status::invalid_argument, "top_k must be >= 0 (0 = every token), got ", top_k);

@@ -10,7 +10,7 @@ return {
     corpus_format = { default = 'fortune', choices = { 'fortune', 'lines', 'file' },
                       help = 'fortune | lines | file' },
     prompt = { default = 'The ', empty_ok = true, help = 'prompt of the final sample' },
-    sample_tokens = { default = 300, integer = true, min = 0, max = 2147483647,
+    sample_tokens = { default = 300, integer = true, min = 0, max = 1048576,  -- PTDP_MAX_NEW_TOKENS
                       help = 'tokens of the final sample (0 = none)' },
     temperature = { default = 0.8, min = 0, help = 'sampling temperature (0 = greedy)' },
     log_json = { default = '', help = 'metrics file, JSON lines: the run, then each logged iteration and evaluation' },

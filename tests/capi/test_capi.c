@@ -548,6 +548,10 @@ static void test_training(const char *data_path) {
          PTDP_ERR_INVALID_ARGUMENT, "prompt", "generate(NULL prompt)");
   EXPECT(ptdp_trainer_generate(t, "x", -1, 0.0, 0, small, sizeof small, &len),
          PTDP_ERR_INVALID_ARGUMENT, "max_new_tokens", "generate(max_new_tokens -1)");
+  EXPECT(ptdp_trainer_generate_top(t, "x", PTDP_MAX_NEW_TOKENS + 1, 0.0, 0, 1.0, 0, small,
+                                   sizeof small, &len),
+         PTDP_ERR_INVALID_ARGUMENT, "max_new_tokens must be in [0, 1048576]",
+         "generate(max_new_tokens past PTDP_MAX_NEW_TOKENS)");
   EXPECT(ptdp_trainer_generate(t, "x", 4, -0.5, 0, small, sizeof small, &len),
          PTDP_ERR_INVALID_ARGUMENT, "temperature", "generate(temperature -0.5)");
   EXPECT(ptdp_trainer_generate(t, "x", 4, NAN, 0, small, sizeof small, &len),

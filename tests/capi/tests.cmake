@@ -143,9 +143,10 @@ ptdp_lua_test(lua_train_gpt_bad_value --rc nonzero
   --expect "num_layers must be an integer"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --num-layers abc
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_value.ptdp ${PTDP_TRAIN_GPT_DATA})
-# The final sample's length is an int32 (max_new_tokens): checked before training.
+# The final sample's length is max_new_tokens (at most PTDP_MAX_NEW_TOKENS):
+# checked before training, not after it.
 ptdp_lua_test(lua_train_gpt_sample_tokens_range --rc nonzero
-  --expect "flag '--sample-tokens' must be <= 2147483647, got 2147483648"
+  --expect "flag '--sample-tokens' must be <= 1048576, got 2147483648"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --sample-tokens 2147483648)
 ptdp_lua_test(lua_train_gpt_help --rc 0 --expect "--num-layers" --expect "--sample-tokens"
   --expect "--no-scatter-gather-tensors-in-pipeline"

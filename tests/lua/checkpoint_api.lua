@@ -43,7 +43,7 @@ for i = 4, 5 do
   check(math.abs(la - lb) <= 1e-5 * la, string.format('step %d after resharding: %.9g vs %.9g', i, la, lb))
 end
 expect_error('no checkpoint to open', 'load from a directory without checkpoints', b.load, b, tmpdir .. '/no_ckpt')
-expect_error('save needs a directory', 'save without a directory', a.save, a)
+expect_error('ptdp.save: dir must be a string, got nil', 'save without a directory', a.save, a)
 expect_error('hidden_size: checkpoint 32, this run 64', 'load into another model shape',
              function() ptdp.trainer(config { model = { hidden_size = 64 } }):load(root) end)
 

@@ -106,6 +106,27 @@ expect_error('lr_decay_style must be one of', 'bad decay choice', ptdp.config,
 expect_error('lr must be a number', 'non-numeric lr', ptdp.config, { lr = 'fast' })
 check(ptdp.config { num_layers = 2, lr = 1e-3, optimizer = { beta2 = 0.99 }, data = { tokenizer = 'byte' } } ~= nil,
       'a good config with groups and aliases builds')
+-- One option under two spellings: which one won depended on the table's order.
+expect_error("option 'num_layers' is given twice", 'num_layers flat and in model', ptdp.config,
+             { num_layers = 2, model = { num_layers = 4 } })
+expect_error("option 'tensor_model_parallel_size' is given twice", 'parallel.t and its full name',
+             ptdp.config, { parallel = { t = 2 }, tensor_model_parallel_size = 1 })
+
+-- Numbers reach C whole and finite, tables only with known keys (the FFI
+-- made a NaN width INT_MIN and cut 2.5 to 2; a mistyped key was ignored).
+expect_error('ptdp.render_timeline: width must be a whole number', 'a NaN width',
+             ptdp.render_timeline, tmpdir .. '/t.json', tmpdir .. '/t.png', 0 / 0)
+expect_error('ptdp.render_timeline: trace must be a string, got table', 'a table as trace',
+             ptdp.render_timeline, {}, tmpdir .. '/t.png')
+expect_error('ptdp.benchmark_sgemm: n must be a whole number', 'sgemm n = 2.5', ptdp.benchmark_sgemm, 2.5)
+expect_error('ptdp.benchmark_disk: bytes must be a whole number', 'disk bytes = 1e300',
+             ptdp.benchmark_disk, tmpdir, 1e300)
+expect_error('ptdp.tokenize: inputs[2] must be a string, got number', 'a number among the inputs',
+             ptdp.tokenize, { inputs = { corpus, 5 }, output = tmpdir .. '/x.ptdp' })
+expect_error("ptdp.tokenize: unknown option 'ouput'", 'a mistyped tokenize key', ptdp.tokenize,
+             { inputs = corpus, ouput = tmpdir .. '/x.ptdp' })
+expect_error('ptdp.checkpoint_inspect: dir must be a string, got nil', 'inspect without a dir',
+             ptdp.checkpoint_inspect)
 
 local base = {
   model = { num_layers = 1, hidden_size = 32, num_attention_heads = 2, seq_length = 16,
@@ -228,6 +249,15 @@ expect_error('ptdp.generate: max_new_tokens must be a whole number', 'max_new_to
              trainer.generate, trainer, 'x', { max_new_tokens = 1.5 })
 expect_error('ptdp.generate: prompt must be a string, got number', 'generate(5)', trainer.generate,
              trainer, 5)
+expect_error("ptdp.generate: unknown option 'max_tokens'", 'a mistyped generate option',
+             trainer.generate, trainer, 'x', { max_tokens = 5 })
+expect_error('ptdp.generate: seed must be a whole number', 'a negative seed', trainer.generate,
+             trainer, 'x', { seed = -1 })
+expect_error('ptdp.generate: temperature must be a finite number', 'a NaN temperature',
+             trainer.generate, trainer, 'x', { temperature = 0 / 0 })
+expect_error('ptdp.rank_report: local_rank must be a whole number', 'rank 0.5',
+             trainer.rank_report, trainer, 0.5)
+expect_error('ptdp.get: name must be a string, got nil', 'get(nil)', trainer.get, trainer)
 
 -- Stepping on after train_iters keeps counting; handles are freed by the GC.
 trainer:step()
