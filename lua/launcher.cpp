@@ -72,12 +72,21 @@ void decimal_integers(CLI::App &app) {
     const std::string type = opt->get_type_name();
     if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0) continue;
     opt->transform(
-        [](std::string v) {
+        [type](std::string v) {
           if (v.empty()) return v;  // (an empty value is named as such after the parse)
           size_t at = v[0] == '-' || v[0] == '+' ? 1 : 0;
           if (at == v.size() || v.find_first_not_of("0123456789", at) != std::string::npos)
             throw CLI::ValidationError("takes a whole number in decimal digits, got '" + v + "'");
           while (at + 1 < v.size() && v[at] == '0') v.erase(at, 1);
+          // Past 64 bits CLI11 would hold the largest value and the error
+          // would show that, not what was given.
+          const std::string most = type.rfind("UINT", 0) == 0 && v[0] != '-' ? "18446744073709551615"
+                                   : v[0] == '-'                          ? "9223372036854775808"
+                                                                          : "9223372036854775807";
+          const std::string digits = v.substr(at);
+          if (digits.size() > most.size() || (digits.size() == most.size() && digits > most))
+            throw CLI::ValidationError(std::string("takes a whole number of 64 bits (") +
+                                       (v[0] == '-' ? "at least -" : "at most ") + most + "), got '" + v + "'");
           return v;
         },
         "", "decimal");
@@ -416,6 +425,23 @@ int run_ckpt(int argc, char **argv) {
     std::fprintf(stderr, "ptdp ckpt: unknown subcommand '%s'; the subcommands are: %s\n\n%s",
                  sub.c_str(), names.c_str(), app.help().c_str());
     return 2;
+  }
+  // import-safetensors' arguments by count (CLI11 says "paths: At Most 2
+  // required but received 3"); it has no flags but --help.
+  if (sub == "import-safetensors") {
+    int n = 0;
+    bool help = false;
+    for (int i = 3; i < argc; i++) {
+      const std::string a = argv[i];
+      help = help || a == "--help" || a == "-h";
+      n += a.rfind("-", 0) != 0;
+    }
+    if (!help && (n < 2 || n > 3)) {
+      std::fprintf(stderr, "ptdp ckpt import-safetensors: takes 2 or 3 arguments, "
+                   "MODEL_DIR|MODEL.safetensors [config.json] DIR; got %d (see ptdp ckpt "
+                   "import-safetensors --help)\n", n);
+      return 2;
+    }
   }
   if (const int rc = parse_command_line(app, argc, argv); rc >= 0) return rc;
   // Through the C ABI, whose report calls take a buffer: grow it until it fits.

@@ -40,12 +40,17 @@ cli.expect("top_p 0", gen + ["--temperature", "1", "--top-p", "0"], False, "top_
 # Command-line errors: one line, exit status 2, never a wrapped-around seed.
 cli.expect("a negative seed", gen + ["--seed", "-1"], False, "the seed is 0 to 2^64-1, got -1")
 cli.expect("a seed past 2^64-1", gen + ["--seed", "18446744073709551616"], False,
-           "the seed is 0 to 2^64-1, got 18446744073709551616")
+           "--seed: takes a whole number of 64 bits (at most 18446744073709551615), "
+           "got '18446744073709551616'")
 cli.expect("not a number", gen + ["--top-k", "x"], False,
            "ptdp generate: --top-k: takes a whole number in decimal digits, got 'x'")
 # Decimal digits only, as Megatron's argparse reads them: not octal, not hex.
 cli.expect("a hex number", gen + ["--top-k", "0x10"], False,
            "ptdp generate: --top-k: takes a whole number in decimal digits, got '0x10'")
+# Past 64 bits: the value given, not the largest int64 CLI11 would hold.
+cli.expect("a number past 64 bits", gen + ["--top-k", "99999999999999999999"], False,
+           "ptdp generate: --top-k: takes a whole number of 64 bits (at most 9223372036854775807), "
+           "got '99999999999999999999'")
 cli.expect("an empty number", gen + ["--top-k", ""], False,
            "ptdp generate: --top-k is given an empty value")
 # A checkpoint trained with its own schedule and seed loads (generation needs

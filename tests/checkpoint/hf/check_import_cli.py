@@ -78,7 +78,10 @@ shape = write_model("shape", narrow)
 bad("wrong_shape", shape, config,
     f"tensor 'transformer.h.0.attn.c_attn.weight' in '{shape}' is [32, 64] but config "
     f"'{config}' makes it [32, 96] (GPT-2's Conv1D weights are [in, out])")
-expect("usage", ["ckpt", "import-safetensors", model], False, "paths")
+expect("usage", ["ckpt", "import-safetensors", model], False,
+       "takes 2 or 3 arguments, MODEL_DIR|MODEL.safetensors [config.json] DIR; got 1")
+expect("too many", ["ckpt", "import-safetensors", model, config, "a", "b"], False,
+       "takes 2 or 3 arguments, MODEL_DIR|MODEL.safetensors [config.json] DIR; got 4")
 
 # The fixture: imported (config.json found beside it), sound, and fine-tuned.
 expect("import", ["ckpt", "import-safetensors", model, "imported"], True,
