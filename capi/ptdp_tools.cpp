@@ -106,7 +106,7 @@ ptdp_status ptdp_write_file(const char *path, const char *bytes, size_t n, const
     if (n > (size_t(1) << 30))
       ptdp::fail(ptdp::Status::invalid_argument, "write_file: n = ", n, " bytes; a script's file ",
                  "is at most 1073741824 bytes (1 GiB)");
-    ptdp::write_file_atomic(path, std::string(bytes ? bytes : "", n), what);
+    ptdp::write_file_atomic(path, std::string(bytes ? bytes : "", n), what, ptdp::OutputKind::any);
   });
 }
 
@@ -117,7 +117,7 @@ ptdp_status ptdp_check_output(const char *path, const char *what, int32_t direct
     if (directory)
       ptdp::check_output_directory(path, what);
     else
-      ptdp::check_output_file(path, what);
+      ptdp::check_output_file(path, what, ptdp::OutputKind::any);
   });
 }
 

@@ -226,7 +226,7 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   const std::string weights_path = to_dir ? (fs::path(out_path) / "model.safetensors").string()
                                           : out_path;
   // A link to a file writes that file; a device node or directory is refused.
-  if (!to_dir || fs::exists(out_path, ec)) output_target(weights_path, "export_safetensors output");
+  if (!to_dir || fs::exists(out_path, ec)) output_target(weights_path, "export_safetensors output", OutputKind::safetensors);
   const DType type = export_dtype(dtype);
   const CheckpointRef ref = open_checkpoint(path);
   const Manifest &m = ref.manifest;
@@ -286,7 +286,7 @@ void export_safetensors(const std::string &path, const std::string &out_path,
          "': ", ec.message());
   std::string out_file;
   try {
-    out_file = output_target(weights_path, "export_safetensors output");
+    out_file = output_target(weights_path, "export_safetensors output", OutputKind::safetensors);
   } catch (const Error &) {
     if (make_dir) fs::remove(out_path, ec);  // empty: only what this export made
     throw;
@@ -389,9 +389,10 @@ void export_safetensors(const std::string &path, const std::string &out_path,
     }
   }
   write_file_atomic((fs::path(out_path) / "config.json").string(), config.dump(2) + "\n",
-                    "export_safetensors config.json");
+                    "export_safetensors config.json", OutputKind::json);
   write_file_atomic((fs::path(out_path) / "generation_config.json").string(),
-                    generation.dump(2) + "\n", "export_safetensors generation_config.json");
+                    generation.dump(2) + "\n", "export_safetensors generation_config.json",
+                    OutputKind::json);
 }
 
 }  // namespace ptdp

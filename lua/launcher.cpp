@@ -3,6 +3,7 @@
 // `ptdp timeline-png ...` draws a timeline trace as a picture; `ptdp plot ...`
 // draws a --log-json metrics file. Everything goes through the C ABI
 // (capi/ptdp.h and capi/ptdp_tools.h), as any other program of the library's would.
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -643,6 +644,15 @@ int main(int argc, char **argv) {
   sleep_while_waiting(argv);
   // An interrupted command leaves no temporary files beside its outputs.
   ptdp_remove_temp_files_on_signal();
+  // The program and its library are inputs of every command: no output
+  // replaces them (a sweep's --profile-ops overwrote the ptdp executable).
+  Dl_info lib{};
+  if (ptdp_hold_input("/proc/self/exe", "the ptdp program") != PTDP_OK ||
+      (dladdr(reinterpret_cast<void *>(&ptdp_version), &lib) != 0 && lib.dli_fname &&
+       std::strchr(lib.dli_fname, '/') && ptdp_hold_input(lib.dli_fname, "the ptdp library") != PTDP_OK)) {
+    std::fprintf(stderr, "ptdp: %s\n", ptdp_last_error());
+    return 1;
+  }
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -1,5 +1,6 @@
 #include "engine/core/output_file.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <time.h>
 #include <sys/stat.h>
@@ -200,16 +201,98 @@ void hold_input(const std::string &path, const std::string &what) {
 // output_target's checks of the path's kind and inputs (below).
 static std::string checked_target(const std::string &path, const char *what);
 
-std::string output_target(const std::string &path, const char *what) {
+const char *output_kind_name(OutputKind kind) {
+  switch (kind) {
+    case OutputKind::ptdp_dataset: return "ptdp token dataset";
+    case OutputKind::megatron_index: return "Megatron index (.idx)";
+    case OutputKind::megatron_data: return "Megatron token file (.bin) beside its .idx";
+    case OutputKind::safetensors: return "safetensors file";
+    case OutputKind::json: return "JSON file";
+    case OutputKind::json_lines: return "JSON-lines file";
+    case OutputKind::png: return "PNG image";
+    case OutputKind::op_profile: return "op profile (--profile-ops)";
+    case OutputKind::any: return "file";
+  }
+  return "file";
+}
+
+// The first bytes of the regular file `path` (at most n): what a kind's check reads.
+static std::string head_bytes(const std::string &path, size_t n, off_t *size) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return out;
+  struct stat st;
+  *size = ::fstat(fd, &st) == 0 ? st.st_size : 0;
+  out.resize(n);
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd, &out[got], n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  ::close(fd);
+  out.resize(got);
+  return out;
+}
+
+// Whether the existing regular file `target` is of `kind` (or empty: no one's).
+static bool is_of_kind(const std::string &target, OutputKind kind) {
+  off_t size = 0;
+  const std::string h = head_bytes(target, 65536, &size);
+  if (size == 0 || kind == OutputKind::any) return true;
+  const auto starts = [&h](const char *magic, size_t n) { return h.size() >= n && h.compare(0, n, magic, n) == 0; };
+  const size_t first = h.find_first_not_of(" \t\r\n");
+  switch (kind) {
+    case OutputKind::ptdp_dataset: return starts("PTDPTOK\0", 8);
+    case OutputKind::megatron_index: return starts("MMIDIDX\0\0", 9);
+    case OutputKind::megatron_data: {  // its index beside it says what it is
+      if (target.size() < 4 || target.compare(target.size() - 4, 4, ".bin") != 0) return false;
+      off_t idx_size = 0;
+      return head_bytes(target.substr(0, target.size() - 4) + ".idx", 9, &idx_size) ==
+             std::string("MMIDIDX\0\0", 9);
+    }
+    case OutputKind::safetensors: {
+      if (h.size() < 9 || h[8] != '{') return false;
+      uint64_t n = 0;
+      for (int i = 7; i >= 0; i--) n = n << 8 | (unsigned char)h[i];
+      return n >= 2 && n <= (uint64_t)size - 8;
+    }
+    case OutputKind::json: return first != std::string::npos && (h[first] == '{' || h[first] == '[');
+    case OutputKind::json_lines: {
+      if (first == std::string::npos || h[first] != '{') return false;
+      const size_t eol = h.find('\n', first);
+      const size_t last = h.find_last_not_of(" \t\r", eol == std::string::npos ? std::string::npos : eol - 1);
+      return last != std::string::npos && last > first && h[last] == '}';
+    }
+    case OutputKind::png: return starts("\x89PNG\r\n\x1a\n", 8);
+    case OutputKind::op_profile: return starts("rank ", 5);
+    case OutputKind::any: return true;
+  }
+  return false;
+}
+
+static void refuse_if_other_kind(const std::string &target, const std::string &path, const char *what,
+                                 OutputKind kind) {
+  struct stat st;
+  if (::stat(target.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || is_of_kind(target, kind)) return;
+  fail(Status::invalid_argument, what, " '", path, "' exists and is not a ", output_kind_name(kind),
+       " (", st.st_size, " bytes of something else): ", what,
+       " replaces only a file of its own kind, written before; give a new name, or remove that file "
+       "if it is to go");
+}
+
+std::string output_target(const std::string &path, const char *what, OutputKind kind) {
   const std::string target = checked_target(path, what);
   refuse_if_claimed(target, what);
+  refuse_if_other_kind(target, path, what, kind);
   return target;
 }
 
 static void probe_creatable(const std::string &target, const std::string &path, const char *what);
 
-std::string check_output_file(const std::string &path, const char *what) {
-  const std::string target = output_target(path, what);
+std::string check_output_file(const std::string &path, const char *what, OutputKind kind) {
+  const std::string target = output_target(path, what, kind);
   probe_creatable(target, path, what);
   return target;
 }
@@ -516,8 +599,9 @@ void replace_file(const std::string &target, const std::string &bytes) {
   rename_temp_file(tmp, target);
 }
 
-void write_file_atomic(const std::string &path, const std::string &bytes, const char *what) {
-  replace_file(output_target(path, what), bytes);
+void write_file_atomic(const std::string &path, const std::string &bytes, const char *what,
+                       OutputKind kind) {
+  replace_file(output_target(path, what, kind), bytes);
 }
 
 }  // namespace ptdp

@@ -10,14 +10,34 @@
 
 namespace ptdp {
 
+// What a writer writes. A writer replaces only a file of its own kind (its
+// earlier output: the format's first bytes say so) or an empty one; anything
+// else at the path (a user's notes, a dataset, a model, the program itself)
+// is refused by output_target, whatever the writer and whatever the file.
+// `any` is for a script's own small files (ptdp_write_file), whose kind the
+// script alone knows.
+enum class OutputKind {
+  ptdp_dataset,    // "PTDPTOK\0"
+  megatron_index,  // "MMIDIDX\0\0"
+  megatron_data,   // a .bin: replaced only beside its Megatron .idx
+  safetensors,     // u64 header length, then '{'
+  json,            // '{' or '[' first (after white space)
+  json_lines,      // a first line that is one JSON object: {...}
+  png,             // the PNG signature
+  op_profile,      // --profile-ops' text: "rank N ..."
+  any,
+};
+const char *output_kind_name(OutputKind kind);
+
 // The path to rename the finished output onto:
 //  - nothing there: `path`, when its directory exists (else Error(io_error));
 //  - a regular file: `path` (replaced whole);
 //  - a symbolic link to a regular file: the file it points to (the link stays);
 //  - anything else (a directory, a device node, a FIFO, a socket, a dangling
-//    link): Error(invalid_argument) naming it, and nothing is written.
+//    link): Error(invalid_argument) naming it, and nothing is written;
+//  - a non-empty file not of `kind`: Error(invalid_argument) naming it.
 // `what` names the output in the message ("--timeline", "tokenize output").
-std::string output_target(const std::string &path, const char *what);
+std::string output_target(const std::string &path, const char *what, OutputKind kind);
 
 // output_target, and that a file can be made there (the writer's temporary,
 // made and removed now): a name too long for it, or a directory no file can
@@ -25,7 +45,7 @@ std::string output_target(const std::string &path, const char *what);
 // any work (a run's per-step outputs, a script's ptdp_check_output) and for
 // a writer that appends (no temporary of its own to fail first); a writer
 // that renames makes its temporary at once and needs no probe.
-std::string check_output_file(const std::string &path, const char *what);
+std::string check_output_file(const std::string &path, const char *what, OutputKind kind);
 
 // A checkpoint directory's files are written by a save only (ARCHITECTURE §5):
 // Error(invalid_argument) naming `what` when `path` lies inside a directory
@@ -156,7 +176,7 @@ void replace_file(const std::string &target, const std::string &bytes);
 
 // Writes bytes to output_target(path) atomically: a temporary file in the same
 // directory, fsync, rename. Readers never see a half-written file.
-void write_file_atomic(const std::string &path, const std::string &bytes,
-                       const char *what = "output");
+void write_file_atomic(const std::string &path, const std::string &bytes, const char *what,
+                       OutputKind kind);
 
 }  // namespace ptdp

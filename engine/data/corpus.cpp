@@ -115,7 +115,7 @@ CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const st
   // What the dataset is made from stays an input of this process's run after
   // the tokenizing (a run's --log-json must not replace its --corpus).
   for (const std::string &f : files) hold_input(f, "tokenized corpus");
-  output_target(out_path, "tokenize output");
+  output_target(out_path, "tokenize output", OutputKind::ptdp_dataset);
   using Docs = std::vector<std::vector<int32_t>>;
   Docs docs;  // the whole tokenized corpus, once: it is shuffled before writing
   CorpusStats st;

@@ -33,7 +33,7 @@ static_assert(sizeof(Header) == 64, "header must be 64 bytes");
 void write_token_dataset(const std::string &out_path,
                          const std::vector<std::vector<int32_t>> &docs, int vocab_size) {
   if (vocab_size <= 0) fail(Status::invalid_argument, "vocab_size must be positive");
-  const std::string path = output_target(out_path, "token dataset output");
+  const std::string path = output_target(out_path, "token dataset output", OutputKind::ptdp_dataset);
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
   h.version = kTokenDatasetVersion;

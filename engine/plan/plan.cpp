@@ -87,9 +87,9 @@ PlanResult run_plan(const PlanRequest &req) {
   // The output's rules before any work (a calibration takes a while); a
   // --machine file is this run's input (a preset name registers nothing).
   const InputFile machine_file(req.machine, "--machine file");
-  if (!req.save_machine.empty()) output_target(req.save_machine, "--save-machine");
+  if (!req.save_machine.empty()) output_target(req.save_machine, "--save-machine", OutputKind::json);
   if (!req.plot.empty()) {
-    output_target(req.plot, "--plot");
+    output_target(req.plot, "--plot", OutputKind::png);
     if (!req.save_machine.empty() && same_output(req.plot, req.save_machine))
       fail(Status::invalid_argument, "--plot '", req.plot, "' and --save-machine '", req.save_machine,
            "' name the same file: the picture would replace the machine file; give two paths");
@@ -116,7 +116,8 @@ PlanResult run_plan(const PlanRequest &req) {
     res.machine = load_machine(req.machine);
   }
   if (!req.save_machine.empty())
-    write_file_atomic(req.save_machine, machine_to_json(res.machine), "--save-machine");
+    write_file_atomic(req.save_machine, machine_to_json(res.machine), "--save-machine",
+                      OutputKind::json);
   const ModelSpec &m = req.model;
   const TrainSpec &tr = req.train;
   const int64_t n = tr.num_gpus, B = tr.global_batch;

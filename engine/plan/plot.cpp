@@ -61,7 +61,7 @@ void plot_plan_png(const PlanResult &res, const std::string &png_path) {
     draw_polyline(c, a, pts, {120, 120, 120}, 1);
     for (auto &[x, y] : pts) c.dot(a.px(x), a.py(y), 4, hue[panel]);
   }
-  write_file_atomic(png_path, encode_png(c), "--plot");
+  write_file_atomic(png_path, encode_png(c), "--plot", OutputKind::png);
 }
 
 }  // namespace ptdp::plan

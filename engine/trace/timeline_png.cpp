@@ -106,7 +106,7 @@ void render_timeline_png(const std::string &trace_json_path, const std::string &
   // The trace is this command's input: the PNG may not replace it (checked now,
   // before any work, and again when written).
   const InputFile trace(trace_json_path, "trace");
-  output_target(png_path, "timeline PNG");
+  output_target(png_path, "timeline PNG", OutputKind::png);
   std::vector<Event> events = read_events(trace_json_path);
 
   std::map<int64_t, int> lane_of;  // sorted tids -> lane index
@@ -172,7 +172,7 @@ void render_timeline_png(const std::string &trace_json_path, const std::string &
     img.fill(xa, xa + 1, top + 1, top + lane_h - 3 - band_h, kBlack);
   }
 
-  write_file_atomic(png_path, encode_png(img), "timeline PNG");
+  write_file_atomic(png_path, encode_png(img), "timeline PNG", OutputKind::png);
 }
 
 }  // namespace ptdp

@@ -82,10 +82,10 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
   if (line.find('\n') != std::string::npos || line.find('\r') != std::string::npos)
     fail(Status::invalid_argument, "a JSON-lines record must be one line; got one with a newline");
   if (fresh) {
-    write_file_atomic(path, line + "\n", "--log-json");
+    write_file_atomic(path, line + "\n", "--log-json", OutputKind::json_lines);
     return;
   }
-  const std::string target = output_target(path, "--log-json");
+  const std::string target = output_target(path, "--log-json", OutputKind::json_lines);
   int fd = ::open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
   if (fd < 0) fail(Status::io_error, "cannot open '", path, "' to append: ", std::strerror(errno));
   // One write per record: a reader (or a crash) never sees half a line but the

@@ -124,7 +124,7 @@ void plot_metrics_png(const std::string &log_path, const std::string &png_path) 
   // The output's rules first: a bad target fails before any work. The log is
   // this command's input: the PNG may not replace it.
   const InputFile log(log_path, "metrics log");
-  output_target(png_path, "plot output");
+  output_target(png_path, "plot output", OutputKind::png);
   const MetricsSeries s = read_metrics_log(log_path);
 
   // Data ranges: x over every logged iteration; loss over both losses; the
@@ -185,7 +185,7 @@ void plot_metrics_png(const std::string &log_path, const std::string &png_path) 
       c.dot(lr_ax.px((double)s.lr.begin()->first), lr_ax.py(s.lr.begin()->second), 3, kLrColour);
     draw_legend(c, lr_ax, {{"learning rate", kLrColour, false}}, sc);
   }
-  write_file_atomic(png_path, encode_png(c), "plot output");
+  write_file_atomic(png_path, encode_png(c), "plot output", OutputKind::png);
 }
 
 }  // namespace ptdp

@@ -192,11 +192,11 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   // after the first step; each is the run's own file (no other output of the
   // run, a --log-json say, may take it).
   if (!opt_.timeline_path.empty()) {
-    check_output_file(process_path(opt_.timeline_path), "--timeline");
+    check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::json);
     output_claims_.emplace_back(process_path(opt_.timeline_path), "--timeline");
   }
   if (!opt_.op_profile_path.empty()) {
-    check_output_file(process_path(opt_.op_profile_path), "--profile-ops");
+    check_output_file(process_path(opt_.op_profile_path), "--profile-ops", OutputKind::op_profile);
     output_claims_.emplace_back(process_path(opt_.op_profile_path), "--profile-ops");
   }
   bind_device_comms();
@@ -258,9 +258,9 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     if (ckpt) load(*ckpt);
     // Its files (and the tracker read) are inputs now: the outputs checked
     // above are checked again against them, still before the first step.
-    if (!opt_.timeline_path.empty()) check_output_file(process_path(opt_.timeline_path), "--timeline");
+    if (!opt_.timeline_path.empty()) check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::json);
     if (!opt_.op_profile_path.empty())
-      check_output_file(process_path(opt_.op_profile_path), "--profile-ops");
+      check_output_file(process_path(opt_.op_profile_path), "--profile-ops", OutputKind::op_profile);
   }
   made.keep = true;  // started: the --save directory is this run's
   for (const fs::path &d : made.made) made_save_dirs_.push_back(d.string());  // held since made
@@ -533,7 +533,7 @@ void Trainer::write_op_profile() {
     text += "rank " + std::to_string(r->world_rank) + " (" + coord_label(r->coord) + ") on " +
             r->device->name() + ", iteration " + std::to_string(iteration_) + "\n" +
             format_op_profile(r->model->take_op_profile()) + "\n";
-  write_file_atomic(process_path(opt_.op_profile_path), text, "--profile-ops");
+  write_file_atomic(process_path(opt_.op_profile_path), text, "--profile-ops", OutputKind::op_profile);
 }
 
 // Under mpirun each process writes its own ranks' outputs: path.rankN.

@@ -218,13 +218,19 @@ TEST_F(CheckpointExport, GPT2NamesAndLayouts) {
   EXPECT_EQ(cfg.value("activation_function", ""), "gelu_new");
   EXPECT_EQ(cfg.value("layer_norm_epsilon", 0.0), 1e-5);
 
-  // Exporting again over the file replaces it whole, and from the checkpoint
-  // directory itself gives the same bytes.
+  // Exporting again over an earlier export replaces it whole, and from the
+  // checkpoint directory itself gives the same bytes.
   const std::string first = read_file(out);
-  write_file(out, "stale");
+  write_file(out, std::string("\x02\0\0\0\0\0\0\0{}", 10));  // a stale (empty) safetensors file
   export_safetensors(ckpt, out);
   EXPECT_EQ(read_file(out), first);
   EXPECT_FALSE(temp_left_beside(out));
+  // A file that is no safetensors file (a user's notes) is never replaced.
+  const std::string notes = dir.path + "/notes.txt";
+  write_file(notes, "my notes");
+  expect_error([&] { export_safetensors(ckpt, notes); }, Status::invalid_argument,
+               "exists and is not a safetensors file");
+  EXPECT_EQ(read_file(notes), "my notes");
 }
 
 // bf16 and f16: the same tensors, shapes and metadata as the float32 export,

@@ -264,7 +264,7 @@ TEST(LlamaExport, NeedsADirectory) {
   EXPECT_FALSE(fs::exists(work.path + "/m.safetensors"));
   write_file(work.path + "/plain", "x");
   expect_error([&] { export_safetensors(work.path + "/ckpt", work.path + "/plain"); },
-               Status::invalid_argument, "plain' is a file, but a model of the LLaMA family");
+               Status::invalid_argument, "plain' exists and is not a safetensors file");
   EXPECT_EQ(read_file(work.path + "/plain"), "x");
 }
 

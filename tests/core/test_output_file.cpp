@@ -32,22 +32,22 @@ mode_t lmode(const std::string &path) {
 TEST(OutputFile, WritesNewAndRegularFiles) {
   TempDir dir;
   const std::string p = dir.path + "/out.json";
-  ptdp::write_file_atomic(p, "one");
+  ptdp::write_file_atomic(p, "one", "output", ptdp::OutputKind::any);
   EXPECT_EQ(read_file(p), "one");
-  ptdp::write_file_atomic(p, "two");
+  ptdp::write_file_atomic(p, "two", "output", ptdp::OutputKind::any);
   EXPECT_EQ(read_file(p), "two");
 }
 
 TEST(OutputFile, RefusesDeviceNodesDirectoriesAndFifos) {
   TempDir dir;
-  expect_error([] { ptdp::write_file_atomic("/dev/null", "x", "--timeline"); },
+  expect_error([] { ptdp::write_file_atomic("/dev/null", "x", "--timeline", ptdp::OutputKind::any); },
                ptdp::Status::invalid_argument, "--timeline '/dev/null' exists and is a character device");
   EXPECT_TRUE(S_ISCHR(lmode("/dev/null")));
-  expect_error([&] { ptdp::write_file_atomic(dir.path, "x"); }, ptdp::Status::invalid_argument,
+  expect_error([&] { ptdp::write_file_atomic(dir.path, "x", "output", ptdp::OutputKind::any); }, ptdp::Status::invalid_argument,
                "is a directory: refusing to replace it");
   const std::string fifo = dir.path + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
-  expect_error([&] { ptdp::write_file_atomic(fifo, "x"); }, ptdp::Status::invalid_argument,
+  expect_error([&] { ptdp::write_file_atomic(fifo, "x", "output", ptdp::OutputKind::any); }, ptdp::Status::invalid_argument,
                "is a FIFO");
   EXPECT_TRUE(S_ISFIFO(lmode(fifo)));
 }
@@ -56,13 +56,13 @@ TEST(OutputFile, RefusesDeviceNodesDirectoriesAndFifos) {
 // output is first written (after a training step, say).
 TEST(OutputFile, RefusesAMissingOrFileDirectory) {
   TempDir dir;
-  expect_error([&] { ptdp::output_target(dir.path + "/nodir/sub/x.json", "--timeline"); },
+  expect_error([&] { ptdp::output_target(dir.path + "/nodir/sub/x.json", "--timeline", ptdp::OutputKind::any); },
                ptdp::Status::io_error, "its directory '" + dir.path + "/nodir/sub' does not exist");
   const std::string file = dir.path + "/afile";
-  ptdp::write_file_atomic(file, "x");
-  expect_error([&] { ptdp::output_target(file + "/x.json", "--timeline"); }, ptdp::Status::io_error,
+  ptdp::write_file_atomic(file, "x", "output", ptdp::OutputKind::any);
+  expect_error([&] { ptdp::output_target(file + "/x.json", "--timeline", ptdp::OutputKind::any); }, ptdp::Status::io_error,
                "--timeline '" + file + "/x.json': Not a directory");
-  EXPECT_EQ(ptdp::output_target("plain_name.json", "--timeline"), "plain_name.json");  // the cwd
+  EXPECT_EQ(ptdp::output_target("plain_name.json", "--timeline", ptdp::OutputKind::any), "plain_name.json");  // the cwd
 }
 
 // A file with other names (a hard link) is no output: an appending writer
@@ -73,21 +73,21 @@ TEST(OutputFile, RefusesAMissingOrFileDirectory) {
 TEST(OutputFile, RefusesSharedFilesAndPlacesNoFileCanBeMade) {
   TempDir dir;
   const std::string data = dir.path + "/model.h5", log = dir.path + "/log.jsonl";
-  ptdp::write_file_atomic(data, "weights");
+  ptdp::write_file_atomic(data, "weights", "output", ptdp::OutputKind::any);
   ASSERT_EQ(::link(data.c_str(), log.c_str()), 0);
-  expect_error([&] { ptdp::output_target(log, "--log-json"); }, ptdp::Status::invalid_argument,
+  expect_error([&] { ptdp::output_target(log, "--log-json", ptdp::OutputKind::any); }, ptdp::Status::invalid_argument,
                "--log-json '" + log + "' has 2 names (hard links)");
   expect_error([&] { ptdp::append_json_line(log, "{}", false); }, ptdp::Status::invalid_argument,
                "has 2 names");
   EXPECT_EQ(read_file(data), "weights");
   const std::string link = dir.path + "/link.jsonl";  // a symbolic link to it: the same
   std::filesystem::create_symlink(log, link);
-  expect_error([&] { ptdp::output_target(link, "--log-json"); }, ptdp::Status::invalid_argument,
+  expect_error([&] { ptdp::output_target(link, "--log-json", ptdp::OutputKind::any); }, ptdp::Status::invalid_argument,
                "has 2 names");
   const std::string longest = dir.path + "/" + std::string(NAME_MAX - 10, 'a');
-  expect_error([&] { ptdp::check_output_file(longest, "--timeline"); }, ptdp::Status::io_error,
+  expect_error([&] { ptdp::check_output_file(longest, "--timeline", ptdp::OutputKind::any); }, ptdp::Status::io_error,
                "cannot create a file there");
-  EXPECT_EQ(ptdp::check_output_file(dir.path + "/" + std::string(NAME_MAX - 11, 'a'), "--timeline"),
+  EXPECT_EQ(ptdp::check_output_file(dir.path + "/" + std::string(NAME_MAX - 11, 'a'), "--timeline", ptdp::OutputKind::any),
             dir.path + "/" + std::string(NAME_MAX - 11, 'a'));
   for (const auto &e : std::filesystem::directory_iterator(dir.path))  // the probes left nothing
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
@@ -105,27 +105,27 @@ TEST(OutputFile, RefusesTheProcesssStreams) {
                                     std::string("/proc/self/fd/1"), std::string("/dev/fd/2"),
                                     std::string("//dev/fd/2"), std::string("/dev/./fd/1"),
                                     std::string("/dev/../dev/stdout"), l2})
-    expect_error([&] { ptdp::output_target(stream, "--log-json"); }, ptdp::Status::invalid_argument,
+    expect_error([&] { ptdp::output_target(stream, "--log-json", ptdp::OutputKind::any); }, ptdp::Status::invalid_argument,
                  "is a stream of a process");
   const std::string log = dir.path + "/captured.txt";
-  ptdp::write_file_atomic(log, "the run's log\n");
+  ptdp::write_file_atomic(log, "the run's log\n", "output", ptdp::OutputKind::any);
   const int saved = ::dup(2), fd = ::open(log.c_str(), O_WRONLY | O_APPEND);
   ASSERT_GE(fd, 0);
   ::dup2(fd, 2);  // as `2> captured.txt`
   bool refused = false;
   try {
-    ptdp::output_target(log, "--timeline");
+    ptdp::output_target(log, "--timeline", ptdp::OutputKind::any);
   } catch (const ptdp::Error &e) {
     refused = std::string(e.what()).find("a file this process has open") != std::string::npos;
   }
   ::dup2(saved, 2);
   ::close(saved);
   // Any descriptor (3>>f), under any name: here the one still open.
-  expect_error([&] { ptdp::output_target(log, "--timeline"); }, ptdp::Status::invalid_argument,
+  expect_error([&] { ptdp::output_target(log, "--timeline", ptdp::OutputKind::any); }, ptdp::Status::invalid_argument,
                "a file this process has open");
   ::close(fd);
   EXPECT_TRUE(refused);
-  EXPECT_EQ(ptdp::output_target(log, "--timeline"), log);  // closed: an output again
+  EXPECT_EQ(ptdp::output_target(log, "--timeline", ptdp::OutputKind::any), log);  // closed: an output again
   EXPECT_EQ(read_file(log), "the run's log\n");
 }
 
@@ -134,9 +134,9 @@ TEST(OutputFile, RefusesTheProcesssStreams) {
 TEST(OutputFile, HeldInputsStayInputs) {
   TempDir dir;
   const std::string corpus = dir.path + "/corpus.txt";
-  ptdp::write_file_atomic(corpus, "text\n");
+  ptdp::write_file_atomic(corpus, "text\n", "output", ptdp::OutputKind::any);
   ptdp::hold_input(corpus, "tokenized corpus");
-  expect_error([&] { ptdp::write_file_atomic(corpus, "{}", "--log-json"); },
+  expect_error([&] { ptdp::write_file_atomic(corpus, "{}", "--log-json", ptdp::OutputKind::any); },
                ptdp::Status::invalid_argument, "is the tokenized corpus '" + corpus + "'");
   EXPECT_TRUE(ptdp::same_output(corpus, dir.path + "/./corpus.txt"));
   EXPECT_FALSE(ptdp::same_output(corpus, dir.path + "/other.txt"));
@@ -147,17 +147,17 @@ TEST(OutputFile, HeldInputsStayInputs) {
 TEST(OutputFile, ClaimedOutputsAreTheirWritersOnly) {
   TempDir dir;
   const std::string t = dir.path + "/trace.json";
-  ptdp::write_file_atomic(t, "{}");  // a trace of an earlier run, replaced by this one
+  ptdp::write_file_atomic(t, "{}", "output", ptdp::OutputKind::any);  // a trace of an earlier run, replaced by this one
   {
     ptdp::OutputClaim claim(t, "--timeline");
-    EXPECT_EQ(ptdp::output_target(t, "--timeline"), t);  // its own writer
-    expect_error([&] { ptdp::write_file_atomic(dir.path + "/./trace.json", "{}", "--log-json"); },
+    EXPECT_EQ(ptdp::output_target(t, "--timeline", ptdp::OutputKind::any), t);  // its own writer
+    expect_error([&] { ptdp::write_file_atomic(dir.path + "/./trace.json", "{}", "--log-json", ptdp::OutputKind::any); },
                  ptdp::Status::invalid_argument, "is also this run's --timeline");
     ASSERT_EQ(::symlink(t.c_str(), (dir.path + "/link.json").c_str()), 0);
     expect_error([&] { ptdp::OutputClaim other(dir.path + "/link.json", "--profile-ops"); },
                  ptdp::Status::invalid_argument, "two outputs cannot share one file");
   }
-  ptdp::write_file_atomic(t, "{}", "--log-json");  // the claim is gone
+  ptdp::write_file_atomic(t, "{}", "--log-json", ptdp::OutputKind::any);  // the claim is gone
 }
 
 // A checkpoint's files are a save's only: no writer puts a file inside a
@@ -174,22 +174,22 @@ TEST(OutputFile, NoWriterPutsAFileAmongACheckpointsFiles) {
   ASSERT_EQ(::symlink(ckpt.c_str(), (dir.path + "/link").c_str()), 0);
   for (const std::string &inside : {manifest, ckpt + "/new.json", root + "/iter_0000020.tmp/x",
                                     dir.path + "/link/manifest.json", root + "/./iter_0000010/y"})
-    expect_error([&] { ptdp::write_file_atomic(inside, "x", "--timeline"); },
+    expect_error([&] { ptdp::write_file_atomic(inside, "x", "--timeline", ptdp::OutputKind::any); },
                  ptdp::Status::invalid_argument, "is inside the checkpoint directory");
   expect_error([&] { ptdp::append_json_line(root + "/latest", "{}", false); },
                ptdp::Status::invalid_argument, "is the checkpoint tracker of");
   for (const std::string &named : {root + "/iter_0000030", dir.path + "/iter_0000001.tmp"})
-    expect_error([&] { ptdp::write_file_atomic(named, "x", "--profile-ops"); },
+    expect_error([&] { ptdp::write_file_atomic(named, "x", "--profile-ops", ptdp::OutputKind::any); },
                  ptdp::Status::invalid_argument, "is named as a checkpoint directory");
-  ptdp::write_file_atomic(root + "/log.jsonl", "x", "--log-json");  // beside them: allowed
-  ptdp::write_file_atomic(dir.path + "/latest", "x", "--log-json");  // no checkpoint there
+  ptdp::write_file_atomic(root + "/log.jsonl", "x", "--log-json", ptdp::OutputKind::any);  // beside them: allowed
+  ptdp::write_file_atomic(dir.path + "/latest", "x", "--log-json", ptdp::OutputKind::any);  // no checkpoint there
   expect_error([&] { ptdp::refuse_inside_checkpoint(ckpt, "--save", true); },
                ptdp::Status::invalid_argument, "is named as a checkpoint directory");
   EXPECT_NO_THROW(ptdp::refuse_inside_checkpoint(root, "--save", true));
 }
 
 TEST(OutputFile, AnEmptyPathIsNamedAsSuch) {
-  expect_error([] { ptdp::write_file_atomic("", "x", "--timeline"); }, ptdp::Status::invalid_argument,
+  expect_error([] { ptdp::write_file_atomic("", "x", "--timeline", ptdp::OutputKind::any); }, ptdp::Status::invalid_argument,
                "--timeline is an empty path");
 }
 
@@ -214,16 +214,16 @@ TEST(OutputFile, SymlinkToAFileWritesThatFileAndKeepsTheLink) {
   const std::string file = dir.path + "/real.json", link = dir.path + "/link.json";
   write_file(file, "old");
   ASSERT_EQ(::symlink(file.c_str(), link.c_str()), 0);
-  ptdp::write_file_atomic(link, "new");
+  ptdp::write_file_atomic(link, "new", "output", ptdp::OutputKind::any);
   EXPECT_TRUE(S_ISLNK(lmode(link)));
   EXPECT_EQ(read_file(file), "new");
   const std::string dangling = dir.path + "/dangling";
   ASSERT_EQ(::symlink((dir.path + "/nowhere/x").c_str(), dangling.c_str()), 0);
-  expect_error([&] { ptdp::write_file_atomic(dangling, "x"); }, ptdp::Status::invalid_argument,
+  expect_error([&] { ptdp::write_file_atomic(dangling, "x", "output", ptdp::OutputKind::any); }, ptdp::Status::invalid_argument,
                "symbolic link to nothing");
   const std::string to_dev = dir.path + "/to_dev";
   ASSERT_EQ(::symlink("/dev/null", to_dev.c_str()), 0);
-  expect_error([&] { ptdp::write_file_atomic(to_dev, "x"); }, ptdp::Status::invalid_argument,
+  expect_error([&] { ptdp::write_file_atomic(to_dev, "x", "output", ptdp::OutputKind::any); }, ptdp::Status::invalid_argument,
                "symbolic link to a character device");
   EXPECT_TRUE(S_ISCHR(lmode("/dev/null")));
 }
@@ -262,7 +262,7 @@ TEST(OutputFile, RegisteredInputsAreRefusedUnderAnySpelling) {
   {
     ptdp::InputFile input(in, "dataset");
     for (const std::string &out : {in, hard, soft, dir.path + "/./data.bin"}) {
-      expect_error([&] { ptdp::write_file_atomic(out, "x", "--timeline"); },
+      expect_error([&] { ptdp::write_file_atomic(out, "x", "--timeline", ptdp::OutputKind::any); },
                    ptdp::Status::invalid_argument, "is the dataset '" + in + "' this run reads");
       expect_error([&] { ptdp::append_json_line(out, "{}", false); },
                    ptdp::Status::invalid_argument, "refusing to overwrite an input");
@@ -270,15 +270,15 @@ TEST(OutputFile, RegisteredInputsAreRefusedUnderAnySpelling) {
                    ptdp::Status::invalid_argument, "refusing to overwrite an input");
     }
     ptdp::InputFile moved = std::move(input);  // still registered, once
-    expect_error([&] { ptdp::write_file_atomic(in, "x"); }, ptdp::Status::invalid_argument,
+    expect_error([&] { ptdp::write_file_atomic(in, "x", "output", ptdp::OutputKind::any); }, ptdp::Status::invalid_argument,
                  "refusing to overwrite an input");
     EXPECT_EQ(read_file(in), "precious");
   }
   std::filesystem::remove(hard);  // (a file with two names is no output)
-  ptdp::write_file_atomic(soft, "no longer an input");  // the InputFile is gone
+  ptdp::write_file_atomic(soft, "no longer an input", "output", ptdp::OutputKind::any);  // the InputFile is gone
   EXPECT_EQ(read_file(in), "no longer an input");
   ptdp::InputFile missing(dir.path + "/not_there", "dataset");  // registers nothing
-  ptdp::write_file_atomic(dir.path + "/not_there", "new");
+  ptdp::write_file_atomic(dir.path + "/not_there", "new", "output", ptdp::OutputKind::any);
 }
 
 // The inputs a run opens register themselves: a ptdp dataset, a Megatron
@@ -307,7 +307,7 @@ TEST(OutputFile, DatasetsAndTokenizerFilesAreInputsWhileOpen) {
   {
     auto src = ptdp::open_token_source(prefix);
     for (const char *ext : {".idx", ".bin"})
-      expect_error([&] { ptdp::write_file_atomic(prefix + ext, "x", "--profile-ops"); },
+      expect_error([&] { ptdp::write_file_atomic(prefix + ext, "x", "--profile-ops", ptdp::OutputKind::any); },
                    ptdp::Status::invalid_argument, "this run reads");
   }
   const std::string bpe = std::string(PTDP_TEST_DATA_DIR) + "/bpe";
@@ -321,4 +321,63 @@ TEST(OutputFile, DatasetsAndTokenizerFilesAreInputsWhileOpen) {
                    ptdp::Status::invalid_argument, "file '" + f + "' this run reads");
   }
   EXPECT_EQ(read_file(vocab), read_file(bpe + "/vocab.json"));
+}
+
+// A writer replaces only a file of its own kind, or an empty one: a sweep
+// replaced a user's notes with an export, a model's config.json with a
+// metrics log and the ptdp executable with an op profile.
+TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
+  using ptdp::OutputKind;
+  TempDir dir;
+  const auto put = [&](const std::string &name, const std::string &bytes) {
+    const std::string p = dir.path + "/" + name;
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  };
+  const std::string notes = put("notes.txt", "my important notes\n");
+  for (OutputKind kind : {OutputKind::ptdp_dataset, OutputKind::megatron_index, OutputKind::safetensors,
+                          OutputKind::json, OutputKind::json_lines, OutputKind::png, OutputKind::op_profile})
+    expect_error([&] { ptdp::write_file_atomic(notes, "x", "--timeline", kind); },
+                 ptdp::Status::invalid_argument,
+                 std::string("exists and is not a ") + ptdp::output_kind_name(kind));
+  EXPECT_EQ(read_file(notes), "my important notes\n");
+  // Through a link: the file it points to is what would be replaced.
+  const std::string link = dir.path + "/link.json";
+  ASSERT_EQ(::symlink(notes.c_str(), link.c_str()), 0);
+  expect_error([&] { ptdp::output_target(link, "--log-json", OutputKind::json_lines); },
+               ptdp::Status::invalid_argument, "exists and is not a JSON-lines file");
+  // A pretty-printed JSON file is JSON, not JSON lines (a model's config.json).
+  const std::string config = put("config.json", "{\n  \"n_layer\": 2\n}\n");
+  expect_error([&] { ptdp::output_target(config, "--log-json", OutputKind::json_lines); },
+               ptdp::Status::invalid_argument, "is not a JSON-lines file");
+  EXPECT_EQ(ptdp::output_target(config, "config.json", OutputKind::json), config);
+  // Each kind's own earlier output, and an empty file, are replaced.
+  const std::string log = put("log.jsonl", "{\"event\": \"run\"}\n{\"iteration\": 1}\n");
+  ptdp::write_file_atomic(log, "{}\n", "--log-json", OutputKind::json_lines);
+  EXPECT_EQ(read_file(log), "{}\n");
+  const std::string empty = put("empty", "");
+  EXPECT_EQ(ptdp::output_target(empty, "--plot", OutputKind::png), empty);
+  EXPECT_EQ(ptdp::output_target(put("a.png", "\x89PNG\r\n\x1a\n...."), "--plot", OutputKind::png),
+            dir.path + "/a.png");
+  EXPECT_EQ(ptdp::output_target(put("d.ptdp", std::string("PTDPTOK\0....", 12)), "tokenize output",
+                                OutputKind::ptdp_dataset),
+            dir.path + "/d.ptdp");
+  EXPECT_EQ(ptdp::output_target(put("p.txt", "rank 0 (tp0 pp0 dp0) on cpu\n"), "--profile-ops",
+                                OutputKind::op_profile),
+            dir.path + "/p.txt");
+  // safetensors: a header length that fits the file, then '{'.
+  std::string st(8, '\0');
+  st[0] = 2;
+  st += "{}";
+  EXPECT_EQ(ptdp::output_target(put("m.safetensors", st), "export", OutputKind::safetensors),
+            dir.path + "/m.safetensors");
+  st[0] = 100;  // a length past the file's end: not a safetensors file
+  expect_error([&] { ptdp::output_target(put("bad.safetensors", st), "export", OutputKind::safetensors); },
+               ptdp::Status::invalid_argument, "is not a safetensors file");
+  // A Megatron .bin has no signature: its .idx beside it says what it is.
+  const std::string bin = put("p_text_document.bin", "tokens");
+  expect_error([&] { ptdp::output_target(bin, "tokenize output", OutputKind::megatron_data); },
+               ptdp::Status::invalid_argument, "beside its .idx");
+  put("p_text_document.idx", std::string("MMIDIDX\0\0....", 13));
+  EXPECT_EQ(ptdp::output_target(bin, "tokenize output", OutputKind::megatron_data), bin);
 }

@@ -39,8 +39,16 @@ def main():
             "--eval-interval", "3", "--eval-iters", "1", "--sample-tokens", "0", "--num-threads", "1",
             "--data-path", "data.ptdp", "--corpus", corpus, "--corpus-format", "lines",
             "--save", "ckpt", "--save-interval", "3"]
+    # A file that is no metrics log is never replaced (a model's config.json,
+    # a user's notes); an earlier run's log is.
     with open("m.jsonl", "w") as f:
-        f.write("old contents of an earlier run\n")
+        f.write("old contents of a user's notes\n")
+    rc, out = run(base + ["--train-iters", "6", "--log-json", "m.jsonl"])
+    check(rc != 0 and "exists and is not a JSON-lines file" in out and
+          open("m.jsonl").read() == "old contents of a user's notes\n",
+          "a --log-json that is not a JSON-lines file is refused and kept")
+    with open("m.jsonl", "w") as f:
+        f.write('{"kind": "run", "iteration": 0, "note": "an earlier run"}\n')
     rc, out = run(base + ["--train-iters", "6", "--log-json", "m.jsonl"])
     check(rc == 0, "the run succeeds")
     recs = records("m.jsonl")

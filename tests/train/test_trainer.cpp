@@ -179,13 +179,13 @@ TEST(Trainer, OutputsNeverOverwriteTheRunsInputs) {
   Trainer b(TrainerOptions::from_config(c));
   b.load(dir.path + "/ckpt");
   const std::string manifest = ckpt + "/manifest.json", saved = read_file(manifest);
-  expect_error([&] { write_file_atomic(manifest, "x", "--log-json"); }, Status::invalid_argument,
+  expect_error([&] { write_file_atomic(manifest, "x", "--log-json", ptdp::OutputKind::any); }, Status::invalid_argument,
                "is inside the checkpoint directory '" + ckpt + "'");
   // Outside the checkpoint, a hard link to its manifest is still the loaded
   // checkpoint's file (compared by identity).
   const std::string linked = dir.path + "/linked.json";
   ASSERT_EQ(::link(manifest.c_str(), linked.c_str()), 0);
-  expect_error([&] { write_file_atomic(linked, "x", "--log-json"); }, Status::invalid_argument,
+  expect_error([&] { write_file_atomic(linked, "x", "--log-json", ptdp::OutputKind::any); }, Status::invalid_argument,
                "' this run reads");
   EXPECT_EQ(read_file(manifest), saved);
   EXPECT_EQ(read_file(data), before);
