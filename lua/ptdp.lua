@@ -108,6 +108,11 @@ local function need_string(value, fn, arg)
     raise(string.format('ptdp.%s: %s holds a NUL byte, which no path or text the engine takes may',
                         fn, arg))
   end
+  -- An empty path is no path ('' made make_temp_dir's directory in /); only
+  -- texts may be empty.
+  if value == '' and arg ~= 'bytes' and arg ~= 'line' and arg ~= 'prompt' then
+    raise(string.format('ptdp.%s: %s is empty; give one', fn, arg))
+  end
 end
 
 -- The same for an argument that may be left out (nil).
@@ -209,7 +214,34 @@ local aliases = {
 -- Numbers go through set_double, which writes whole numbers as integers. A
 -- table is a list (data_path's blend { 0.3, 'A', 0.7, 'B' }): its items
 -- joined by spaces.
+local switch_options
 local function set_option(cfg, key, value)
+  if type(key) ~= 'string' then
+    raise(string.format('ptdp.config: option keys are names (num_layers = 2, ...); got the %s key %s',
+                        type(key), tostring(key)))
+  end
+  if key:find('\0', 1, true) then raise("ptdp.config: an option key holds a NUL byte") end
+  if not switch_options then
+    switch_options = {}
+    for _, o in ipairs(M.options()) do switch_options[o.key] = o.switch end
+  end
+  -- true/false only where the option is a switch (lr = true read as 1), a
+  -- list only for data_path's blend (num_layers = {4} read as 4).
+  if type(value) == 'boolean' and switch_options[key] == false then
+    raise(string.format("ptdp.config: %s takes a %s, not %s", key,
+                        key == 'data_path' and 'path' or 'value', tostring(value)))
+  end
+  if type(value) == 'table' and key ~= 'data_path' then
+    raise(string.format('ptdp.config: %s takes one value, not a table (only data_path takes a ' ..
+                        'list: a blend { 0.3, \'A\', 0.7, \'B\' })', key))
+  end
+  if type(value) == 'string' and value:find('\0', 1, true) then
+    raise(string.format('ptdp.config: %s holds a NUL byte', key))
+  end
+  if type(value) ~= 'string' and type(value) ~= 'number' and type(value) ~= 'boolean' and
+     type(value) ~= 'table' then
+    raise(string.format('ptdp.config: %s takes a number or a text, not a %s', key, type(value)))
+  end
   if type(value) == 'boolean' then value = value and 1 or 0 end
   if type(value) == 'table' then
     local items = {}
@@ -269,9 +301,9 @@ function M.config(t)
     if per_chunk_set then
       raise('parallel.v and num_layers_per_virtual_pipeline_stage both set: give one of them')
     end
-    if not nv or nv < 1 or nv % 1 ~= 0 then
+    if type(v) ~= 'number' or not nv or nv < 1 or nv % 1 ~= 0 or nv > n then
       raise(string.format("parallel.v (model chunks per pipeline rank) must be a whole number " ..
-                          ">= 1, got '%s'", tostring(v)))
+                          "in [1, num_layers = %d], got '%s'", n, tostring(v)))
     end
     if n % (p * nv) ~= 0 then
       raise(string.format('parallel.v = %d: num_layers (%d) must be divisible by p x v ' ..
@@ -302,6 +334,7 @@ end
 -- { num_layers = '4', normalization = 'RMSNorm', ... }. Options still at their
 -- defaults are left out. A missing or damaged checkpoint raises the load's error.
 function M.model_options(dir)
+  need_string(dir, 'model_options', 'dir')
   local out = ffi.new('ptdp_config*[1]')
   check(C.ptdp_config_create(out))
   local cfg = ffi.gc(out[0], C.ptdp_config_destroy)
@@ -323,7 +356,9 @@ function M.trainer(t)
   local cfg = M.config(t)
   local out = ffi.new('ptdp_trainer*[1]')
   check(C.ptdp_trainer_create(cfg, out))
-  return setmetatable({ handle = ffi.gc(out[0], C.ptdp_trainer_destroy) }, Trainer)
+  return setmetatable({ handle = ffi.gc(out[0], C.ptdp_trainer_destroy),
+                        batch = tonumber(config_get(cfg, 'global_batch_size')),
+                        seq = tonumber(config_get(cfg, 'seq_length')) }, Trainer)
 end
 
 -- The values a step reports, from the engine's one table of trainer values.
@@ -451,12 +486,25 @@ function Trainer:step_tokens(ids, count)
       raise('step_tokens(ids, count): an FFI array needs its count of token ids')
     end
     need_count(count, 'step_tokens', 'count', 0, 2 ^ 53)
+    local ct = tostring(ffi.typeof(ids))  -- int32_t is int to the FFI
+    if not (ct:match('^ctype<int [%[%*]') or ct:match('^ctype<const int [%[%*]') or
+            ct:match('^ctype<int32_t [%[%*]') or ct:match('^ctype<const int32_t [%[%*]')) then
+      raise(string.format('step_tokens(ids, count): an FFI array must hold int32_t, got %s',
+                          tostring(ffi.typeof(ids))))
+    end
     arr, n = ids, count
   elseif type(ids) == 'table' then
     local flat = ids
-    if type(ids[1]) == 'table' then  -- a table of sequences
+    if type(ids[1]) == 'table' then  -- a table of sequences: global_batch_size of seq_length + 1
+      if #ids ~= self.batch then
+        raise(string.format('step_tokens: %d sequences, but global_batch_size is %d', #ids, self.batch))
+      end
       flat = {}
-      for _, seq in ipairs(ids) do
+      for i, seq in ipairs(ids) do
+        if type(seq) ~= 'table' or #seq ~= self.seq + 1 then
+          raise(string.format('step_tokens: sequence %d has %s ids; each has seq_length + 1 = %d',
+                              i - 1, type(seq) == 'table' and tostring(#seq) or 'no', self.seq + 1))
+        end
         for _, id in ipairs(seq) do flat[#flat + 1] = id end
       end
     end
@@ -661,7 +709,13 @@ function M.tokenize(t)
     if type(keys) ~= 'table' or #keys == 0 then
       raise('ptdp.tokenize: json_keys is a key or a list of keys, e.g. { \'text\' }')
     end
-    for i, k in ipairs(keys) do need_string(k, 'tokenize', 'json_keys[' .. i .. ']') end
+    for i, k in ipairs(keys) do
+      need_string(k, 'tokenize', 'json_keys[' .. i .. ']')
+      if k:find(',', 1, true) then  -- the C list is comma-separated: one key would count as two
+        raise(string.format("ptdp.tokenize: json_keys[%d] '%s' holds a comma: give the keys as a " ..
+                            "list, { 'text', 'title' }", i, k))
+      end
+    end
     for _, v in ipairs { 'output_prefix=' .. t.output_prefix, 'format=' .. (t.format or 'jsonl'),
                          'json_keys=' .. table.concat(keys, ','),
                          'append_eod=' .. (t.append_eod and '1' or '0') } do
@@ -848,10 +902,16 @@ function M.dataset(t)
   end
   if not t.given and path:sub(1, 1) ~= '/' then path = M.project_dir .. '/' .. path end
   local ok, err = readable(path)
-  if ok then return path end
-  local missing = err:match('No such file') ~= nil
+  local missing = not ok and err:match('No such file') ~= nil
   -- A Megatron dataset is named by its prefix: PREFIX.idx + PREFIX.bin.
-  if missing and (readable(path .. '.idx') or readable(path .. '.bin')) then return path end
+  if ok or (missing and (readable(path .. '.idx') or readable(path .. '.bin'))) then
+    if t.create then  -- said, not silent: the same command run again reuses what it made
+      io.stderr:write(string.format("ptdp: --data-path '%s' exists: training on it (--corpus %s " ..
+                                    "makes a dataset only where there is none)\n", path,
+                                    tostring(t.corpus)))
+    end
+    return path
+  end
   if not missing or (t.given and not t.create) then
     raise(string.format("--data-path '%s': %s%s", path, (err:gsub('^.*: ', '')),
                         missing and ' (only the default dataset, or one given with --corpus, ' ..
@@ -962,6 +1022,21 @@ function M.plan(t)
     rawset(self, 'text', text)
     return text
   end })
+end
+
+-- Every Trainer method checks its self first: trainer.step() (a dot, not a
+-- colon) named as such instead of an error from inside the module.
+for name, fn in pairs(Trainer) do
+  if type(fn) == 'function' then
+    Trainer[name] = function(self, ...)
+      if getmetatable(self) ~= Trainer then
+        raise(string.format('ptdp: call trainer:%s(...) with a colon; trainer.%s got %s where the ' ..
+                            'trainer goes', name, name, type(self) == 'table' and 'a table' or
+                            tostring(self)))
+      end
+      return fn(self, ...)
+    end
+  end
 end
 
 return M

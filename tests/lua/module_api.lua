@@ -127,6 +127,22 @@ expect_error("ptdp.tokenize: unknown option 'ouput'", 'a mistyped tokenize key',
              { inputs = corpus, ouput = tmpdir .. '/x.ptdp' })
 expect_error('ptdp.checkpoint_inspect: dir must be a string, got nil', 'inspect without a dir',
              ptdp.checkpoint_inspect)
+-- The ninth sweep: an empty path made make_temp_dir's directory in /; a
+-- boolean or a list became a number; a comma in a JSON key overran the C
+-- side's arrays (two keys where Lua sized one).
+expect_error('ptdp.make_temp_dir: parent is empty', 'make_temp_dir under ""', ptdp.make_temp_dir, '', 'x.')
+expect_error('ptdp.config: lr takes a value, not true', 'lr = true', ptdp.config, { lr = true })
+expect_error('ptdp.config: num_layers takes one value, not a table', 'num_layers = {4}', ptdp.config,
+             { num_layers = { 4 } })
+expect_error('ptdp.config: option keys are names', 'a list as the config', ptdp.config, { 'num_layers', 4 })
+expect_error('ptdp.config: data_path holds a NUL byte', 'a NUL in a value', ptdp.config,
+             { data_path = 'a\0b' })
+expect_error("json_keys[1] 'text,title' holds a comma", 'a comma in a JSON key', ptdp.tokenize,
+             { inputs = corpus, output_prefix = tmpdir .. '/jk', json_keys = 'text,title' })
+expect_error('ptdp.model_options: dir must be a string, got number', 'model_options(5)',
+             ptdp.model_options, 5)
+expect_error('parallel.v (model chunks per pipeline rank) must be a whole number in [1, num_layers',
+             'parallel.v = 1e300', ptdp.config, { parallel = { v = 1e300 } })
 
 local base = {
   model = { num_layers = 1, hidden_size = 32, num_attention_heads = 2, seq_length = 16,
@@ -258,6 +274,8 @@ expect_error('ptdp.generate: temperature must be a finite number', 'a NaN temper
 expect_error('ptdp.rank_report: local_rank must be a whole number', 'rank 0.5',
              trainer.rank_report, trainer, 0.5)
 expect_error('ptdp.get: name must be a string, got nil', 'get(nil)', trainer.get, trainer)
+expect_error('call trainer:step(...) with a colon', 'trainer.step()', trainer.step)
+expect_error('call trainer:evaluate(...) with a colon', 'trainer.evaluate(2)', trainer.evaluate, 2)
 
 -- Stepping on after train_iters keeps counting; handles are freed by the GC.
 trainer:step()

@@ -36,7 +36,7 @@ end
 -- num_layers_per_virtual_pipeline_stage = num_layers / (p x v).
 expect_error('parallel.v = 3: num_layers (4) must be divisible by p x v (2 x 3 = 6)',
              'v not dividing the layers', ptdp.config, config { parallel = { v = 3 } })
-expect_error('must be a whole number >= 1', 'fractional v', ptdp.config,
+expect_error('must be a whole number in [1, num_layers', 'fractional v', ptdp.config,
              config { parallel = { v = 1.5 } })
 expect_error('both set', 'v and num_layers_per_virtual_pipeline_stage together', ptdp.config,
              config { num_layers_per_virtual_pipeline_stage = 1 })

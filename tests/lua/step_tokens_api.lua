@@ -70,6 +70,14 @@ for i = 1, 40 do short[i] = flat[i] end
 expect_error('136 token ids, got 40', 'a short batch', tr.step_tokens, tr, short)
 expect_error('takes a table of token ids', 'a string', tr.step_tokens, tr, 'abc')
 expect_error('needs its count', 'an FFI array without its count', tr.step_tokens, tr, array)
+-- Sequences of the wrong length were flattened and their boundaries moved.
+local moved = { {}, {} }
+for i = 1, #flat do table.insert(i <= 3 and moved[1] or moved[2], flat[i]) end
+for i = 3, #rows do moved[#moved + 1] = rows[i] end
+expect_error('step_tokens: sequence 0 has 3 ids; each has seq_length + 1', 'sequences of other lengths',
+             tr.step_tokens, tr, moved)
+expect_error('an FFI array must hold int32_t, got ctype<double [', 'an FFI array of doubles',
+             tr.step_tokens, tr, ffi.new('double[?]', #flat), #flat)
 local m = tr:step_tokens(flat)
 check(m.iteration == 1 and m.consumed_samples == batch, 'refused batches changed nothing')
 print('step_tokens_api: PASS')
