@@ -3,6 +3,7 @@
 #include "checkpoints/commit.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 
 #include "checkpoints/disk_bandwidth.h"
 #include "engine/core/output_file.h"
@@ -297,6 +300,50 @@ std::string save_name_problem(const std::string &path) {
   // saves make.
   if (!old && !tmp && (S_ISLNK(st.st_mode) || complete_dir(path))) return "";
   return not_removable(path);
+}
+
+namespace {
+struct HeldRoot {
+  int fd;
+  int holders;
+};
+std::mutex held_roots_mutex;
+std::map<std::pair<uint64_t, uint64_t>, HeldRoot> held_roots;  // (device, inode): this process's
+}  // namespace
+
+SaveRootLock::SaveRootLock(const std::string &root) {
+  struct stat st;
+  if (::stat(root.c_str(), &st) != 0) os_fail("lock the save directory", root, errno);
+  std::lock_guard<std::mutex> g(held_roots_mutex);
+  const std::pair<uint64_t, uint64_t> key{(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+  if (auto it = held_roots.find(key); it != held_roots.end()) {
+    it->second.holders++;
+  } else {
+    const int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) os_fail("open the save directory", root, errno);
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      ::close(fd);
+      if (e != EWOULDBLOCK) os_fail("lock the save directory", root, e);
+      fail(Status::invalid_config, "--save '", root, "' is being saved into by another process (a "
+           "run still going): two runs saving into one directory replace and prune each other's "
+           "checkpoints; save elsewhere, or wait until that run ends");
+    }
+    held_roots[key] = {fd, 1};
+  }
+  dev_ = key.first;
+  ino_ = key.second;
+  held_ = true;
+}
+
+SaveRootLock::~SaveRootLock() {
+  if (!held_) return;
+  std::lock_guard<std::mutex> g(held_roots_mutex);
+  auto it = held_roots.find({dev_, ino_});
+  if (it != held_roots.end() && --it->second.holders == 0) {
+    ::close(it->second.fd);  // (the lock goes with it)
+    held_roots.erase(it);
+  }
 }
 
 void check_save_root(const std::string &root) {

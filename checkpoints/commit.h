@@ -34,6 +34,24 @@ std::string save_name_problem(const std::string &path);
 // there yet). A save would otherwise stop at that name after the training.
 void check_save_root(const std::string &root);
 
+// A run's hold on its --save directory while it lives: another process
+// saving there at the same time is refused (two runs would replace and prune
+// each other's checkpoints, one of them reporting the other's as its own).
+// flock on the directory itself, so no file is made; the trainers of one
+// process share the hold. The directory must exist.
+class SaveRootLock {
+ public:
+  SaveRootLock() = default;
+  explicit SaveRootLock(const std::string &root);
+  ~SaveRootLock();
+  SaveRootLock(const SaveRootLock &) = delete;
+  SaveRootLock &operator=(const SaveRootLock &) = delete;
+
+ private:
+  uint64_t dev_ = 0, ino_ = 0;
+  bool held_ = false;
+};
+
 // Removes the unfinished <root>/iter_XXXXXXX.tmp/ of a failed save (best
 // effort, never throws), so that a full disk gets its space back.
 void abandon_checkpoint(const std::string &root, int64_t iteration) noexcept;

@@ -158,6 +158,9 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     owned_world_ = std::make_unique<ThreadWorld>(n, opt_.comm_timeout_s);
     world_ = owned_world_.get();
   }
+  // The process of world rank 0 runs the saves' commits (checkpoints/commit.h).
+  if (!opt_.save_path.empty() && local.front() == 0)
+    save_lock_ = std::make_unique<SaveRootLock>(opt_.save_path);
   for (int r : local) {
     auto R = std::make_unique<Rank>();
     R->world_rank = r;

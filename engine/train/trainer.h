@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoints/commit.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/comm/grid.h"
 #include "engine/comm/communicator.h"
@@ -233,6 +234,7 @@ class Trainer {
   // The files of the checkpoint this trainer loaded: inputs of the run, which
   // no output of it (a log, a trace, a profile) may overwrite.
   std::vector<InputFile> loaded_files_;
+  std::unique_ptr<SaveRootLock> save_lock_;  // --save: no other process saves there meanwhile
   std::vector<OutputClaim> output_claims_;  // --timeline, --profile-ops: no other output of the run
   // The --save directories this trainer made: an interrupted run removes them
   // while they are still empty (the signal cleanup's rmdir), until destruction.

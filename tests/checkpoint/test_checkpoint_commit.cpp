@@ -2,6 +2,7 @@
 // simulated by leaving the directories a crashed save would leave.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -395,4 +396,34 @@ TEST_F(Commit, UnwritableRootIsIoErrorNamingThePath) {
     expect_error([&] { begin_checkpoint(root, 1); }, Status::io_error, "'" + root + "'");
     ::chmod(root.c_str(), 0700);
   }
+}
+
+// Two runs saving into one directory at once replaced and pruned each other's
+// checkpoints, one reporting the other's as its own: the second process is
+// refused while the first holds the directory; trainers of one process share it.
+TEST_F(Commit, OneProcessSavesIntoADirectoryAtATime) {
+  fs::create_directories(root);
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // holds the directory until the parent says so
+    SaveRootLock held(root);
+    char c = 'y';
+    if (::write(to_parent[1], &c, 1) != 1) ::_exit(1);
+    if (::read(to_child[0], &c, 1) != 1) ::_exit(1);
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
+  expect_error([&] { SaveRootLock second(root); }, Status::invalid_config,
+               "is being saved into by another process");
+  ASSERT_EQ(::write(to_child[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  SaveRootLock mine(root);  // free again
+  SaveRootLock shared(root);  // and shared within this process
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
 }
