@@ -107,7 +107,9 @@ std::string foreign_file(const std::string &path, std::vector<std::string> *othe
   std::error_code ec;
   for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    const bool ours = made_by_a_save(name) && it->symlink_status(ec).type() == fs::file_type::regular;
+    // (A file this run reads is never a save's leftover, whatever its name.)
+    const bool ours = made_by_a_save(name) && it->symlink_status(ec).type() == fs::file_type::regular &&
+                      !is_held_input(it->path().string());
     if (!ours) return it->path().string();
     if (others && name != kManifest && name != kCheckpointDataFile) others->push_back(name);
   }

@@ -27,6 +27,7 @@
 #include "engine/core/dtype.h"
 #include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
+#include "engine/core/output_file.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
 #include "engine/model/gpt.h"
@@ -254,6 +255,15 @@ std::string import_safetensors(const std::string &path, const std::string &confi
   }
   const bool sharded = ends_with(file, ".index.json");
   const fs::path beside = fs::path(file).parent_path() / "config.json";
+  // The model's files are inputs of this process's run from now on: no output
+  // of it (a fine-tuning recipe's --log-json or --timeline) may replace them.
+  // A model directory's every file; else the weights, their shards and configs.
+  const fs::path model_dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(file).parent_path();
+  for (fs::directory_iterator it(model_dir.empty() ? "." : model_dir, ec), end; !ec && it != end; it.increment(ec))
+    if (fs::is_directory(path) || (sharded && ends_with(it->path().string(), ".safetensors")))
+      hold_input(it->path().string(), "imported model's file");
+  for (const std::string &f : {file, config_json, beside.string()})
+    if (!f.empty()) hold_input(f, "imported model's file");
   if (config_json.empty() && (sharded || fs::is_regular_file(beside, ec))) {
     // The LLaMA family's files carry no config of their own: the one beside them.
     const std::string text = read_text(beside.string());

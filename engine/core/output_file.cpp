@@ -190,6 +190,15 @@ void hold_input_file(const std::string &path, const std::string &what) {
   hold_input(path, what);
 }
 
+bool is_held_input(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return false;
+  std::lock_guard<std::mutex> lk(registry_mu);
+  for (const auto &[id, in] : registry)
+    if (in.input && in.dev == st.st_dev && in.ino == st.st_ino) return true;
+  return false;
+}
+
 void hold_input(const std::string &path, const std::string &what) {
   static std::mutex held_mu;
   static auto *held = new std::vector<InputFile>();  // never released: the process's inputs

@@ -110,6 +110,10 @@ bool same_output(const std::string &a, const std::string &b);
 // registered as by an InputFile that is never released.
 void hold_input(const std::string &path, const std::string &what);
 
+// Whether `path` (through links) is a file this process holds as an input
+// (InputFile, hold_input): a cleanup leaves it alone, whatever its name.
+bool is_held_input(const std::string &path);
+
 // hold_input for a file a script names, checked first without opening it (a
 // FIFO would block the open): a readable regular file, or a link to one.
 // Missing: Error(io_error) "<what> '<path>': No such file or directory"; a

@@ -88,8 +88,15 @@ expect("import", ["ckpt", "import-safetensors", model, "imported"], True,
              "wrote imported/iter_0000000")
 expect("verify", ["ckpt", "verify", "imported"], True, "OK: ")
 # The same through the Lua module (ptdp_checkpoint_import_safetensors), and its error.
+# The imported files are inputs of the run from then on: no output of it
+# replaces them (a recipe's --log-json once replaced the model's config.json).
+copy = os.path.join(work, "copy.safetensors")
+open(copy, "wb").write(open(model, "rb").read())
 open(os.path.join(work, "import.lua"), "w").write(f"""
 local ptdp = require 'ptdp'
+assert(ptdp.import_safetensors('{copy}', 'from_copy', {{ config = '{config}' }}) == 'from_copy')
+local wrote, why = pcall(ptdp.write_file, '{copy}', 'x', 'note')
+assert(not wrote and why:find("is the imported model's file", 1, true), why)
 assert(ptdp.import_safetensors('{model}', 'from_lua', {{ config = '{config}' }}) == 'from_lua')
 assert(ptdp.checkpoint_verify('from_lua'))
 local ok, err = pcall(ptdp.import_safetensors, '{missing}', 'bad_lua', {{ config = '{config}' }})
