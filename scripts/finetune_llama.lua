@@ -131,6 +131,17 @@ if not model_dir or not work_dir or work_dir == model_dir or
   fail(string.format("--workdir '%s' is the model's directory or inside it; give a directory of " ..
                      'its own', W))
 end
+-- The corpus and the model's files are inputs of this run from now on, also
+-- when W's dataset or import is reused: no output of the run replaces them
+-- (a reused dataset left the corpus unheld, and a --log-json replaced it).
+local function hold(path, what)
+  if ptdp.C.ptdp_hold_input(path, what) ~= 0 then fail(ffi.string(ptdp.C.ptdp_last_error())) end
+end
+hold(opts.corpus, '--corpus')
+for _, name in ipairs { 'config.json', 'tokenizer.json', 'model.safetensors', 'model.safetensors.index.json',
+                        'generation_config.json' } do
+  if exists(opts.hf_model .. '/' .. name) then hold(opts.hf_model .. '/' .. name, '--hf-model file') end
+end
 -- The run's own outputs among the engine flags, checked before the import,
 -- the tokenization and the load (they were refused only after all three):
 -- outside --workdir, whose files are the recipe's (a --log-json there replaced

@@ -95,6 +95,17 @@ shutil.move(os.path.join(work, "run", "hf"), os.path.join(work, "first_hf"))
 cli.expect("run again, its outputs moved away", run, True, "reusing the import in run/imported",
            "reusing the dataset run/data_text_document")
 
+# Its inputs, also when reused, are never its outputs: the corpus (its dataset
+# reused) and the model's files (a --log-json replaced config.json).
+corpus_before = open(os.path.join(work, "corpus.jsonl"), "rb").read()
+config_before = open(os.path.join(work, "hf", "config.json"), "rb").read()
+cli.expect("--log-json onto the reused corpus", run + ["--log-json", "./corpus.jsonl"], False,
+           "is the --corpus")
+cli.expect("--log-json onto the model's config.json", run + ["--log-json", "hf/config.json"], False,
+           "is the --hf-model file")
+if (open(os.path.join(work, "corpus.jsonl"), "rb").read() != corpus_before or
+        open(os.path.join(work, "hf", "config.json"), "rb").read() != config_before):
+    cli.failures.append("an input of the recipe changed")
 cli.expect("a contradicting flag", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
                                     "--workdir", "w2", "--num-layers", "3"], False,
            "holds a different model (num_layers: checkpoint 2, this run 3)")
