@@ -210,20 +210,8 @@ for key, value in pairs(ptdp.model_options(imported)) do
   end
 end
 
--- 3. The corpus as a Megatron dataset, with the model's tokenizer (once).
 local data = prefix .. '_text_document'
-if exists(data .. '.idx') and exists(data .. '.bin') then
-  print('reusing the dataset ' .. data)
-else
-  local docs, toks = ptdp.tokenize { inputs = opts.corpus, output_prefix = prefix,
-                                     format = opts.corpus_format, append_eod = true,
-                                     tokenizer = 'HuggingFaceTokenizer',
-                                     tokenizer_file = tokenizer_file }
-  print(string.format('tokenized %s: %d documents, %d tokens -> %s', opts.corpus, docs, toks, data))
-end
-
--- 4. Fine-tuning, through train_gpt.lua: the model's options, the recipe's,
--- then the user's.
+-- 4a. The fine-tuning run's options: the model's, the recipe's, then the user's.
 for _, kv in ipairs {
   { 'finetune', '1' }, { 'load', imported }, { 'save', finetuned }, { 'data-path', data },
   { 'tokenizer-type', 'HuggingFaceTokenizer' }, { 'tokenizer-file', tokenizer_file },
@@ -240,6 +228,27 @@ for key, value in pairs(defaults) do
   end
 end
 for _, a in ipairs(rest) do argv[#argv + 1] = a end
+-- Checked together now, with the model's shape, before the tokenization (a
+-- batch that micro-batches do not divide was refused only after it).
+do
+  local ok, err = pcall(function()
+    ptdp.check_config(flags.parse(argv, require('ptdp.train_gpt_flags').script, {}))
+  end)
+  if not ok then fail((tostring(err):gsub('^[^:]+:%d+: ', ''))) end
+end
+
+-- 3. The corpus as a Megatron dataset, with the model's tokenizer (once).
+if exists(data .. '.idx') and exists(data .. '.bin') then
+  print('reusing the dataset ' .. data)
+else
+  local docs, toks = ptdp.tokenize { inputs = opts.corpus, output_prefix = prefix,
+                                     format = opts.corpus_format, append_eod = true,
+                                     tokenizer = 'HuggingFaceTokenizer',
+                                     tokenizer_file = tokenizer_file }
+  print(string.format('tokenized %s: %d documents, %d tokens -> %s', opts.corpus, docs, toks, data))
+end
+
+-- 4b. Fine-tuning, through train_gpt.lua with those options.
 arg = argv
 dofile(ptdp.project_dir .. '/scripts/train_gpt.lua')
 

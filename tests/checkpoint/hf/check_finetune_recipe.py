@@ -106,6 +106,13 @@ cli.expect("--log-json onto the model's config.json", run + ["--log-json", "hf/c
 if (open(os.path.join(work, "corpus.jsonl"), "rb").read() != corpus_before or
         open(os.path.join(work, "hf", "config.json"), "rb").read() != config_before):
     cli.failures.append("an input of the recipe changed")
+# The run's options are checked with the model's shape before the tokenization.
+cli.expect("a batch the micro-batches do not divide",
+           [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl", "--workdir", "w5",
+            "--global-batch-size", "5", "--micro-batch-size", "2"], False,
+           "global_batch_size (5) must be divisible by micro_batch_size x data_parallel_size")
+if os.path.exists(os.path.join(work, "w5", "data_text_document.bin")):
+    cli.failures.append("the refused run tokenized its corpus first")
 cli.expect("a contradicting flag", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
                                     "--workdir", "w2", "--num-layers", "3"], False,
            "holds a different model (num_layers: checkpoint 2, this run 3)")
