@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -71,6 +72,20 @@ void decimal_integers(CLI::App &app) {
   for (CLI::Option *opt : app.get_options({})) {
     // ("UINT:UINT64" and the like: a whole-number type with a validator's name.)
     const std::string type = opt->get_type_name();
+    if (type.rfind("FLOAT", 0) == 0) {  // decimal too: strtod also reads 0x1p3, inf and nan
+      opt->transform(
+          [](std::string v) {
+            if (v.empty()) return v;
+            char *end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            if (v.find_first_of("xXnN") != std::string::npos || std::isspace((unsigned char)v[0]) ||
+                *end != '\0' || !std::isfinite(x))
+              throw CLI::ValidationError("takes a finite number in decimal digits, got '" + v + "'");
+            return v;
+          },
+          "", "decimal number");
+      continue;
+    }
     if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0) continue;
     opt->transform(
         [type](std::string v) {

@@ -1,5 +1,6 @@
 #include "engine/train/config.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -185,6 +186,10 @@ std::string number_text(double x) {
 namespace {
 void validate_value(const OptionSpec &o, const std::string &v) {
   auto range = [&]() { return "[" + number_text(o.min) + ", " + number_text(o.max) + "]"; };
+  // strtoll and strtod skip leading white space: ' 4' was taken, '4 ' not.
+  if ((o.type == OptionSpec::Int || o.type == OptionSpec::Float) && !v.empty() &&
+      std::isspace((unsigned char)v.front()))
+    fail(Status::bad_value, o.key, " must be a number in ", range(), " without spaces, got '", v, "'");
   if (o.type == OptionSpec::Int) {
     errno = 0;
     char *end = nullptr;

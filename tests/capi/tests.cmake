@@ -148,6 +148,10 @@ ptdp_lua_test(lua_train_gpt_bad_value --rc nonzero
 ptdp_lua_test(lua_train_gpt_sample_tokens_range --rc nonzero
   --expect "flag '--sample-tokens' must be <= 1048576, got 2147483648"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --sample-tokens 2147483648)
+# A script's number flags are decimal, as the engine's (tonumber took 0x10).
+ptdp_lua_test(lua_train_gpt_hex_number --rc nonzero
+  --expect "flag '--temperature' must be a number in decimal digits, got '0x10'"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --temperature 0x10)
 ptdp_lua_test(lua_train_gpt_help --rc 0 --expect "--num-layers" --expect "--sample-tokens"
   --expect "--no-scatter-gather-tensors-in-pipeline"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --help)

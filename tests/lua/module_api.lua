@@ -101,6 +101,8 @@ expect_error('num_layers, hidden_size', 'unknown key lists the known keys', ptdp
 expect_error('num_layers must be an integer', 'non-integer num_layers', ptdp.config,
              { num_layers = 2.5 })
 expect_error('num_layers must be in', 'num_layers out of range', ptdp.config, { num_layers = 0 })
+expect_error("num_layers must be a number in [1, 4096] without spaces, got ' 4'", 'a leading space',
+             ptdp.config, { num_layers = ' 4' })
 expect_error('lr_decay_style must be one of', 'bad decay choice', ptdp.config,
              { optimizer = { decay = 'step' } })
 expect_error('lr must be a number', 'non-numeric lr', ptdp.config, { lr = 'fast' })

@@ -51,6 +51,8 @@ cli.expect("a hex number", gen + ["--top-k", "0x10"], False,
 cli.expect("a number past 64 bits", gen + ["--top-k", "99999999999999999999"], False,
            "ptdp generate: --top-k: takes a whole number of 64 bits (at most 9223372036854775807), "
            "got '99999999999999999999'")
+cli.expect("a hex float", gen + ["--temperature", "0x1p3"], False,
+           "ptdp generate: --temperature: takes a finite number in decimal digits, got '0x1p3'")
 cli.expect("an empty number", gen + ["--top-k", ""], False,
            "ptdp generate: --top-k is given an empty value")
 # A checkpoint trained with its own schedule and seed loads (generation needs
