@@ -192,7 +192,7 @@ ptdp_lua_test(lua_train_gpt_bad_log_interval --rc nonzero
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
 # numbers are finite, counts whole, in every shipped script: one line, no traceback
 ptdp_lua_test(lua_train_gpt_nan_temperature --rc nonzero
-  --expect "flag '--temperature' must be a finite number, got 'nan'" --reject "traceback"
+  --expect "flag '--temperature' must be a number in decimal digits, got 'nan'" --reject "traceback"
   --reject "iteration "
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --temperature nan
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_bad_script_option.ptdp ${PTDP_TRAIN_GPT_DATA})
