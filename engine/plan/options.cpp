@@ -1,6 +1,7 @@
 // Parsing `ptdp plan` options: Megatron's argument names, checked one by one.
 #include <cmath>
 #include <cstdlib>
+#include <map>
 
 #include "engine/core/status.h"
 #include "engine/core/text.h"
@@ -125,17 +126,25 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
   PlanRequest r;
   int64_t per_chunk = 0;
   bool dtype_set = false;
+  std::map<std::string, std::string> spelled;  // option -> the spelling it was given as
   for (const auto &[key0, val] : options) {
     std::string k = key0;
     while (!k.empty() && k[0] == '-') k.erase(0, 1);
     for (char &c : k)
       if (c == '-') c = '_';
+    const std::string given = k;
     // Short aliases of the Lua table (t, p, d, b, v).
     if (k == "t") k = "tensor_model_parallel_size";
     if (k == "p") k = "pipeline_model_parallel_size";
     if (k == "d") k = "data_parallel_size";
     if (k == "b") k = "micro_batch_size";
     if (k == "v") k = "virtual_pipeline_model_parallel_size";
+    // One option under two spellings (t and tensor_model_parallel_size): which
+    // one won depended on a Lua table's order. (The same spelling again is a
+    // command line's later flag, which wins, as with argparse.)
+    if (auto [it, fresh] = spelled.emplace(k, given); !fresh && it->second != given)
+      fail(Status::invalid_argument, "plan option ", k, " is given twice, as ", it->second, " and as ",
+           given, ": give it once");
     auto dtype = [&](DType d) {
       if (!flag(k, val)) return;
       if (dtype_set && r.train.dtype != d)

@@ -92,6 +92,9 @@ expect_error('got 10.2', 'a learning rate past its range, shown as given', ptdp.
              { lr = 10.2 })
 expect_error("'format' is `ptdp plan`'s option", 'ptdp.plan with a format', ptdp.plan,
              { num_layers = 2, format = 'text' })
+expect_error('plan option tensor_model_parallel_size is given twice', 'ptdp.plan with t and its full name',
+             ptdp.plan, { num_layers = 24, hidden_size = 2048, num_attention_heads = 16,
+                          global_batch_size = 512, num_gpus = 64, t = 4, tensor_model_parallel_size = 2 })
 
 -- config errors (through pcall: the message, not the position)
 expect_error("unknown option 'no_such_option'", 'unknown flat key', ptdp.config,
