@@ -110,6 +110,15 @@ ptdp_status ptdp_write_file(const char *path, const char *bytes, size_t n, const
   });
 }
 
+ptdp_status ptdp_same_output(const char *a, const char *b, int32_t *same) {
+  return guard([&] {
+    require(a, "a");
+    require(b, "b");
+    require(same, "same");
+    *same = ptdp::same_output(a, b) ? 1 : 0;
+  });
+}
+
 ptdp_status ptdp_check_output(const char *path, const char *what, int32_t directory) {
   return guard([&] {
     require(path, "path");

@@ -96,6 +96,10 @@ PTDP_API ptdp_status ptdp_write_file(const char *path, const char *bytes, size_t
  * there yet is fine). Nothing is written. PTDP_ERR_INVALID_ARGUMENT or
  * PTDP_ERR_IO naming `what` and the path. */
 PTDP_API ptdp_status ptdp_check_output(const char *path, const char *what, int32_t directory);
+/* *same = 1 when the output paths a and b name one file (the same file when
+ * both exist, through links and hard links; else the same normalized path),
+ * else 0: a script's two outputs must not. */
+PTDP_API ptdp_status ptdp_same_output(const char *a, const char *b, int32_t *same);
 /* A script's small input file (at most 1 GiB) into buf, as ptdp_version's
  * callers read text: out_len gets its size, PTDP_ERR_BUFFER_TOO_SMALL when cap
  * is not more than that. A regular file only (a FIFO or device would block):

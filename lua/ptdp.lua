@@ -760,6 +760,16 @@ function M.check_output(path, what, directory)
   check(C.ptdp_check_output(path, what, directory and 1 or 0))
 end
 
+-- Whether the output paths a and b name one file (links, hard links, ./ and
+-- // spellings): a script's two outputs must not.
+function M.same_output(a, b)
+  need_string(a, 'same_output', 'a')
+  need_string(b, 'same_output', 'b')
+  local same = ffi.new('int32_t[1]')
+  check(C.ptdp_same_output(a, b, same))
+  return same[0] == 1
+end
+
 -- A script's small input file's bytes; a directory, FIFO or device is refused
 -- (nothing waits on it). Missing: nil and the reason.
 function M.read_file(path, what)

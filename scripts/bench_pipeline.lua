@@ -36,9 +36,17 @@ local config, opts, given = flags.parse(arg, {
 })
 
 -- The outputs and every schedule's layout are checked now, not after the
--- first schedules have run.
+-- first schedules have run: against the dataset (an input once resolved
+-- below, a missing default made first) and against each other.
+config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
+                                  corpus = '/usr/share/games/fortunes' }
 ptdp.check_output(opts.png, '--png')
 ptdp.check_output(opts.trace, '--trace')
+if ptdp.same_output(opts.png, opts.trace) then
+  io.stderr:write(string.format("bench_pipeline: --png '%s' and --trace '%s' are one file: give " ..
+                                'each its own\n', opts.png, opts.trace))
+  os.exit(2)
+end
 require('ptdp.bench').variants(ptdp, config, given, {
   { pipeline_schedule = 'gpipe' }, { pipeline_schedule = 'zbh1' },
   { pipeline_schedule = 'zbv', num_layers_per_virtual_pipeline_stage = 1 },
@@ -46,9 +54,6 @@ require('ptdp.bench').variants(ptdp, config, given, {
   { pipeline_schedule = 'interleaved', num_layers_per_virtual_pipeline_stage = 1 },
 }, 'it runs every schedule')
 
--- The default dataset is tokenized on first use; a --data-path must exist.
-config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
-                                  corpus = '/usr/share/games/fortunes' }
 
 local p = tonumber(config.pipeline_model_parallel_size)
 local gbs, seq = tonumber(config.global_batch_size), tonumber(config.seq_length)

@@ -49,6 +49,26 @@ for _, key in ipairs { 'timeline', 'profile_ops' } do
   if (config[key] or '') ~= '' then check_file(config[key], '--' .. key:gsub('_', '-')) end
 end
 if (config.save or '') ~= '' then ptdp.check_output(config.save, '--save', true) end
+-- A --data-path this run will make from --corpus is an output too: checked
+-- now against the others, not after it is written (it was left behind).
+if given.corpus and given.data_path and ffi.C.access(config.data_path, 0) ~= 0 and
+   ffi.C.access(config.data_path .. '.idx', 0) ~= 0 then
+  local data = config.data_path
+  if save_dir and (tidy(data) == save_dir or tidy(data):sub(1, #save_dir + 1) == save_dir .. '/') then
+    io.stderr:write(string.format("ptdp: --data-path '%s' would be made inside --save '%s', whose " ..
+                                  'names are the saves\'; give a path outside it\n', data, config.save))
+    os.exit(1)
+  end
+  ptdp.check_output(data, '--data-path (made from --corpus)')
+  for _, o in ipairs { { opts.log_json, '--log-json' }, { config.timeline, '--timeline' },
+                       { config.profile_ops, '--profile-ops' } } do
+    if (o[1] or '') ~= '' and ptdp.same_output(data, o[1]) then
+      io.stderr:write(string.format("ptdp: --data-path '%s' (made from --corpus) is also the %s: " ..
+                                    'give each its own path\n', data, o[2]))
+      os.exit(1)
+    end
+  end
+end
 if tokenizer ~= 'byte' and not given.data_path then
   io.stderr:write(string.format('ptdp: --tokenizer-type %s needs a --data-path tokenized with it ' ..
                                 '(the default %s holds bytes): make one with `ptdp tokenize ' ..

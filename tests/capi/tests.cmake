@@ -228,6 +228,21 @@ ptdp_lua_test(lua_bench_checkpoint_zero_repeats --rc nonzero
 ptdp_lua_test(lua_bench_pipeline_bad_width --rc nonzero
   --expect "flag '--width' must be >= 140, got 1" --reject "traceback" --reject "schedule"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_pipeline.lua --width 1)
+# Two outputs of one script, or a dataset the run makes and another output:
+# refused before any work (they were found after five schedules, or after the
+# dataset was written and left behind).
+ptdp_lua_test(lua_bench_pipeline_png_is_the_trace --rc nonzero
+  --expect "are one file: give each its own" --reject "gpipe"
+  -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_pipeline.lua
+     --png ${PTDP_TEST_TMP}/lua/same.json --trace ${PTDP_TEST_TMP}/lua//same.json)
+ptdp_lua_test(lua_train_gpt_made_data_is_the_log --rc nonzero
+  --expect "(made from --corpus) is also the --log-json"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --data-path ${PTDP_TEST_TMP}/lua/made_and_logged.ptdp
+     --corpus ${PTDP_TEST_CORPUS} --log-json ${PTDP_TEST_TMP}/lua/./made_and_logged.ptdp)
+ptdp_lua_test(lua_train_gpt_made_data_inside_save --rc nonzero
+  --expect "would be made inside --save"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --data-path ${PTDP_TEST_TMP}/lua/made_in_save/latest
+     --corpus ${PTDP_TEST_CORPUS} --save ${PTDP_TEST_TMP}/lua/made_in_save)
 ptdp_lua_test(lua_bench_pipeline_png_a_directory --rc nonzero
   --expect "--png '/tmp' exists and is a directory" --reject "traceback" --reject "p=4"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_pipeline.lua --png /tmp)
