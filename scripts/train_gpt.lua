@@ -59,7 +59,10 @@ if given.corpus and given.data_path and ffi.C.access(config.data_path, 0) ~= 0 a
                                   'names are the saves\'; give a path outside it\n', data, config.save))
     os.exit(1)
   end
-  ptdp.check_output(data, '--data-path (made from --corpus)')
+  -- (A missing directory is made for it, as before.)
+  if ffi.C.access(tidy(data):match('^(.*)/[^/]*$') or '.', 0) == 0 then
+    ptdp.check_output(data, '--data-path (made from --corpus)')
+  end
   for _, o in ipairs { { opts.log_json, '--log-json' }, { config.timeline, '--timeline' },
                        { config.profile_ops, '--profile-ops' } } do
     if (o[1] or '') ~= '' and ptdp.same_output(data, o[1]) then
