@@ -22,6 +22,12 @@ local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 local bench = require 'ptdp.bench'
 
+-- The engine's bound on OpenMP threads, for --async-threads (checked now, not
+-- when the async part starts after the rounds).
+local max_threads
+for _, o in ipairs(ptdp.options()) do
+  if o.key == 'num_threads' then max_threads = o.max end
+end
 local config, opts, given = flags.parse(arg, {
   dir = { default = os.getenv('TMPDIR') or '/tmp',
           help = 'where the benchmark makes its own directory for checkpoints and the raw test file (that directory is removed at the end, nothing else)' },
@@ -30,7 +36,7 @@ local config, opts, given = flags.parse(arg, {
                   help = 'steps of the --async-save part' },
   async_interval = { default = 4, integer = true, min = 2,
                      help = 'the --async-save part saves every N steps' },
-  async_threads = { default = 0, integer = true, min = 0,
+  async_threads = { default = 0, integer = true, min = 0, max = max_threads,
                     help = 'OpenMP threads of the --async-save part\'s one rank (0: every core but one)' },
 }, {
   num_layers = 12, hidden_size = 768, num_attention_heads = 12, seq_length = 128,
@@ -85,109 +91,119 @@ if not ok then
   os.exit(1)
 end
 
-local layout = trainer:layout()
-local params = trainer:get('num_parameters')
-trainer:step()  -- moments that are not zeros
+-- Everything from here on in one function: a part that fails (a disk that is
+-- full, an async save refused) still removes the benchmark's directory.
+local function measure()
+  local layout = trainer:layout()
+  local params = trainer:get('num_parameters')
+  trainer:step()  -- moments that are not zeros
 
-local now, median = bench.now, bench.median
+  local now, median = bench.now, bench.median
 
-local function file_size(path)
-  local h = assert(io.open(path, 'rb'))
-  local n = h:seek('end')
-  h:close()
-  return n
-end
+  local function file_size(path)
+    local h = assert(io.open(path, 'rb'))
+    local n = h:seek('end')
+    h:close()
+    return n
+  end
 
--- Each round measures the checkpoint and the raw file back to back, so both
--- see the same disk (a shared or virtual disk's bandwidth drifts over minutes).
-local best_save, best_load, raw_w, raw_r, bytes = math.huge, math.huge, 0, 0, 0
-for r = 1, opts.repeats do
+  -- Each round measures the checkpoint and the raw file back to back, so both
+  -- see the same disk (a shared or virtual disk's bandwidth drifts over minutes).
+  local best_save, best_load, raw_w, raw_r, bytes = math.huge, math.huge, 0, 0, 0
+  for r = 1, opts.repeats do
+    local t0 = now()
+    local dir = trainer:save(work .. '/round' .. r)
+    local t1 = now()
+    trainer:load(dir)
+    local t2 = now()
+    bytes = file_size(dir .. '/model.h5')
+    -- (The raw measurement needs a file of at least 1 MiB: a small model's is that.)
+    local w, rd = ptdp.benchmark_disk(work, math.max(bytes, 2 ^ 20))
+    best_save, best_load = math.min(best_save, t1 - t0), math.min(best_load, t2 - t1)
+    raw_w, raw_r = math.max(raw_w, w), math.max(raw_r, rd)
+    local sg, lg = bytes / (t1 - t0) / 1e9, bytes / (t2 - t1) / 1e9
+    print(string.format('round %d: save %.2f GB/s (%.0f%% of raw write %.2f), load %.2f GB/s (%.0f%% of raw read %.2f), %.2f GB',
+                        r, sg, 100 * sg / w, w, lg, 100 * lg / rd, rd, bytes / 1e9))
+    remove_own(work .. '/round' .. r)
+  end
+
+  -- --async-save, on one rank that leaves a core to the writer: a trainer that
+  -- saves nothing by itself (its steps alone, and one synchronous save), then a
+  -- trainer of the same run saving every --async-interval steps in the background.
+  trainer = nil
+  collectgarbage()
+  local one = {}
+  for k, v in pairs(config) do one[k] = v end
+  one.tensor_model_parallel_size, one.pipeline_model_parallel_size, one.data_parallel_size = 1, 1, 1
+  one.num_threads = opts.async_threads > 0 and opts.async_threads or math.max(1, bench.cores() - 1)
+  -- Said, not silent: the layout and --num-threads given are the rounds' above.
+  print(string.format('async part: one rank (t = p = d = 1), %d OpenMP threads (--async-threads%s)',
+                      one.num_threads, (given.num_threads or given.tensor_model_parallel_size or
+                                        given.pipeline_model_parallel_size or given.data_parallel_size)
+                      and '; the layout and --num-threads given apply to the save and load rounds' or ''))
+  local plain_trainer = ptdp.trainer(one)
+  plain_trainer:step()  -- its first step (allocations) untimed
+  local plain = {}
+  for i = 1, opts.async_steps do
+    local t0 = now()
+    plain_trainer:step()
+    plain[i] = now() - t0
+  end
+  local step_s = median(plain)
+  local t_sync = now()
+  plain_trainer:save(work .. '/sync')
+  local sync_save = now() - t_sync
+  plain_trainer = nil
+  collectgarbage()
+  remove_own(work .. '/sync')
+  local aconfig = {}
+  for k, v in pairs(one) do aconfig[k] = v end
+  aconfig.async_save, aconfig.save, aconfig.save_interval = 1, work .. '/async', opts.async_interval
+  aconfig.keep_last_checkpoints = 1
+  local async = ptdp.trainer(aconfig)
+  async:step()  -- its first step (allocations) untimed
+  local launching, beside = {}, {}
+  -- A step that starts a save, and the one after it (the save is written beside it).
+  for i = 2, opts.async_steps + 1 do
+    local t0 = now()
+    async:step()
+    local t = now() - t0
+    if i % opts.async_interval == 0 then launching[#launching + 1] = t - step_s
+    elseif i % opts.async_interval == 1 then beside[#beside + 1] = t end
+  end
   local t0 = now()
-  local dir = trainer:save(work .. '/round' .. r)
-  local t1 = now()
-  trainer:load(dir)
-  local t2 = now()
-  bytes = file_size(dir .. '/model.h5')
-  local w, rd = ptdp.benchmark_disk(work, bytes)
-  best_save, best_load = math.min(best_save, t1 - t0), math.min(best_load, t2 - t1)
-  raw_w, raw_r = math.max(raw_w, w), math.max(raw_r, rd)
-  local sg, lg = bytes / (t1 - t0) / 1e9, bytes / (t2 - t1) / 1e9
-  print(string.format('round %d: save %.2f GB/s (%.0f%% of raw write %.2f), load %.2f GB/s (%.0f%% of raw read %.2f), %.2f GB',
-                      r, sg, 100 * sg / w, w, lg, 100 * lg / rd, rd, bytes / 1e9))
-  remove_own(work .. '/round' .. r)
-end
+  async:wait_for_saves()
+  local final_wait = now() - t0
+  if async:get('failed_saves') > 0 then
+    error('an async save failed: ' .. async:text('last_save_error'), 0)
+  end
+  async = nil
+  collectgarbage()
+  remove_own(work)
+  local blocked, step_beside = median(launching), median(beside)
 
--- --async-save, on one rank that leaves a core to the writer: a trainer that
--- saves nothing by itself (its steps alone, and one synchronous save), then a
--- trainer of the same run saving every --async-interval steps in the background.
-trainer = nil
-collectgarbage()
-local one = {}
-for k, v in pairs(config) do one[k] = v end
-one.tensor_model_parallel_size, one.pipeline_model_parallel_size, one.data_parallel_size = 1, 1, 1
-one.num_threads = opts.async_threads > 0 and opts.async_threads or math.max(1, bench.cores() - 1)
--- Said, not silent: the layout and --num-threads given are the rounds' above.
-print(string.format('async part: one rank (t = p = d = 1), %d OpenMP threads (--async-threads%s)',
-                    one.num_threads, (given.num_threads or given.tensor_model_parallel_size or
-                                      given.pipeline_model_parallel_size or given.data_parallel_size)
-                    and '; the layout and --num-threads given apply to the save and load rounds' or ''))
-local plain_trainer = ptdp.trainer(one)
-plain_trainer:step()  -- its first step (allocations) untimed
-local plain = {}
-for i = 1, opts.async_steps do
-  local t0 = now()
-  plain_trainer:step()
-  plain[i] = now() - t0
+  local save_gbps, load_gbps = bytes / best_save / 1e9, bytes / best_load / 1e9
+  print(string.format('model: %.1fM parameters, %.2f GB of state (parameters + Adam moments), ' ..
+                      'layout t=%d p=%d d=%d on %d thread ranks', params / 1e6, bytes / 1e9,
+                      layout.t, layout.p, layout.d, layout.world_size))
+  print(string.format('save: %.2f GB/s = %.0f%% of the raw write %.2f GB/s (fsync included in both)',
+                      save_gbps, 100 * save_gbps / raw_w, raw_w))
+  print(string.format('load: %.2f GB/s = %.0f%% of the raw read %.2f GB/s (cold cache, checksums verified)',
+                      load_gbps, 100 * load_gbps / raw_r, raw_r))
+  print(string.format('async save (one rank, %d OpenMP threads): a step is blocked %.3f s per save = ' ..
+                      '%.0f%% of the synchronous save (%.3f s); a step beside a save in flight takes ' ..
+                      '%.3f s = %.0f%% of one without (%.3f s); the last save waited for %.3f s at the end',
+                      one.num_threads, blocked, 100 * blocked / sync_save, sync_save, step_beside,
+                      100 * step_beside / step_s, step_s, final_wait))
+  print(string.format('save_gbps=%.3f load_gbps=%.3f raw_write_gbps=%.3f raw_read_gbps=%.3f ' ..
+                      'async_blocked_s=%.4f sync_save_s=%.4f step_s=%.4f step_beside_save_s=%.4f ' ..
+                      'blocked_over_sync=%.3f beside_over_step=%.3f',
+                      save_gbps, load_gbps, raw_w, raw_r, blocked, sync_save, step_s, step_beside,
+                      blocked / sync_save, step_beside / step_s))
 end
-local step_s = median(plain)
-local t_sync = now()
-plain_trainer:save(work .. '/sync')
-local sync_save = now() - t_sync
-plain_trainer = nil
-collectgarbage()
-remove_own(work .. '/sync')
-local aconfig = {}
-for k, v in pairs(one) do aconfig[k] = v end
-aconfig.async_save, aconfig.save, aconfig.save_interval = 1, work .. '/async', opts.async_interval
-aconfig.keep_last_checkpoints = 1
-local async = ptdp.trainer(aconfig)
-async:step()  -- its first step (allocations) untimed
-local launching, beside = {}, {}
--- A step that starts a save, and the one after it (the save is written beside it).
-for i = 2, opts.async_steps + 1 do
-  local t0 = now()
-  async:step()
-  local t = now() - t0
-  if i % opts.async_interval == 0 then launching[#launching + 1] = t - step_s
-  elseif i % opts.async_interval == 1 then beside[#beside + 1] = t end
-end
-local t0 = now()
-async:wait_for_saves()
-local final_wait = now() - t0
-if async:get('failed_saves') > 0 then
-  io.stderr:write('bench_checkpoint: an async save failed: ' .. async:text('last_save_error') .. '\n')
+local ok_run, err = pcall(measure)
+if not ok_run then
+  remove_own(work)
+  io.stderr:write('bench_checkpoint: ' .. tostring(err):gsub('^[^:]*:%d+: ', '') .. '\n')
   os.exit(1)
 end
-async = nil
-collectgarbage()
-remove_own(work)
-local blocked, step_beside = median(launching), median(beside)
-
-local save_gbps, load_gbps = bytes / best_save / 1e9, bytes / best_load / 1e9
-print(string.format('model: %.1fM parameters, %.2f GB of state (parameters + Adam moments), ' ..
-                    'layout t=%d p=%d d=%d on %d thread ranks', params / 1e6, bytes / 1e9,
-                    layout.t, layout.p, layout.d, layout.world_size))
-print(string.format('save: %.2f GB/s = %.0f%% of the raw write %.2f GB/s (fsync included in both)',
-                    save_gbps, 100 * save_gbps / raw_w, raw_w))
-print(string.format('load: %.2f GB/s = %.0f%% of the raw read %.2f GB/s (cold cache, checksums verified)',
-                    load_gbps, 100 * load_gbps / raw_r, raw_r))
-print(string.format('async save (one rank, %d OpenMP threads): a step is blocked %.3f s per save = ' ..
-                    '%.0f%% of the synchronous save (%.3f s); a step beside a save in flight takes ' ..
-                    '%.3f s = %.0f%% of one without (%.3f s); the last save waited for %.3f s at the end',
-                    one.num_threads, blocked, 100 * blocked / sync_save, sync_save, step_beside,
-                    100 * step_beside / step_s, step_s, final_wait))
-print(string.format('save_gbps=%.3f load_gbps=%.3f raw_write_gbps=%.3f raw_read_gbps=%.3f ' ..
-                    'async_blocked_s=%.4f sync_save_s=%.4f step_s=%.4f step_beside_save_s=%.4f ' ..
-                    'blocked_over_sync=%.3f beside_over_step=%.3f',
-                    save_gbps, load_gbps, raw_w, raw_r, blocked, sync_save, step_s, step_beside,
-                    blocked / sync_save, step_beside / step_s))
