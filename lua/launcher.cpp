@@ -325,6 +325,9 @@ int run_tokenize(int argc, char **argv) {
     if (format.empty()) format = "fortune";
     if (format == "jsonl")
       return usage_error("--format jsonl writes Megatron's indexed dataset: give --output-prefix");
+    if (app.count("--json-keys") > 0)  // (it was ignored)
+      return usage_error("--json-keys picks the keys of a jsonl corpus for --output-prefix; --output "
+                         "reads no JSON");
     kv.push_back("output=" + output);
     kv.push_back("format=" + format);
     for (auto &s : kv) opts.push_back(s.c_str());

@@ -727,6 +727,9 @@ function M.tokenize(t)
   end
   local docs, toks = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
   if not t.output then raise('ptdp.tokenize needs output (a ptdp file) or output_prefix (Megatron)') end
+  if t.json_keys ~= nil then  -- (it was ignored)
+    raise('ptdp.tokenize: json_keys picks the keys of a jsonl corpus for output_prefix; output reads no JSON')
+  end
   kv[#kv + 1] = 'output=' .. t.output
   kv[#kv + 1] = 'format=' .. (t.format or 'fortune')
   check(C.ptdp_tokenize_options(arr, #inputs, options(), #kv, docs, toks))

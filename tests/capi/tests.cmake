@@ -243,6 +243,10 @@ ptdp_lua_test(lua_train_gpt_made_data_inside_save --rc nonzero
   --expect "would be made inside --save"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --data-path ${PTDP_TEST_TMP}/lua/made_in_save/latest
      --corpus ${PTDP_TEST_CORPUS} --save ${PTDP_TEST_TMP}/lua/made_in_save)
+ptdp_lua_test(cli_tokenize_json_keys_without_prefix --rc nonzero
+  --expect "--json-keys picks the keys of a jsonl corpus for --output-prefix"
+  -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/jk.ptdp --format lines --json-keys text
+     ${PTDP_TEST_CORPUS})
 ptdp_lua_test(lua_bench_pipeline_png_a_directory --rc nonzero
   --expect "--png '/tmp' exists and is a directory" --reject "traceback" --reject "p=4"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_pipeline.lua --png /tmp)

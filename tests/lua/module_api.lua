@@ -144,6 +144,8 @@ expect_error('ptdp.config: data_path holds a NUL byte', 'a NUL in a value', ptdp
              { data_path = 'a\0b' })
 expect_error("json_keys[1] 'text,title' holds a comma", 'a comma in a JSON key', ptdp.tokenize,
              { inputs = corpus, output_prefix = tmpdir .. '/jk', json_keys = 'text,title' })
+expect_error('json_keys picks the keys of a jsonl corpus for output_prefix', 'json_keys with output',
+             ptdp.tokenize, { inputs = corpus, output = tmpdir .. '/jk.ptdp', json_keys = 'text' })
 expect_error('ptdp.model_options: dir must be a string, got number', 'model_options(5)',
              ptdp.model_options, 5)
 expect_error('parallel.v (model chunks per pipeline rank) must be a whole number in [1, num_layers',
