@@ -246,10 +246,12 @@ static std::string head_bytes(const std::string &path, size_t n, off_t *size) {
 }
 
 // Whether the existing regular file `target` is of `kind` (or empty: no one's).
+// One that cannot be read is not: what it is cannot be told.
 static bool is_of_kind(const std::string &target, OutputKind kind) {
-  off_t size = 0;
+  off_t size = -1;
   const std::string h = head_bytes(target, 65536, &size);
   if (size == 0 || kind == OutputKind::any) return true;
+  if (size < 0) return false;
   const auto starts = [&h](const char *magic, size_t n) { return h.size() >= n && h.compare(0, n, magic, n) == 0; };
   const size_t first = h.find_first_not_of(" \t\r\n");
   switch (kind) {
