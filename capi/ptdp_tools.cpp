@@ -110,6 +110,15 @@ ptdp_status ptdp_write_file(const char *path, const char *bytes, size_t n, const
   });
 }
 
+ptdp_status ptdp_check_output_kind(const char *path, const char *what, const char *kind) {
+  return guard([&] {
+    require(path, "path");
+    require(what, "what");
+    require(kind, "kind");
+    ptdp::check_output_file(path, what, ptdp::output_kind_of_key(kind));
+  });
+}
+
 ptdp_status ptdp_same_output(const char *a, const char *b, int32_t *same) {
   return guard([&] {
     require(a, "a");

@@ -376,6 +376,10 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   fs::create_directories(root, ec);
   if (ec) fail(Status::io_error, "cannot create checkpoint directory '", root, "': ", ec.message());
   if (::access(root.c_str(), W_OK) != 0) os_fail("write into checkpoint directory", root, errno);
+  // Not into a directory another process is saving into (an import into a
+  // running trainer's --save lost the trainer's final checkpoint); this
+  // process's own hold (its trainer's) is shared.
+  { const SaveRootLock not_another_process(root); }
   // The commit swaps out an iter_N of the same iteration: only one that a
   // save made (complete: its manifest is there). A directory or file of that
   // name that is something else is the user's, and is not replaced.

@@ -665,9 +665,12 @@ int main(int argc, char **argv) {
   // The program and its library are inputs of every command: no output
   // replaces them (a sweep's --profile-ops overwrote the ptdp executable).
   Dl_info lib{};
-  if (ptdp_hold_input("/proc/self/exe", "the ptdp program") != PTDP_OK ||
+  char *exe = realpath("/proc/self/exe", nullptr);  // (named as the file, not as /proc's link)
+  const ptdp_status held = ptdp_hold_input(exe ? exe : "/proc/self/exe", "ptdp program");
+  std::free(exe);
+  if (held != PTDP_OK ||
       (dladdr(reinterpret_cast<void *>(&ptdp_version), &lib) != 0 && lib.dli_fname &&
-       std::strchr(lib.dli_fname, '/') && ptdp_hold_input(lib.dli_fname, "the ptdp library") != PTDP_OK)) {
+       std::strchr(lib.dli_fname, '/') && ptdp_hold_input(lib.dli_fname, "ptdp library") != PTDP_OK)) {
     std::fprintf(stderr, "ptdp: %s\n", ptdp_last_error());
     return 1;
   }

@@ -84,6 +84,11 @@ do
   end
 end
 M.header_version = header_version
+-- The headers are inputs of every run that loads this module: no output of it
+-- may replace them (a script's write_file did, and every later run failed).
+for _, h in ipairs { header_path, (header_path:match('^(.*)/[^/]*$') or '.') .. '/ptdp_tools.h' } do
+  if C.ptdp_hold_input(h, 'C header') ~= 0 then error('ptdp: ' .. ffi.string(C.ptdp_last_error()), 0) end
+end
 
 -- Raises msg at the first stack level outside this module, so the message
 -- names the calling script line.
@@ -683,6 +688,15 @@ function M.tokenize(t)
                                     'tokenizer_file', 'workers' })
   local inputs = type(t.inputs) == 'table' and t.inputs or { t.inputs }
   if #inputs == 0 then raise('ptdp.tokenize: inputs names no file') end
+  for k in pairs(inputs) do  -- a list: { 'a', nil, 'c' } would drop 'c'
+    if type(k) ~= 'number' or k % 1 ~= 0 or k < 1 or k > #inputs then
+      raise(string.format('ptdp.tokenize: inputs is a list of paths, 1 to %d; it has the key %s',
+                          #inputs, tostring(k)))
+    end
+  end
+  if t.append_eod ~= nil and type(t.append_eod) ~= 'boolean' then
+    raise('ptdp.tokenize: append_eod is true or false, got ' .. tostring(t.append_eod))
+  end
   local arr = ffi.new('const char*[?]', #inputs)
   for i, p in ipairs(inputs) do
     need_string(p, 'tokenize', 'inputs[' .. i .. ']')
@@ -741,6 +755,9 @@ end
 function M.append_line(path, line, fresh)
   need_string(path, 'append_line', 'path')
   need_string(line, 'append_line', 'line')
+  if fresh ~= nil and type(fresh) ~= 'boolean' then  -- ('no' would be true)
+    raise('ptdp.append_line: fresh is true or false, got ' .. tostring(fresh))
+  end
   check(C.ptdp_append_line(path, line, fresh and 1 or 0))
 end
 
@@ -757,10 +774,20 @@ end
 -- Checks an output the script will make before anything is made (the
 -- writers' rules; nothing is written): a file, or with directory = true a
 -- directory an output tree goes into (a --save root). Raises naming `what`.
-function M.check_output(path, what, directory)
+-- With kind (a writer's format: 'json_lines', 'trace', 'png', ... as
+-- ptdp_check_output_kind names them), an existing file must be of that kind.
+function M.check_output(path, what, directory, kind)
   need_string(path, 'check_output', 'path')
   need_string(what, 'check_output', 'what')
-  check(C.ptdp_check_output(path, what, directory and 1 or 0))
+  if directory ~= nil and type(directory) ~= 'boolean' then
+    raise('ptdp.check_output: directory is true or false, got ' .. tostring(directory))
+  end
+  opt_string(kind, 'check_output', 'kind')
+  if kind and not directory then
+    check(C.ptdp_check_output_kind(path, what, kind))
+  else
+    check(C.ptdp_check_output(path, what, directory and 1 or 0))
+  end
 end
 
 -- Whether the output paths a and b name one file (links, hard links, ./ and
@@ -886,6 +913,8 @@ end
 
 function M.dataset(t)
   if type(t) ~= 'table' then raise('ptdp.dataset: give a table { path = ..., ... }, got ' .. type(t)) end
+  need_options(t, 'dataset', { 'path', 'given', 'create', 'corpus', 'format', 'tokenizer', 'vocab_file',
+                               'merge_file', 'tokenizer_file' })
   local path = t.path
   need_string(path, 'dataset', 'path')
   local items = {}

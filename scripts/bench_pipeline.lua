@@ -40,8 +40,8 @@ local config, opts, given = flags.parse(arg, {
 -- below, a missing default made first) and against each other.
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   corpus = '/usr/share/games/fortunes' }
-ptdp.check_output(opts.png, '--png')
-ptdp.check_output(opts.trace, '--trace')
+ptdp.check_output(opts.png, '--png', false, 'png')
+ptdp.check_output(opts.trace, '--trace', false, 'trace')
 if ptdp.same_output(opts.png, opts.trace) then
   io.stderr:write(string.format("bench_pipeline: --png '%s' and --trace '%s' are one file: give " ..
                                 'each its own\n', opts.png, opts.trace))

@@ -139,7 +139,7 @@ local function hold(path, what)
 end
 hold(opts.corpus, '--corpus')
 for _, name in ipairs { 'config.json', 'tokenizer.json', 'model.safetensors', 'model.safetensors.index.json',
-                        'generation_config.json' } do
+                        'generation_config.json', 'tokenizer_config.json', 'special_tokens_map.json' } do
   if exists(opts.hf_model .. '/' .. name) then hold(opts.hf_model .. '/' .. name, '--hf-model file') end
 end
 -- The run's own outputs among the engine flags, checked before the import,

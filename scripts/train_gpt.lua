@@ -34,19 +34,19 @@ ptdp.check_config(config)  -- every value checked now, together, before any file
 -- (Paths compared as written, less repeated slashes and "./" parts.)
 local function tidy(p) return ((p:gsub('/+', '/'):gsub('/%./', '/'):gsub('^%./', ''):gsub('(.)/$', '%1'))) end
 local save_dir = (config.save or '') ~= '' and tidy(config.save) or nil
-local function check_file(path, what)
+local function check_file(path, what, kind)
   local dir = tidy(path):match('^(.*)/[^/]*$') or '.'
   if save_dir and tidy(path) == save_dir .. '/latest' then
     io.stderr:write(string.format("ptdp: %s '%s' is also this run's --save tracker (its saves " ..
                                   "write it): give another path\n", what, path))
     os.exit(1)
   end
-  if ffi.C.access(dir, 0) == 0 or dir ~= save_dir then ptdp.check_output(path, what)
+  if ffi.C.access(dir, 0) == 0 or dir ~= save_dir then ptdp.check_output(path, what, false, kind)
   else ptdp.check_output(dir, what, true) end
 end
-if opts.log_json ~= '' then check_file(opts.log_json, '--log-json') end
-for _, key in ipairs { 'timeline', 'profile_ops' } do
-  if (config[key] or '') ~= '' then check_file(config[key], '--' .. key:gsub('_', '-')) end
+if opts.log_json ~= '' then check_file(opts.log_json, '--log-json', 'json_lines') end
+for key, kind in pairs { timeline = 'trace', profile_ops = 'op_profile' } do
+  if (config[key] or '') ~= '' then check_file(config[key], '--' .. key:gsub('_', '-'), kind) end
 end
 if (config.save or '') ~= '' then ptdp.check_output(config.save, '--save', true) end
 -- A --data-path this run will make from --corpus is an output too: checked
@@ -54,7 +54,14 @@ if (config.save or '') ~= '' then ptdp.check_output(config.save, '--save', true)
 if given.corpus and given.data_path and ffi.C.access(config.data_path, 0) ~= 0 and
    ffi.C.access(config.data_path .. '.idx', 0) ~= 0 then
   local data = config.data_path
-  if save_dir and (tidy(data) == save_dir or tidy(data):sub(1, #save_dir + 1) == save_dir .. '/') then
+  -- Inside --save under any spelling or link: a directory on the way is it.
+  local inside = false
+  local up = tidy(data)
+  while save_dir and not inside and up do
+    inside = ptdp.same_output(up, config.save)
+    up = up:match('^(.+)/[^/]*$')
+  end
+  if inside then
     io.stderr:write(string.format("ptdp: --data-path '%s' would be made inside --save '%s', whose " ..
                                   'names are the saves\'; give a path outside it\n', data, config.save))
     os.exit(1)

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -19,10 +20,14 @@
 #include <mutex>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/core/checkpoint_names.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
+
+using json = nlohmann::json;
 
 namespace {
 
@@ -210,19 +215,40 @@ void hold_input(const std::string &path, const std::string &what) {
 // output_target's checks of the path's kind and inputs (below).
 static std::string checked_target(const std::string &path, const char *what);
 
+// Each kind's key (a script's name for it) and its name in messages.
+static const std::pair<OutputKind, std::pair<const char *, const char *>> kKinds[] = {
+    {OutputKind::ptdp_dataset, {"ptdp_dataset", "a ptdp token dataset"}},
+    {OutputKind::megatron_index, {"megatron_index", "a Megatron index (.idx)"}},
+    {OutputKind::megatron_data, {"megatron_data", "a Megatron token file (.bin) beside its .idx"}},
+    {OutputKind::safetensors, {"safetensors", "a safetensors file"}},
+    {OutputKind::json, {"json", "a JSON object"}},
+    {OutputKind::json_lines, {"json_lines", "a JSON-lines file"}},
+    {OutputKind::trace, {"trace", "a --timeline trace"}},
+    {OutputKind::machine, {"machine", "a planner's machine file (--save-machine)"}},
+    {OutputKind::png, {"png", "a PNG image"}},
+    {OutputKind::op_profile, {"op_profile", "an op profile (--profile-ops)"}},
+    {OutputKind::any, {"any", "a file"}},
+};
+
 const char *output_kind_name(OutputKind kind) {
-  switch (kind) {
-    case OutputKind::ptdp_dataset: return "ptdp token dataset";
-    case OutputKind::megatron_index: return "Megatron index (.idx)";
-    case OutputKind::megatron_data: return "Megatron token file (.bin) beside its .idx";
-    case OutputKind::safetensors: return "safetensors file";
-    case OutputKind::json: return "JSON file";
-    case OutputKind::json_lines: return "JSON-lines file";
-    case OutputKind::png: return "PNG image";
-    case OutputKind::op_profile: return "op profile (--profile-ops)";
-    case OutputKind::any: return "file";
+  for (const auto &[k, names] : kKinds)
+    if (k == kind) return names.second;
+  return "a file";
+}
+
+const char *output_kind_key(OutputKind kind) {
+  for (const auto &[k, names] : kKinds)
+    if (k == kind) return names.first;
+  return "any";
+}
+
+OutputKind output_kind_of_key(const std::string &key) {
+  std::string keys;
+  for (const auto &[k, names] : kKinds) {
+    if (key == names.first) return k;
+    keys += std::string(keys.empty() ? "" : ", ") + names.first;
   }
-  return "file";
+  fail(Status::invalid_argument, "output kind '", key, "' (allowed: ", keys, ")");
 }
 
 // The first bytes of the regular file `path` (at most n): what a kind's check reads.
@@ -269,15 +295,34 @@ static bool is_of_kind(const std::string &target, OutputKind kind) {
       for (int i = 7; i >= 0; i--) n = n << 8 | (unsigned char)h[i];
       return n >= 2 && n <= (uint64_t)size - 8;
     }
-    case OutputKind::json: return first != std::string::npos && (h[first] == '{' || h[first] == '[');
-    case OutputKind::json_lines: {
-      if (first == std::string::npos || h[first] != '{') return false;
-      const size_t eol = h.find('\n', first);
-      const size_t last = h.find_last_not_of(" \t\r", eol == std::string::npos ? std::string::npos : eol - 1);
-      return last != std::string::npos && last > first && h[last] == '}';
+    // The JSON kinds by what their writers put in them, not by a first '{':
+    // a model's config.json, an INI file, a log and a trace all start alike.
+    case OutputKind::json: {  // the whole file one JSON object (small: a config)
+      if ((size_t)size > h.size()) return false;
+      const json j = json::parse(h, nullptr, false);
+      return j.is_object();
+    }
+    case OutputKind::json_lines: {  // a first line that is a JSON object, and no trace
+      const size_t eol = h.find('\n');
+      if (eol == std::string::npos) return false;
+      const json j = json::parse(h.substr(0, eol), nullptr, false);
+      return j.is_object() && !j.contains("traceEvents");
+    }
+    case OutputKind::trace: return h.rfind("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 0) == 0;
+    case OutputKind::machine: {
+      if ((size_t)size > h.size()) return false;
+      const json j = json::parse(h, nullptr, false);
+      return j.is_object() && j.contains("name") && j.contains("devices_per_node") &&
+             j.contains("peak_flops");
     }
     case OutputKind::png: return starts("\x89PNG\r\n\x1a\n", 8);
-    case OutputKind::op_profile: return starts("rank ", 5);
+    case OutputKind::op_profile: {  // "rank N (tp.., pp.., dp..) on DEVICE, iteration N"
+      const std::string line = h.substr(0, h.find('\n'));
+      size_t digits = 5;
+      while (digits < line.size() && std::isdigit((unsigned char)line[digits])) digits++;
+      return line.rfind("rank ", 0) == 0 && digits > 5 && line.compare(digits, 2, " (") == 0 &&
+             line.find(") on ") != std::string::npos && line.find(", iteration ") != std::string::npos;
+    }
     case OutputKind::any: return true;
   }
   return false;
@@ -287,7 +332,7 @@ static void refuse_if_other_kind(const std::string &target, const std::string &p
                                  OutputKind kind) {
   struct stat st;
   if (::stat(target.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || is_of_kind(target, kind)) return;
-  fail(Status::invalid_argument, what, " '", path, "' exists and is not a ", output_kind_name(kind),
+  fail(Status::invalid_argument, what, " '", path, "' exists and is not ", output_kind_name(kind),
        " (", st.st_size, " bytes of something else): ", what,
        " replaces only a file of its own kind, written before; give a new name, or remove that file "
        "if it is to go");

@@ -87,7 +87,7 @@ PlanResult run_plan(const PlanRequest &req) {
   // The output's rules before any work (a calibration takes a while); a
   // --machine file is this run's input (a preset name registers nothing).
   const InputFile machine_file(req.machine, "--machine file");
-  if (!req.save_machine.empty()) output_target(req.save_machine, "--save-machine", OutputKind::json);
+  if (!req.save_machine.empty()) output_target(req.save_machine, "--save-machine", OutputKind::machine);
   if (!req.plot.empty()) {
     output_target(req.plot, "--plot", OutputKind::png);
     if (!req.save_machine.empty() && same_output(req.plot, req.save_machine))
@@ -117,7 +117,7 @@ PlanResult run_plan(const PlanRequest &req) {
   }
   if (!req.save_machine.empty())
     write_file_atomic(req.save_machine, machine_to_json(res.machine), "--save-machine",
-                      OutputKind::json);
+                      OutputKind::machine);
   const ModelSpec &m = req.model;
   const TrainSpec &tr = req.train;
   const int64_t n = tr.num_gpus, B = tr.global_batch;

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
 #include "engine/train/config.h"
@@ -81,6 +83,11 @@ std::string format_log_json(const StepMetrics &m) {
 void append_json_line(const std::string &path, const std::string &line, bool fresh) {
   if (line.find('\n') != std::string::npos || line.find('\r') != std::string::npos)
     fail(Status::invalid_argument, "a JSON-lines record must be one line; got one with a newline");
+  // One JSON object, as every record of the file: a line that is not would
+  // make a file that no later append (by its kind) may extend.
+  if (!nlohmann::json::parse(line, nullptr, false).is_object())
+    fail(Status::invalid_argument, "a JSON-lines record must be one JSON object ({...}); got '",
+         line.size() > 80 ? line.substr(0, 80) + "..." : line, "'");
   if (fresh) {
     write_file_atomic(path, line + "\n", "--log-json", OutputKind::json_lines);
     return;

@@ -195,7 +195,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   // after the first step; each is the run's own file (no other output of the
   // run, a --log-json say, may take it).
   if (!opt_.timeline_path.empty()) {
-    check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::json);
+    check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::trace);
     output_claims_.emplace_back(process_path(opt_.timeline_path), "--timeline");
   }
   if (!opt_.op_profile_path.empty()) {
@@ -261,7 +261,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     if (ckpt) load(*ckpt);
     // Its files (and the tracker read) are inputs now: the outputs checked
     // above are checked again against them, still before the first step.
-    if (!opt_.timeline_path.empty()) check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::json);
+    if (!opt_.timeline_path.empty()) check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::trace);
     if (!opt_.op_profile_path.empty())
       check_output_file(process_path(opt_.op_profile_path), "--profile-ops", OutputKind::op_profile);
   }

@@ -419,6 +419,9 @@ TEST_F(Commit, OneProcessSavesIntoADirectoryAtATime) {
   ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
   expect_error([&] { SaveRootLock second(root); }, Status::invalid_config,
                "is being saved into by another process");
+  // Nor does any save begin there (an import into a running trainer's --save).
+  expect_error([&] { begin_checkpoint(root, 1); }, Status::invalid_config,
+               "is being saved into by another process");
   ASSERT_EQ(::write(to_child[1], &c, 1), 1);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);

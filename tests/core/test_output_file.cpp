@@ -336,10 +336,11 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   };
   const std::string notes = put("notes.txt", "my important notes\n");
   for (OutputKind kind : {OutputKind::ptdp_dataset, OutputKind::megatron_index, OutputKind::safetensors,
-                          OutputKind::json, OutputKind::json_lines, OutputKind::png, OutputKind::op_profile})
+                          OutputKind::json, OutputKind::json_lines, OutputKind::trace, OutputKind::machine,
+                          OutputKind::png, OutputKind::op_profile})
     expect_error([&] { ptdp::write_file_atomic(notes, "x", "--timeline", kind); },
                  ptdp::Status::invalid_argument,
-                 std::string("exists and is not a ") + ptdp::output_kind_name(kind));
+                 std::string("exists and is not ") + ptdp::output_kind_name(kind));
   EXPECT_EQ(read_file(notes), "my important notes\n");
   // Through a link: the file it points to is what would be replaced.
   const std::string link = dir.path + "/link.json";
@@ -362,9 +363,32 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   EXPECT_EQ(ptdp::output_target(put("d.ptdp", std::string("PTDPTOK\0....", 12)), "tokenize output",
                                 OutputKind::ptdp_dataset),
             dir.path + "/d.ptdp");
-  EXPECT_EQ(ptdp::output_target(put("p.txt", "rank 0 (tp0 pp0 dp0) on cpu\n"), "--profile-ops",
+  EXPECT_EQ(ptdp::output_target(put("p.txt", "rank 0 (tp 0, pp 0, dp 0) on cpu, iteration 2\nop\n"),
+                                "--profile-ops",
                                 OutputKind::op_profile),
             dir.path + "/p.txt");
+  // The JSON kinds and the op profile by what their writers write, not by a
+  // first '{' or "rank " (a second sweep: --timeline replaced a log, a
+  // config.json and an INI file; --log-json a trace; --profile-ops notes).
+  const std::string trace = put("t.json", "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[]}\n");
+  EXPECT_EQ(ptdp::output_target(trace, "--timeline", OutputKind::trace), trace);
+  for (const std::string &other : {log, config, put("s.ini", "[section]\nkey = value\n"),
+                                   put("brace.txt", "{my notes}\nmore\n")}) {
+    expect_error([&] { ptdp::output_target(other, "--timeline", OutputKind::trace); },
+                 ptdp::Status::invalid_argument, "is not a --timeline trace");
+    expect_error([&] { ptdp::output_target(other, "--save-machine", OutputKind::machine); },
+                 ptdp::Status::invalid_argument, "is not a planner's machine file");
+  }
+  expect_error([&] { ptdp::output_target(trace, "--log-json", OutputKind::json_lines); },
+               ptdp::Status::invalid_argument, "is not a JSON-lines file");
+  expect_error([&] { ptdp::output_target(put("r.txt", "rank 1: apples\nrank 2: pears\n"), "--profile-ops",
+                                         OutputKind::op_profile); },
+               ptdp::Status::invalid_argument, "is not an op profile");
+  const std::string machine = put("m.json", "{\"name\": \"x\", \"devices_per_node\": 8, \"peak_flops\": {}}\n");
+  EXPECT_EQ(ptdp::output_target(machine, "--save-machine", OutputKind::machine), machine);
+  EXPECT_EQ(ptdp::output_kind_of_key("json_lines"), OutputKind::json_lines);
+  expect_error([] { ptdp::output_kind_of_key("text"); }, ptdp::Status::invalid_argument,
+               "output kind 'text' (allowed: ptdp_dataset, ");
   // safetensors: a header length that fits the file, then '{'.
   std::string st(8, '\0');
   st[0] = 2;

@@ -144,6 +144,23 @@ expect_error('ptdp.config: data_path holds a NUL byte', 'a NUL in a value', ptdp
              { data_path = 'a\0b' })
 expect_error("json_keys[1] 'text,title' holds a comma", 'a comma in a JSON key', ptdp.tokenize,
              { inputs = corpus, output_prefix = tmpdir .. '/jk', json_keys = 'text,title' })
+-- The third sweep: a script's output checked by the writer's kind up front;
+-- the C headers every run reads are its inputs; lists and switches are what
+-- they say.
+expect_error('is not a --timeline trace', 'check_output of notes as a trace', ptdp.check_output, note,
+             'trace', false, 'trace')
+expect_error("output kind 'text' (allowed: ", 'an unknown output kind', ptdp.check_output, note, 'x',
+             false, 'text')
+expect_error('is the C header', 'the C header as an output', ptdp.check_output,
+             ptdp.project_dir .. '/capi/ptdp.h', 'x')
+expect_error('inputs is a list of paths, 1 to 1; it has the key 3', 'a hole in the inputs', ptdp.tokenize,
+             { inputs = { corpus, [3] = corpus }, output = tmpdir .. '/holes.ptdp' })
+expect_error('append_eod is true or false', "append_eod = 'no'", ptdp.tokenize,
+             { inputs = corpus, output_prefix = tmpdir .. '/eod', append_eod = 'no' })
+expect_error("ptdp.dataset: unknown option 'corpos'", 'a mistyped dataset key', ptdp.dataset,
+             { path = tmpdir .. '/x.ptdp', corpos = corpus })
+expect_error('a JSON-lines record must be one JSON object', 'append_line of a non-JSON line',
+             ptdp.append_line, tmpdir .. '/lines.jsonl', 'hello', true)
 expect_error('json_keys picks the keys of a jsonl corpus for output_prefix', 'json_keys with output',
              ptdp.tokenize, { inputs = corpus, output = tmpdir .. '/jk.ptdp', json_keys = 'text' })
 expect_error('ptdp.model_options: dir must be a string, got number', 'model_options(5)',
