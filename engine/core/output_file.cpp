@@ -24,6 +24,7 @@
 
 #include "engine/core/checkpoint_names.h"
 #include "engine/core/status.h"
+#include "engine/core/utf8.h"
 
 namespace ptdp {
 
@@ -305,7 +306,7 @@ static bool is_of_kind(const std::string &target, OutputKind kind) {
     case OutputKind::json_lines: {  // a first line that is a JSON object, and no trace
       const size_t eol = h.find('\n');
       if (eol == std::string::npos) return false;
-      const json j = json::parse(h.substr(0, eol), nullptr, false);
+      const json j = json::parse(valid_utf8(h.substr(0, eol)), nullptr, false);  // (a path's bytes)
       return j.is_object() && !j.contains("traceEvents");
     }
     case OutputKind::trace: return h.rfind("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 0) == 0;

@@ -13,6 +13,7 @@
 
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
+#include "engine/core/utf8.h"
 #include "engine/train/config.h"
 
 namespace ptdp {
@@ -85,7 +86,8 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
     fail(Status::invalid_argument, "a JSON-lines record must be one line; got one with a newline");
   // One JSON object, as every record of the file: a line that is not would
   // make a file that no later append (by its kind) may extend.
-  if (!nlohmann::json::parse(line, nullptr, false).is_object())
+  // (Bytes that are not UTF-8, a path's, say, do not make it another kind.)
+  if (!nlohmann::json::parse(valid_utf8(line), nullptr, false).is_object())
     fail(Status::invalid_argument, "a JSON-lines record must be one JSON object ({...}); got '",
          line.size() > 80 ? line.substr(0, 80) + "..." : line, "'");
   if (fresh) {

@@ -379,6 +379,10 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
     expect_error([&] { ptdp::output_target(other, "--save-machine", OutputKind::machine); },
                  ptdp::Status::invalid_argument, "is not a planner's machine file");
   }
+  // A log whose first record quotes bytes that are not UTF-8 (a path's) is a log.
+  const std::string latin1 = put("l1.jsonl", "{\"data_path\": \"caf\xe9.ptdp\"}\n");
+  EXPECT_EQ(ptdp::output_target(latin1, "--log-json", OutputKind::json_lines), latin1);
+  ptdp::append_json_line(latin1, "{\"path\": \"\xff\"}", false);
   expect_error([&] { ptdp::output_target(trace, "--log-json", OutputKind::json_lines); },
                ptdp::Status::invalid_argument, "is not a JSON-lines file");
   expect_error([&] { ptdp::output_target(put("r.txt", "rank 1: apples\nrank 2: pears\n"), "--profile-ops",
