@@ -98,7 +98,7 @@ PTDP_API ptdp_status ptdp_write_file(const char *path, const char *bytes, size_t
 PTDP_API ptdp_status ptdp_check_output(const char *path, const char *what, int32_t directory);
 /* ptdp_check_output for a file, and that an existing file there is of `kind`
  * (the writer's format, or empty): "ptdp_dataset", "megatron_index",
- * "megatron_data", "safetensors", "json", "json_lines", "trace", "machine",
+ * "megatron_data", "safetensors", "json", "metrics_log", "trace", "machine",
  * "png", "op_profile" or "any". A writer replaces nothing else. */
 PTDP_API ptdp_status ptdp_check_output_kind(const char *path, const char *what, const char *kind);
 /* *same = 1 when the output paths a and b name one file (the same file when

@@ -710,7 +710,10 @@ function M.tokenize(t)
   for _, k in ipairs { 'vocab_file', 'merge_file', 'tokenizer_file' } do
     if t[k] and t[k] ~= '' then kv[#kv + 1] = k .. '=' .. t[k] end
   end
-  if t.workers ~= nil then kv[#kv + 1] = 'workers=' .. tostring(t.workers) end
+  if t.workers ~= nil then
+    if tostring(t.workers):find('\0', 1, true) then raise('ptdp.tokenize: workers holds a NUL byte') end
+    kv[#kv + 1] = 'workers=' .. tostring(t.workers)
+  end
   local function options()
     local opts = ffi.new('const char*[?]', #kv)
     for i, v in ipairs(kv) do opts[i - 1] = v end
@@ -722,6 +725,12 @@ function M.tokenize(t)
     if type(keys) == 'string' then keys = { keys } end
     if type(keys) ~= 'table' or #keys == 0 then
       raise('ptdp.tokenize: json_keys is a key or a list of keys, e.g. { \'text\' }')
+    end
+    for k in pairs(keys) do  -- a list: { 'text', [5] = 'x' } would drop 'x'
+      if type(k) ~= 'number' or k % 1 ~= 0 or k < 1 or k > #keys then
+        raise(string.format('ptdp.tokenize: json_keys is a list of keys, 1 to %d; it has the key %s',
+                            #keys, tostring(k)))
+      end
     end
     for i, k in ipairs(keys) do
       need_string(k, 'tokenize', 'json_keys[' .. i .. ']')
@@ -744,13 +753,17 @@ function M.tokenize(t)
   if t.json_keys ~= nil then  -- (it was ignored)
     raise('ptdp.tokenize: json_keys picks the keys of a jsonl corpus for output_prefix; output reads no JSON')
   end
+  if t.append_eod ~= nil then  -- (ignored too: a ptdp dataset always ends each document with EOD)
+    raise('ptdp.tokenize: append_eod goes with output_prefix; output always ends each document with EOD')
+  end
   kv[#kv + 1] = 'output=' .. t.output
   kv[#kv + 1] = 'format=' .. (t.format or 'fortune')
   check(C.ptdp_tokenize_options(arr, #inputs, options(), #kv, docs, toks))
   return tonumber(docs[0]), tonumber(toks[0])
 end
 
--- Appends one line (a JSON object) to a JSON-lines file; fresh = true
+-- Appends one line (a JSON object) to a metrics log (JSON lines whose first record is
+-- the run's, {"kind": "run", ...}: what --log-json writes); fresh = true
 -- replaces the file with it. Refuses a directory, device or FIFO.
 function M.append_line(path, line, fresh)
   need_string(path, 'append_line', 'path')
@@ -774,7 +787,7 @@ end
 -- Checks an output the script will make before anything is made (the
 -- writers' rules; nothing is written): a file, or with directory = true a
 -- directory an output tree goes into (a --save root). Raises naming `what`.
--- With kind (a writer's format: 'json_lines', 'trace', 'png', ... as
+-- With kind (a writer's format: 'metrics_log', 'trace', 'png', ... as
 -- ptdp_check_output_kind names them), an existing file must be of that kind.
 function M.check_output(path, what, directory, kind)
   need_string(path, 'check_output', 'path')
@@ -839,6 +852,9 @@ end
 
 function M.mkdirs(path)
   need_string(path, 'mkdirs', 'path')
+  -- By the writers' rules for a directory: not inside a checkpoint or named
+  -- as one (a resume then stopped at an iter_N.old no save had made).
+  check(C.ptdp_check_output(path, 'ptdp.mkdirs', 1))
   local EEXIST = 17
   local prefix, made = path:sub(1, 1) == '/' and '/' or '', {}
   local function refuse(msg)
@@ -1028,7 +1044,11 @@ function M.plan(t)
     local opts = {}
     for k, v in pairs(t) do
       if type(v) == 'boolean' then v = v and 1 or 0 end
-      opts[#opts + 1] = tostring(k) .. '=' .. tostring(v)
+      local item = tostring(k) .. '=' .. tostring(v)
+      if item:find('\0', 1, true) then  -- C would read the part before it
+        raise(string.format('ptdp.plan: option %s holds a NUL byte', tostring(k)))
+      end
+      opts[#opts + 1] = item
     end
     table.sort(opts)
     for _, e in ipairs(extra) do opts[#opts + 1] = e end

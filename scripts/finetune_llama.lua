@@ -156,7 +156,8 @@ for i, a in ipairs(rest) do
       fail(string.format("%s '%s' is inside --workdir '%s', whose files are the recipe's: give a " ..
                          'path outside it', name, value, W))
     end
-    local ok, err = pcall(ptdp.check_output, value, name)
+    local kinds = { ['--log-json'] = 'metrics_log', ['--timeline'] = 'trace', ['--profile-ops'] = 'op_profile' }
+    local ok, err = pcall(ptdp.check_output, value, name, false, kinds[name])
     if not ok then fail(tostring(err)) end
   end
 end

@@ -44,7 +44,7 @@ local function check_file(path, what, kind)
   if ffi.C.access(dir, 0) == 0 or dir ~= save_dir then ptdp.check_output(path, what, false, kind)
   else ptdp.check_output(dir, what, true) end
 end
-if opts.log_json ~= '' then check_file(opts.log_json, '--log-json', 'json_lines') end
+if opts.log_json ~= '' then check_file(opts.log_json, '--log-json', 'metrics_log') end
 for key, kind in pairs { timeline = 'trace', profile_ops = 'op_profile' } do
   if (config[key] or '') ~= '' then check_file(config[key], '--' .. key:gsub('_', '-'), kind) end
 end

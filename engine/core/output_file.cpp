@@ -223,7 +223,7 @@ static const std::pair<OutputKind, std::pair<const char *, const char *>> kKinds
     {OutputKind::megatron_data, {"megatron_data", "a Megatron token file (.bin) beside its .idx"}},
     {OutputKind::safetensors, {"safetensors", "a safetensors file"}},
     {OutputKind::json, {"json", "a JSON object"}},
-    {OutputKind::json_lines, {"json_lines", "a JSON-lines file"}},
+    {OutputKind::metrics_log, {"metrics_log", "a metrics log (--log-json, its first record {\"kind\": \"run\", ...})"}},
     {OutputKind::trace, {"trace", "a --timeline trace"}},
     {OutputKind::machine, {"machine", "a planner's machine file (--save-machine)"}},
     {OutputKind::png, {"png", "a PNG image"}},
@@ -303,11 +303,11 @@ static bool is_of_kind(const std::string &target, OutputKind kind) {
       const json j = json::parse(h, nullptr, false);
       return j.is_object();
     }
-    case OutputKind::json_lines: {  // a first line that is a JSON object, and no trace
+    case OutputKind::metrics_log: {  // its first line the run record (a JSONL corpus is no log)
       const size_t eol = h.find('\n');
       if (eol == std::string::npos) return false;
       const json j = json::parse(valid_utf8(h.substr(0, eol)), nullptr, false);  // (a path's bytes)
-      return j.is_object() && !j.contains("traceEvents");
+      return j.is_object() && j.value("kind", "") == "run";
     }
     case OutputKind::trace: return h.rfind("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 0) == 0;
     case OutputKind::machine: {

@@ -22,15 +22,15 @@ enum class OutputKind {
   megatron_data,   // a .bin: replaced only beside its Megatron .idx
   safetensors,     // u64 header length, then '{'
   json,            // one JSON object (an export's config.json)
-  json_lines,      // a first line that is one JSON object, not a trace's
+  metrics_log,     // --log-json: a first line that is the run record {"kind": "run", ...}
   trace,           // --timeline's Chrome trace: {"displayTimeUnit":"ms","traceEvents":[
   machine,         // plan --save-machine's JSON: name, devices_per_node, peak_flops
   png,             // the PNG signature
   op_profile,      // --profile-ops' text: "rank N (...) on ..., iteration N"
   any,
 };
-// "a JSON-lines file", for messages; and the key a script names it by
-// ("json_lines"), kind_of_key's inverse (Error(invalid_argument) for others).
+// "a metrics log ...", for messages; and the key a script names it by
+// ("metrics_log"), output_kind_of_key's inverse (Error(invalid_argument) for others).
 const char *output_kind_name(OutputKind kind);
 const char *output_kind_key(OutputKind kind);
 OutputKind output_kind_of_key(const std::string &key);

@@ -84,17 +84,26 @@ std::string format_log_json(const StepMetrics &m) {
 void append_json_line(const std::string &path, const std::string &line, bool fresh) {
   if (line.find('\n') != std::string::npos || line.find('\r') != std::string::npos)
     fail(Status::invalid_argument, "a JSON-lines record must be one line; got one with a newline");
-  // One JSON object, as every record of the file: a line that is not would
-  // make a file that no later append (by its kind) may extend.
+  // The target first (what it is, whose input), then the record.
+  const std::string target = output_target(path, "--log-json", OutputKind::metrics_log);
+  // One JSON object, as every record of the file, and the first one the run
+  // record ({"kind": "run", ...}): what makes the file a metrics log (its
+  // kind), so that no later append, and no writer, takes it for another file.
   // (Bytes that are not UTF-8, a path's, say, do not make it another kind.)
-  if (!nlohmann::json::parse(valid_utf8(line), nullptr, false).is_object())
+  const nlohmann::json j = nlohmann::json::parse(valid_utf8(line), nullptr, false);
+  const auto quoted = [&line] { return line.size() > 80 ? line.substr(0, 80) + "..." : line; };
+  if (!j.is_object())
     fail(Status::invalid_argument, "a JSON-lines record must be one JSON object ({...}); got '",
-         line.size() > 80 ? line.substr(0, 80) + "..." : line, "'");
+         quoted(), "'");
+  struct stat there;
+  const bool first = fresh || ::stat(target.c_str(), &there) != 0 || there.st_size == 0;
+  if (first && j.value("kind", "") != "run")
+    fail(Status::invalid_argument, "a metrics log begins with its run record ({\"kind\": \"run\", ...}); "
+         "got '", quoted(), "'");
   if (fresh) {
-    write_file_atomic(path, line + "\n", "--log-json", OutputKind::json_lines);
+    replace_file(target, line + "\n");
     return;
   }
-  const std::string target = output_target(path, "--log-json", OutputKind::json_lines);
   int fd = ::open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
   if (fd < 0) fail(Status::io_error, "cannot open '", path, "' to append: ", std::strerror(errno));
   // One write per record: a reader (or a crash) never sees half a line but the

@@ -336,7 +336,7 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   };
   const std::string notes = put("notes.txt", "my important notes\n");
   for (OutputKind kind : {OutputKind::ptdp_dataset, OutputKind::megatron_index, OutputKind::safetensors,
-                          OutputKind::json, OutputKind::json_lines, OutputKind::trace, OutputKind::machine,
+                          OutputKind::json, OutputKind::metrics_log, OutputKind::trace, OutputKind::machine,
                           OutputKind::png, OutputKind::op_profile})
     expect_error([&] { ptdp::write_file_atomic(notes, "x", "--timeline", kind); },
                  ptdp::Status::invalid_argument,
@@ -345,17 +345,22 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   // Through a link: the file it points to is what would be replaced.
   const std::string link = dir.path + "/link.json";
   ASSERT_EQ(::symlink(notes.c_str(), link.c_str()), 0);
-  expect_error([&] { ptdp::output_target(link, "--log-json", OutputKind::json_lines); },
-               ptdp::Status::invalid_argument, "exists and is not a JSON-lines file");
+  expect_error([&] { ptdp::output_target(link, "--log-json", OutputKind::metrics_log); },
+               ptdp::Status::invalid_argument, "exists and is not a metrics log");
   // A pretty-printed JSON file is JSON, not JSON lines (a model's config.json).
   const std::string config = put("config.json", "{\n  \"n_layer\": 2\n}\n");
-  expect_error([&] { ptdp::output_target(config, "--log-json", OutputKind::json_lines); },
-               ptdp::Status::invalid_argument, "is not a JSON-lines file");
+  expect_error([&] { ptdp::output_target(config, "--log-json", OutputKind::metrics_log); },
+               ptdp::Status::invalid_argument, "is not a metrics log");
   EXPECT_EQ(ptdp::output_target(config, "config.json", OutputKind::json), config);
   // Each kind's own earlier output, and an empty file, are replaced.
-  const std::string log = put("log.jsonl", "{\"event\": \"run\"}\n{\"iteration\": 1}\n");
-  ptdp::write_file_atomic(log, "{}\n", "--log-json", OutputKind::json_lines);
-  EXPECT_EQ(read_file(log), "{}\n");
+  const std::string log = put("log.jsonl", "{\"kind\": \"run\"}\n{\"iteration\": 1}\n");
+  ptdp::write_file_atomic(log, "{\"kind\": \"run\", \"n\": 2}\n", "--log-json", OutputKind::metrics_log);
+  EXPECT_EQ(read_file(log), "{\"kind\": \"run\", \"n\": 2}\n");
+  // A JSONL corpus or a one-line config starts with an object too, but no run record.
+  for (const std::string &other : {put("corpus.jsonl", "{\"text\": \"line 1\"}\n{\"text\": \"2\"}\n"),
+                                   put("one.json", "{\"n_embd\": 768}\n")})
+    expect_error([&] { ptdp::output_target(other, "--log-json", OutputKind::metrics_log); },
+                 ptdp::Status::invalid_argument, "is not a metrics log");
   const std::string empty = put("empty", "");
   EXPECT_EQ(ptdp::output_target(empty, "--plot", OutputKind::png), empty);
   EXPECT_EQ(ptdp::output_target(put("a.png", "\x89PNG\r\n\x1a\n...."), "--plot", OutputKind::png),
@@ -380,17 +385,17 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
                  ptdp::Status::invalid_argument, "is not a planner's machine file");
   }
   // A log whose first record quotes bytes that are not UTF-8 (a path's) is a log.
-  const std::string latin1 = put("l1.jsonl", "{\"data_path\": \"caf\xe9.ptdp\"}\n");
-  EXPECT_EQ(ptdp::output_target(latin1, "--log-json", OutputKind::json_lines), latin1);
+  const std::string latin1 = put("l1.jsonl", "{\"kind\": \"run\", \"data_path\": \"caf\xe9.ptdp\"}\n");
+  EXPECT_EQ(ptdp::output_target(latin1, "--log-json", OutputKind::metrics_log), latin1);
   ptdp::append_json_line(latin1, "{\"path\": \"\xff\"}", false);
-  expect_error([&] { ptdp::output_target(trace, "--log-json", OutputKind::json_lines); },
-               ptdp::Status::invalid_argument, "is not a JSON-lines file");
+  expect_error([&] { ptdp::output_target(trace, "--log-json", OutputKind::metrics_log); },
+               ptdp::Status::invalid_argument, "is not a metrics log");
   expect_error([&] { ptdp::output_target(put("r.txt", "rank 1: apples\nrank 2: pears\n"), "--profile-ops",
                                          OutputKind::op_profile); },
                ptdp::Status::invalid_argument, "is not an op profile");
   const std::string machine = put("m.json", "{\"name\": \"x\", \"devices_per_node\": 8, \"peak_flops\": {}}\n");
   EXPECT_EQ(ptdp::output_target(machine, "--save-machine", OutputKind::machine), machine);
-  EXPECT_EQ(ptdp::output_kind_of_key("json_lines"), OutputKind::json_lines);
+  EXPECT_EQ(ptdp::output_kind_of_key("metrics_log"), OutputKind::metrics_log);
   expect_error([] { ptdp::output_kind_of_key("text"); }, ptdp::Status::invalid_argument,
                "output kind 'text' (allowed: ptdp_dataset, ");
   // safetensors: a header length that fits the file, then '{'.

@@ -44,9 +44,9 @@ def main():
     with open("m.jsonl", "w") as f:
         f.write("old contents of a user's notes\n")
     rc, out = run(base + ["--train-iters", "6", "--log-json", "m.jsonl"])
-    check(rc != 0 and "exists and is not a JSON-lines file" in out and
+    check(rc != 0 and "exists and is not a metrics log" in out and
           open("m.jsonl").read() == "old contents of a user's notes\n",
-          "a --log-json that is not a JSON-lines file is refused and kept")
+          "a --log-json that is not a metrics log is refused and kept")
     with open("m.jsonl", "w") as f:
         f.write('{"kind": "run", "iteration": 0, "note": "an earlier run"}\n')
     rc, out = run(base + ["--train-iters", "6", "--log-json", "m.jsonl"])

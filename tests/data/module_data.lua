@@ -57,13 +57,17 @@ assert(loss == m.loss and lr == m.lr, rec)
 
 -- append_line: fresh replaces, otherwise appends; bad targets are refused.
 local f = tmp .. '/module_data.jsonl'
-ptdp.append_line(f, '{"old": true}', true)
-ptdp.append_line(f, '{"a": 1}', true)
+os.remove(f)  -- (an earlier run's file, of whatever format that run wrote)
+ptdp.append_line(f, '{"kind": "run", "old": true}', true)
+ptdp.append_line(f, '{"kind": "run", "a": 1}', true)
 ptdp.append_line(f, rec)
 local h = assert(io.open(f))
 local content = h:read('*a')
 h:close()
-assert(content == '{"a": 1}\n' .. rec .. '\n', content)
+assert(content == '{"kind": "run", "a": 1}\n' .. rec .. '\n', content)
+-- A metrics log begins with its run record: what tells it from a JSONL corpus.
+expect_error(function() ptdp.append_line(tmp .. '/no_run.jsonl', '{"a": 1}', true) end,
+             'a metrics log begins with its run record')
 expect_error(function() ptdp.append_line(tmp, '{}') end, 'is a directory')
 expect_error(function() ptdp.append_line(f, '{"two":\n"lines"}') end, 'must be one line')
 print('module_data: PASS')

@@ -58,7 +58,7 @@ cp "$corpus" mycorpus.txt
 echo $? >rc.txt
 cat out.txt
 check "--log-json naming the --corpus: refused" \
-  '[ "$(cat rc.txt)" != 0 ] && grep -qE "is the tokenized corpus|is not a JSON-lines file" out.txt'
+  '[ "$(cat rc.txt)" != 0 ] && grep -qE "is the tokenized corpus|is not a metrics log" out.txt'
 check "--log-json naming the --corpus: the corpus stays" 'cmp -s mycorpus.txt "$corpus"'
 
 run --data-path '$(touch INJECTED)x/f.ptdp' --corpus "$corpus" --corpus-format lines

@@ -62,12 +62,22 @@ expect_error('ptdp.read_file: path must be a string, got number', 'read_file of 
              ptdp.read_file, 12, 'note')
 expect_error('ptdp.dataset: path must be a string, got nil', 'dataset without a path', ptdp.dataset, {})
 -- a dataset refused where it was to be made leaves no directory made for it
-expect_error('is inside the checkpoint directory', 'a dataset inside a checkpoint', ptdp.dataset,
+expect_error('checkpoint directory', 'a dataset inside a checkpoint', ptdp.dataset,
              { path = tmpdir .. '/made/iter_0000002/x.ptdp', given = true, create = true,
                corpus = corpus, format = 'lines' })
 check(io.open(tmpdir .. '/made/.', 'r') == nil, 'the refused dataset left no directory behind')
 expect_error('is inside the checkpoint directory', 'write_file inside a checkpoint',
-             ptdp.write_file, ptdp.mkdirs(tmpdir .. '/ck/iter_0000001') .. '/x', 'x', 'note')
+             ptdp.write_file, (function()  -- (made by hand: mkdirs refuses it)
+               os.execute("mkdir -p '" .. tmpdir .. "/ck/iter_0000001'")
+               return tmpdir .. '/ck/iter_0000001'
+             end)() .. '/x', 'x', 'note')
+expect_error('is named as a checkpoint directory', 'mkdirs of a checkpoint name', ptdp.mkdirs,
+             tmpdir .. '/ck2/iter_0000009.old')
+expect_error('is inside the checkpoint directory', 'mkdirs inside a checkpoint', ptdp.mkdirs,
+             tmpdir .. '/ck/iter_0000001/sub')
+expect_error('ptdp.plan: option num_layers holds a NUL byte', 'a NUL in a plan value', ptdp.plan,
+             { num_layers = '2\0x', hidden_size = 64, num_attention_heads = 2, global_batch_size = 8,
+               num_gpus = 1 })
 
 -- make_temp_dir: a directory of its own under any parent (a newline in the
 -- parent's name made a script read another directory's name from mktemp's

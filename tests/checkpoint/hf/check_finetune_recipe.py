@@ -126,7 +126,7 @@ cli.expect("a work directory inside the model's", [recipe, "--hf-model", "hf", "
            "is the model's directory or inside it")
 cli.expect("a work directory that is a file", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
                                                "--workdir", "corpus.jsonl"], False,
-           "exists and is not a directory")
+           "is not a directory")
 with open(os.path.join(work, "other.jsonl"), "w") as f:
     f.write(json.dumps({"text": "another corpus"}) + "\n")
 shutil.move(os.path.join(work, "run", "finetuned"), os.path.join(work, "second_finetuned"))
