@@ -31,6 +31,24 @@ local config, opts, given = flags.parse(arg, {
   hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
 })
 
+-- What the benchmark sets itself is refused when given (it would be
+-- overwritten per layout), and so are --machine with --save-machine (the
+-- first loads a calibration, the second writes a new one).
+for _, key in ipairs { 'tensor_model_parallel_size', 'pipeline_model_parallel_size', 'data_parallel_size',
+                       'micro_batch_size', 'recompute_granularity', 'pipeline_schedule',
+                       'num_layers_per_virtual_pipeline_stage' } do
+  if given[key] then
+    io.stderr:write(string.format("bench_plan_calibration: flag '--%s' is this benchmark's to set (it " ..
+                                  'measures its own list of layouts): leave it out\n', (key:gsub('_', '-'))))
+    os.exit(2)
+  end
+end
+if opts.machine ~= '' and opts.save_machine ~= '' then
+  io.stderr:write('bench_plan_calibration: give --machine (use a calibration) or --save-machine ' ..
+                  '(calibrate now and keep it), not both\n')
+  os.exit(2)
+end
+
 -- The default dataset is tokenized on first use; a --data-path must exist
 -- unless --corpus says what to make it from.
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,

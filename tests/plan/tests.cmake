@@ -74,6 +74,13 @@ ptdp_plan_cli_test(lua_plan_bench_calibration --rc 0 --expect "calibrated this C
      --iters 1 --warmup 0 --rounds 1 --num-layers 4 --hidden-size 64 --num-attention-heads 4
      --seq-length 32 --data-path ${PTDP_TEST_TMP}/lua/plan_calibration.ptdp
      --corpus ${PTDP_TEST_CORPUS} --corpus-format lines)
+# Flags it would overwrite per layout, or ignore, are refused before any work.
+ptdp_plan_cli_test(lua_plan_bench_calibration_own_flag --rc nonzero
+  --expect "flag '--micro-batch-size' is this benchmark's to set"
+  -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_plan_calibration.lua --micro-batch-size 3)
+ptdp_plan_cli_test(lua_plan_bench_calibration_machine_twice --rc nonzero
+  --expect "give --machine (use a calibration) or --save-machine"
+  -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_plan_calibration.lua --machine a --save-machine b)
 ptdp_plan_cli_test(lua_plan_api --rc 0 --expect "plan_api: PASS"
   -- ${PTDP_LAUNCHER} ${CMAKE_CURRENT_SOURCE_DIR}/plan/plan_api.lua)
 set_tests_properties(${PTDP_PLAN_LUA_TESTS} PROPERTIES LABELS lua TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")
