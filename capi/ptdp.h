@@ -238,9 +238,11 @@ PTDP_API ptdp_status ptdp_trainer_log_line(const ptdp_trainer *trainer, char *bu
 PTDP_API ptdp_status ptdp_trainer_log_json(const ptdp_trainer *trainer, char *buf, size_t cap,
                                            size_t *out_len);
 /* Appends `line` and a newline to the file at `path` in one write, creating
- * it (a JSON-lines metrics file); fresh != 0 replaces the file with that one
- * line, atomically. A directory, device, FIFO or dangling link is refused, as
- * by every writer; a line holding a newline is PTDP_ERR_INVALID_ARGUMENT. */
+ * it (a metrics log: JSON lines whose first record is the run's, {"kind":
+ * "run", ...}); fresh != 0 replaces the file with that one line, atomically.
+ * A directory, device, FIFO, dangling link or a file that is no metrics log is
+ * refused, as by every writer; a line that is not one JSON object, or a first
+ * record that is not the run's, is PTDP_ERR_INVALID_ARGUMENT. */
 PTDP_API ptdp_status ptdp_append_line(const char *path, const char *line, int32_t fresh);
 
 /* The model's logits for one token sequence (ids[0..count), at most
