@@ -323,11 +323,11 @@ SaveRootLock::SaveRootLock(const std::string &root) {
   } else {
     const int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) os_fail("open the save directory", root, errno);
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      const int e = errno;
+    // A file system without locks (some NFS mounts) gives another error: the
+    // run goes on without the hold rather than not at all.
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
       ::close(fd);
-      if (e != EWOULDBLOCK) os_fail("lock the save directory", root, e);
-      fail(Status::invalid_config, "--save '", root, "' is being saved into by another process (a "
+      fail(Status::invalid_config, "save directory '", root, "' is being saved into by another process (a "
            "run still going): two runs saving into one directory replace and prune each other's "
            "checkpoints; save elsewhere, or wait until that run ends");
     }
