@@ -144,6 +144,16 @@ local function need_number(value, fn, arg)
   end
 end
 
+-- A list: keys 1 .. #t only ({ 'a', nil, 'c' } or { 'a', [5] = 'x' } would
+-- drop what ipairs does not reach).
+local function need_list(t, fn, arg)
+  for k in pairs(t) do
+    if type(k) ~= 'number' or k % 1 ~= 0 or k < 1 or k > #t then
+      raise(string.format('ptdp.%s: %s is a list, 1 to %d; it has the key %s', fn, arg, #t, tostring(k)))
+    end
+  end
+end
+
 -- An options table: nil, or a table whose keys are all in `known` (a
 -- mistyped key would otherwise be ignored and its default used).
 local function need_options(value, fn, known)
@@ -688,12 +698,7 @@ function M.tokenize(t)
                                     'tokenizer_file', 'workers' })
   local inputs = type(t.inputs) == 'table' and t.inputs or { t.inputs }
   if #inputs == 0 then raise('ptdp.tokenize: inputs names no file') end
-  for k in pairs(inputs) do  -- a list: { 'a', nil, 'c' } would drop 'c'
-    if type(k) ~= 'number' or k % 1 ~= 0 or k < 1 or k > #inputs then
-      raise(string.format('ptdp.tokenize: inputs is a list of paths, 1 to %d; it has the key %s',
-                          #inputs, tostring(k)))
-    end
-  end
+  need_list(inputs, 'tokenize', 'inputs')
   if t.append_eod ~= nil and type(t.append_eod) ~= 'boolean' then
     raise('ptdp.tokenize: append_eod is true or false, got ' .. tostring(t.append_eod))
   end
@@ -726,12 +731,7 @@ function M.tokenize(t)
     if type(keys) ~= 'table' or #keys == 0 then
       raise('ptdp.tokenize: json_keys is a key or a list of keys, e.g. { \'text\' }')
     end
-    for k in pairs(keys) do  -- a list: { 'text', [5] = 'x' } would drop 'x'
-      if type(k) ~= 'number' or k % 1 ~= 0 or k < 1 or k > #keys then
-        raise(string.format('ptdp.tokenize: json_keys is a list of keys, 1 to %d; it has the key %s',
-                            #keys, tostring(k)))
-      end
-    end
+    need_list(keys, 'tokenize', 'json_keys')
     for i, k in ipairs(keys) do
       need_string(k, 'tokenize', 'json_keys[' .. i .. ']')
       if k:find(',', 1, true) then  -- the C list is comma-separated: one key would count as two

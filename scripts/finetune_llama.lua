@@ -146,6 +146,7 @@ end
 -- the tokenization and the load (they were refused only after all three):
 -- outside --workdir, whose files are the recipe's (a --log-json there replaced
 -- its record), and each by the writers' rules.
+local kinds = { ['--log-json'] = 'metrics_log', ['--timeline'] = 'trace', ['--profile-ops'] = 'op_profile' }
 for i, a in ipairs(rest) do
   local name, value = a:match('^(%-%-[%w%-]+)=(.*)$')
   if not name then name, value = a, rest[i + 1] end
@@ -156,7 +157,6 @@ for i, a in ipairs(rest) do
       fail(string.format("%s '%s' is inside --workdir '%s', whose files are the recipe's: give a " ..
                          'path outside it', name, value, W))
     end
-    local kinds = { ['--log-json'] = 'metrics_log', ['--timeline'] = 'trace', ['--profile-ops'] = 'op_profile' }
     local ok, err = pcall(ptdp.check_output, value, name, false, kinds[name])
     if not ok then fail(tostring(err)) end
   end

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -81,13 +82,19 @@ void refuse_if_claimed(const std::string &path, const char *what) {
            "': two outputs cannot share one file (give each its own path)");
 }
 
-// Error when the regular file st (spelled `path`) is a registered input.
-void refuse_if_input(const struct stat &st, const std::string &path, const char *what) {
+// The registered input that is the file st (its description), or nothing.
+std::optional<std::pair<std::string, std::string>> input_of(const struct stat &st) {
   std::lock_guard<std::mutex> lk(registry_mu);
   for (const auto &[id, in] : registry)
-    if (in.input && in.dev == st.st_dev && in.ino == st.st_ino)
-      fail(Status::invalid_argument, what, " '", path, "' is the ", in.what, " '", in.path,
-           "' this run reads: refusing to overwrite an input (choose another output path)");
+    if (in.input && in.dev == st.st_dev && in.ino == st.st_ino) return std::pair{in.what, in.path};
+  return std::nullopt;
+}
+
+// Error when the regular file st (spelled `path`) is a registered input.
+void refuse_if_input(const struct stat &st, const std::string &path, const char *what) {
+  if (const auto in = input_of(st))
+    fail(Status::invalid_argument, what, " '", path, "' is the ", in->first, " '", in->second,
+         "' this run reads: refusing to overwrite an input (choose another output path)");
 }
 
 }  // namespace
@@ -198,11 +205,7 @@ void hold_input_file(const std::string &path, const std::string &what) {
 
 bool is_held_input(const std::string &path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return false;
-  std::lock_guard<std::mutex> lk(registry_mu);
-  for (const auto &[id, in] : registry)
-    if (in.input && in.dev == st.st_dev && in.ino == st.st_ino) return true;
-  return false;
+  return ::stat(path.c_str(), &st) == 0 && input_of(st).has_value();
 }
 
 void hold_input(const std::string &path, const std::string &what) {
@@ -276,7 +279,12 @@ static std::string head_bytes(const std::string &path, size_t n, off_t *size) {
 // One that cannot be read is not: what it is cannot be told.
 static bool is_of_kind(const std::string &target, OutputKind kind) {
   off_t size = -1;
-  const std::string h = head_bytes(target, 65536, &size);
+  // Only what the kind is told by: a magic's few bytes, or a first line or a
+  // whole small JSON file (output_target runs at every --log-json append and
+  // every --timeline write).
+  const bool lines = kind == OutputKind::json || kind == OutputKind::machine ||
+                     kind == OutputKind::metrics_log || kind == OutputKind::op_profile;
+  const std::string h = head_bytes(target, lines ? 65536 : 64, &size);
   if (size == 0 || kind == OutputKind::any) return true;
   if (size < 0) return false;
   const auto starts = [&h](const char *magic, size_t n) { return h.size() >= n && h.compare(0, n, magic, n) == 0; };

@@ -163,7 +163,7 @@ expect_error("output kind 'text' (allowed: ", 'an unknown output kind', ptdp.che
              false, 'text')
 expect_error('is the C header', 'the C header as an output', ptdp.check_output,
              ptdp.project_dir .. '/capi/ptdp.h', 'x')
-expect_error('inputs is a list of paths, 1 to 1; it has the key 3', 'a hole in the inputs', ptdp.tokenize,
+expect_error('inputs is a list, 1 to 1; it has the key 3', 'a hole in the inputs', ptdp.tokenize,
              { inputs = { corpus, [3] = corpus }, output = tmpdir .. '/holes.ptdp' })
 expect_error('append_eod is true or false', "append_eod = 'no'", ptdp.tokenize,
              { inputs = corpus, output_prefix = tmpdir .. '/eod', append_eod = 'no' })
