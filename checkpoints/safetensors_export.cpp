@@ -234,6 +234,10 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   // The checkpoint's files are this command's inputs: never its output.
   std::vector<InputFile> reading;
   for (const std::string &f : ref.read_files) reading.emplace_back(f, "checkpoint file");
+  // Nor the model it was imported from (a fine-tuning's export over its base).
+  const auto source = m.training.find("imported_from");
+  if (source != m.training.end())
+    reading.emplace_back(source->second, "model this checkpoint was imported from,");
   const GptConfig &cfg = m.model;
   // The LLaMA family's layout for a model of its shape; GPT-2's otherwise.
   const bool llama = llama_layout_mismatch(cfg).empty();

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "checkpoints/commit.h"
+#include "engine/core/philox.h"
 #include "engine/core/status.h"
 
 namespace fs = std::filesystem;
@@ -39,7 +40,21 @@ std::string float_text(float x, float other) {
   return a;
 }
 
+// A lineage as a reader can follow it.
+std::string lineage_text(const std::string &lineage) {
+  if (lineage == kLineageNew) return "a run from scratch";
+  if (lineage.rfind("finetune:", 0) == 0)
+    return "fine-tuned from the checkpoint of manifest digest " + lineage.substr(9);
+  return "'" + lineage + "'";
+}
+
 }  // namespace
+
+std::string finetune_lineage(const Manifest &parent) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(parent.to_json()));
+  return std::string("finetune:") + hex;
+}
 
 std::string other_run_fields(const Manifest &saved, const GptConfig &model,
                              const std::map<std::string, std::string> &training) {
@@ -64,7 +79,11 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
   for (const auto &[key, was] : saved.training) {
     auto now = training.find(key);
     if (key == "data_path" && by_content) continue;
-    if (now != training.end() && !may_differ(key)) add(key, was, now->second);
+    if (now == training.end() || may_differ(key)) continue;
+    if (key == kLineageKey && was != now->second)
+      add(key, lineage_text(was), lineage_text(now->second));
+    else if (key != kLineageKey)
+      add(key, was, now->second);
   }
   return out;
 }
@@ -85,7 +104,8 @@ void check_save_target(const std::string &save, const std::string &load, const G
        "or resume that run with --load '", save,
        "' (the same run means the same model and the same seed, data_path, split, "
        "global_batch_size, LR schedule, optimizer, clip_grad, tokenizer and params_dtype as "
-       "its manifest records; the layout, micro_batch_size and, where lr_decay_iters is set, "
+       "its manifest records, and the same lineage: from scratch, or fine-tuned from the same "
+       "checkpoint; the layout, micro_batch_size and, where lr_decay_iters is set, "
        "train_iters may differ)");
 }
 

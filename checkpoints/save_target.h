@@ -11,6 +11,13 @@
 // first two do not change the run, and a train_iters that changes the LR
 // decay (lr_decay_iters 0 = train_iters) shows as lr_decay_iters. Options the manifest does not record (an
 // older checkpoint) are not compared.
+//
+// Equal options do not make a fine-tuned run the run it started from, so every
+// manifest also records the run's lineage (training key "lineage"): "new" for a
+// run from scratch (two of them with equal options are one run, by the
+// numerics contract), kept by every resumption, and for a fine-tuning run
+// "finetune:" and the digest of the manifest it started from (two fine-tunings
+// of one checkpoint with equal options are again one run).
 #pragma once
 #include <functional>
 #include <map>
@@ -20,6 +27,11 @@
 #include "checkpoints/manifest.h"
 
 namespace ptdp {
+
+inline constexpr const char *kLineageKey = "lineage";
+inline constexpr const char *kLineageNew = "new";
+// The lineage of a run fine-tuned from the checkpoint of `parent`.
+std::string finetune_lineage(const Manifest &parent);
 
 // What makes `saved` another run than (model, training): "hidden_size:
 // checkpoint 64, this run 32; seed: checkpoint 1, this run 2", or "" when it

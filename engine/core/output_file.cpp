@@ -210,10 +210,17 @@ bool is_held_input(const std::string &path) {
 
 void hold_input(const std::string &path, const std::string &what) {
   static std::mutex held_mu;
-  static auto *held = new std::vector<InputFile>();  // never released: the process's inputs
-  InputFile f(path, what);
+  // Never released: the process's inputs, once each.
+  static auto *held = new std::map<std::pair<dev_t, ino_t>, InputFile>();
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return;
   std::lock_guard<std::mutex> lk(held_mu);
-  held->push_back(std::move(f));
+  if (held->count({st.st_dev, st.st_ino})) return;
+  // Held open as well (never closed): a held file removed meanwhile keeps its
+  // inode, which a new file (an output) would otherwise get and be refused as
+  // this input.
+  (void)::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  held->emplace(std::make_pair(st.st_dev, st.st_ino), InputFile(path, what));
 }
 
 // output_target's checks of the path's kind and inputs (below).
@@ -224,7 +231,7 @@ static const std::pair<OutputKind, std::pair<const char *, const char *>> kKinds
     {OutputKind::ptdp_dataset, {"ptdp_dataset", "a ptdp token dataset"}},
     {OutputKind::megatron_index, {"megatron_index", "a Megatron index (.idx)"}},
     {OutputKind::megatron_data, {"megatron_data", "a Megatron token file (.bin) beside its .idx"}},
-    {OutputKind::safetensors, {"safetensors", "a safetensors file"}},
+    {OutputKind::safetensors, {"safetensors", "a safetensors file ptdp wrote"}},
     {OutputKind::json, {"json", "a JSON object"}},
     {OutputKind::metrics_log, {"metrics_log", "a metrics log (--log-json, its first record {\"kind\": \"run\", ...})"}},
     {OutputKind::trace, {"trace", "a --timeline trace"}},
@@ -298,11 +305,20 @@ static bool is_of_kind(const std::string &target, OutputKind kind) {
       return head_bytes(target.substr(0, target.size() - 4) + ".idx", 9, &idx_size) ==
              std::string("MMIDIDX\0\0", 9);
     }
-    case OutputKind::safetensors: {
+    case OutputKind::safetensors: {  // one ptdp exported, or one without tensors
+      // (a model from elsewhere, the one a checkpoint was imported from say,
+      // may be all there is of it)
       if (h.size() < 9 || h[8] != '{') return false;
       uint64_t n = 0;
       for (int i = 7; i >= 0; i--) n = n << 8 | (unsigned char)h[i];
-      return n >= 2 && n <= (uint64_t)size - 8;
+      if (n < 2 || n > (uint64_t)size - 8 || n > (100u << 20)) return false;  // (the format's limit)
+      off_t ignored = 0;
+      const std::string text = head_bytes(target, 8 + (size_t)n, &ignored);
+      const json j = json::parse(text.size() > 8 ? text.substr(8) : "", nullptr, false);
+      if (!j.is_object()) return false;
+      const auto meta = j.find("__metadata__");
+      const bool ptdp = meta != j.end() && meta->is_object() && meta->value("producer", json()) == "ptdp";
+      return ptdp || j.size() == (size_t)(meta != j.end());
     }
     // The JSON kinds by what their writers put in them, not by a first '{':
     // a model's config.json, an INI file, a log and a trace all start alike.

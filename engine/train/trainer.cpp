@@ -259,6 +259,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", last_loaded_.c_str());
     }
     if (ckpt) load(*ckpt);
+    // Its lineage is known now: a fine-tuned run resumed with --save naming
+    // the run it came from has that run's options but is another run.
+    if (ckpt && !opt_.save_path.empty())
+      check_save_target(opt_.save_path, resumed_from_, opt_.model, manifest_training());
     // Its files (and the tracker read) are inputs now: the outputs checked
     // above are checked again against them, still before the first step.
     if (!opt_.timeline_path.empty()) check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::trace);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "checkpoints/commit.h"
+#include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/comm/grid.h"
 #include "engine/comm/communicator.h"
@@ -246,7 +247,11 @@ class Trainer {
   // tokenizer's hf_bos_token_id / hf_eos_token_id), taken from the loaded
   // checkpoint and written by every later save, fine-tuning included, so an
   // export of a fine-tuned model still knows its bos and eos.
-  std::map<std::string, std::string> provenance_;
+  // And its lineage (checkpoints/save_target.h): "new" from scratch, the
+  // loaded checkpoint's when resuming, a new one when fine-tuning.
+  std::map<std::string, std::string> provenance_ = {{kLineageKey, kLineageNew}};
+  // A manifest's `training`: the resumption options and the provenance.
+  std::map<std::string, std::string> manifest_training() const;
   // The tokenizer_type the loaded checkpoint was trained with ("" when it
   // records none, as an import): generate() refuses another.
   std::string loaded_tokenizer_;

@@ -130,6 +130,12 @@ std::string Trainer::save(const std::string &root) {
   return last_saved_;
 }
 
+std::map<std::string, std::string> Trainer::manifest_training() const {
+  std::map<std::string, std::string> out = resumption_options(opt_, data_fingerprint_);
+  out.insert(provenance_.begin(), provenance_.end());
+  return out;
+}
+
 SaveRequest Trainer::save_request(const std::string &root) {
   if (!failure_.empty())
     fail(Status::wrong_state, "the job failed earlier; its state is not saved: ", failure_);
@@ -147,8 +153,7 @@ SaveRequest Trainer::save_request(const std::string &root) {
     req.state.loss_scale_growth_tracker = ls.growth_tracker;
     req.state.loss_scale_hysteresis_tracker = ls.hysteresis_tracker;
   }
-  req.training = resumption_options(opt_, data_fingerprint_);
-  req.training.insert(provenance_.begin(), provenance_.end());
+  req.training = manifest_training();
   // Every save, not only --save's: a directory holding another run's
   // checkpoints is not written into (this run's own, or the one it resumed, is).
   check_save_target(root, resumed_from_, opt_.model, req.training);
@@ -292,7 +297,9 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   resumed_from_ = opt_.finetune ? "" : ckpt.dir;
   provenance_.clear();
   for (const auto &[key, value] : ckpt.manifest.training)
-    if (key == "imported_from" || key.rfind("hf_", 0) == 0) provenance_[key] = value;
+    if (key == "imported_from" || key.rfind("hf_", 0) == 0 || (key == kLineageKey && !opt_.finetune))
+      provenance_[key] = value;
+  if (opt_.finetune) provenance_[kLineageKey] = finetune_lineage(ckpt.manifest);
   const auto tok = ckpt.manifest.training.find("tokenizer_type");
   loaded_tokenizer_ = tok == ckpt.manifest.training.end() ? "" : tok->second;
   loaded_files_.clear();

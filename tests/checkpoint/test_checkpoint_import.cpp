@@ -200,6 +200,20 @@ TEST_F(CheckpointImport, ImportThenExportIsBitIdentical) {
     const std::string back = work.path + "/" + dtype + "_export.safetensors";
     export_safetensors(dir.path, back, dtype == "BF16" ? "bf16" : "f16");
     expect_same_tensors(read_safetensors(back), half, "transformer.");
+    // The model a checkpoint was imported from is never an export's output
+    // (a fine-tuning exported over its base), nor is any model ptdp did not
+    // write: it may be all there is of it.
+    // (In this process the import holds `file` as an input; a later process's
+    // export is refused by the manifest's imported_from: lua_ckpt_export_keeps_import_source.)
+    const std::string before = read_file(file);
+    expect_error([&] { export_safetensors(dir.path, file); }, Status::invalid_argument,
+                 "refusing to overwrite an input");
+    const std::string other = work.path + "/" + dtype + "_other.safetensors";
+    write_safetensors(other, half);
+    expect_error([&] { export_safetensors(imported.path, other); }, Status::invalid_argument,
+                 "exists and is not a safetensors file ptdp wrote");
+    EXPECT_EQ(read_file(file), before);
+    EXPECT_EQ(read_file(other), read_file(file));
   }
 }
 

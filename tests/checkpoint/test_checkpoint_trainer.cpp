@@ -647,6 +647,35 @@ TEST_F(CheckpointFaults, ExplicitSaveAmongAnotherRunsCheckpointsIsRefused) {
   EXPECT_NO_THROW(a.save(dir.path));  // the run it resumed
 }
 
+// Equal options do not make a fine-tuning the run it started from: resumed
+// with --save naming that run, or saved there explicitly, it is refused by
+// its lineage (the manifest's "lineage"), before it replaces or prunes a
+// checkpoint; its own directory takes its checkpoints.
+TEST_F(CheckpointFaults, AFineTunedRunIsAnotherRunWhateverItsOptions) {
+  const std::string why = "lineage: checkpoint a run from scratch, this run fine-tuned from the "
+                          "checkpoint of manifest digest ";
+  const auto before = fs::last_write_time(ckpt + "/manifest.json");
+  TrainerOptions ft = options({1, 1, 1, 1});
+  ft.load_path = dir.path;
+  ft.finetune = true;
+  TempDir tuned;
+  {
+    Trainer f(ft);
+    f.step();
+    f.save(tuned.path);
+    expect_error([&] { f.save(dir.path); }, Status::invalid_config, why);
+  }
+  TrainerOptions resumed = options({1, 1, 1, 1});
+  resumed.load_path = tuned.path;
+  resumed.save_path = dir.path;
+  expect_error([&] { Trainer r(resumed); }, Status::invalid_config, why);
+  EXPECT_EQ(fs::last_write_time(ckpt + "/manifest.json"), before);
+  resumed.save_path = tuned.path;
+  Trainer r(resumed);
+  r.step();
+  EXPECT_NO_THROW(r.save(tuned.path));
+}
+
 // A FIFO in place of the manifest or of the tracker is refused or passed over,
 // never waited on (the regular-file rule of engine/core/mapped_file.h).
 TEST_F(CheckpointFaults, FifoManifestOrTrackerIsNotWaitedOn) {

@@ -407,6 +407,22 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   st[0] = 100;  // a length past the file's end: not a safetensors file
   expect_error([&] { ptdp::output_target(put("bad.safetensors", st), "export", OutputKind::safetensors); },
                ptdp::Status::invalid_argument, "is not a safetensors file");
+  // One with tensors is replaced only where ptdp's export wrote it: a model
+  // from elsewhere (the one a checkpoint was imported from) may be all there is.
+  const auto with_header = [](const std::string &header) {
+    std::string f(8, '\0');
+    f[0] = (char)header.size();
+    return f + header + "0123";
+  };
+  const std::string hf = put("hf.safetensors", with_header(
+      "{\"__metadata__\":{\"format\":\"pt\"},\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[1],"
+      "\"data_offsets\":[0,4]}}"));
+  expect_error([&] { ptdp::output_target(hf, "export", OutputKind::safetensors); },
+               ptdp::Status::invalid_argument, "is not a safetensors file ptdp wrote");
+  const std::string ours = put("ours.safetensors", with_header(
+      "{\"__metadata__\":{\"producer\":\"ptdp\"},\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[1],"
+      "\"data_offsets\":[0,4]}}"));
+  EXPECT_EQ(ptdp::output_target(ours, "export", OutputKind::safetensors), ours);
   // A Megatron .bin has no signature: its .idx beside it says what it is.
   const std::string bin = put("p_text_document.bin", "tokens");
   expect_error([&] { ptdp::output_target(bin, "tokenize output", OutputKind::megatron_data); },
