@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "checkpoints/disk_bandwidth.h"
@@ -123,13 +124,19 @@ std::string foreign_file(const std::string &path, std::vector<std::string> *othe
 // follow "'<path>' ". Nothing a save did not make is ever removed: not a
 // user's file in it, not a symbolic link in its place, not a user's copy of a
 // checkpoint named iter_N.old.
+// Why the file foreign_file found keeps its directory, to follow "it ".
+std::string foreign_reason(const std::string &file) {
+  return "holds '" + file + "', which " +
+         (is_held_input(file) ? "this run reads" : "no save made");
+}
+
 std::string not_removable(const std::string &path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return "";
   if (S_ISLNK(st.st_mode)) return "is a symbolic link, which no save makes";
   if (!S_ISDIR(st.st_mode)) return "is not a directory";
   if (const std::string foreign = foreign_file(path); !foreign.empty())
-    return "holds '" + foreign + "', which no save made";
+    return foreign_reason(foreign);
   bool old = false;
   if (checkpoint_dir_name(fs::path(path).filename().string(), &old) && old &&
       !exists(join(path, kRemovalMark)))
@@ -313,6 +320,16 @@ std::mutex held_roots_mutex;
 std::map<std::pair<uint64_t, uint64_t>, HeldRoot> held_roots;  // (device, inode): this process's
 }  // namespace
 
+namespace {
+// begin_checkpoint's holds, by the save's .tmp directory, until its commit or abandon.
+std::mutex save_holds_mutex;
+std::map<std::string, std::unique_ptr<SaveRootLock>> save_holds;
+void release_save_hold(const std::string &tmp) noexcept {
+  std::lock_guard<std::mutex> g(save_holds_mutex);
+  save_holds.erase(tmp);
+}
+}  // namespace
+
 SaveRootLock::SaveRootLock(const std::string &root) {
   struct stat st;
   if (::stat(root.c_str(), &st) != 0) os_fail("lock the save directory", root, errno);
@@ -378,8 +395,9 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   if (::access(root.c_str(), W_OK) != 0) os_fail("write into checkpoint directory", root, errno);
   // Not into a directory another process is saving into (an import into a
   // running trainer's --save lost the trainer's final checkpoint); this
-  // process's own hold (its trainer's) is shared.
-  { const SaveRootLock not_another_process(root); }
+  // process's own hold (its trainer's) is shared. Held until the commit or
+  // the abandon: a trainer started meanwhile would prune this save's .tmp.
+  auto hold = std::make_unique<SaveRootLock>(root);
   // The commit swaps out an iter_N of the same iteration: only one that a
   // save made (complete: its manifest is there). A directory or file of that
   // name that is something else is the user's, and is not replaced.
@@ -402,6 +420,8 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
     release_temp_directory(tmp, save_files());
     os_fail("create", tmp, e);
   }
+  std::lock_guard<std::mutex> g(save_holds_mutex);
+  save_holds[tmp] = std::move(hold);
   return tmp;
 }
 
@@ -410,6 +430,7 @@ void abandon_checkpoint(const std::string &root, int64_t iteration) noexcept {
     const std::string tmp = join(root, checkpoint_name(iteration) + ".tmp");
     release_temp_directory(tmp, save_files());
     remove_save_dir(tmp);  // (only what the save made)
+    release_save_hold(tmp);
   } catch (...) {
   }
 }
@@ -418,6 +439,10 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
                               const std::string &manifest_json) {
   std::string name = checkpoint_name(iteration);
   std::string tmp = join(root, name + ".tmp"), final_dir = join(root, name);
+  struct Release {  // begin_checkpoint's hold, however the commit ends
+    const std::string &tmp;
+    ~Release() { release_save_hold(tmp); }
+  } release{tmp};
   if (!is_dir(tmp))
     fail(Status::wrong_state, "cannot commit checkpoint '", final_dir, "': '", tmp,
          "' does not exist; call begin_checkpoint first");
@@ -528,6 +553,7 @@ std::vector<std::string> prune_checkpoints(const std::string &root, int keep_las
     // Only what the saves made: a directory holding anything else (a user's
     // file put there) is kept, and said so.
     std::string foreign = foreign_file(path);
+    if (!foreign.empty()) foreign = foreign_reason(foreign);
     if (foreign.empty()) {
       // A complete checkpoint is first renamed to a leftover's name
       // (iter_N.old, which the next rotation removes): a removal cut short (a

@@ -228,11 +228,16 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string &prefix, int vocab_
   if (prefix.empty()) fail(Status::invalid_argument, "the output prefix is empty");
   if (vocab_size <= 0) fail(Status::invalid_argument, "vocab_size must be positive");
   for (const std::string &f : inputs) inputs_.emplace_back(f, "tokenize input");
-  bin_path_ = output_target(prefix + ".bin", "tokenize output", OutputKind::megatron_data);
-  idx_path_ = output_target(prefix + ".idx", "tokenize output", OutputKind::megatron_index);
+  // Each dataset its own writer's name: one command's other datasets (its
+  // other json keys) are other writers, whose files its claims refuse.
+  const std::string what = "tokenize output (" + prefix + ")";
+  bin_path_ = output_target(prefix + ".bin", what.c_str(), OutputKind::megatron_data);
+  idx_path_ = output_target(prefix + ".idx", what.c_str(), OutputKind::megatron_index);
   if (same_output(bin_path_, idx_path_))
     fail(Status::invalid_argument, "tokenize output '", prefix, ".bin' and '", prefix,
          ".idx' are one file (links to it): the index would replace the tokens; give two files");
+  bin_claim_ = OutputClaim(bin_path_, what);
+  idx_claim_ = OutputClaim(idx_path_, what);
   fd_ = create_temp_file(bin_path_, &bin_tmp_);
 }
 

@@ -103,6 +103,9 @@ class IndexedDatasetWriter {
   void flush();
 
   std::vector<InputFile> inputs_;  // what is being tokenized: no output may be one
+  // Its two files, refused to every other writer of the command (another
+  // json key's dataset through a link, say) while it writes them.
+  OutputClaim bin_claim_, idx_claim_;
   std::string bin_path_, idx_path_, bin_tmp_, idx_tmp_;
   int fd_ = -1;
   int vocab_size_;

@@ -185,8 +185,14 @@ IndexedTokenizeOptions parse_indexed_tokenize_options(const std::vector<std::str
     fail(Status::bad_value, "unknown input format '", o.format, "'; allowed: jsonl, ",
          corpus_format_names());
   if (o.json_keys.empty()) fail(Status::bad_value, "json_keys is empty; give at least one key");
-  for (const auto &k : o.json_keys)
+  for (const auto &k : o.json_keys) {
     if (k.empty()) fail(Status::bad_value, "json_keys holds an empty key");
+    // A key names its dataset's files (PREFIX_KEY_document): beside the prefix.
+    if (k.find('/') != std::string::npos)
+      fail(Status::bad_value, "json_keys entry '", k, "' holds a '/': each key names its ",
+           "dataset's files (PREFIX_KEY_document.bin and .idx), which stay beside the prefix; ",
+           "give keys without '/'");
+  }
   if (o.format != "jsonl" && !(o.json_keys.size() == 1 && o.json_keys[0] == "text"))
     fail(Status::invalid_argument, "json_keys applies to the jsonl format only (format is '",
          o.format, "')");

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "checkpoints/commit.h"
+#include "engine/core/output_file.h"
 #include "checkpoints/disk_bandwidth.h"
 #include "checkpoints/crc32c.h"
 #include "engine/core/status.h"
@@ -363,6 +364,16 @@ TEST_F(Commit, PruneKeepsNewestKAndTheTrackedOne) {
     EXPECT_TRUE(fs::exists(root + "/" + kept)) << kept;
   EXPECT_TRUE(prune_checkpoints(root, 2).empty());
   expect_error([&] { prune_checkpoints(root, 0); }, Status::bad_value, "keep_last must be >= 1");
+  // One this run reads (it loaded it) is kept too, and the reason says so.
+  hold_input(root + "/iter_0000400/manifest.json", "checkpoint file");
+  spit(root + "/latest", "iter_0000500\n");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(prune_checkpoints(root, 1), (std::vector<std::string>{root + "/iter_0000200"}));
+  EXPECT_TRUE(fs::exists(root + "/iter_0000400/manifest.json"));
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find(
+                "rotation kept '" + root + "/iter_0000400': it holds '" + root +
+                "/iter_0000400/manifest.json', which this run reads"),
+            std::string::npos);
 }
 
 // A checkpoint directory that is a symbolic link (to a directory outside the
@@ -428,5 +439,41 @@ TEST_F(Commit, OneProcessSavesIntoADirectoryAtATime) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   SaveRootLock mine(root);  // free again
   SaveRootLock shared(root);  // and shared within this process
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
+}
+
+// A save holds its directory from begin_checkpoint to the commit (or the
+// abandon), not only at its start: a trainer started during an import would
+// otherwise prune the import's unfinished .tmp.
+TEST_F(Commit, ASaveHoldsItsDirectoryUntilItsCommit) {
+  fs::create_directories(root);
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // begins a save, commits it when the parent says so
+    char c = 'y';
+    try {
+      begin_checkpoint(root, 5);
+      if (::write(to_parent[1], &c, 1) != 1 || ::read(to_child[0], &c, 1) != 1) ::_exit(1);
+      commit_checkpoint(root, 5, "{}");
+    } catch (...) {
+      ::_exit(2);
+    }
+    if (::write(to_parent[1], &c, 1) != 1) ::_exit(1);
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
+  expect_error([&] { SaveRootLock trainer(root); }, Status::invalid_config,
+               "is being saved into by another process");
+  ASSERT_EQ(::write(to_child[1], &c, 1), 1);
+  ASSERT_EQ(::read(to_parent[0], &c, 1), 1);  // committed
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(fs::exists(root + "/iter_0000005/manifest.json"));
+  SaveRootLock free_again(root);
   for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
 }

@@ -483,6 +483,30 @@ TEST(IndexedTokenize, JsonLinesAsMegatronsPreprocessing) {
             (std::vector<int32_t>{'a', 'b', 'c', 0xc3, 0xa9}));
 }
 
+// Two keys' datasets are two outputs: where links make them one file, the
+// command is refused and the first key's dataset kept.
+TEST(IndexedTokenize, TwoKeysNeverWriteOneFile) {
+  TempDir dir;
+  const std::string in = dir.path + "/in.jsonl";
+  write_file(in, "{\"text\": \"ab\", \"title\": \"T\"}\n");
+  IndexedTokenizeOptions o;
+  o.output_prefix = dir.path + "/out";
+  o.json_keys = {"text", "title"};
+  ByteTokenizer tok;
+  const std::vector<IndexedOutput> out = build_indexed_dataset({in}, o, tok);
+  const std::string kept = read_file(out[0].prefix + ".bin");
+  for (const char *ext : {".bin", ".idx"}) {
+    fs::remove(out[1].prefix + ext);
+    fs::create_symlink(out[0].prefix + ext, out[1].prefix + ext);
+  }
+  expect_error([&] { build_indexed_dataset({in}, o, tok); }, Status::invalid_argument,
+               "two outputs cannot share one file");
+  EXPECT_EQ(read_file(out[0].prefix + ".bin"), kept);
+  // A key names its files beside the prefix: no '/' to lead them elsewhere.
+  expect_error([] { parse_indexed_tokenize_options({"output_prefix=p", "json_keys=text,x/../p_text"}); },
+               Status::bad_value, "json_keys entry 'x/../p_text' holds a '/'");
+}
+
 TEST(IndexedTokenize, BadInputsAreClearErrorsAndWriteNothing) {
   TempDir dir;
   ByteTokenizer tok;
