@@ -86,14 +86,30 @@ if tokenizer ~= 'byte' and not given.data_path then
                                 'to make it on first use\n', tokenizer, config.data_path, tokenizer))
   os.exit(1)
 end
+local function exists(path) return ffi.C.access(path, 0) == 0 end
+-- (where ptdp.dataset looks: an unnamed default in the project)
+local data_was_there = exists((given.data_path or config.data_path:sub(1, 1) == '/') and
+                              config.data_path or ptdp.project_dir .. '/' .. config.data_path)
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   create = given.corpus, corpus = opts.corpus,
                                   format = opts.corpus_format, tokenizer = tokenizer,
                                   vocab_file = config.vocab_file, merge_file = config.merge_file,
                                   tokenizer_file = config.tokenizer_file }
 
-local save_made = (config.save or '') ~= '' and ffi.C.access(config.save, 0) ~= 0
-local trainer = ptdp.trainer(config)
+-- What this command made goes again if the run is refused before its first
+-- step: the dataset made from --corpus, the --save directory (only while empty).
+local data_made = given.corpus and not data_was_there and exists(config.data_path)
+local save_made = (config.save or '') ~= '' and not exists(config.save)
+local function unmake()
+  if data_made then os.remove(config.data_path) end
+  if save_made then ffi.C.rmdir(config.save) end
+end
+local made_ok, trainer = pcall(ptdp.trainer, config)
+if not made_ok then
+  unmake()
+  io.stderr:write('ptdp: ', (tostring(trainer):gsub('^ptdp: ', '')), '\n')
+  os.exit(1)
+end
 local layout = trainer:layout()
 -- Under mpirun every process runs this script: the first rank reports.
 local print = layout.rank == 0 and print or function() end
@@ -148,8 +164,8 @@ if log_json then
   end
   local ok, err = pcall(ptdp.append_line, opts.log_json, '{' .. table.concat(fields, ', ') .. '}',
                         trainer:get('iteration') == 0)
-  if not ok then  -- refused before the first step: the --save directory this run made goes
-    if save_made then ffi.C.rmdir(config.save) end  -- (only while empty)
+  if not ok then  -- refused before the first step
+    unmake()
     io.stderr:write('ptdp: ', (tostring(err):gsub('^ptdp: ', '')), '\n')
     os.exit(1)
   end

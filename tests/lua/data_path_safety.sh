@@ -73,4 +73,9 @@ check "refused options: no dataset made" '[ ! -e made ]'
 run --data-path made/new.ptdp --corpus "$corpus" --corpus-format lines --save ''
 check "an empty --save: refused by name" 'grep -q "flag .--save. is given an empty value" out.txt'
 check "an empty --save: no dataset made" '[ ! -e made ]'
+# Refused later, by the trainer (sequences longer than the corpus): the
+# dataset made for it goes again.
+run --data-path later.ptdp --corpus "$corpus" --corpus-format lines
+check "refused by the trainer: says why" '[ "$(cat rc.txt)" != 0 ] && grep -q "tokenized" out.txt'
+check "refused by the trainer: the dataset made for it goes" '[ ! -e later.ptdp ]'
 exit $fail
