@@ -82,7 +82,8 @@ PTDP_API ptdp_status ptdp_hold_input(const char *path, const char *what);
 /* A script's own small output file (a record, a copied tokenizer file): the n
  * bytes at `path`, written as every writer writes (a temporary file beside it,
  * fsynced, renamed over it). A directory, device, FIFO, dangling link, an input
- * of this process or another writer's output is refused
+ * of this process, another writer's output or a file in a format ptdp's
+ * writers make (a dataset, a safetensors model, a log, a trace, a PNG) is refused
  * (PTDP_ERR_INVALID_ARGUMENT), a missing directory PTDP_ERR_IO; each message
  * names `what` and the path. */
 PTDP_API ptdp_status ptdp_write_file(const char *path, const char *bytes, size_t n,

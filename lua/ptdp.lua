@@ -775,8 +775,9 @@ function M.append_line(path, line, fresh)
 end
 
 -- A script's own small file: bytes at path, written as every writer writes
--- (temporary file, rename); a directory, device, FIFO, dangling link or an
--- input of this run is refused, naming `what`.
+-- (temporary file, rename); a directory, device, FIFO, dangling link, an
+-- input of this run or a file in a format ptdp's writers make (a dataset, a
+-- model, a log, a trace, a PNG) is refused, naming `what`.
 function M.write_file(path, bytes, what)
   need_string(path, 'write_file', 'path')
   need_string(bytes, 'write_file', 'bytes')

@@ -231,7 +231,7 @@ static const std::pair<OutputKind, std::pair<const char *, const char *>> kKinds
     {OutputKind::ptdp_dataset, {"ptdp_dataset", "a ptdp token dataset"}},
     {OutputKind::megatron_index, {"megatron_index", "a Megatron index (.idx)"}},
     {OutputKind::megatron_data, {"megatron_data", "a Megatron token file (.bin) beside its .idx"}},
-    {OutputKind::safetensors, {"safetensors", "a safetensors file ptdp wrote"}},
+    {OutputKind::safetensors, {"safetensors", "a safetensors file"}},
     {OutputKind::json, {"json", "a JSON object"}},
     {OutputKind::metrics_log, {"metrics_log", "a metrics log (--log-json, its first record {\"kind\": \"run\", ...})"}},
     {OutputKind::trace, {"trace", "a --timeline trace"}},
@@ -283,8 +283,21 @@ static std::string head_bytes(const std::string &path, size_t n, off_t *size) {
 }
 
 // Whether the existing regular file `target` is of `kind` (or empty: no one's).
-// One that cannot be read is not: what it is cannot be told.
-static bool is_of_kind(const std::string &target, OutputKind kind) {
+// One that cannot be read is not: what it is cannot be told. `any` (a
+// script's own file) is any file of no format of ptdp's writers but JSON.
+static bool is_of_kind(const std::string &target, OutputKind kind, bool exported_only = true);
+
+// The format of ptdp's writers `target` is in (not plain JSON, a script's
+// own), if any: a file any other writer (`any`) leaves alone.
+static std::optional<OutputKind> known_format(const std::string &target) {
+  for (OutputKind k : {OutputKind::ptdp_dataset, OutputKind::megatron_index, OutputKind::megatron_data,
+                       OutputKind::safetensors, OutputKind::metrics_log, OutputKind::trace,
+                       OutputKind::machine, OutputKind::png, OutputKind::op_profile})
+    if (is_of_kind(target, k, false)) return k;
+  return std::nullopt;
+}
+
+static bool is_of_kind(const std::string &target, OutputKind kind, bool exported_only) {
   off_t size = -1;
   // Only what the kind is told by: a magic's few bytes, or a first line or a
   // whole small JSON file (output_target runs at every --log-json append and
@@ -292,8 +305,9 @@ static bool is_of_kind(const std::string &target, OutputKind kind) {
   const bool lines = kind == OutputKind::json || kind == OutputKind::machine ||
                      kind == OutputKind::metrics_log || kind == OutputKind::op_profile;
   const std::string h = head_bytes(target, lines ? 65536 : 64, &size);
-  if (size == 0 || kind == OutputKind::any) return true;
+  if (size == 0) return true;
   if (size < 0) return false;
+  if (kind == OutputKind::any) return !known_format(target);
   const auto starts = [&h](const char *magic, size_t n) { return h.size() >= n && h.compare(0, n, magic, n) == 0; };
   const size_t first = h.find_first_not_of(" \t\r\n");
   switch (kind) {
@@ -312,6 +326,7 @@ static bool is_of_kind(const std::string &target, OutputKind kind) {
       uint64_t n = 0;
       for (int i = 7; i >= 0; i--) n = n << 8 | (unsigned char)h[i];
       if (n < 2 || n > (uint64_t)size - 8 || n > (100u << 20)) return false;  // (the format's limit)
+      if (!exported_only) return true;  // a safetensors file at all
       off_t ignored = 0;
       const std::string text = head_bytes(target, 8 + (size_t)n, &ignored);
       const json j = json::parse(text.size() > 8 ? text.substr(8) : "", nullptr, false);
@@ -348,7 +363,7 @@ static bool is_of_kind(const std::string &target, OutputKind kind) {
       return line.rfind("rank ", 0) == 0 && digits > 5 && line.compare(digits, 2, " (") == 0 &&
              line.find(") on ") != std::string::npos && line.find(", iteration ") != std::string::npos;
     }
-    case OutputKind::any: return true;
+    case OutputKind::any: return true;  // (above)
   }
   return false;
 }
@@ -357,6 +372,15 @@ static void refuse_if_other_kind(const std::string &target, const std::string &p
                                  OutputKind kind) {
   struct stat st;
   if (::stat(target.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || is_of_kind(target, kind)) return;
+  if (kind == OutputKind::any)
+    fail(Status::invalid_argument, what, " '", path, "' exists and is ",
+         output_kind_name(*known_format(target)), ": ", what, " replaces only a file of none of the ",
+         "formats ptdp's writers make (a dataset, a model, a log, a trace or a picture is its own ",
+         "writer's to replace); give a new name, or remove that file if it is to go");
+  if (kind == OutputKind::safetensors && known_format(target) == OutputKind::safetensors)
+    fail(Status::invalid_argument, what, " '", path, "' exists and is a safetensors file ptdp did ",
+         "not export (a model from elsewhere may be all there is of it): ", what, " replaces only ",
+         "an earlier export; give a new name, or remove that file if it is to go");
   fail(Status::invalid_argument, what, " '", path, "' exists and is not ", output_kind_name(kind),
        " (", st.st_size, " bytes of something else): ", what,
        " replaces only a file of its own kind, written before; give a new name, or remove that file "

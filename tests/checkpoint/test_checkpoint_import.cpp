@@ -211,7 +211,7 @@ TEST_F(CheckpointImport, ImportThenExportIsBitIdentical) {
     const std::string other = work.path + "/" + dtype + "_other.safetensors";
     write_safetensors(other, half);
     expect_error([&] { export_safetensors(imported.path, other); }, Status::invalid_argument,
-                 "exists and is not a safetensors file ptdp wrote");
+                 "exists and is a safetensors file ptdp did not export");
     EXPECT_EQ(read_file(file), before);
     EXPECT_EQ(read_file(other), read_file(file));
   }

@@ -418,7 +418,7 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
       "{\"__metadata__\":{\"format\":\"pt\"},\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[1],"
       "\"data_offsets\":[0,4]}}"));
   expect_error([&] { ptdp::output_target(hf, "export", OutputKind::safetensors); },
-               ptdp::Status::invalid_argument, "is not a safetensors file ptdp wrote");
+               ptdp::Status::invalid_argument, "is a safetensors file ptdp did not export");
   const std::string ours = put("ours.safetensors", with_header(
       "{\"__metadata__\":{\"producer\":\"ptdp\"},\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[1],"
       "\"data_offsets\":[0,4]}}"));
@@ -429,4 +429,16 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
                ptdp::Status::invalid_argument, "beside its .idx");
   put("p_text_document.idx", std::string("MMIDIDX\0\0....", 13));
   EXPECT_EQ(ptdp::output_target(bin, "tokenize output", OutputKind::megatron_data), bin);
+  // A script's own file (`any`: ptdp_write_file) replaces no file of a format
+  // ptdp's writers make, a model from elsewhere included; plain text or a
+  // JSON file of its own, yes.
+  for (const std::string &f : {hf, ours, machine, bin, dir.path + "/p_text_document.idx"})
+    expect_error([&] { ptdp::write_file_atomic(f, "x", "the script's record", OutputKind::any); },
+                 ptdp::Status::invalid_argument, "replaces only a file of none of the formats");
+  EXPECT_EQ(read_file(bin), "tokens");
+  const std::string text = put("text.txt", "old"), record = put("record.json", "{\"a\": 1}");
+  ptdp::write_file_atomic(text, "new", "the script's record", OutputKind::any);
+  ptdp::write_file_atomic(record, "{}", "the script's record", OutputKind::any);
+  EXPECT_EQ(read_file(text), "new");
+  EXPECT_EQ(read_file(record), "{}");
 }
