@@ -173,10 +173,11 @@ end
 
 local function validate(it)
   local loss = trainer:evaluate()
+  local ppl = math.exp(math.min(20, loss))  -- (capped as Megatron caps it)
   print(string.format(' validation loss at iteration %d | lm loss: %.6E | lm loss PPL: %.3f | unigram entropy: %.4f',
-                      it, loss, math.exp(loss), entropy))
+                      it, loss, ppl, entropy))
   log_record(string.format('{"kind": "valid", "iteration": %d, "lm_loss": %s, "lm_loss_ppl": %s}',
-                           it, json_number(loss), json_number(math.exp(loss))))
+                           it, json_number(loss), json_number(ppl)))
   return loss
 end
 
@@ -260,3 +261,13 @@ else
   end
 end
 fail_on_failed_saves()
+-- A model whose loss is no number has diverged: a failure however many of its
+-- steps were taken (its checkpoint, if saved, is of that model).
+if loss and (loss ~= loss or loss == math.huge) then
+  io.stderr:write(string.format('ptdp: the final validation loss is %s: the model diverged (lower ' ..
+                                '--lr, set --clip-grad, or use bf16 or a larger --initial-loss-scale ' ..
+                                'under fp16)%s\n', tostring(loss),
+                                save_dir ~= '' and "; the last checkpoint, '" .. save_dir ..
+                                  "', holds the diverged model" or ''))
+  os.exit(1)
+end

@@ -279,6 +279,17 @@ ptdp_lua_test(lua_train_gpt_tiny --rc 0
      --train-iters 5 --lr-warmup-iters 1 --log-interval 1 --eval-iters 1 --eval-interval 0
      --sample-tokens 10 --num-threads 1
      --data-path ${PTDP_TEST_TMP}/lua/train_gpt_tiny.ptdp ${PTDP_TRAIN_GPT_DATA})
+# a run that diverges (fp16 at loss scale 1, lr 10: one update, then NaN)
+# fails, however many of its steps were taken; its perplexity is capped
+ptdp_lua_test(lua_train_gpt_diverged --rc nonzero
+  --clean ${PTDP_TEST_TMP}/lua/train_gpt_diverged.ptdp
+  --expect "the final validation loss is nan: the model diverged" --reject "traceback"
+  --reject "PPL: inf"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --num-layers 1 --hidden-size 32
+     --num-attention-heads 2 --seq-length 16 --micro-batch-size 1 --global-batch-size 2
+     --train-iters 20 --lr 10 --min-lr 10 --clip-grad 0 --fp16 --initial-loss-scale 1
+     --eval-iters 1 --sample-tokens 0 --num-threads 1
+     --data-path ${PTDP_TEST_TMP}/lua/train_gpt_diverged.ptdp ${PTDP_TRAIN_GPT_DATA})
 # a pipelined run (t = 2, p = 2, v = 2, recomputation, Megatron's switch):
 # one line per rank on where it spent the last step
 ptdp_lua_test(lua_train_gpt_pipeline --rc 0
