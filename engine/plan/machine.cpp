@@ -1,5 +1,6 @@
 #include "engine/plan/machine.h"
 
+#include <cmath>
 #include <fstream>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -34,8 +35,19 @@ std::vector<std::string> machine_preset_names() {
 
 namespace {
 
-// Reads obj[key] as a number > 0 (or >= 0 when zero_ok), naming the field on error.
-double number(const json &obj, const char *key, const std::string &where, bool zero_ok = false,
+// What a field may hold: a number in [lo, hi] (0 too where zero_ok; a whole
+// one where whole). Every field is a physical quantity: a value far outside
+// any machine's made every plan's time NaN or infinite.
+struct Range {
+  double lo, hi;
+  bool zero_ok = false, whole = false;
+};
+constexpr Range kFlops{1e6, 1e18}, kBytes{1e6, 1e15}, kBandwidth{1e6, 1e15},
+    kEfficiency{1e-3, 1}, kSeconds{0, 1}, kWhole{1, 1e6, false, true};
+
+// Reads obj[key] (fallback when absent and >= 0), naming the field and its
+// range on error.
+double number(const json &obj, const char *key, const std::string &where, Range r,
               double fallback = -1) {
   if (!obj.contains(key)) {
     if (fallback >= 0) return fallback;
@@ -44,10 +56,10 @@ double number(const json &obj, const char *key, const std::string &where, bool z
   const json &v = obj.at(key);
   if (!v.is_number())
     fail(Status::bad_value, where, ": field '", key, "' must be a number, got ", v.dump());
-  double x = v.get<double>();
-  if (!(x > 0 || (zero_ok && x == 0)))
-    fail(Status::bad_value, where, ": field '", key, "' must be ", zero_ok ? ">= 0" : "> 0",
-         ", got ", v.dump());
+  const double x = v.get<double>();
+  if (!((x >= r.lo && x <= r.hi) || (r.zero_ok && x == 0)) || (r.whole && x != std::floor(x)))
+    fail(Status::bad_value, where, ": field '", key, "' must be ", r.whole ? "a whole number " : "",
+         "in [", r.lo, ", ", r.hi, "]", r.zero_ok && r.lo > 0 ? " or 0" : "", ", got ", v.dump());
   return x;
 }
 
@@ -67,10 +79,9 @@ Link link(const json &obj, const char *key, const std::string &origin) {
   const json &l = obj.at(key);
   only_keys(l, {"bandwidth", "efficiency", "latency_s"}, where);
   Link out;
-  out.bandwidth = number(l, "bandwidth", where);
-  out.efficiency = number(l, "efficiency", where, false, 1.0);
-  out.latency_s = number(l, "latency_s", where, true);
-  if (out.efficiency > 1) fail(Status::bad_value, where, ": efficiency must be in (0, 1]");
+  out.bandwidth = number(l, "bandwidth", where, kBandwidth);
+  out.efficiency = number(l, "efficiency", where, kEfficiency, 1.0);
+  out.latency_s = number(l, "latency_s", where, kSeconds);
   return out;
 }
 
@@ -90,36 +101,30 @@ Machine machine_from_json(const std::string &text, const std::string &origin) {
   m.name = j["name"].get<std::string>();
   if (j.contains("description") && j["description"].is_string())
     m.description = j["description"].get<std::string>();
-  double dpn = number(j, "devices_per_node", origin);
-  if (dpn != (int)dpn || dpn > 1e6)
-    fail(Status::bad_value, origin, ": devices_per_node must be a whole number, got ", dpn);
-  m.devices_per_node = (int)dpn;
+  m.devices_per_node = (int)number(j, "devices_per_node", origin, kWhole);
   if (!j.contains("peak_flops")) fail(Status::bad_value, origin, ": missing field 'peak_flops'");
   const json &pf = j["peak_flops"];
   only_keys(pf, {"fp32", "bf16", "fp16"}, origin + " peak_flops");
-  m.peak_fp32 = number(pf, "fp32", origin + " peak_flops");
-  m.peak_bf16 = number(pf, "bf16", origin + " peak_flops", false, m.peak_fp32);
-  m.peak_fp16 = number(pf, "fp16", origin + " peak_flops", false, m.peak_bf16);
-  m.memory_bytes = number(j, "memory_bytes", origin);
-  m.memory_reserved_bytes = number(j, "memory_reserved_bytes", origin, true, 0);
-  m.memory_bandwidth = number(j, "memory_bandwidth", origin);
-  m.memory_efficiency = number(j, "memory_efficiency", origin, false, 1.0);
-  m.elementwise_bandwidth = number(j, "elementwise_bandwidth", origin, true, 0);
+  m.peak_fp32 = number(pf, "fp32", origin + " peak_flops", kFlops);
+  m.peak_bf16 = number(pf, "bf16", origin + " peak_flops", kFlops, m.peak_fp32);
+  m.peak_fp16 = number(pf, "fp16", origin + " peak_flops", kFlops, m.peak_bf16);
+  m.memory_bytes = number(j, "memory_bytes", origin, kBytes);
+  m.memory_reserved_bytes = number(j, "memory_reserved_bytes", origin, {0, m.memory_bytes / 2}, 0);
+  m.memory_bandwidth = number(j, "memory_bandwidth", origin, kBandwidth);
+  m.memory_efficiency = number(j, "memory_efficiency", origin, kEfficiency, 1.0);
+  m.elementwise_bandwidth = number(j, "elementwise_bandwidth", origin,
+                                   {kBandwidth.lo, kBandwidth.hi, true}, 0);
   if (!j.contains("gemm")) fail(Status::bad_value, origin, ": missing field 'gemm'");
   const json &g = j["gemm"];
   std::string gw = origin + " gemm";
   only_keys(g, {"units", "tile_m", "tile_n", "k_half", "max_efficiency"}, gw);
-  m.gemm_units = (int)number(g, "units", gw);
-  m.gemm_tile_m = (int)number(g, "tile_m", gw);
-  m.gemm_tile_n = (int)number(g, "tile_n", gw);
-  m.gemm_k_half = number(g, "k_half", gw, true);
-  m.gemm_max_efficiency = number(g, "max_efficiency", gw);
-  for (auto [field, value] : {std::pair<const char *, double>{"gemm.max_efficiency", m.gemm_max_efficiency},
-                               {"memory_efficiency", m.memory_efficiency}})
-    if (value > 1)
-      fail(Status::bad_value, origin, ": ", field, " is ", value, "; an efficiency is in (0, 1]");
-  m.op_overhead_s = number(j, "op_overhead_s", origin, true, 0);
-  m.optimizer_params_per_s = number(j, "optimizer_params_per_s", origin, true, 0);
+  m.gemm_units = (int)number(g, "units", gw, kWhole);
+  m.gemm_tile_m = (int)number(g, "tile_m", gw, {1, 65536, false, true});
+  m.gemm_tile_n = (int)number(g, "tile_n", gw, {1, 65536, false, true});
+  m.gemm_k_half = number(g, "k_half", gw, {0, 1e6});
+  m.gemm_max_efficiency = number(g, "max_efficiency", gw, kEfficiency);
+  m.op_overhead_s = number(j, "op_overhead_s", origin, kSeconds, 0);
+  m.optimizer_params_per_s = number(j, "optimizer_params_per_s", origin, {1e3, 1e15, true}, 0);
   m.intra = link(j, "intra_node", origin);
   m.inter = link(j, "inter_node", origin);
   if (j.contains("shared_node")) {
@@ -127,7 +132,7 @@ Machine machine_from_json(const std::string &text, const std::string &origin) {
       fail(Status::bad_value, origin, ": field 'shared_node' must be true or false");
     m.shared_node = j["shared_node"].get<bool>();
   }
-  m.device_hour_usd = number(j, "device_hour_usd", origin, true, 0);
+  m.device_hour_usd = number(j, "device_hour_usd", origin, {0, 1e6}, 0);
   return m;
 }
 

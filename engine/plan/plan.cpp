@@ -131,6 +131,11 @@ PlanResult run_plan(const PlanRequest &req) {
       return;
     }
     Prediction P = predict(m, tr, res.machine, L, /*replay=*/false);
+    // (Every machine field has a physical range; a time that is still no
+    // number is a fault, never a ranked plan.)
+    if (!std::isfinite(P.iteration_s) || !(P.iteration_s > 0))
+      fail(Status::internal, "plan: ", L.label(), " on machine '", res.machine.name,
+           "' predicts an iteration time of ", P.iteration_s, " s; its figures are out of range");
     (P.fits ? res.ranked : res.too_big).push_back(P);
   };
 

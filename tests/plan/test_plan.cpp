@@ -3,6 +3,9 @@
 // cases, the paper's Table 1, machine files and bad input.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+#include <tuple>
+
 #include <cstdio>
 
 #include <sys/stat.h>
@@ -424,6 +427,23 @@ TEST(PlanMachines, PresetsRoundTripAndBadFilesSayWhy) {
             std::string::npos);
   EXPECT_NE(error_of([] { machine_from_json("{", "x.json"); }, ptdp::Status::bad_value).find("not valid JSON"),
             std::string::npos);
+  // Every field is a physical quantity in its range: values far outside any
+  // machine's (a tile of half an element, a bandwidth of 5e-324 B/s) made
+  // every plan's time NaN, ranked anyway.
+  const nlohmann::json good = nlohmann::json::parse(j);
+  const std::tuple<std::string, std::string, double, std::string> out_of_range[] = {
+      {"gemm", "tile_m", 0.5, "field 'tile_m' must be a whole number in [1, 65536], got 0.5"},
+      {"gemm", "units", 1e300, "field 'units' must be a whole number in [1, 1e+06], got 1e+300"},
+      {"inter_node", "bandwidth", 5e-324, "field 'bandwidth' must be in [1e+06, 1e+15], got 5e-324"},
+      {"", "op_overhead_s", 1e308, "field 'op_overhead_s' must be in [0, 1], got 1e+308"},
+      {"", "memory_efficiency", 2, "field 'memory_efficiency' must be in [0.001, 1], got 2"},
+      {"", "optimizer_params_per_s", 1e-300, "must be in [1000, 1e+15] or 0, got 1e-300"}};
+  for (const auto &[group, field, value, message] : out_of_range) {
+    nlohmann::json m = good;
+    (group.empty() ? m : m[group])[field] = value;
+    EXPECT_NE(error_of([&] { machine_from_json(m.dump(), "x.json"); }, ptdp::Status::bad_value).find(message),
+              std::string::npos) << message;
+  }
   // A valid machine with a NUL and junk after it: nlohmann alone would read the
   // part before the NUL and say nothing (engine/core/json_text.h refuses it).
   const std::string with_nul = j + std::string("\0junk", 5);
