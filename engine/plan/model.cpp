@@ -1,8 +1,12 @@
 #include "engine/plan/model.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <sstream>
+#include <tuple>
 
 #include "engine/core/gpt_math.h"
 #include "engine/core/status.h"
@@ -153,7 +157,24 @@ double activation_bytes_per_layer(const ModelSpec &m, int t, int64_t b, DType dt
   return out;
 }
 
+int64_t walked_microbatches(ScheduleKind k, int p, int v, int64_t m) {
+  return k == ScheduleKind::gpipe ? m : std::min<int64_t>(m, 4 * (int64_t)p);
+}
+
 int max_chunks_in_flight(ScheduleKind k, int p, int v, int64_t m, int stage) {
+  if (k == ScheduleKind::gpipe) {  // every forward before the first backward
+    validate_schedule(k, p, v, (int)std::min<int64_t>(m, INT32_MAX));
+    return (int)std::min<int64_t>(m * v, INT32_MAX);
+  }
+  // The same walk for many layouts of one plan (its t, d and b): remembered.
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int, int64_t, int>, int> walked;
+  m = walked_microbatches(k, p, v, m);
+  const auto key = std::make_tuple((int)k, p, v, m, stage);
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (auto it = walked.find(key); it != walked.end()) return it->second;
+  }
   std::vector<PipeOp> ops = pipeline_schedule(k, p, v, (int)m, stage);
   int now = 0, peak = 0;
   for (const PipeOp &op : ops) {
@@ -161,6 +182,8 @@ int max_chunks_in_flight(ScheduleKind k, int p, int v, int64_t m, int stage) {
     // A micro-batch's activations are kept until its weight gradients when the schedule splits them.
     if (op.kind == (splits_backward(k) ? PipeOpKind::backward_weight : PipeOpKind::backward)) now--;
   }
+  std::lock_guard<std::mutex> g(mu);
+  walked[key] = peak;
   return peak;
 }
 
@@ -470,11 +493,11 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
     for (int r = 0; r < p; r++) ranks.push_back(pipeline_schedule(L.schedule, p, v, (int)m2, r));
     std::vector<std::vector<double>> cost(p);
     for (int r = 0; r < p; r++) {
-      double cf[64], cb[64];
-      for (int c = 0; c < v && c < 64; c++) cf[c] = chunk_cost(r, c, true).sum(), cb[c] = chunk_cost(r, c, false).sum();
+      std::vector<double> cf((size_t)v), cb((size_t)v);  // (v reaches num_layers / p)
+      for (int c = 0; c < v; c++) cf[(size_t)c] = chunk_cost(r, c, true).sum(), cb[(size_t)c] = chunk_cost(r, c, false).sum();
       for (const PipeOp &op : ranks[r])
-        cost[r].push_back(op.kind == PipeOpKind::forward    ? cf[op.chunk]
-                          : op.kind == PipeOpKind::backward ? cb[op.chunk]
+        cost[r].push_back(op.kind == PipeOpKind::forward    ? cf[(size_t)op.chunk]
+                          : op.kind == PipeOpKind::backward ? cb[(size_t)op.chunk]
                           : op.kind == PipeOpKind::backward_weight ? w_cost : 0);
     }
     makespan = replay_makespan(ranks, p, L.schedule, [&](int r, size_t i) { return cost[(size_t)r][i]; });

@@ -158,4 +158,13 @@ double activation_bytes_per_layer(const ModelSpec &m, int t, int64_t b, DType dt
 // schedule's operations (each chunk counted once per micro-batch in flight).
 int max_chunks_in_flight(ScheduleKind k, int p, int v, int64_t m, int stage);
 
+// The micro-batches a walk for such a peak needs: m, or 4p where m is more.
+// Every schedule but GPipe reaches its peak within its warm-up, which ends by
+// micro-batch 3p (interleaving's (v-1)p + 2(p-1) chunks, p micro-batches per
+// chunk round); past it, more micro-batches repeat the steady state, so the
+// peak of 4p (a multiple of p, as interleaving needs) is m's (checked against
+// whole walks: PlanClosedForms.ChunksInFlightSaturateAfterTheWarmUp). A plan of a
+// billion samples walked a billion-op list per layout.
+int64_t walked_microbatches(ScheduleKind k, int p, int v, int64_t m);
+
 }  // namespace ptdp::plan

@@ -56,7 +56,8 @@ double ptdp_weight_stash_bytes(const ModelSpec &m, const Layout &L) {
 
 double ptdp_peak_stash_bytes(const ModelSpec &m, const Layout &L, int64_t microbatches, int stage,
                              const PtdpStash &o) {
-  const std::vector<PipeOp> ops = pipeline_schedule(L.schedule, L.p, L.v, (int)microbatches, stage);
+  const std::vector<PipeOp> ops = pipeline_schedule(
+      L.schedule, L.p, L.v, (int)walked_microbatches(L.schedule, L.p, L.v, microbatches), stage);
   const double w_stash = splits_backward(L.schedule) ? ptdp_weight_stash_bytes(m, L) : 0;
   double now = 0, peak = 0;
   for (const PipeOp &op : ops) {

@@ -23,6 +23,8 @@
 #include "tests/support/png_decode.h"
 
 using namespace ptdp::plan;
+using ptdp::PipeOp;
+using ptdp::PipeOpKind;
 using ptdp::ScheduleKind;
 
 namespace {
@@ -157,6 +159,33 @@ TEST(PlanClosedForms, ChunksInFlightWalkedFromTheSchedules) {
   EXPECT_EQ(max_chunks_in_flight(ScheduleKind::gpipe, 4, 1, 16, 2), 16);
   EXPECT_EQ(max_chunks_in_flight(ScheduleKind::interleaved, 4, 2, 8, 0), 3 * 2 + 4 + 1);
   EXPECT_EQ(max_chunks_in_flight(ScheduleKind::interleaved, 4, 2, 8, 3), 0 + 4 + 1);
+  EXPECT_EQ(max_chunks_in_flight(ScheduleKind::gpipe, 4, 2, 1000000000, 0), 2000000000);  // not walked
+}
+
+// A walk stops at 4p micro-batches (walked_microbatches): past the warm-up
+// more only repeat the steady state. Checked against the whole walk of every
+// schedule up to 6pv micro-batches.
+TEST(PlanClosedForms, ChunksInFlightSaturateAfterTheWarmUp) {
+  const auto whole_walk = [](ScheduleKind k, int p, int v, int m, int stage) {
+    int now = 0, peak = 0;
+    for (const PipeOp &op : ptdp::pipeline_schedule(k, p, v, m, stage)) {
+      if (op.kind == PipeOpKind::forward) peak = std::max(peak, ++now);
+      if (op.kind == (ptdp::splits_backward(k) ? PipeOpKind::backward_weight : PipeOpKind::backward)) now--;
+    }
+    return peak;
+  };
+  const std::pair<ScheduleKind, int> kinds[] = {{ScheduleKind::one_f_one_b, 1}, {ScheduleKind::zbh1, 1},
+                                                {ScheduleKind::interleaved, 2}, {ScheduleKind::interleaved, 3},
+                                                {ScheduleKind::interleaved, 5},
+                                                {ScheduleKind::zbv, 2}};
+  for (const auto &[k, v] : kinds)
+    for (int p : {2, 3, 4, 8})
+      for (int m = p; m <= 6 * p * v; m++) {
+        if (k == ScheduleKind::interleaved && m % p) continue;
+        for (int s = 0; s < p; s++)
+          ASSERT_EQ(max_chunks_in_flight(k, p, v, m, s), whole_walk(k, p, v, m, s))
+              << ptdp::schedule_name(k) << " p=" << p << " v=" << v << " m=" << m << " stage " << s;
+      }
 }
 
 // ---- the schedules replayed ----------------------------------------------------
@@ -192,6 +221,17 @@ TEST(PlanReplay, BubbleOfUniformStagesIsTheClosedForm) {
     double want = bubble_closed_form(sched, 4, v, 32);
     EXPECT_NEAR(P.bubble_fraction, want, 0.02 * want) << "v=" << v;
   }
+  // v past 64 chunks per rank (one layer each of 512 over p = 2): the replay
+  // read each chunk's cost from 64 slots, past their end.
+  ModelSpec deep{512, 1024, 16, 128, 1024, 0};
+  TrainSpec tr;
+  tr.global_batch = 8, tr.num_gpus = 2;
+  Layout L;
+  L.p = 2, L.b = 1, L.v = 256, L.schedule = ScheduleKind::interleaved;
+  const Prediction P = predict(deep, tr, mach, L, true);
+  ASSERT_TRUE(P.replayed);
+  const double want = bubble_closed_form(ScheduleKind::interleaved, 2, 256, 8);
+  EXPECT_NEAR(P.bubble_fraction, want, 0.02 * want);
 }
 
 // The zero-bubble schedules in the planner: the backward's weight-gradient
