@@ -936,9 +936,20 @@ function M.dataset(t)
   need_string(path, 'dataset', 'path')
   local items = {}
   for item in path:gmatch('%S+') do items[#items + 1] = item end
-  if #items > 1 and tonumber(items[1]) then  -- a blend: its form first, then every part there
+  -- A weight as the engine reads one (strtod's forms, inf and nan too), not in hex.
+  local function weight(s)
+    if s:match('^[-+]?0[xX]') then return nil end
+    local l = s:lower():gsub('^[-+]', '')
+    if l == 'inf' or l == 'infinity' or l == 'nan' then return true end
+    return s:match('^[-+]?%d*%.?%d*[eE]?[-+]?%d*$') and s:match('%d') and tonumber(s)
+  end
+  if #items > 1 and tonumber(items[1]) and not weight(items[1]) then
+    raise(string.format("--data-path '%s': the weight '%s' (item 1) is not a decimal number; a " ..
+                        'blend is WEIGHT PREFIX pairs, e.g. 0.3 A 0.7 B', path, items[1]))
+  end
+  if #items > 1 and weight(items[1]) then  -- a blend: its form first, then every part there
     for i = 1, #items, 2 do
-      if not tonumber(items[i]) or not items[i + 1] then
+      if not weight(items[i]) or not items[i + 1] then
         raise(string.format("--data-path blend '%s': %s; a blend is WEIGHT PREFIX pairs, e.g. " ..
                             "0.3 A 0.7 B", path, items[i + 1] and string.format(
                               "'%s' (item %d) is not a weight", items[i], i) or

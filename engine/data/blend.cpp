@@ -37,12 +37,15 @@ DataPathSpec parse_data_path(const std::string &spec) {
          "such as '0.3 A 0.7 B'");
   DataPathSpec out;
   double w0;
+  const char *form = "a blend is WEIGHT PATH pairs, e.g. '0.3 A 0.7 B'";
+  if (items.size() > 1 && hex_number(items[0]))  // (a number, but not as a weight is written)
+    fail(Status::invalid_config, "data_path '", spec, "': the weight '", items[0],
+         "' (item 1) is not a decimal number; ", form);
   if (items.size() == 1 || !parse_number(items[0], &w0)) {
     out.paths = {items.size() == 1 ? items[0] : spec};
     out.weights = {1.0};
     return out;
   }
-  const char *form = "a blend is WEIGHT PATH pairs, e.g. '0.3 A 0.7 B'";
   if (items.size() % 2 != 0)
     fail(Status::invalid_config, "data_path '", spec, "': ", form, "; got ", items.size(),
          " items, an odd number");

@@ -255,6 +255,11 @@ ptdp_lua_test(lua_train_gpt_blend_misordered --rc nonzero
   --expect "'${PTDP_TEST_TMP}/lua/nowhere.ptdp' (item 3) is not a weight"
   --reject "traceback"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --data-path "1 ${PTDP_TEST_TMP}/lua/x ${PTDP_TEST_TMP}/lua/nowhere.ptdp 1")
+# a blend weight in hex is named, as the engine names it (Lua read it as a
+# weight and the engine as the first word of one path)
+ptdp_lua_test(lua_train_gpt_blend_hex_weight --rc nonzero
+  --expect "the weight '0x10' (item 1) is not a decimal number" --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --data-path "0x10 ${PTDP_TEST_TMP}/lua/x 1 ${PTDP_TEST_TMP}/lua/x")
 # a verify of a damaged manifest says what is wrong (it printed nothing)
 ptdp_lua_test(lua_ckpt_verify_bad_manifest --rc nonzero --expect "manifest"
   -- sh -c "rm -rf bad_manifest && mkdir bad_manifest && printf '{' >bad_manifest/manifest.json && exec $0 ckpt verify bad_manifest"

@@ -373,6 +373,10 @@ TEST(DataPath, ParsesOnePathOrAWeightedBlend) {
   // range) is named as such, not read as part of a path with spaces.
   for (const char *bad : {"1e309 A 1 B", "nan A", "1 A inf B"})
     expect_error([&] { parse_data_path(bad); }, Status::invalid_config, "is not a finite number");
+  // Nor is a hex weight a path's first word (the Lua side read it as a weight).
+  expect_error([] { parse_data_path("0x10 A 1 B"); }, Status::invalid_config,
+               "the weight '0x10' (item 1) is not a decimal number");
+  expect_error([] { parse_data_path("1 A 0x2 B"); }, Status::invalid_config, "'0x2' (item 3) is not a weight");
   // Finite weights whose sum passes the largest double are still relative.
   DataPathSpec big = parse_data_path("1e308 A 1e308 B");
   EXPECT_EQ(big.weights, (std::vector<double>{0.5, 0.5}));
