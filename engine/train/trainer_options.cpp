@@ -168,6 +168,13 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   o.recompute.method =
       c.get("recompute_method") == "block" ? RecomputeMethod::block : RecomputeMethod::uniform;
   o.recompute.num_layers = (int)c.get_int("recompute_num_layers");
+  // Which layers full recomputation takes (Megatron's rule): given without
+  // it, they would be ignored in silence.
+  for (const char *key : {"recompute_method", "recompute_num_layers"})
+    if (c.is_set(key) && !o.recompute.enabled)
+      fail(Status::invalid_config, key, " chooses the layers of full recomputation, but ",
+           "recompute_granularity is '", granularity.empty() ? "none" : granularity,
+           "': give recompute_granularity full, or leave ", key, " out");
   const int layers_per_chunk = m.num_layers / (p * o.virtual_stages);
   if (o.recompute.enabled && o.recompute.num_layers > layers_per_chunk)
     fail(Status::invalid_config, "recompute_num_layers (", o.recompute.num_layers,

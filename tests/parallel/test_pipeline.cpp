@@ -436,4 +436,13 @@ TEST(Pipeline, BadLayoutsAreClearErrors) {
   r.set("recompute_num_layers", "5");
   expect_error([&] { opts(r); }, Status::invalid_config,
                "recompute_num_layers (5) exceeds the layers per model chunk (4");
+  // Which layers to recompute means full recomputation (Megatron's rule), not silence.
+  for (const char *granularity : {"none", "selective"}) {
+    Config s = cfg(2, 8, 0, "1f1b");
+    s.set("recompute_granularity", granularity);
+    s.set("recompute_method", "block");
+    expect_error([&] { opts(s); }, Status::invalid_config,
+                 std::string("recompute_method chooses the layers of full recomputation, but "
+                             "recompute_granularity is '") + granularity + "'");
+  }
 }
