@@ -509,6 +509,7 @@ function Trainer:step_tokens(ids, count)
     end
     arr, n = ids, count
   elseif type(ids) == 'table' then
+    need_list(ids, 'step_tokens', 'ids')  -- (a hole would cut the list short)
     local flat = ids
     if type(ids[1]) == 'table' then  -- a table of sequences: global_batch_size of seq_length + 1
       if #ids ~= self.batch then
@@ -516,6 +517,7 @@ function Trainer:step_tokens(ids, count)
       end
       flat = {}
       for i, seq in ipairs(ids) do
+        if type(seq) == 'table' then need_list(seq, 'step_tokens', 'sequence ' .. (i - 1)) end
         if type(seq) ~= 'table' or #seq ~= self.seq + 1 then
           raise(string.format('step_tokens: sequence %d has %s ids; each has seq_length + 1 = %d',
                               i - 1, type(seq) == 'table' and tostring(#seq) or 'no', self.seq + 1))
@@ -565,7 +567,11 @@ end
 -- { last = true } the last position's row alone.
 function Trainer:logits(ids, opts)
   if type(ids) ~= 'table' or #ids == 0 then raise('logits needs a non-empty list of token ids') end
+  need_list(ids, 'logits', 'ids')
   opts = need_options(opts, 'logits', { 'last' })
+  if opts.last ~= nil and type(opts.last) ~= 'boolean' then  -- ('no' would be true)
+    raise('ptdp.logits: last is true or false, got ' .. tostring(opts.last))
+  end
   local n = #ids
   local buf = ffi.new('int32_t[?]', n)
   for i = 1, n do
@@ -1019,6 +1025,7 @@ end
 -- under dir, in GB/s, with a file of `bytes`.
 function M.benchmark_disk(dir, bytes)
   need_string(dir, 'benchmark_disk', 'dir')
+  if bytes == nil then raise('ptdp.benchmark_disk: give the bytes to write and read back') end
   need_count(bytes, 'benchmark_disk', 'bytes', 1, 2 ^ 53)
   local w, r = ffi.new('double[1]'), ffi.new('double[1]')
   check(C.ptdp_benchmark_disk(dir, bytes, w, r))

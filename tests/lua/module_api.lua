@@ -263,6 +263,11 @@ local same = true
 for j = 1, 257 do same = same and rows[3][j] == last[j] end
 check(same, 'the last-only logits are the last row')
 expect_error('outside', 'a token outside the vocabulary', trainer.logits, trainer, { 84, 300 })
+-- A list with a hole is refused (# would cut it short), and last is a boolean.
+expect_error('ids is a list', 'ids with a hole', trainer.logits, trainer, { 84, nil, 101 })
+expect_error('last is true or false, got no', "last = 'no'", trainer.logits, trainer, { 84 }, { last = 'no' })
+expect_error('ids is a list', 'step_tokens ids with a hole', trainer.step_tokens, trainer, { 84, nil, 101 })
+expect_error('give the bytes to write and read back', 'benchmark_disk without bytes', ptdp.benchmark_disk, tmpdir)
 expect_error('not a token id', 'a fractional id', trainer.logits, trainer, { 84.5 })
 
 local g1 = trainer:generate('The ', { max_new_tokens = 20 })
