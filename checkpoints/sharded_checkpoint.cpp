@@ -479,13 +479,14 @@ void check_same_model(const CheckpointRef &ckpt, const GptConfig &model) {
 }
 
 TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
-                              const std::vector<RankShard> &local, bool verify) {
+                              const std::vector<RankShard> &local, bool verify, bool *filling) {
   const Manifest &m = ckpt.manifest;
   check_same_model(ckpt, model);
   const std::string file = ckpt.dir + "/" + m.file;
   if (const std::string fault = data_file_fault(file, m.file_bytes); !fault.empty())
     fail(Status::corrupt_data, fault);
   H5File f = H5File::open_read(file);
+  if (filling) *filling = true;
   const int vocab = model.vocab_size;
 
   // Every dataset this process needs, with the ranks' regions in it. The

@@ -89,9 +89,12 @@ void check_same_model(const CheckpointRef &ckpt, const GptConfig &model);
 // the model shapes differ (before anything is read), corrupt_data naming the
 // file, dataset and block on damage (the shards may then hold a mix).
 // A shard whose exp_avg and exp_avg_sq are null gets the weights only
-// (fine-tuning: the optimizer starts afresh).
+// (fine-tuning: the optimizer starts afresh). *filling (when given) is set
+// once the data file is open and the shards start to change: a failure
+// before it (a file that will not open) left them as they were.
 TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
-                              const std::vector<RankShard> &local, bool verify);
+                              const std::vector<RankShard> &local, bool verify,
+                              bool *filling = nullptr);
 
 // Every fault of a checkpoint directory: unreadable or inconsistent manifest,
 // a missing or truncated file, datasets that disagree with the manifest, and

@@ -247,17 +247,18 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
          diff, "); give the checkpoint's values",
          opt_.override_opt_param_scheduler ? "" : " (or override_opt_param_scheduler = 1 for the LR schedule)");
   TrainingState st;
+  bool filling = false;
   try {
     std::vector<RankShard> shards = local_shards();
     if (opt_.finetune)
       for (RankShard &s : shards) s.exp_avg = s.exp_avg_sq = nullptr;  // weights only
-    st = load_checkpoint(ckpt, opt_.model, shards, opt_.verify_checkpoint);
+    st = load_checkpoint(ckpt, opt_.model, shards, opt_.verify_checkpoint, &filling);
     unstage_shards();
   } catch (const Error &e) {
-    // A different model shape is refused before anything is read; after that,
-    // some tensors may already hold the checkpoint's values: the model is a mix.
-    if (e.code() != Status::invalid_config)
-      failure_ = std::string("loading '") + ckpt.dir + "' failed part-way: " + e.what();
+    // A model of another shape, or a data file that will not open, is refused
+    // before anything is read; after that, some tensors may already hold the
+    // checkpoint's values: the model is a mix.
+    if (filling) failure_ = std::string("loading '") + ckpt.dir + "' failed part-way: " + e.what();
     throw;
   }
   // Device work of each rank on its own thread (its GPU current there): 16-bit

@@ -336,6 +336,8 @@ TEST_F(CheckpointFaults, LinkedDataFile) {
   fs::create_symlink(elsewhere, file);
   Trainer tr(options({1, 1, 1, 1}));
   expect_error([&] { tr.load(dir.path); }, Status::corrupt_data, "model.h5' is a symbolic link");
+  // Refused before anything was read: the trainer is as it was, and trains.
+  EXPECT_NO_THROW(tr.step());
   const std::vector<std::string> faults = checkpoint_faults(ckpt);
   ASSERT_EQ(faults.size(), 1u);
   EXPECT_NE(faults[0].find("is a symbolic link"), std::string::npos) << faults[0];
