@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "engine/core/utf8.h"
+
 namespace ptdp::capi {
 
 // The C enum (capi/ptdp.h, literal: LuaJIT and ctypes read it as text) and
@@ -55,6 +57,10 @@ void copy_out(const std::string &s, char *buf, size_t cap, size_t *out_len) {
     fail(Status::buffer_too_small, "buffer of ", cap, " bytes is too small: ", s.size() + 1,
          " bytes needed (the size without NUL is returned in out_len)");
   std::memcpy(buf, s.c_str(), s.size() + 1);
+}
+
+void copy_report(const std::string &s, char *buf, size_t cap, size_t *out_len) {
+  copy_out(printable_message(s), buf, cap, out_len);
 }
 
 }  // namespace ptdp::capi

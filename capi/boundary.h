@@ -60,5 +60,9 @@ void check_buffer(const char *buf, size_t cap);
 
 // Copies s into the caller's buffer (NUL-terminated) or reports the size needed.
 void copy_out(const std::string &s, char *buf, size_t cap, size_t *out_len);
+// The same for a report for people (a checkpoint's inspection, a plan): the
+// bytes it quotes from files shown as \xNN, as errors show them
+// (printable_message), never raw on a terminal.
+void copy_report(const std::string &s, char *buf, size_t cap, size_t *out_len);
 
 }  // namespace ptdp::capi

@@ -33,6 +33,7 @@ namespace {
 
 using ptdp::capi::check_buffer;
 using ptdp::capi::copy_out;
+using ptdp::capi::copy_report;
 using ptdp::capi::guard;
 using ptdp::capi::require;
 
@@ -462,7 +463,7 @@ ptdp_status ptdp_trainer_load(ptdp_trainer *t, const char *dir) {
 ptdp_status ptdp_checkpoint_inspect(const char *dir, char *buf, size_t cap, size_t *out_len) {
   return guard([&] {
     require(dir, "dir");
-    copy_out(ptdp::inspect_checkpoint(dir), buf, cap, out_len);
+    copy_report(ptdp::inspect_checkpoint(dir), buf, cap, out_len);
   });
 }
 
@@ -471,7 +472,7 @@ ptdp_status ptdp_checkpoint_verify(const char *dir, char *buf, size_t cap, size_
     require(dir, "dir");
     bool ok = false;
     const std::string report = ptdp::verify_checkpoint(dir, &ok);
-    copy_out(report, buf, cap, out_len);
+    copy_report(report, buf, cap, out_len);
     if (!ok) ptdp::fail(ptdp::Status::corrupt_data, "checkpoint '", dir, "' has faults:\n", report);
   });
 }

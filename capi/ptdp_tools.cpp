@@ -22,6 +22,7 @@
 
 using ptdp::capi::check_buffer;
 using ptdp::capi::copy_out;
+using ptdp::capi::copy_report;
 using ptdp::capi::guard;
 using ptdp::capi::require;
 using ptdp::capi::strings;
@@ -217,6 +218,6 @@ extern "C" ptdp_status ptdp_plan(const char *const *options, int32_t num_options
           o, "plan option", "Megatron's argument names, e.g. num_layers=24 (help lists them)", &seen);
       kv.push_back({std::move(key), std::move(value)});
     }
-    copy_out(ptdp::plan::plan_report(kv), buf, cap, out_len);
+    copy_report(ptdp::plan::plan_report(kv), buf, cap, out_len);
   });
 }

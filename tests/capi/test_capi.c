@@ -1109,6 +1109,20 @@ static void test_checkpoints(const char *data_path) {
   test_export_dtypes(dir, out);
   EXPECT(ptdp_checkpoint_verify("/nonexistent/ptdp", text, sizeof text, &len), PTDP_ERR_IO,
          "no checkpoint to open", "verify of a missing directory");
+  {  /* A report quotes a file's bytes as \xNN, never raw: a tracker of two ill-formed bytes */
+    char tracker[4096 + 16];
+    snprintf(tracker, sizeof tracker, "%s/latest", dir);
+    FILE *f = fopen(tracker, "wb");
+    CHECK(f != NULL, "open the tracker");
+    if (f) {
+      fputs("\xff\xfe\n", f);
+      fclose(f);
+    }
+    EXPECT_OK(ptdp_checkpoint_inspect(dir, text, sizeof text, &len), "inspect with a stale tracker");
+    CHECK(strstr(text, "it holds '\\xFF\\xFE'") != NULL, "inspect shows the tracker's bytes as \\xNN");
+    EXPECT_OK(ptdp_checkpoint_verify(dir, text, sizeof text, &len), "verify with a stale tracker");
+    CHECK(strstr(text, "\xff") == NULL, "verify prints no raw byte 0xFF");
+  }
   ptdp_trainer_destroy(a);
   ptdp_trainer_destroy(b);
   ptdp_config_destroy(c);
