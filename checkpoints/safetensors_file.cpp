@@ -7,7 +7,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 #include "checkpoints/commit.h"
 #include "checkpoints/save_target.h"
@@ -41,15 +44,27 @@ Safetensors parse_safetensors(const std::string &file, const unsigned char *data
   if (n > size - 8)
     not_safetensors(file, "its header of ", n, " bytes is longer than the file (", size, ")");
   json header;
+  std::string twice;  // a tensor named twice (JSON would keep the last in silence)
   try {
-    header = json::parse(data + 8, data + 8 + n);
+    std::set<std::string> names;
+    int depth = 0;
+    header = json::parse(data + 8, data + 8 + n, [&](int, json::parse_event_t event, json &parsed) {
+      if (event == json::parse_event_t::object_start) depth++;
+      if (event == json::parse_event_t::object_end) depth--;
+      if (event == json::parse_event_t::key && depth == 1 && !names.insert(parsed.get<std::string>()).second &&
+          twice.empty())
+        twice = parsed.get<std::string>();
+      return true;
+    });
   } catch (const json::exception &e) {
     not_safetensors(file, "its header is not JSON (", e.what(), ")");
   }
+  if (!twice.empty()) not_safetensors(file, "its header names '", twice, "' twice");
   if (!header.is_object()) not_safetensors(file, "its header is not a JSON object");
   const unsigned char *base = data + 8 + n;
   const uint64_t data_size = size - 8 - n;
   Safetensors out;
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> spans;  // [begin, end) of each tensor
   for (auto it = header.begin(); it != header.end(); ++it) {
     const json &v = it.value();
     if (it.key() == "__metadata__") {
@@ -91,7 +106,23 @@ Safetensors parse_safetensors(const std::string &file, const unsigned char *data
     t.data = base + b;
     t.bytes = e - b;
     out.tensors[name] = std::move(t);
+    spans.push_back({b, e, name});
   }
+  // The tensors' bytes tile the data, in some order, as the format requires:
+  // no two overlap (one tensor's bytes read as another's), nothing between
+  // or after them.
+  std::sort(spans.begin(), spans.end());
+  uint64_t at = 0;
+  for (const auto &[b, e, name] : spans) {
+    if (b != at)
+      not_safetensors(file, "tensor '", name, "' starts at byte ", b, " of the data, but ",
+                      b < at ? "the tensor before it ends at " : "the bytes before it end at ", at,
+                      b < at ? ": they overlap" : ": a gap");
+    at = e;
+  }
+  if (at != data_size)
+    not_safetensors(file, "its tensors end at byte ", at, " of the data, which has ", data_size,
+                    " bytes");
   return out;
 }
 

@@ -300,6 +300,32 @@ TEST_F(CheckpointImport, RefusesWhatItCannotImport) {
   expect_error([&] { import_safetensors(file, cfg, target); }, Status::corrupt_data,
                "tensor 'transformer.wpe.weight' is F32 [32,33] (4224 bytes) but its data_offsets "
                "hold 4096 bytes");
+  // The tensors' bytes tile the data (the format's rule, which Hugging Face's
+  // reader enforces): no overlap, no gap, nothing after; and no name twice.
+  const auto raw = [&](const std::string &name, const std::string &header, size_t data) {
+    std::string h = header;
+    h.append((8 - h.size() % 8) % 8, ' ');
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; i++) out[(size_t)i] = (char)((uint64_t)h.size() >> (8 * i));
+    const std::string path = work.path + "/" + name + ".safetensors";
+    write_file(path, out + h + std::string(data, '\0'));
+    return path;
+  };
+  const auto tensor = [](const char *name, int b, int e) {
+    return std::string("\"") + name + "\":{\"dtype\":\"F32\",\"shape\":[" + std::to_string((e - b) / 4) +
+           "],\"data_offsets\":[" + std::to_string(b) + "," + std::to_string(e) + "]}";
+  };
+  const std::pair<std::string, std::string> tiling[] = {
+      {raw("overlap", "{" + tensor("a", 0, 8) + "," + tensor("b", 4, 12) + "}", 12),
+       "tensor 'b' starts at byte 4 of the data, but the tensor before it ends at 8: they overlap"},
+      {raw("gap", "{" + tensor("a", 0, 8) + "," + tensor("b", 12, 20) + "}", 20),
+       "tensor 'b' starts at byte 12 of the data, but the bytes before it end at 8: a gap"},
+      {raw("trailing", "{" + tensor("a", 0, 8) + "}", 12),
+       "its tensors end at byte 8 of the data, which has 12 bytes"},
+      {raw("twice", "{" + tensor("a", 0, 8) + "," + tensor("a", 0, 8) + "}", 8),
+       "its header names 'a' twice"}};
+  for (const auto &[path, why] : tiling)
+    expect_error([&] { import_safetensors(path, cfg, target); }, Status::corrupt_data, why);
   EXPECT_FALSE(fs::exists(target));  // nothing was written
 }
 
