@@ -47,7 +47,8 @@ int count(const json &c, const char *key, const std::string &where, int fallback
     fail(Status::invalid_config, where, ": field '", key, "' is missing");
   }
   if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > (1 << 24))
-    fail(Status::invalid_config, where, ": '", key, "' must be a positive integer, got ", v->dump());
+    fail(Status::invalid_config, where, ": '", key, "' must be an integer in [1, ", 1 << 24, "], got ",
+         v->dump());
   return (int)v->get<int64_t>();
 }
 

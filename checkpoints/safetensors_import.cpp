@@ -56,7 +56,8 @@ const json &field(const json &c, const char *key, const std::string &where) {
 int positive_int(const json &c, const char *key, const std::string &where) {
   const json &v = field(c, key, where);
   if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > INT_MAX)
-    fail(Status::invalid_config, where, ": '", key, "' must be a positive integer, got ", v.dump());
+    fail(Status::invalid_config, where, ": '", key, "' must be an integer in [1, ", INT_MAX, "], got ",
+         v.dump());
   return (int)v.get<int64_t>();
 }
 
@@ -104,6 +105,9 @@ std::pair<std::string, std::string> config_source(const std::string &file,
   auto it = st.metadata.find("gpt2_config");
   if (it != st.metadata.end() && it->is_string())
     return {it->get<std::string>(), "the gpt2_config metadata of '" + file + "'"};
+  if (it != st.metadata.end())  // (safetensors metadata values are strings)
+    fail(Status::corrupt_data, "the gpt2_config metadata of '", file, "' is ", it->type_name(),
+         ", not the JSON text of a GPT2Config (a string)");
   const fs::path beside = fs::path(file).parent_path() / "config.json";
   std::error_code ec;
   if (look_beside && fs::is_regular_file(beside, ec))
@@ -215,10 +219,13 @@ GptConfig gpt_config_from_gpt2(const std::string &text, const std::string &where
                   {"scale_attn_by_inverse_layer_idx", true, "ptdp does not scale by layer"},
                   {"add_cross_attention", true, "ptdp's GPT has no cross-attention"},
                   {"tie_word_embeddings", false, "ptdp ties the output layer to wte"}};
-  for (const auto &v : variants)
+  for (const auto &v : variants) {
+    if (c.contains(v.key) && !c[v.key].is_null() && !c[v.key].is_boolean())
+      fail(Status::invalid_config, where, ": ", v.key, " must be true or false, got ", c[v.key].dump());
     if (c.contains(v.key) && c[v.key].is_boolean() && c[v.key].get<bool>() == v.unsupported)
       fail(Status::invalid_config, where, ": ", v.key, " is ", v.unsupported ? "true" : "false",
            ", which ptdp cannot import (", v.why, ")");
+  }
   if (g.hidden_size % g.num_attention_heads != 0)
     fail(Status::invalid_config, where, ": n_head (", g.num_attention_heads,
          ") does not divide n_embd (", g.hidden_size, ")");

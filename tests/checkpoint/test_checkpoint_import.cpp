@@ -17,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "checkpoints/safetensors_export.h"
@@ -326,6 +327,20 @@ TEST_F(CheckpointImport, RefusesWhatItCannotImport) {
        "its header names 'a' twice"}};
   for (const auto &[path, why] : tiling)
     expect_error([&] { import_safetensors(path, cfg, target); }, Status::corrupt_data, why);
+  // Config fields of the wrong kind or past their range are named with what is allowed.
+  const nlohmann::json base = nlohmann::json::parse(read_file(cfg));
+  const std::tuple<const char *, nlohmann::json, std::string> fields[] = {
+      {"tie_word_embeddings", "yes", "tie_word_embeddings must be true or false, got \"yes\""},
+      {"scale_attn_by_inverse_layer_idx", true, "which ptdp cannot import (ptdp does not scale by layer)"},
+      {"n_positions", int64_t(1) << 40, "'n_positions' must be an integer in [1, 2147483647], got 1099511627776"}};
+  for (const auto &[key, value, why] : fields) {
+    nlohmann::json c = base;
+    c[key] = value;
+    const std::string edited = work.path + "/edited_config.json";
+    write_file(edited, c.dump());
+    expect_error([&] { import_safetensors(fixture("model.safetensors"), edited, target); },
+                 Status::invalid_config, why);
+  }
   EXPECT_FALSE(fs::exists(target));  // nothing was written
 }
 
