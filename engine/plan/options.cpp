@@ -1,4 +1,5 @@
 // Parsing `ptdp plan` options: Megatron's argument names, checked one by one.
+#include <set>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -125,7 +126,8 @@ std::string plan_help() {
 PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::string>> &options) {
   PlanRequest r;
   int64_t per_chunk = 0;
-  bool dtype_set = false;
+  bool dtype_set = false, device_given = false;
+  std::set<DType> switched_off;
   std::map<std::string, std::string> spelled;  // option -> the spelling it was given as
   for (const auto &[key0, val] : options) {
     std::string k = key0;
@@ -146,7 +148,10 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
       fail(Status::invalid_argument, "plan option ", k, " is given twice, as ", it->second, " and as ",
            given, ": give it once");
     auto dtype = [&](DType d) {
-      if (!flag(k, val)) return;
+      if (!flag(k, val)) {
+        switched_off.insert(d);
+        return;
+      }
       if (dtype_set && r.train.dtype != d)
         fail(Status::invalid_config, "give one of fp16, bf16 and fp32, not several");
       r.train.dtype = d;
@@ -195,6 +200,7 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
       if (val != "auto" && val != "cpu" && val != "cuda" && val.rfind("cuda:", 0) != 0)
         fail(Status::bad_value, "device '", val, "': allowed are auto, cpu, cuda and cuda:N");
       r.device = val;
+      device_given = true;
     }
     else if (k == "save_machine") r.save_machine = needed(k, val, "a file path");
     else if (k == "train_tokens") r.train.train_tokens = tokens(k, val);
@@ -209,6 +215,14 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
     else
       fail(Status::unknown_option, "unknown plan option '", key0, "'; known: ", known_keys());
   }
+  // fp16=0 (or every switch 0) left the default fp16 planned in silence.
+  if (switched_off.count(r.train.dtype))
+    fail(Status::invalid_config, dtype_name(r.train.dtype), " is switched off (",
+         dtype_name(r.train.dtype), "=0) and no other precision is switched on: give one of fp16, ",
+         "bf16 and fp32 (fp16 is the default)");
+  if (device_given && !r.calibrate)
+    fail(Status::invalid_config, "device '", r.device, "' picks what calibrate measures, but calibrate ",
+         "is not given: give calibrate too, or leave device out");
   std::string missing;
   if (!r.model.layers) missing += " num_layers";
   if (!r.model.hidden) missing += " hidden_size";

@@ -572,6 +572,14 @@ TEST(PlanBadInput, LayoutsThatCannotWorkAreNamedWithTheReason) {
             std::string::npos);
   EXPECT_NE(error_of([&] { plan_report(with({{"machine", "nope"}})); }, ptdp::Status::bad_value).find("known presets"),
             std::string::npos);
+  // Switches that would be ignored in silence: the default precision switched
+  // off with none on, a device without calibrate.
+  EXPECT_NE(plan_error(with({{"fp16", "0"}})).find("fp16 is switched off (fp16=0) and no other precision"),
+            std::string::npos);
+  EXPECT_NE(plan_error(with({{"fp16", "0"}, {"bf16", "0"}, {"fp32", "0"}})).find("is switched off"),
+            std::string::npos);
+  EXPECT_NE(plan_error(with({{"device", "cpu"}})).find("picks what calibrate measures, but calibrate is not given"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { plan_report(with({{"num_layer", "3"}})); }, ptdp::Status::unknown_option).find("known: num_layers"),
             std::string::npos);
   EXPECT_NE(error_of([&] { plan_report(with({{"hidden_size", "abc"}})); }, ptdp::Status::bad_value)
