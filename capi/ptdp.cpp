@@ -144,10 +144,23 @@ ptdp_status ptdp_config_set_model_from_checkpoint(ptdp_config *c, const char *di
     ptdp::TrainerOptions::model_from_checkpoint(c->config, dir);
   });
 }
+// The number setters take the options that hold numbers (a number as a path,
+// data_path = "5", was taken in silence).
+static ptdp_status refuse_text_option(const char *key, const char *setter) {
+  return guard([&] {
+    require(key, "key");
+    const ptdp::OptionSpec *o = ptdp::find_option(key);
+    if (o && o->type == ptdp::OptionSpec::String)
+      ptdp::fail(ptdp::Status::invalid_argument, setter, ": option '", key,
+                 "' holds text (a path or a name), not a number: set it with ptdp_config_set");
+  });
+}
 ptdp_status ptdp_config_set_int(ptdp_config *c, const char *key, int64_t value) {
+  if (const ptdp_status st = refuse_text_option(key, "ptdp_config_set_int"); st != PTDP_OK) return st;
   return ptdp_config_set(c, key, std::to_string(value).c_str());
 }
 ptdp_status ptdp_config_set_double(ptdp_config *c, const char *key, double value) {
+  if (const ptdp_status st = refuse_text_option(key, "ptdp_config_set_double"); st != PTDP_OK) return st;
   char buf[64];
   if (value == std::floor(value) && std::fabs(value) < 9.0e18)
     std::snprintf(buf, sizeof buf, "%lld", (long long)value);  // whole numbers fit Int options

@@ -260,7 +260,13 @@ local function set_option(cfg, key, value)
   if type(value) == 'boolean' then value = value and 1 or 0 end
   if type(value) == 'table' then
     local items = {}
-    for i, v in ipairs(value) do items[i] = tostring(v) end
+    for i, v in ipairs(value) do
+      if type(v) ~= 'number' and type(v) ~= 'string' then  -- (a table read as 'table: 0x...')
+        raise(string.format('ptdp.config: %s item %d is a %s; a blend lists weights (numbers) ' ..
+                            'and prefixes (texts)', key, i, type(v)))
+      end
+      items[i] = tostring(v)
+    end
     value = table.concat(items, ' ')
   end
   if type(value) == 'number' then return C.ptdp_config_set_double(cfg, key, value) end

@@ -158,6 +158,11 @@ static ptdp_config *tiny_config(const char *data_path) {
   EXPECT_OK(ptdp_config_set_double(c, "hidden_dropout", 0.0), "set hidden_dropout 0");
   EXPECT_OK(ptdp_config_set_double(c, "attention_dropout", 0.0), "set attention_dropout 0");
   EXPECT_OK(ptdp_config_set_int(c, "eval_iters", 2), "set eval_iters 2");
+  /* A number is no path: the number setters refuse the options that hold text. */
+  EXPECT(ptdp_config_set_int(c, "data_path", 5), PTDP_ERR_INVALID_ARGUMENT, "holds text",
+         "set_int of data_path");
+  EXPECT(ptdp_config_set_double(c, "save", 1.0), PTDP_ERR_INVALID_ARGUMENT, "holds text",
+         "set_double of save");
   EXPECT_OK(ptdp_config_set_int(c, "num_threads", 1), "set num_threads 1");
   if (data_path) EXPECT_OK(ptdp_config_set(c, "data_path", data_path), "set data_path");
   return c;
