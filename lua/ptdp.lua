@@ -1069,7 +1069,10 @@ function M.plan(t)
     local opts = {}
     for k, v in pairs(t) do
       if type(v) == 'boolean' then v = v and 1 or 0 end
-      local item = tostring(k) .. '=' .. tostring(v)
+      if type(k) ~= 'string' or k:find('=', 1, true) then  -- (C splits each item at its first '=')
+        raise(string.format("ptdp.plan: option names are texts without '=', got %s", tostring(k)))
+      end
+      local item = k .. '=' .. tostring(v)
       if item:find('\0', 1, true) then  -- C would read the part before it
         raise(string.format('ptdp.plan: option %s holds a NUL byte', tostring(k)))
       end

@@ -104,6 +104,11 @@ function M.parse(argv, script_spec, config_defaults)
     local name, value = a:match('^%-%-([%w%-]+)=(.*)$')
     if not name then name = a:match('^%-%-([%w%-]+)$') end
     if not name then
+      local underscored = a:match('^%-%-([%w_%-]+)') -- (--num_layers: Python's spelling of --num-layers)
+      if underscored and underscored:find('_', 1, true) then
+        error(string.format("unexpected argument '%s': flags are written with '-', not '_': " ..
+                            'did you mean --%s?', a, (underscored:gsub('_', '-'))), 0)
+      end
       error(string.format("unexpected argument '%s': flags look like --name value", a), 0)
     end
     local key = name:gsub('%-', '_')

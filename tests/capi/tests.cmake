@@ -134,6 +134,10 @@ ptdp_lua_test(lua_bad_config_ok --rc 0 --expect "trainer created"
 # (d) scripts/train_gpt.lua flag errors
 set(PTDP_TRAIN_GPT ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua)
 set(PTDP_TRAIN_GPT_DATA --corpus ${PTDP_TEST_CORPUS} --corpus-format lines)
+# Python's spelling of a flag is pointed to the flag
+ptdp_lua_test(lua_train_gpt_underscored_flag --rc nonzero
+  --expect "flags are written with '-', not '_': did you mean --num-layers?" --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --num_layers 2)
 ptdp_lua_test(lua_train_gpt_unknown_flag --rc nonzero
   --expect "unknown flag '--num-layer'" --expect "did you mean --num-layers"
   --expect "(--help lists all)" --reject "--log-interval"
