@@ -21,7 +21,7 @@ local config, opts, given = flags.parse(arg, {
   rounds = { default = 2, integer = true, min = 1, help = 'passes over the layouts; each layout keeps its lowest median' },
   machine = { default = '', help = 'a calibrated machine JSON to use (default: calibrate now)' },
   save_machine = { default = '', help = 'write the calibration to this JSON file' },
-  ranks = { default = 2, integer = true, min = 1, help = 'ranks of the parallel layouts (t, d or p)' },
+  ranks = { default = 2, integer = true, min = 2, help = 'ranks of the parallel layouts (t, d or p)' },
   corpus = { default = '/usr/share/games/fortunes', help = 'text the dataset is made from when missing' },
   corpus_format = { default = 'fortune', help = 'its format: fortune, lines, file' },
 }, {
