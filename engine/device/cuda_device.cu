@@ -218,10 +218,11 @@ std::unique_ptr<Device> make_cuda_device(int ordinal) {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    fail(Status::invalid_config, "device 'cuda' asked for, but no GPU can be used: ",
+    fail(Status::invalid_config, "device 'cuda:", ordinal, "' asked for, but no GPU can be used: ",
          cudaGetErrorString(e), " (use --device cpu)");
   }
-  if (n == 0) fail(Status::invalid_config, "device 'cuda' asked for, but no GPU is visible (use --device cpu)");
+  if (n == 0)
+    fail(Status::invalid_config, "device 'cuda:", ordinal, "' asked for, but no GPU is visible (use --device cpu)");
   if (ordinal < 0 || ordinal >= n)
     fail(Status::bad_value, "device cuda:", ordinal, " does not exist (", n, " GPU",
          n == 1 ? "" : "s", " visible: cuda:0 .. cuda:", n - 1, ")");

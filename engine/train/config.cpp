@@ -205,6 +205,11 @@ void validate_value(const OptionSpec &o, const std::string &v) {
     double x = std::strtod(v.c_str(), &end);
     if (v.empty() || *end != '\0' || !std::isfinite(x) || hex_number(v))
       fail(Status::bad_value, o.key, " must be a number in ", range(), " (decimal digits), got '", v, "'");
+    // Written non-zero but read as 0 (1e-400, below the smallest double): lr 1e-400 became lr 0.
+    const std::string mantissa = v.substr(0, v.find_first_of("eE"));
+    if (x == 0 && mantissa.find_first_of("123456789") != std::string::npos)
+      fail(Status::bad_value, o.key, " is ", v, ", too small to be told from 0 (the smallest ",
+           "number above 0 is about 4.9e-324)");
     if (x < o.min || x > o.max) fail(Status::bad_value, o.key, " must be in ", range(), ", got ", v);
   } else if (o.type == OptionSpec::Choice) {
     std::stringstream ss(o.choices);

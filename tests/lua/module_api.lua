@@ -121,6 +121,8 @@ expect_error("num_layers must be a number in [1, 4096] without spaces, got ' 4'"
 expect_error('lr_decay_style must be one of', 'bad decay choice', ptdp.config,
              { optimizer = { decay = 'step' } })
 expect_error('lr must be a number', 'non-numeric lr', ptdp.config, { lr = 'fast' })
+expect_error('lr is 1e-400, too small to be told from 0', 'an lr that underflows to 0', ptdp.config,
+             { lr = '1e-400' })
 check(ptdp.config { num_layers = 2, lr = 1e-3, optimizer = { beta2 = 0.99 }, data = { tokenizer = 'byte' } } ~= nil,
       'a good config with groups and aliases builds')
 -- One option under two spellings: which one won depended on the table's order.

@@ -199,7 +199,7 @@ TEST(Trainer, DeviceChoiceErrorsNameTheChoices) {
   if (cuda_device_count() == 0) {
     c.set("device", "cuda");
     expect_error([&] { Trainer t(TrainerOptions::from_config(c)); }, Status::invalid_config,
-                 "device 'cuda' asked for");
+                 "device 'cuda:0' asked for");
   }
   c.set("device", "cpu");
   Trainer t(TrainerOptions::from_config(c));
