@@ -47,9 +47,18 @@ if ptdp.same_output(opts.png, opts.trace) then
                                 'each its own\n', opts.png, opts.trace))
   os.exit(2)
 end
+-- ZB-V runs two chunks per rank in a V: num_layers / (2p) layers each.
+local p_size, layers = tonumber(config.pipeline_model_parallel_size), tonumber(config.num_layers)
+if layers % (2 * p_size) ~= 0 then
+  io.stderr:write(string.format('bench_pipeline: --num-layers %d: the ZB-V run puts two chunks of ' ..
+                                'equal layers on each of the %d ranks, so it must be a multiple of ' ..
+                                '2 x --pipeline-model-parallel-size = %d\n', layers, p_size, 2 * p_size))
+  os.exit(2)
+end
+local zbv_layers = layers / (2 * p_size)
 require('ptdp.bench').variants(ptdp, config, given, {
   { pipeline_schedule = 'gpipe' }, { pipeline_schedule = 'zbh1' },
-  { pipeline_schedule = 'zbv', num_layers_per_virtual_pipeline_stage = 1 },
+  { pipeline_schedule = 'zbv', num_layers_per_virtual_pipeline_stage = zbv_layers },
   { pipeline_schedule = '1f1b' },
   { pipeline_schedule = 'interleaved', num_layers_per_virtual_pipeline_stage = 1 },
 }, 'it runs every schedule')
@@ -99,7 +108,7 @@ local gpipe = run('gpipe', { pipeline_schedule = 'gpipe' })
 collectgarbage()
 local zbh1 = run('zbh1', { pipeline_schedule = 'zbh1' })
 collectgarbage()
-local zbv = run('zbv', { pipeline_schedule = 'zbv', num_layers_per_virtual_pipeline_stage = 1 })
+local zbv = run('zbv', { pipeline_schedule = 'zbv', num_layers_per_virtual_pipeline_stage = zbv_layers })
 collectgarbage()
 local one_f_one_b = run('1f1b', { pipeline_schedule = '1f1b' })
 collectgarbage()
