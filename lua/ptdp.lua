@@ -809,6 +809,9 @@ function M.check_output(path, what, directory, kind)
     raise('ptdp.check_output: directory is true or false, got ' .. tostring(directory))
   end
   opt_string(kind, 'check_output', 'kind')
+  if kind and directory then  -- (a directory has no kind: the kind would be ignored)
+    raise("ptdp.check_output: a kind is a file's, not a directory's: give directory = true or a kind, not both")
+  end
   if kind and not directory then
     check(C.ptdp_check_output_kind(path, what, kind))
   else
@@ -942,6 +945,9 @@ end
 
 function M.dataset(t)
   if type(t) ~= 'table' then raise('ptdp.dataset: give a table { path = ..., ... }, got ' .. type(t)) end
+  if t.create and (t.corpus == nil or t.corpus == '') then
+    raise('ptdp.dataset: create = true makes the dataset from a corpus: give corpus too')
+  end
   need_options(t, 'dataset', { 'path', 'given', 'create', 'corpus', 'format', 'tokenizer', 'vocab_file',
                                'merge_file', 'tokenizer_file' })
   local path = t.path

@@ -123,6 +123,11 @@ expect_error('lr_decay_style must be one of', 'bad decay choice', ptdp.config,
 expect_error('lr must be a number', 'non-numeric lr', ptdp.config, { lr = 'fast' })
 expect_error('lr is 1e-400, too small to be told from 0', 'an lr that underflows to 0', ptdp.config,
              { lr = '1e-400' })
+expect_error("a kind is a file's, not a directory's", 'check_output of a directory with a kind',
+             ptdp.check_output, tmpdir .. '/outdir', 'out', true, 'png')
+expect_error('create = true makes the dataset from a corpus: give corpus too',
+             'dataset to create without a corpus', ptdp.dataset,
+             { path = tmpdir .. '/never.ptdp', given = true, create = true })
 check(ptdp.config { num_layers = 2, lr = 1e-3, optimizer = { beta2 = 0.99 }, data = { tokenizer = 'byte' } } ~= nil,
       'a good config with groups and aliases builds')
 -- One option under two spellings: which one won depended on the table's order.
