@@ -141,6 +141,16 @@ case("train_gpt.lua: 3 heads for hidden size 32",
      train + ["--data-path", "good.ptdp"] + tiny + ["--num-attention-heads", "3"], "lua_bad_config_heads")
 case("train_gpt.lua: global batch 5, micro batch 2",
      train + ["--data-path", "good.ptdp"] + tiny + ["--global-batch-size", "5"], "lua_bad_config_batch")
+case("train_gpt.lua: `--num_layers 2` (Python's spelling)", train + ["--num_layers", "2"],
+     "lua_train_gpt_underscored_flag")
+case("train_gpt.lua: `--lr 1e-400` (0 in a double)", train + ["--data-path", "good.ptdp"] + tiny +
+     ["--lr", "1e-400"], "lua_module_api")
+case("train_gpt.lua: `--recompute-method block` without full recomputation",
+     train + ["--data-path", "good.ptdp"] + tiny + ["--recompute-method", "block"], "Pipeline (test_pipeline)")
+case("train_gpt.lua: fp16 at loss scale 1 and lr 10 (the model diverges)",
+     train + ["--data-path", "good.ptdp"] + tiny + ["--train-iters", "20", "--lr", "10", "--min-lr", "10",
+     "--clip-grad", "0", "--fp16", "--initial-loss-scale", "1", "--micro-batch-size", "1",
+     "--global-batch-size", "2"], "lua_train_gpt_diverged")
 case("train_gpt.lua: `--finetune` without `--load`",
      train + ["--data-path", "good.ptdp", "--finetune"] + tiny, "checkpoint_import_cli")
 os.mkfifo(os.path.join(work, "fifo.lua"))
@@ -150,6 +160,8 @@ case("`ptdp timeline-png` of a trace that does not exist", ["timeline-png", "no_
      "lua_timeline_png_cli_missing")
 
 section("Datasets (ptdp token files, Megatron indexed datasets, blends, tokenize)")
+case("a blend weight in hex: `--data-path \"0x10 good.ptdp 1 good.ptdp\"`",
+     train + ["--data-path", "0x10 good.ptdp 1 good.ptdp"] + tiny, "lua_train_gpt_blend_hex_weight")
 case("`--data-path` that does not exist", train + ["--data-path", "nope.ptdp"] + tiny,
      "lua_bad_config_missing, data_path_safety.sh")
 write("trunc.ptdp", ptdp_file[:-7])
@@ -337,8 +349,31 @@ case("a LLaMA config.json with both biases, the weights without them", imp(
     os.path.join(llama, "model.safetensors.index.json"),
     write("l_biases.json", json.dumps(dict(lconfig, attention_bias=True, mlp_bias=True))), "i8"),
     "LlamaImport.RefusesWhatItCannotImport")
+# Tensors whose bytes overlap: the format says they tile the data.
+hdr = dict(header)
+hdr["transformer.wte.weight"] = dict(hdr["transformer.wte.weight"])
+b0, e0 = hdr["transformer.wte.weight"]["data_offsets"]
+hdr["transformer.wte.weight"]["data_offsets"] = [b0 + 4, e0 + 4]
+text = json.dumps(hdr).encode()
+case("a safetensors file whose wte overlaps the next tensor by 4 bytes", imp(write("overlap.safetensors",
+     struct.pack("<Q", len(text)) + text + raw[8 + n:]), os.path.join(hf, "config.json"), "i9"),
+     "CheckpointImport.RefusesWhatItCannotImport")
+case("config.json with tie_word_embeddings \"yes\"", imp(model, write("c_tie.json", json.dumps(
+    dict(config, tie_word_embeddings="yes"))), "i10"), "CheckpointImport.RefusesWhatItCannotImport")
 case("`finetune_llama.lua` with a misspelt engine flag", [os.path.join(repo, "scripts", "finetune_llama.lua"),
      "--hf-model", llama, "--corpus", jsonl, "--workdir", "ft", "--num-layerz", "2"], "finetune_recipe")
+
+section("The planner (`ptdp plan`)")
+plan = ["plan", "--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16",
+        "--global-batch-size", "512", "--num-gpus", "64"]
+case("`--fp16 0` and no other precision", plan + ["--fp16", "0"], "PlanBadInput")
+case("`--device cpu` without `--calibrate`", plan + ["--device", "cpu"], "PlanBadInput")
+selene = json.loads(subprocess.run([launcher] + plan + ["--save-machine", os.path.join(work, "selene.json")],
+                                   capture_output=True, text=True, cwd=work).stdout and
+                    open(os.path.join(work, "selene.json")).read())
+selene["gemm"]["tile_m"] = 0.5
+case("a machine file with a GEMM tile of 0.5", plan + ["--machine", write("half_tile.json", json.dumps(selene))],
+     "PlanMachines")
 
 section("`ptdp plot` of a --log-json file")
 write("text.jsonl", "not json\n")
