@@ -351,11 +351,12 @@ case("a LLaMA config.json with both biases, the weights without them", imp(
     "LlamaImport.RefusesWhatItCannotImport")
 # Tensors whose bytes overlap: the format says they tile the data.
 hdr = dict(header)
-hdr["transformer.wte.weight"] = dict(hdr["transformer.wte.weight"])
-b0, e0 = hdr["transformer.wte.weight"]["data_offsets"]
-hdr["transformer.wte.weight"]["data_offsets"] = [b0 + 4, e0 + 4]
+first = min((k for k in hdr if k != "__metadata__"), key=lambda k: hdr[k]["data_offsets"][0])
+hdr[first] = dict(hdr[first])
+b0, e0 = hdr[first]["data_offsets"]
+hdr[first]["data_offsets"] = [b0 + 4, e0 + 4]
 text = json.dumps(hdr).encode()
-case("a safetensors file whose wte overlaps the next tensor by 4 bytes", imp(write("overlap.safetensors",
+case("a safetensors file whose first tensor is moved 4 bytes on (a gap before it, an overlap after)", imp(write("overlap.safetensors",
      struct.pack("<Q", len(text)) + text + raw[8 + n:]), os.path.join(hf, "config.json"), "i9"),
      "CheckpointImport.RefusesWhatItCannotImport")
 case("config.json with tie_word_embeddings \"yes\"", imp(model, write("c_tie.json", json.dumps(
