@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -409,37 +410,70 @@ TEST_F(Commit, UnwritableRootIsIoErrorNamingThePath) {
   }
 }
 
+// Another process, in step with this one: `body` runs in a forked child that
+// says when it is ready (ready()) and waits for the go (go()); the parent
+// waits for ready(), does its part, then go() and finish() (the child's exit
+// status, 0 when its body returned).
+class OtherProcess {
+ public:
+  explicit OtherProcess(const std::function<void(OtherProcess &)> &body) {
+    if (::pipe(to_parent_) != 0 || ::pipe(to_child_) != 0) std::abort();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      try {
+        body(*this);
+      } catch (...) {
+        ::_exit(2);
+      }
+      ::_exit(0);
+    }
+  }
+  ~OtherProcess() {
+    for (int fd : {to_parent_[0], to_parent_[1], to_child_[0], to_child_[1]}) ::close(fd);
+  }
+  void ready() { signal(to_parent_[1]); }              // the child's side
+  void wait_for_go() { wait(to_child_[0]); }
+  void wait_until_ready() { wait(to_parent_[0]); }    // the parent's side
+  void go() { signal(to_child_[1]); }
+  int finish() {
+    int status = 0;
+    if (::waitpid(pid_, &status, 0) != pid_ || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+  }
+
+ private:
+  void signal(int fd) {
+    const char c = 'y';
+    if (::write(fd, &c, 1) != 1) ::_exit(1);
+  }
+  void wait(int fd) {
+    char c;
+    if (::read(fd, &c, 1) != 1) ::_exit(1);
+  }
+  int to_parent_[2], to_child_[2];
+  pid_t pid_ = -1;
+};
+
 // Two runs saving into one directory at once replaced and pruned each other's
 // checkpoints, one reporting the other's as its own: the second process is
 // refused while the first holds the directory; trainers of one process share it.
 TEST_F(Commit, OneProcessSavesIntoADirectoryAtATime) {
   fs::create_directories(root);
-  int to_parent[2], to_child[2];
-  ASSERT_EQ(::pipe(to_parent), 0);
-  ASSERT_EQ(::pipe(to_child), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {  // holds the directory until the parent says so
+  OtherProcess other([&](OtherProcess &me) {  // holds the directory until the parent says so
     SaveRootLock held(root);
-    char c = 'y';
-    if (::write(to_parent[1], &c, 1) != 1) ::_exit(1);
-    if (::read(to_child[0], &c, 1) != 1) ::_exit(1);
-    ::_exit(0);
-  }
-  char c = 0;
-  ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
+    me.ready();
+    me.wait_for_go();
+  });
+  other.wait_until_ready();
   expect_error([&] { SaveRootLock second(root); }, Status::invalid_config,
                "is being saved into by another process");
   // Nor does any save begin there (an import into a running trainer's --save).
   expect_error([&] { begin_checkpoint(root, 1); }, Status::invalid_config,
                "is being saved into by another process");
-  ASSERT_EQ(::write(to_child[1], &c, 1), 1);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  other.go();
+  EXPECT_EQ(other.finish(), 0);
   SaveRootLock mine(root);  // free again
   SaveRootLock shared(root);  // and shared within this process
-  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
 }
 
 // A save holds its directory from begin_checkpoint to the commit (or the
@@ -447,33 +481,17 @@ TEST_F(Commit, OneProcessSavesIntoADirectoryAtATime) {
 // otherwise prune the import's unfinished .tmp.
 TEST_F(Commit, ASaveHoldsItsDirectoryUntilItsCommit) {
   fs::create_directories(root);
-  int to_parent[2], to_child[2];
-  ASSERT_EQ(::pipe(to_parent), 0);
-  ASSERT_EQ(::pipe(to_child), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {  // begins a save, commits it when the parent says so
-    char c = 'y';
-    try {
-      begin_checkpoint(root, 5);
-      if (::write(to_parent[1], &c, 1) != 1 || ::read(to_child[0], &c, 1) != 1) ::_exit(1);
-      commit_checkpoint(root, 5, "{}");
-    } catch (...) {
-      ::_exit(2);
-    }
-    if (::write(to_parent[1], &c, 1) != 1) ::_exit(1);
-    ::_exit(0);
-  }
-  char c = 0;
-  ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
+  OtherProcess other([&](OtherProcess &me) {  // begins a save, commits it when the parent says so
+    begin_checkpoint(root, 5);
+    me.ready();
+    me.wait_for_go();
+    commit_checkpoint(root, 5, "{}");
+  });
+  other.wait_until_ready();
   expect_error([&] { SaveRootLock trainer(root); }, Status::invalid_config,
                "is being saved into by another process");
-  ASSERT_EQ(::write(to_child[1], &c, 1), 1);
-  ASSERT_EQ(::read(to_parent[0], &c, 1), 1);  // committed
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  other.go();
+  EXPECT_EQ(other.finish(), 0);
   EXPECT_TRUE(fs::exists(root + "/iter_0000005/manifest.json"));
   SaveRootLock free_again(root);
-  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
 }
