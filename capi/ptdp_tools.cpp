@@ -2,7 +2,11 @@
 // the planner, with the same boundary rules as the engine's (capi/boundary.h).
 #include "capi/ptdp_tools.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -126,6 +130,20 @@ ptdp_status ptdp_same_output(const char *a, const char *b, int32_t *same) {
     require(b, "b");
     require(same, "same");
     *same = ptdp::same_output(a, b) ? 1 : 0;
+  });
+}
+
+ptdp_status ptdp_file_identity(const char *path, char *buf, size_t cap, size_t *out_len) {
+  return guard([&] {
+    require(path, "path");
+    check_buffer(buf, cap);
+    struct stat st;
+    if (::lstat(path, &st) != 0)
+      ptdp::fail(ptdp::Status::io_error, "'", path, "': ", std::strerror(errno));
+    copy_out(std::to_string((unsigned long long)st.st_dev) + ":" + std::to_string((unsigned long long)st.st_ino) +
+                 ":" + std::to_string((long long)st.st_size) + ":" +
+                 std::to_string((long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec),
+             buf, cap, out_len);
   });
 }
 

@@ -106,6 +106,12 @@ PTDP_API ptdp_status ptdp_check_output_kind(const char *path, const char *what, 
  * both exist, through links and hard links; else the same normalized path),
  * else 0: a script's two outputs must not. */
 PTDP_API ptdp_status ptdp_same_output(const char *a, const char *b, int32_t *same);
+/* The identity of what is at `path` itself (a link is not followed): its
+ * device, inode, size and modification time as text ("DEV:INO:SIZE:NS"), so a
+ * script that made a file removes it only while it is still the one it made
+ * (another command may have put a file of its own there since). A path with
+ * nothing at it is PTDP_ERR_IO; the text as for ptdp_version's callers. */
+PTDP_API ptdp_status ptdp_file_identity(const char *path, char *buf, size_t cap, size_t *out_len);
 /* A script's small input file (at most 1 GiB) into buf, as ptdp_version's
  * callers read text: out_len gets its size, PTDP_ERR_BUFFER_TOO_SMALL when cap
  * is not more than that. A regular file only (a FIFO or device would block):

@@ -163,6 +163,7 @@ std::map<std::string, std::string> imported_source(const std::string &weights) {
     out["imported_file"] = std::to_string((long long)st.st_size) + " bytes, modified " +
                            std::to_string((long long)st.st_mtim.tv_sec) + "." +
                            std::to_string((long long)st.st_mtim.tv_nsec);
+  out[kLineageKey] = import_lineage(out["imported_from"] + "\n" + out["imported_file"]);
   return out;
 }
 

@@ -45,16 +45,20 @@ std::string lineage_text(const std::string &lineage) {
   if (lineage == kLineageNew) return "a run from scratch";
   if (lineage.rfind("finetune:", 0) == 0)
     return "fine-tuned from the checkpoint of manifest digest " + lineage.substr(9);
+  if (lineage.rfind("import:", 0) == 0) return "an import (source digest " + lineage.substr(7) + ")";
   return "'" + lineage + "'";
 }
 
 }  // namespace
 
-std::string finetune_lineage(const Manifest &parent) {
+static std::string digest(const std::string &what, const std::string &of) {
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(parent.to_json()));
-  return std::string("finetune:") + hex;
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(of));
+  return what + ":" + hex;
 }
+
+std::string finetune_lineage(const Manifest &parent) { return digest("finetune", parent.to_json()); }
+std::string import_lineage(const std::string &source) { return digest("import", source); }
 
 std::string other_run_fields(const Manifest &saved, const GptConfig &model,
                              const std::map<std::string, std::string> &training) {
@@ -79,11 +83,15 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
   for (const auto &[key, was] : saved.training) {
     auto now = training.find(key);
     if (key == "data_path" && by_content) continue;
-    if (now == training.end() || may_differ(key)) continue;
-    if (key == kLineageKey && was != now->second)
-      add(key, lineage_text(was), lineage_text(now->second));
-    else if (key != kLineageKey)
-      add(key, was, now->second);
+    if (now == training.end() || may_differ(key) || key == kLineageKey) continue;
+    add(key, was, now->second);
+  }
+  // The lineage where this run records one; a manifest without one (older)
+  // counts as a run from scratch.
+  if (const auto now = training.find(kLineageKey); now != training.end()) {
+    const auto it = saved.training.find(kLineageKey);
+    const std::string was = it == saved.training.end() ? kLineageNew : it->second;
+    if (was != now->second) add(kLineageKey, lineage_text(was), lineage_text(now->second));
   }
   return out;
 }

@@ -17,7 +17,10 @@
 // run from scratch (two of them with equal options are one run, by the
 // numerics contract), kept by every resumption, and for a fine-tuning run
 // "finetune:" and the digest of the manifest it started from (two fine-tunings
-// of one checkpoint with equal options are again one run).
+// of one checkpoint with equal options are again one run); an import's is
+// "import:" and the digest of its file's path, size and time. A manifest that
+// records none (saved before lineages) counts as "new" against a run that
+// records one.
 #pragma once
 #include <functional>
 #include <map>
@@ -30,8 +33,10 @@ namespace ptdp {
 
 inline constexpr const char *kLineageKey = "lineage";
 inline constexpr const char *kLineageNew = "new";
-// The lineage of a run fine-tuned from the checkpoint of `parent`.
+// The lineage of a run fine-tuned from the checkpoint of `parent`, and of an
+// import of the model file `source` (its path, size and time).
 std::string finetune_lineage(const Manifest &parent);
+std::string import_lineage(const std::string &source);
 
 // What makes `saved` another run than (model, training): "hidden_size:
 // checkpoint 64, this run 32; seed: checkpoint 1, this run 2", or "" when it

@@ -819,6 +819,18 @@ function M.check_output(path, what, directory, kind)
   end
 end
 
+-- What is at path itself (not through a link), as text, or nil when nothing
+-- is: a file a script made is removed only while it is still the one it made.
+function M.file_identity(path)
+  need_string(path, 'file_identity', 'path')
+  local len = ffi.new('size_t[1]')
+  local buf = ffi.new('char[?]', 128)
+  local st = C.ptdp_file_identity(path, buf, 128, len)
+  if st == C.PTDP_ERR_IO then return nil end
+  check(st)
+  return ffi.string(buf, len[0])
+end
+
 -- Whether the output paths a and b name one file (links, hard links, ./ and
 -- // spellings): a script's two outputs must not.
 function M.same_output(a, b)

@@ -98,10 +98,11 @@ config.data_path = ptdp.dataset { path = config.data_path, given = given.data_pa
 
 -- What this command made goes again if the run is refused before its first
 -- step: the dataset made from --corpus, the --save directory (only while empty).
-local data_made = given.corpus and not data_was_there and exists(config.data_path)
+-- (The dataset by its identity: a file another command put there since is not ours.)
+local data_made = given.corpus and not data_was_there and ptdp.file_identity(config.data_path)
 local save_made = (config.save or '') ~= '' and not exists(config.save)
 local function unmake()
-  if data_made then os.remove(config.data_path) end
+  if data_made and ptdp.file_identity(config.data_path) == data_made then os.remove(config.data_path) end
   if save_made then ffi.C.rmdir(config.save) end
 end
 local made_ok, trainer = pcall(ptdp.trainer, config)

@@ -123,8 +123,11 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
              "resume a fine-tuning run, leave --finetune out and --load its --save directory)");
     }
     // A fine-tuning run is a new run even when it loads from its --save directory.
-    check_save_target(opt_.save_path, opt_.finetune ? "" : opt_.load_path, opt_.model,
-                      resumption_options(opt_, data_fingerprint_));
+    // A run that loads nothing is a run from scratch (its lineage); one that
+    // loads is checked again with the loaded lineage (below).
+    std::map<std::string, std::string> training = resumption_options(opt_, data_fingerprint_);
+    if (opt_.load_path.empty()) training[kLineageKey] = kLineageNew;
+    check_save_target(opt_.save_path, opt_.finetune ? "" : opt_.load_path, opt_.model, training);
     // The tracker a save will write is this run's, before the first save too:
     // no other output of the run (a --log-json there, say) may take it.
     output_claims_.emplace_back((fs::path(opt_.save_path) / kCheckpointTracker).string(),

@@ -380,6 +380,29 @@ TEST_F(CheckpointImport, TargetDirectory) {
 
 // --load of the import is a plain resume at iteration 0; --finetune takes a
 // trained checkpoint's weights and nothing else.
+// An import is a run of its own (its lineage: "import:" and its file's
+// digest): a run from scratch with --save its directory is refused at its
+// start (its rotation deleted the import), and so is a fine-tuning of it; a
+// resumption of the import saves there.
+TEST_F(CheckpointImport, AnImportIsARunOfItsOwn) {
+  Config scratch = config("");
+  scratch.set("save", imported.path);
+  expect_error([&] { trainer(scratch); }, Status::invalid_config,
+               "lineage: checkpoint an import (source digest ");
+  Config tune = config(imported.path);
+  tune.set("finetune", "1");
+  auto ft = trainer(tune);
+  ft->step();
+  expect_error([&] { ft->save(imported.path); }, Status::invalid_config,
+               "lineage: checkpoint an import (source digest ");
+  Config resume = config(imported.path);
+  resume.set("save", imported.path);
+  auto r = trainer(resume);
+  r->step();
+  EXPECT_NO_THROW(r->save(imported.path));
+  EXPECT_TRUE(fs::exists(imported.path + "/iter_0000000/manifest.json"));
+}
+
 TEST_F(CheckpointImport, FinetuneStartsAfresh) {
   auto pre = trainer(config(imported.path));
   EXPECT_EQ(pre->iteration(), 0);

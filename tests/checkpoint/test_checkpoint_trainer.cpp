@@ -673,9 +673,25 @@ TEST_F(CheckpointFaults, AFineTunedRunIsAnotherRunWhateverItsOptions) {
   expect_error([&] { Trainer r(resumed); }, Status::invalid_config, why);
   EXPECT_EQ(fs::last_write_time(ckpt + "/manifest.json"), before);
   resumed.save_path = tuned.path;
-  Trainer r(resumed);
-  r.step();
-  EXPECT_NO_THROW(r.save(tuned.path));
+  {
+    Trainer r(resumed);
+    r.step();
+    EXPECT_NO_THROW(r.save(tuned.path));
+  }
+  // A run from scratch with --save the fine-tuning's directory: refused at its
+  // start, not after its training.
+  TrainerOptions scratch = options({1, 1, 1, 1});
+  scratch.save_path = tuned.path;
+  expect_error([&] { Trainer s(scratch); }, Status::invalid_config,
+               "lineage: checkpoint fine-tuned from the checkpoint of manifest digest ");
+  // A manifest saved before lineages (none recorded) counts as a run from
+  // scratch: a fine-tuning of it is still another run.
+  Manifest m = Manifest::read(ckpt);
+  m.training.erase("lineage");
+  write_file(ckpt + "/manifest.json", m.to_json());
+  Trainer f(ft);
+  f.step();
+  expect_error([&] { f.save(dir.path); }, Status::invalid_config, why);
 }
 
 // A FIFO in place of the manifest or of the tracker is refused or passed over,

@@ -123,6 +123,16 @@ expect_error('lr_decay_style must be one of', 'bad decay choice', ptdp.config,
 expect_error('lr must be a number', 'non-numeric lr', ptdp.config, { lr = 'fast' })
 expect_error('lr is 1e-400, too small to be told from 0', 'an lr that underflows to 0', ptdp.config,
              { lr = '1e-400' })
+-- A file's identity changes when another file takes its name (how a script
+-- removes only the file it made); nothing there is nil.
+local ident_path = tmpdir .. '/identity.txt'
+ptdp.write_file(ident_path, 'one', 'identity test')
+local ident = ptdp.file_identity(ident_path)
+check(ident ~= nil and ident == ptdp.file_identity(ident_path), 'file_identity of a file is stable')
+ptdp.write_file(ident_path, 'another', 'identity test')  -- a new file renamed over it
+check(ptdp.file_identity(ident_path) ~= ident, 'file_identity tells a replaced file apart')
+os.remove(ident_path)
+check(ptdp.file_identity(ident_path) == nil, 'file_identity of nothing is nil')
 expect_error("a kind is a file's, not a directory's", 'check_output of a directory with a kind',
              ptdp.check_output, tmpdir .. '/outdir', 'out', true, 'png')
 expect_error('create = true makes the dataset from a corpus: give corpus too',
