@@ -19,6 +19,7 @@
 #include "checkpoints/crc32c.h"
 #include "checkpoints/gpt2_layout.h"
 #include "checkpoints/llama_layout.h"
+#include "checkpoints/safetensors_file.h"
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/dtype.h"
@@ -238,6 +239,13 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   const auto source = m.training.find("imported_from");
   if (source != m.training.end())
     reading.emplace_back(source->second, "model this checkpoint was imported from,");
+  // ... also moved or renamed since: told by its recorded size and time.
+  const auto record = m.training.find("imported_file");
+  if (record != m.training.end() && file_record(weights_path) == record->second)
+    fail(Status::invalid_argument, "export_safetensors output '", weights_path, "' has the size and ",
+         "time of the model this checkpoint was imported from (", record->second, "; recorded as '",
+         source != m.training.end() ? source->second : std::string("?"), "'): refusing to overwrite ",
+         "an input (choose another output path)");
   const GptConfig &cfg = m.model;
   // The LLaMA family's layout for a model of its shape; GPT-2's otherwise.
   const bool llama = llama_layout_mismatch(cfg).empty();

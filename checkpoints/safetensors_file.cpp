@@ -154,15 +154,18 @@ std::string read_text(const std::string &path) {
 
 // Refuses a directory whose newest checkpoint is another run's, or past
 // iteration 0 (the import would become the newest and hide it).
+std::string file_record(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return "";
+  return std::to_string((long long)st.st_size) + " bytes, modified " +
+         std::to_string((long long)st.st_mtim.tv_sec) + "." + std::to_string((long long)st.st_mtim.tv_nsec);
+}
+
 std::map<std::string, std::string> imported_source(const std::string &weights) {
   std::error_code ec;
   std::map<std::string, std::string> out = {
       {"imported_from", fs::weakly_canonical(fs::absolute(weights)).string()}};
-  struct stat st;
-  if (::stat(weights.c_str(), &st) == 0)
-    out["imported_file"] = std::to_string((long long)st.st_size) + " bytes, modified " +
-                           std::to_string((long long)st.st_mtim.tv_sec) + "." +
-                           std::to_string((long long)st.st_mtim.tv_nsec);
+  if (const std::string record = file_record(weights); !record.empty()) out["imported_file"] = record;
   out[kLineageKey] = import_lineage(out["imported_from"] + "\n" + out["imported_file"]);
   return out;
 }

@@ -45,6 +45,9 @@ std::string read_text(const std::string &path);
 // and modification time), so that an import of other weights from the same
 // path is another run's, not a replacement of the earlier import.
 std::map<std::string, std::string> imported_source(const std::string &weights);
+// A file's size and modification time as imports record it ("" when absent):
+// the source model still told apart when it was moved or renamed.
+std::string file_record(const std::string &path);
 
 void check_import_target(const std::string &dir, const GptConfig &cfg,
                          const std::map<std::string, std::string> &training);

@@ -287,14 +287,25 @@ static std::string head_bytes(const std::string &path, size_t n, off_t *size) {
 // script's own file) is any file of no format of ptdp's writers but JSON.
 static bool is_of_kind(const std::string &target, OutputKind kind, bool exported_only = true);
 
-// The format of ptdp's writers `target` is in (not plain JSON, a script's
-// own), if any: a file any other writer (`any`) leaves alone.
-static std::optional<OutputKind> known_format(const std::string &target) {
+// The format of ptdp's writers (or of a model's files) `target` is in, as
+// its name in messages, or "" (plain text, a script's own JSON): a file a
+// script's own writer (`any`) leaves alone. Besides the writers' kinds: an
+// HDF5 file (a checkpoint's model.h5, copied out of its directory) and a
+// model's config.json (it names a model_type), which one of its weights
+// files would be useless without.
+static std::string known_format(const std::string &target) {
   for (OutputKind k : {OutputKind::ptdp_dataset, OutputKind::megatron_index, OutputKind::megatron_data,
                        OutputKind::safetensors, OutputKind::metrics_log, OutputKind::trace,
                        OutputKind::machine, OutputKind::png, OutputKind::op_profile})
-    if (is_of_kind(target, k, false)) return k;
-  return std::nullopt;
+    if (is_of_kind(target, k, false)) return output_kind_name(k);
+  off_t size = 0;
+  const std::string h = head_bytes(target, 65536, &size);
+  if (h.compare(0, 8, "\x89HDF\r\n\x1a\n") == 0) return "an HDF5 file (a checkpoint's data?)";
+  if ((size_t)size <= h.size()) {
+    const json j = json::parse(h, nullptr, false);
+    if (j.is_object() && j.contains("model_type")) return "a model's config.json (it names a model_type)";
+  }
+  return "";
 }
 
 static bool is_of_kind(const std::string &target, OutputKind kind, bool exported_only) {
@@ -307,7 +318,7 @@ static bool is_of_kind(const std::string &target, OutputKind kind, bool exported
   const std::string h = head_bytes(target, lines ? 65536 : 64, &size);
   if (size == 0) return true;
   if (size < 0) return false;
-  if (kind == OutputKind::any) return !known_format(target);
+  if (kind == OutputKind::any) return known_format(target).empty();
   const auto starts = [&h](const char *magic, size_t n) { return h.size() >= n && h.compare(0, n, magic, n) == 0; };
   const size_t first = h.find_first_not_of(" \t\r\n");
   switch (kind) {
@@ -374,10 +385,10 @@ static void refuse_if_other_kind(const std::string &target, const std::string &p
   if (::stat(target.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || is_of_kind(target, kind)) return;
   if (kind == OutputKind::any)
     fail(Status::invalid_argument, what, " '", path, "' exists and is ",
-         output_kind_name(*known_format(target)), ": ", what, " replaces only a file of none of the ",
+         known_format(target), ": ", what, " replaces only a file of none of the ",
          "formats ptdp's writers make (a dataset, a model, a log, a trace or a picture is its own ",
          "writer's to replace); give a new name, or remove that file if it is to go");
-  if (kind == OutputKind::safetensors && known_format(target) == OutputKind::safetensors)
+  if (kind == OutputKind::safetensors && is_of_kind(target, OutputKind::safetensors, false))
     fail(Status::invalid_argument, what, " '", path, "' exists and is a safetensors file ptdp did ",
          "not export (a model from elsewhere may be all there is of it): ", what, " replaces only ",
          "an earlier export; give a new name, or remove that file if it is to go");

@@ -298,7 +298,8 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   resumed_from_ = opt_.finetune ? "" : ckpt.dir;
   provenance_.clear();
   for (const auto &[key, value] : ckpt.manifest.training)
-    if (key == "imported_from" || key.rfind("hf_", 0) == 0 || (key == kLineageKey && !opt_.finetune))
+    if (key == "imported_from" || key == "imported_file" || key.rfind("hf_", 0) == 0 ||
+        (key == kLineageKey && !opt_.finetune))
       provenance_[key] = value;
   if (opt_.finetune) provenance_[kLineageKey] = finetune_lineage(ckpt.manifest);
   const auto tok = ckpt.manifest.training.find("tokenizer_type");

@@ -273,7 +273,8 @@ ptdp_lua_test(lua_ckpt_verify_bad_manifest --rc nonzero --expect "manifest"
 # ptdp wrote that model (a model from elsewhere is no export's to replace)
 ptdp_lua_test(lua_ckpt_export_keeps_import_source --rc 0
   --expect "is the model this checkpoint was imported from" --expect "source kept"
-  -- sh -c "rm -rf export_src && mkdir export_src && cd export_src && $0 ckpt import-safetensors \"$1/model.safetensors\" \"$1/config.json\" hf >/dev/null && $0 ckpt export-safetensors hf base.safetensors >/dev/null && cp base.safetensors before && $0 ckpt import-safetensors base.safetensors imp >/dev/null && ! $0 ckpt export-safetensors imp base.safetensors && cmp base.safetensors before && echo source kept"
+  --expect "has the size and time of the model this checkpoint was imported from" --expect "moved source kept"
+  -- sh -c "rm -rf export_src && mkdir export_src && cd export_src && $0 ckpt import-safetensors \"$1/model.safetensors\" \"$1/config.json\" hf >/dev/null && $0 ckpt export-safetensors hf base.safetensors >/dev/null && cp base.safetensors before && $0 ckpt import-safetensors base.safetensors imp >/dev/null && ! $0 ckpt export-safetensors imp base.safetensors && cmp base.safetensors before && echo source kept && mv base.safetensors moved.safetensors && ! $0 ckpt export-safetensors imp moved.safetensors && cmp moved.safetensors before && echo moved source kept"
      ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/tests/checkpoint/hf)
 # (e) a tiny successful run (tokenizes the corpus afresh)
 ptdp_lua_test(lua_train_gpt_tiny --rc 0

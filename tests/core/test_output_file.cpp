@@ -432,7 +432,9 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   // A script's own file (`any`: ptdp_write_file) replaces no file of a format
   // ptdp's writers make, a model from elsewhere included; plain text or a
   // JSON file of its own, yes.
-  for (const std::string &f : {hf, ours, machine, bin, dir.path + "/p_text_document.idx"})
+  const std::string h5 = put("copy_of_model.h5", std::string("\x89HDF\r\n\x1a\n", 8) + "superblock");
+  const std::string model_config = put("config.json", "{\"model_type\": \"gpt2\", \"n_embd\": 32}");
+  for (const std::string &f : {hf, ours, machine, bin, dir.path + "/p_text_document.idx", h5, model_config})
     expect_error([&] { ptdp::write_file_atomic(f, "x", "the script's record", OutputKind::any); },
                  ptdp::Status::invalid_argument, "replaces only a file of none of the formats");
   EXPECT_EQ(read_file(bin), "tokens");
