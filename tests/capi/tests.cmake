@@ -272,7 +272,7 @@ ptdp_lua_test(lua_ckpt_verify_bad_manifest --rc nonzero --expect "manifest"
 # fine-tuning exported over its base), in a later process too, even where
 # ptdp wrote that model (a model from elsewhere is no export's to replace)
 ptdp_lua_test(lua_ckpt_export_keeps_import_source --rc 0
-  --expect "is the model this checkpoint was imported from" --expect "source kept"
+  --expect "the model this checkpoint was imported from" --expect "source kept"
   --expect "has the size and time of the model this checkpoint was imported from" --expect "moved source kept"
   -- sh -c "rm -rf export_src && mkdir export_src && cd export_src && $0 ckpt import-safetensors \"$1/model.safetensors\" \"$1/config.json\" hf >/dev/null && $0 ckpt export-safetensors hf base.safetensors >/dev/null && cp base.safetensors before && $0 ckpt import-safetensors base.safetensors imp >/dev/null && ! $0 ckpt export-safetensors imp base.safetensors && cmp base.safetensors before && echo source kept && mv base.safetensors moved.safetensors && ! $0 ckpt export-safetensors imp moved.safetensors && cmp moved.safetensors before && echo moved source kept"
      ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/tests/checkpoint/hf)
