@@ -157,6 +157,13 @@ double activation_bytes_per_layer(const ModelSpec &m, int t, int64_t b, DType dt
   return out;
 }
 
+int64_t chunks_in_flight_closed_form(ScheduleKind k, int p, int v, int64_t m, int stage) {
+  if (k == ScheduleKind::one_f_one_b) return std::min<int64_t>(m, p - stage);
+  if (k == ScheduleKind::interleaved)
+    return std::min<int64_t>(m * v, 2 * (int64_t)(p - stage - 1) + (int64_t)(v - 1) * p + 1);
+  return -1;
+}
+
 int64_t walked_microbatches(ScheduleKind k, int p, int v, int64_t m) {
   return k == ScheduleKind::gpipe ? m : std::min<int64_t>(m, 4 * (int64_t)p);
 }
@@ -166,6 +173,10 @@ int max_chunks_in_flight(ScheduleKind k, int p, int v, int64_t m, int stage) {
     validate_schedule(k, p, v, (int)std::min<int64_t>(m, INT32_MAX));
     return (int)std::min<int64_t>(m * v, INT32_MAX);
   }
+  // A long walk (a deep pipeline of many chunks) gives way to the closed form.
+  if (4.0 * p * p * v > 2e5)
+    if (const int64_t closed = chunks_in_flight_closed_form(k, p, v, m, stage); closed >= 0)
+      return (int)std::min<int64_t>(closed, INT32_MAX);
   // The same walk for many layouts of one plan (its t, d and b): remembered.
   static std::mutex mu;
   static std::map<std::tuple<int, int, int, int64_t, int>, int> walked;
@@ -478,9 +489,13 @@ Prediction predict(const ModelSpec &m, const TrainSpec &tr, const Machine &mach,
   const double work = busiest_work * mb;
 
   double makespan;
+  // A replay needs m' >= 2p micro-batches on every rank: past ~2M compute ops
+  // in all (thousands of stages, or thousands of chunks per rank) it would
+  // take minutes, and the formula stands in (the report says which it used).
+  const bool replayable = 3.0 * p * v * (2.0 * p) <= 2e6;
   if (p == 1) {
     makespan = work;
-  } else if (replay) {
+  } else if (replay && replayable) {
     // Replay the real schedule; beyond ~60k compute ops replay m' micro-batches
     // (steady state reached: m' >= 2p) and add the busiest rank's extra work.
     int64_t m2 = mb;

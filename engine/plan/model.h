@@ -167,4 +167,10 @@ int max_chunks_in_flight(ScheduleKind k, int p, int v, int64_t m, int stage);
 // billion samples walked a billion-op list per layout.
 int64_t walked_microbatches(ScheduleKind k, int p, int v, int64_t m);
 
+// The same peak in closed form for 1F1B (min(m, p - stage)) and interleaving
+// (min(m v, 2(p - stage - 1) + (v - 1)p + 1), Megatron's warm-up plus one),
+// or -1 for the others: what max_chunks_in_flight gives where a walk would be
+// long (thousands of chunks per rank), checked against walks in the tests.
+int64_t chunks_in_flight_closed_form(ScheduleKind k, int p, int v, int64_t m, int stage);
+
 }  // namespace ptdp::plan

@@ -182,9 +182,16 @@ TEST(PlanClosedForms, ChunksInFlightSaturateAfterTheWarmUp) {
     for (int p : {2, 3, 4, 8})
       for (int m = p; m <= 6 * p * v; m++) {
         if (k == ScheduleKind::interleaved && m % p) continue;
-        for (int s = 0; s < p; s++)
-          ASSERT_EQ(max_chunks_in_flight(k, p, v, m, s), whole_walk(k, p, v, m, s))
+        for (int s = 0; s < p; s++) {
+          const int walked = whole_walk(k, p, v, m, s);
+          ASSERT_EQ(max_chunks_in_flight(k, p, v, m, s), walked)
               << ptdp::schedule_name(k) << " p=" << p << " v=" << v << " m=" << m << " stage " << s;
+          // The closed forms that stand in for long walks.
+          const int64_t closed = chunks_in_flight_closed_form(k, p, v, m, s);
+          if (closed >= 0)
+            ASSERT_EQ(closed, walked) << "closed form: " << ptdp::schedule_name(k) << " p=" << p
+                                      << " v=" << v << " m=" << m << " stage " << s;
+        }
       }
 }
 
@@ -232,6 +239,16 @@ TEST(PlanReplay, BubbleOfUniformStagesIsTheClosedForm) {
   ASSERT_TRUE(P.replayed);
   const double want = bubble_closed_form(ScheduleKind::interleaved, 2, 256, 8);
   EXPECT_NEAR(P.bubble_fraction, want, 0.02 * want);
+  // A pipeline of 1024 stages would replay millions of ops (minutes): the
+  // formula stands in, and the prediction says so.
+  ModelSpec very_deep{1024, 1024, 16, 128, 1024, 0};
+  TrainSpec wide;
+  wide.global_batch = 2048, wide.num_gpus = 1024;
+  Layout D;
+  D.p = 1024, D.b = 1, D.v = 1, D.schedule = ScheduleKind::one_f_one_b;
+  const Prediction Q = predict(very_deep, wide, mach, D, true);
+  EXPECT_FALSE(Q.replayed);
+  EXPECT_NEAR(Q.bubble_fraction, bubble_closed_form(ScheduleKind::one_f_one_b, 1024, 1, 2048), 1e-12);
 }
 
 // The zero-bubble schedules in the planner: the backward's weight-gradient
