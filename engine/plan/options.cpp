@@ -104,6 +104,10 @@ double tokens(const std::string &k, const std::string &v) {
               : (suf == "B" || suf == "G") ? 1e9 : suf == "T" ? 1e12 : -1;
   if (v.empty() || mult < 0 || !(x > 0) || !std::isfinite(x) || hex_number(v))
     fail(Status::bad_value, k, " must be a positive number of tokens (e.g. 300e9 or 300B), got '", v, "'");
+  // A training run's tokens: from a thousand to a quintillion (1e300T made
+  // the days and the cost infinite).
+  if (!(x * mult >= 1e3 && x * mult <= 1e18))
+    fail(Status::bad_value, k, " must be in [1e3, 1e18] tokens (1K to 1,000,000T), got '", v, "'");
   return x * mult;
 }
 
@@ -132,9 +136,9 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
   for (const auto &[key0, val] : options) {
     std::string k = key0;
     while (!k.empty() && k[0] == '-') k.erase(0, 1);
+    const std::string given = k;  // as spelled: num-layers and num_layers are two spellings
     for (char &c : k)
       if (c == '-') c = '_';
-    const std::string given = k;
     // Short aliases of the Lua table (t, p, d, b, v).
     if (k == "t") k = "tensor_model_parallel_size";
     if (k == "p") k = "pipeline_model_parallel_size";

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "engine/core/output_file.h"
@@ -43,6 +44,7 @@ Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_
   Layout L = defaults;
   *has_t = *has_p = *has_b = *has_v = *has_d = false;
   bool sched = false;
+  std::set<std::string> given_keys;
   std::stringstream ss(label);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -66,6 +68,8 @@ Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_
       continue;
     }
     std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    if (!given_keys.insert(k).second)  // (the later one won in silence)
+      fail(Status::bad_value, "layout '", label, "': ", k, " is given twice; give each once");
     char *end = nullptr;
     long x = std::strtol(v.c_str(), &end, 10);
     if (v.empty() || *end || x < 1 || x > (1 << 24))

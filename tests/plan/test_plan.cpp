@@ -597,6 +597,16 @@ TEST(PlanBadInput, LayoutsThatCannotWorkAreNamedWithTheReason) {
             std::string::npos);
   EXPECT_NE(plan_error(with({{"device", "cpu"}})).find("picks what calibrate measures, but calibrate is not given"),
             std::string::npos);
+  // One option in two spellings, a layout's part twice, tokens past any run.
+  EXPECT_NE(error_of([&] { plan_report(with({{"num-layers", "48"}})); }, ptdp::Status::invalid_argument)
+                .find("plan option num_layers is given twice, as num_layers and as num-layers"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { plan_report(with({{"explain", "t=1,t=2,p=1,b=1"}})); }, ptdp::Status::bad_value)
+                .find("t is given twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { plan_report(with({{"train_tokens", "1e300T"}})); }, ptdp::Status::bad_value)
+                .find("train_tokens must be in [1e3, 1e18] tokens"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { plan_report(with({{"num_layer", "3"}})); }, ptdp::Status::unknown_option).find("known: num_layers"),
             std::string::npos);
   EXPECT_NE(error_of([&] { plan_report(with({{"hidden_size", "abc"}})); }, ptdp::Status::bad_value)
