@@ -152,6 +152,9 @@ local function need_list(t, fn, arg)
       raise(string.format('ptdp.%s: %s is a list, 1 to %d; it has the key %s', fn, arg, #t, tostring(k)))
     end
   end
+  for i = 1, #t do  -- (# may count past a hole: {1, nil, 3} can be 3 long)
+    if t[i] == nil then raise(string.format('ptdp.%s: %s is a list with a hole at %d', fn, arg, i)) end
+  end
 end
 
 -- An options table: nil, or a table whose keys are all in `known` (a
@@ -249,6 +252,10 @@ local function set_option(cfg, key, value)
   if type(value) == 'table' and key ~= 'data_path' then
     raise(string.format('ptdp.config: %s takes one value, not a table (only data_path takes a ' ..
                         'list: a blend { 0.3, \'A\', 0.7, \'B\' })', key))
+  end
+  if type(value) == 'table' then  -- (a hole would cut the blend short, {} mean no data)
+    need_list(value, 'config', key)
+    if #value == 0 then raise('ptdp.config: data_path is an empty list; a blend lists WEIGHT, PREFIX pairs') end
   end
   if type(value) == 'string' and value:find('\0', 1, true) then
     raise(string.format('ptdp.config: %s holds a NUL byte', key))
@@ -512,6 +519,12 @@ function Trainer:step_tokens(ids, count)
             ct:match('^ctype<int32_t [%[%*]') or ct:match('^ctype<const int32_t [%[%*]')) then
       raise(string.format('step_tokens(ids, count): an FFI array must hold int32_t, got %s',
                           tostring(ffi.typeof(ids))))
+    end
+    -- An array knows its size (a pointer does not): a count past it would read beyond.
+    local bytes = ct:match('%[') and ffi.sizeof(ids)
+    if bytes and count * 4 > bytes then
+      raise(string.format('step_tokens(ids, count): count %d is more than the array holds (%d ids)',
+                          count, bytes / 4))
     end
     arr, n = ids, count
   elseif type(ids) == 'table' then

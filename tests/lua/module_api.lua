@@ -3,6 +3,7 @@
 -- line, evaluation and generation, each result asserted. Exits non-zero (with
 -- the failed check) on the first failure (tests/CMakeLists: lua_module_api).
 local ptdp = require 'ptdp'
+local ffi = require 'ffi'
 local util = require 'testutil'
 local check, expect_error = util.check, util.expect_error
 
@@ -286,6 +287,11 @@ expect_error('outside', 'a token outside the vocabulary', trainer.logits, traine
 expect_error('ids is a list', 'ids with a hole', trainer.logits, trainer, { 84, nil, 101 })
 expect_error('last is true or false, got no', "last = 'no'", trainer.logits, trainer, { 84 }, { last = 'no' })
 expect_error('ids is a list', 'step_tokens ids with a hole', trainer.step_tokens, trainer, { 84, nil, 101 })
+expect_error('count 34 is more than the array holds (2 ids)', 'step_tokens count past its array',
+             trainer.step_tokens, trainer, ffi.new('int32_t[2]'), 34)
+expect_error('data_path is a list with a hole', 'a blend with a hole', ptdp.config,
+             { data_path = { 0.5, 'a.ptdp', nil, 'b.ptdp' } })
+expect_error('data_path is an empty list', 'an empty blend', ptdp.config, { data_path = {} })
 expect_error('give the bytes to write and read back', 'benchmark_disk without bytes', ptdp.benchmark_disk, tmpdir)
 expect_error('not a token id', 'a fractional id', trainer.logits, trainer, { 84.5 })
 
