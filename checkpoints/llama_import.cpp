@@ -244,10 +244,17 @@ GptConfig gpt_config_from_llama(const std::string &text, const std::string &wher
     unsupported(where, "sliding-window attention", "ptdp's attention sees every earlier token");
   if (const json *types = get(c, "layer_types"); types && !types->is_array())
     fail(Status::invalid_config, where, ": 'layer_types' must be a list, got ", types->dump());
-  if (const json *types = get(c, "layer_types"))
+  if (const json *types = get(c, "layer_types")) {
     for (const json &t : *types)
       if (t != "full_attention")
         unsupported(where, "layer_types " + t.dump(), "ptdp's layers are full attention");
+    if ((int64_t)types->size() != g.num_layers)
+      fail(Status::invalid_config, where, ": 'layer_types' lists ", types->size(), " layers, but ",
+           "num_hidden_layers is ", g.num_layers);
+  }
+  // Rotary embeddings on part of each head (transformers' partial_rotary_factor).
+  if (const json *f = get(c, "partial_rotary_factor"); f && !(f->is_number() && f->get<double>() == 1.0))
+    unsupported(where, "partial_rotary_factor " + f->dump(), "ptdp rotates the whole of each head");
   try {
     g.validate(1);
   } catch (const Error &e) {

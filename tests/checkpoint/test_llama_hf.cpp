@@ -144,6 +144,13 @@ TEST(LlamaImport, RefusesWhatItCannotImport) {
   edit_config(window, "sliding_window", 16);
   refused(window, Status::invalid_config, "sliding-window attention is not supported");
 
+  const std::string partial = copy_model("partial_rotary");  // (it was imported as full rotary)
+  edit_config(partial, "partial_rotary_factor", 0.5);
+  refused(partial, Status::invalid_config, "partial_rotary_factor 0.5 is not supported");
+  const std::string one_type = copy_model("one_layer_type");
+  edit_config(one_type, "layer_types", {"full_attention"});
+  refused(one_type, Status::invalid_config, "'layer_types' lists 1 layers, but num_hidden_layers is");
+
   const std::string heads = copy_model("kv_heads");
   edit_config(heads, "num_key_value_heads", 3);
   refused(heads, Status::invalid_config, "num_query_groups (3) must divide num_attention_heads (4)");
