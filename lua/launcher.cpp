@@ -310,6 +310,16 @@ int run_tokenize(int argc, char **argv) {
     return 2;
   };
   if (inputs.empty()) return usage_error("no input given: name text files or directories");
+  // An empty key in a list (--json-keys 'text,'): the option parser drops it in silence.
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i];
+    std::string list;
+    if (a == "--json-keys" && i + 1 < argc) list = argv[i + 1];
+    else if (a.rfind("--json-keys=", 0) == 0) list = a.substr(12);
+    else continue;
+    if (list.empty() || list.front() == ',' || list.back() == ',' || list.find(",,") != std::string::npos)
+      return usage_error("--json-keys holds an empty key: list the keys with one comma between each");
+  }
   if (output.empty() && prefix.empty())
     return usage_error("give --output FILE (a ptdp dataset) or --output-prefix PREFIX (a Megatron dataset)");
   std::vector<const char *> in;
@@ -325,6 +335,9 @@ int run_tokenize(int argc, char **argv) {
     if (format.empty()) format = "fortune";
     if (format == "jsonl")
       return usage_error("--format jsonl writes Megatron's indexed dataset: give --output-prefix");
+    if (app.count("--append-eod") > 0)  // (as the C ABI and Lua refuse it)
+      return usage_error("--append-eod is for --output-prefix; --output always ends each document "
+                         "with the end-of-document token");
     if (app.count("--json-keys") > 0)  // (it was ignored)
       return usage_error("--json-keys picks the keys of a jsonl corpus for --output-prefix; --output "
                          "reads no JSON");

@@ -134,6 +134,13 @@ ptdp_lua_test(lua_bad_config_ok --rc 0 --expect "trainer created"
 # (d) scripts/train_gpt.lua flag errors
 set(PTDP_TRAIN_GPT ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua)
 set(PTDP_TRAIN_GPT_DATA --corpus ${PTDP_TEST_CORPUS} --corpus-format lines)
+# tokenize: an empty json key and --append-eod with --output are refused (both ignored before)
+ptdp_lua_test(lua_tokenize_cli_empty_json_key --rc nonzero --expect "--json-keys holds an empty key"
+  -- ${PTDP_LAUNCHER} tokenize --output-prefix ${PTDP_TEST_TMP}/lua/empty_key --json-keys "text,"
+     ${CMAKE_SOURCE_DIR}/tests/fixtures/capi_corpus.jsonl)
+ptdp_lua_test(lua_tokenize_cli_append_eod_output --rc nonzero --expect "--append-eod is for --output-prefix"
+  -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/eod.ptdp --append-eod --format lines
+     ${PTDP_TEST_CORPUS})
 # Python's spelling of a flag is pointed to the flag
 ptdp_lua_test(lua_train_gpt_underscored_flag --rc nonzero
   --expect "flags are written with '-', not '_': did you mean --num-layers?" --reject "traceback"
