@@ -322,10 +322,15 @@ TEST_F(CheckpointFaults, MissingFile) {
 }
 
 TEST_F(CheckpointFaults, TruncatedFile) {
-  fs::resize_file(file, fs::file_size(file) / 2);
+  const uintmax_t whole = fs::file_size(file);
+  fs::resize_file(file, whole / 2);
   Trainer tr(options({1, 1, 1, 1}));
   expect_error([&] { tr.load(dir.path); }, Status::corrupt_data, "truncated");
   EXPECT_FALSE(checkpoint_faults(ckpt).empty());
+  // inspect reads the manifest, and says the file disagrees with it.
+  EXPECT_NE(inspect_checkpoint(ckpt).find(std::to_string(whole) + " bytes in the manifest, but the file has " +
+                                          std::to_string(whole / 2) + " bytes: damaged"),
+            std::string::npos);
 }
 
 // The data file as a link to a file elsewhere (of the very bytes recorded):
