@@ -1096,6 +1096,9 @@ function M.plan(t)
     raise("ptdp.plan returns records (layouts, best, text, ...): 'format' is `ptdp plan`'s option, " ..
           'not one of this function')
   end
+  if t.help ~= nil then  -- (it returned no layouts and said nothing)
+    raise("ptdp.plan: 'help' is `ptdp plan --help`, not an option of this function")
+  end
   local function call(extra)
     local opts = {}
     for k, v in pairs(t) do

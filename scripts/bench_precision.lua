@@ -47,11 +47,21 @@ end
 local f32 = run(configs[1])
 print(string.format('fp32: loss over the last %d steps %.5f, %.1f ms/step', last, f32.loss, f32.ms))
 local out = { string.format('loss_fp32=%.5f', f32.loss) }
+local skipped_all = {}
 for i, dt in ipairs { 'bf16', 'fp16' } do
   local r = run(configs[i + 1])
   local rel = (r.loss - f32.loss) / f32.loss
   print(string.format('%s: loss over the last %d steps %.5f (%+.2e relative to fp32), %d skipped steps, loss scale %g, %.1f ms/step (%.2fx fp32)',
                       dt, last, r.loss, rel, r.skipped, r.scale, r.ms, r.ms / f32.ms))
   out[#out + 1] = string.format('loss_%s=%.5f rel_%s=%.2e', dt, r.loss, dt, rel)
+  if r.skipped >= opts.steps then  -- (its loss is the initial model's: no comparison)
+    skipped_all[#skipped_all + 1] = dt
+  end
 end
 print(table.concat(out, ' '))
+if #skipped_all > 0 then
+  io.stderr:write(string.format('bench_precision: every step of the %s run skipped its update (an ' ..
+                                'overflow or NaN each time): its figures compare nothing; give more ' ..
+                                '--steps\n', table.concat(skipped_all, ' and ')))
+  os.exit(1)
+end

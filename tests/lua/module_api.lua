@@ -76,6 +76,7 @@ expect_error('is named as a checkpoint directory', 'mkdirs of a checkpoint name'
              tmpdir .. '/ck2/iter_0000009.old')
 expect_error('is inside the checkpoint directory', 'mkdirs inside a checkpoint', ptdp.mkdirs,
              tmpdir .. '/ck/iter_0000001/sub')
+expect_error("'help' is `ptdp plan --help`", 'ptdp.plan with help', ptdp.plan, { help = false })
 expect_error("ptdp.plan: option names are texts without '='", "a plan key holding '='", ptdp.plan,
              { ['num_layers=2 x'] = 3 })
 expect_error('ptdp.plan: option num_layers holds a NUL byte', 'a NUL in a plan value', ptdp.plan,
