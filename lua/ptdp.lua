@@ -1063,7 +1063,7 @@ end
 function M.benchmark_disk(dir, bytes)
   need_string(dir, 'benchmark_disk', 'dir')
   if bytes == nil then raise('ptdp.benchmark_disk: give the bytes to write and read back') end
-  need_count(bytes, 'benchmark_disk', 'bytes', 1, 2 ^ 53)
+  need_count(bytes, 'benchmark_disk', 'bytes', 2 ^ 20, 2 ^ 53)  -- (at least 1 MiB: a measure of less is noise)
   local w, r = ffi.new('double[1]'), ffi.new('double[1]')
   check(C.ptdp_benchmark_disk(dir, bytes, w, r))
   return w[0], r[0]
@@ -1105,6 +1105,9 @@ function M.plan(t)
       if type(v) == 'boolean' then v = v and 1 or 0 end
       if type(k) ~= 'string' or k:find('=', 1, true) then  -- (C splits each item at its first '=')
         raise(string.format("ptdp.plan: option names are texts without '=', got %s", tostring(k)))
+      end
+      if type(v) ~= 'string' and type(v) ~= 'number' then  -- (a table read as 'table: 0x...')
+        raise(string.format('ptdp.plan: option %s takes a number, a text or true/false, got a %s', k, type(v)))
       end
       local item = k .. '=' .. tostring(v)
       if item:find('\0', 1, true) then  -- C would read the part before it

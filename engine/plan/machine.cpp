@@ -1,5 +1,6 @@
 #include "engine/plan/machine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <filesystem>
@@ -99,6 +100,12 @@ Machine machine_from_json(const std::string &text, const std::string &origin) {
   if (!j.contains("name") || !j["name"].is_string())
     fail(Status::bad_value, origin, ": field 'name' must be a string");
   m.name = j["name"].get<std::string>();
+  // A name is printed in every report's header: one line of text.
+  if (m.name.empty() || std::any_of(m.name.begin(), m.name.end(), [](char ch) { return (unsigned char)ch < 0x20 || ch == 0x7f; }))
+    fail(Status::bad_value, origin, ": field 'name' must be a non-empty line of text (no control ",
+         "characters), got ", j["name"].dump());
+  if (j.contains("description") && !j["description"].is_string())
+    fail(Status::bad_value, origin, ": field 'description' must be a string, got ", j["description"].dump());
   if (j.contains("description") && j["description"].is_string())
     m.description = j["description"].get<std::string>();
   m.devices_per_node = (int)number(j, "devices_per_node", origin, kWhole);

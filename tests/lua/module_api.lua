@@ -294,6 +294,9 @@ expect_error('data_path is a list with a hole', 'a blend with a hole', ptdp.conf
              { data_path = { 0.5, 'a.ptdp', nil, 'b.ptdp' } })
 expect_error('data_path is an empty list', 'an empty blend', ptdp.config, { data_path = {} })
 expect_error('give the bytes to write and read back', 'benchmark_disk without bytes', ptdp.benchmark_disk, tmpdir)
+expect_error('bytes must be a whole number in [1048576', 'benchmark_disk of one byte', ptdp.benchmark_disk, tmpdir, 1)
+expect_error('ptdp.plan: option machine takes a number, a text or true/false, got a table',
+             'a plan value that is a table', ptdp.plan, { machine = {} })
 expect_error('not a token id', 'a fractional id', trainer.logits, trainer, { 84.5 })
 
 local g1 = trainer:generate('The ', { max_new_tokens = 20 })

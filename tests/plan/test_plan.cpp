@@ -495,6 +495,13 @@ TEST(PlanMachines, PresetsRoundTripAndBadFilesSayWhy) {
       {"", "op_overhead_s", 1e308, "field 'op_overhead_s' must be in [0, 1], got 1e+308"},
       {"", "memory_efficiency", 2, "field 'memory_efficiency' must be in [0.001, 1], got 2"},
       {"", "optimizer_params_per_s", 1e-300, "must be in [1000, 1e+15] or 0, got 1e-300"}};
+  for (const char *name : {"", "two\nlines"}) {  // a report's header prints it on one line
+    nlohmann::json m = good;
+    m["name"] = name;
+    EXPECT_NE(error_of([&] { machine_from_json(m.dump(), "x.json"); }, ptdp::Status::bad_value)
+                  .find("field 'name' must be a non-empty line of text"),
+              std::string::npos);
+  }
   for (const auto &[group, field, value, message] : out_of_range) {
     nlohmann::json m = good;
     (group.empty() ? m : m[group])[field] = value;
