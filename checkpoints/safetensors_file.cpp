@@ -60,6 +60,12 @@ Safetensors parse_safetensors(const std::string &file, const unsigned char *data
     not_safetensors(file, "its header is not JSON (", e.what(), ")");
   }
   if (!twice.empty()) not_safetensors(file, "its header names '", twice, "' twice");
+  // The JSON, then only the format's padding (spaces): a NUL would end the
+  // header for some readers and not for others.
+  const std::string raw(reinterpret_cast<const char *>(data + 8), (size_t)n);
+  const size_t end = raw.find_last_of('}');
+  if (end == std::string::npos || raw.find_first_not_of(' ', end + 1) != std::string::npos)
+    not_safetensors(file, "its header is padded with something other than spaces");
   if (!header.is_object()) not_safetensors(file, "its header is not a JSON object");
   const unsigned char *base = data + 8 + n;
   const uint64_t data_size = size - 8 - n;
@@ -69,6 +75,9 @@ Safetensors parse_safetensors(const std::string &file, const unsigned char *data
     const json &v = it.value();
     if (it.key() == "__metadata__") {
       if (!v.is_object()) not_safetensors(file, "__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m)  // (the format's metadata: text to text)
+        if (!m.value().is_string())
+          not_safetensors(file, "__metadata__ '", m.key(), "' is ", m.value().type_name(), ", not a string");
       out.metadata = v;
       continue;
     }

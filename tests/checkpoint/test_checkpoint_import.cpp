@@ -324,7 +324,11 @@ TEST_F(CheckpointImport, RefusesWhatItCannotImport) {
       {raw("trailing", "{" + tensor("a", 0, 8) + "}", 12),
        "its tensors end at byte 8 of the data, which has 12 bytes"},
       {raw("twice", "{" + tensor("a", 0, 8) + "," + tensor("a", 0, 8) + "}", 8),
-       "its header names 'a' twice"}};
+       "its header names 'a' twice"},
+      {raw("nul_padded", "{" + tensor("a", 0, 8) + "}" + std::string(3, '\0'), 8),
+       "its header is padded with something other than spaces"},
+      {raw("number_metadata", "{\"__metadata__\":{\"step\":1}," + tensor("a", 0, 8) + "}", 8),
+       "__metadata__ 'step' is number, not a string"}};
   for (const auto &[path, why] : tiling)
     expect_error([&] { import_safetensors(path, cfg, target); }, Status::corrupt_data, why);
   // Config fields of the wrong kind or past their range are named with what is allowed.
