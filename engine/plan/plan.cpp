@@ -372,6 +372,9 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res) {
     Layout L = parse_layout(req.explain, Layout{}, &ht, &hp, &hb, &hv, &hd);
     if (!ht || !hp || !hb)
       fail(Status::bad_value, "explain needs at least t, p and b, e.g. t=8,p=2,b=4,v=2; got '", req.explain, "'");
+    if (!hd && (int64_t)L.t * L.p > req.train.num_gpus)  // (d would be 0: "must all be >= 1")
+      fail(Status::invalid_config, "explain ", req.explain, ": t x p = ", (int64_t)L.t * L.p,
+           " is more than the ", req.train.num_gpus, " GPUs");
     if (!hd) L.d = (int)(req.train.num_gpus / ((int64_t)L.t * L.p));
     if (req.scatter_gather == 0) L.scatter_gather = false;
     if (req.sequence_parallel) L.sequence_parallel = true;

@@ -611,6 +611,8 @@ TEST(PlanBadInput, LayoutsThatCannotWorkAreNamedWithTheReason) {
   EXPECT_NE(error_of([&] { plan_report(with({{"explain", "t=1,t=2,p=1,b=1"}})); }, ptdp::Status::bad_value)
                 .find("t is given twice"),
             std::string::npos);
+  EXPECT_NE(plan_error(with({{"explain", "t=8,p=8,b=1"}})).find("t x p = 64 is more than the 32 GPUs"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { plan_report(with({{"train_tokens", "1e300T"}})); }, ptdp::Status::bad_value)
                 .find("train_tokens must be in [1e3, 1e18] tokens"),
             std::string::npos);
