@@ -118,17 +118,18 @@ std::string foreign_file(const std::string &path, std::vector<std::string> *othe
   return "";
 }
 
+// Why the file foreign_file found keeps its directory, to follow "it ".
+std::string foreign_reason(const std::string &file) {
+  return "holds '" + file + "', which " +
+         (is_held_input(file) ? "this run reads" : "no save made");
+}
+
 // Why a save could not remove `path` (a checkpoint directory's name: final,
 // .tmp or .old) as its own: "" when it may (absent, or a directory holding
 // only what saves make, and for .old the removal mark), else the reason, to
 // follow "'<path>' ". Nothing a save did not make is ever removed: not a
 // user's file in it, not a symbolic link in its place, not a user's copy of a
 // checkpoint named iter_N.old.
-// Why the file foreign_file found keeps its directory, to follow "it ".
-std::string foreign_reason(const std::string &file) {
-  return "holds '" + file + "', which " +
-         (is_held_input(file) ? "this run reads" : "no save made");
-}
 
 std::string not_removable(const std::string &path) {
   struct stat st;
@@ -318,9 +319,7 @@ struct HeldRoot {
 };
 std::mutex held_roots_mutex;
 std::map<std::pair<uint64_t, uint64_t>, HeldRoot> held_roots;  // (device, inode): this process's
-}  // namespace
 
-namespace {
 // begin_checkpoint's holds, by the save's .tmp directory, until its commit or abandon.
 std::mutex save_holds_mutex;
 std::map<std::string, std::unique_ptr<SaveRootLock>> save_holds;

@@ -1,7 +1,5 @@
 #include "checkpoints/inspect.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
@@ -89,17 +87,11 @@ std::string inspect_checkpoint(const std::string &path) {
   const CheckpointRef ref = open_checkpoint(path);
   const Manifest &m = ref.manifest;
   const Totals tot = totals(m);
-  // The manifest's size of the data file, and the file's own where they differ
-  // (inspect reads only the manifest; verify checks the data).
+  // The manifest's size of the data file, and what is wrong with the file
+  // itself (inspect reads only the manifest; verify checks the data).
   std::string file = m.file + ", " + num(m.file_bytes) + " bytes";
-  struct stat st;
-  const std::string data = ref.dir + "/" + m.file;
-  if (::lstat(data.c_str(), &st) != 0)
-    file += " (the file is missing: `ptdp ckpt verify` says more)";
-  else if (!S_ISREG(st.st_mode) || (int64_t)st.st_size != m.file_bytes)
-    file += " in the manifest, but the file " + (S_ISREG(st.st_mode) ? "has " + num(st.st_size) + " bytes"
-                                                                    : std::string("is no regular file")) +
-            ": damaged (`ptdp ckpt verify` says more)";
+  if (const std::string fault = data_file_fault(ref.dir + "/" + m.file, m.file_bytes); !fault.empty())
+    file += " (damaged: " + fault + "; `ptdp ckpt verify` says more)";
   std::string out =
       sections({{"checkpoint",
                  {{"directory", ref.dir},

@@ -161,8 +161,6 @@ std::string read_text(const std::string &path) {
   return read_small_file(path, "'" + path + "'", "", size_t(64) << 20);  // configs, indexes: KiBs
 }
 
-// Refuses a directory whose newest checkpoint is another run's, or past
-// iteration 0 (the import would become the newest and hide it).
 std::string file_record(const std::string &path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return "";

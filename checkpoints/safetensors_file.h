@@ -38,17 +38,18 @@ std::vector<float> widen(const std::string &file, const std::string &name, const
 // A config.json's or an index's text: a regular file of at most 64 MiB
 // (io_error naming the path otherwise).
 std::string read_text(const std::string &path);
-// Refuses a directory whose newest checkpoint is another run's, or past
-// iteration 0 (the import would become the newest and hide it).
 // What an import records of its source in the manifest's training fields:
-// "imported_from" (the weights file, canonical) and "imported_file" (its size
+// "imported_from" (the weights file, canonical), "imported_file" (its size
 // and modification time), so that an import of other weights from the same
-// path is another run's, not a replacement of the earlier import.
+// path is another run's, not a replacement of the earlier import, and its
+// lineage (checkpoints/save_target.h).
 std::map<std::string, std::string> imported_source(const std::string &weights);
 // A file's size and modification time as imports record it ("" when absent):
 // the source model still told apart when it was moved or renamed.
 std::string file_record(const std::string &path);
 
+// Refuses a directory whose newest checkpoint is another run's, or past
+// iteration 0 (the import would become the newest and hide it).
 void check_import_target(const std::string &dir, const GptConfig &cfg,
                          const std::map<std::string, std::string> &training);
 // Saves `params` (the whole model in the flat layout of `table`, vocabulary

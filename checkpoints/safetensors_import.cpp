@@ -105,9 +105,6 @@ std::pair<std::string, std::string> config_source(const std::string &file,
   auto it = st.metadata.find("gpt2_config");
   if (it != st.metadata.end() && it->is_string())
     return {it->get<std::string>(), "the gpt2_config metadata of '" + file + "'"};
-  if (it != st.metadata.end())  // (safetensors metadata values are strings)
-    fail(Status::corrupt_data, "the gpt2_config metadata of '", file, "' is ", it->type_name(),
-         ", not the JSON text of a GPT2Config (a string)");
   const fs::path beside = fs::path(file).parent_path() / "config.json";
   std::error_code ec;
   if (look_beside && fs::is_regular_file(beside, ec))

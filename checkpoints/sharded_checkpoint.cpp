@@ -122,18 +122,14 @@ std::vector<WriteBlock> blocks_to_write(const std::vector<RankShard> &local, int
   return out;
 }
 
-// What is wrong with the data file a manifest names, as a save left it ("" if
-// nothing): a regular file of the recorded size, inside the checkpoint's
-// directory, so not a symbolic link (a save makes none; through one a
-// checkpoint would read, and be verified against, a file elsewhere).
 int64_t file_size(const std::string &path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 ? (int64_t)st.st_size : -1;
 }
 
-// *readable: whether the file can still be opened and checked further (it is
-// a regular file, of whatever size).
-std::string data_file_fault(const std::string &file, int64_t bytes, bool *readable = nullptr) {
+}  // namespace
+
+std::string data_file_fault(const std::string &file, int64_t bytes, bool *readable) {
   if (readable) *readable = false;
   struct stat st;
   if (::lstat(file.c_str(), &st) != 0) return "'" + file + "' is missing (the manifest names it)";
@@ -150,6 +146,8 @@ std::string data_file_fault(const std::string &file, int64_t bytes, bool *readab
            std::to_string(bytes) + ": the file was truncated or replaced";
   return "";
 }
+
+namespace {
 
 // Runs fn, returning its error message ("" when it succeeded).
 template <class F>

@@ -96,6 +96,14 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
                               const std::vector<RankShard> &local, bool verify,
                               bool *filling = nullptr);
 
+// What is wrong with the data file a manifest names, as a save left it ("" if
+// nothing): a regular file of the recorded size, inside the checkpoint's
+// directory, so not a symbolic link (a save makes none; through one a
+// checkpoint would read, and be verified against, a file elsewhere).
+// *readable: whether the file can still be opened and checked further (it is
+// a regular file, of whatever size).
+std::string data_file_fault(const std::string &file, int64_t bytes, bool *readable = nullptr);
+
 // Every fault of a checkpoint directory: unreadable or inconsistent manifest,
 // a missing or truncated file, datasets that disagree with the manifest, and
 // blocks whose checksum does not match. Empty when it is sound.

@@ -968,6 +968,16 @@ local function readable(path)
   check(status)
 end
 
+-- s as a number written in decimal digits, as the engine's options read one
+-- (not 0x10 or 0x1p3, which tonumber takes), or nil.
+function M.decimal_number(s)
+  if type(s) ~= 'string' or not s:match('^[-+]?%d*%.?%d*[eE]?[-+]?%d*$') or not s:match('%d') or
+     s:match('[eE]$') then
+    return nil
+  end
+  return tonumber(s)
+end
+
 function M.dataset(t)
   if type(t) ~= 'table' then raise('ptdp.dataset: give a table { path = ..., ... }, got ' .. type(t)) end
   if t.create and (t.corpus == nil or t.corpus == '') then
@@ -979,12 +989,10 @@ function M.dataset(t)
   need_string(path, 'dataset', 'path')
   local items = {}
   for item in path:gmatch('%S+') do items[#items + 1] = item end
-  -- A weight as the engine reads one (strtod's forms, inf and nan too), not in hex.
+  -- A weight as the engine reads one (decimal, and inf or nan to be named as such).
   local function weight(s)
-    if s:match('^[-+]?0[xX]') then return nil end
     local l = s:lower():gsub('^[-+]', '')
-    if l == 'inf' or l == 'infinity' or l == 'nan' then return true end
-    return s:match('^[-+]?%d*%.?%d*[eE]?[-+]?%d*$') and s:match('%d') and tonumber(s)
+    return l == 'inf' or l == 'infinity' or l == 'nan' or M.decimal_number(s)
   end
   if #items > 1 and tonumber(items[1]) and not weight(items[1]) then
     raise(string.format("--data-path '%s': the weight '%s' (item 1) is not a decimal number; a " ..

@@ -106,8 +106,7 @@ Machine machine_from_json(const std::string &text, const std::string &origin) {
          "characters), got ", j["name"].dump());
   if (j.contains("description") && !j["description"].is_string())
     fail(Status::bad_value, origin, ": field 'description' must be a string, got ", j["description"].dump());
-  if (j.contains("description") && j["description"].is_string())
-    m.description = j["description"].get<std::string>();
+  if (j.contains("description")) m.description = j["description"].get<std::string>();
   m.devices_per_node = (int)number(j, "devices_per_node", origin, kWhole);
   if (!j.contains("peak_flops")) fail(Status::bad_value, origin, ": missing field 'peak_flops'");
   const json &pf = j["peak_flops"];

@@ -1,8 +1,8 @@
 // Parsing `ptdp plan` options: Megatron's argument names, checked one by one.
-#include <set>
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "engine/core/status.h"
 #include "engine/core/text.h"

@@ -149,10 +149,8 @@ function M.parse(argv, script_spec, config_defaults)
     elseif spec then
       local t = type(spec.default)
       if t == 'number' then
-        -- Decimal, as the engine's options and Megatron's argparse read numbers:
-        -- not 0x10 or 0x1p3, which tonumber takes.
-        local n = value:match('^[-+]?%d*%.?%d*[eE]?[-+]?%d*$') and value:match('%d') and
-                  not value:match('[eE]$') and tonumber(value)
+        -- Decimal, as the engine's options and Megatron's argparse read numbers.
+        local n = ptdp.decimal_number(value)
         if not n then
           error(string.format("flag '--%s' must be a number in decimal digits, got '%s'", name, value), 0)
         end

@@ -228,25 +228,24 @@ TEST(PlanReplay, BubbleOfUniformStagesIsTheClosedForm) {
     double want = bubble_closed_form(sched, 4, v, 32);
     EXPECT_NEAR(P.bubble_fraction, want, 0.02 * want) << "v=" << v;
   }
+  // A pipeline alone (t = d = b = 1) of `layers` layers over p stages, v chunks each.
+  const auto pipeline_alone = [&](int64_t layers, int p, int v, ScheduleKind sched, int64_t batch) {
+    ModelSpec spec{layers, 1024, 16, 128, 1024, 0};
+    TrainSpec t;
+    t.global_batch = batch, t.num_gpus = p;
+    Layout L;
+    L.p = p, L.b = 1, L.v = v, L.schedule = sched;
+    return predict(spec, t, mach, L, true);
+  };
   // v past 64 chunks per rank (one layer each of 512 over p = 2): the replay
   // read each chunk's cost from 64 slots, past their end.
-  ModelSpec deep{512, 1024, 16, 128, 1024, 0};
-  TrainSpec tr;
-  tr.global_batch = 8, tr.num_gpus = 2;
-  Layout L;
-  L.p = 2, L.b = 1, L.v = 256, L.schedule = ScheduleKind::interleaved;
-  const Prediction P = predict(deep, tr, mach, L, true);
+  const Prediction P = pipeline_alone(512, 2, 256, ScheduleKind::interleaved, 8);
   ASSERT_TRUE(P.replayed);
   const double want = bubble_closed_form(ScheduleKind::interleaved, 2, 256, 8);
   EXPECT_NEAR(P.bubble_fraction, want, 0.02 * want);
   // A pipeline of 1024 stages would replay millions of ops (minutes): the
   // formula stands in, and the prediction says so.
-  ModelSpec very_deep{1024, 1024, 16, 128, 1024, 0};
-  TrainSpec wide;
-  wide.global_batch = 2048, wide.num_gpus = 1024;
-  Layout D;
-  D.p = 1024, D.b = 1, D.v = 1, D.schedule = ScheduleKind::one_f_one_b;
-  const Prediction Q = predict(very_deep, wide, mach, D, true);
+  const Prediction Q = pipeline_alone(1024, 1024, 1, ScheduleKind::one_f_one_b, 2048);
   EXPECT_FALSE(Q.replayed);
   EXPECT_NEAR(Q.bubble_fraction, bubble_closed_form(ScheduleKind::one_f_one_b, 1024, 1, 2048), 1e-12);
 }
