@@ -4,7 +4,8 @@
 1. The GEMMs of tests/gpu/bench_gpu_ops.cu (same shapes, bf16 and fp32 without
    TF32) through torch.matmul: TFLOP/s, to put ptdp's cuBLASLt calls beside.
 2. One training step of a 1.3B GPT (h 2048, 24 layers, 16 heads, s 2048,
-   V 50304, micro-batch 2, dropout 0.1, AdamW) under bf16 autocast with fp32
+   V 50304, micro-batches of --batch (2) sequences, --microbatches (1) a step
+   with gradients accumulated, dropout 0.1, AdamW) under bf16 autocast with fp32
    master weights, as a PyTorch user trains it: eager with unfused ("math")
    attention, eager with scaled_dot_product_attention (flash), and the latter
    under torch.compile. Tokens/s and model TFLOP/s (Eq. 3 of the paper without
@@ -133,18 +134,21 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def bench_train(l, h, a, s, V, b, flash, compile_, peak, steps):
+def bench_train(l, h, a, s, V, b, flash, compile_, peak, steps, m=1):
+    """One step: m micro-batches of b sequences, gradients accumulated, then clip and AdamW
+    (as bench_gpu_gpt --batch b --microbatches m)."""
     torch.manual_seed(0)
     model = GPT(l, h, a, s, V, 0.1, flash).cuda()
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, fused=True)
     fwd = torch.compile(model) if compile_ else model
-    idx = torch.randint(0, V, (b, s + 1), device="cuda")
+    idx = torch.randint(0, V, (m, b, s + 1), device="cuda")
 
     def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(idx[:, :-1], idx[:, 1:])
-        loss.backward()
+        for i in range(m):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = fwd(idx[i, :, :-1], idx[i, :, 1:]) / m
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)  # as ptdp's step
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -157,15 +161,15 @@ def bench_train(l, h, a, s, V, b, flash, compile_, peak, steps):
     torch.cuda.synchronize()
     warm_s = time.time() - t0
     ms = time_ms(step, warm=0, reps=steps)
-    flops = 72.0 * b * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+    flops = 72.0 * m * b * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
     tflops = flops / ms / 1e9
     name = ("compile+" if compile_ else "eager+") + ("flash" if flash else "math")
     mem = torch.cuda.max_memory_allocated() / 2**30
-    print(f"torch train {name:14s} {params/1e9:.2f}B b={b} s={s}: {ms:8.1f} ms/step "
-          f"{b*s/ms*1e3:9.0f} tokens/s {tflops:6.1f} TFLOP/s MFU {100*tflops/peak:4.1f}% "
+    print(f"torch train {name:14s} {params/1e9:.2f}B b={b} x {m} s={s}: {ms:8.1f} ms/step "
+          f"{m*b*s/ms*1e3:9.0f} tokens/s {tflops:6.1f} TFLOP/s MFU {100*tflops/peak:4.1f}% "
           f"peak mem {mem:.1f} GiB (warm-up {warm_s:.0f} s)")
-    print(f"bench name=torch_train variant={name} params={params} micro_batch={b} ms={ms:.2f} "
-          f"tokens_per_s={b*s/ms*1e3:.0f} tflops={tflops:.2f} mfu={tflops/peak:.4f} mem_gib={mem:.2f}")
+    print(f"bench name=torch_train variant={name} params={params} micro_batch={b} microbatches={m} ms={ms:.2f} "
+          f"tokens_per_s={m*b*s/ms*1e3:.0f} tflops={tflops:.2f} mfu={tflops/peak:.4f} mem_gib={mem:.2f}")
     del model, opt, fwd
     torch.cuda.empty_cache()
 
@@ -179,9 +183,13 @@ def main():
     ap.add_argument("--only-flash", action="store_true", help="eager + flash only (like for like)")
     ap.add_argument("--attention", action="store_true",
                     help="only one layer's SDPA flash attention (bench_gpu_ops attention's shape)")
+    ap.add_argument("--batch", type=int, default=2, help="sequences per micro-batch")
+    ap.add_argument("--microbatches", type=int, default=1, help="micro-batches per step (accumulated)")
     args = ap.parse_args()
+    if args.batch < 1 or args.microbatches < 1:
+        ap.error(f"--batch and --microbatches must be >= 1 (got {args.batch}, {args.microbatches})")
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
-    h, a, s, V, l, b = 2048, 16, 2048, 50304, 24, 2
+    h, a, s, V, l, b = 2048, 16, 2048, 50304, 24, args.batch
     if args.attention:
         bench_attention(h, a, s, b)
         return
@@ -192,7 +200,7 @@ def main():
         variants = [(True, False)]
     for flash, compile_ in variants:
         try:
-            bench_train(l, h, a, s, V, b, flash, compile_, args.peak, args.steps)
+            bench_train(l, h, a, s, V, b, flash, compile_, args.peak, args.steps, args.microbatches)
         except Exception as e:  # an OOM or a compile failure must not hide the others
             print(f"torch train flash={flash} compile={compile_} FAILED: {type(e).__name__}: {e}")
             torch.cuda.empty_cache()

@@ -158,6 +158,27 @@ __device__ __forceinline__ void mma_rows(float (&c)[kN][4], const uint32_t (&a)[
       mma<M>(c[nt + 1], a[kk], b[2], b[3]);
     }
 }
+// mma_rows with A's fragments read from the shared [.][kStride] tile A (rows
+// a_row0..a_row0 + 15) at each k-step instead of held in registers: at kD 128
+// the eight held fragments spill the forward's registers; this costs one
+// ldmatrix per k-step and gives the same products in the same order.
+template <class M, int kD, int kN>
+__device__ __forceinline__ void mma_rows_shared_a(float (&c)[kN][4], const M *A, int a_row0,
+                                                  const M *X, int lane) {
+  static_assert(kN % 2 == 0, "blocks come in pairs");
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; kk++) {
+    uint32_t a[4];
+    load_a(a, A, kStride<kD>, a_row0, 16 * kk, lane);
+#pragma unroll
+    for (int nt = 0; nt < kN; nt += 2) {
+      uint32_t b[4];
+      load_b_rows<M, kD>(b, X, 8 * nt, 16 * kk, lane);
+      mma<M>(c[nt], a, b[0], b[1]);
+      mma<M>(c[nt + 1], a, b[2], b[3]);
+    }
+  }
+}
 // c[nd] += a X[k0..k0+15][8nd..8nd+7] for every 8-column block nd of X (V in
 // P V): X's rows are k, read transposed; one ldmatrix serves two blocks.
 template <class M, int kD>
@@ -309,9 +330,13 @@ __global__ void __launch_bounds__(kThreads)
   copies_commit();
   copies_wait<1>();  // Q is in
   __syncthreads();
-  uint32_t qa[kD / 16][4];
+  // Q's A fragments: held in registers at kD 64; read from sQ at every k-step
+  // at kD 128, where holding them spills (nvcc -Xptxas -v: 255 registers).
+  constexpr bool kQShared = kD > 64;
+  uint32_t qa[kQShared ? 1 : kD / 16][4];
+  if constexpr (!kQShared)
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; kk++) load_a(qa[kk], sQ, S, 16 * warp, 16 * kk, lane);
+    for (int kk = 0; kk < kD / 16; kk++) load_a(qa[kk], sQ, S, 16 * warp, 16 * kk, lane);
   float o[kD / 8][4] = {};                                   // sum_j P~ Z V of rows g, g + 8
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max; this lane's part of the sum
 
@@ -322,7 +347,10 @@ __global__ void __launch_bounds__(kThreads)
       // Every block's product, also the hidden ones of the diagonal tile: a
       // run-time bound inside the unrolled loop would split it into chains.
       float sc[kFwdKeys / 8][4] = {};
-      mma_rows<M, kD>(sc, qa, tK, lane);
+      if constexpr (kQShared)
+        mma_rows_shared_a<M, kD>(sc, sQ, 16 * warp, tK, lane);
+      else
+        mma_rows<M, kD>(sc, qa, tK, lane);
       // Scale and mask (only the diagonal tile and rows near s hide keys); the
       // row max over the tile (the 4 lanes of a quad share a row).
       const bool edge = j0 + kFwdKeys - 1 > w0 || w0 + 15 >= s;  // warp-uniform
