@@ -69,15 +69,19 @@ def main(out):
         print(line)
     for r in torch:
         if r.get("name") == "torch_train":
-            print(f"torch train {r['variant']:22s} {float(r['tokens_per_s']):9.0f} tokens/s "
+            batch = f"{r['variant']} b{r.get('micro_batch', '2')}x{r.get('microbatches', '1')}"
+            print(f"torch train {batch:22s} {float(r['tokens_per_s']):9.0f} tokens/s "
                   f"{float(r['tflops']):6.1f} TFLOP/s MFU {100 * float(r['mfu']):4.1f}% {r['mem_gib']} GiB")
-    # ptdp against PyTorch eager + flash measured in the same call.
-    eager = [float(r["tokens_per_s"]) for r in torch
-             if r.get("name") == "torch_train" and r.get("variant") == "eager+flash"]
+    # ptdp against PyTorch eager + flash measured in the same call, with the same
+    # micro-batch size and micro-batches a step (a ratio across batches is not one).
+    def shape(r):
+        return r.get("micro_batch", "2"), r.get("microbatches", "1")
+    eager = {shape(r): float(r["tokens_per_s"]) for r in torch
+             if r.get("name") == "torch_train" and r.get("variant") == "eager+flash"}
     for r in gpt:
-        if eager:
-            print(f"ptdp {r['variant']:28s} / torch eager+flash: "
-                  f"{float(r['tokens_per_s']) / eager[0]:.2f}x")
+        if shape(r) in eager:
+            print(f"ptdp {r['variant']:28s} / torch eager+flash (b {shape(r)[0]} x {shape(r)[1]}): "
+                  f"{float(r['tokens_per_s']) / eager[shape(r)]:.2f}x")
 
 
 if __name__ == "__main__":

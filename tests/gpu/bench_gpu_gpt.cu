@@ -141,13 +141,13 @@ int main(int argc, char **argv) {
     std::printf(
         "bench name=ptdp_train variant=%s%s%s%s%s%s tokens_per_s=%.0f "
         "tflops=%.1f mfu=%.4f hfu=%.4f "
-        "of_fp32_peak=%.4f mem_gib=%.2f step_s=%.3f microbatches=%d\n",
+        "of_fp32_peak=%.4f mem_gib=%.2f step_s=%.3f micro_batch=%d microbatches=%d\n",
         bf16 ? "bf16" : "fp32", rc.enabled ? "+recompute" : "", flash ? "+flash" : "",
         batch != 2 ? ("+b" + std::to_string(batch)).c_str() : "",
         microbatches > 1 ? ("+" + std::to_string(microbatches) + "mb").c_str() : "",
         fused ? "" : "+unfused_epilogues",
         (double)N * microbatches / per_step, tflops, tflops / bf16_peak, hw_tflops / bf16_peak,
-        tflops / fp32_peak, gib, per_step, microbatches);
+        tflops / fp32_peak, gib, per_step, batch, microbatches);
     return std::isfinite(loss) ? 0 : 1;
   } catch (const std::exception &e) {
     std::printf("bench_gpu_gpt failed: %s\n", e.what());
