@@ -90,13 +90,18 @@ for _, h in ipairs { header_path, (header_path:match('^(.*)/[^/]*$') or '.') .. 
   if C.ptdp_hold_input(h, 'C header') ~= 0 then error('ptdp: ' .. ffi.string(C.ptdp_last_error()), 0) end
 end
 
--- Raises msg at the first stack level outside this module, so the message
--- names the calling script line.
+-- Raises msg at the first stack level outside the module (this file and its
+-- helpers in ptdp/, e.g. ptdp/bench.lua), so the message names the calling
+-- script's line, not a line of the module the script cannot see.
 local function raise(msg)
   local here_src, level = debug.getinfo(1, 'S').source, 2
+  local dir = here_src:match('^(@.*/)ptdp%.lua$')
+  local function in_module(src)
+    return src == here_src or (dir ~= nil and src:sub(1, #dir + 5) == dir .. 'ptdp/')
+  end
   while true do
     local info = debug.getinfo(level, 'S')
-    if not info or info.source ~= here_src then break end
+    if not info or not in_module(info.source) then break end
     level = level + 1
   end
   error(msg, level)

@@ -234,6 +234,12 @@ ptdp_lua_test(lua_train_gpt_train_iters_not_a_number --rc nonzero
 ptdp_lua_test(lua_bench_checkpoint_zero_repeats --rc nonzero
   --expect "flag '--repeats' must be >= 1, got 0" --reject "traceback"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_checkpoint.lua --repeats 0)
+# An error raised inside the module's helpers (ptdp/bench.lua checking a
+# variant's configuration) names the script's line, not the helper's.
+ptdp_lua_test(lua_bench_error_names_the_script --rc nonzero
+  --expect "bench_parallel.lua:" --expect "must divide num_attention_heads (3)"
+  --reject "ptdp/bench.lua" --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_parallel.lua --num-attention-heads 3)
 # outputs and ranges a benchmark takes are checked before it runs (they were
 # refused after all five schedules had run)
 ptdp_lua_test(lua_bench_pipeline_bad_width --rc nonzero
