@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -28,6 +30,17 @@ namespace {
 
 size_t element_size(const std::string &dtype) {
   return dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
+}
+
+// The bytes of one element of every dtype the safetensors format names (0 for a
+// name it does not: a newer format's, whose size is not checked here).
+size_t format_element_size(const std::string &dtype) {
+  static const std::map<std::string, size_t> sizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+      {"U16", 2},  {"I16", 2}, {"F16", 2}, {"BF16", 2},    {"U32", 4},
+      {"I32", 4},  {"F32", 4}, {"U64", 8}, {"I64", 8},     {"F64", 8}};
+  const auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;
 }
 
 template <class... Args>
@@ -106,9 +119,10 @@ Safetensors parse_safetensors(const std::string &file, const unsigned char *data
     if (b > e || e > data_size)
       not_safetensors(file, "tensor '", name, "' has bytes [", b, ", ", e, ") outside the ",
                       data_size, " bytes of data");
-    // Only the dtypes ptdp reads are checked here; another is refused where
-    // the tensor is used (buffers that are skipped may be of any type).
-    const size_t es = element_size(t.dtype);
+    // Every dtype the format names is checked here (ptdp reads F32, F16 and
+    // BF16 and refuses another where the tensor is used: buffers that are
+    // skipped may be of any type).
+    const size_t es = format_element_size(t.dtype);
     if (es && e - b != numel * es)
       not_safetensors(file, "tensor '", name, "' is ", t.dtype, " ", v["shape"].dump(), " (",
                       numel * es, " bytes) but its data_offsets hold ", e - b, " bytes");
@@ -147,13 +161,19 @@ std::vector<float> widen(const std::string &file, const std::string &name, const
   std::vector<float> out(n);
   if (t.dtype == "F32") {
     std::memcpy(out.data(), t.data, n * 4);  // safetensors is little-endian, as the host
-    return out;
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      uint16_t h;
+      std::memcpy(&h, t.data + 2 * i, 2);
+      out[i] = t.dtype == "BF16" ? bf16_to_float(h) : f16_to_float(h);
+    }
   }
-  for (size_t i = 0; i < n; i++) {
-    uint16_t h;
-    std::memcpy(&h, t.data + 2 * i, 2);
-    out[i] = t.dtype == "BF16" ? bf16_to_float(h) : f16_to_float(h);
-  }
+  // A model's weights are finite: a NaN or inf would train (and generate) NaN
+  // from the first step, far from its cause.
+  for (size_t i = 0; i < n; i++)
+    if (!std::isfinite(out[i]))
+      fail(Status::bad_value, "tensor '", name, "' in '", file, "' holds ", out[i], " at element ", i,
+           ": a model's weights must be finite numbers");
   return out;
 }
 

@@ -283,6 +283,24 @@ TEST_F(CheckpointImport, RefusesWhatItCannotImport) {
   expect_error(
       [&] { import_safetensors(file, cfg, target); }, Status::bad_value,
       "tensor 'transformer.ln_f.bias' in '" + file + "' is F64: ptdp imports F32, F16 and BF16");
+  // A dtype ptdp does not read still has the format's size: a buffer of I64
+  // elements whose bytes do not match its shape is a damaged file.
+  file = variant("i64_short", [](Safetensors &st) {
+    Tensor t = st.tensors.at("transformer.ln_f.bias");  // 32 F32: 128 bytes
+    t.dtype = "I64";  // 32 I64 need 256
+    st.tensors["attn.bias_buffer"] = t;
+  });
+  expect_error([&] { import_safetensors(file, cfg, target); }, Status::corrupt_data,
+               "tensor 'attn.bias_buffer' is I64 [32] (256 bytes) but its data_offsets hold 128 bytes");
+  // A weight that is not a finite number.
+  file = variant("nan", [](Safetensors &st) {
+    Tensor &t = st.tensors.at("transformer.h.0.ln_1.weight");
+    const float nan = std::nanf("");
+    std::memcpy(t.bytes.data() + 4 * 3, &nan, 4);
+  });
+  expect_error([&] { import_safetensors(file, cfg, target); }, Status::bad_value,
+               "tensor 'transformer.h.0.ln_1.weight' in '" + file + "' holds nan at element 3: a "
+               "model's weights must be finite numbers");
   // A tensor that is no part of GPT-2's language model.
   file = variant("extra", [](Safetensors &st) {
     st.tensors["score.weight"] = st.tensors.at("transformer.ln_f.bias");
