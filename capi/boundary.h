@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
@@ -40,6 +41,10 @@ ptdp_status guard(F &&f) {
     return set_error(e.code(), e.what());
   } catch (const std::bad_alloc &) {
     return set_error(Status::out_of_memory, "out of memory");
+  } catch (const std::filesystem::filesystem_error &e) {
+    // A path the system refused (a link loop, a name too long, no permission)
+    // is the caller's input, not ptdp's fault: an I/O error naming the path.
+    return set_error(Status::io_error, "cannot use '" + e.path1().string() + "': " + e.code().message());
   } catch (const std::exception &e) {
     return set_error(Status::internal, std::string("internal error: ") + e.what());
   } catch (...) {

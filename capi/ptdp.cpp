@@ -256,9 +256,9 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     require(name, "name");
     require(value, "value");
     const ptdp::capi::TrainerValue &v = ptdp::capi::trainer_value(name);
-    if (v.needs_step && t->trainer->last_metrics().iteration == 0)  // a load alone gives no metrics
+    if (v.needs_step && !t->trainer->has_stepped())  // a load alone gives no metrics
       ptdp::fail(ptdp::Status::wrong_state, "metric '", name,
-                 "' is not available before the first ptdp_trainer_step");
+                 "' is not available before the first ptdp_trainer_step since the trainer was made or loaded");
     *value = v.get(*t->trainer);
   });
 }
@@ -292,7 +292,7 @@ double rank_value(const ptdp::Trainer::RankReport &r, const std::string &key, bo
                           key == "device_peak_bytes" || key == "device_in_use_bytes";
   if (step_value && !stepped)
     ptdp::fail(ptdp::Status::wrong_state, "rank value '", key,
-               "' is not available before the first ptdp_trainer_step");
+               "' is not available before the first ptdp_trainer_step since the trainer was made or loaded");
   // A group the rank is not in (embedding off the first and last stages) moved nothing.
   const auto it = known_group ? r.comm.find(group) : r.comm.end();
   const ptdp::CommStats none;
@@ -332,7 +332,7 @@ ptdp_status ptdp_trainer_rank_get(const ptdp_trainer *t, int32_t local_rank, con
       ptdp::fail(ptdp::Status::invalid_argument, "local_rank ", local_rank, " is outside [0, ", n,
                  "): this process hosts ", n, " rank", n == 1 ? "" : "s");
     // The rank's place is known from the start; the rest describes the last step.
-    *value = rank_value(tr.rank_report(local_rank), name, tr.iteration() > 0);
+    *value = rank_value(tr.rank_report(local_rank), name, tr.has_stepped());
   });
 }
 
@@ -353,9 +353,9 @@ ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *t, int32_t world_ran
     if (world_rank < 0 || world_rank >= tr.world_size())
       ptdp::fail(ptdp::Status::invalid_argument, "world_rank ", world_rank, " is outside [0, ",
                  tr.world_size(), ")");
-    if (tr.iteration() == 0)
+    if (!tr.has_stepped())
       ptdp::fail(ptdp::Status::wrong_state, "rank value '", name,
-                 "' is not available before the first ptdp_trainer_step");
+                 "' is not available before the first ptdp_trainer_step since the trainer was made or loaded");
     *value = rank_value(tr.world_rank_report(world_rank), name, true);
   });
 }
@@ -363,8 +363,8 @@ ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *t, int32_t world_ran
 ptdp_status ptdp_trainer_log_line(const ptdp_trainer *t, char *buf, size_t cap, size_t *out_len) {
   return guard([&] {
     live(t);
-    if (t->trainer->iteration() == 0)
-      ptdp::fail(ptdp::Status::wrong_state, "no log line before the first ptdp_trainer_step");
+    if (!t->trainer->has_stepped())
+      ptdp::fail(ptdp::Status::wrong_state, "no log line before the first ptdp_trainer_step since the trainer was made or loaded");
     copy_out(ptdp::format_log_line(t->trainer->log_metrics()), buf, cap, out_len);
   });
 }
@@ -372,8 +372,8 @@ ptdp_status ptdp_trainer_log_line(const ptdp_trainer *t, char *buf, size_t cap, 
 ptdp_status ptdp_trainer_log_json(const ptdp_trainer *t, char *buf, size_t cap, size_t *out_len) {
   return guard([&] {
     live(t);
-    if (t->trainer->iteration() == 0)
-      ptdp::fail(ptdp::Status::wrong_state, "no log record before the first ptdp_trainer_step");
+    if (!t->trainer->has_stepped())
+      ptdp::fail(ptdp::Status::wrong_state, "no log record before the first ptdp_trainer_step since the trainer was made or loaded");
     copy_out(ptdp::format_log_json(t->trainer->log_metrics()), buf, cap, out_len);
   });
 }

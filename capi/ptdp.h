@@ -242,7 +242,8 @@ PTDP_API ptdp_status ptdp_trainer_log_json(const ptdp_trainer *trainer, char *bu
  * "run", ...}); fresh != 0 replaces the file with that one line, atomically.
  * A directory, device, FIFO, dangling link or a file that is no metrics log is
  * refused, as by every writer; a line that is not one JSON object, or a first
- * record that is not the run's, is PTDP_ERR_INVALID_ARGUMENT. */
+ * record that is not the run's, is PTDP_ERR_INVALID_ARGUMENT. Bytes that are
+ * not UTF-8 (a path's) are written as U+FFFD: the file stays JSON. */
 PTDP_API ptdp_status ptdp_append_line(const char *path, const char *line, int32_t fresh);
 
 /* The model's logits for one token sequence (ids[0..count), at most

@@ -531,7 +531,8 @@ function Trainer:step_tokens(ids, count)
       raise(string.format('step_tokens(ids, count): count %d is more than the array holds (%d ids)',
                           count, bytes / 4))
     end
-    arr, n = ids, count
+    -- As int32_t *: an array of arrays (int32_t[b][s + 1]) holds the same ids in order.
+    arr, n = ffi.cast('const int32_t *', ids), count
   elseif type(ids) == 'table' then
     need_list(ids, 'step_tokens', 'ids')  -- (a hole would cut the list short)
     local flat = ids

@@ -89,8 +89,11 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
   // One JSON object, as every record of the file, and the first one the run
   // record ({"kind": "run", ...}): what makes the file a metrics log (its
   // kind), so that no later append, and no writer, takes it for another file.
-  // (Bytes that are not UTF-8, a path's, say, do not make it another kind.)
-  const nlohmann::json j = nlohmann::json::parse(valid_utf8(line), nullptr, false);
+  // Bytes that are not UTF-8 (a path's, say) do not make it another kind, but
+  // JSON is UTF-8: they are written as U+FFFD, so every reader of the file
+  // (`ptdp plot`, json.loads) still reads every record.
+  const std::string record = valid_utf8(line);
+  const nlohmann::json j = nlohmann::json::parse(record, nullptr, false);
   const auto quoted = [&line] { return line.size() > 80 ? line.substr(0, 80) + "..." : line; };
   if (!j.is_object())
     fail(Status::invalid_argument, "a JSON-lines record must be one JSON object ({...}); got '",
@@ -101,7 +104,7 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
     fail(Status::invalid_argument, "a metrics log begins with its run record ({\"kind\": \"run\", ...}); "
          "got '", quoted(), "'");
   if (fresh) {
-    replace_file(target, line + "\n");
+    replace_file(target, record + "\n");
     return;
   }
   int fd = ::open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
@@ -111,7 +114,7 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
   // file keeps whole records only.
   struct stat st;
   const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
-  const std::string rec = line + "\n";
+  const std::string rec = record + "\n";
   size_t done = 0;
   while (done < rec.size()) {
     ssize_t n = ::write(fd, rec.data() + done, rec.size() - done);

@@ -170,6 +170,10 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_; }
   const StepMetrics &last_metrics() const { return last_; }
+  // Whether this trainer has run a step since it was made or loaded: the last
+  // step's metrics, log line and rank reports exist only then (a load sets the
+  // iteration but brings no step with it).
+  bool has_stepped() const { return last_.iteration != 0; }
   // The last step's metrics as its log line shows them: the lm loss and the
   // time per iteration (and with it tokens/s, TFLOP/s, MFU) are means over the
   // log interval (LogInterval: the steps since the previous call).

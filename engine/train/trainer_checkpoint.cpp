@@ -286,6 +286,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
     scaler_.set_state({st.loss_scale, st.loss_scale_growth_tracker, st.loss_scale_hysteresis_tracker});
   iteration_ = st.iteration;
   last_ = StepMetrics{};  // metrics belong to steps of this trainer
+  gathered_.clear();      // and so do the rank reports
   log_interval_ = LogInterval{};
   consumed_ = st.consumed_samples;
   skipped_ = st.skipped_iterations;

@@ -87,8 +87,9 @@ void Trainer::make_world_groups() {
 }
 
 void Trainer::gather_rank_reports() {
-  if (iteration_ == 0)
-    fail(Status::wrong_state, "the rank reports are not available before the first training step");
+  if (!has_stepped())
+    fail(Status::wrong_state, "the rank reports are not available before the first training step "
+         "(of this trainer, since it was made or loaded)");
   const int n = world_size();
   std::vector<RankReport> all;
   if (local_ranks() == n) {  // threads: copies of the local reports
@@ -129,7 +130,7 @@ const Trainer::RankReport &Trainer::world_rank_report(int world_rank) const {
          local_ranks() == 1 ? "" : " to " + std::to_string(first_local_rank() + local_ranks() - 1));
   if (gathered_.empty())
     fail(Status::wrong_state,
-         iteration_ == 0 ? "the rank reports are not available before the first training step"
+         !has_stepped() ? "the rank reports are not available before the first training step"
                          : "the last step's rank reports have not been gathered: gather them (on "
                            "every process) after the step");
   return gathered_[(size_t)world_rank];

@@ -1092,6 +1092,21 @@ static void test_checkpoints(const char *data_path) {
   EXPECT_OK(ptdp_trainer_get_text(b, "loaded_checkpoint", text, sizeof text, &len),
             "get_text loaded_checkpoint");
   CHECK(strstr(text, "saved with (t=1, p=2, d=1, v=1)") != NULL, "the load names the saved layout");
+  /* A load sets the iteration but runs no step: the last step's values, log
+   * line and rank reports do not exist yet (they read as zeros before), also
+   * for a trainer that had stepped before it loaded. */
+  EXPECT(ptdp_trainer_log_line(b, text, sizeof text, &len), PTDP_ERR_WRONG_STATE,
+         "before the first", "log_line after a load, before a step");
+  EXPECT(ptdp_trainer_log_json(b, text, sizeof text, &len), PTDP_ERR_WRONG_STATE,
+         "before the first", "log_json after a load, before a step");
+  EXPECT(ptdp_trainer_rank_get(b, 0, "step_seconds", &it), PTDP_ERR_WRONG_STATE,
+         "before the first", "rank_get step_seconds after a load, before a step");
+  EXPECT(ptdp_trainer_gather_reports(b), PTDP_ERR_WRONG_STATE, "before the first",
+         "gather_reports after a load, before a step");
+  EXPECT_OK(ptdp_trainer_load(a, dir), "load into the trainer that saved it");
+  EXPECT(ptdp_trainer_log_line(a, text, sizeof text, &len), PTDP_ERR_WRONG_STATE,
+         "before the first", "log_line of a stepped trainer after a load");
+  EXPECT_OK(ptdp_trainer_get(b, "iteration", &it), "get iteration after load");
   for (k = 0; k < 2; k++) {
     EXPECT_OK(ptdp_trainer_step(a, &la), "step the saved trainer");
     EXPECT_OK(ptdp_trainer_step(b, &lb), "step the loaded trainer");
@@ -1101,6 +1116,17 @@ static void test_checkpoints(const char *data_path) {
          PTDP_ERR_INVALID_ARGUMENT, "loaded_checkpoint", "get_text of an unknown name");
   EXPECT(ptdp_trainer_load(b, "/nonexistent/ptdp"), PTDP_ERR_IO, "no checkpoint to open",
          "load from a missing directory");
+  { /* A path the system refuses (a name past NAME_MAX) is an I/O error naming it, not an
+     * internal one. */
+    char long_name[4096];
+    size_t at = strlen(dir);
+    memcpy(long_name, dir, at);
+    long_name[at++] = '/';
+    memset(long_name + at, 'x', 300);
+    strcpy(long_name + at + 300, ".safetensors");
+    EXPECT(ptdp_checkpoint_import_safetensors(long_name, NULL, out), PTDP_ERR_IO,
+           "File name too long", "import_safetensors from a name too long");
+  }
   EXPECT(ptdp_trainer_save(NULL, dir), PTDP_ERR_INVALID_ARGUMENT, "trainer", "save(NULL)");
   EXPECT(ptdp_trainer_load(b, NULL), PTDP_ERR_INVALID_ARGUMENT, "dir", "load(NULL dir)");
 

@@ -192,6 +192,17 @@ expect_error("ptdp.dataset: unknown option 'corpos'", 'a mistyped dataset key', 
              { path = tmpdir .. '/x.ptdp', corpos = corpus })
 expect_error('a JSON-lines record must be one JSON object', 'append_line of a non-JSON line',
              ptdp.append_line, tmpdir .. '/lines.jsonl', 'hello', true)
+-- Bytes that are not UTF-8 (a path's) reach the log as U+FFFD: the file stays JSON.
+do
+  local log = tmpdir .. '/latin1.jsonl'
+  ptdp.append_line(log, '{"kind": "run", "data_path": "/data/caf\233.ptdp"}', true)
+  ptdp.append_line(log, '{"kind": "train", "iteration": 1, "lm_loss": 5.0, "lr": 0.001}')
+  local f = assert(io.open(log, 'rb'))
+  local text = f:read('*a')
+  f:close()
+  check(text:find('caf\239\191\189.ptdp', 1, true) ~= nil and not text:find('\233', 1, true),
+        'a byte that is not UTF-8 is written as U+FFFD')
+end
 expect_error('json_keys picks the keys of a jsonl corpus for output_prefix', 'json_keys with output',
              ptdp.tokenize, { inputs = corpus, output = tmpdir .. '/jk.ptdp', json_keys = 'text' })
 expect_error('ptdp.model_options: dir must be a string, got number', 'model_options(5)',

@@ -31,6 +31,9 @@ for i = 1, batch do
 end
 local array = ffi.new('int32_t[?]', #flat)
 for i = 1, #flat do array[i - 1] = flat[i] end
+-- The same ids as an array of sequences, int32_t[batch][seq + 1].
+local grid = ffi.new('int32_t[' .. batch .. '][' .. (seq + 1) .. ']')
+for i = 1, #flat do grid[math.floor((i - 1) / (seq + 1))][(i - 1) % (seq + 1)] = flat[i] end
 
 local function make(t, p, d)
   return ptdp.trainer {
@@ -48,7 +51,8 @@ for _, layout in ipairs { { 1, 1, 1 }, { 2, 2, 2 } } do
   local from_data, fed = make(t, p, d), make(t, p, d)
   local feeds = { function() return fed:step_tokens(flat) end,
                   function() return fed:step_tokens(rows) end,
-                  function() return fed:step_tokens(array, #flat) end }
+                  function() return fed:step_tokens(array, #flat) end,
+                  function() return fed:step_tokens(grid, #flat) end }
   for k, feed in ipairs(feeds) do
     local a, b = from_data:step(), feed()
     check(a.loss == b.loss and a.grad_norm == b.grad_norm,
