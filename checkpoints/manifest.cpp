@@ -67,7 +67,7 @@ const char *kManifestCrc = "manifest_crc32c";
 // itself. nlohmann keeps object keys sorted and prints numbers so that they
 // read back the same, so a parsed manifest dumps to the bytes that were summed.
 uint32_t fields_crc(const json &j) {
-  const std::string text = j.dump();
+  const std::string text = json_file_text(j);
   return crc32c(0, text.data(), text.size());
 }
 
@@ -121,7 +121,7 @@ std::string Manifest::to_json() const {
          {"training", training},
          {"datasets", ds}};
   j[kManifestCrc] = crc_text(fields_crc(j));
-  return j.dump(1) + "\n";
+  return json_file_text(j, 1) + "\n";
 }
 
 Manifest Manifest::parse(const std::string &text, const std::string &where) {

@@ -23,6 +23,7 @@
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/dtype.h"
+#include "engine/core/json_text.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
 
@@ -311,7 +312,7 @@ void export_safetensors(const std::string &path, const std::string &out_path,
                             {"producer", "ptdp"},
                             {"checkpoint", ref.dir},
                             {"iteration", std::to_string(m.iteration)}};
-  if (!llama) header["__metadata__"]["gpt2_config"] = gpt2_config(cfg).dump();
+  if (!llama) header["__metadata__"]["gpt2_config"] = json_file_text(gpt2_config(cfg));
   int64_t offset = 0;
   for (const OutTensor &c : convs) {
     const int64_t bytes = c.rows * c.cols * (int64_t)dtype_size(type);
@@ -320,7 +321,7 @@ void export_safetensors(const std::string &path, const std::string &out_path,
                                    {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string text = header.dump();
+  std::string text = json_file_text(header);
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   unsigned char len[8];
   for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)text.size() >> (8 * i));
@@ -400,10 +401,10 @@ void export_safetensors(const std::string &path, const std::string &out_path,
       damaged(ref.dir, "its training record's hf_", id, " is not JSON: ", it->second);
     }
   }
-  write_file_atomic((fs::path(out_path) / "config.json").string(), config.dump(2) + "\n",
+  write_file_atomic((fs::path(out_path) / "config.json").string(), json_file_text(config, 2) + "\n",
                     "export_safetensors config.json", OutputKind::json);
   write_file_atomic((fs::path(out_path) / "generation_config.json").string(),
-                    generation.dump(2) + "\n", "export_safetensors generation_config.json",
+                    json_file_text(generation, 2) + "\n", "export_safetensors generation_config.json",
                     OutputKind::json);
 }
 

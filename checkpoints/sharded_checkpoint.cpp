@@ -18,6 +18,7 @@
 #include "checkpoints/crc32c.h"
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/io_world.h"
+#include "engine/core/json_text.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -229,7 +230,7 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
     if (!write_err.empty()) fail(Status::io_error, write_err);
   });
   err = io.first_error(err);
-  const std::vector<std::string> gathered = io.all_gather(err.empty() ? mine.dump() : "[]");
+  const std::vector<std::string> gathered = io.all_gather(err.empty() ? json_file_text(mine) : "[]");
 
   // Process 0 writes the manifest and commits; the others wait for its word.
   if (io.rank() == 0 && err.empty()) {

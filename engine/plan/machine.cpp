@@ -172,7 +172,7 @@ std::string machine_to_json(const Machine &m) {
       {"shared_node", m.shared_node},
       {"device_hour_usd", m.device_hour_usd},
   };
-  return j.dump(2) + "\n";
+  return json_file_text(j, 2) + "\n";
 }
 
 Machine load_machine(const std::string &name_or_file) {

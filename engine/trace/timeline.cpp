@@ -10,6 +10,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "engine/core/json_text.h"
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
 
@@ -60,7 +61,7 @@ void write_chrome_trace(const std::string &path, const std::vector<RankTimeline>
   }
   json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
   // replace: a stray non-UTF-8 byte in a name must not lose the whole trace.
-  write_file_atomic(path, trace.dump(-1, ' ', false, json::error_handler_t::replace) + "\n",
+  write_file_atomic(path, json_file_text(trace) + "\n",
                     "--timeline", OutputKind::trace);
 }
 
