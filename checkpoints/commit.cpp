@@ -19,6 +19,7 @@
 #include <mutex>
 
 #include "checkpoints/disk_bandwidth.h"
+#include "engine/core/checkpoint_names.h"
 #include "engine/core/output_file.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
@@ -28,13 +29,13 @@ namespace fs = std::filesystem;
 namespace ptdp {
 namespace {
 
-const char *kManifest = "manifest.json";
+const char *kManifest = kCheckpointManifest;
 // Put into a checkpoint directory before a removal renames it iter_N.old (a
 // rotation, a commit's fallback swap): only a directory so marked is a
 // removal to finish, so a user's own copy named iter_N.old is never removed.
 const char *kRemovalMark = "removing";
 }  // namespace
-const char *const kCheckpointDataFile = "model.h5";
+const char *const kCheckpointDataFile = kCheckpointData;
 namespace {
 const char *kTracker = kCheckpointTracker;
 

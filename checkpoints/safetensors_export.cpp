@@ -326,6 +326,33 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   unsigned char len[8];
   for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)text.size() >> (8 * i));
 
+  // The configs from_pretrained reads beside the weights. The token ids of
+  // bos and eos are known when the checkpoint came from a Hugging Face import
+  // (recorded then); else they are left out.
+  nlohmann::json config = llama ? llama_config(cfg, type) : gpt2_config(cfg);
+  if (!llama) config["architectures"] = {"GPT2LMHeadModel"};
+  nlohmann::json generation = {{"_from_model_config", true}};
+  for (const char *id : {"bos_token_id", "eos_token_id"}) {
+    auto it = m.training.find(std::string("hf_") + id);
+    if (it == m.training.end()) continue;
+    try {
+      config[id] = generation[id] = nlohmann::json::parse(it->second);
+    } catch (const nlohmann::json::exception &) {
+      damaged(ref.dir, "its training record's hf_", id, " is not JSON: ", it->second);
+    }
+  }
+  // A directory's files: all written to temporaries first, then renamed into
+  // place together (below), so an interrupt leaves all of them or none.
+  std::vector<std::pair<std::string, std::string>> files;  // target, bytes
+  if (to_dir) {
+    files.push_back({output_target((fs::path(out_path) / "config.json").string(),
+                                   "export_safetensors config.json", OutputKind::json),
+                     json_file_text(config, 2) + "\n"});
+    files.push_back({output_target((fs::path(out_path) / "generation_config.json").string(),
+                                   "export_safetensors generation_config.json", OutputKind::json),
+                     json_file_text(generation, 2) + "\n"});
+  }
+
   // The data, one tensor at a time: its blocks read, checked against their
   // checksums and placed in GPT-2's layout, then converted and written.
   std::string tmp;
@@ -371,7 +398,31 @@ void export_safetensors(const std::string &path, const std::string &out_path,
     remove_temp_file(tmp);
     throw;
   }
-  rename_temp_file(tmp, out_file);
+  std::vector<std::pair<std::string, std::string>> temps;  // temporary, target
+  try {
+    for (const auto &[target, bytes] : files) {
+      std::string t;
+      const int cfd = create_temp_file(target, &t);
+      temps.push_back({t, target});
+      try {
+        write_all(cfd, bytes.data(), bytes.size(), t);
+        if (::fsync(cfd) != 0) fail(Status::io_error, "cannot fsync '", t, "': ", std::strerror(errno));
+      } catch (...) {
+        ::close(cfd);
+        throw;
+      }
+      if (::close(cfd) != 0) fail(Status::io_error, "cannot close '", t, "': ", std::strerror(errno));
+    }
+  } catch (...) {
+    for (const auto &tt : temps) remove_temp_file(tt.first);
+    remove_temp_file(tmp);
+    throw;
+  }
+  temps.push_back({tmp, out_file});  // the weights last
+  {
+    const UninterruptedStep step("export to '" + out_path + "' not completed");
+    for (const auto &[t, target] : temps) rename_temp_file(t, target);
+  }
   // The rename is durable once the directory is synced.
   const size_t slash = out_file.find_last_of('/');
   const std::string parent = slash == std::string::npos ? "."
@@ -386,26 +437,6 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   }
   ::close(dfd);
   if (!to_dir) return;
-  // The configs from_pretrained reads beside the weights. The token ids of
-  // bos and eos are known when the checkpoint came from a Hugging Face import
-  // (recorded then); else they are left out.
-  nlohmann::json config = llama ? llama_config(cfg, type) : gpt2_config(cfg);
-  if (!llama) config["architectures"] = {"GPT2LMHeadModel"};
-  nlohmann::json generation = {{"_from_model_config", true}};
-  for (const char *id : {"bos_token_id", "eos_token_id"}) {
-    auto it = m.training.find(std::string("hf_") + id);
-    if (it == m.training.end()) continue;
-    try {
-      config[id] = generation[id] = nlohmann::json::parse(it->second);
-    } catch (const nlohmann::json::exception &) {
-      damaged(ref.dir, "its training record's hf_", id, " is not JSON: ", it->second);
-    }
-  }
-  write_file_atomic((fs::path(out_path) / "config.json").string(), json_file_text(config, 2) + "\n",
-                    "export_safetensors config.json", OutputKind::json);
-  write_file_atomic((fs::path(out_path) / "generation_config.json").string(),
-                    json_file_text(generation, 2) + "\n", "export_safetensors generation_config.json",
-                    OutputKind::json);
 }
 
 }  // namespace ptdp

@@ -1,6 +1,7 @@
 #include "checkpoints/save_target.h"
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "checkpoints/commit.h"
@@ -96,9 +97,11 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
   return out;
 }
 
-void check_save_target(const std::string &save, const std::string &load, const GptConfig &model,
-                       const std::map<std::string, std::string> &training) {
-  if (loads_from(save, load)) return;  // resuming: the load checks model and options
+namespace {
+
+// invalid_config when `save` holds a checkpoint of another run.
+void check_other_run(const std::string &save, const GptConfig &model,
+                     const std::map<std::string, std::string> &training) {
   // Every checkpoint there, not only the newest: rotation removes the older
   // ones, and another run's must not be among them.
   const std::optional<OtherRun> other = find_other_run(
@@ -115,6 +118,20 @@ void check_save_target(const std::string &save, const std::string &load, const G
        "its manifest records, and the same lineage: from scratch, or fine-tuned from the same "
        "checkpoint; the layout, micro_batch_size and, where lr_decay_iters is set, "
        "train_iters may differ)");
+}
+
+}  // namespace
+
+void check_save_target(const std::string &save, const std::string &load, const GptConfig &model,
+                       const std::map<std::string, std::string> &training, bool from_scratch) {
+  if (!loads_from(save, load)) check_other_run(save, model, training);
+  if (!from_scratch) return;
+  const std::vector<std::string> there = complete_checkpoints(save);
+  if (there.empty()) return;
+  fail(Status::invalid_config, "--save '", save, "' holds this run's checkpoints (newest: '",
+       there.front(), "'), but this run loaded none and starts at iteration 0: its saves would "
+       "replace them and move 'latest' back. Resume the run with --load '", save,
+       "', or give --save a new or empty directory");
 }
 
 std::optional<OtherRun> find_other_run(const std::string &root,

@@ -1,6 +1,7 @@
 // One --save directory holds one run's checkpoints (issue 15): a run that
 // would save among another run's is stopped before its first step, since its
-// iter_N would replace theirs and `latest` would then name a mix of models.
+// iter_N would replace theirs and `latest` would then name a mix of models;
+// and so is a run from scratch among its own run's (check_save_target).
 //
 // "The same run" is what every manifest there records (rotation removes the
 // older checkpoints, so no other run's may be among them): the same model
@@ -49,8 +50,12 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
 // `load` (may be "") is that directory or one of its iter_N: a run resuming
 // itself, whose load then checks the model and options. corrupt_data when a
 // manifest there cannot be read (no one can tell whose it is).
+// With `from_scratch` (the run loaded no checkpoint: none given, or a
+// mistyped --load that found none), also when `save` holds any checkpoint,
+// the run's own included: its saves from iteration 0 would replace them and
+// move `latest` back, and its --log-json would start afresh.
 void check_save_target(const std::string &save, const std::string &load, const GptConfig &model,
-                       const std::map<std::string, std::string> &training);
+                       const std::map<std::string, std::string> &training, bool from_scratch);
 
 // A complete checkpoint under a root that is another run's.
 struct OtherRun {

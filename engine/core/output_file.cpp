@@ -102,14 +102,16 @@ void refuse_if_input(const struct stat &st, const std::string &path, const char 
 void refuse_inside_checkpoint(const std::string &path, const char *what, bool is_dir) {
   namespace fs = std::filesystem;
   const fs::path p = normalized(path);
-  for (fs::path dir = is_dir ? p : p.parent_path(); dir.has_relative_path(); dir = dir.parent_path())
-    if (checkpoint_dir_name(dir.filename().string())) {
-      if (dir == p)
-        fail(Status::invalid_argument, what, " '", path, "' is named as a checkpoint directory ",
-             "(iter_NNNNNNN), whose files only a save writes: give another directory");
-      fail(Status::invalid_argument, what, " '", path, "' is inside the checkpoint directory '",
-           dir.string(), "', whose files only a save writes: give a path outside it");
-    }
+  for (fs::path dir = is_dir ? p : p.parent_path(); dir.has_relative_path(); dir = dir.parent_path()) {
+    const bool by_name = checkpoint_dir_name(dir.filename().string());
+    if (!by_name && !holds_checkpoint_files(dir.string())) continue;
+    const char *why = by_name ? "(iter_NNNNNNN)" : "(it holds a checkpoint's manifest.json and model.h5)";
+    if (dir == p)
+      fail(Status::invalid_argument, what, " '", path, "' is ", by_name ? "named as " : "",
+           "a checkpoint directory ", why, ", whose files only a save writes: give another directory");
+    fail(Status::invalid_argument, what, " '", path, "' is inside the checkpoint directory '",
+         dir.string(), "' ", why, ", whose files only a save writes: give a path outside it");
+  }
 }
 
 void check_output_directory(const std::string &dir, const char *what) {
@@ -291,8 +293,8 @@ static bool is_of_kind(const std::string &target, OutputKind kind, bool exported
 // its name in messages, or "" (plain text, a script's own JSON): a file a
 // script's own writer (`any`) leaves alone. Besides the writers' kinds: an
 // HDF5 file (a checkpoint's model.h5, copied out of its directory) and a
-// model's config.json (it names a model_type), which one of its weights
-// files would be useless without.
+// model's JSON files (config, generation config, weights index), which its
+// weights files would be useless without.
 static std::string known_format(const std::string &target) {
   for (OutputKind k : {OutputKind::ptdp_dataset, OutputKind::megatron_index, OutputKind::megatron_data,
                        OutputKind::safetensors, OutputKind::metrics_log, OutputKind::trace,
@@ -301,9 +303,19 @@ static std::string known_format(const std::string &target) {
   off_t size = 0;
   const std::string h = head_bytes(target, 65536, &size);
   if (h.compare(0, 8, "\x89HDF\r\n\x1a\n") == 0) return "an HDF5 file (a checkpoint's data?)";
+  // A model's JSON: its config.json, generation_config.json (Hugging Face's
+  // writers record transformers_version) or its weights' index (weight_map,
+  // which can be past 64 KiB: told by its opening then).
+  static const char *model_json = "a model's JSON file (its config, generation config or weights "
+                                  "index: it names model_type, transformers_version or weight_map)";
   if ((size_t)size <= h.size()) {
     const json j = json::parse(h, nullptr, false);
-    if (j.is_object() && j.contains("model_type")) return "a model's config.json (it names a model_type)";
+    if (j.is_object() &&
+        (j.contains("model_type") || j.contains("transformers_version") || j.contains("weight_map") ||
+         j.contains("_from_model_config")))
+      return model_json;
+  } else if (h.find_first_not_of(" \t\r\n") == h.find('{') && h.find("\"weight_map\"") != std::string::npos) {
+    return model_json;
   }
   return "";
 }
@@ -320,7 +332,6 @@ static bool is_of_kind(const std::string &target, OutputKind kind, bool exported
   if (size < 0) return false;
   if (kind == OutputKind::any) return known_format(target).empty();
   const auto starts = [&h](const char *magic, size_t n) { return h.size() >= n && h.compare(0, n, magic, n) == 0; };
-  const size_t first = h.find_first_not_of(" \t\r\n");
   switch (kind) {
     case OutputKind::ptdp_dataset: return starts("PTDPTOK\0", 8);
     case OutputKind::megatron_index: return starts("MMIDIDX\0\0", 9);

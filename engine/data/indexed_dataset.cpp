@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
@@ -236,6 +237,15 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string &prefix, int vocab_
   if (same_output(bin_path_, idx_path_))
     fail(Status::invalid_argument, "tokenize output '", prefix, ".bin' and '", prefix,
          ".idx' are one file (links to it): the index would replace the tokens; give two files");
+  // Through links, the two files must still be one pair (X.bin beside X.idx):
+  // a link to another dataset's half would pair new tokens with its old index.
+  const auto stem = [](const std::string &p) {
+    return std::filesystem::weakly_canonical(std::filesystem::absolute(p)).replace_extension().string();
+  };
+  if (stem(bin_path_) != stem(idx_path_))
+    fail(Status::invalid_argument, "tokenize output '", prefix, "': its .bin is '", bin_path_,
+         "' and its .idx '", idx_path_, "' (through a link): a dataset's two files are one pair, ",
+         "X.bin beside X.idx; remove the link or give another prefix");
   bin_claim_ = OutputClaim(bin_path_, what);
   idx_claim_ = OutputClaim(idx_path_, what);
   fd_ = create_temp_file(bin_path_, &bin_tmp_);
@@ -255,7 +265,7 @@ void IndexedDatasetWriter::flush() {
 }
 
 void IndexedDatasetWriter::add_document(const std::vector<std::vector<int32_t>> &sequences) {
-  if (finished_) fail(Status::wrong_state, "the indexed dataset '", bin_path_, "' is finished");
+  if (finished_ || fd_ < 0) fail(Status::wrong_state, "the indexed dataset '", bin_path_, "' is finished");
   const size_t size = dtype_bytes(dtype_);
   for (const auto &seq : sequences) {
     if (seq.empty()) continue;
@@ -280,8 +290,8 @@ void IndexedDatasetWriter::add_document(const std::vector<std::vector<int32_t>> 
   doc_index_.push_back((int64_t)lengths_.size());
 }
 
-void IndexedDatasetWriter::finish() {
-  if (finished_) return;
+void IndexedDatasetWriter::prepare() {
+  if (finished_ || !idx_tmp_.empty()) return;
   flush();
   if (::fsync(fd_) != 0) fail(Status::io_error, "fsync '", bin_tmp_, "': ", std::strerror(errno));
   ::close(fd_);
@@ -308,6 +318,11 @@ void IndexedDatasetWriter::finish() {
     throw;
   }
   ::close(fd);
+}
+
+void IndexedDatasetWriter::commit() {
+  if (finished_) return;
+  if (idx_tmp_.empty()) fail(Status::wrong_state, "the indexed dataset '", bin_path_, "' is not prepared");
   // .bin first: a reader opens the .idx first, and a new .idx never points
   // into an old .bin.
   rename_temp_file(bin_tmp_, bin_path_);

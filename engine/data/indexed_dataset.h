@@ -74,9 +74,11 @@ class IndexedDataset final : public TokenSource {
 };
 
 // Writes one Megatron indexed dataset, PREFIX.bin + PREFIX.idx. Tokens go to a
-// temporary .bin as documents come; finish() writes the index, fsyncs both
-// and renames them into place (.bin first, then .idx, which readers open
-// first). Without finish() (an error on the way) nothing is left behind.
+// temporary .bin as documents come; prepare() writes the index and fsyncs
+// both, commit() renames them into place (.bin first, then .idx, which readers
+// open first); finish() is both. Several datasets of one command (its json
+// keys) are all prepared, then committed together (commit_all). Without a
+// commit (an error on the way) nothing is left behind.
 class IndexedDatasetWriter {
  public:
   // vocab_size picks the dtype and bounds the ids. The targets are checked
@@ -92,7 +94,9 @@ class IndexedDatasetWriter {
   // sentences were split). Empty sequences are not stored; a document with no
   // tokens still counts, as Megatron's builder records it.
   void add_document(const std::vector<std::vector<int32_t>> &sequences);
-  void finish();
+  void prepare();
+  void commit();
+  void finish() { prepare(), commit(); }
 
   const std::string &bin_path() const { return bin_path_; }
   const std::string &idx_path() const { return idx_path_; }

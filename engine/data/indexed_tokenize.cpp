@@ -228,9 +228,16 @@ std::vector<IndexedOutput> build_indexed_dataset(const std::vector<std::string> 
   if (writers[0]->num_docs() == 0)
     fail(Status::invalid_argument, "the inputs hold no documents (", files.size(), " files read)");
 
+  // Every key's dataset written whole first, then all put in place in one
+  // step an interrupt does not cut (it left one key's new pair beside
+  // another's old one).
+  for (auto &w : writers) w->prepare();
+  {
+    const UninterruptedStep step("tokenize output '" + opt.output_prefix + "' not completed");
+    for (auto &w : writers) w->commit();
+  }
   std::vector<IndexedOutput> out;
   for (size_t k = 0; k < writers.size(); k++) {
-    writers[k]->finish();
     out.push_back({indexed_output_prefix(opt.output_prefix, opt.json_keys[k]),
                    writers[k]->num_docs(), writers[k]->num_tokens()});
   }

@@ -119,9 +119,6 @@ PlanResult run_plan(const PlanRequest &req) {
   } else {
     res.machine = load_machine(req.machine);
   }
-  if (!req.save_machine.empty())
-    write_file_atomic(req.save_machine, machine_to_json(res.machine), "--save-machine",
-                      OutputKind::machine);
   const ModelSpec &m = req.model;
   const TrainSpec &tr = req.train;
   const int64_t n = tr.num_gpus, B = tr.global_batch;
@@ -443,8 +440,13 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res) {
        << ", needs " << fmt("%.1f", s.memory.total() / GiB) << " GiB\n";
   }
   if (!res.invalid.empty()) os << "  layouts that cannot work:\n" << invalid_summary(res, 4);
+  // The outputs last, once there is a plan: a failed plan leaves none (it
+  // replaced --save-machine before it found no layout).
+  const InputFile machine_file(req.machine, "--machine file");  // still this command's input
+  if (!req.save_machine.empty())
+    write_file_atomic(req.save_machine, machine_to_json(res.machine), "--save-machine",
+                      OutputKind::machine);
   if (!req.plot.empty()) {
-    const InputFile machine_file(req.machine, "--machine file");  // still this command's input
     plot_plan_png(res, req.plot);
     os << "  wrote " << req.plot << "\n";
   }

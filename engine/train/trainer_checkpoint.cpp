@@ -156,7 +156,7 @@ SaveRequest Trainer::save_request(const std::string &root) {
   req.training = manifest_training();
   // Every save, not only --save's: a directory holding another run's
   // checkpoints is not written into (this run's own, or the one it resumed, is).
-  check_save_target(root, resumed_from_, opt_.model, req.training);
+  check_save_target(root, resumed_from_, opt_.model, req.training, false);
   return req;
 }
 

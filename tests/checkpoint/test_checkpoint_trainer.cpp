@@ -554,14 +554,22 @@ TEST_F(CheckpointFaults, SaveAmongAnotherRunsCheckpointsIsRefused) {
   EXPECT_NO_THROW(Trainer tr(o));
   o.load_path = ckpt;
   EXPECT_NO_THROW(Trainer tr(o));
-  // The same run, in another layout and micro-batch size, from a fresh start.
+  // The same run, in another layout and micro-batch size: resumed, not from
+  // scratch (whose saves would replace its checkpoints and move 'latest' back).
   o = options({2, 1, 2, 1});
   o.micro_batch_size = 1;
   o.save_path = dir.path + "/";
+  expect_error([&] { Trainer tr(o); }, Status::invalid_config,
+               "holds this run's checkpoints (newest: '" + ckpt + "'), but this run loaded none");
+  o.load_path = dir.path + "/no_such_checkpoint";  // a mistyped --load finds nothing
+  expect_error([&] { Trainer tr(o); }, Status::invalid_config, "but this run loaded none");
+  o.load_path = dir.path;
   EXPECT_NO_THROW(Trainer tr(o));
+  EXPECT_EQ(listing(), before);
   // The directory of a manifest that cannot be read belongs to no one known.
   write_file(ckpt + "/manifest.json", "{");
   o.save_path = dir.path;
+  o.load_path.clear();
   expect_error([&] { Trainer tr(o); }, Status::corrupt_data,
                "cannot be told whether they are this run's");
 }
@@ -602,6 +610,7 @@ TEST(CheckpointSave, AnotherRunIsToldByItsDataNotItsPathsSpelling) {
   ASSERT_EQ(::symlink(data.c_str(), link.c_str()), 0);
   TrainerOptions same = o;
   same.data_path = link;
+  same.load_path = save;
   EXPECT_NO_THROW(Trainer b(same));
   fs::remove(data);
   build_token_dataset({std::string(PTDP_TEST_DATA_DIR) + "/capi_corpus.txt"}, "lines", tok, data);
@@ -770,9 +779,9 @@ TEST_F(CheckpointFaults, UnwritableDirectoryKeepsThePrevious) {
 TEST_F(CheckpointFaults, FullDiskKeepsThePrevious) {
   TrainerOptions o = options({2, 2, 1, 1});
   o.save_path = dir.path;
+  o.load_path = dir.path;  // resumes iteration 1
   o.save_interval = 2;
   Trainer tr(o);
-  tr.step();
   struct rlimit old;
   getrlimit(RLIMIT_FSIZE, &old);
   auto old_handler = std::signal(SIGXFSZ, SIG_IGN);

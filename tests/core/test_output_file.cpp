@@ -434,7 +434,17 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   // JSON file of its own, yes.
   const std::string h5 = put("copy_of_model.h5", std::string("\x89HDF\r\n\x1a\n", 8) + "superblock");
   const std::string model_config = put("config.json", "{\"model_type\": \"gpt2\", \"n_embd\": 32}");
-  for (const std::string &f : {hf, ours, machine, bin, dir.path + "/p_text_document.idx", h5, model_config})
+  // A model's other JSON: its generation config (as an export or transformers
+  // writes it) and its weights' index, also past 64 KiB.
+  const std::string generation = put("generation_config.json", "{\"_from_model_config\": true}");
+  const std::string hf_generation =
+      put("hf_generation_config.json", "{\"bos_token_id\": 1, \"transformers_version\": \"4.46.0\"}");
+  std::string big_map = "{\"metadata\": {\"total_size\": 1}, \"weight_map\": {";
+  for (int i = 0; i < 4000; i++) big_map += (i ? ", " : "") + std::string("\"layer.") + std::to_string(i) + ".weight\": \"model-00001-of-00002.safetensors\"";
+  const std::string index = put("model.safetensors.index.json", big_map + "}}");
+  ASSERT_GT(big_map.size(), 65536u);
+  for (const std::string &f : {hf, ours, machine, bin, dir.path + "/p_text_document.idx", h5, model_config,
+                               generation, hf_generation, index})
     expect_error([&] { ptdp::write_file_atomic(f, "x", "the script's record", OutputKind::any); },
                  ptdp::Status::invalid_argument, "replaces only a file of none of the formats");
   EXPECT_EQ(read_file(bin), "tokens");

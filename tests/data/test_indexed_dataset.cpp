@@ -511,6 +511,34 @@ TEST(IndexedTokenize, TwoKeysNeverWriteOneFile) {
                Status::bad_value, "json_keys entry 'x/../p_text' holds a '/'");
 }
 
+// Through a link, a dataset's two files stay one pair: a .idx linked to
+// another dataset's index (its .bin a file of its own) would replace that
+// index and pair it with the other's tokens.
+TEST(IndexedTokenize, APairIsOnePairThroughLinks) {
+  TempDir dir;
+  const std::string in = dir.path + "/in.jsonl";
+  write_file(in, "{\"text\": \"ab\"}\n");
+  IndexedTokenizeOptions o;
+  o.output_prefix = dir.path + "/a";
+  o.json_keys = {"text"};
+  ByteTokenizer tok;
+  const std::string a = build_indexed_dataset({in}, o, tok)[0].prefix;
+  const std::string a_idx = read_file(a + ".idx");
+  o.output_prefix = dir.path + "/b";
+  const std::string b = dir.path + "/b_text_document";
+  fs::copy_file(a + ".bin", b + ".bin");
+  fs::create_symlink(a + ".idx", b + ".idx");
+  write_file(in, "{\"text\": \"something longer\"}\n");
+  expect_error([&] { build_indexed_dataset({in}, o, tok); }, Status::invalid_argument,
+               "a dataset's two files are one pair, X.bin beside X.idx");
+  EXPECT_EQ(read_file(a + ".idx"), a_idx);
+  // Links to both halves of one pair are one pair: written through.
+  fs::remove(b + ".bin");
+  fs::create_symlink(a + ".bin", b + ".bin");
+  build_indexed_dataset({in}, o, tok);
+  EXPECT_NE(read_file(a + ".idx"), a_idx);
+}
+
 TEST(IndexedTokenize, BadInputsAreClearErrorsAndWriteNothing) {
   TempDir dir;
   ByteTokenizer tok;

@@ -18,7 +18,15 @@ cat other.txt
 has other.txt "--save 'ck' holds checkpoints of another run (newest: 'ck/iter_0000002', iteration 2; hidden_size: checkpoint 32, this run 64" &&
   ok "the message names ck and what differs" || bad "message"
 grep -q "^ iteration " other.txt && bad "it trained" || ok "refused before the first step"
-run --save ck --micro-batch-size 1 >same.txt 2>&1 && ok "the same run (other micro-batch size) saves there" ||
+# The same run from scratch (no --load, or a mistyped one) would replace its
+# checkpoints and move 'latest' back: refused before its first step.
+run --save ck --micro-batch-size 1 >same.txt 2>&1
+[ $? -ne 0 ] && has same.txt "--save 'ck' holds this run's checkpoints (newest: 'ck/iter_0000002'), but this run loaded none" &&
+  ! grep -q "^ iteration " same.txt && ok "the same run from scratch: refused" || { cat same.txt; bad "same run from scratch"; }
+run --save ck --load ck_typo >typo.txt 2>&1
+[ $? -ne 0 ] && has typo.txt "but this run loaded none" && has ck/latest iter_0000002 &&
+  ok "a mistyped --load: refused, 'latest' kept" || { cat typo.txt; bad "mistyped --load"; }
+run --save ck --load ck --micro-batch-size 1 --train-iters 2 >same.txt 2>&1 && ok "the same run (other micro-batch size) resumes there" ||
   { cat same.txt; bad "the same run was refused"; }
 run --save ck --load ck --train-iters 4 --lr-decay-iters 2 >resume.txt 2>&1 &&
   has resume.txt "loaded ck/iter_0000002" && ok "a resume (--load ck) saves there" ||
@@ -35,6 +43,20 @@ run --timeline ck/iter_0000002/manifest.json >inside.txt 2>&1
 run --save ck/iter_0000002/nested >nested.txt 2>&1
 [ $? -ne 0 ] && has nested.txt "is inside the checkpoint directory" && [ ! -e ck/iter_0000002/nested ] &&
   ok "--save inside a checkpoint: refused, nothing made" || { cat nested.txt; bad "nested --save"; }
+# A copy of a checkpoint under another name ("best") is a checkpoint: --load
+# takes it, so no save, import or other writer goes into it.
+cp -a ck/iter_0000002 best
+run --save best --load best >best.txt 2>&1
+[ $? -ne 0 ] && has best.txt "'best' is a checkpoint directory (it holds a checkpoint's manifest.json and model.h5)" &&
+  [ ! -e best/iter_0000002 ] && ok "--save into a copied checkpoint: refused" || { cat best.txt; bad "--save best"; }
+sum=$(cksum <best/manifest.json)
+run --log-json best/manifest.json >bestlog.txt 2>&1
+[ $? -ne 0 ] && has bestlog.txt "best' (it holds a checkpoint's manifest.json and model.h5)" && [ "$(cksum <best/manifest.json)" = "$sum" ] &&
+  ok "--log-json onto a copied checkpoint's manifest: refused, kept" || { cat bestlog.txt; bad "--log-json best/manifest.json"; }
+"$launcher" ckpt export-safetensors ck hf >/dev/null 2>&1 &&
+  "$launcher" ckpt import-safetensors hf/model.safetensors best >bestimp.txt 2>&1
+[ $? -ne 0 ] && has bestimp.txt "checkpoint directory" && [ "$(cksum <best/manifest.json)" = "$sum" ] &&
+  ok "an import into a copied checkpoint: refused" || { cat bestimp.txt; bad "import into best"; }
 
 "$launcher" ckpt verify ck >verify_ok.txt 2>&1 && has verify_ok.txt "manifest checksum: matches its fields" &&
   ok "verify: manifest checksum matches" || { cat verify_ok.txt; bad "verify of a sound checkpoint"; }

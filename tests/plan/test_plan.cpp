@@ -552,8 +552,20 @@ TEST(PlanBadInput, SaveMachineFollowsTheWritersRules) {
                 .find("is the --machine file"),
             std::string::npos);
   EXPECT_EQ(file_text(machine), json);
-  run_plan(request(dir + "/saved.json"));
+  const PlanRequest ok = request(dir + "/saved.json");
+  format_plan(ok, run_plan(ok));  // the outputs are written with the plan's report
   EXPECT_EQ(load_machine(dir + "/saved.json").name, "selene");
+  // A plan that finds no layout writes nothing (it replaced --save-machine).
+  const std::string kept = dir + "/kept.json";
+  std::ofstream(kept) << json;
+  PlanRequest none = parse_plan_request({{"num_layers", "2"}, {"hidden_size", "256"},
+                                         {"num_attention_heads", "2"}, {"global_batch_size", "1"},
+                                         {"num_gpus", "8"}, {"machine", "dgx-h100"},
+                                         {"save_machine", kept}});
+  EXPECT_NE(error_of([&] { format_plan(none, run_plan(none)); }, ptdp::Status::invalid_config)
+                .find("no layout can work"),
+            std::string::npos);
+  EXPECT_EQ(file_text(kept), json);
 }
 
 // --plot is a writer too: never the --machine file the plan read (the picture
