@@ -129,6 +129,7 @@ ptdp_status ptdp_same_output(const char *a, const char *b, int32_t *same) {
     require(a, "a");
     require(b, "b");
     require(same, "same");
+    if (!*a || !*b) ptdp::fail(ptdp::Status::invalid_argument, "same_output: ", !*a ? "a" : "b", " is an empty path");
     *same = ptdp::same_output(a, b) ? 1 : 0;
   });
 }

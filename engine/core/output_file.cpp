@@ -117,6 +117,11 @@ void refuse_inside_checkpoint(const std::string &path, const char *what, bool is
 void check_output_directory(const std::string &dir, const char *what) {
   namespace fs = std::filesystem;
   if (dir.empty()) fail(Status::invalid_argument, what, " is an empty path (give a directory)");
+  // A name no directory can take is refused now, not when it is first made.
+  for (const fs::path &part : fs::path(dir))
+    if (part.native().size() > NAME_MAX)
+      fail(Status::io_error, what, " '", dir, "': a name of ", part.native().size(),
+           " bytes in it is longer than a directory's name may be (", NAME_MAX, ")");
   refuse_inside_checkpoint(dir, what, true);  // a save writes only its own directory
   std::error_code ec;
   // On the way (dir itself, "dir/", a parent): a link to nothing would be

@@ -1127,6 +1127,11 @@ static void test_checkpoints(const char *data_path) {
     EXPECT(ptdp_checkpoint_import_safetensors(long_name, NULL, out), PTDP_ERR_IO,
            "File name too long", "import_safetensors from a name too long");
   }
+  {
+    int32_t same = 0;
+    EXPECT(ptdp_same_output("", "", &same), PTDP_ERR_INVALID_ARGUMENT, "empty path",
+           "same_output of two empty paths");
+  }
   EXPECT(ptdp_trainer_save(NULL, dir), PTDP_ERR_INVALID_ARGUMENT, "trainer", "save(NULL)");
   EXPECT(ptdp_trainer_load(b, NULL), PTDP_ERR_INVALID_ARGUMENT, "dir", "load(NULL dir)");
 

@@ -54,6 +54,9 @@ expect_error('exists and is a directory', 'check_output of a directory', ptdp.ch
 expect_error('is named as a checkpoint directory', 'check_output of a checkpoint-named root',
              ptdp.check_output, tmpdir .. '/ck2/iter_0000003', '--save', true)
 ptdp.check_output(tmpdir .. '/not/yet/there', '--save', true)
+expect_error('is longer than a directory', 'check_output of a directory whose name cannot be',
+             ptdp.check_output, tmpdir .. '/' .. string.rep('x', 300) .. '/below', '--save', true)
+expect_error('ptdp.same_output: a is empty', 'same_output of empty paths', ptdp.same_output, '', '')
 -- a file whose size says 0 (/proc's) is read whole
 check(#ptdp.read_file('/proc/self/status', 'status') > 0, 'read_file of /proc/self/status has bytes')
 -- wrong argument types are named
