@@ -310,6 +310,14 @@ case("`--save` holding a user's copy named iter_0000002.old", train + ["--data-p
      "--save", "saves"] + tiny, "Commit.ASaveDirectorysNamesAreCheckedUpFront")
 case("`--save` inside a checkpoint directory", train + ["--data-path", "good.ptdp", "--save",
      "ckpt/iter_0000000/nested"] + tiny, "lua_train_gpt_checkpoint_guard")
+shutil.copytree(os.path.join(work, "ckpt", "iter_0000000"), os.path.join(work, "best"))
+case("`--save` into a copy of a checkpoint under another name (best/)", train + ["--data-path", "good.ptdp",
+     "--save", "best", "--load", "best"] + tiny, "lua_train_gpt_checkpoint_guard")
+sh(train + ["--data-path", "good.ptdp", "--save", "own"] + tiny)
+case("a run from scratch whose `--save` holds its own run's checkpoints", train + ["--data-path", "good.ptdp",
+     "--save", "own"] + tiny, "lua_train_gpt_checkpoint_guard")
+case("a mistyped `--load` beside a `--save` holding the run's checkpoints", train + ["--data-path", "good.ptdp",
+     "--save", "own", "--load", "own_typo"] + tiny, "lua_train_gpt_checkpoint_guard")
 case("`ptdp ckpt import-safetensors` into a checkpoint directory", ["ckpt", "import-safetensors",
      os.path.join(hf, "model.safetensors"), "ckpt/iter_0000000"], "Commit.CheckpointsNeverNest")
 case("`--load` of a checkpoint of another shape", train + ["--data-path", "good.ptdp", "--load", "ckpt"]
@@ -373,6 +381,9 @@ selene = json.loads(subprocess.run([launcher] + plan + ["--save-machine", os.pat
                                    capture_output=True, text=True, cwd=work).stdout and
                     open(os.path.join(work, "selene.json")).read())
 selene["gemm"]["tile_m"] = 0.5
+case("a plan that finds no layout, with `--save-machine` (nothing is written)",
+     ["plan", "--num-layers", "2", "--hidden-size", "256", "--num-attention-heads", "2", "--global-batch-size",
+      "1", "--num-gpus", "8", "--save-machine", "never.json"], "PlanBadInput.SaveMachineFollowsTheWritersRules")
 case("a machine file with a GEMM tile of 0.5", plan + ["--machine", write("half_tile.json", json.dumps(selene))],
      "PlanMachines")
 
