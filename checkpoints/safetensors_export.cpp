@@ -400,19 +400,7 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   }
   std::vector<std::pair<std::string, std::string>> temps;  // temporary, target
   try {
-    for (const auto &[target, bytes] : files) {
-      std::string t;
-      const int cfd = create_temp_file(target, &t);
-      temps.push_back({t, target});
-      try {
-        write_all(cfd, bytes.data(), bytes.size(), t);
-        if (::fsync(cfd) != 0) fail(Status::io_error, "cannot fsync '", t, "': ", std::strerror(errno));
-      } catch (...) {
-        ::close(cfd);
-        throw;
-      }
-      if (::close(cfd) != 0) fail(Status::io_error, "cannot close '", t, "': ", std::strerror(errno));
-    }
+    for (const auto &[target, bytes] : files) temps.push_back({write_temp_file(target, bytes), target});
   } catch (...) {
     for (const auto &tt : temps) remove_temp_file(tt.first);
     remove_temp_file(tmp);

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "checkpoints/commit.h"
+#include "engine/core/checkpoint_names.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 
@@ -123,15 +124,23 @@ void check_other_run(const std::string &save, const GptConfig &model,
 }  // namespace
 
 void check_save_target(const std::string &save, const std::string &load, const GptConfig &model,
-                       const std::map<std::string, std::string> &training, bool from_scratch) {
+                       const std::map<std::string, std::string> &training, int64_t newest) {
   if (!loads_from(save, load)) check_other_run(save, model, training);
-  if (!from_scratch) return;
+  if (newest == kAnyCheckpoint) return;
   const std::vector<std::string> there = complete_checkpoints(save);
   if (there.empty()) return;
-  fail(Status::invalid_config, "--save '", save, "' holds this run's checkpoints (newest: '",
-       there.front(), "'), but this run loaded none and starts at iteration 0: its saves would "
-       "replace them and move 'latest' back. Resume the run with --load '", save,
-       "', or give --save a new or empty directory");
+  if (newest == kNoCheckpoint)
+    fail(Status::invalid_config, "--save '", save, "' holds this run's checkpoints (newest: '",
+         there.front(), "'), but this run loaded none and starts at iteration 0: its saves would "
+         "replace them and move 'latest' back. Resume the run with --load '", save,
+         "', or give --save a new or empty directory");
+  bool tmp = false;
+  const int64_t there_it = checkpoint_iteration(fs::path(there.front()).filename().string(), &tmp);
+  if (there_it > newest)
+    fail(Status::invalid_config, "save into '", save, "': it holds this run's checkpoint of iteration ",
+         there_it, " ('", there.front(), "'), later than this save's iteration ", newest,
+         ", and this trainer loaded none: the save would move 'latest' back. Load that checkpoint "
+         "first, or save into a new or empty directory");
 }
 
 std::optional<OtherRun> find_other_run(const std::string &root,

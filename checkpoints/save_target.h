@@ -23,6 +23,7 @@
 // records none (saved before lineages) counts as "new" against a run that
 // records one.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -50,12 +51,16 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
 // `load` (may be "") is that directory or one of its iter_N: a run resuming
 // itself, whose load then checks the model and options. corrupt_data when a
 // manifest there cannot be read (no one can tell whose it is).
-// With `from_scratch` (the run loaded no checkpoint: none given, or a
-// mistyped --load that found none), also when `save` holds any checkpoint,
-// the run's own included: its saves from iteration 0 would replace them and
-// move `latest` back, and its --log-json would start afresh.
+// Also when `save` holds a checkpoint of a later iteration than `newest`, the
+// run's own included: kNoCheckpoint for a run that loaded none (none given,
+// or a mistyped --load that found none) at its start, whose saves from
+// iteration 0 would replace them, move `latest` back and start its --log-json
+// afresh; a save's iteration for a save by a trainer that loaded none;
+// kAnyCheckpoint for no such check (a resumption, whose load checks the rest).
+inline constexpr int64_t kNoCheckpoint = -1;
+inline constexpr int64_t kAnyCheckpoint = INT64_MAX;
 void check_save_target(const std::string &save, const std::string &load, const GptConfig &model,
-                       const std::map<std::string, std::string> &training, bool from_scratch);
+                       const std::map<std::string, std::string> &training, int64_t newest);
 
 // A complete checkpoint under a root that is another run's.
 struct OtherRun {

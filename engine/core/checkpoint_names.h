@@ -4,8 +4,6 @@
 // checkpoint writer (checkpoints/commit.cpp) and for the rule that no other
 // writer's output goes among them (engine/core/output_file.cpp).
 #pragma once
-#include <sys/stat.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -18,15 +16,6 @@ inline constexpr const char *kCheckpointTracker = "latest";
 // The two files of every checkpoint directory: its manifest and its data.
 inline constexpr const char *kCheckpointManifest = "manifest.json";
 inline constexpr const char *kCheckpointData = "model.h5";
-
-// Whether `dir` holds a checkpoint's two files, whatever its name: a copy of
-// an iter_N ("best/") is loaded as a checkpoint, so it is one to the writers.
-inline bool holds_checkpoint_files(const std::string &dir) {
-  struct stat st;
-  const std::string d = dir.empty() ? "." : dir;
-  return ::stat((d + "/" + kCheckpointManifest).c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-         ::stat((d + "/" + kCheckpointData).c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 // "iter_0001000" for iteration 1000; Error(bad_value) for iteration < 0.
 inline std::string checkpoint_name(int64_t iteration) {

@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -98,6 +100,23 @@ void refuse_if_input(const struct stat &st, const std::string &path, const char 
 }
 
 }  // namespace
+
+// Whether `dir` holds a checkpoint's two files, whatever its name: a copy of
+// an iter_N ("best/") is loaded as a checkpoint, so it is one to the writers.
+// Its manifest.json must be ptdp's (its format names it): a web app's
+// manifest.json beside a Keras model.h5 makes no checkpoint.
+static bool holds_checkpoint_files(const std::string &dir) {
+  struct stat st;
+  const std::string d = dir.empty() ? "." : dir, manifest = d + "/" + kCheckpointManifest;
+  if (::stat(manifest.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (off_t(256) << 20))
+    return false;
+  struct stat data;
+  if (::stat((d + "/" + kCheckpointData).c_str(), &data) != 0 || !S_ISREG(data.st_mode)) return false;
+  std::ifstream in(manifest, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text.find("\"format\": \"ptdp-checkpoint\"") != std::string::npos ||
+         text.find("\"format\":\"ptdp-checkpoint\"") != std::string::npos;
+}
 
 void refuse_inside_checkpoint(const std::string &path, const char *what, bool is_dir) {
   namespace fs = std::filesystem;
@@ -612,6 +631,8 @@ void remove_held_paths() {
 std::atomic<int> sections_under_way{0};
 std::atomic<long> section_thread{0};
 std::atomic<bool> cleanup_began{false};
+// A signal that came to the thread of a step under way: taken when it ends.
+std::atomic<int> pending_signal{0};
 
 long this_thread_id() { return (long)::syscall(SYS_gettid); }  // async-signal-safe
 
@@ -621,6 +642,13 @@ long this_thread_id() { return (long)::syscall(SYS_gettid); }  // async-signal-s
 // threads (a background save) run on meanwhile and may make a file just after
 // the first pass: a second pass, 20 ms later, takes what they made in between.
 extern "C" void remove_temp_files_and_die(int sig) {
+  // On the step's own thread it cannot be waited for: it ends first, then
+  // leave_uninterrupted() takes the signal (a tokenize's or an export's
+  // renames, cut between two files, left new files beside old ones).
+  if (sections_under_way.load() > 0 && section_thread.load() == this_thread_id()) {
+    pending_signal.store(sig);
+    return;
+  }
   cleanup_began.store(true);
   const struct timespec tick = {0, 1000 * 1000};
   for (int ms = 0; ms < 10000 && sections_under_way.load() > 0 &&
@@ -640,6 +668,7 @@ extern "C" void remove_temp_files_and_die(int sig) {
 void remove_temp_files_on_signal() {
   struct sigaction sa = {};
   sa.sa_handler = remove_temp_files_and_die;
+  sa.sa_flags = SA_RESTART;  // a signal held for a step's end must not fail the step's calls
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction old = {};
@@ -659,7 +688,10 @@ bool enter_uninterrupted() {
   return true;
 }
 
-void leave_uninterrupted() { sections_under_way.fetch_sub(1); }
+void leave_uninterrupted() {
+  if (sections_under_way.fetch_sub(1) != 1) return;
+  if (const int sig = pending_signal.exchange(0)) remove_temp_files_and_die(sig);
+}
 
 UninterruptedStep::UninterruptedStep(const std::string &what) {
   if (!enter_uninterrupted()) fail(Status::io_error, what, ": the process is ending");
@@ -707,6 +739,10 @@ int create_temp_file(const std::string &target, std::string *tmp) {
 }
 
 void replace_file(const std::string &target, const std::string &bytes) {
+  rename_temp_file(write_temp_file(target, bytes), target);
+}
+
+std::string write_temp_file(const std::string &target, const std::string &bytes) {
   std::string tmp;
   const int fd = create_temp_file(target, &tmp);
   auto bail = [&](const char *step) {
@@ -728,7 +764,7 @@ void replace_file(const std::string &target, const std::string &bytes) {
     remove_temp_file(tmp);
     fail(Status::io_error, "cannot write '", target, "': close: ", std::strerror(e));
   }
-  rename_temp_file(tmp, target);
+  return tmp;
 }
 
 void write_file_atomic(const std::string &path, const std::string &bytes, const char *what,

@@ -183,6 +183,10 @@ void write_all(int fd, const void *p, size_t n, const std::string &path);
 // half-written file; a link at `target` is replaced, not followed. No checks
 // of the target (write_file_atomic makes them): for paths the caller owns.
 void replace_file(const std::string &target, const std::string &bytes);
+// Its first half: bytes in a fresh temporary file beside `target`, fsynced and
+// closed, its name returned for rename_temp_file (or remove_temp_file). For
+// outputs put in place together (one UninterruptedStep for their renames).
+std::string write_temp_file(const std::string &target, const std::string &bytes);
 
 // Writes bytes to output_target(path) atomically: a temporary file in the same
 // directory, fsync, rename. Readers never see a half-written file.

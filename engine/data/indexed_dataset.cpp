@@ -242,7 +242,10 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string &prefix, int vocab_
   const auto stem = [](const std::string &p) {
     return std::filesystem::weakly_canonical(std::filesystem::absolute(p)).replace_extension().string();
   };
-  if (stem(bin_path_) != stem(idx_path_))
+  const auto ends = [](const std::string &p, const char *ext) {
+    return p.size() >= 4 && p.compare(p.size() - 4, 4, ext) == 0;
+  };
+  if (stem(bin_path_) != stem(idx_path_) || !ends(bin_path_, ".bin") || !ends(idx_path_, ".idx"))
     fail(Status::invalid_argument, "tokenize output '", prefix, "': its .bin is '", bin_path_,
          "' and its .idx '", idx_path_, "' (through a link): a dataset's two files are one pair, ",
          "X.bin beside X.idx; remove the link or give another prefix");
@@ -309,15 +312,7 @@ void IndexedDatasetWriter::prepare() {
     ptr += (int64_t)len * (int64_t)dtype_bytes(dtype_);
   }
   for (int64_t d : doc_index_) put<int64_t>(idx, d);
-  int fd = create_temp_file(idx_path_, &idx_tmp_);
-  try {
-    write_all(fd, idx.data(), idx.size(), idx_tmp_);
-    if (::fsync(fd) != 0) fail(Status::io_error, "fsync '", idx_tmp_, "': ", std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  idx_tmp_ = write_temp_file(idx_path_, idx);
 }
 
 void IndexedDatasetWriter::commit() {

@@ -128,7 +128,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     std::map<std::string, std::string> training = resumption_options(opt_, data_fingerprint_);
     if (opt_.load_path.empty()) training[kLineageKey] = kLineageNew;
     check_save_target(opt_.save_path, opt_.finetune ? "" : opt_.load_path, opt_.model, training,
-                      opt_.load_path.empty());
+                      opt_.load_path.empty() ? kNoCheckpoint : kAnyCheckpoint);
     // The tracker a save will write is this run's, before the first save too:
     // no other output of the run (a --log-json there, say) may take it.
     output_claims_.emplace_back((fs::path(opt_.save_path) / kCheckpointTracker).string(),
@@ -267,7 +267,8 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     // the run it came from has that run's options but is another run; and a
     // load that found nothing (a mistyped path) starts from scratch.
     if (!opt_.save_path.empty())
-      check_save_target(opt_.save_path, resumed_from_, opt_.model, manifest_training(), !ckpt);
+      check_save_target(opt_.save_path, resumed_from_, opt_.model, manifest_training(),
+                        ckpt ? kAnyCheckpoint : kNoCheckpoint);
     // Its files (and the tracker read) are inputs now: the outputs checked
     // above are checked again against them, still before the first step.
     if (!opt_.timeline_path.empty()) check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::trace);

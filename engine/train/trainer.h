@@ -247,6 +247,7 @@ class Trainer {
   // The checkpoint this run resumed from ("" for a new run, and when fine-tuning):
   // saving into its directory continues that run.
   std::string resumed_from_;
+  bool loaded_ = false;  // a checkpoint was loaded (resumed or fine-tuned from)
   // Where the model came from (an import's record: imported_from, the
   // tokenizer's hf_bos_token_id / hf_eos_token_id), taken from the loaded
   // checkpoint and written by every later save, fine-tuning included, so an

@@ -155,8 +155,10 @@ SaveRequest Trainer::save_request(const std::string &root) {
   }
   req.training = manifest_training();
   // Every save, not only --save's: a directory holding another run's
-  // checkpoints is not written into (this run's own, or the one it resumed, is).
-  check_save_target(root, resumed_from_, opt_.model, req.training, false);
+  // checkpoints is not written into (this run's own, or the one it resumed,
+  // is); from a trainer that loaded none, nor one holding a later checkpoint.
+  check_save_target(root, resumed_from_, opt_.model, req.training,
+                    loaded_ ? kAnyCheckpoint : iteration_);
   return req;
 }
 
@@ -297,6 +299,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
                  std::to_string(iteration_) + ", saved with " + ckpt.manifest.layout.text() +
                  ", loaded into " + now_layout.text();
   resumed_from_ = opt_.finetune ? "" : ckpt.dir;
+  loaded_ = true;
   provenance_.clear();
   for (const auto &[key, value] : ckpt.manifest.training)
     if (key == "imported_from" || key == "imported_file" || key.rfind("hf_", 0) == 0 ||

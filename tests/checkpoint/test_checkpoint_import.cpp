@@ -431,13 +431,13 @@ TEST_F(CheckpointImport, AnImportIsARunOfItsOwn) {
 // failed with nlohmann's "invalid UTF-8 byte", a run after all its steps),
 // and the source stays an input of the export.
 TEST_F(CheckpointImport, PathsThatAreNotUtf8) {
-  const std::string source = work.path + "/caf\xe9.safetensors";
+  const std::string source = work.path + "/caf\xe9" ".safetensors";
   fs::copy_file(fixture("model.safetensors"), source);
   const std::string dir = work.path + "/imported";
   import_safetensors(source, fixture("config.json"), dir);
   const std::string manifest = read_file(dir + "/iter_0000000/manifest.json");
   EXPECT_NE(manifest.find("caf\xef\xbf\xbd.safetensors"), std::string::npos) << manifest;
-  const std::string data = work.path + "/donn\xe9es.ptdp";
+  const std::string data = work.path + "/donn\xe9" "es.ptdp";
   fs::copy_file(tiny_dataset_path(), data);
   Config c = config(dir);
   set_options(c, {{"data_path", data}, {"save", dir}});
@@ -448,7 +448,7 @@ TEST_F(CheckpointImport, PathsThatAreNotUtf8) {
   }
   auto again = trainer(c);  // resumes the run it saved: the same run, by its data
   EXPECT_EQ(again->iteration(), 1);
-  const std::string out = work.path + "/export\xe9.safetensors";
+  const std::string out = work.path + "/export\xe9" ".safetensors";
   export_safetensors(dir, out);
   EXPECT_EQ(read_safetensors(out).tensors.size(), 4u * 12 + 4);
   expect_error([&] { export_safetensors(dir, source); }, Status::invalid_argument,

@@ -619,6 +619,32 @@ TEST(CheckpointSave, AnotherRunIsToldByItsDataNotItsPathsSpelling) {
                "data_fingerprint: checkpoint 1:");
 }
 
+// A trainer that loaded no checkpoint saves (Trainer::save, the C ABI's and
+// Lua's save) into a directory of its run only where nothing there is later
+// than the save: a later one would be passed over by 'latest'.
+TEST(CheckpointSave, ATrainerThatLoadedNoneDoesNotMoveLatestBack) {
+  TempDir dir;
+  const std::string save = dir.path + "/ck";
+  TrainerOptions o = options({1, 1, 1, 1});
+  {
+    Trainer a(o);
+    for (int i = 0; i < 3; i++) a.step();
+    a.save(save);
+  }
+  Trainer b(o);
+  b.step();
+  expect_error([&] { b.save(save); }, Status::invalid_config,
+               "holds this run's checkpoint of iteration 3 ('" + save + "/iter_0000003'), later than "
+               "this save's iteration 1, and this trainer loaded none");
+  EXPECT_EQ(find_latest_checkpoint(save), save + "/iter_0000003");
+  for (int i = 0; i < 3; i++) b.step();
+  EXPECT_NO_THROW(b.save(save));  // iteration 4: later than what is there
+  EXPECT_EQ(find_latest_checkpoint(save), save + "/iter_0000004");
+  Trainer c(o);  // one that loaded: its saves are its run's own to place
+  c.load(save);
+  EXPECT_NO_THROW(c.save(save));
+}
+
 // Every checkpoint there is looked at, not only the newest: rotation would
 // remove the older ones, another run's among them. Here the newest (iteration
 // 2) is this run's and iteration 1 another's (seed 1234).

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <climits>
 #include <filesystem>
@@ -186,6 +189,54 @@ TEST(OutputFile, NoWriterPutsAFileAmongACheckpointsFiles) {
   expect_error([&] { ptdp::refuse_inside_checkpoint(ckpt, "--save", true); },
                ptdp::Status::invalid_argument, "is named as a checkpoint directory");
   EXPECT_NO_THROW(ptdp::refuse_inside_checkpoint(root, "--save", true));
+}
+
+// A copy of a checkpoint under another name ("best") is one by its files: a
+// ptdp manifest.json beside a model.h5. A web app's manifest.json beside a
+// Keras model.h5 is no checkpoint.
+TEST(OutputFile, ACheckpointIsToldByItsFilesWhateverItsName) {
+  TempDir dir;
+  const std::string best = dir.path + "/best", app = dir.path + "/app";
+  std::filesystem::create_directories(best + "/sub");
+  std::filesystem::create_directories(app + "/data");
+  std::ofstream(best + "/manifest.json") << "{\n \"datasets\": [],\n \"format\": \"ptdp-checkpoint\"\n}\n";
+  std::ofstream(best + "/model.h5") << "\x89HDF\r\n\x1a\n";
+  std::ofstream(app + "/manifest.json") << "{\"name\": \"My App\", \"start_url\": \"/\"}";
+  std::ofstream(app + "/model.h5") << "\x89HDF\r\n\x1a\n";
+  for (const std::string &inside : {best + "/manifest.json", best + "/notes.txt", best + "/sub/x.json"})
+    expect_error([&] { ptdp::write_file_atomic(inside, "x", "--timeline", ptdp::OutputKind::any); },
+                 ptdp::Status::invalid_argument, "(it holds a checkpoint's manifest.json and model.h5)");
+  expect_error([&] { ptdp::check_output_directory(best, "--save"); }, ptdp::Status::invalid_argument,
+               "is a checkpoint directory (it holds");
+  ptdp::write_file_atomic(app + "/data/x.txt", "x", "note", ptdp::OutputKind::any);
+  EXPECT_NO_THROW(ptdp::check_output_directory(app + "/runs", "--save"));
+}
+
+// A signal on the thread that is putting a set of files in place (a step
+// the cleanup must not cut) is taken when the step ends: the files are all
+// there, and the process ends as the signal would end it.
+TEST(OutputFile, ASignalWaitsForTheStepOfItsOwnThread) {
+  TempDir dir;
+  const std::string a = dir.path + "/a.txt", b = dir.path + "/b.txt";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ptdp::remove_temp_files_on_signal();
+    const std::string ta = ptdp::write_temp_file(a, "a"), tb = ptdp::write_temp_file(b, "b");
+    {
+      const ptdp::UninterruptedStep step("test");
+      ::raise(SIGTERM);
+      ptdp::rename_temp_file(ta, a);
+      ptdp::rename_temp_file(tb, b);
+    }
+    ::_exit(0);  // not reached: the signal ends the process at the step's end
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_TRUE(std::filesystem::exists(a));
+  EXPECT_TRUE(std::filesystem::exists(b));
+  for (const auto &e : std::filesystem::directory_iterator(dir.path))
+    EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
 }
 
 TEST(OutputFile, AnEmptyPathIsNamedAsSuch) {

@@ -532,6 +532,19 @@ TEST(IndexedTokenize, APairIsOnePairThroughLinks) {
   expect_error([&] { build_indexed_dataset({in}, o, tok); }, Status::invalid_argument,
                "a dataset's two files are one pair, X.bin beside X.idx");
   EXPECT_EQ(read_file(a + ".idx"), a_idx);
+  // Nor a link to a file without the pair's extension ('Z' beside 'Z.idx').
+  fs::remove(b + ".idx");
+  write_file(dir.path + "/Z", "");
+  fs::rename(a + ".idx", dir.path + "/Z.idx");
+  fs::create_symlink(dir.path + "/Z", b + ".bin.z");
+  fs::remove(b + ".bin");
+  fs::rename(b + ".bin.z", b + ".bin");
+  fs::create_symlink(dir.path + "/Z.idx", b + ".idx");
+  expect_error([&] { build_indexed_dataset({in}, o, tok); }, Status::invalid_argument,
+               "a dataset's two files are one pair, X.bin beside X.idx");
+  fs::rename(dir.path + "/Z.idx", a + ".idx");
+  fs::remove(b + ".idx");
+  fs::create_symlink(a + ".idx", b + ".idx");
   // Links to both halves of one pair are one pair: written through.
   fs::remove(b + ".bin");
   fs::create_symlink(a + ".bin", b + ".bin");
