@@ -188,7 +188,8 @@ local loss
 -- step that meets --exit-signal-handler's signal, --exit-interval or
 -- --exit-duration-in-mins has saved (with --save) and ends the run here.
 local exit_reason = ''
-for it = trainer:get('iteration') + 1, iters do
+local first = trainer:get('iteration') + 1  -- past iters: a finished run, resumed again
+for it = first, iters do
   trainer:step()
   exit_reason = trainer:text('exit_reason')
   if it % opts.log_interval == 0 or it == iters or exit_reason ~= '' then
@@ -237,8 +238,9 @@ else
   -- Where each rank spent the last step, one line per rank in world-rank order,
   -- all printed by world rank 0's process: under mpirun each process's output
   -- reaches the terminal on its own, so lines printed by several would interleave.
-  -- (rank_reports is collective: every process calls it.)
-  if layout.world_size > 1 then
+  -- (rank_reports is collective: every process calls it.) A run that was
+  -- already finished ran no step: it has no last step to report.
+  if layout.world_size > 1 and first <= iters then
     local reports = trainer:rank_reports()
     for i = 0, reports and layout.world_size - 1 or -1 do
       local r = reports[i]

@@ -43,6 +43,13 @@ run --timeline ck/iter_0000002/manifest.json >inside.txt 2>&1
 run --save ck/iter_0000002/nested >nested.txt 2>&1
 [ $? -ne 0 ] && has nested.txt "is inside the checkpoint directory" && [ ! -e ck/iter_0000002/nested ] &&
   ok "--save inside a checkpoint: refused, nothing made" || { cat nested.txt; bad "nested --save"; }
+# A finished run started again (a job script's `--save X --load X`) runs no
+# step and ends well, in a layout of several ranks too (it asked for the last
+# step's rank reports, which a load does not bring).
+run --save fin --load fin --tensor-model-parallel-size 2 >fin1.txt 2>&1 &&
+  run --save fin --load fin --tensor-model-parallel-size 2 >fin2.txt 2>&1 && has fin2.txt "loaded fin/iter_0000002" &&
+  ok "a finished t=2 run started again: exit 0" || { cat fin1.txt fin2.txt; bad "finished run again"; }
+
 # A copy of a checkpoint under another name ("best") is a checkpoint: --load
 # takes it, so no save, import or other writer goes into it.
 cp -a ck/iter_0000002 best
