@@ -46,11 +46,15 @@ const char *kind_of(mode_t m) {
 
 // The registry: inputs (InputFile: by device and inode) and claimed outputs
 // (OutputClaim: by normalized path, as the file may not exist yet), by id.
+// An input's inode is kept by a descriptor while it is registered: once the
+// file is replaced (a save's new 'latest') a freed inode number would go to
+// the next new file, an output refused as "the input this run reads".
 struct Registered {
   bool input;
   dev_t dev;
   ino_t ino;
   std::string key, path, what;
+  int fd = -1;  // O_PATH on the input, closed with its registration
 };
 std::mutex registry_mu;
 std::map<uint64_t, Registered> registry;
@@ -188,7 +192,11 @@ void refuse_if_checkpoint_part(const std::string &path, const char *what) {
 void FileRegistration::release() {
   if (!id_) return;
   std::lock_guard<std::mutex> lk(registry_mu);
-  registry.erase(id_);
+  const auto it = registry.find(id_);
+  if (it != registry.end()) {
+    if (it->second.fd >= 0) ::close(it->second.fd);
+    registry.erase(it);
+  }
   id_ = 0;
 }
 
@@ -202,9 +210,14 @@ FileRegistration &FileRegistration::operator=(FileRegistration &&o) noexcept {
 }
 
 InputFile::InputFile(const std::string &path, const std::string &what) {
+  const int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC);
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return;
-  id_ = register_file({true, st.st_dev, st.st_ino, "", path, what});
+  if (fd < 0) return;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return;
+  }
+  id_ = register_file({true, st.st_dev, st.st_ino, "", path, what, fd});
 }
 
 OutputClaim::OutputClaim(const std::string &path, const std::string &what) {

@@ -239,6 +239,20 @@ TEST(OutputFile, ASignalWaitsForTheStepOfItsOwnThread) {
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
 }
 
+// An input replaced during the run (a save's new 'latest' over the one the
+// run loaded) keeps its inode while it is registered: the freed number went to
+// the run's next output, refused as "the input this run reads".
+TEST(OutputFile, AReplacedInputsInodeGoesToNoNewFile) {
+  TempDir dir;
+  const std::string latest = dir.path + "/latest";
+  std::ofstream(latest) << "iter_0000002";
+  const ptdp::InputFile read(latest, "checkpoint tracker");
+  ptdp::replace_file(latest, "iter_0000004");
+  for (int i = 0; i < 32; i++)
+    EXPECT_NO_THROW(ptdp::write_file_atomic(dir.path + "/out" + std::to_string(i) + ".txt", "x",
+                                            "--profile-ops", ptdp::OutputKind::any));
+}
+
 TEST(OutputFile, AnEmptyPathIsNamedAsSuch) {
   expect_error([] { ptdp::write_file_atomic("", "x", "--timeline", ptdp::OutputKind::any); }, ptdp::Status::invalid_argument,
                "--timeline is an empty path");

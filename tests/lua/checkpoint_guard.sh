@@ -50,6 +50,12 @@ run --save fin --load fin --tensor-model-parallel-size 2 >fin1.txt 2>&1 &&
   run --save fin --load fin --tensor-model-parallel-size 2 >fin2.txt 2>&1 && has fin2.txt "loaded fin/iter_0000002" &&
   ok "a finished t=2 run started again: exit 0" || { cat fin1.txt fin2.txt; bad "finished run again"; }
 
+# A resumed run's per-step outputs after its saves replaced the 'latest' it
+# read (the freed inode went to the new output, refused as that input).
+run --save fin --load fin --train-iters 6 --lr-decay-iters 2 --save-interval 1 --profile-ops prof.txt \
+  --timeline tl.json >prof.txt.log 2>&1 && has prof.txt.log "saved checkpoint fin/iter_0000006" &&
+  ok "a resumed run with --profile-ops and --timeline past its saves: exit 0" || { cat prof.txt.log; bad "resumed per-step outputs"; }
+
 # A copy of a checkpoint under another name ("best") is a checkpoint: --load
 # takes it, so no save, import or other writer goes into it.
 cp -a ck/iter_0000002 best
