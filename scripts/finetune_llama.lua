@@ -10,8 +10,12 @@
 --   W/imported     the import: a ptdp checkpoint at iteration 0
 --   W/data_text_document.{bin,idx}   the corpus as a Megatron indexed dataset
 -- (only for the same --hf-model, --corpus and --corpus-format, recorded in
--- W/recipe_inputs.txt) and made by this run (neither may exist yet):
---   W/finetuned    the fine-tuned checkpoints (--finetune --load W/imported)
+-- W/recipe_inputs.txt by what they are: real paths and the files' identity)
+-- and made by this run:
+--   W/finetuned    the fine-tuned checkpoints (--finetune --load W/imported);
+--                  a run that stopped early (--exit-interval, a signal under
+--                  --exit-signal-handler) is resumed from them by the same
+--                  command, and exported only when it reaches --train-iters
 --   W/hf           the export: model.safetensors, config.json, generation_config.json
 -- The model's options come from the import; a flag that contradicts its shape
 -- or function is an error. Training runs through scripts/train_gpt.lua, so every flag it takes
@@ -166,7 +170,10 @@ local finetuned, export = W .. '/finetuned', W .. '/hf'
 -- (A link there counts, one to nothing too: the save and the export would stop at it.)
 pcall(ffi.cdef, 'long readlink(const char *path, char *buf, size_t size);')
 local link_buf = ffi.new('char[1]')
-for _, dir in ipairs { finetuned, export } do
+-- A fine-tuning that stopped before its end (no export yet) is resumed.
+local resuming = exists(finetuned .. '/latest') and not exists(export) and
+                 ffi.C.readlink(export, link_buf, 1) < 0
+for _, dir in ipairs(resuming and { export } or { finetuned, export }) do
   if exists(dir) or ffi.C.readlink(dir, link_buf, 1) >= 0 then
     fail(string.format("'%s' exists: a recipe run makes it afresh; give another --workdir, or " ..
                        'move it away', dir))
@@ -177,8 +184,16 @@ if not ok then fail('--workdir: ' .. tostring(err)) end
 
 -- What W's import and dataset were made from: a later run reuses them only
 -- for the same --hf-model, --corpus and --corpus-format.
+-- By what they are, not how they were spelled: the real paths (./hf and
+-- an absolute hf are one model) and the files' identity (another model moved
+-- to the same path is another).
+local function identity(path) return ptdp.file_identity(path) or 'none' end
+local weights = exists(opts.hf_model .. '/model.safetensors') and opts.hf_model .. '/model.safetensors' or
+                opts.hf_model .. '/model.safetensors.index.json'
 local record, made_from = W .. '/recipe_inputs.txt', string.format(
-  'hf_model=%s\ncorpus=%s\ncorpus_format=%s\n', opts.hf_model, opts.corpus, opts.corpus_format)
+  'hf_model=%s\nhf_config=%s\nhf_weights=%s\ncorpus=%s (%s)\ncorpus_format=%s\n', model_dir,
+  identity(opts.hf_model .. '/config.json'), identity(weights), real(opts.corpus) or opts.corpus,
+  identity(opts.corpus), opts.corpus_format)
 local was = ptdp.read_file(record, 'the recipe\'s record')
 if was then
   if was ~= made_from then
@@ -213,10 +228,14 @@ end
 
 local data = prefix .. '_text_document'
 -- 4a. The fine-tuning run's options: the model's, the recipe's, then the user's.
+-- A new fine-tuning starts from the import; a stopped one resumes from its own.
+local recipe_flags = resuming and { { 'load', finetuned } } or { { 'finetune', '1' }, { 'load', imported } }
+if resuming then print('resuming the fine-tuning in ' .. finetuned) end
 for _, kv in ipairs {
-  { 'finetune', '1' }, { 'load', imported }, { 'save', finetuned }, { 'data-path', data },
+  { 'save', finetuned }, { 'data-path', data },
   { 'tokenizer-type', 'HuggingFaceTokenizer' }, { 'tokenizer-file', tokenizer_file },
-} do
+} do recipe_flags[#recipe_flags + 1] = kv end
+for _, kv in ipairs(recipe_flags) do
   argv[#argv + 1] = '--' .. kv[1]
   argv[#argv + 1] = kv[2]
 end
@@ -251,7 +270,13 @@ end
 
 -- 4b. Fine-tuning, through train_gpt.lua with those options.
 arg = argv
-dofile(ptdp.project_dir .. '/scripts/train_gpt.lua')
+local run = dofile(ptdp.project_dir .. '/scripts/train_gpt.lua')
+if run.iteration < run.train_iters then  -- stopped early: the model is not the fine-tuned one yet
+  print(string.format('the fine-tuning stopped at iteration %d of %d (%s): no export yet; the same ' ..
+                      'command resumes it from %s', run.iteration, run.train_iters,
+                      run.exit_reason ~= '' and run.exit_reason or 'ended early', finetuned))
+  os.exit(0)
+end
 
 -- 5. The export, beside the checkpoints, with the model's tokenizer files (so
 -- AutoTokenizer loads from the same directory as from_pretrained).

@@ -274,3 +274,7 @@ if loss and (loss ~= loss or loss == math.huge) then
                                   "', holds the diverged model" or ''))
   os.exit(1)
 end
+-- For a script that runs this one (dofile): how the run ended. An exit
+-- before train_iters (--exit-interval, --exit-signal-handler, ...) is not the
+-- finished run (finetune_llama.lua exports only a finished one).
+return { exit_reason = exit_reason, iteration = trainer:get('iteration'), train_iters = iters }

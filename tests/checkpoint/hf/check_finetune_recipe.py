@@ -94,6 +94,26 @@ shutil.move(os.path.join(work, "run", "finetuned"), os.path.join(work, "first_fi
 shutil.move(os.path.join(work, "run", "hf"), os.path.join(work, "first_hf"))
 cli.expect("run again, its outputs moved away", run, True, "reusing the import in run/imported",
            "reusing the dataset run/data_text_document")
+# A fine-tuning stopped before --train-iters is not exported; the same command
+# resumes it and exports at the end. The model named as ./hf is the same model.
+shutil.move(os.path.join(work, "run", "finetuned"), os.path.join(work, "third_finetuned"))
+shutil.move(os.path.join(work, "run", "hf"), os.path.join(work, "third_hf"))
+same = [a if a != "hf" else "./hf" for a in run]
+cli.expect("stopped by --exit-interval", same + ["--exit-interval", "1"], True,
+           "reusing the import in run/imported", "the fine-tuning stopped at iteration 1 of 3")
+if os.path.exists(os.path.join(work, "run", "hf")):
+    cli.failures.append("a fine-tuning stopped at iteration 1 of 3 was exported")
+cli.expect("the same command again", same, True, "resuming the fine-tuning in run/finetuned",
+           "exported run/finetuned -> run/hf")
+# Another model at the same path (its files are others) is another input.
+shutil.move(os.path.join(work, "run", "finetuned"), os.path.join(work, "fourth_finetuned"))
+shutil.move(os.path.join(work, "run", "hf"), os.path.join(work, "fourth_hf"))
+shutil.move(hf, os.path.join(work, "hf_kept"))
+shutil.copytree(os.path.join(work, "hf_kept"), hf)
+cli.expect("another model at the same path", run, False, "holds the import and dataset of other inputs")
+shutil.rmtree(hf)
+shutil.move(os.path.join(work, "hf_kept"), hf)
+cli.expect("the first model again", run + ["--train-iters", "1"], True, "reusing the import in run/imported")
 
 # Its inputs, also when reused, are never its outputs: the corpus (its dataset
 # reused) and the model's files (a --log-json replaced config.json).
