@@ -330,9 +330,9 @@ __global__ void __launch_bounds__(kThreads)
   copies_commit();
   copies_wait<1>();  // Q is in
   __syncthreads();
-  // Q's A fragments: held in registers at kD 64; read from sQ at every k-step
+  // Q's A fragments: held in registers up to kD 96; read from sQ at every k-step
   // at kD 128, where holding them spills (nvcc -Xptxas -v: 255 registers).
-  constexpr bool kQShared = kD > 64;
+  constexpr bool kQShared = kD >= 128;
   uint32_t qa[kQShared ? 1 : kD / 16][4];
   if constexpr (!kQShared)
 #pragma unroll
