@@ -72,6 +72,14 @@ void check_handle(const void *p, HandleKind k, const char *what) {
 }
 void live(const ptdp_config *c, const char *what = "config") { check_handle(c, HandleKind::config, what); }
 void live(const ptdp_trainer *t) { check_handle(t, HandleKind::trainer, "trainer"); }
+
+// wrong_state unless a step has run since the trainer was made or loaded:
+// `what` (a metric, a rank value, the log line) describes the last step.
+void need_step(bool stepped, const std::string &what) {
+  if (!stepped)
+    ptdp::fail(ptdp::Status::wrong_state, what, " is not available before the first ",
+               "ptdp_trainer_step since the trainer was made or loaded");
+}
 // A destructor's check: true when p (not NULL) was a live handle of kind k,
 // now unregistered; else nothing is freed and ptdp_last_error says why.
 bool unregister_handle(const void *p, HandleKind k, const char *fn) {
@@ -256,9 +264,7 @@ ptdp_status ptdp_trainer_get(const ptdp_trainer *t, const char *name, double *va
     require(name, "name");
     require(value, "value");
     const ptdp::capi::TrainerValue &v = ptdp::capi::trainer_value(name);
-    if (v.needs_step && !t->trainer->has_stepped())  // a load alone gives no metrics
-      ptdp::fail(ptdp::Status::wrong_state, "metric '", name,
-                 "' is not available before the first ptdp_trainer_step since the trainer was made or loaded");
+    if (v.needs_step) need_step(t->trainer->has_stepped(), std::string("metric '") + name + "'");
     *value = v.get(*t->trainer);
   });
 }
@@ -290,9 +296,7 @@ double rank_value(const ptdp::Trainer::RankReport &r, const std::string &key, bo
   const bool step_value = known_group || key == "step_seconds" || key == "compute_seconds" ||
                           key == "idle_fraction" || key == "peak_activation_bytes" ||
                           key == "device_peak_bytes" || key == "device_in_use_bytes";
-  if (step_value && !stepped)
-    ptdp::fail(ptdp::Status::wrong_state, "rank value '", key,
-               "' is not available before the first ptdp_trainer_step since the trainer was made or loaded");
+  if (step_value) need_step(stepped, "rank value '" + key + "'");
   // A group the rank is not in (embedding off the first and last stages) moved nothing.
   const auto it = known_group ? r.comm.find(group) : r.comm.end();
   const ptdp::CommStats none;
@@ -353,9 +357,7 @@ ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *t, int32_t world_ran
     if (world_rank < 0 || world_rank >= tr.world_size())
       ptdp::fail(ptdp::Status::invalid_argument, "world_rank ", world_rank, " is outside [0, ",
                  tr.world_size(), ")");
-    if (!tr.has_stepped())
-      ptdp::fail(ptdp::Status::wrong_state, "rank value '", name,
-                 "' is not available before the first ptdp_trainer_step since the trainer was made or loaded");
+    need_step(tr.has_stepped(), std::string("rank value '") + name + "'");
     *value = rank_value(tr.world_rank_report(world_rank), name, true);
   });
 }
@@ -363,8 +365,7 @@ ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *t, int32_t world_ran
 ptdp_status ptdp_trainer_log_line(const ptdp_trainer *t, char *buf, size_t cap, size_t *out_len) {
   return guard([&] {
     live(t);
-    if (!t->trainer->has_stepped())
-      ptdp::fail(ptdp::Status::wrong_state, "no log line before the first ptdp_trainer_step since the trainer was made or loaded");
+    need_step(t->trainer->has_stepped(), "the log line");
     copy_out(ptdp::format_log_line(t->trainer->log_metrics()), buf, cap, out_len);
   });
 }
@@ -372,8 +373,7 @@ ptdp_status ptdp_trainer_log_line(const ptdp_trainer *t, char *buf, size_t cap, 
 ptdp_status ptdp_trainer_log_json(const ptdp_trainer *t, char *buf, size_t cap, size_t *out_len) {
   return guard([&] {
     live(t);
-    if (!t->trainer->has_stepped())
-      ptdp::fail(ptdp::Status::wrong_state, "no log record before the first ptdp_trainer_step since the trainer was made or loaded");
+    need_step(t->trainer->has_stepped(), "the log record");
     copy_out(ptdp::format_log_json(t->trainer->log_metrics()), buf, cap, out_len);
   });
 }

@@ -326,25 +326,25 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   unsigned char len[8];
   for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)text.size() >> (8 * i));
 
-  // The configs from_pretrained reads beside the weights. The token ids of
-  // bos and eos are known when the checkpoint came from a Hugging Face import
-  // (recorded then); else they are left out.
-  nlohmann::json config = llama ? llama_config(cfg, type) : gpt2_config(cfg);
-  if (!llama) config["architectures"] = {"GPT2LMHeadModel"};
-  nlohmann::json generation = {{"_from_model_config", true}};
-  for (const char *id : {"bos_token_id", "eos_token_id"}) {
-    auto it = m.training.find(std::string("hf_") + id);
-    if (it == m.training.end()) continue;
-    try {
-      config[id] = generation[id] = nlohmann::json::parse(it->second);
-    } catch (const nlohmann::json::exception &) {
-      damaged(ref.dir, "its training record's hf_", id, " is not JSON: ", it->second);
-    }
-  }
   // A directory's files: all written to temporaries first, then renamed into
   // place together (below), so an interrupt leaves all of them or none.
   std::vector<std::pair<std::string, std::string>> files;  // target, bytes
   if (to_dir) {
+    // The configs from_pretrained reads beside the weights. The token ids of
+    // bos and eos are known when the checkpoint came from a Hugging Face
+    // import (recorded then); else they are left out.
+    nlohmann::json config = llama ? llama_config(cfg, type) : gpt2_config(cfg);
+    if (!llama) config["architectures"] = {"GPT2LMHeadModel"};
+    nlohmann::json generation = {{"_from_model_config", true}};
+    for (const char *id : {"bos_token_id", "eos_token_id"}) {
+      auto it = m.training.find(std::string("hf_") + id);
+      if (it == m.training.end()) continue;
+      try {
+        config[id] = generation[id] = nlohmann::json::parse(it->second);
+      } catch (const nlohmann::json::exception &) {
+        damaged(ref.dir, "its training record's hf_", id, " is not JSON: ", it->second);
+      }
+    }
     files.push_back({output_target((fs::path(out_path) / "config.json").string(),
                                    "export_safetensors config.json", OutputKind::json),
                      json_file_text(config, 2) + "\n"});

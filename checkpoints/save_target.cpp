@@ -1,7 +1,6 @@
 #include "checkpoints/save_target.h"
 
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 
 #include "checkpoints/commit.h"

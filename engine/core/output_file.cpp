@@ -16,8 +16,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -109,15 +107,15 @@ void refuse_if_input(const struct stat &st, const std::string &path, const char 
 // an iter_N ("best/") is loaded as a checkpoint, so it is one to the writers.
 // Its manifest.json must be ptdp's (its format names it): a web app's
 // manifest.json beside a Keras model.h5 makes no checkpoint.
+static std::string head_bytes(const std::string &path, size_t n, off_t *size);
 static bool holds_checkpoint_files(const std::string &dir) {
-  struct stat st;
+  struct stat m, data;
   const std::string d = dir.empty() ? "." : dir, manifest = d + "/" + kCheckpointManifest;
-  if (::stat(manifest.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (off_t(256) << 20))
+  if (::stat(manifest.c_str(), &m) != 0 || !S_ISREG(m.st_mode) || m.st_size > (off_t(256) << 20) ||
+      ::stat((d + "/" + kCheckpointData).c_str(), &data) != 0 || !S_ISREG(data.st_mode))
     return false;
-  struct stat data;
-  if (::stat((d + "/" + kCheckpointData).c_str(), &data) != 0 || !S_ISREG(data.st_mode)) return false;
-  std::ifstream in(manifest, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  off_t size = 0;
+  const std::string text = head_bytes(manifest, (size_t)m.st_size, &size);  // a manifest: KiBs to MiBs
   return text.find("\"format\": \"ptdp-checkpoint\"") != std::string::npos ||
          text.find("\"format\":\"ptdp-checkpoint\"") != std::string::npos;
 }

@@ -77,7 +77,8 @@ class IndexedDataset final : public TokenSource {
 // temporary .bin as documents come; prepare() writes the index and fsyncs
 // both, commit() renames them into place (.bin first, then .idx, which readers
 // open first); finish() is both. Several datasets of one command (its json
-// keys) are all prepared, then committed together (commit_all). Without a
+// keys) are all prepared, then committed together in one UninterruptedStep
+// (engine/data/indexed_tokenize.cpp). Without a
 // commit (an error on the way) nothing is left behind.
 class IndexedDatasetWriter {
  public:
