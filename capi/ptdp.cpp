@@ -74,11 +74,13 @@ void live(const ptdp_config *c, const char *what = "config") { check_handle(c, H
 void live(const ptdp_trainer *t) { check_handle(t, HandleKind::trainer, "trainer"); }
 
 // wrong_state unless a step has run since the trainer was made or loaded:
-// `what` (a metric, a rank value, the log line) describes the last step.
-void need_step(bool stepped, const std::string &what) {
+// `what` ("metric 'x'", "no log line") describes the last step; `none`: the
+// message says "no <what>" rather than "<what> is not available".
+void need_step(bool stepped, const std::string &what, bool none = false) {
   if (!stepped)
-    ptdp::fail(ptdp::Status::wrong_state, what, " is not available before the first ",
-               "ptdp_trainer_step since the trainer was made or loaded");
+    ptdp::fail(ptdp::Status::wrong_state, none ? "no " : "", what,
+               none ? "" : " is not available", " before the first ptdp_trainer_step since the ",
+               "trainer was made or loaded");
 }
 // A destructor's check: true when p (not NULL) was a live handle of kind k,
 // now unregistered; else nothing is freed and ptdp_last_error says why.
@@ -365,7 +367,7 @@ ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *t, int32_t world_ran
 ptdp_status ptdp_trainer_log_line(const ptdp_trainer *t, char *buf, size_t cap, size_t *out_len) {
   return guard([&] {
     live(t);
-    need_step(t->trainer->has_stepped(), "the log line");
+    need_step(t->trainer->has_stepped(), "log line", true);
     copy_out(ptdp::format_log_line(t->trainer->log_metrics()), buf, cap, out_len);
   });
 }
@@ -373,7 +375,7 @@ ptdp_status ptdp_trainer_log_line(const ptdp_trainer *t, char *buf, size_t cap, 
 ptdp_status ptdp_trainer_log_json(const ptdp_trainer *t, char *buf, size_t cap, size_t *out_len) {
   return guard([&] {
     live(t);
-    need_step(t->trainer->has_stepped(), "the log record");
+    need_step(t->trainer->has_stepped(), "log record", true);
     copy_out(ptdp::format_log_json(t->trainer->log_metrics()), buf, cap, out_len);
   });
 }
