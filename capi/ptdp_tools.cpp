@@ -22,7 +22,7 @@
 #include "engine/plan/plan.h"
 #include "engine/trace/timeline_png.h"
 #include "engine/train/metrics_plot.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 
 using ptdp::capi::check_buffer;
 using ptdp::capi::copy_out;

@@ -5,7 +5,7 @@
 
 #include "engine/core/status.h"
 #include "engine/device/ops.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 
 namespace ptdp {
 

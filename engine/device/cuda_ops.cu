@@ -19,7 +19,7 @@
 
 #include "engine/core/status.h"
 #include "engine/device/ops.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm.h"
 
 namespace ptdp {
 

@@ -10,7 +10,7 @@
 // 2 bytes an element on every backend. Their arguments are typed pointers
 // (Act, CAct) that carry their element type. Every op computes in fp32 (T),
 // reads 16-bit inputs exactly and rounds each 16-bit output once, to nearest
-// even. Shapes and semantics are those of kernels/cpu/cpu_kernels.h; N = s*b rows in
+// even. Shapes and semantics are those of kernels/kernels.h; N = s*b rows in
 // the [s, b, h] activation layout, and ops documented as accumulating add into
 // their outputs.
 #pragma once
@@ -209,7 +209,7 @@ class Ops {
     timed("swiglu_backward", 0, [&] { swiglu_backward_impl(dz, dbias, dout, z, N, f); });
   }
 
-  // ---- rotary embeddings in place (kernels/cpu/cpu_kernels.h's rope_rotate):
+  // ---- rotary embeddings in place (kernels/kernels.h's rope_rotate):
   // rows si*b + bi of x (row stride ld), `vecs` vectors of hd at columns
   // k*stride turned by position si's angles; cos_t, sin_t: the device's copy
   // of rope_table's [s, hd/2]; inverse for the backward ----
@@ -270,7 +270,7 @@ class Ops {
           [&] { scale_mask_softmax_backward_impl(dS, P, dP, batch, s_q, s_k, scale); });
   }
 
-  // ---- fused causal attention (no [s, s] matrix): kernels/cpu/cpu_kernels.h's layout ----
+  // ---- fused causal attention (no [s, s] matrix): kernels/kernels.h's layout ----
   // groups: key/value heads (grouped-query attention; groups == heads without
   // grouping), qkv [s, b, groups, heads / groups + 2, hd] (kernels/qkv_layout.h).
   void flash_attention_forward(Act ctx, T *lse, CAct qkv, int s, int b, int heads, int groups,

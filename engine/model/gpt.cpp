@@ -11,7 +11,7 @@
 #include "engine/core/status.h"
 #include "engine/core/text.h"
 #include "engine/model/gpt_internal.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 
 namespace ptdp {
 

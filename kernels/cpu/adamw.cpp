@@ -3,7 +3,7 @@
 
 #include "engine/core/dtype.h"
 #include "engine/core/status.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 
 namespace ptdp::cpu {
 

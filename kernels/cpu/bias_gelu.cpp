@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace ptdp::cpu {

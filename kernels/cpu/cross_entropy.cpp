@@ -2,7 +2,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace ptdp::cpu {

@@ -1,4 +1,4 @@
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 
 namespace ptdp::cpu {
 

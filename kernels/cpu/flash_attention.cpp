@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 #include "kernels/qkv_layout.h"
 
 namespace ptdp::cpu {

@@ -7,7 +7,7 @@
 static int omp_get_max_threads() { return 1; }
 #endif
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 
 namespace ptdp::cpu {
 

@@ -3,7 +3,7 @@
 // the mean taken as 0 and no mean(dxhat) term.
 #include <cmath>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 
 namespace ptdp::cpu {
 

@@ -3,7 +3,7 @@
 // vector at position p turns by p * theta_j, theta_j = base^(-2j/hd).
 #include <cmath>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 
 namespace ptdp::cpu {
 

@@ -1,7 +1,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace ptdp::cpu {

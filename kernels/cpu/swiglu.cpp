@@ -4,7 +4,7 @@
 // added first (z = y + bias, kept for the backward), as bias_gelu does.
 #include <cmath>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 
 namespace ptdp::cpu {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 #include "kernels/cuda/storage.cuh"
 
 namespace ptdp::cuda {

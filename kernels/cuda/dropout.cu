@@ -10,7 +10,7 @@
 
 #include "engine/core/status.h"
 #include "kernels/cuda/dropout_mask.cuh"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 #include "kernels/cuda/storage.cuh"
 
 namespace ptdp::cuda {

@@ -23,7 +23,7 @@
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "kernels/cuda/flash_common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 #include "kernels/cuda/storage.cuh"
 #include "kernels/qkv_layout.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "engine/core/status.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm.h"
 
 namespace ptdp::cuda {
 

@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "engine/core/status.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 #include "kernels/cuda/storage.cuh"
 
 namespace ptdp::cuda {

@@ -2,7 +2,7 @@
 // uses a fixed split of the input and sums the pieces in a fixed order, so
 // its result is the same on every run (no float atomics).
 #include "engine/core/status.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 #include "kernels/cuda/storage.cuh"
 
 namespace ptdp::cuda {

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "engine/core/status.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 #include "kernels/cuda/storage.cuh"
 
 namespace ptdp::cuda {

@@ -10,7 +10,7 @@
 #include <string>
 #include <type_traits>
 
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace {

@@ -4,8 +4,7 @@
 // the storage type first, so the fp32 CPU reference sees exactly what the
 // kernel reads. Outputs are poisoned with NaN first. Exits 77 (skipped)
 // without a device.
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace {

@@ -31,7 +31,7 @@
 
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/qkv_layout.h"
 #include "tests/gpu/gpu_test_util.h"
 

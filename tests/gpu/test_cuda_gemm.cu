@@ -7,7 +7,7 @@
 
 #include "engine/core/dtype.h"
 #include "engine/core/status.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace {

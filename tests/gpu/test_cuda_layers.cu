@@ -10,8 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace {

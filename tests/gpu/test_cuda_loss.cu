@@ -4,8 +4,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "engine/core/status.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 
 namespace ptdp::cpu {
 
