@@ -109,9 +109,12 @@ std::string foreign_file(const std::string &path, std::vector<std::string> *othe
   std::error_code ec;
   for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    // (A file this run reads is never a save's leftover, whatever its name.)
+    // (A file this run reads is never a save's leftover, whatever its name;
+    // nor is a manifest.json or model.h5 that does not hold what a save writes.)
+    const bool named = name == kManifest || name == kCheckpointDataFile;
     const bool ours = made_by_a_save(name) && it->symlink_status(ec).type() == fs::file_type::regular &&
-                      !is_held_input(it->path().string());
+                      !is_held_input(it->path().string()) &&
+                      (!named || holds_save_contents(it->path().string()));
     if (!ours) return it->path().string();
     if (others && name != kManifest && name != kCheckpointDataFile) others->push_back(name);
   }
@@ -230,6 +233,14 @@ std::string tracked(const std::string &root, std::string *stale) {
     *stale = ::access(path.c_str(), F_OK) == 0 ? "stale: cannot read '" + path + "'" : "missing";
     return "";
   }
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {  // (never opened: a FIFO would block)
+    const char *kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                              : "not a plain file";
+    *stale = "stale: '" + path + "' is " + kind + ", not a one-line file naming a checkpoint";
+    return "";
+  }
   const std::string name = tracker_line(path);
   if (!names_a_checkpoint(name)) {
     *stale = "stale: it holds '" + name + "', which is not a checkpoint name like iter_0001000";
@@ -317,6 +328,7 @@ namespace {
 struct HeldRoot {
   int fd;
   int holders;
+  const void *owner;
 };
 std::mutex held_roots_mutex;
 std::map<std::pair<uint64_t, uint64_t>, HeldRoot> held_roots;  // (device, inode): this process's
@@ -330,12 +342,16 @@ void release_save_hold(const std::string &tmp) noexcept {
 }
 }  // namespace
 
-SaveRootLock::SaveRootLock(const std::string &root) {
+SaveRootLock::SaveRootLock(const std::string &root, const void *owner) {
   struct stat st;
   if (::stat(root.c_str(), &st) != 0) os_fail("lock the save directory", root, errno);
   std::lock_guard<std::mutex> g(held_roots_mutex);
   const std::pair<uint64_t, uint64_t> key{(uint64_t)st.st_dev, (uint64_t)st.st_ino};
   if (auto it = held_roots.find(key); it != held_roots.end()) {
+    if (!owner || it->second.owner != owner)
+      fail(Status::invalid_config, "save directory '", root, "' is being saved into by another "
+           "trainer or writer of this process: two writers saving into one directory replace "
+           "and prune each other's checkpoints; save elsewhere, or wait until that one is done");
     it->second.holders++;
   } else {
     const int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -348,7 +364,7 @@ SaveRootLock::SaveRootLock(const std::string &root) {
            "run still going): two runs saving into one directory replace and prune each other's "
            "checkpoints; save elsewhere, or wait until that run ends");
     }
-    held_roots[key] = {fd, 1};
+    held_roots[key] = {fd, 1, owner};
   }
   dev_ = key.first;
   ino_ = key.second;
@@ -376,7 +392,7 @@ void check_save_root(const std::string &root) {
   if (ec) fail(Status::io_error, "cannot list '", root, "': ", ec.message());
 }
 
-std::string begin_checkpoint(const std::string &root, int64_t iteration) {
+std::string begin_checkpoint(const std::string &root, int64_t iteration, const void *owner) {
   std::string tmp = join(root, checkpoint_name(iteration) + ".tmp");
   refuse_inside_checkpoint(root, "checkpoint root", true);  // checkpoints never nest
   if (exists(root) && !is_dir(root))
@@ -393,11 +409,12 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration) {
   fs::create_directories(root, ec);
   if (ec) fail(Status::io_error, "cannot create checkpoint directory '", root, "': ", ec.message());
   if (::access(root.c_str(), W_OK) != 0) os_fail("write into checkpoint directory", root, errno);
-  // Not into a directory another process is saving into (an import into a
-  // running trainer's --save lost the trainer's final checkpoint); this
-  // process's own hold (its trainer's) is shared. Held until the commit or
-  // the abandon: a trainer started meanwhile would prune this save's .tmp.
-  auto hold = std::make_unique<SaveRootLock>(root);
+  // Not into a directory another writer is saving into (an import into a
+  // running trainer's --save lost the trainer's final checkpoint; two trainers
+  // of one process saving one iteration committed a damaged checkpoint); the
+  // owner's own hold (its trainer's) is shared. Held until the commit or the
+  // abandon: a trainer started meanwhile would prune this save's .tmp.
+  auto hold = std::make_unique<SaveRootLock>(root, owner);
   // The commit swaps out an iter_N of the same iteration: only one that a
   // save made (complete: its manifest is there). A directory or file of that
   // name that is something else is the user's, and is not replaced.
@@ -521,7 +538,9 @@ std::vector<std::string> complete_checkpoints(const std::string &root) {
   return out;
 }
 
-std::vector<std::string> prune_checkpoints(const std::string &root, int keep_last) {
+std::vector<std::string> prune_checkpoints(
+    const std::string &root, int keep_last,
+    const std::function<std::string(const std::string &dir)> &not_this_runs) {
   if (keep_last < 1)
     fail(Status::bad_value, "keep_last must be >= 1 (the newest checkpoint is always kept), got ",
          keep_last);
@@ -554,6 +573,7 @@ std::vector<std::string> prune_checkpoints(const std::string &root, int keep_las
     // file put there) is kept, and said so.
     std::string foreign = foreign_file(path);
     if (!foreign.empty()) foreign = foreign_reason(foreign);
+    if (foreign.empty() && e.complete && not_this_runs) foreign = not_this_runs(path);
     if (foreign.empty()) {
       // A complete checkpoint is first renamed to a leftover's name
       // (iter_N.old, which the next rotation removes): a removal cut short (a

@@ -7,6 +7,7 @@
 // write their data into the directory begin_checkpoint returned.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,9 @@ namespace ptdp {
 // Starts a checkpoint: creates root if needed, removes any leftover of a
 // crashed save, creates <root>/iter_XXXXXXX.tmp/ and returns its path.
 // Throws io_error naming the path and the OS reason when root is not a
-// writable directory.
-std::string begin_checkpoint(const std::string &root, int64_t iteration);
+// writable directory. Holds root for `owner` (SaveRootLock) until the commit
+// or the abandon.
+std::string begin_checkpoint(const std::string &root, int64_t iteration, const void *owner);
 
 // Why a save could not replace or remove `path`, an entry of a save
 // directory named as ptdp's (iter_N, iter_N.tmp, iter_N.old, latest): "" when
@@ -34,15 +36,19 @@ std::string save_name_problem(const std::string &path);
 // there yet). A save would otherwise stop at that name after the training.
 void check_save_root(const std::string &root);
 
-// A run's hold on its --save directory while it lives: another process
-// saving there at the same time is refused (two runs would replace and prune
-// each other's checkpoints, one of them reporting the other's as its own).
-// flock on the directory itself, so no file is made; the trainers of one
-// process share the hold. The directory must exist.
+// A writer's hold on a save directory while it lives: another writer saving
+// there at the same time is refused (two runs would replace and prune each
+// other's checkpoints, one of them reporting the other's as its own, and two
+// saves of one iteration would remove each other's unfinished directory).
+// Another process is told by flock on the directory itself, so no file is
+// made; within a process, by `owner`: the holds of one owner (a trainer's for
+// its life and those of its saves) share it, any other owner is refused. A
+// null owner is a one-off writer (an import), which shares with nothing. The
+// directory must exist.
 class SaveRootLock {
  public:
   SaveRootLock() = default;
-  explicit SaveRootLock(const std::string &root);
+  SaveRootLock(const std::string &root, const void *owner);
   ~SaveRootLock();
   SaveRootLock(const SaveRootLock &) = delete;
   SaveRootLock &operator=(const SaveRootLock &) = delete;
@@ -91,8 +97,12 @@ std::vector<std::string> complete_checkpoints(const std::string &root);
 // files go, and marked iter_N.old leftovers (a removal cut short) are finished
 // first, so a kill mid-removal never leaves an iter_N without its manifest. A
 // link, a directory holding a file no save made, an unmarked iter_N.old (a
-// user's copy) and other directories without a manifest are left alone.
-// Returns the removed paths.
-std::vector<std::string> prune_checkpoints(const std::string &root, int keep_last);
+// user's copy) and other directories without a manifest are left alone, and
+// so is a complete checkpoint for which not_this_runs (when given) names a
+// reason: rotation removes only the saving run's checkpoints, never another
+// run's copied in (it still counts as kept). Returns the removed paths.
+std::vector<std::string> prune_checkpoints(
+    const std::string &root, int keep_last,
+    const std::function<std::string(const std::string &dir)> &not_this_runs = {});
 
 }  // namespace ptdp

@@ -97,6 +97,17 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
   return out;
 }
 
+std::string not_this_runs_checkpoint(const std::string &dir, const GptConfig &model,
+                                     const std::map<std::string, std::string> &training) {
+  try {
+    const std::string diff = other_run_fields(Manifest::read(dir), model, training);
+    return diff.empty() ? "" : "is another run's checkpoint (" + diff + ")";
+  } catch (const Error &e) {
+    return std::string("has a manifest that cannot be read, so it cannot be told whether it is "
+                       "this run's (") + e.what() + ")";
+  }
+}
+
 namespace {
 
 // invalid_config when `save` holds a checkpoint of another run.

@@ -46,6 +46,14 @@ std::string import_lineage(const std::string &source);
 std::string other_run_fields(const Manifest &saved, const GptConfig &model,
                              const std::map<std::string, std::string> &training);
 
+// Rotation's test of a complete checkpoint directory: "" when its manifest
+// records the saving run (model, training), else why not ("is another run's
+// checkpoint (seed: ...)", or its manifest cannot be read). A resumed run
+// skips the start's check of its --save, so a checkpoint of another run
+// copied in is found here, and kept.
+std::string not_this_runs_checkpoint(const std::string &dir, const GptConfig &model,
+                                     const std::map<std::string, std::string> &training);
+
 // Throws invalid_config naming `save`, the first checkpoint (newest first) of
 // another run and the fields that differ when `save` holds any, unless
 // `load` (may be "") is that directory or one of its iter_N: a run resuming

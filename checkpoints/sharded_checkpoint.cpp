@@ -18,6 +18,7 @@
 #include "checkpoints/crc32c.h"
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/io_world.h"
+#include "checkpoints/save_target.h"
 #include "engine/core/json_text.h"
 #include "engine/core/status.h"
 
@@ -168,7 +169,7 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
   const int64_t it = req.state.iteration;
   const int vocab = req.model.vocab_size;
   std::string dir;
-  std::string err = io.rank() == 0 ? attempt([&] { dir = begin_checkpoint(req.root, it); }) : "";
+  std::string err = io.rank() == 0 ? attempt([&] { dir = begin_checkpoint(req.root, it, req.owner); }) : "";
   err = io.first_error(err);
   if (!err.empty()) fail(Status::io_error, "checkpoint not saved: ", err);
   dir = io.broadcast(dir);
@@ -269,7 +270,9 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
     // The new checkpoint is committed whatever happens to the old ones.
     const std::string prune_err =
         req.keep_last > 0 && err.empty()
-            ? attempt([&] { prune_checkpoints(req.root, req.keep_last); })
+            ? attempt([&] { prune_checkpoints(req.root, req.keep_last, [&](const std::string &dir) {
+                return not_this_runs_checkpoint(dir, req.model, req.training);
+              }); })
             : "";
     if (!prune_err.empty())
       std::fprintf(stderr, "ptdp: saved %s/%s but could not remove older checkpoints: %s\n",

@@ -51,6 +51,7 @@ struct SaveRequest {
   CheckpointLayout layout;
   TrainingState state;
   std::map<std::string, std::string> training;  // recorded in the manifest
+  const void *owner = nullptr;  // the writer holding root (SaveRootLock): a trainer; null, a one-off
 };
 
 // Saves and commits; returns the checkpoint's directory. On any failure on any

@@ -594,6 +594,12 @@ int run_generate(int argc, char **argv) {
   app.add_option("--pipeline-model-parallel-size", p, "p")->capture_default_str();
   app.add_option("--device", device, "cpu | cuda (default: the config's)");
   if (const int rc = parse_command_line(app, argc, argv); rc >= 0) return rc;
+  if (app.count("--seed") && temperature == 0) {  // (top_k and top_p: the engine says)
+    std::fprintf(stderr, "ptdp generate: --seed keys the sampling, and --temperature 0 samples nothing "
+                         "(greedy decoding takes the most likely token): give a --temperature > 0, "
+                         "or leave --seed out\n");
+    return 2;
+  }
   ptdp_config *cfg = nullptr;
   ptdp_trainer *tr = nullptr;
   // Room for the usual text at once (a retry generates it all again): the

@@ -388,6 +388,9 @@ Trainer.__index = Trainer
 function M.trainer(t)
   local cfg = M.config(t)
   local out = ffi.new('ptdp_trainer*[1]')
+  -- A trainer the script no longer refers to holds its --save directory (no
+  -- other trainer may save there) until the collector frees it: collect first.
+  collectgarbage()
   check(C.ptdp_trainer_create(cfg, out))
   return setmetatable({ handle = ffi.gc(out[0], C.ptdp_trainer_destroy),
                         batch = tonumber(config_get(cfg, 'global_batch_size')),
@@ -959,7 +962,8 @@ M.project_dir = here .. '/..'
 -- default dataset (resolved against the project, not the current directory),
 -- or a path given together with an explicit corpus (t.create). Anything else
 -- stops the run naming the path, so a mistyped --data-path never trains on
--- something else. Returns the path (or the blend).
+-- something else. Returns the path (or the blend), and the directories made
+-- for a dataset made now (for ptdp.unmake_dirs when the run is then refused).
 --   ptdp.dataset{ path = ..., given = <--data-path given?>, create = <--corpus given?>,
 --                 corpus = ..., format = ..., tokenizer = ..., vocab_file = ...,
 --                 merge_file = ..., tokenizer_file = ... }  (what tokenizes a new one)
@@ -1059,7 +1063,7 @@ function M.dataset(t)
   end
   M.keep_dirs(made)
   print(string.format('tokenized %s: %d documents, %d tokens -> %s', tostring(t.corpus), docs, toks, path))
-  return path
+  return path, made
 end
 
 -- Draws a trace written by the `timeline` option as a PNG (width in pixels,

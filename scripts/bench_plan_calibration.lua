@@ -30,6 +30,7 @@ local config, opts, given = flags.parse(arg, {
   lr = 1e-4, min_lr = 1e-5, lr_decay_style = 'constant',
   hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
 })
+require('ptdp.bench').refuse_untimed(given)  -- no saves or exits in the timed steps
 
 -- What the benchmark sets itself is refused when given (it would be
 -- overwritten per layout), and so are --machine with --save-machine (the
@@ -48,6 +49,8 @@ if opts.machine ~= '' and opts.save_machine ~= '' then
                   '(calibrate now and keep it), not both\n')
   os.exit(2)
 end
+-- The output is checked before any work (a dataset made from --corpus included).
+if opts.save_machine ~= '' then ptdp.check_output(opts.save_machine, '--save-machine', false, 'machine') end
 
 -- The default dataset is tokenized on first use; a --data-path must exist
 -- unless --corpus says what to make it from.

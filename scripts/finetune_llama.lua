@@ -195,15 +195,16 @@ local record, made_from = W .. '/recipe_inputs.txt', string.format(
   identity(opts.hf_model .. '/config.json'), identity(weights), real(opts.corpus) or opts.corpus,
   identity(opts.corpus), opts.corpus_format)
 local was = ptdp.read_file(record, 'the recipe\'s record')
-if was then
-  if was ~= made_from then
-    fail(string.format("'%s' holds the import and dataset of other inputs:\n%sgive another --workdir",
-                       W, was))
-  end
-elseif exists(imported .. '/latest') or exists(prefix .. '_text_document.idx') then
+-- The record guards what was made from it: with nothing made yet (an import
+-- refused before it was done), a record of other inputs is only replaced.
+local made = exists(imported .. '/latest') or exists(prefix .. '_text_document.idx')
+if was and was ~= made_from and made then
+  fail(string.format("'%s' holds the import and dataset of other inputs:\n%sgive another --workdir",
+                     W, was))
+elseif not was and made then
   fail(string.format("'%s' holds an import or a dataset this recipe did not record; give another " ..
                      '--workdir', W))
-else
+elseif was ~= made_from then
   ptdp.write_file(record, made_from, "the recipe's record")
 end
 

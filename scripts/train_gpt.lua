@@ -26,6 +26,18 @@ end
 -- tokenizer needs its own --data-path.
 local tokenizer = config.tokenizer_type or 'byte'
 ptdp.check_config(config)  -- every value checked now, together, before any file is made
+-- Options that act only on this run's saves or its load (the engine takes them
+-- for the API's saves and loads too, which this script does not make): without
+-- --save or --load they would be ignored.
+for _, o in ipairs { { 'keep_last_checkpoints', 'save' }, { 'verify_checkpoint', 'load' },
+                     { 'override_opt_param_scheduler', 'load' } } do
+  if given[o[1]] and (config[o[2]] or '') == '' then
+    io.stderr:write(string.format("ptdp: --%s acts on the run's %s, and --%s is not given: give " ..
+                                  "--%s, or leave it out\n", (o[1]:gsub('_', '-')),
+                                  o[2] == 'save' and 'saves' or 'load', o[2], o[2]))
+    os.exit(2)
+  end
+end
 -- and every output: a refused run makes nothing (no dataset, no --save directory).
 -- A file whose directory is not there yet may only go into the --save
 -- directory the run makes (that directory is checked; the file again when
@@ -90,19 +102,24 @@ local function exists(path) return ffi.C.access(path, 0) == 0 end
 -- (where ptdp.dataset looks: an unnamed default in the project)
 local data_was_there = exists((given.data_path or config.data_path:sub(1, 1) == '/') and
                               config.data_path or ptdp.project_dir .. '/' .. config.data_path)
-config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
+local data_dirs
+config.data_path, data_dirs = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   create = given.corpus, corpus = opts.corpus,
                                   format = opts.corpus_format, tokenizer = tokenizer,
                                   vocab_file = config.vocab_file, merge_file = config.merge_file,
                                   tokenizer_file = config.tokenizer_file }
 
 -- What this command made goes again if the run is refused before its first
--- step: the dataset made from --corpus, the --save directory (only while empty).
+-- step: the dataset made from --corpus and the directories made for it, the
+-- --save directory (only while empty).
 -- (The dataset by its identity: a file another command put there since is not ours.)
 local data_made = given.corpus and not data_was_there and ptdp.file_identity(config.data_path)
 local save_made = (config.save or '') ~= '' and not exists(config.save)
 local function unmake()
-  if data_made and ptdp.file_identity(config.data_path) == data_made then os.remove(config.data_path) end
+  if data_made and ptdp.file_identity(config.data_path) == data_made then
+    os.remove(config.data_path)
+    ptdp.unmake_dirs(data_dirs or {})  -- (only while empty)
+  end
   if save_made then ffi.C.rmdir(config.save) end
 end
 local made_ok, trainer = pcall(ptdp.trainer, config)
@@ -127,8 +144,9 @@ print(string.format('layout: t=%d p=%d d=%d, %d ranks (%d in this process) | dev
 print(string.format('unigram entropy of the training split: %.4f nats/token (%.4f bits)',
                     entropy, entropy / math.log(2)))
 
+-- (A --load that found nothing to load the engine has said on stderr.)
 local loaded = trainer:text('loaded_checkpoint')
-if loaded ~= '' then print(loaded) end
+if loaded ~= '' and not loaded:find('^load: ') then print(loaded) end
 local save_dir = trainer:text('last_checkpoint')
 
 -- --log-json FILE (JSON lines, for plots): a "run" record, then one "train"

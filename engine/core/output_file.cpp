@@ -108,16 +108,31 @@ void refuse_if_input(const struct stat &st, const std::string &path, const char 
 // Its manifest.json must be ptdp's (its format names it): a web app's
 // manifest.json beside a Keras model.h5 makes no checkpoint.
 static std::string head_bytes(const std::string &path, size_t n, off_t *size);
-static bool holds_checkpoint_files(const std::string &dir) {
-  struct stat m, data;
-  const std::string d = dir.empty() ? "." : dir, manifest = d + "/" + kCheckpointManifest;
-  if (::stat(manifest.c_str(), &m) != 0 || !S_ISREG(m.st_mode) || m.st_size > (off_t(256) << 20) ||
-      ::stat((d + "/" + kCheckpointData).c_str(), &data) != 0 || !S_ISREG(data.st_mode))
-    return false;
+bool holds_save_contents(const std::string &path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  const std::string name = std::filesystem::path(path).filename().string();
   off_t size = 0;
-  const std::string text = head_bytes(manifest, (size_t)m.st_size, &size);  // a manifest: KiBs to MiBs
-  return text.find("\"format\": \"ptdp-checkpoint\"") != std::string::npos ||
-         text.find("\"format\":\"ptdp-checkpoint\"") != std::string::npos;
+  if (name == kCheckpointManifest) {
+    if (st.st_size > (off_t(256) << 20)) return false;
+    const std::string text = head_bytes(path, (size_t)st.st_size, &size);  // a manifest: KiBs to MiBs
+    return text.find("\"format\": \"ptdp-checkpoint\"") != std::string::npos ||
+           text.find("\"format\":\"ptdp-checkpoint\"") != std::string::npos;
+  }
+  if (name == kCheckpointData) {
+    // HDF5's signature opens the file from its creation (ptdp writes no user
+    // block); a save killed at its creation leaves it empty.
+    static const char kHdf5Signature[] = "\x89HDF\r\n\x1a\n";
+    return st.st_size == 0 || head_bytes(path, 8, &size) == std::string(kHdf5Signature, 8);
+  }
+  return false;
+}
+
+static bool holds_checkpoint_files(const std::string &dir) {
+  const std::string d = dir.empty() ? "." : dir;
+  struct stat data;
+  return holds_save_contents(d + "/" + kCheckpointManifest) &&
+         ::stat((d + "/" + kCheckpointData).c_str(), &data) == 0 && S_ISREG(data.st_mode);
 }
 
 void refuse_inside_checkpoint(const std::string &path, const char *what, bool is_dir) {
@@ -588,52 +603,72 @@ void write_all(int fd, const void *p, size_t n, const std::string &path) {
 namespace {
 
 // The temporary files not yet renamed or removed, for a signal handler to
-// remove: fixed slots (no allocation, no lock: the handler may run at any
-// moment), each free, being written, or holding a path. A file that finds no
-// slot free is only left out of the cleanup.
-constexpr int kTempSlots = 64;
+// remove: slots in chunks (no allocation, no lock in the handler: it may run
+// at any moment), each free, being written, or holding a path. When every
+// slot is taken (a tokenize of 70 json keys holds 140 files), a new chunk is
+// linked on, never freed: every temporary is on the list.
 enum : int { kSlotFree, kSlotBusy, kSlotHeld };
 struct TempSlot {
   std::atomic<int> state{kSlotFree};
   bool directory;  // rmdir(2) it, after every file's unlink(2)
   char path[PATH_MAX];
 };
-std::array<TempSlot, kTempSlots> temp_slots;
+struct TempChunk {
+  std::array<TempSlot, 64> slots;
+  std::atomic<TempChunk *> next{nullptr};
+};
+TempChunk first_temp_chunk;
+
+// fn(slot) for every slot (async-signal-safe: atomic loads only).
+template <class Fn>
+void for_each_temp_slot(Fn fn) {
+  for (TempChunk *c = &first_temp_chunk; c; c = c->next.load())
+    for (TempSlot &slot : c->slots) fn(slot);
+}
 
 void hold_temp_path(const std::string &tmp, bool directory = false) {
-  if (tmp.size() >= PATH_MAX) return;
-  for (TempSlot &slot : temp_slots) {
-    int expected = kSlotFree;
-    if (!slot.state.compare_exchange_strong(expected, kSlotBusy)) continue;
-    std::memcpy(slot.path, tmp.c_str(), tmp.size() + 1);
-    slot.directory = directory;
-    slot.state.store(kSlotHeld);
-    return;
+  if (tmp.size() >= PATH_MAX) return;  // (the OS refuses to make such a path)
+  for (TempChunk *c = &first_temp_chunk;; c = c->next.load()) {
+    for (TempSlot &slot : c->slots) {
+      int expected = kSlotFree;
+      if (!slot.state.compare_exchange_strong(expected, kSlotBusy)) continue;
+      std::memcpy(slot.path, tmp.c_str(), tmp.size() + 1);
+      slot.directory = directory;
+      slot.state.store(kSlotHeld);
+      return;
+    }
+    if (!c->next.load()) {
+      TempChunk *more = new TempChunk, *none = nullptr;
+      if (!c->next.compare_exchange_strong(none, more)) delete more;  // another thread's came first
+    }
   }
 }
 
 void release_temp_path(const std::string &tmp) {
-  for (TempSlot &slot : temp_slots) {
+  bool done = false;
+  for_each_temp_slot([&](TempSlot &slot) {
     int expected = kSlotHeld;
-    if (slot.state.load() != kSlotHeld || tmp != slot.path) continue;
+    if (done || slot.state.load() != kSlotHeld || tmp != slot.path) return;
     if (slot.state.compare_exchange_strong(expected, kSlotBusy)) {
       slot.state.store(kSlotFree);
-      return;
+      done = true;
     }
-  }
+  });
 }
 
 // Async-signal-safe: unlink(2) and rmdir(2). Directories in any slot order:
 // passes until one removes nothing, so an inner one (iter_N.tmp) goes before
 // the root it emptied.
 void remove_held_paths() {
-  for (TempSlot &slot : temp_slots)
+  for_each_temp_slot([](TempSlot &slot) {
     if (slot.state.load() == kSlotHeld && !slot.directory) ::unlink(slot.path);
+  });
   for (bool removed = true; removed;) {
     removed = false;
-    for (TempSlot &slot : temp_slots)
+    for_each_temp_slot([&](TempSlot &slot) {
       if (slot.state.load() == kSlotHeld && slot.directory && ::rmdir(slot.path) == 0)
         removed = true;
+    });
   }
 }
 

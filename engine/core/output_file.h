@@ -53,6 +53,13 @@ std::string output_target(const std::string &path, const char *what, OutputKind 
 // that renames makes its temporary at once and needs no probe.
 std::string check_output_file(const std::string &path, const char *what, OutputKind kind);
 
+// Whether the plain file at `path` holds what a save writes under its name: a
+// manifest.json naming ptdp's format, a model.h5 opening with HDF5's
+// signature (or empty: a save killed as it made it). A user's file of either
+// name (a web app's manifest, notes saved as model.h5) is not a save's, and no
+// save or rotation replaces or removes it.
+bool holds_save_contents(const std::string &path);
+
 // A checkpoint directory's files are written by a save only (ARCHITECTURE §5):
 // Error(invalid_argument) naming `what` when `path` lies inside a directory
 // named as a checkpoint's (iter_0001000, its .tmp or .old), through any

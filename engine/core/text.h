@@ -1,5 +1,6 @@
 // Small string helpers shared across the engine (one copy of each).
 #pragma once
+#include <climits>
 #include <set>
 #include <string>
 #include <string_view>
@@ -19,6 +20,25 @@ inline bool ends_with(std::string_view s, std::string_view tail) {
 // reads too: the numbers a person gives are decimal, and every parser of them
 // refuses this (a "0x10B" token count was read as 267 tokens).
 inline bool hex_number(std::string_view s) { return s.find_first_of("xX") != std::string_view::npos; }
+
+// A whole number as people write it: an optional '-' and decimal digits, and
+// nothing else. Every reader of a user's integer takes it through this one:
+// strtoll skips leading spaces and takes "+4" (a ' 2' worker count was read
+// where ' 2' layers were refused), and stops at "0x10"'s x. False when v is no
+// such number or is past 64 bits.
+inline bool parse_whole(std::string_view v, long long *out) {
+  const bool negative = !v.empty() && v.front() == '-';
+  if (negative) v.remove_prefix(1);
+  if (v.empty()) return false;
+  long long x = 0;
+  for (const char c : v) {
+    if (c < '0' || c > '9') return false;
+    if (x > (LLONG_MAX - (c - '0')) / 10) return false;
+    x = 10 * x + (c - '0');
+  }
+  *out = negative ? -x : x;
+  return true;
+}
 
 // One "key=value" option of the C ABI's string lists, split at the first '='.
 // No '=' or an empty key fails (Status::bad_value) naming `what` ("tokenize

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 
 namespace ptdp {
 
@@ -43,14 +44,8 @@ inline int resolve_workers(int64_t requested) {
 
 // The "workers" value of the C ABI's key=value options.
 inline int parse_workers(const std::string &value) {
-  size_t used = 0;
   long long n = -1;
-  try {
-    n = std::stoll(value, &used);
-  } catch (const std::exception &) {
-    used = 0;
-  }
-  if (used == 0 || used != value.size())
+  if (!parse_whole(value, &n))
     fail(Status::bad_value, "workers must be an integer in [0, ", kMaxTokenizeWorkers,
          "] (0: one per core), got '", value, "'");
   check_workers(n);

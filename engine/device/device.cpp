@@ -2,6 +2,7 @@
 #include <cstdlib>
 
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/device/device.h"
 
 namespace ptdp {
@@ -18,9 +19,9 @@ std::unique_ptr<Device> make_cuda_device(int) {
 int cuda_ordinal(const std::string &spec) {
   if (spec == "cpu" || spec == "auto" || spec == "cuda") return -1;
   if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5) {
-    char *end = nullptr;
-    const long ordinal = std::strtol(spec.c_str() + 5, &end, 10);
-    if (*end == '\0' && ordinal >= 0 && ordinal < (1 << 20)) return (int)ordinal;
+    long long ordinal = -1;
+    if (parse_whole(spec.substr(5), &ordinal) && ordinal >= 0 && ordinal < (1 << 20))
+      return (int)ordinal;
   }
   fail(Status::bad_value, "device '", spec, "' (allowed: auto, cpu, cuda, cuda:N)");
 }

@@ -70,9 +70,8 @@ std::string known_keys() {
 }
 
 int64_t whole(const std::string &k, const std::string &v, int64_t lo, int64_t hi) {
-  char *end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < lo || x > hi)
+  long long x = 0;
+  if (!parse_whole(v, &x) || x < lo || x > hi)
     fail(Status::bad_value, k, " must be a whole number in [", lo, ", ", hi, "], got '", v, "'");
   return x;
 }

@@ -10,6 +10,7 @@
 
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/device/device.h"
 
 namespace ptdp::plan {
@@ -70,9 +71,8 @@ Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_
     std::string k = item.substr(0, eq), v = item.substr(eq + 1);
     if (!given_keys.insert(k).second)  // (the later one won in silence)
       fail(Status::bad_value, "layout '", label, "': ", k, " is given twice; give each once");
-    char *end = nullptr;
-    long x = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || x < 1 || x > (1 << 24))
+    long long x = 0;
+    if (!parse_whole(v, &x) || x < 1 || x > (1 << 24))
       fail(Status::bad_value, "layout '", label, "': ", k, " must be a whole number >= 1, got '", v, "'");
     if (k == "t") L.t = (int)x, *has_t = true;
     else if (k == "p") L.p = (int)x, *has_p = true;

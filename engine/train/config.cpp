@@ -1,7 +1,6 @@
 #include "engine/train/config.h"
 
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -191,10 +190,8 @@ void validate_value(const OptionSpec &o, const std::string &v) {
       std::isspace((unsigned char)v.front()))
     fail(Status::bad_value, o.key, " must be a number in ", range(), " without spaces, got '", v, "'");
   if (o.type == OptionSpec::Int) {
-    errno = 0;
-    char *end = nullptr;
-    long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || errno == ERANGE)
+    long long x = 0;
+    if (!parse_whole(v, &x))
       fail(Status::bad_value, o.key, " must be an integer in ", range(), ", got '", v, "'");
     // In integers: the bounds are whole numbers below 2^63, and x as a double
     // would round (1e18 + 64 to 1e18, inside the range).

@@ -1,6 +1,7 @@
 #include "engine/train/exit_signal.h"
 
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mutex>
@@ -12,16 +13,39 @@ namespace ptdp {
 namespace {
 
 volatile sig_atomic_t received = 0;
+// Who sent the first signal (a kill(2): si_pid; 0 for one the kernel sent, as
+// a terminal's Ctrl-C) and when (CLOCK_MONOTONIC, ns).
+pid_t first_sender = 0;
+long long first_ns = 0;
 std::mutex scopes_mutex;
 int scopes = 0;
 struct sigaction previous_term, previous_int;
 
+long long monotonic_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // (async-signal-safe)
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+// The same request delivered twice: `timeout` and `kill -- -PGID` signal the
+// process and then its whole group, which reaches it again at once. A copy
+// of the first signal from the same sender within a second is not the second
+// request that ends the run at once.
+bool repeats_first(int sig, const siginfo_t *info) {
+  const bool sent = info && (info->si_code == SI_USER || info->si_code == SI_QUEUE);
+  return sent && sig == received && info->si_pid == first_sender && first_sender != 0 &&
+         monotonic_ns() - first_ns < 1000000000LL;
+}
+
 // Async-signal-safe: a flag, write(2), and for the second signal the handler
 // that was there before (the launcher's, which removes temporary files), or
 // the default action: the process ends as if this handler had not been set.
-extern "C" void on_exit_signal(int sig) {
+extern "C" void on_exit_signal(int sig, siginfo_t *info, void *) {
   if (received == 0) {
     received = sig;
+    const bool sent = info && (info->si_code == SI_USER || info->si_code == SI_QUEUE);
+    first_sender = sent ? info->si_pid : 0;
+    first_ns = monotonic_ns();
     static const char msg[] =
         "\nptdp: signal received: the run ends after this step (saving first when --save is "
         "set); a second signal ends it at once\n";
@@ -29,6 +53,7 @@ extern "C" void on_exit_signal(int sig) {
     (void)ignored;
     return;
   }
+  if (repeats_first(sig, info)) return;
   const struct sigaction &before = sig == SIGTERM ? previous_term : previous_int;
   if (before.sa_handler == SIG_IGN || before.sa_handler == SIG_DFL || (before.sa_flags & SA_SIGINFO))
     signal(sig, SIG_DFL);
@@ -44,9 +69,10 @@ ExitSignalScope::ExitSignalScope() {
   if (scopes++ > 0) return;
   received = 0;
   struct sigaction sa = {};
-  sa.sa_handler = on_exit_signal;
+  sa.sa_sigaction = on_exit_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // a signal does not fail a read or a write with EINTR
+  // SA_RESTART: a signal does not fail a read or a write with EINTR.
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
   if (sigaction(SIGTERM, &sa, &previous_term) != 0 || sigaction(SIGINT, &sa, &previous_int) != 0) {
     scopes--;
     fail(Status::internal, "--exit-signal-handler: cannot install the SIGTERM/SIGINT handlers");

@@ -1,7 +1,9 @@
 // SIGTERM and SIGINT as a request to end a run cleanly (--exit-signal-handler,
 // as a cluster's scheduler asks a preempted job to stop): the first signal is
 // recorded for the trainer to act on after its step; a second one ends the
-// process at once, as it would without the handler.
+// process at once, as it would without the handler. A copy of the first from
+// the same sender within a second (`timeout` signals the process, then its
+// group) is the same request, not a second one.
 #pragma once
 
 namespace ptdp {

@@ -164,7 +164,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   }
   // The process of world rank 0 runs the saves' commits (checkpoints/commit.h).
   if (!opt_.save_path.empty() && local.front() == 0)
-    save_lock_ = std::make_unique<SaveRootLock>(opt_.save_path);
+    save_lock_ = std::make_unique<SaveRootLock>(opt_.save_path, this);
   for (int r : local) {
     auto R = std::make_unique<Rank>();
     R->world_rank = r;
@@ -540,6 +540,17 @@ void Trainer::write_timeline() const {
 }
 
 // Every local rank's op table of the step just taken (the sums start again).
+void Trainer::write_diagnostic(const char *flag, bool *failed, const std::function<void()> &write) {
+  try {
+    write();
+  } catch (const Error &e) {
+    if (!*failed)  // (each process writes its own file, and says so for its own)
+      std::fprintf(stderr, "ptdp: %s not written at iteration %lld (training goes on; said once): %s\n",
+                   flag, (long long)iteration_, e.what());
+    *failed = true;
+  }
+}
+
 void Trainer::write_op_profile() {
   std::string text;
   for (auto &r : ranks_)
@@ -614,8 +625,11 @@ StepMetrics Trainer::step() {
                         1e12 / (double)world_size();
   last_ = res;
   log_interval_.add(res.lm_loss, ranks_[0]->metrics.skipped_iters != 0, sec);
-  if (!opt_.timeline_path.empty()) write_timeline();  // not counted in the step's time
-  if (!opt_.op_profile_path.empty()) write_op_profile();
+  // (Not counted in the step's time.)
+  if (!opt_.timeline_path.empty())
+    write_diagnostic("--timeline", &timeline_failed_, [&] { write_timeline(); });
+  if (!opt_.op_profile_path.empty())
+    write_diagnostic("--profile-ops", &op_profile_failed_, [&] { write_op_profile(); });
   longest_step_s_ = std::max(longest_step_s_, sec);
   const bool at_interval = opt_.save_interval > 0 && it % opt_.save_interval == 0;
   const bool save_now = !opt_.save_path.empty() && (at_interval || it == opt_.train_iters);

@@ -205,6 +205,10 @@ class Trainer {
   void decide_exit(int64_t it, bool saved);  // trainer_exit.cpp
   void make_world_groups();             // Rank::world on every local rank (collective)
   void write_op_profile();
+  // Writes a diagnostic output (--timeline, --profile-ops): a failure is
+  // reported once and training goes on, as for a metrics file.
+  void write_diagnostic(const char *flag, bool *failed, const std::function<void()> &write);
+  bool timeline_failed_ = false, op_profile_failed_ = false;
   std::string process_path(const std::string &path) const;
   void bind_device_comms();  // Rank::tp_d, dp_d, pp_d, embedding_d
   // The local ranks' tensors for a save or load: a CPU rank's own buffers, or
@@ -239,7 +243,7 @@ class Trainer {
   // The files of the checkpoint this trainer loaded: inputs of the run, which
   // no output of it (a log, a trace, a profile) may overwrite.
   std::vector<InputFile> loaded_files_;
-  std::unique_ptr<SaveRootLock> save_lock_;  // --save: no other process saves there meanwhile
+  std::unique_ptr<SaveRootLock> save_lock_;  // --save: no other writer saves there meanwhile
   std::vector<OutputClaim> output_claims_;  // --timeline, --profile-ops: no other output of the run
   // The --save directories this trainer made: an interrupted run removes them
   // while they are still empty (the signal cleanup's rmdir), until destruction.

@@ -142,6 +142,7 @@ SaveRequest Trainer::save_request(const std::string &root) {
   if (root.empty()) fail(Status::invalid_argument, "save needs a directory");
   SaveRequest req;
   req.root = root;
+  req.owner = this;
   req.keep_last = opt_.keep_last_checkpoints;
   req.model = opt_.model;
   req.layout = {opt_.parallel.t, opt_.parallel.p, opt_.parallel.d, opt_.virtual_stages};

@@ -159,6 +159,12 @@ std::string Trainer::generate(const std::string &prompt, int max_new_tokens, dou
   if (top_k < 0) fail(Status::invalid_argument, "top_k must be >= 0 (0 = every token), got ", top_k);
   if (!(top_p > 0 && top_p <= 1))
     fail(Status::invalid_argument, "top_p must be in (0, 1] (1 = every token), got ", top_p);
+  // Greedy decoding samples nothing: a limit on what is sampled would be ignored.
+  const char *greedy = " limits the tokens sampled from, and temperature 0 samples none (greedy "
+                       "decoding takes the most likely token): give a temperature > 0, or leave "
+                       "top_k and top_p out";
+  if (temperature == 0 && top_k > 0) fail(Status::invalid_argument, "top_k ", top_k, greedy);
+  if (temperature == 0 && top_p < 1) fail(Status::invalid_argument, "top_p ", top_p, greedy);
   // Another tokenizer would read the model's ids as other text.
   if (!loaded_tokenizer_.empty() && loaded_tokenizer_ != opt_.tokenizer)
     fail(Status::invalid_config, "the loaded checkpoint was trained with tokenizer_type ",

@@ -97,6 +97,13 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   if (o.finetune && o.load_path.empty())
     fail(Status::invalid_config,
          "finetune is set but load is not: give the checkpoint whose weights to fine-tune");
+  // Options that act only on the saves a run makes into `save` (the API's
+  // saves are synchronous and take their own directory): without it they
+  // would be ignored.
+  if (o.save_path.empty() && (o.save_interval > 0 || o.async_save))
+    fail(Status::invalid_config, o.save_interval > 0 ? "save_interval" : "async_save",
+         " is set but save is not: it acts on the saves a run makes into its save directory; "
+         "give save, or leave it out");
   const bool bf16 = c.get_int("bf16") != 0, fp16 = c.get_int("fp16") != 0;
   if (bf16 && fp16)
     fail(Status::invalid_config,

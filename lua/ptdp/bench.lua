@@ -42,6 +42,20 @@ function M.variants(ptdp, config, given, list, why)
   return out
 end
 
+-- Engine flags a benchmark does not take: a save in its timed steps would be
+-- timed with them, an exit would end them early, and both without a word.
+local untimed = { 'save', 'save_interval', 'async_save', 'keep_last_checkpoints', 'exit_interval',
+                  'exit_duration_in_mins', 'exit_signal_handler' }
+function M.refuse_untimed(given)
+  for _, key in ipairs(untimed) do
+    if given[key] then
+      error(string.format("flag '--%s' is not a benchmark's: a save or an exit inside the timed " ..
+                          "steps would be timed with them or end them early; leave it out",
+                          (key:gsub('_', '-'))), 0)
+    end
+  end
+end
+
 -- The cores this process may run on (nproc follows the affinity mask).
 function M.cores()
   local h = io.popen('nproc 2>/dev/null')

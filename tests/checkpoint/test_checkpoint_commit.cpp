@@ -25,6 +25,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The writer these tests save as (SaveRootLock's owner): its saves share a root.
+const int kWriter = 0;
+
 std::string slurp(const std::string &path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -34,14 +37,21 @@ std::string slurp(const std::string &path) {
 
 void spit(const std::string &path, const std::string &text) { std::ofstream(path) << text; }
 
+// What a save writes, as the rules tell it from a user's file of that name: a
+// model.h5 opening with HDF5's signature, a manifest naming ptdp's format.
+std::string h5(const std::string &text) { return std::string("\x89HDF\r\n\x1a\n", 8) + text; }
+std::string manifest_json(const std::string &more = "") {
+  return "{\"format\": \"ptdp-checkpoint\"" + (more.empty() ? "" : ", " + more) + "}";
+}
+
 // A fresh directory per test, removed afterwards.
 class Commit : public ::testing::Test {
  protected:
   void SetUp() override { root = scratch.path + "/ckpt"; }
   // A whole save: a data file, then the commit.
-  std::string save(int64_t iteration, const std::string &manifest = "{}") {
-    std::string tmp = begin_checkpoint(root, iteration);
-    spit(tmp + "/model.h5", "weights " + std::to_string(iteration));
+  std::string save(int64_t iteration, const std::string &manifest = manifest_json()) {
+    std::string tmp = begin_checkpoint(root, iteration, &kWriter);
+    spit(tmp + "/model.h5", h5("weights " + std::to_string(iteration)));
     return commit_checkpoint(root, iteration, manifest);
   }
   TempDir scratch{"ptdp_commit"};
@@ -88,42 +98,42 @@ TEST(CheckpointName, SevenDigitsOrMore) {
 TEST_F(Commit, AnIterDirectoryThatIsNoCheckpointIsNotReplaced) {
   fs::create_directories(root + "/iter_0000002");
   spit(root + "/iter_0000002/notes.txt", "mine");
-  expect_error([&] { begin_checkpoint(root, 2); }, Status::io_error,
+  expect_error([&] { begin_checkpoint(root, 2, &kWriter); }, Status::io_error,
                "iter_0000002' holds '" + root + "/iter_0000002/notes.txt', which no save made");
   EXPECT_TRUE(fs::exists(root + "/iter_0000002/notes.txt"));
   // A rotation cut short (only the data file left) and a save killed while
   // writing its manifest (the manifest's temporary left): a save's files only,
   // which the next save of that iteration clears.
   fs::create_directories(root + "/iter_0000007");
-  spit(root + "/iter_0000007/model.h5", "half pruned");
+  spit(root + "/iter_0000007/model.h5", h5("half pruned"));
   fs::create_directories(root + "/iter_0000007.tmp");
-  spit(root + "/iter_0000007.tmp/model.h5", "killed");
+  spit(root + "/iter_0000007.tmp/model.h5", h5("killed"));
   spit(root + "/iter_0000007.tmp/manifest.json.tmp.Ab12Cd", "{\"half");
-  EXPECT_EQ(begin_checkpoint(root, 7), root + "/iter_0000007.tmp");
+  EXPECT_EQ(begin_checkpoint(root, 7, &kWriter), root + "/iter_0000007.tmp");
   EXPECT_FALSE(fs::exists(root + "/iter_0000007"));
   EXPECT_TRUE(fs::is_empty(root + "/iter_0000007.tmp"));
   // A tracker edited by hand (a trailing CR, spaces) is still a tracker.
   spit(root + "/latest", "iter_0000007\r\n");
-  EXPECT_NO_THROW(begin_checkpoint(root, 8));
+  EXPECT_NO_THROW(begin_checkpoint(root, 8, &kWriter));
   spit(root + "/iter_0000003", "a file");
-  expect_error([&] { begin_checkpoint(root, 3); }, Status::io_error, "iter_0000003' is not a directory");
+  expect_error([&] { begin_checkpoint(root, 3, &kWriter); }, Status::io_error, "iter_0000003' is not a directory");
   // A complete checkpoint of that iteration is swapped out as before.
-  begin_checkpoint(root, 4);
-  commit_checkpoint(root, 4, "{}");
-  begin_checkpoint(root, 4);
-  EXPECT_EQ(commit_checkpoint(root, 4, "{\"again\": 1}"), root + "/iter_0000004");
+  begin_checkpoint(root, 4, &kWriter);
+  commit_checkpoint(root, 4, manifest_json());
+  begin_checkpoint(root, 4, &kWriter);
+  EXPECT_EQ(commit_checkpoint(root, 4, manifest_json("\"again\": 1")), root + "/iter_0000004");
 }
 
 TEST_F(Commit, BeginAndCommitMakeFinalDirManifestAndTracker) {
-  std::string tmp = begin_checkpoint(root, 1000);  // root made on the way
+  std::string tmp = begin_checkpoint(root, 1000, &kWriter);  // root made on the way
   EXPECT_EQ(tmp, root + "/iter_0001000.tmp");
   EXPECT_TRUE(fs::is_directory(tmp));
-  spit(tmp + "/model.h5", "weights");
-  std::string final_dir = commit_checkpoint(root, 1000, "{\"format\": 1}");
+  spit(tmp + "/model.h5", h5("weights"));
+  std::string final_dir = commit_checkpoint(root, 1000, manifest_json("\"n\": 1"));
   EXPECT_EQ(final_dir, root + "/iter_0001000");
   EXPECT_FALSE(fs::exists(tmp));
-  EXPECT_EQ(slurp(final_dir + "/model.h5"), "weights");
-  EXPECT_EQ(slurp(final_dir + "/manifest.json"), "{\"format\": 1}");
+  EXPECT_EQ(slurp(final_dir + "/model.h5"), h5("weights"));
+  EXPECT_EQ(slurp(final_dir + "/manifest.json"), manifest_json("\"n\": 1"));
   EXPECT_EQ(slurp(root + "/latest"), "iter_0001000\n");
   EXPECT_FALSE(temp_left_beside(root + "/latest"));
   std::string why;
@@ -137,7 +147,7 @@ TEST_F(Commit, BeginAndCommitMakeFinalDirManifestAndTracker) {
 TEST_F(Commit, CheckpointsNeverNest) {
   const std::string first = save(10);
   for (const std::string &inner : {first, first + "/sub", first + "/../iter_0000010/x"})
-    expect_error([&] { begin_checkpoint(inner, 20); }, Status::invalid_argument,
+    expect_error([&] { begin_checkpoint(inner, 20, &kWriter); }, Status::invalid_argument,
                  "checkpoint root '" + inner + "' is");
   EXPECT_EQ(complete_checkpoints(root), std::vector<std::string>{first});
   EXPECT_FALSE(fs::exists(first + "/sub"));
@@ -153,8 +163,8 @@ TEST_F(Commit, TrackerNeverWritesThroughWhatIsThere) {
   spit(precious, "keep me");
   fs::create_symlink(precious, root + "/latest.tmp");
   ASSERT_EQ(::mkfifo((root + "/latest.tmp.fifo").c_str(), 0644), 0);
-  begin_checkpoint(root, 7);
-  commit_checkpoint(root, 7, "{}");
+  begin_checkpoint(root, 7, &kWriter);
+  commit_checkpoint(root, 7, manifest_json());
   EXPECT_EQ(slurp(root + "/latest"), "iter_0000007\n");
   EXPECT_EQ(slurp(precious), "keep me");
   EXPECT_TRUE(fs::is_symlink(root + "/latest.tmp"));
@@ -179,7 +189,7 @@ TEST_F(Commit, DiskBandwidthNeverWritesThroughWhatIsThere) {
 
 TEST_F(Commit, CommitWithoutBeginIsWrongState) {
   fs::create_directories(root);
-  expect_error([&] { commit_checkpoint(root, 5, "{}"); }, Status::wrong_state,
+  expect_error([&] { commit_checkpoint(root, 5, manifest_json()); }, Status::wrong_state,
                "call begin_checkpoint first");
 }
 
@@ -187,21 +197,21 @@ TEST_F(Commit, CrashedSaveIsIgnoredThenCleanedByBegin) {
   save(100);
   // Crash in the middle of saving 200: data half written, no manifest, no rename.
   fs::create_directories(root + "/iter_0000200.tmp");
-  spit(root + "/iter_0000200.tmp/model.h5", "half");
+  spit(root + "/iter_0000200.tmp/model.h5", h5("half"));
   EXPECT_EQ(find_latest_checkpoint(root), root + "/iter_0000100");
   fs::remove(root + "/latest");  // even without the tracker the .tmp is not taken
   std::string why;
   EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
   EXPECT_NE(why.find("tracker was missing"), std::string::npos) << why;
   EXPECT_NE(why.find("iter_0000200.tmp is an unfinished save"), std::string::npos) << why;
-  std::string tmp = begin_checkpoint(root, 200);
+  std::string tmp = begin_checkpoint(root, 200, &kWriter);
   EXPECT_TRUE(fs::is_empty(tmp));  // the leftover is gone
 }
 
 TEST_F(Commit, DirectoryWithoutManifestIsSkipped) {
   save(100);
   fs::create_directories(root + "/iter_0000300");  // damaged: data but no manifest
-  spit(root + "/iter_0000300/model.h5", "?");
+  spit(root + "/iter_0000300/model.h5", h5("?"));
   spit(root + "/latest", "iter_0000300\n");
   std::string why;
   EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
@@ -224,6 +234,12 @@ TEST_F(Commit, StaleTrackerFallsBackToNewestComplete) {
   spit(root + "/latest", "garbage\n");
   EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
   EXPECT_NE(why.find("'garbage', which is not a checkpoint name"), std::string::npos) << why;
+  // A tracker that is no file is named for what it is (never opened: a FIFO blocks).
+  fs::remove(root + "/latest");
+  ASSERT_EQ(::mkfifo((root + "/latest").c_str(), 0644), 0);
+  EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
+  EXPECT_NE(why.find("latest' is a FIFO, not a one-line file naming a checkpoint"), std::string::npos)
+      << why;
 }
 
 TEST_F(Commit, NoCompleteCheckpointListsWhatIsThere) {
@@ -241,23 +257,23 @@ TEST_F(Commit, NoCompleteCheckpointListsWhatIsThere) {
 }
 
 TEST_F(Commit, RecommitReplacesTheSameIteration) {
-  save(100, "{\"v\": 1}");
-  std::string tmp = begin_checkpoint(root, 100);
-  spit(tmp + "/model.h5", "second");
-  commit_checkpoint(root, 100, "{\"v\": 2}");
-  EXPECT_EQ(slurp(root + "/iter_0000100/manifest.json"), "{\"v\": 2}");
-  EXPECT_EQ(slurp(root + "/iter_0000100/model.h5"), "second");
+  save(100, manifest_json("\"v\": 1"));
+  std::string tmp = begin_checkpoint(root, 100, &kWriter);
+  spit(tmp + "/model.h5", h5("second"));
+  commit_checkpoint(root, 100, manifest_json("\"v\": 2"));
+  EXPECT_EQ(slurp(root + "/iter_0000100/manifest.json"), manifest_json("\"v\": 2"));
+  EXPECT_EQ(slurp(root + "/iter_0000100/model.h5"), h5("second"));
   EXPECT_FALSE(fs::exists(tmp));
   EXPECT_FALSE(fs::exists(root + "/iter_0000100.old"));
   // A file a user put into the checkpoint: the swapped-out copy is kept with it.
   spit(root + "/iter_0000100/notes", "mine");
-  tmp = begin_checkpoint(root, 100);
-  spit(tmp + "/model.h5", "third");
-  commit_checkpoint(root, 100, "{\"v\": 3}");
-  EXPECT_EQ(slurp(root + "/iter_0000100/model.h5"), "third");
+  tmp = begin_checkpoint(root, 100, &kWriter);
+  spit(tmp + "/model.h5", h5("third"));
+  commit_checkpoint(root, 100, manifest_json("\"v\": 3"));
+  EXPECT_EQ(slurp(root + "/iter_0000100/model.h5"), h5("third"));
   EXPECT_EQ(slurp(tmp + "/notes"), "mine");
   // ... and a later save of that iteration refuses to remove it.
-  expect_error([&] { begin_checkpoint(root, 100); }, Status::io_error, "which no save made");
+  expect_error([&] { begin_checkpoint(root, 100, &kWriter); }, Status::io_error, "which no save made");
   EXPECT_EQ(slurp(tmp + "/notes"), "mine");
 }
 
@@ -271,23 +287,23 @@ TEST_F(Commit, NothingANoSaveMadeIsRemoved) {
   std::vector<std::string> removed = prune_checkpoints(root, 1);
   EXPECT_EQ(removed, (std::vector<std::string>{root + "/iter_0000200"}));
   EXPECT_EQ(slurp(root + "/iter_0000100/data.ptdp"), "a user's dataset");
-  expect_error([&] { begin_checkpoint(root, 400); }, Status::io_error,
+  expect_error([&] { begin_checkpoint(root, 400, &kWriter); }, Status::io_error,
                "iter_0000400.tmp' holds '" + root + "/iter_0000400.tmp/notes.txt', which no save made");
   EXPECT_EQ(slurp(root + "/iter_0000400.tmp/notes.txt"), "precious");
   spit(root + "/iter_0000500.tmp", "a file");
-  expect_error([&] { begin_checkpoint(root, 500); }, Status::io_error, "is not a directory");
+  expect_error([&] { begin_checkpoint(root, 500, &kWriter); }, Status::io_error, "is not a directory");
   // A file named like a save's temporary but not mkstemp's six characters.
   fs::create_directories(root + "/iter_0000700.tmp");
   spit(root + "/iter_0000700.tmp/manifest.json.tmp.notes", "mine");
-  expect_error([&] { begin_checkpoint(root, 700); }, Status::io_error, "manifest.json.tmp.notes");
+  expect_error([&] { begin_checkpoint(root, 700, &kWriter); }, Status::io_error, "manifest.json.tmp.notes");
   EXPECT_EQ(slurp(root + "/iter_0000700.tmp/manifest.json.tmp.notes"), "mine");
   // A link where a save's temporary directory goes: refused, not unlinked.
   fs::create_directory_symlink(dir, root + "/iter_0000800.tmp");
-  expect_error([&] { begin_checkpoint(root, 800); }, Status::io_error, "is a symbolic link");
+  expect_error([&] { begin_checkpoint(root, 800, &kWriter); }, Status::io_error, "is a symbolic link");
   EXPECT_TRUE(fs::is_symlink(root + "/iter_0000800.tmp"));
   // A tracker that is something else is not replaced either.
   spit(root + "/latest", "not a tracker, a user's file");
-  expect_error([&] { begin_checkpoint(root, 600); }, Status::io_error,
+  expect_error([&] { begin_checkpoint(root, 600, &kWriter); }, Status::io_error,
                "latest' exists and is not a checkpoint tracker");
 }
 
@@ -299,7 +315,7 @@ TEST_F(Commit, ARotationCutShortIsFinishedByTheNext) {
   for (int it : {100, 200, 300}) save(it);
   fs::create_directories(root + "/iter_0000050.old");  // a removal marked, then cut short
   spit(root + "/iter_0000050.old/removing", "");
-  spit(root + "/iter_0000050.old/model.h5", "half removed");
+  spit(root + "/iter_0000050.old/model.h5", h5("half removed"));
   fs::create_directories(root + "/iter_0000060.old");
   spit(root + "/iter_0000060.old/removing", "");
   spit(root + "/iter_0000060.old/notes.txt", "the user's");
@@ -307,12 +323,12 @@ TEST_F(Commit, ARotationCutShortIsFinishedByTheNext) {
   // removed), and a link of that name (unlinked before): both stay.
   fs::create_directories(root + "/iter_0000070.old");
   spit(root + "/iter_0000070.old/manifest.json", "{}");
-  spit(root + "/iter_0000070.old/model.h5", "a backup");
+  spit(root + "/iter_0000070.old/model.h5", h5("a backup"));
   fs::create_directory_symlink(root + "/iter_0000300", root + "/iter_0000080.old");
   prune_checkpoints(root, 1);
   EXPECT_FALSE(fs::exists(root + "/iter_0000050.old"));
   EXPECT_TRUE(fs::exists(root + "/iter_0000060.old/notes.txt"));
-  EXPECT_EQ(slurp(root + "/iter_0000070.old/model.h5"), "a backup");
+  EXPECT_EQ(slurp(root + "/iter_0000070.old/model.h5"), h5("a backup"));
   EXPECT_TRUE(fs::is_symlink(root + "/iter_0000080.old"));
   for (const char *gone : {"iter_0000100", "iter_0000100.old", "iter_0000200", "iter_0000200.old"})
     EXPECT_FALSE(fs::exists(root + "/" + gone)) << gone;
@@ -325,7 +341,7 @@ TEST_F(Commit, ASaveDirectorysNamesAreCheckedUpFront) {
   check_save_root(root);  // not there yet: nothing to check
   for (int it : {100, 200}) save(it);
   fs::create_directories(root + "/iter_0000150.tmp");  // a crashed save's leftover: a save's to clear
-  spit(root + "/iter_0000150.tmp/model.h5", "partial");
+  spit(root + "/iter_0000150.tmp/model.h5", h5("partial"));
   fs::create_directory_symlink(root + "/iter_0000100", root + "/iter_0000300");  // loaded through
   spit(root + "/notes.txt", "not a checkpoint's name: none of ptdp's business");
   check_save_root(root);
@@ -339,7 +355,7 @@ TEST_F(Commit, ASaveDirectorysNamesAreCheckedUpFront) {
     fs::rename(root + "/latest", dir + "/latest.kept");
     if (name == "iter_0000500.old") {
       fs::create_directories(path);
-      spit(path + "/manifest.json", "{}");
+      spit(path + "/manifest.json", manifest_json());
     } else if (name == "iter_0000600.tmp") {
       fs::create_directory_symlink(dir, path);
     } else {
@@ -377,6 +393,36 @@ TEST_F(Commit, PruneKeepsNewestKAndTheTrackedOne) {
             std::string::npos);
 }
 
+// A save or a rotation tells a save's files by what they hold, not only by
+// their names: notes saved as model.h5 in an iter_N or iter_N.tmp, a web app's
+// manifest.json in an iter_N (a sweep found each removed) stay; so does a
+// checkpoint that not_this_runs says is another run's (one copied into the
+// --save directory of a resumed run, which rotation removed).
+TEST_F(Commit, WhatNoSaveOfThisRunMadeStays) {
+  fs::create_directories(root + "/iter_0000001");
+  spit(root + "/iter_0000001/model.h5", "my own weights, not HDF5");
+  fs::create_directories(root + "/iter_0000002.tmp");
+  spit(root + "/iter_0000002.tmp/model.h5", "another file of mine");
+  expect_error([&] { begin_checkpoint(root, 1, &kWriter); }, Status::io_error,
+               "iter_0000001/model.h5', which no save made");
+  expect_error([&] { begin_checkpoint(root, 2, &kWriter); }, Status::io_error,
+               "iter_0000002.tmp/model.h5', which no save made");
+  fs::create_directories(root + "/iter_0000000");
+  spit(root + "/iter_0000000/manifest.json", "{\"name\": \"my web app\"}");
+  for (int it : {100, 200, 300}) save(it);
+  ::testing::internal::CaptureStderr();
+  const std::vector<std::string> removed = prune_checkpoints(root, 1, [&](const std::string &d) {
+    return d == root + "/iter_0000100" ? std::string("is another run's checkpoint (seed: 7 and 1)") : "";
+  });
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(removed, (std::vector<std::string>{root + "/iter_0000200"}));
+  EXPECT_NE(said.find("rotation kept '" + root + "/iter_0000100': it is another run's checkpoint"),
+            std::string::npos) << said;
+  for (const char *kept : {"iter_0000000/manifest.json", "iter_0000001/model.h5",
+                           "iter_0000002.tmp/model.h5", "iter_0000100/manifest.json"})
+    EXPECT_TRUE(fs::exists(root + "/" + kept)) << kept;
+}
+
 // A checkpoint directory that is a symbolic link (to a directory outside the
 // save directory) is never deleted through, and the link stays: rotation
 // removes only what the saves made.
@@ -400,12 +446,12 @@ TEST_F(Commit, UnwritableRootIsIoErrorNamingThePath) {
   // Under a regular file: ENOTDIR, even for root (who ignores permissions).
   spit(dir + "/file", "x");
   std::string bad = dir + "/file/sub";
-  expect_error([&] { begin_checkpoint(bad, 1); }, Status::io_error, "'" + bad + "'");
-  expect_error([&] { begin_checkpoint(dir + "/file", 1); }, Status::io_error, "not a directory");
+  expect_error([&] { begin_checkpoint(bad, 1, &kWriter); }, Status::io_error, "'" + bad + "'");
+  expect_error([&] { begin_checkpoint(dir + "/file", 1, &kWriter); }, Status::io_error, "not a directory");
   if (::geteuid() != 0) {
     fs::create_directories(root);
     ::chmod(root.c_str(), 0500);
-    expect_error([&] { begin_checkpoint(root, 1); }, Status::io_error, "'" + root + "'");
+    expect_error([&] { begin_checkpoint(root, 1, &kWriter); }, Status::io_error, "'" + root + "'");
     ::chmod(root.c_str(), 0700);
   }
 }
@@ -456,24 +502,47 @@ class OtherProcess {
 
 // Two runs saving into one directory at once replaced and pruned each other's
 // checkpoints, one reporting the other's as its own: the second process is
-// refused while the first holds the directory; trainers of one process share it.
+// refused while the first holds the directory.
 TEST_F(Commit, OneProcessSavesIntoADirectoryAtATime) {
   fs::create_directories(root);
   OtherProcess other([&](OtherProcess &me) {  // holds the directory until the parent says so
-    SaveRootLock held(root);
+    SaveRootLock held(root, &kWriter);
     me.ready();
     me.wait_for_go();
   });
   other.wait_until_ready();
-  expect_error([&] { SaveRootLock second(root); }, Status::invalid_config,
+  expect_error([&] { SaveRootLock second(root, &kWriter); }, Status::invalid_config,
                "is being saved into by another process");
   // Nor does any save begin there (an import into a running trainer's --save).
-  expect_error([&] { begin_checkpoint(root, 1); }, Status::invalid_config,
+  expect_error([&] { begin_checkpoint(root, 1, &kWriter); }, Status::invalid_config,
                "is being saved into by another process");
   other.go();
   EXPECT_EQ(other.finish(), 0);
-  SaveRootLock mine(root);  // free again
-  SaveRootLock shared(root);  // and shared within this process
+  SaveRootLock mine(root, &kWriter);  // free again
+  SaveRootLock shared(root, &kWriter);  // and shared by its owner's holds
+}
+
+// The same rule within one process: two trainers saving one iteration into one
+// directory from two threads removed each other's unfinished directory, and
+// one committed a damaged checkpoint reported as saved. Holds are by owner: a
+// second trainer, or a one-off writer (an import: null), is refused while the
+// first holds the directory; the owner's own saves share it.
+TEST_F(Commit, OneWriterOfAProcessSavesIntoADirectoryAtATime) {
+  fs::create_directories(root);
+  const int other_trainer = 0;
+  {
+    SaveRootLock first(root, &kWriter);
+    expect_error([&] { SaveRootLock second(root, &other_trainer); }, Status::invalid_config,
+                 "is being saved into by another trainer or writer of this process");
+    expect_error([&] { begin_checkpoint(root, 1, &other_trainer); }, Status::invalid_config,
+                 "another trainer or writer of this process");
+    expect_error([&] { begin_checkpoint(root, 1, nullptr); }, Status::invalid_config,
+                 "another trainer or writer of this process");
+    EXPECT_FALSE(fs::exists(root + "/iter_0000001.tmp"));
+    begin_checkpoint(root, 1, &kWriter);  // the owner's save
+    commit_checkpoint(root, 1, manifest_json());
+  }
+  SaveRootLock free_again(root, &other_trainer);
 }
 
 // A save holds its directory from begin_checkpoint to the commit (or the
@@ -482,16 +551,16 @@ TEST_F(Commit, OneProcessSavesIntoADirectoryAtATime) {
 TEST_F(Commit, ASaveHoldsItsDirectoryUntilItsCommit) {
   fs::create_directories(root);
   OtherProcess other([&](OtherProcess &me) {  // begins a save, commits it when the parent says so
-    begin_checkpoint(root, 5);
+    begin_checkpoint(root, 5, &kWriter);
     me.ready();
     me.wait_for_go();
-    commit_checkpoint(root, 5, "{}");
+    commit_checkpoint(root, 5, manifest_json());
   });
   other.wait_until_ready();
-  expect_error([&] { SaveRootLock trainer(root); }, Status::invalid_config,
+  expect_error([&] { SaveRootLock trainer(root, &kWriter); }, Status::invalid_config,
                "is being saved into by another process");
   other.go();
   EXPECT_EQ(other.finish(), 0);
   EXPECT_TRUE(fs::exists(root + "/iter_0000005/manifest.json"));
-  SaveRootLock free_again(root);
+  SaveRootLock free_again(root, &kWriter);
 }

@@ -63,7 +63,10 @@ check "--log-json naming the --corpus: the corpus stays" 'cmp -s mycorpus.txt "$
 
 run --data-path '$(touch INJECTED)x/f.ptdp' --corpus "$corpus" --corpus-format lines
 check "shell in a path: not run" '[ ! -e INJECTED ]'
-check "shell in a path: a directory of that literal name" '[ -d "\$(touch INJECTED)x" ]'
+check "shell in a path: a directory of that literal name made" \
+  'grep -q "tokenized .* -> .*\$(touch INJECTED)x/f.ptdp" out.txt'
+# (The run is refused, its split too short: the dataset and the directory made for it go.)
+check "shell in a path: refused, what it made goes" '[ ! -e "\$(touch INJECTED)x" ]'
 
 # A run refused for its options, or for an empty value, makes no dataset (and
 # no directory for it): every option is checked before the corpus is tokenized.

@@ -331,6 +331,8 @@ check(trainer:generate('Anna ', { max_new_tokens = 20, temperature = 0.9, seed =
       'top_k 0 and top_p 1 keep every token: the plain draw')
 expect_error('top_p', 'top_p 0', trainer.generate, trainer, 'x', { temperature = 1, top_p = 0 })
 expect_error('top_k', 'negative top_k', trainer.generate, trainer, 'x', { temperature = 1, top_k = -2 })
+expect_error('temperature 0 samples none', 'top_k with greedy decoding', trainer.generate, trainer,
+             'x', { top_k = 5 })
 -- A prompt longer than the position window and the module's first 256-byte buffer.
 local long = string.rep('The cat sleeps. ', 30)
 local g3 = trainer:generate(long, { max_new_tokens = 4 })

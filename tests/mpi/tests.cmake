@@ -221,7 +221,7 @@ set_tests_properties(mpi_exit_signal PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS
 # step (its collectives would run beside training's), every process saying why.
 ptdp_mpi_training_failure(mpi_async_save_refused 2
   EXPECT "async_save writes checkpoints on a background thread"
-  ARGS --tensor-model-parallel-size 2 --async-save 1)
+  ARGS --tensor-model-parallel-size 2 --async-save 1 --save ck)
 # A script error on one process stops the job at once (not after the 300 s
 # communication timeout): the launcher aborts the MPI job.
 ptdp_mpi_training_failure(mpi_script_error 2

@@ -7,14 +7,17 @@
 // tests/lua/preemption.sh and the mpi_exit_signal test.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "engine/train/config.h"
 #include "engine/train/exit_signal.h"
 #include "engine/train/trainer.h"
+#include "tests/support/expect_error.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tiny_dataset.h"
 #include "tests/support/trained_run.h"
@@ -106,6 +109,61 @@ TEST(PreemptionDeathTest, ASecondSignalEndsTheProcessAtOnce) {
         std::exit(0);
       },
       testing::KilledBySignal(SIGTERM), "");
+}
+
+// `timeout` sends SIGTERM to the process and then to its group: the copy that
+// arrives at once from the same sender is the same request (it used to end the
+// run before its save); the same signal a second later is a second one.
+TEST(PreemptionDeathTest, ACopyOfTheFirstSignalFromItsSenderIsNotASecondOne) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        ExitSignalScope scope;
+        kill(getpid(), SIGTERM);  // recorded
+        kill(getpid(), SIGTERM);  // the same sender at once: the same request
+        std::exit(exit_signal_received() == SIGTERM ? 7 : 3);
+      },
+      testing::ExitedWithCode(7), "");
+  EXPECT_EXIT(
+      {
+        ExitSignalScope scope;
+        kill(getpid(), SIGTERM);
+        usleep(1100 * 1000);
+        kill(getpid(), SIGTERM);  // a second request: the process ends here
+        std::exit(0);
+      },
+      testing::KilledBySignal(SIGTERM), "");
+}
+
+// Options that act only on the saves a run makes into `save` are refused
+// without it (they were ignored, the run exiting 0 having saved nothing).
+TEST(Preemption, SaveOptionsWithoutASaveDirectoryAreRefused) {
+  for (const auto &[key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"save_interval", "1"}, {"async_save", "1"}}) {
+    expect_error([&] { options({{key, value}}); }, Status::invalid_config,
+                 key + " is set but save is not");
+  }
+}
+
+// A diagnostic output that can no longer be written (its directory removed
+// during the run) is reported once and training goes on: it ended the run,
+// and every step since the last save was lost.
+TEST(Preemption, AFailedDiagnosticWriteDoesNotEndTheRun) {
+  TempDir dir;
+  const std::string diag = dir.path + "/diag";
+  std::filesystem::create_directories(diag);
+  Trainer tr(options({{"timeline", diag + "/t.json"}, {"profile_ops", diag + "/ops.txt"}}));
+  tr.step();
+  std::filesystem::remove_all(diag);
+  ::testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(tr.step());
+  EXPECT_NO_THROW(tr.step());
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("--timeline not written at iteration 2 (training goes on"), std::string::npos)
+      << said;
+  EXPECT_NE(said.find("--profile-ops not written at iteration 2"), std::string::npos) << said;
+  EXPECT_EQ(said.find("iteration 3"), std::string::npos) << "said once: " << said;
+  EXPECT_EQ(tr.iteration(), 3);
 }
 
 TEST(Preemption, SkippedStepsAreCounted) {

@@ -77,6 +77,11 @@ TEST(Trainer, SameSeedGivesBitIdenticalLosses) {
   EXPECT_EQ(a.generate("The ", 20, 0.9, 7, 0, 1.0), a.generate("The ", 20, 0.9, 7));
   EXPECT_THROW(a.generate("The ", 4, 1.0, 7, -1, 1.0), Error);
   EXPECT_THROW(a.generate("The ", 4, 1.0, 7, 0, 1.5), Error);
+  // Greedy decoding samples nothing: a top_k or top_p with it would be ignored.
+  expect_error([&] { a.generate("The ", 4, 0.0, 7, 5, 1.0); }, Status::invalid_argument,
+               "top_k 5 limits the tokens sampled from, and temperature 0 samples none");
+  expect_error([&] { a.generate("The ", 4, 0.0, 7, 0, 0.5); }, Status::invalid_argument,
+               "top_p 0.5");
 }
 
 // Strict optimizer semantics (ARCHITECTURE §3): splitting the global batch into
