@@ -407,10 +407,9 @@ void export_safetensors(const std::string &path, const std::string &out_path,
     throw;
   }
   temps.push_back({tmp, out_file});  // the weights last
-  {
-    const UninterruptedStep step("export to '" + out_path + "' not completed");
-    for (const auto &[t, target] : temps) rename_temp_file(t, target);
-  }
+  // A model directory is exported into a new or empty one: nothing there is
+  // replaced, also not what another export put there meanwhile.
+  put_in_place(temps, "export to '" + out_path + "'", to_dir);
   // The rename is durable once the directory is synced.
   const size_t slash = out_file.find_last_of('/');
   const std::string parent = slash == std::string::npos ? "."

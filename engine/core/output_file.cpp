@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <time.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <array>
@@ -12,13 +14,16 @@
 #include <cctype>
 #include <cerrno>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -760,6 +765,121 @@ void rename_temp_file(const std::string &tmp, const std::string &target) {
     fail(Status::io_error, "cannot rename '", tmp, "' to '", target, "': ", std::strerror(e));
   }
   release_temp_path(tmp);
+}
+
+namespace {
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const FileId &o) const { return dev == o.dev && ino == o.ino; }
+};
+FileId file_id(const std::string &path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 ? FileId{st.st_dev, st.st_ino} : FileId{};
+}
+// rename(2) that never replaces: renameat2's RENAME_NOREPLACE, or where the
+// file system has none, link(2) then unlink(2). False with errno EEXIST when
+// target is there.
+bool rename_no_replace(const std::string &tmp, const std::string &target) {
+#ifdef SYS_renameat2
+  if (::syscall(SYS_renameat2, AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), 1u /* RENAME_NOREPLACE */) == 0)
+    return true;
+  if (errno != ENOSYS && errno != EINVAL) return false;
+#endif
+  if (::link(tmp.c_str(), target.c_str()) != 0) return false;
+  ::unlink(tmp.c_str());
+  return true;
+}
+}  // namespace
+
+// The output sets put into one directory, one at a time across processes: an
+// abstract Unix socket named for the directory's device and inode is bound
+// by one holder at a time (no file is made, and the kernel releases it when
+// its holder ends, however it ends). Two tokenizes of one prefix at once put
+// one's .bin beside the other's .idx, each checking its own before the other's
+// last rename.
+class DirectorySetLock {
+ public:
+  DirectorySetLock(const std::string &dir, const std::string &what) {
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0) return;  // (the rename names the problem)
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    const int n = std::snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "ptdp-outputs-%llx-%llx",
+                                (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+    const socklen_t len = (socklen_t)(offsetof(sockaddr_un, sun_path) + 1 + n);
+    for (int waited_ms = 0;; waited_ms += 5) {
+      fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd_ < 0) return;  // (no sockets: the check after the renames still tells)
+      if (::bind(fd_, reinterpret_cast<sockaddr *>(&addr), len) == 0) return;
+      const int e = errno;
+      ::close(fd_);
+      fd_ = -1;
+      if (e != EADDRINUSE) return;
+      if (waited_ms >= 60000)
+        fail(Status::io_error, what, ": another command has been putting its files into '", dir,
+             "' for a minute; run again when it is done");
+      const struct timespec tick = {0, 5 * 1000 * 1000};
+      nanosleep(&tick, nullptr);
+    }
+  }
+  ~DirectorySetLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  DirectorySetLock(const DirectorySetLock &) = delete;
+  DirectorySetLock &operator=(const DirectorySetLock &) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+void put_in_place(const std::vector<std::pair<std::string, std::string>> &temps,
+                  const std::string &what, bool new_only) {
+  // Each directory of the set, in one order (two sets over the same two
+  // directories never wait for each other).
+  std::set<std::string> dirs;
+  for (const auto &tt : temps) {
+    const std::filesystem::path parent = std::filesystem::path(tt.second).parent_path();
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::canonical(parent.empty() ? "." : parent, ec);
+    dirs.insert(ec ? parent.string() : real.string());
+  }
+  std::vector<std::unique_ptr<DirectorySetLock>> locks;
+  for (const std::string &d : dirs) locks.push_back(std::make_unique<DirectorySetLock>(d, what));
+  std::vector<FileId> ids;
+  for (const auto &tt : temps) ids.push_back(file_id(tt.first));
+  auto drop_temps = [&](size_t from) {
+    for (size_t i = from; i < temps.size(); i++) remove_temp_file(temps[i].first);
+  };
+  {
+    const UninterruptedStep step(what + " not completed");
+    for (size_t i = 0; i < temps.size(); i++) {
+      const auto &[tmp, target] = temps[i];
+      if (!new_only) {
+        if (std::rename(tmp.c_str(), target.c_str()) == 0) {
+          release_temp_path(tmp);
+          continue;
+        }
+      } else if (rename_no_replace(tmp, target)) {
+        release_temp_path(tmp);
+        continue;
+      }
+      const int e = errno;
+      // All or none: what this call put in place goes again (while it is ours).
+      for (size_t k = 0; k < i; k++)
+        if (file_id(temps[k].second) == ids[k]) ::unlink(temps[k].second.c_str());
+      drop_temps(i);
+      if (new_only && e == EEXIST)
+        fail(Status::io_error, what, ": '", target, "' appeared while this command wrote it (another "
+             "command writes there): nothing of this one's is left; run one at a time");
+      fail(Status::io_error, what, ": cannot rename '", tmp, "' to '", target, "': ", std::strerror(e));
+    }
+  }
+  for (size_t i = 0; i < temps.size(); i++)
+    if (!(file_id(temps[i].second) == ids[i]))
+      fail(Status::io_error, what, ": '", temps[i].second, "' was replaced by another command writing "
+           "the same outputs at the same moment, so they may be a mix of both: run one at a time, "
+           "then this one again");
 }
 
 void remove_temp_file(const std::string &tmp) {

@@ -148,6 +148,19 @@ int create_temp_file(const std::string &target, std::string *tmp);
 void rename_temp_file(const std::string &tmp, const std::string &target);
 void remove_temp_file(const std::string &tmp);
 
+// Puts a set of temporaries (temporary, target) in place, in order, in one
+// UninterruptedStep (an interrupt leaves all or none). new_only: a target
+// that is there by then (another command made it since this one checked) is
+// not replaced: the files of the set already placed are taken back and the
+// call fails naming it. Then every target must still be the file this call
+// put there: another command writing the same outputs at the same moment
+// left a mix of both sets (one tokenize's .bin beside the other's .idx, one
+// export's config.json beside the other's weights), which is an
+// Error(io_error) naming the file, never a silent success. `what` names the
+// command's outputs ("tokenize output 'P'").
+void put_in_place(const std::vector<std::pair<std::string, std::string>> &temps,
+                  const std::string &what, bool new_only = false);
+
 // A directory this process is filling with files of known names (a
 // checkpoint's iter_N.tmp): until release_temp_directory, the signal cleanup
 // below removes those files, then the directory if it is then empty, as it

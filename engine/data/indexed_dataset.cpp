@@ -315,15 +315,17 @@ void IndexedDatasetWriter::prepare() {
   idx_tmp_ = write_temp_file(idx_path_, idx);
 }
 
-void IndexedDatasetWriter::commit() {
-  if (finished_) return;
+std::vector<std::pair<std::string, std::string>> IndexedDatasetWriter::staged() {
+  if (finished_) return {};
   if (idx_tmp_.empty()) fail(Status::wrong_state, "the indexed dataset '", bin_path_, "' is not prepared");
+  finished_ = true;
   // .bin first: a reader opens the .idx first, and a new .idx never points
   // into an old .bin.
-  rename_temp_file(bin_tmp_, bin_path_);
-  bin_tmp_.clear();
-  rename_temp_file(idx_tmp_, idx_path_);
-  finished_ = true;
+  return {{bin_tmp_, bin_path_}, {idx_tmp_, idx_path_}};
+}
+
+void IndexedDatasetWriter::commit() {
+  put_in_place(staged(), "indexed dataset '" + bin_path_.substr(0, bin_path_.size() - 4) + "'");
 }
 
 }  // namespace ptdp

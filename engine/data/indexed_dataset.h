@@ -75,11 +75,12 @@ class IndexedDataset final : public TokenSource {
 
 // Writes one Megatron indexed dataset, PREFIX.bin + PREFIX.idx. Tokens go to a
 // temporary .bin as documents come; prepare() writes the index and fsyncs
-// both, commit() renames them into place (.bin first, then .idx, which readers
-// open first); finish() is both. Several datasets of one command (its json
-// keys) are all prepared, then committed together in one UninterruptedStep
-// (engine/data/indexed_tokenize.cpp). Without a
-// commit (an error on the way) nothing is left behind.
+// both, commit() puts them in place (.bin first, then .idx, which readers
+// open first: put_in_place, which also finds another command's pair put there
+// at the same moment); finish() is both. Several datasets of one command (its
+// json keys) are all prepared, then their staged() files put in place together
+// (engine/data/indexed_tokenize.cpp). Without a commit (an error on the way)
+// nothing is left behind.
 class IndexedDatasetWriter {
  public:
   // vocab_size picks the dtype and bounds the ids. The targets are checked
@@ -98,6 +99,9 @@ class IndexedDatasetWriter {
   void prepare();
   void commit();
   void finish() { prepare(), commit(); }
+  // The prepared temporaries and their targets, for the caller to put in
+  // place (put_in_place): from then on they are the caller's.
+  std::vector<std::pair<std::string, std::string>> staged();
 
   const std::string &bin_path() const { return bin_path_; }
   const std::string &idx_path() const { return idx_path_; }

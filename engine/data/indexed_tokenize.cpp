@@ -232,10 +232,10 @@ std::vector<IndexedOutput> build_indexed_dataset(const std::vector<std::string> 
   // step an interrupt does not cut (it left one key's new pair beside
   // another's old one).
   for (auto &w : writers) w->prepare();
-  {
-    const UninterruptedStep step("tokenize output '" + opt.output_prefix + "' not completed");
-    for (auto &w : writers) w->commit();
-  }
+  std::vector<std::pair<std::string, std::string>> temps;
+  for (auto &w : writers)
+    for (auto &tt : w->staged()) temps.push_back(std::move(tt));
+  put_in_place(temps, "tokenize output '" + opt.output_prefix + "'");
   std::vector<IndexedOutput> out;
   for (size_t k = 0; k < writers.size(); k++) {
     out.push_back({indexed_output_prefix(opt.output_prefix, opt.json_keys[k]),

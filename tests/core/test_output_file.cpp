@@ -12,6 +12,7 @@
 #include <climits>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "engine/core/output_file.h"
 #include "engine/data/bpe_tokenizer.h"
@@ -237,6 +238,34 @@ TEST(OutputFile, ASignalWaitsForTheStepOfItsOwnThread) {
   EXPECT_TRUE(std::filesystem::exists(b));
   for (const auto &e : std::filesystem::directory_iterator(dir.path))
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+// A set of outputs is put in place whole or not at all. A new-only set (an
+// export into a new directory) replaces nothing another command made since
+// the check, and takes back what it had placed; and a set whose file is not
+// the one it put there afterwards (two commands writing the same outputs at
+// once left one's .bin beside the other's .idx) is an error, never a success.
+TEST(OutputFile, ASetIsPutInPlaceWholeAndChecked) {
+  TempDir dir;
+  const std::string a = dir.path + "/a.json", b = dir.path + "/b.json";
+  std::ofstream(b) << "another command's";
+  expect_error([&] {
+    ptdp::put_in_place({{ptdp::write_temp_file(a, "a"), a}, {ptdp::write_temp_file(b, "b"), b}},
+                       "export to 'x'", true);
+  }, ptdp::Status::io_error, "export to 'x': '" + b + "' appeared while this command wrote it");
+  EXPECT_FALSE(std::filesystem::exists(a)) << "all or none";
+  std::ifstream in(b);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "another command's");
+  for (const auto &e : std::filesystem::directory_iterator(dir.path))
+    EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
+  // Two files of the set for one target: the first is not there afterwards.
+  expect_error([&] {
+    ptdp::put_in_place({{ptdp::write_temp_file(a, "1"), a}, {ptdp::write_temp_file(a, "2"), a}},
+                       "tokenize output 'p'");
+  }, ptdp::Status::io_error, "'" + a + "' was replaced by another command writing the same outputs");
+  ptdp::put_in_place({{ptdp::write_temp_file(a, "new"), a}, {ptdp::write_temp_file(b, "new"), b}},
+                     "tokenize output 'p'");  // replacing is what a plain set does
+  EXPECT_TRUE(std::filesystem::exists(a));
 }
 
 // Every temporary is on the signal cleanup's list, however many there are (a
