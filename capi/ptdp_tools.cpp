@@ -56,7 +56,8 @@ ptdp_status ptdp_tokenize_options(const char *const *inputs, int32_t num_inputs,
                                    kv = strings(options, num_options, "options", false);
     ptdp::TokenizeOptions o = ptdp::parse_tokenize_options(kv);
     auto tok = ptdp::make_tokenizer(o.tokenizer);
-    ptdp::CorpusStats st = ptdp::build_token_dataset(in, o.format, *tok, o.output, o.workers);
+    ptdp::CorpusStats st =
+        ptdp::build_token_dataset(in, o.format, *tok, o.output, o.workers, o.new_only);
     if (num_docs) *num_docs = (int64_t)st.num_docs;
     if (num_tokens) *num_tokens = (int64_t)st.num_tokens;
   });

@@ -31,7 +31,9 @@ PTDP_API ptdp_status ptdp_tokenize(const char *const *inputs, int32_t num_inputs
  * GPT2BPETokenizer, which takes vocab_file=vocab.json + merge_file=merges.txt
  * or tokenizer_file=tokenizer.json (Hugging Face's, of a GPT-2 byte-level
  * BPE); workers=N threads encoding (default 1, 0: one per core, at most
- * 1024; the file is the same for any N). A file given to the byte tokenizer,
+ * 1024; the file is the same for any N); new_only=1: a file made at output
+ * meanwhile (by another command) is not replaced, PTDP_ERR_IO and nothing of
+ * this call's left (default 0: a dataset there is replaced). A file given to the byte tokenizer,
  * or GPT2BPETokenizer without its files, is PTDP_ERR_INVALID_CONFIG; an unreadable file PTDP_ERR_IO; a
  * malformed one PTDP_ERR_CORRUPT_DATA. Counts may be NULL. */
 PTDP_API ptdp_status ptdp_tokenize_options(const char *const *inputs, int32_t num_inputs,

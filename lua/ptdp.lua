@@ -725,11 +725,13 @@ end
 -- tokenizer = 'GPT2BPETokenizer' takes vocab_file + merge_file (vocab.json,
 -- merges.txt) or tokenizer_file (a Hugging Face tokenizer.json). workers = N
 -- threads encode (default 1, 0: one per core); the output is the same for any N.
+-- new_only = true (output only): a file another command made there meanwhile
+-- is not replaced (an error, nothing of this call's left).
 function M.tokenize(t)
   if type(t) ~= 'table' then raise('ptdp.tokenize takes a table, e.g. { inputs = ..., output = ... }') end
   t = need_options(t, 'tokenize', { 'inputs', 'output', 'output_prefix', 'format', 'json_keys',
                                     'append_eod', 'tokenizer', 'vocab_file', 'merge_file',
-                                    'tokenizer_file', 'workers' })
+                                    'tokenizer_file', 'workers', 'new_only' })
   local inputs = type(t.inputs) == 'table' and t.inputs or { t.inputs }
   if #inputs == 0 then raise('ptdp.tokenize: inputs names no file') end
   need_list(inputs, 'tokenize', 'inputs')
@@ -753,6 +755,11 @@ function M.tokenize(t)
     if tostring(t.workers):find('\0', 1, true) then raise('ptdp.tokenize: workers holds a NUL byte') end
     kv[#kv + 1] = 'workers=' .. tostring(t.workers)
   end
+  if t.new_only ~= nil and type(t.new_only) ~= 'boolean' then
+    raise('ptdp.tokenize: new_only is true or false, got ' .. tostring(t.new_only))
+  end
+  if t.new_only and t.output_prefix then raise('ptdp.tokenize: new_only is for output (a ptdp dataset)') end
+  if t.new_only then kv[#kv + 1] = 'new_only=1' end
   local function options()
     local opts = ffi.new('const char*[?]', #kv)
     for i, v in ipairs(kv) do opts[i - 1] = v end
@@ -962,8 +969,9 @@ M.project_dir = here .. '/..'
 -- default dataset (resolved against the project, not the current directory),
 -- or a path given together with an explicit corpus (t.create). Anything else
 -- stops the run naming the path, so a mistyped --data-path never trains on
--- something else. Returns the path (or the blend), and the directories made
--- for a dataset made now (for ptdp.unmake_dirs when the run is then refused).
+-- something else. Returns the path (or the blend), the directories made for a
+-- dataset made now (for ptdp.unmake_dirs when the run is then refused) and
+-- whether this call made the dataset.
 --   ptdp.dataset{ path = ..., given = <--data-path given?>, create = <--corpus given?>,
 --                 corpus = ..., format = ..., tokenizer = ..., vocab_file = ...,
 --                 merge_file = ..., tokenizer_file = ... }  (what tokenizes a new one)
@@ -1054,16 +1062,26 @@ function M.dataset(t)
   local dir, made = path:match('^(.*)/[^/]*$'), {}
   if dir then _, made = M.mkdirs(dir) end
   -- A refused dataset leaves no directory made for it.
+  -- new_only: a dataset another command made there meanwhile (a second run
+  -- started beside this one, every process under mpirun) is not replaced but
+  -- trained on, as one that was there before; this call did not make it.
   local ok, docs, toks = pcall(M.tokenize, { inputs = t.corpus, output = path, format = t.format,
                                              tokenizer = t.tokenizer, vocab_file = t.vocab_file,
-                                             merge_file = t.merge_file, tokenizer_file = t.tokenizer_file })
+                                             merge_file = t.merge_file, tokenizer_file = t.tokenizer_file,
+                                             new_only = true })
+  if not ok and readable(path) then
+    M.keep_dirs(made)
+    io.stderr:write(string.format("ptdp: --data-path '%s' was made by another command meanwhile: " ..
+                                  'training on it\n', path))
+    return path, {}, false
+  end
   if not ok then
     M.unmake_dirs(made)
     error(docs, 0)
   end
   M.keep_dirs(made)
   print(string.format('tokenized %s: %d documents, %d tokens -> %s', tostring(t.corpus), docs, toks, path))
-  return path, made
+  return path, made, true
 end
 
 -- Draws a trace written by the `timeline` option as a PNG (width in pixels,

@@ -99,11 +99,8 @@ if tokenizer ~= 'byte' and not given.data_path then
   os.exit(1)
 end
 local function exists(path) return ffi.C.access(path, 0) == 0 end
--- (where ptdp.dataset looks: an unnamed default in the project)
-local data_was_there = exists((given.data_path or config.data_path:sub(1, 1) == '/') and
-                              config.data_path or ptdp.project_dir .. '/' .. config.data_path)
-local data_dirs
-config.data_path, data_dirs = ptdp.dataset { path = config.data_path, given = given.data_path,
+local data_dirs, data_made_now
+config.data_path, data_dirs, data_made_now = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   create = given.corpus, corpus = opts.corpus,
                                   format = opts.corpus_format, tokenizer = tokenizer,
                                   vocab_file = config.vocab_file, merge_file = config.merge_file,
@@ -113,7 +110,7 @@ config.data_path, data_dirs = ptdp.dataset { path = config.data_path, given = gi
 -- step: the dataset made from --corpus and the directories made for it, the
 -- --save directory (only while empty).
 -- (The dataset by its identity: a file another command put there since is not ours.)
-local data_made = given.corpus and not data_was_there and ptdp.file_identity(config.data_path)
+local data_made = data_made_now and ptdp.file_identity(config.data_path)
 local save_made = (config.save or '') ~= '' and not exists(config.save)
 local function unmake()
   if data_made and ptdp.file_identity(config.data_path) == data_made then

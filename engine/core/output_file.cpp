@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/checkpoint_names.h"
+#include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/core/utf8.h"
 
@@ -238,9 +239,50 @@ InputFile::InputFile(const std::string &path, const std::string &what) {
   id_ = register_file({true, st.st_dev, st.st_ino, "", path, what, fd});
 }
 
-OutputClaim::OutputClaim(const std::string &path, const std::string &what) {
+namespace {
+// Binds the abstract Unix socket `name`: its descriptor, -1 when another
+// holds it, -2 when sockets are unavailable.
+int bind_process_lock(const std::string &name) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  const size_t n = std::min(name.size(), sizeof addr.sun_path - 1);
+  std::memcpy(addr.sun_path + 1, name.data(), n);  // sun_path[0] = 0: the abstract namespace
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -2;
+  if (::bind(fd, reinterpret_cast<sockaddr *>(&addr), (socklen_t)(offsetof(sockaddr_un, sun_path) + 1 + n)) == 0)
+    return fd;
+  const int e = errno;
+  ::close(fd);
+  return e == EADDRINUSE ? -1 : -2;
+}
+
+// "ptdp-<kind>-<device>-<inode>[-<name hash>]" of a directory (and a name in it).
+std::string lock_name(const char *kind, const std::string &dir, const std::string &name) {
+  struct stat st;
+  if (::stat(dir.empty() ? "." : dir.c_str(), &st) != 0) return "";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "ptdp-%s-%llx-%llx-%llx", kind, (unsigned long long)st.st_dev,
+                (unsigned long long)st.st_ino, (unsigned long long)(name.empty() ? 0 : fnv1a64(name)));
+  return buf;
+}
+}  // namespace
+
+int hold_output_for_process(const std::string &path, const std::string &what) {
+  const std::filesystem::path p(path);
+  const std::string name = lock_name("output", p.parent_path().string(), p.filename().string());
+  if (name.empty()) return -1;  // (no directory: the write names the problem)
+  const int fd = bind_process_lock(name);
+  if (fd == -1)
+    fail(Status::invalid_config, what, " '", path, "' is being written by another process (a run "
+         "or command still going): two writers of one file mix or replace each other's output; "
+         "give another path, or wait until it ends");
+  return fd < 0 ? -1 : fd;
+}
+
+OutputClaim::OutputClaim(const std::string &path, const std::string &what, bool across_processes) {
   refuse_if_claimed(path, what.c_str());
-  id_ = register_file({false, 0, 0, normalized(path), path, what});
+  const int fd = across_processes ? hold_output_for_process(path, what) : -1;
+  id_ = register_file({false, 0, 0, normalized(path), path, what, fd});
 }
 
 bool same_output(const std::string &a, const std::string &b) {
@@ -801,21 +843,12 @@ bool rename_no_replace(const std::string &tmp, const std::string &target) {
 class DirectorySetLock {
  public:
   DirectorySetLock(const std::string &dir, const std::string &what) {
-    struct stat st;
-    if (::stat(dir.c_str(), &st) != 0) return;  // (the rename names the problem)
-    sockaddr_un addr = {};
-    addr.sun_family = AF_UNIX;
-    const int n = std::snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "ptdp-outputs-%llx-%llx",
-                                (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
-    const socklen_t len = (socklen_t)(offsetof(sockaddr_un, sun_path) + 1 + n);
+    const std::string name = lock_name("set", dir, "");
+    if (name.empty()) return;  // (the rename names the problem)
     for (int waited_ms = 0;; waited_ms += 5) {
-      fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd_ < 0) return;  // (no sockets: the check after the renames still tells)
-      if (::bind(fd_, reinterpret_cast<sockaddr *>(&addr), len) == 0) return;
-      const int e = errno;
-      ::close(fd_);
-      fd_ = -1;
-      if (e != EADDRINUSE) return;
+      fd_ = bind_process_lock(name);
+      if (fd_ >= 0) return;
+      if (fd_ == -2) return;  // (no sockets: the check after the renames still tells)
       if (waited_ms >= 60000)
         fail(Status::io_error, what, ": another command has been putting its files into '", dir,
              "' for a minute; run again when it is done");
@@ -870,8 +903,8 @@ void put_in_place(const std::vector<std::pair<std::string, std::string>> &temps,
         if (file_id(temps[k].second) == ids[k]) ::unlink(temps[k].second.c_str());
       drop_temps(i);
       if (new_only && e == EEXIST)
-        fail(Status::io_error, what, ": '", target, "' appeared while this command wrote it (another "
-             "command writes there): nothing of this one's is left; run one at a time");
+        fail(Status::io_error, what, ": '", target, "' is there, and this command replaces nothing "
+             "(another command made it meanwhile?): nothing of this one's is left");
       fail(Status::io_error, what, ": cannot rename '", tmp, "' to '", target, "': ", std::strerror(e));
     }
   }

@@ -107,12 +107,23 @@ class InputFile : public FileRegistration {
 // An output a run will write (its --timeline, say) for as long as the claim
 // lives: output_target() refuses it to every other writer (what differs), so
 // two outputs of one run never name one file (a link or "./" included).
-// Construction refuses a file another claim holds.
+// Construction refuses a file another claim holds. across_processes: another
+// process's claim of the file too (hold_output_for_process), for a file only
+// one process writes (a per-process --timeline, a tokenize's .bin and .idx).
 class OutputClaim : public FileRegistration {
  public:
   OutputClaim() = default;
-  OutputClaim(const std::string &path, const std::string &what);
+  OutputClaim(const std::string &path, const std::string &what, bool across_processes = false);
 };
+
+// A lock between processes on the output file `path` (its directory's device
+// and inode and its name): an abstract Unix socket bound by one process at a
+// time, no file made, released when its holder ends however it ends. The
+// socket to keep open while the file is this process's; -1 (sockets
+// unavailable: nothing to hold). Error(invalid_config) naming `what` when
+// another process holds it (two runs with one --log-json mixed their records
+// under one run record).
+int hold_output_for_process(const std::string &path, const std::string &what);
 
 // Whether two output paths name one file: the same file when both exist (any
 // links), else the same normalized path.

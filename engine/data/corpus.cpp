@@ -106,7 +106,8 @@ bool DocumentReader::next(std::vector<std::string> &chunk, size_t max_bytes) {
 }
 
 CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const std::string &format,
-                                const Tokenizer &tok, const std::string &out_path, int workers) {
+                                const Tokenizer &tok, const std::string &out_path, int workers,
+                                bool new_only) {
   const int threads = resolve_workers(workers);
   const std::vector<std::string> files = expand_inputs(inputs);
   // Before any work: the output must be a file we may replace, and no input.
@@ -147,13 +148,13 @@ CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const st
     std::swap(docs[i], docs[j]);
   }
   st.num_docs = docs.size();
-  write_token_dataset(out_path, docs, tok.vocab_size());
+  write_token_dataset(out_path, docs, tok.vocab_size(), new_only);
   return st;
 }
 
 TokenizeOptions parse_tokenize_options(const std::vector<std::string> &kv) {
   const char *keys =
-      "output, format, workers, tokenizer_type, vocab_file, merge_file, tokenizer_file";
+      "output, format, workers, new_only, tokenizer_type, vocab_file, merge_file, tokenizer_file";
   TokenizeOptions o;
   std::set<std::string> seen;
   for (const std::string &item : kv) {
@@ -164,6 +165,11 @@ TokenizeOptions parse_tokenize_options(const std::vector<std::string> &kv) {
       o.format = value;
     else if (key == "workers")
       o.workers = parse_workers(value);
+    else if (key == "new_only") {
+      if (value != "0" && value != "1")
+        fail(Status::bad_value, "new_only must be 0 or 1, got '", value, "'");
+      o.new_only = value == "1";
+    }
     else if (!set_tokenizer_option(o.tokenizer, key, value))
       fail(Status::unknown_option, "unknown tokenize option '", key, "'; allowed: ", keys);
   }

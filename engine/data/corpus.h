@@ -42,16 +42,19 @@ struct CorpusStats {
 // document and writes the dataset atomically. `workers` threads encode (0: one
 // per core; see ordered_parallel.h); the file is the same for any number.
 CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const std::string &format,
-                                const Tokenizer &tok, const std::string &out_path, int workers = 1);
+                                const Tokenizer &tok, const std::string &out_path, int workers = 1,
+                                bool new_only = false);
 
 // What build_token_dataset takes, from "key=value" strings (the C ABI's way):
 // output (required), format (default fortune), workers (default 1, 0: one
-// per core) and the tokenizer's keys (set_tokenizer_option). An unknown key is
+// per core), new_only (0 or 1: never replace an output made meanwhile) and the
+// tokenizer's keys (set_tokenizer_option). An unknown key is
 // an error listing the allowed ones.
 struct TokenizeOptions {
   std::string output, format = "fortune";
   TokenizerSpec tokenizer;
   int workers = 1;
+  bool new_only = false;  // write_token_dataset's
 };
 TokenizeOptions parse_tokenize_options(const std::vector<std::string> &kv);
 

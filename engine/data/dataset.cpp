@@ -31,7 +31,8 @@ static_assert(sizeof(Header) == 64, "header must be 64 bytes");
 }  // namespace
 
 void write_token_dataset(const std::string &out_path,
-                         const std::vector<std::vector<int32_t>> &docs, int vocab_size) {
+                         const std::vector<std::vector<int32_t>> &docs, int vocab_size,
+                         bool new_only) {
   if (vocab_size <= 0) fail(Status::invalid_argument, "vocab_size must be positive");
   const std::string path = output_target(out_path, "token dataset output", OutputKind::ptdp_dataset);
   Header h{};
@@ -78,7 +79,7 @@ void write_token_dataset(const std::string &out_path,
     throw;
   }
   ::close(fd);
-  rename_temp_file(tmp, path);
+  put_in_place({{tmp, path}}, "token dataset output '" + out_path + "'", new_only);
 }
 
 TokenDataset::TokenDataset(const std::string &path)

@@ -20,9 +20,11 @@ namespace ptdp {
 
 constexpr uint32_t kTokenDatasetVersion = 1;
 
-// Writes documents (already tokenized, EOD included) atomically.
+// Writes documents (already tokenized, EOD included) atomically. new_only: a
+// file there by then (another command made it meanwhile) is not replaced:
+// Error(io_error), this one's file gone (put_in_place).
 void write_token_dataset(const std::string &path, const std::vector<std::vector<int32_t>> &docs,
-                         int vocab_size);
+                         int vocab_size, bool new_only = false);
 
 class TokenDataset final : public TokenSource {
  public:

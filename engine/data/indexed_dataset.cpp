@@ -249,8 +249,8 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string &prefix, int vocab_
     fail(Status::invalid_argument, "tokenize output '", prefix, "': its .bin is '", bin_path_,
          "' and its .idx '", idx_path_, "' (through a link): a dataset's two files are one pair, ",
          "X.bin beside X.idx; remove the link or give another prefix");
-  bin_claim_ = OutputClaim(bin_path_, what);
-  idx_claim_ = OutputClaim(idx_path_, what);
+  bin_claim_ = OutputClaim(bin_path_, what, true);  // (another tokenize's too)
+  idx_claim_ = OutputClaim(idx_path_, what, true);
   fd_ = create_temp_file(bin_path_, &bin_tmp_);
 }
 

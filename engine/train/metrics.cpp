@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -86,6 +89,22 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
     fail(Status::invalid_argument, "a JSON-lines record must be one line; got one with a newline");
   // The target first (what it is, whose input), then the record.
   const std::string target = output_target(path, "--log-json", OutputKind::metrics_log);
+  // A metrics log is one run's: the first process to write it holds it while
+  // it lives (two runs with one --log-json mixed their records under one run
+  // record, both exiting 0).
+  {
+    static std::mutex mu;
+    static std::set<std::string> held;  // this process's logs (their locks stay open)
+    const std::lock_guard<std::mutex> lock(mu);
+    std::error_code ec;
+    // (Absolute first: weakly_canonical leaves a new relative name relative.)
+    const std::string key =
+        std::filesystem::weakly_canonical(std::filesystem::absolute(target, ec), ec).string();
+    if (!held.count(key)) {
+      hold_output_for_process(target, "--log-json");
+      held.insert(key);
+    }
+  }
   // One JSON object, as every record of the file, and the first one the run
   // record ({"kind": "run", ...}): what makes the file a metrics log (its
   // kind), so that no later append, and no writer, takes it for another file.

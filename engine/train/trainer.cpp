@@ -200,11 +200,11 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   // run, a --log-json say, may take it).
   if (!opt_.timeline_path.empty()) {
     check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::trace);
-    output_claims_.emplace_back(process_path(opt_.timeline_path), "--timeline");
+    output_claims_.emplace_back(process_path(opt_.timeline_path), "--timeline", true);
   }
   if (!opt_.op_profile_path.empty()) {
     check_output_file(process_path(opt_.op_profile_path), "--profile-ops", OutputKind::op_profile);
-    output_claims_.emplace_back(process_path(opt_.op_profile_path), "--profile-ops");
+    output_claims_.emplace_back(process_path(opt_.op_profile_path), "--profile-ops", true);
   }
   bind_device_comms();
   for (auto &R : ranks_) {

@@ -252,7 +252,7 @@ TEST(OutputFile, ASetIsPutInPlaceWholeAndChecked) {
   expect_error([&] {
     ptdp::put_in_place({{ptdp::write_temp_file(a, "a"), a}, {ptdp::write_temp_file(b, "b"), b}},
                        "export to 'x'", true);
-  }, ptdp::Status::io_error, "export to 'x': '" + b + "' appeared while this command wrote it");
+  }, ptdp::Status::io_error, "export to 'x': '" + b + "' is there, and this command replaces nothing");
   EXPECT_FALSE(std::filesystem::exists(a)) << "all or none";
   std::ifstream in(b);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "another command's");
@@ -266,6 +266,34 @@ TEST(OutputFile, ASetIsPutInPlaceWholeAndChecked) {
   ptdp::put_in_place({{ptdp::write_temp_file(a, "new"), a}, {ptdp::write_temp_file(b, "new"), b}},
                      "tokenize output 'p'");  // replacing is what a plain set does
   EXPECT_TRUE(std::filesystem::exists(a));
+}
+
+// A file only one process writes (a per-process --timeline, a tokenize's .bin)
+// is refused to a second process while the first holds it, and free when the
+// first ends, however it ends (two tokenizes of one prefix left a mixed pair).
+TEST(OutputFile, AnOutputOfOneProcessIsRefusedToAnother) {
+  TempDir dir;
+  const std::string out = dir.path + "/trace.json";
+  int ready[2], go[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const ptdp::OutputClaim held(out, "--timeline", true);
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) ::_exit(2);
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  expect_error([&] { ptdp::OutputClaim second(out, "--timeline", true); }, ptdp::Status::invalid_config,
+               "--timeline '" + out + "' is being written by another process");
+  EXPECT_NO_THROW(ptdp::OutputClaim mine(out, "--timeline"));  // (within this process only)
+  ASSERT_EQ(::write(go[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_NO_THROW(ptdp::OutputClaim free_again(out, "--timeline", true));
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
 }
 
 // Every temporary is on the signal cleanup's list, however many there are (a

@@ -333,6 +333,8 @@ expect_error('top_p', 'top_p 0', trainer.generate, trainer, 'x', { temperature =
 expect_error('top_k', 'negative top_k', trainer.generate, trainer, 'x', { temperature = 1, top_k = -2 })
 expect_error('temperature 0 samples none', 'top_k with greedy decoding', trainer.generate, trainer,
              'x', { top_k = 5 })
+expect_error('new_only is for output', 'tokenize new_only with output_prefix', ptdp.tokenize,
+             { inputs = 'x.txt', output_prefix = 'p', new_only = true })
 -- A prompt longer than the position window and the module's first 256-byte buffer.
 local long = string.rep('The cat sleeps. ', 30)
 local g3 = trainer:generate(long, { max_new_tokens = 4 })
