@@ -153,6 +153,21 @@ case("train_gpt.lua: fp16 at loss scale 1 and lr 10 (the model diverges)",
      "--global-batch-size", "2"], "lua_train_gpt_diverged")
 case("train_gpt.lua: `--finetune` without `--load`",
      train + ["--data-path", "good.ptdp", "--finetune"] + tiny, "checkpoint_import_cli")
+case("train_gpt.lua: `--async-save` without `--save`",
+     train + ["--data-path", "good.ptdp", "--async-save"] + tiny, "Preemption.SaveOptionsWithoutASaveDirectoryAreRefused")
+case("train_gpt.lua: `--save-interval 1` without `--save`",
+     train + ["--data-path", "good.ptdp", "--save-interval", "1"] + tiny,
+     "Preemption.SaveOptionsWithoutASaveDirectoryAreRefused")
+case("train_gpt.lua: `--keep-last-checkpoints 1` without `--save`",
+     train + ["--data-path", "good.ptdp", "--keep-last-checkpoints", "1"] + tiny, ONLY)
+case("train_gpt.lua: `--verify-checkpoint 0` without `--load`",
+     train + ["--data-path", "good.ptdp", "--verify-checkpoint", "0"] + tiny, ONLY)
+case("bench_cpu.lua: `--save out` (a save inside the timed steps)",
+     [os.path.join(repo, "scripts", "bench_cpu.lua"), "--save", "out"], ONLY)
+case("`ptdp generate` with `--seed` and greedy decoding",
+     ["generate", "--load", "ckpt", "--prompt", "x", "--seed", "5"], ONLY)
+case("`ptdp generate` with `--top-k 5` and greedy decoding",
+     ["generate", "--load", "ckpt", "--prompt", "x", "--top-k", "5"], "Trainer.SameSeedGivesBitIdenticalLosses")
 os.mkfifo(os.path.join(work, "fifo.lua"))
 case("a script that is a FIFO", ["fifo.lua"], ONLY)
 case("`ptdp ckpt frobnicate`", ["ckpt", "frobnicate"], "lua_ckpt_cli_unknown_subcommand")
