@@ -832,7 +832,6 @@ bool rename_no_replace(const std::string &tmp, const std::string &target) {
   ::unlink(tmp.c_str());
   return true;
 }
-}  // namespace
 
 // The output sets put into one directory, one at a time across processes: an
 // abstract Unix socket named for the directory's device and inode is bound
@@ -865,6 +864,7 @@ class DirectorySetLock {
  private:
   int fd_ = -1;
 };
+}  // namespace
 
 void put_in_place(const std::vector<std::pair<std::string, std::string>> &temps,
                   const std::string &what, bool new_only) {
@@ -877,13 +877,18 @@ void put_in_place(const std::vector<std::pair<std::string, std::string>> &temps,
     const std::filesystem::path real = std::filesystem::canonical(parent.empty() ? "." : parent, ec);
     dirs.insert(ec ? parent.string() : real.string());
   }
-  std::vector<std::unique_ptr<DirectorySetLock>> locks;
-  for (const std::string &d : dirs) locks.push_back(std::make_unique<DirectorySetLock>(d, what));
-  std::vector<FileId> ids;
-  for (const auto &tt : temps) ids.push_back(file_id(tt.first));
   auto drop_temps = [&](size_t from) {
     for (size_t i = from; i < temps.size(); i++) remove_temp_file(temps[i].first);
   };
+  std::vector<std::unique_ptr<DirectorySetLock>> locks;
+  try {
+    for (const std::string &d : dirs) locks.push_back(std::make_unique<DirectorySetLock>(d, what));
+  } catch (...) {
+    drop_temps(0);  // (nothing of this call's is left)
+    throw;
+  }
+  std::vector<FileId> ids;
+  for (const auto &tt : temps) ids.push_back(file_id(tt.first));
   {
     const UninterruptedStep step(what + " not completed");
     for (size_t i = 0; i < temps.size(); i++) {

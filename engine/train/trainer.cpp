@@ -543,7 +543,7 @@ void Trainer::write_timeline() const {
 void Trainer::write_diagnostic(const char *flag, bool *failed, const std::function<void()> &write) {
   try {
     write();
-  } catch (const Error &e) {
+  } catch (const std::exception &e) {  // (an Error, or the file system's)
     if (!*failed)  // (each process writes its own file, and says so for its own)
       std::fprintf(stderr, "ptdp: %s not written at iteration %lld (training goes on; said once): %s\n",
                    flag, (long long)iteration_, e.what());
