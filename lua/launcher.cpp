@@ -90,7 +90,7 @@ void decimal_integers(CLI::App &app) {
     opt->transform(
         [type](std::string v) {
           if (v.empty()) return v;  // (an empty value is named as such after the parse)
-          size_t at = v[0] == '-' || v[0] == '+' ? 1 : 0;
+          size_t at = v[0] == '-' ? 1 : 0;  // (no '+': as every integer the engine reads)
           if (at == v.size() || v.find_first_not_of("0123456789", at) != std::string::npos)
             throw CLI::ValidationError("takes a whole number in decimal digits, got '" + v + "'");
           while (at + 1 < v.size() && v[at] == '0') v.erase(at, 1);

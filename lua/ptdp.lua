@@ -277,6 +277,14 @@ local function set_option(cfg, key, value)
         raise(string.format('ptdp.config: %s item %d is a %s; a blend lists weights (numbers) ' ..
                             'and prefixes (texts)', key, i, type(v)))
       end
+      -- The engine reads the blend as one text split at white space: an item
+      -- holding some would be read as other items (a dataset 'g 1 d' as the
+      -- blend of g and d).
+      if type(v) == 'string' and (v == '' or v:find('%s')) then
+        raise(string.format("ptdp.config: %s item %d '%s' is empty or holds white space, which " ..
+                            'separates the items of a blend: give that dataset a name (or a ' ..
+                            'link) without it', key, i, v))
+      end
       items[i] = tostring(v)
     end
     value = table.concat(items, ' ')
@@ -385,12 +393,15 @@ end
 local Trainer = {}
 Trainer.__index = Trainer
 
+-- A trainer the script no longer refers to holds its --save directory (no
+-- other writer of this process may save there) until the collector frees it:
+-- everything that saves collects first (or the script closes the trainer).
+local function release_let_go() collectgarbage() end
+
 function M.trainer(t)
   local cfg = M.config(t)
   local out = ffi.new('ptdp_trainer*[1]')
-  -- A trainer the script no longer refers to holds its --save directory (no
-  -- other trainer may save there) until the collector frees it: collect first.
-  collectgarbage()
+  release_let_go()
   check(C.ptdp_trainer_create(cfg, out))
   return setmetatable({ handle = ffi.gc(out[0], C.ptdp_trainer_destroy),
                         batch = tonumber(config_get(cfg, 'global_batch_size')),
@@ -631,6 +642,10 @@ function Trainer:generate(prompt, opts)
   need_count(opts.seed, 'generate', 'seed', 0, 2 ^ 53)
   need_number(opts.temperature, 'generate', 'temperature')
   need_number(opts.top_p, 'generate', 'top_p')
+  if opts.seed ~= nil and (opts.temperature or 0) == 0 then  -- (top_k, top_p: the engine says)
+    raise('ptdp.generate: seed keys the sampling, and temperature 0 samples nothing (greedy ' ..
+          'decoding takes the most likely token): give a temperature > 0, or leave seed out')
+  end
   return read_text(function(buf, cap, len)
     return C.ptdp_trainer_generate_top(self.handle, prompt or '', opts.max_new_tokens or 200,
                                        opts.temperature or 0, opts.top_k or 0, opts.top_p or 1,
@@ -642,6 +657,7 @@ end
 -- returns that directory.
 function Trainer:save(dir)
   need_string(dir, 'save', 'dir')
+  release_let_go()
   check(C.ptdp_trainer_save(self.handle, dir))
   return self:text('last_checkpoint')
 end
@@ -662,6 +678,16 @@ function Trainer:load(dir)
   need_string(dir, 'load', 'dir')
   check(C.ptdp_trainer_load(self.handle, dir))
   return self:text('loaded_checkpoint')
+end
+
+-- Ends the trainer now (its saves waited for, its --save directory and
+-- outputs released) rather than when the collector frees it; any later call
+-- on it is an error.
+function Trainer:close()
+  if self.handle == nil then return end
+  local h = self.handle
+  self.handle = nil
+  C.ptdp_trainer_destroy(ffi.gc(h, nil))
 end
 
 -- loaded_checkpoint, last_checkpoint or last_save_error ('' if none), or device
@@ -712,6 +738,7 @@ function M.import_safetensors(file, dir, opts)
   need_string(dir, 'import_safetensors', 'dir')
   opts = need_options(opts, 'import_safetensors', { 'config' })
   opt_string(opts.config, 'import_safetensors', 'config')
+  release_let_go()
   check(C.ptdp_checkpoint_import_safetensors(file, opts.config, dir))
   return dir
 end
@@ -894,17 +921,34 @@ int rmdir(const char *path);
 char *strerror(int errnum);
 ]]
 
--- Removes the directories mkdirs made, innermost first, each only while empty.
+-- The directories this process's mkdirs made (by path): the only ones
+-- unmake_dirs removes, whatever list it is given.
+local made_by_mkdirs = {}
+local function need_made(made, fn)
+  if type(made) ~= 'table' then
+    raise(string.format('ptdp.%s: give the list of directories mkdirs returned, got %s', fn, type(made)))
+  end
+  need_list(made, fn, 'made')
+end
+
+-- Removes the directories mkdirs made (its second result), innermost first,
+-- each only while empty; a path mkdirs did not make is left alone.
 function M.unmake_dirs(made)
+  need_made(made, 'unmake_dirs')
   for i = #made, 1, -1 do
+    need_string(made[i], 'unmake_dirs', 'made[' .. i .. ']')
     C.ptdp_hold_made_directory(made[i], 0)
-    ffi.C.rmdir(made[i])
+    if made_by_mkdirs[made[i]] and ffi.C.rmdir(made[i]) == 0 then made_by_mkdirs[made[i]] = nil end
   end
 end
 
 -- Keeps them: off the interrupted run's cleanup (what they hold is done).
 function M.keep_dirs(made)
-  for i = #made, 1, -1 do C.ptdp_hold_made_directory(made[i], 0) end
+  need_made(made, 'keep_dirs')
+  for i = #made, 1, -1 do
+    need_string(made[i], 'keep_dirs', 'made[' .. i .. ']')
+    C.ptdp_hold_made_directory(made[i], 0)
+  end
 end
 
 function M.mkdirs(path)
@@ -923,6 +967,7 @@ function M.mkdirs(path)
     C.ptdp_hold_made_directory(prefix, 1)  -- before it exists: no moment left out
     if ffi.C.mkdir(prefix, tonumber('755', 8)) == 0 then
       made[#made + 1] = prefix
+      made_by_mkdirs[prefix] = true
     else
       local err = ffi.errno()
       C.ptdp_hold_made_directory(prefix, 0)  -- not this script's

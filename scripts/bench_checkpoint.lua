@@ -64,7 +64,7 @@ for _, key in ipairs { 'save', 'save_interval', 'async_save', 'keep_last_checkpo
     os.exit(2)
   end
 end
-bench.refuse_untimed(given)  -- nor exits (its saves are refused above, with its reason)
+bench.refuse_untimed(given, config)  -- nor exits (its saves are refused above, with its reason)
 
 -- The default dataset is tokenized on first use; a --data-path must exist.
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,

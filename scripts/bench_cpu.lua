@@ -19,7 +19,7 @@ local config, opts, given = flags.parse(arg, {
   vocab_size = 8192,  -- the bench vocabulary; byte tokens use ids 0..256 of it
   data_path = 'data/fortunes.ptdp',
 })
-require('ptdp.bench').refuse_untimed(given)  -- no saves or exits in the timed steps
+require('ptdp.bench').refuse_untimed(given, config)  -- no saves or exits in the timed steps
 
 -- The default dataset is tokenized on first use; a --data-path must exist.
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,

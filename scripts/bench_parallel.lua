@@ -14,7 +14,7 @@ local config, opts, given = flags.parse(arg, {
   lr = 1e-4, min_lr = 1e-5, lr_decay_style = 'constant', vocab_size = 8192,
   hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
 })
-require('ptdp.bench').refuse_untimed(given)  -- no saves or exits in the timed steps
+require('ptdp.bench').refuse_untimed(given, config)  -- no saves or exits in the timed steps
 
 -- The default dataset is tokenized on first use; a --data-path must exist.
 -- (Checked with the layouts below, before any runs.)

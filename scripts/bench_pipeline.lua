@@ -34,7 +34,7 @@ local config, opts, given = flags.parse(arg, {
   lr = 1e-4, min_lr = 1e-5, lr_decay_style = 'constant',
   hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
 })
-require('ptdp.bench').refuse_untimed(given)  -- no saves or exits in the timed steps
+require('ptdp.bench').refuse_untimed(given, config)  -- no saves or exits in the timed steps
 
 -- The outputs and every schedule's layout are checked now, not after the
 -- first schedules have run: against the dataset (an input once resolved

@@ -30,7 +30,7 @@ local config, opts, given = flags.parse(arg, {
   lr = 1e-4, min_lr = 1e-5, lr_decay_style = 'constant',
   hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
 })
-require('ptdp.bench').refuse_untimed(given)  -- no saves or exits in the timed steps
+require('ptdp.bench').refuse_untimed(given, config)  -- no saves or exits in the timed steps
 
 -- What the benchmark sets itself is refused when given (it would be
 -- overwritten per layout), and so are --machine with --save-machine (the
@@ -67,99 +67,112 @@ local model = {
   fp32 = true, recompute_granularity = 'none',
 }
 
--- Calibrate once (or load), then every prediction reads the same machine file.
-local machine = opts.machine
-if machine == '' then
-  machine = opts.save_machine ~= '' and opts.save_machine or os.tmpname()
-  local cal = {}
-  for k, v in pairs(model) do cal[k] = v end
-  cal.num_gpus, cal.calibrate, cal.save_machine = 1, true, machine
-  local report = ptdp.plan(cal).text  -- the text report holds what was measured
-  for line in report:gmatch('[^\n]+') do
-    if line:find('calibrated this CPU', 1, true) then print(line:gsub('^%s+', '')) end
+-- A calibration only for this run lives in a directory of its own, removed
+-- however the run ends (os.tmpname's file stayed behind in /tmp).
+local tmpdir = (opts.machine == '' and opts.save_machine == '') and
+               ptdp.make_temp_dir(os.getenv('TMPDIR') or '/tmp', 'ptdp_plan_calibration.') or nil
+local ok, err = pcall(function()
+  -- Calibrate once (or load), then every prediction reads the same machine file.
+  local machine = opts.machine
+  if machine == '' then
+    machine = opts.save_machine ~= '' and opts.save_machine or tmpdir .. '/machine.json'
+    local cal = {}
+    for k, v in pairs(model) do cal[k] = v end
+    cal.num_gpus, cal.calibrate, cal.save_machine = 1, true, machine
+    local report = ptdp.plan(cal).text  -- the text report holds what was measured
+    for line in report:gmatch('[^\n]+') do
+      if line:find('calibrated this CPU', 1, true) then print(line:gsub('^%s+', '')) end
+    end
   end
-end
 
-local function predict(layout)
-  local q = {}
-  for k, v in pairs(model) do q[k] = v end
-  q.machine, q.num_gpus = machine, layout.t * layout.p * layout.d
-  q.t, q.p, q.d, q.b, q.v = layout.t, layout.p, layout.d, layout.b, layout.v
-  if layout.recompute then q.recompute_granularity = 'full' end
-  if layout.p > 1 then q.pipeline_schedule = layout.v > 1 and 'interleaved' or '1f1b' end
-  local r = ptdp.plan(q)
-  assert(r.best, 'the planner has no prediction for ' .. layout.name)
-  return r.best.iteration_s
-end
-
-local median = require('ptdp.bench').median
-
-local function measure(layout)
-  local c = {}
-  for k, v in pairs(config) do c[k] = v end
-  c.tensor_model_parallel_size, c.pipeline_model_parallel_size = layout.t, layout.p
-  c.data_parallel_size, c.micro_batch_size = layout.d, layout.b
-  if layout.recompute then c.recompute_granularity = 'full' end
-  if layout.v > 1 then
-    c.num_layers_per_virtual_pipeline_stage = L / (layout.p * layout.v)
-    c.pipeline_schedule = 'interleaved'
-  elseif layout.p > 1 then
-    c.pipeline_schedule = '1f1b'
+  local function predict(layout)
+    local q = {}
+    for k, v in pairs(model) do q[k] = v end
+    q.machine, q.num_gpus = machine, layout.t * layout.p * layout.d
+    q.t, q.p, q.d, q.b, q.v = layout.t, layout.p, layout.d, layout.b, layout.v
+    if layout.recompute then q.recompute_granularity = 'full' end
+    if layout.p > 1 then q.pipeline_schedule = layout.v > 1 and 'interleaved' or '1f1b' end
+    local r = ptdp.plan(q)
+    assert(r.best, 'the planner has no prediction for ' .. layout.name)
+    return r.best.iteration_s
   end
-  local trainer = ptdp.trainer(c)
-  for _ = 1, opts.warmup do trainer:step() end
-  local times = {}
-  for i = 1, opts.iters do times[i] = trainer:step().elapsed_ms / 1e3 end
-  trainer = nil
-  collectgarbage()
-  local lo, hi = math.huge, 0
-  for _, x in ipairs(times) do lo, hi = math.min(lo, x), math.max(hi, x) end
-  return median(times), (hi - lo) / median(times)
-end
 
-local layouts = {}
-local function add(name, t, p, d, b, v, recompute)
-  layouts[#layouts + 1] = { name = name, t = t, p = p, d = d, b = b, v = v or 1,
-                            recompute = recompute }
-end
-add('serial', 1, 1, 1, 1)
-add('serial', 1, 1, 1, 2)
-add('serial', 1, 1, 1, 8)
-add('tensor', n, 1, 1, 1)
-add('tensor', n, 1, 1, 4)
-add('data', 1, 1, n, 1)
-add('data', 1, 1, n, 4)
-add('1f1b', 1, n, 1, 1)
-add('1f1b', 1, n, 1, 2)
-add('interleaved', 1, n, 1, 1, 2)
-add('interleaved', 1, n, 1, 2, 2)
--- Full recomputation: every layer's forward again in the backward.
-add('recompute', 1, 1, 1, 2, 1, true)
-add('1f1b+recomp', 1, n, 1, 2, 1, true)
+  local median = require('ptdp.bench').median
 
-print(string.format('GPT l=%d h=%d a=%d s=%d V=%d, global batch %d, fp32; %d warm-up + median of ' ..
-                    '%d steps, lowest of %d rounds', L, h, model.num_attention_heads, seq,
-                    model.vocab_size, gbs, opts.warmup, opts.iters, opts.rounds))
-for _, lay in ipairs(layouts) do lay.pred = predict(lay) end
-for _ = 1, opts.rounds do
+  local function measure(layout)
+    local c = {}
+    for k, v in pairs(config) do c[k] = v end
+    c.tensor_model_parallel_size, c.pipeline_model_parallel_size = layout.t, layout.p
+    c.data_parallel_size, c.micro_batch_size = layout.d, layout.b
+    if layout.recompute then c.recompute_granularity = 'full' end
+    if layout.v > 1 then
+      c.num_layers_per_virtual_pipeline_stage = L / (layout.p * layout.v)
+      c.pipeline_schedule = 'interleaved'
+    elseif layout.p > 1 then
+      c.pipeline_schedule = '1f1b'
+    end
+    local trainer = ptdp.trainer(c)
+    for _ = 1, opts.warmup do trainer:step() end
+    local times = {}
+    for i = 1, opts.iters do times[i] = trainer:step().elapsed_ms / 1e3 end
+    trainer = nil
+    collectgarbage()
+    local lo, hi = math.huge, 0
+    for _, x in ipairs(times) do lo, hi = math.min(lo, x), math.max(hi, x) end
+    return median(times), (hi - lo) / median(times)
+  end
+
+  local layouts = {}
+  local function add(name, t, p, d, b, v, recompute)
+    layouts[#layouts + 1] = { name = name, t = t, p = p, d = d, b = b, v = v or 1,
+                              recompute = recompute }
+  end
+  add('serial', 1, 1, 1, 1)
+  add('serial', 1, 1, 1, 2)
+  add('serial', 1, 1, 1, 8)
+  add('tensor', n, 1, 1, 1)
+  add('tensor', n, 1, 1, 4)
+  add('data', 1, 1, n, 1)
+  add('data', 1, 1, n, 4)
+  add('1f1b', 1, n, 1, 1)
+  add('1f1b', 1, n, 1, 2)
+  add('interleaved', 1, n, 1, 1, 2)
+  add('interleaved', 1, n, 1, 2, 2)
+  -- Full recomputation: every layer's forward again in the backward.
+  add('recompute', 1, 1, 1, 2, 1, true)
+  add('1f1b+recomp', 1, n, 1, 2, 1, true)
+
+  print(string.format('GPT l=%d h=%d a=%d s=%d V=%d, global batch %d, fp32; %d warm-up + median of ' ..
+                      '%d steps, lowest of %d rounds', L, h, model.num_attention_heads, seq,
+                      model.vocab_size, gbs, opts.warmup, opts.iters, opts.rounds))
+  for _, lay in ipairs(layouts) do lay.pred = predict(lay) end
+  for _ = 1, opts.rounds do
+    for _, lay in ipairs(layouts) do
+      local meas, spread = measure(lay)
+      if not lay.meas or meas < lay.meas then lay.meas, lay.spread = meas, spread end
+      lay.worst = math.max(lay.worst or 0, meas)
+    end
+  end
+  print(string.format('%-12s %2s %2s %2s %2s %2s %3s  %13s  %12s  %6s  %7s  %7s', 'layout', 't', 'p', 'd',
+                      'b', 'v', 'm', 'predicted(ms)', 'measured(ms)', 'ratio', 'spread', 'rounds'))
+  local sum, worst = 0, 0
   for _, lay in ipairs(layouts) do
-    local meas, spread = measure(lay)
-    if not lay.meas or meas < lay.meas then lay.meas, lay.spread = meas, spread end
-    lay.worst = math.max(lay.worst or 0, meas)
+    local ratio = lay.pred / lay.meas
+    local err = math.abs(ratio - 1)
+    sum, worst = sum + err, math.max(worst, err)
+    -- spread: (slowest - fastest) / median step of the kept round; rounds: the
+    -- slowest round's median over the kept one, minus 1 (how loaded the machine was).
+    print(string.format('%-12s %2d %2d %2d %2d %2d %3d  %13.2f  %12.2f  %6.3f  %6.1f%%  %6.1f%%', lay.name,
+                        lay.t, lay.p, lay.d, lay.b, lay.v, gbs / (lay.b * lay.d), 1e3 * lay.pred,
+                        1e3 * lay.meas, ratio, 100 * lay.spread, 100 * (lay.worst / lay.meas - 1)))
   end
+  print(string.format('layouts=%d mean_abs_rel_err=%.4f max_abs_rel_err=%.4f', #layouts, sum / #layouts, worst))
+end)
+if tmpdir then
+  os.remove(tmpdir .. '/machine.json')
+  os.remove(tmpdir)
 end
-print(string.format('%-12s %2s %2s %2s %2s %2s %3s  %13s  %12s  %6s  %7s  %7s', 'layout', 't', 'p', 'd',
-                    'b', 'v', 'm', 'predicted(ms)', 'measured(ms)', 'ratio', 'spread', 'rounds'))
-local sum, worst = 0, 0
-for _, lay in ipairs(layouts) do
-  local ratio = lay.pred / lay.meas
-  local err = math.abs(ratio - 1)
-  sum, worst = sum + err, math.max(worst, err)
-  -- spread: (slowest - fastest) / median step of the kept round; rounds: the
-  -- slowest round's median over the kept one, minus 1 (how loaded the machine was).
-  print(string.format('%-12s %2d %2d %2d %2d %2d %3d  %13.2f  %12.2f  %6.3f  %6.1f%%  %6.1f%%', lay.name,
-                      lay.t, lay.p, lay.d, lay.b, lay.v, gbs / (lay.b * lay.d), 1e3 * lay.pred,
-                      1e3 * lay.meas, ratio, 100 * lay.spread, 100 * (lay.worst / lay.meas - 1)))
+if not ok then
+  io.stderr:write('bench_plan_calibration: ' .. tostring(err):gsub('^[^:]*:%d+: ', '') .. '\n')
+  os.exit(1)
 end
-if opts.machine == '' and opts.save_machine == '' then os.remove(machine) end
-print(string.format('layouts=%d mean_abs_rel_err=%.4f max_abs_rel_err=%.4f', #layouts, sum / #layouts, worst))

@@ -17,7 +17,7 @@ local config, opts, given = flags.parse(arg, {
   vocab_size = 8192,  -- the bench vocabulary; byte tokens use ids 0..256 of it
   data_path = 'data/fortunes.ptdp',
 })
-require('ptdp.bench').refuse_untimed(given)  -- no saves or exits in the timed steps
+require('ptdp.bench').refuse_untimed(given, config)  -- no saves or exits in the timed steps
 -- The default warm-up (20 steps) shortened to a tenth of a shorter run, which
 -- it would otherwise outlast.
 if not given.lr_warmup_iters then config.lr_warmup_iters = math.min(20, math.floor(opts.steps / 10)) end

@@ -26,17 +26,12 @@ end
 -- tokenizer needs its own --data-path.
 local tokenizer = config.tokenizer_type or 'byte'
 ptdp.check_config(config)  -- every value checked now, together, before any file is made
--- Options that act only on this run's saves or its load (the engine takes them
--- for the API's saves and loads too, which this script does not make): without
--- --save or --load they would be ignored.
-for _, o in ipairs { { 'keep_last_checkpoints', 'save' }, { 'verify_checkpoint', 'load' },
-                     { 'override_opt_param_scheduler', 'load' } } do
-  if given[o[1]] and (config[o[2]] or '') == '' then
-    io.stderr:write(string.format("ptdp: --%s acts on the run's %s, and --%s is not given: give " ..
-                                  "--%s, or leave it out\n", (o[1]:gsub('_', '-')),
-                                  o[2] == 'save' and 'saves' or 'load', o[2], o[2]))
-    os.exit(2)
-  end
+-- Options that act only on this run's saves or its load would be ignored
+-- without --save or --load.
+local unused = flags.unused_option(config, given)
+if unused then
+  io.stderr:write('ptdp: ' .. unused .. '\n')
+  os.exit(2)
 end
 -- and every output: a refused run makes nothing (no dataset, no --save directory).
 -- A file whose directory is not there yet may only go into the --save

@@ -168,6 +168,17 @@ case("`ptdp generate` with `--seed` and greedy decoding",
      ["generate", "--load", "ckpt", "--prompt", "x", "--seed", "5"], ONLY)
 case("`ptdp generate` with `--top-k 5` and greedy decoding",
      ["generate", "--load", "ckpt", "--prompt", "x", "--top-k", "5"], "Trainer.SameSeedGivesBitIdenticalLosses")
+case("bench_cpu.lua: `--verify-checkpoint 0` without `--load`",
+     [os.path.join(repo, "scripts", "bench_cpu.lua"), "--verify-checkpoint", "0"], ONLY)
+case("train_gpt.lua: `--sample-tokens +5` (a sign on a whole number)",
+     train + ["--data-path", "good.ptdp", "--sample-tokens", "+5"] + tiny, ONLY)
+case("`ptdp tokenize --workers +2`", ["tokenize", "--format", "lines", "--output", "w.ptdp",
+     "--workers", "+2", corpus], ONLY)
+case("`ptdp plan --train-tokens ' 3M'` (a leading space)",
+     ["plan", "--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4",
+      "--global-batch-size", "8", "--num-gpus", "4", "--train-tokens", " 3M"], ONLY)
+case("train_gpt.lua: `--device cuda:-0`", train + ["--data-path", "good.ptdp", "--device", "cuda:-0"] + tiny,
+     ONLY)
 os.mkfifo(os.path.join(work, "fifo.lua"))
 case("a script that is a FIFO", ["fifo.lua"], ONLY)
 case("`ptdp ckpt frobnicate`", ["ckpt", "frobnicate"], "lua_ckpt_cli_unknown_subcommand")

@@ -268,7 +268,11 @@ std::string lock_name(const char *kind, const std::string &dir, const std::strin
 }  // namespace
 
 int hold_output_for_process(const std::string &path, const std::string &what) {
-  const std::filesystem::path p(path);
+  // The file the path names (through links, "..", a relative spelling): a
+  // link to another process's --timeline is that file.
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  if (ec || p.empty()) p = path;
   const std::string name = lock_name("output", p.parent_path().string(), p.filename().string());
   if (name.empty()) return -1;  // (no directory: the write names the problem)
   const int fd = bind_process_lock(name);

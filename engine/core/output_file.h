@@ -116,8 +116,8 @@ class OutputClaim : public FileRegistration {
   OutputClaim(const std::string &path, const std::string &what, bool across_processes = false);
 };
 
-// A lock between processes on the output file `path` (its directory's device
-// and inode and its name): an abstract Unix socket bound by one process at a
+// A lock between processes on the output file `path` (the file it names
+// through links: its directory's device and inode and its name): an abstract Unix socket bound by one process at a
 // time, no file made, released when its holder ends however it ends. The
 // socket to keep open while the file is this process's; -1 (sockets
 // unavailable: nothing to hold). Error(invalid_config) naming `what` when

@@ -117,6 +117,11 @@ CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const st
   // the tokenizing (a run's --log-json must not replace its --corpus).
   for (const std::string &f : files) hold_input(f, "tokenized corpus");
   output_target(out_path, "tokenize output", OutputKind::ptdp_dataset);
+  // Another tokenize writing it now is refused (both reported success, one's
+  // file being the other's); a new-only caller (a dataset made from --corpus,
+  // by every process under mpirun) instead keeps the file made first.
+  const OutputClaim claim =
+      new_only ? OutputClaim() : OutputClaim(out_path, "token dataset output", true);  // (its writer's name)
   using Docs = std::vector<std::vector<int32_t>>;
   Docs docs;  // the whole tokenized corpus, once: it is shuffled before writing
   CorpusStats st;

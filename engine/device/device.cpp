@@ -19,8 +19,8 @@ std::unique_ptr<Device> make_cuda_device(int) {
 int cuda_ordinal(const std::string &spec) {
   if (spec == "cpu" || spec == "auto" || spec == "cuda") return -1;
   if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5) {
-    long long ordinal = -1;
-    if (parse_whole(spec.substr(5), &ordinal) && ordinal >= 0 && ordinal < (1 << 20))
+    long long ordinal = -1;  // (digits only: "cuda:-0" is no device)
+    if (spec[5] != '-' && parse_whole(spec.substr(5), &ordinal) && ordinal < (1 << 20))
       return (int)ordinal;
   }
   fail(Status::bad_value, "device '", spec, "' (allowed: auto, cpu, cuda, cuda:N)");

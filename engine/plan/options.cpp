@@ -1,4 +1,5 @@
 // Parsing `ptdp plan` options: Megatron's argument names, checked one by one.
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -101,7 +102,10 @@ double tokens(const std::string &k, const std::string &v) {
   std::string suf = end ? end : "";
   double mult = suf.empty() ? 1 : suf == "K" ? 1e3 : suf == "M" ? 1e6
               : (suf == "B" || suf == "G") ? 1e9 : suf == "T" ? 1e12 : -1;
-  if (v.empty() || mult < 0 || !(x > 0) || !std::isfinite(x) || hex_number(v))
+  // (strtod skips leading white space and takes a '+': a number is written
+  // from its first digit or point.)
+  const bool plain = !v.empty() && (std::isdigit((unsigned char)v[0]) || v[0] == '.');
+  if (!plain || mult < 0 || !(x > 0) || !std::isfinite(x) || hex_number(v))
     fail(Status::bad_value, k, " must be a positive number of tokens (e.g. 300e9 or 300B), got '", v, "'");
   // A training run's tokens: from a thousand to a quintillion (1e300T made
   // the days and the cost infinite).

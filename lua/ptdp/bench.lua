@@ -46,7 +46,8 @@ end
 -- timed with them, an exit would end them early, and both without a word.
 local untimed = { 'save', 'save_interval', 'async_save', 'keep_last_checkpoints', 'exit_interval',
                   'exit_duration_in_mins', 'exit_signal_handler' }
-function M.refuse_untimed(given)
+-- Nor one that acts only on a load that is not given (ptdp.flags.unused_option).
+function M.refuse_untimed(given, config)
   for _, key in ipairs(untimed) do
     if given[key] then
       error(string.format("flag '--%s' is not a benchmark's: a save or an exit inside the timed " ..
@@ -54,6 +55,8 @@ function M.refuse_untimed(given)
                           (key:gsub('_', '-'))), 0)
     end
   end
+  local unused = require('ptdp.flags').unused_option(config, given)
+  if unused then error(unused, 0) end
 end
 
 -- The cores this process may run on (nproc follows the affinity mask).

@@ -159,7 +159,7 @@ function M.parse(argv, script_spec, config_defaults)
         end
         -- An integer is written in decimal digits, as the engine's integer
         -- options and Megatron's (argparse int) take it: not 1e3 or 0x10.
-        if spec.integer and (n ~= math.floor(n) or not value:match('^[-+]?%d+$')) then
+        if spec.integer and (n ~= math.floor(n) or not value:match('^%-?%d+$')) then
           error(string.format("flag '--%s' must be a whole number, got '%s'", name, value), 0)
         end
         if spec.min and n < spec.min then
@@ -224,6 +224,20 @@ function M.arguments(config, opts)
   end
   lines[#lines + 1] = '-------------------- end of arguments ---------------------'
   return table.concat(lines, '\n')
+end
+
+-- Options that act only on a run's saves or its load (the engine takes them
+-- for the API's saves and loads too, which a script that only trains does not
+-- make): the message refusing the first given without --save or --load, or nil.
+function M.unused_option(config, given)
+  for _, o in ipairs { { 'keep_last_checkpoints', 'save' }, { 'verify_checkpoint', 'load' },
+                       { 'override_opt_param_scheduler', 'load' } } do
+    if given[o[1]] and (config[o[2]] or '') == '' then
+      return string.format("--%s acts on the run's %s, and --%s is not given: give --%s, or " ..
+                           'leave it out', (o[1]:gsub('_', '-')), o[2] == 'save' and 'saves' or 'load',
+                           o[2], o[2])
+    end
+  end
 end
 
 return M

@@ -288,6 +288,11 @@ TEST(OutputFile, AnOutputOfOneProcessIsRefusedToAnother) {
   ASSERT_EQ(::read(ready[0], &c, 1), 1);
   expect_error([&] { ptdp::OutputClaim second(out, "--timeline", true); }, ptdp::Status::invalid_config,
                "--timeline '" + out + "' is being written by another process");
+  // Through a link too: the file it names is held (a link let a second run in).
+  std::ofstream(out) << "{}";
+  std::filesystem::create_symlink(out, dir.path + "/link.json");
+  expect_error([&] { ptdp::OutputClaim second(dir.path + "/link.json", "--timeline", true); },
+               ptdp::Status::invalid_config, "is being written by another process");
   EXPECT_NO_THROW(ptdp::OutputClaim mine(out, "--timeline"));  // (within this process only)
   ASSERT_EQ(::write(go[1], &c, 1), 1);
   int status = 0;

@@ -13,7 +13,7 @@ local launcher = assert(arg[3], 'usage: checkpoint_api.lua CORPUS TMPDIR LAUNCHE
 local data = tmpdir .. '/checkpoint_api.ptdp'
 ptdp.tokenize { inputs = { corpus }, output = data, format = 'lines' }
 local root = tmpdir .. '/checkpoint_api_ckpt'
-os.execute('rm -rf "' .. root .. '" "' .. root .. '2"')
+os.execute('rm -rf "' .. root .. '" "' .. root .. '2" "' .. root .. '3" "' .. root .. '4"')
 
 local function config(changes)
   return util.merged({
@@ -53,6 +53,18 @@ for _ = 1, 4 do c:step() end
 check(c:text('last_checkpoint') == root .. '2/iter_0000004', 'saved at the interval')
 check(c:text('last_save_error') == '', 'no save failed')
 check(not io.open(root .. '2/iter_0000002/manifest.json'), 'keep_last_checkpoints = 1 removed iter 2')
+-- One writer per save directory in a process too: a save into a live
+-- trainer's --save is refused; one the script has let go or closed is not.
+local d = ptdp.trainer(config { save = root .. '3' })
+expect_error('being saved into by another trainer or writer of this process',
+             'a save into a live trainer\'s --save', a.save, a, root .. '3')
+d = nil
+check(a:save(root .. '3') ~= '', 'a trainer let go holds its --save no more')
+d = ptdp.trainer(config { save = root .. '4' })
+d:close()
+d:close()  -- (twice: nothing more to do)
+expect_error('trainer', 'a call on a closed trainer', d.step, d)
+check(a:save(root .. '4') ~= '', 'nor one closed')
 
 -- The tools, from Lua and from the command line.
 local report = ptdp.checkpoint_inspect(root)

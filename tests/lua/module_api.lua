@@ -331,6 +331,15 @@ check(trainer:generate('Anna ', { max_new_tokens = 20, temperature = 0.9, seed =
       'top_k 0 and top_p 1 keep every token: the plain draw')
 expect_error('top_p', 'top_p 0', trainer.generate, trainer, 'x', { temperature = 1, top_p = 0 })
 expect_error('top_k', 'negative top_k', trainer.generate, trainer, 'x', { temperature = 1, top_k = -2 })
+expect_error('seed keys the sampling, and temperature 0 samples nothing', 'a seed with greedy decoding',
+             trainer.generate, trainer, 'x', { seed = 5 })
+expect_error("data_path item 2 'g 1 x.ptdp' is empty or holds white space", 'a blend item with a space',
+             ptdp.config, { data_path = { 1, 'g 1 x.ptdp' } })
+expect_error('give the list of directories mkdirs returned, got nil', 'unmake_dirs of nothing',
+             ptdp.unmake_dirs, nil)
+os.execute("mkdir '" .. tmpdir .. "/notmine'")
+ptdp.unmake_dirs { tmpdir .. '/notmine' }  -- mkdirs did not make it: it stays
+check(io.open(tmpdir .. '/notmine/.', 'r') ~= nil, 'unmake_dirs leaves a directory mkdirs did not make')
 expect_error('temperature 0 samples none', 'top_k with greedy decoding', trainer.generate, trainer,
              'x', { top_k = 5 })
 expect_error('new_only is for output', 'tokenize new_only with output_prefix', ptdp.tokenize,
