@@ -153,7 +153,7 @@ CorpusStats build_token_dataset(const std::vector<std::string> &inputs, const st
     std::swap(docs[i], docs[j]);
   }
   st.num_docs = docs.size();
-  write_token_dataset(out_path, docs, tok.vocab_size(), new_only);
+  write_token_dataset(out_path, docs, tok.vocab_size(), vocabulary_fingerprint(tok), new_only);
   return st;
 }
 

@@ -24,7 +24,8 @@ struct Header {
   uint32_t reserved;
   uint64_t num_docs;
   uint64_t num_tokens;
-  uint8_t pad[24];
+  uint64_t vocabulary;  // vocabulary_fingerprint of the tokenizer (0: not recorded, older files)
+  uint8_t pad[16];
 };
 static_assert(sizeof(Header) == 64, "header must be 64 bytes");
 
@@ -32,7 +33,7 @@ static_assert(sizeof(Header) == 64, "header must be 64 bytes");
 
 void write_token_dataset(const std::string &out_path,
                          const std::vector<std::vector<int32_t>> &docs, int vocab_size,
-                         bool new_only) {
+                         uint64_t vocabulary, bool new_only) {
   if (vocab_size <= 0) fail(Status::invalid_argument, "vocab_size must be positive");
   const std::string path = output_target(out_path, "token dataset output", OutputKind::ptdp_dataset);
   Header h{};
@@ -40,6 +41,7 @@ void write_token_dataset(const std::string &out_path,
   h.version = kTokenDatasetVersion;
   h.token_bytes = vocab_size <= 65536 ? 2 : 4;
   h.vocab_size = (uint32_t)vocab_size;
+  h.vocabulary = vocabulary;
   h.num_docs = docs.size();
   std::vector<uint64_t> offsets(docs.size() + 1, 0);
   for (size_t d = 0; d < docs.size(); d++) {
@@ -116,6 +118,7 @@ TokenDataset::TokenDataset(const std::string &path)
          h.num_docs, " documents, ", h.num_tokens, " tokens) implies ", expect,
          (expect > size ? ": truncated" : ": trailing bytes"));
   vocab_size_ = (int)h.vocab_size;
+  vocabulary_ = h.vocabulary;
   token_bytes_ = h.token_bytes;
   num_docs_ = h.num_docs;
   num_tokens_ = h.num_tokens;

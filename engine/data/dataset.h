@@ -20,11 +20,12 @@ namespace ptdp {
 
 constexpr uint32_t kTokenDatasetVersion = 1;
 
-// Writes documents (already tokenized, EOD included) atomically. new_only: a
-// file there by then (another command made it meanwhile) is not replaced:
-// Error(io_error), this one's file gone (put_in_place).
+// Writes documents (already tokenized, EOD included) atomically, recording the
+// tokenizer's vocabulary_fingerprint (0: none). new_only: a file there by
+// then (another command made it meanwhile) is not replaced: Error(io_error),
+// this one's file gone (put_in_place).
 void write_token_dataset(const std::string &path, const std::vector<std::vector<int32_t>> &docs,
-                         int vocab_size, bool new_only = false);
+                         int vocab_size, uint64_t vocabulary = 0, bool new_only = false);
 
 class TokenDataset final : public TokenSource {
  public:
@@ -35,6 +36,7 @@ class TokenDataset final : public TokenSource {
   const std::string &path() const override { return path_; }
   const char *format_name() const override { return "ptdp"; }
   int vocab_size() const override { return vocab_size_; }
+  uint64_t vocabulary() const override { return vocabulary_; }
   uint64_t num_docs() const override { return num_docs_; }
   uint64_t num_tokens() const override { return num_tokens_; }
   uint64_t doc_offset(uint64_t d) const override { return offsets_[d]; }  // d in [0, num_docs]
@@ -51,6 +53,7 @@ class TokenDataset final : public TokenSource {
   InputFile input_;  // no output of the run may overwrite it
   MappedFile file_;  // the whole dataset
   int vocab_size_ = 0;
+  uint64_t vocabulary_ = 0;
   uint32_t token_bytes_ = 0;
   uint64_t num_docs_ = 0, num_tokens_ = 0;
   const uint64_t *offsets_ = nullptr;

@@ -65,7 +65,7 @@ std::shared_ptr<const TokenSource> open_token_source(const std::string &path) {
 }
 
 void check_source_vocab(const TokenSource &src, int model_vocab, const std::string &tokenizer,
-                        int tokenizer_vocab) {
+                        int tokenizer_vocab, uint64_t vocabulary) {
   const bool ptdp_file = std::strcmp(src.format_name(), "ptdp") == 0;
   if (ptdp_file && src.vocab_size() > model_vocab)
     fail(Status::invalid_config, "dataset '", src.path(), "' has vocabulary size ",
@@ -77,6 +77,12 @@ void check_source_vocab(const TokenSource &src, int model_vocab, const std::stri
          tokenizer, "' tokenizer has ", tokenizer_vocab, ": its ids would mean other tokens. ",
          "Tokenize the text again with `ptdp tokenize --tokenizer-type ", tokenizer,
          " ...`, or train with the tokenizer that made it");
+  // Of one size, but another vocabulary (its ids name other tokens).
+  if (ptdp_file && src.vocabulary() != 0 && vocabulary != 0 && src.vocabulary() != vocabulary)
+    fail(Status::invalid_config, "dataset '", src.path(), "' was tokenized with another vocabulary ",
+         "than this run's '", tokenizer, "' tokenizer (both of ", tokenizer_vocab, " ids, but its ids "
+         "name other tokens: another vocab.json, merges or tokenizer.json). Tokenize the text again "
+         "with this run's tokenizer files, or train with the ones that made it");
   if (src.vocab_size() <= model_vocab) return;
   fail(Status::invalid_config, "Megatron dataset '", src.path(), "' holds token ids up to ",
        src.vocab_size() - 1, " but the model's vocabulary has ", model_vocab, " ids (the '",

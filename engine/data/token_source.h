@@ -21,6 +21,9 @@ class TokenSource {
   // Every token id is in [0, vocab_size()): the declared vocabulary of a ptdp
   // file, the largest id + 1 of a Megatron dataset (its files do not say).
   virtual int vocab_size() const = 0;
+  // The vocabulary_fingerprint of the tokenizer that made it (0: not recorded;
+  // a Megatron dataset records none).
+  virtual uint64_t vocabulary() const { return 0; }
   virtual uint64_t num_docs() const = 0;
   virtual uint64_t num_tokens() const = 0;
   // Token index where document d starts; d in [0, num_docs], the last is num_tokens.
@@ -39,10 +42,11 @@ class TokenSource {
 std::shared_ptr<const TokenSource> open_token_source(const std::string &path);
 
 // Throws invalid_config when the source holds ids the model cannot embed, or
-// (a ptdp dataset, which records its tokenizer's vocabulary) was made by a
-// tokenizer of another vocabulary than the run's, saying which vocabulary is
-// whose and what to change.
+// (a ptdp dataset, which records its tokenizer's vocabulary: its size and,
+// since its header holds it, its vocabulary_fingerprint) was made by a
+// tokenizer of another vocabulary than the run's (`vocabulary`: the run's
+// tokenizer's fingerprint), saying which vocabulary is whose and what to change.
 void check_source_vocab(const TokenSource &src, int model_vocab, const std::string &tokenizer,
-                        int tokenizer_vocab);
+                        int tokenizer_vocab, uint64_t vocabulary);
 
 }  // namespace ptdp

@@ -22,6 +22,22 @@ std::string ByteTokenizer::decode(const int32_t *tokens, size_t n) const {
 
 const char *tokenizer_names() { return "byte, GPT2BPETokenizer, HuggingFaceTokenizer"; }
 
+uint64_t vocabulary_fingerprint(const Tokenizer &tok) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a over (length, bytes) of each id's text
+  auto add = [&h](const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ static_cast<const unsigned char *>(p)[i]) * 1099511628211ull;
+  };
+  for (int32_t id = 0; id < tok.vocab_size(); id++) {
+    const std::string text = tok.decode(&id, 1);
+    const uint64_t n = text.size();
+    add(&n, sizeof n);
+    add(text.data(), text.size());
+  }
+  const int32_t eod = tok.eod();
+  add(&eod, sizeof eod);
+  return h == 0 ? 1 : h;  // (0 means "not recorded")
+}
+
 namespace {
 
 // A tokenizer.json's kind: byte-level BPE (GPT-2's, LLaMA 3's) or

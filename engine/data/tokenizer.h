@@ -56,6 +56,12 @@ struct TokenizerSpec {
 
 // Names accepted by make_tokenizer, for error messages.
 const char *tokenizer_names();
+
+// What a tokenizer's ids mean: a hash of what each id decodes to, in id
+// order, and of its end-of-document id. Two tokenizers of one vocabulary size
+// whose ids name other tokens (a shuffled vocab.json) differ here; one
+// GPT-2 vocabulary given as vocab.json or as tokenizer.json does not.
+uint64_t vocabulary_fingerprint(const Tokenizer &tok);
 // A spec naming files its type does not take, or lacking the files it needs,
 // is an error saying which files go with which type.
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec &spec);

@@ -102,7 +102,8 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   if (!opt_.data_path.empty()) {
     data_ = open_training_data(opt_.data_path, opt_.split);
     for (const auto &src : data_.sources)
-      check_source_vocab(*src, opt_.model.vocab_size, opt_.tokenizer, tok_->vocab_size());
+      check_source_vocab(*src, opt_.model.vocab_size, opt_.tokenizer, tok_->vocab_size(),
+                         vocabulary_fingerprint(*tok_));
     check_training_data(data_, opt_.model.seq_length);
     data_fingerprint_ = data_fingerprint(data_);
   }

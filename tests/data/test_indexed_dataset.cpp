@@ -18,6 +18,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/indexed_dataset.h"
 #include "engine/data/indexed_tokenize.h"
+#include "engine/data/tokenizer.h"
 #include "engine/train/trainer.h"
 #include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
@@ -331,9 +332,9 @@ TEST(TokenSource, VocabularyCheckSaysWhatToChange) {
   w.finish();
   auto src = open_token_source(dir.path + "/g");
   EXPECT_EQ(src->vocab_size(), 50257);
-  expect_error([&] { check_source_vocab(*src, 257, "byte", 257); }, Status::invalid_config,
+  expect_error([&] { check_source_vocab(*src, 257, "byte", 257, 0); }, Status::invalid_config,
                "holds token ids up to 50256 but the model's vocabulary has 257 ids");
-  check_source_vocab(*src, 50257, "byte", 257);  // a larger vocab_size is the way out
+  check_source_vocab(*src, 50257, "byte", 257, 0);  // a larger vocab_size is the way out
 }
 
 // A ptdp dataset records its tokenizer's vocabulary: byte tokens under GPT-2's
@@ -342,15 +343,28 @@ TEST(TokenSource, DatasetOfAnotherTokenizerIsRefused) {
   TempDir dir;
   write_token_dataset(dir.path + "/bytes.ptdp", {{104, 105, 256}}, 257);
   auto bytes = open_token_source(dir.path + "/bytes.ptdp");
-  expect_error([&] { check_source_vocab(*bytes, 50304, "GPT2BPETokenizer", 50257); },
+  expect_error([&] { check_source_vocab(*bytes, 50304, "GPT2BPETokenizer", 50257, 0); },
                Status::invalid_config,
                "was tokenized with a vocabulary of 257 (the byte tokenizer's) but this run's "
                "'GPT2BPETokenizer' tokenizer has 50257");
-  check_source_vocab(*bytes, 384, "byte", 257);  // its own tokenizer, a padded model vocabulary
+  check_source_vocab(*bytes, 384, "byte", 257, 0);  // its own tokenizer, a padded model vocabulary
   write_token_dataset(dir.path + "/bpe.ptdp", {{15496, 50256}}, 50257);
   auto bpe = open_token_source(dir.path + "/bpe.ptdp");
-  expect_error([&] { check_source_vocab(*bpe, 257, "byte", 257); }, Status::invalid_config,
+  expect_error([&] { check_source_vocab(*bpe, 257, "byte", 257, 0); }, Status::invalid_config,
                "has vocabulary size 50257 but the 'byte' tokenizer (and so the model) has 257");
+  // Of one size, another vocabulary (a shuffled vocab.json: the ids name other
+  // tokens, the end of document another id): told by the recorded fingerprint.
+  const ByteTokenizer byte;
+  const uint64_t fp = vocabulary_fingerprint(byte);
+  EXPECT_EQ(fp, vocabulary_fingerprint(ByteTokenizer()));
+  write_token_dataset(dir.path + "/marked.ptdp", {{104, 256}}, 257, fp);
+  auto marked = open_token_source(dir.path + "/marked.ptdp");
+  EXPECT_EQ(marked->vocabulary(), fp);
+  check_source_vocab(*marked, 384, "byte", 257, fp);
+  check_source_vocab(*marked, 384, "byte", 257, 0);  // (a caller that knows none)
+  expect_error([&] { check_source_vocab(*marked, 384, "GPT2BPETokenizer", 257, fp ^ 1); },
+               Status::invalid_config, "was tokenized with another vocabulary than this run's");
+  EXPECT_EQ(bytes->vocabulary(), 0u);  // (written without one: not compared)
 }
 
 TEST(DataPath, ParsesOnePathOrAWeightedBlend) {
