@@ -135,16 +135,22 @@ end
 -- the machine makes of it (INT_MIN), and a fraction by cutting it off.
 -- Raises unless value is nil or a whole number in [min, max].
 local function need_count(value, fn, arg, min, max)
-  if value ~= nil and (type(value) ~= 'number' or value ~= math.floor(value) or value < min or
-                       value > max) then
+  if value ~= nil and type(value) ~= 'number' then  -- ('64' read as out of range said "got 64")
+    raise(string.format("ptdp.%s: %s must be a number (a whole number in [%d, %d]), got the %s '%s'",
+                        fn, arg, min, max, type(value), tostring(value)))
+  end
+  if value ~= nil and (value ~= math.floor(value) or value < min or value > max) then
     raise(string.format('ptdp.%s: %s must be a whole number in [%d, %d], got %s', fn, arg, min, max,
                         tostring(value)))
   end
 end
 -- Raises unless value is nil or a finite number (C checks its range).
 local function need_number(value, fn, arg)
-  if value ~= nil and (type(value) ~= 'number' or value ~= value or value == math.huge or
-                       value == -math.huge) then
+  if value ~= nil and type(value) ~= 'number' then
+    raise(string.format("ptdp.%s: %s must be a number, got the %s '%s'", fn, arg, type(value),
+                        tostring(value)))
+  end
+  if value ~= nil and (value ~= value or value == math.huge or value == -math.huge) then
     raise(string.format('ptdp.%s: %s must be a finite number, got %s', fn, arg, tostring(value)))
   end
 end
@@ -285,6 +291,17 @@ local function set_option(cfg, key, value)
                             'separates the items of a blend: give that dataset a name (or a ' ..
                             'link) without it', key, i, v))
       end
+      -- Of more than one item, WEIGHT, PATH pairs: { 'a', 'b' } was joined
+      -- into the one path 'a b', and trained on a file of that name.
+      if #value > 1 and i % 2 == 1 and type(v) ~= 'number' and not M.decimal_number(v) then
+        raise(string.format("ptdp.config: %s item %d '%s' is not a weight: a blend table lists " ..
+                            "WEIGHT, PATH pairs, e.g. { 0.3, 'A', 0.7, 'B' } (one dataset: its " ..
+                            'path as a text)', key, i, tostring(v)))
+      end
+      if #value > 1 and i % 2 == 0 and type(v) ~= 'string' then
+        raise(string.format("ptdp.config: %s item %d is the number %s, not a path: a blend table " ..
+                            "lists WEIGHT, PATH pairs, e.g. { 0.3, 'A', 0.7, 'B' }", key, i, tostring(v)))
+      end
       items[i] = tostring(v)
     end
     value = table.concat(items, ' ')
@@ -391,7 +408,15 @@ function M.model_options(dir)
 end
 
 local Trainer = {}
-Trainer.__index = Trainer
+-- A closed trainer's methods (but close) say so, rather than the C ABI's
+-- "trainer must not be NULL".
+Trainer.__index = function(t, k)
+  local method = Trainer[k]
+  if method and k ~= 'close' and rawget(t, 'handle') == nil and rawget(t, 'closed') then
+    return function() raise('ptdp.trainer: this trainer is closed (trainer:close()); make another') end
+  end
+  return method
+end
 
 -- A trainer the script no longer refers to holds its --save directory (no
 -- other writer of this process may save there) until the collector frees it:
@@ -686,7 +711,7 @@ end
 function Trainer:close()
   if self.handle == nil then return end
   local h = self.handle
-  self.handle = nil
+  self.handle, self.closed = nil, true
   C.ptdp_trainer_destroy(ffi.gc(h, nil))
 end
 
@@ -921,9 +946,12 @@ int rmdir(const char *path);
 char *strerror(int errnum);
 ]]
 
--- The directories this process's mkdirs made (by path): the only ones
--- unmake_dirs removes, whatever list it is given.
+-- The directories this process's mkdirs made: path -> "device:inode" of what
+-- it made there. The only ones unmake_dirs removes, whatever list it is given,
+-- and only while that path is still the directory made (a link moved on the
+-- way, or another directory put there, is not removed).
 local made_by_mkdirs = {}
+local function dev_ino(path) return (M.file_identity(path) or ''):match('^(%d+:%d+):') end
 local function need_made(made, fn)
   if type(made) ~= 'table' then
     raise(string.format('ptdp.%s: give the list of directories mkdirs returned, got %s', fn, type(made)))
@@ -938,7 +966,8 @@ function M.unmake_dirs(made)
   for i = #made, 1, -1 do
     need_string(made[i], 'unmake_dirs', 'made[' .. i .. ']')
     C.ptdp_hold_made_directory(made[i], 0)
-    if made_by_mkdirs[made[i]] and ffi.C.rmdir(made[i]) == 0 then made_by_mkdirs[made[i]] = nil end
+    local id = made_by_mkdirs[made[i]]
+    if id and dev_ino(made[i]) == id and ffi.C.rmdir(made[i]) == 0 then made_by_mkdirs[made[i]] = nil end
   end
 end
 
@@ -967,7 +996,7 @@ function M.mkdirs(path)
     C.ptdp_hold_made_directory(prefix, 1)  -- before it exists: no moment left out
     if ffi.C.mkdir(prefix, tonumber('755', 8)) == 0 then
       made[#made + 1] = prefix
-      made_by_mkdirs[prefix] = true
+      made_by_mkdirs[prefix] = dev_ino(prefix)
     else
       local err = ffi.errno()
       C.ptdp_hold_made_directory(prefix, 0)  -- not this script's

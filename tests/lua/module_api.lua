@@ -335,11 +335,24 @@ expect_error('seed keys the sampling, and temperature 0 samples nothing', 'a see
              trainer.generate, trainer, 'x', { seed = 5 })
 expect_error("data_path item 2 'g 1 x.ptdp' is empty or holds white space", 'a blend item with a space',
              ptdp.config, { data_path = { 1, 'g 1 x.ptdp' } })
+expect_error("data_path item 1 'a.ptdp' is not a weight", 'a blend table of two paths',
+             ptdp.config, { data_path = { 'a.ptdp', 'b.ptdp' } })
+expect_error('data_path item 2 is the number 2, not a path', 'a blend table of two weights',
+             ptdp.config, { data_path = { 1, 2 } })
 expect_error('give the list of directories mkdirs returned, got nil', 'unmake_dirs of nothing',
              ptdp.unmake_dirs, nil)
 os.execute("mkdir '" .. tmpdir .. "/notmine'")
 ptdp.unmake_dirs { tmpdir .. '/notmine' }  -- mkdirs did not make it: it stays
 check(io.open(tmpdir .. '/notmine/.', 'r') ~= nil, 'unmake_dirs leaves a directory mkdirs did not make')
+-- Nor one reached through a link moved since (rmdir went through it).
+os.execute("rm -rf '" .. tmpdir .. "/o1' '" .. tmpdir .. "/o2' '" .. tmpdir .. "/lnk' && mkdir -p '" ..
+           tmpdir .. "/o1' '" .. tmpdir .. "/o2/new' && ln -s o1 '" .. tmpdir .. "/lnk'")
+local _, via = ptdp.mkdirs(tmpdir .. '/lnk/new')  -- makes o1/new
+os.execute("ln -sfn o2 '" .. tmpdir .. "/lnk'")
+ptdp.unmake_dirs(via)
+check(io.open(tmpdir .. '/o2/new/.', 'r') ~= nil, 'unmake_dirs removes nothing through a link moved since')
+expect_error("max_new_tokens must be a number (a whole number in [0", 'a count given as a text',
+             trainer.generate, trainer, 'x', { max_new_tokens = '5' })
 expect_error('temperature 0 samples none', 'top_k with greedy decoding', trainer.generate, trainer,
              'x', { top_k = 5 })
 expect_error('new_only is for output', 'tokenize new_only with output_prefix', ptdp.tokenize,
