@@ -412,7 +412,7 @@ local Trainer = {}
 -- "trainer must not be NULL".
 Trainer.__index = function(t, k)
   local method = Trainer[k]
-  if method and k ~= 'close' and rawget(t, 'handle') == nil and rawget(t, 'closed') then
+  if method and k ~= 'close' and rawget(t, 'handle') == nil then  -- (only close clears it)
     return function() raise('ptdp.trainer: this trainer is closed (trainer:close()); make another') end
   end
   return method
@@ -711,7 +711,7 @@ end
 function Trainer:close()
   if self.handle == nil then return end
   local h = self.handle
-  self.handle, self.closed = nil, true
+  self.handle = nil
   C.ptdp_trainer_destroy(ffi.gc(h, nil))
 end
 
