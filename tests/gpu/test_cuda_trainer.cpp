@@ -290,6 +290,38 @@ TEST(CudaTrainer, CheckpointMovesBetweenDevices) {
   fs::remove_all(dir);
 }
 
+// --async-save on GPU ranks: each save's state is copied from the devices into
+// pinned host staging at its step, and written while the next steps change the
+// device buffers. The checkpoint of iteration 2 (written beside steps 3 and 4)
+// loads into the CPU with the same parameters, bit for bit, as the synchronous
+// save of the same GPU run's iteration 2.
+TEST(CudaTrainer, AsyncSaveHoldsItsStepsState) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("ptdp_gpu_async_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  std::vector<std::string> params[2];
+  for (int async = 0; async < 2; async++) {
+    const std::string dir = (root / (async ? "async" : "sync")).string();
+    {
+      Trainer gpu(options(device_under_test(), 2, 1, 2, 1,
+                          {{"save", dir}, {"save_interval", "2"}, {"async_save", async ? "1" : "0"}}));
+      for (int i = 0; i < 4; i++) gpu.step();
+      gpu.wait_for_saves();
+      ASSERT_EQ(gpu.failed_saves(), 0) << gpu.last_save_error();
+    }
+    Trainer cpu(options("cpu", 1, 1, 1));
+    cpu.load(dir + "/iter_0000002");
+    EXPECT_EQ(cpu.iteration(), 2);
+    GPT<float> shape(options("cpu", 1, 1, 1).model, 1);
+    for (const ParamInfo &p : shape.param_table()) {
+      const std::vector<float> v = cpu.gather_parameter(p.name);
+      params[async].emplace_back(reinterpret_cast<const char *>(v.data()), v.size() * sizeof(float));
+    }
+  }
+  EXPECT_EQ(params[0], params[1]) << "the async save's iteration 2 differs from the synchronous save's";
+  fs::remove_all(root);
+}
+
 int main(int argc, char **argv) {
   if (device_under_test() == "cuda" && cuda_device_count() == 0) {
     std::printf("no CUDA device: skipped\n");
