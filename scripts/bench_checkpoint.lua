@@ -7,15 +7,16 @@
 -- from the page cache, as the raw measurement does. Load verifies every block's
 -- checksum (the default). The best round of each is reported.
 -- Then --async-save on the same model: the time a step that starts a save is
--- blocked (the copy to host memory, and any wait for the save before),
+-- blocked (the copy to host memory, and any wait for the save before; by
+-- default the saves are far enough apart for each to finish before the next),
 -- against a synchronous save's, and the time of a step while a save is being
 -- written beside it, against a step without one. That part runs on one rank
 -- with --async-threads OpenMP threads (default: every core but one), so that
 -- the background writer has a core of its own, as it has on a GPU machine,
 -- where the host's cores are free while the devices train; on a CPU rank that
 -- keeps every core busy the write can only take cores from the step.
---   build/ptdp scripts/bench_checkpoint.lua [--dir DIR] [--repeats 3] [--async-steps 8]
---                                           [--async-interval 4] [--async-threads N]
+--   build/ptdp scripts/bench_checkpoint.lua [--dir DIR] [--repeats 3] [--async-steps N]
+--                                           [--async-interval N] [--async-threads N]
 -- It works in a directory of its own that it makes under DIR and removes at
 -- the end; nothing else in DIR is touched.
 local ptdp = require 'ptdp'
@@ -32,10 +33,11 @@ local config, opts, given = flags.parse(arg, {
   dir = { default = os.getenv('TMPDIR') or '/tmp',
           help = 'where the benchmark makes its own directory for checkpoints and the raw test file (that directory is removed at the end, nothing else)' },
   repeats = { default = 3, integer = true, min = 1, help = 'save + load rounds' },
-  async_steps = { default = 8, integer = true, min = 2,
-                  help = 'steps of the --async-save part' },
-  async_interval = { default = 4, integer = true, min = 2,
-                     help = 'the --async-save part saves every N steps' },
+  async_steps = { default = 0, integer = true, min = 0,
+                  help = 'steps of the --async-save part (0: two --async-interval\'s)' },
+  async_interval = { default = 0, integer = true, min = 0,
+                     help = 'the --async-save part saves every N steps (0: 1.5 synchronous saves\' time in steps, ' ..
+                            'so that each save ends before the next; a shorter interval adds the wait for the save before)' },
   async_threads = { default = 0, integer = true, min = 0, max = max_threads,
                     help = 'OpenMP threads of the --async-save part\'s one rank (0: every core but one)' },
 }, {
@@ -47,11 +49,21 @@ local config, opts, given = flags.parse(arg, {
 
 -- What can be told before the work: the async part must save at least once,
 -- and --dir must be a directory (or one that can be made).
-if opts.async_steps < opts.async_interval then
-  io.stderr:write(string.format("bench_checkpoint: --async-steps (%d) must be >= --async-interval " ..
-                                "(%d): the async part saves every --async-interval steps\n",
-                                opts.async_steps, opts.async_interval))
+local function refuse(...)
+  io.stderr:write('bench_checkpoint: ', string.format(...), '\n')
   os.exit(2)
+end
+if opts.async_interval == 1 then
+  refuse("--async-interval must be 0 (chosen from a save's time) or at least 2: the step after a save's is " ..
+         "timed as the step beside it")
+end
+if opts.async_steps > 0 and opts.async_interval == 0 then
+  refuse('--async-steps needs --async-interval: by default the async part runs two intervals chosen from a ' ..
+         "save's time")
+end
+if opts.async_steps > 0 and opts.async_steps < opts.async_interval then
+  refuse('--async-steps (%d) must be >= --async-interval (%d): the async part saves every --async-interval steps',
+         opts.async_steps, opts.async_interval)
 end
 ptdp.check_output(opts.dir, '--dir', true)
 -- What the benchmark sets itself (its saves go under its own directory, the
@@ -145,7 +157,7 @@ local function measure()
   local plain_trainer = ptdp.trainer(one)
   plain_trainer:step()  -- its first step (allocations) untimed
   local plain = {}
-  for i = 1, opts.async_steps do
+  for i = 1, 8 do
     local t0 = now()
     plain_trainer:step()
     plain[i] = now() - t0
@@ -157,20 +169,23 @@ local function measure()
   plain_trainer = nil
   collectgarbage()
   remove_own(work .. '/sync')
+  local interval = opts.async_interval > 0 and opts.async_interval or
+                   math.max(2, math.ceil(1.5 * sync_save / step_s))
+  local steps = opts.async_steps > 0 and opts.async_steps or 2 * interval
   local aconfig = {}
   for k, v in pairs(one) do aconfig[k] = v end
-  aconfig.async_save, aconfig.save, aconfig.save_interval = 1, work .. '/async', opts.async_interval
+  aconfig.async_save, aconfig.save, aconfig.save_interval = 1, work .. '/async', interval
   aconfig.keep_last_checkpoints = 1
   local async = ptdp.trainer(aconfig)
   async:step()  -- its first step (allocations) untimed
   local launching, beside = {}, {}
   -- A step that starts a save, and the one after it (the save is written beside it).
-  for i = 2, opts.async_steps + 1 do
+  for i = 2, steps + 1 do
     local t0 = now()
     async:step()
     local t = now() - t0
-    if i % opts.async_interval == 0 then launching[#launching + 1] = t - step_s
-    elseif i % opts.async_interval == 1 then beside[#beside + 1] = t end
+    if i % interval == 0 then launching[#launching + 1] = t - step_s
+    elseif i % interval == 1 then beside[#beside + 1] = t end
   end
   local t0 = now()
   async:wait_for_saves()
@@ -191,11 +206,16 @@ local function measure()
                       save_gbps, 100 * save_gbps / raw_w, raw_w))
   print(string.format('load: %.2f GB/s = %.0f%% of the raw read %.2f GB/s (cold cache, checksums verified)',
                       load_gbps, 100 * load_gbps / raw_r, raw_r))
-  print(string.format('async save (one rank, %d OpenMP threads): a step is blocked %.3f s per save = ' ..
-                      '%.0f%% of the synchronous save (%.3f s); a step beside a save in flight takes ' ..
-                      '%.3f s = %.0f%% of one without (%.3f s); the last save waited for %.3f s at the end',
-                      one.num_threads, blocked, 100 * blocked / sync_save, sync_save, step_beside,
-                      100 * step_beside / step_s, step_s, final_wait))
+  print(string.format('async save (one rank, %d OpenMP threads, a save every %d steps of %d): a step is ' ..
+                      'blocked %.3f s per save = %.0f%% of the synchronous save (%.3f s); a step beside a ' ..
+                      'save in flight takes %.3f s = %.0f%% of one without (%.3f s); the last save waited ' ..
+                      'for %.3f s at the end', one.num_threads, interval, steps, blocked,
+                      100 * blocked / sync_save, sync_save, step_beside, 100 * step_beside / step_s, step_s,
+                      final_wait))
+  if interval * step_s < sync_save then  -- said, so that the figure is not read as the copy alone
+    print(string.format('note: a save every %d steps (%.3f s) is shorter than a save (%.3f s): each blocked ' ..
+                        'step also waited for the save before', interval, interval * step_s, sync_save))
+  end
   print(string.format('save_gbps=%.3f load_gbps=%.3f raw_write_gbps=%.3f raw_read_gbps=%.3f ' ..
                       'async_blocked_s=%.4f sync_save_s=%.4f step_s=%.4f step_beside_save_s=%.4f ' ..
                       'blocked_over_sync=%.3f beside_over_step=%.3f',
