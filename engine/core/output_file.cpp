@@ -265,23 +265,72 @@ std::string lock_name(const char *kind, const std::string &dir, const std::strin
                 (unsigned long long)st.st_ino, (unsigned long long)(name.empty() ? 0 : fnv1a64(name)));
   return buf;
 }
-}  // namespace
 
-int hold_output_for_process(const std::string &path, const std::string &what) {
-  // The file the path names (through links, "..", a relative spelling): a
-  // link to another process's --timeline is that file.
+// The lock of the output file the path names (through links, "..", a
+// relative spelling: a link to another process's --timeline is that file);
+// "" when its directory is not there.
+std::string output_lock_name(const std::string &path) {
   std::error_code ec;
   std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
   if (ec || p.empty()) p = path;
-  const std::string name = lock_name("output", p.parent_path().string(), p.filename().string());
+  return lock_name("output", p.parent_path().string(), p.filename().string());
+}
+
+[[noreturn]] void fail_held_elsewhere(const std::string &path, const std::string &what) {
+  fail(Status::invalid_config, what, " '", path, "' is being written by another process (a run "
+       "or command still going): two writers of one file mix or replace each other's output; "
+       "give another path, or wait until it ends");
+}
+
+// Whether another process holds the lock `name` (hold_output_for_process):
+// listed among the system's bound abstract sockets (read, not bound, so that
+// a look never makes another process's hold fail) and not one of this
+// process's own sockets.
+bool held_by_another_process(const std::string &name) {
+  FILE *f = std::fopen("/proc/net/unix", "re");
+  if (!f) return false;  // (no way to tell: the holder's own check still stands)
+  const std::string listed = "@" + name;
+  bool bound = false;
+  char line[512];
+  while (!bound && std::fgets(line, sizeof line, f)) {
+    const char *at = std::strrchr(line, ' ');
+    bound = at && std::strncmp(at + 1, listed.c_str(), listed.size()) == 0 &&
+            (at[1 + listed.size()] == '\n' || at[1 + listed.size()] == 0);
+  }
+  std::fclose(f);
+  if (!bound) return false;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+    sockaddr_un addr = {};
+    socklen_t len = sizeof addr;
+    const int fd = std::atoi(it->path().filename().c_str());
+    if (::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) == 0 && addr.sun_family == AF_UNIX &&
+        len == offsetof(sockaddr_un, sun_path) + 1 + name.size() && addr.sun_path[0] == 0 &&
+        std::memcmp(addr.sun_path + 1, name.data(), name.size()) == 0)
+      return false;  // this process's own hold
+  }
+  return true;
+}
+}  // namespace
+
+int hold_output_for_process(const std::string &path, const std::string &what) {
+  const std::string name = output_lock_name(path);
   if (name.empty()) return -1;  // (no directory: the write names the problem)
   const int fd = bind_process_lock(name);
-  if (fd == -1)
-    fail(Status::invalid_config, what, " '", path, "' is being written by another process (a run "
-         "or command still going): two writers of one file mix or replace each other's output; "
-         "give another path, or wait until it ends");
+  if (fd == -1) fail_held_elsewhere(path, what);
   return fd < 0 ? -1 : fd;
 }
+
+namespace {
+// Every writer (output_target): a file another process holds as its output
+// (a run's --log-json or --timeline, a tokenize's .bin) is refused, whichever
+// writer aims at it (ptdp.write_file, plot, timeline-png), not only a second
+// holder.
+void refuse_if_held_elsewhere(const std::string &target, const std::string &path, const char *what) {
+  const std::string name = output_lock_name(target);
+  if (!name.empty() && held_by_another_process(name)) fail_held_elsewhere(path, what);
+}
+}  // namespace
 
 OutputClaim::OutputClaim(const std::string &path, const std::string &what, bool across_processes) {
   refuse_if_claimed(path, what.c_str());
@@ -513,6 +562,7 @@ static void refuse_if_other_kind(const std::string &target, const std::string &p
 std::string output_target(const std::string &path, const char *what, OutputKind kind) {
   const std::string target = checked_target(path, what);
   refuse_if_claimed(target, what);
+  refuse_if_held_elsewhere(target, path, what);
   refuse_if_other_kind(target, path, what, kind);
   return target;
 }

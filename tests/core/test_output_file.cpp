@@ -294,10 +294,19 @@ TEST(OutputFile, AnOutputOfOneProcessIsRefusedToAnother) {
   expect_error([&] { ptdp::OutputClaim second(dir.path + "/link.json", "--timeline", true); },
                ptdp::Status::invalid_config, "is being written by another process");
   EXPECT_NO_THROW(ptdp::OutputClaim mine(out, "--timeline"));  // (within this process only)
+  // Every writer, not only a second holder: ptdp.write_file, plot and
+  // timeline-png aimed at a file another process holds (through a link too).
+  for (const std::string &path : {out, dir.path + "/link.json"})
+    expect_error([&] { ptdp::output_target(path, "ptdp.write_file", ptdp::OutputKind::any); },
+                 ptdp::Status::invalid_config, "is being written by another process");
   ASSERT_EQ(::write(go[1], &c, 1), 1);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_NO_THROW(ptdp::OutputClaim free_again(out, "--timeline", true));
+  {
+    // This process's own hold is its writers' to write.
+    const ptdp::OutputClaim free_again(out, "--timeline", true);
+    EXPECT_NO_THROW(ptdp::output_target(out, "--timeline", ptdp::OutputKind::any));
+  }
   for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
 }
 
