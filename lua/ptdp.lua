@@ -130,14 +130,21 @@ local function opt_string(value, fn, arg)
   if value ~= nil then need_string(value, fn, arg) end
 end
 
+-- A value as a message shows it: a text quoted and named so ('64' shown as 64
+-- read as out of range; '1' as a token id as 1).
+local function shown(value)
+  if type(value) == 'number' then return tostring(value) end
+  return string.format("the %s '%s'", type(value), tostring(value))
+end
+
 -- Every number an argument gives reaches C through one of these two: the FFI
 -- converts a NaN, an infinity or 1e300 to an integer parameter as whatever
 -- the machine makes of it (INT_MIN), and a fraction by cutting it off.
 -- Raises unless value is nil or a whole number in [min, max].
 local function need_count(value, fn, arg, min, max)
   if value ~= nil and type(value) ~= 'number' then  -- ('64' read as out of range said "got 64")
-    raise(string.format("ptdp.%s: %s must be a number (a whole number in [%d, %d]), got the %s '%s'",
-                        fn, arg, min, max, type(value), tostring(value)))
+    raise(string.format('ptdp.%s: %s must be a number (a whole number in [%d, %d]), got %s',
+                        fn, arg, min, max, shown(value)))
   end
   if value ~= nil and (value ~= math.floor(value) or value < min or value > max) then
     raise(string.format('ptdp.%s: %s must be a whole number in [%d, %d], got %s', fn, arg, min, max,
@@ -147,8 +154,7 @@ end
 -- Raises unless value is nil or a finite number (C checks its range).
 local function need_number(value, fn, arg)
   if value ~= nil and type(value) ~= 'number' then
-    raise(string.format("ptdp.%s: %s must be a number, got the %s '%s'", fn, arg, type(value),
-                        tostring(value)))
+    raise(string.format('ptdp.%s: %s must be a number, got %s', fn, arg, shown(value)))
   end
   if value ~= nil and (value ~= value or value == math.huge or value == -math.huge) then
     raise(string.format('ptdp.%s: %s must be a finite number, got %s', fn, arg, tostring(value)))
@@ -243,7 +249,7 @@ local aliases = {
 -- Numbers go through set_double, which writes whole numbers as integers. A
 -- table is a list (data_path's blend { 0.3, 'A', 0.7, 'B' }): its items
 -- joined by spaces.
-local switch_options
+local switch_options, text_options
 local function set_option(cfg, key, value)
   if type(key) ~= 'string' then
     raise(string.format('ptdp.config: option keys are names (num_layers = 2, ...); got the %s key %s',
@@ -251,8 +257,16 @@ local function set_option(cfg, key, value)
   end
   if key:find('\0', 1, true) then raise("ptdp.config: an option key holds a NUL byte") end
   if not switch_options then
-    switch_options = {}
-    for _, o in ipairs(M.options()) do switch_options[o.key] = o.switch end
+    switch_options, text_options = {}, {}
+    for _, o in ipairs(M.options()) do
+      switch_options[o.key], text_options[o.key] = o.switch, o.type == 'string'
+    end
+  end
+  -- (C's own message names ptdp_config_set, which a script does not call.)
+  if type(value) == 'number' and text_options[key] then
+    raise(string.format('ptdp.config: %s takes a text (%s), not the number %s', key,
+                        key == 'data_path' and "a path, or a blend table { 0.3, 'A', 0.7, 'B' }" or
+                        'a path or a name', tostring(value)))
   end
   -- true/false only where the option is a switch (lr = true read as 1), a
   -- list only for data_path's blend (num_layers = {4} read as 4).
@@ -595,7 +609,7 @@ function Trainer:step_tokens(ids, count)
       local id = flat[i]
       if type(id) ~= 'number' or id % 1 ~= 0 or id < -2^31 or id >= 2^31 then
         raise(string.format('step_tokens: token %d must be a whole number, got %s',
-                            i - 1, tostring(id)))
+                            i - 1, shown(id)))
       end
       arr[i - 1] = id
     end
@@ -640,7 +654,7 @@ function Trainer:logits(ids, opts)
   local buf = ffi.new('int32_t[?]', n)
   for i = 1, n do
     if type(ids[i]) ~= 'number' or ids[i] ~= math.floor(ids[i]) or ids[i] < 0 or ids[i] > 2147483647 then
-      raise('logits: id ' .. i .. ' is ' .. tostring(ids[i]) .. ', not a token id (an integer >= 0)')
+      raise('logits: id ' .. i .. ' is ' .. shown(ids[i]) .. ', not a token id (an integer >= 0)')
     end
     buf[i - 1] = ids[i]
   end
@@ -1091,6 +1105,11 @@ function M.dataset(t)
                         'blend is WEIGHT PREFIX pairs, e.g. 0.3 A 0.7 B', path, items[1]))
   end
   if #items > 1 and weight(items[1]) then  -- a blend: its form first, then every part there
+    if t.create then
+      raise(string.format("--data-path '%s' is a blend, and a blend is never made: --corpus %s " ..
+                          'makes one dataset (give one --data-path with it, or leave --corpus out)',
+                          path, tostring(t.corpus)))
+    end
     for i = 1, #items, 2 do
       if not weight(items[i]) or not items[i + 1] then
         raise(string.format("--data-path blend '%s': %s; a blend is WEIGHT PREFIX pairs, e.g. " ..
@@ -1212,7 +1231,9 @@ function M.plan(t)
   local function call(extra)
     local opts = {}
     for k, v in pairs(t) do
-      if type(v) == 'boolean' then v = v and 1 or 0 end
+      -- (true/false as the words: the planner takes them for a switch only, as
+      -- the command line; 1 would have planned num_layers = true as 1)
+      if type(v) == 'boolean' then v = tostring(v) end
       if type(k) ~= 'string' or k:find('=', 1, true) then  -- (C splits each item at its first '=')
         raise(string.format("ptdp.plan: option names are texts without '=', got %s", tostring(k)))
       end

@@ -29,6 +29,13 @@ ptdp.check_config(config)  -- every value checked now, together, before any file
 -- Options that act only on this run's saves or its load would be ignored
 -- without --save or --load.
 local unused = flags.unused_option(config, given)
+-- So would the final sample's options without a sample.
+for _, key in ipairs { 'prompt', 'temperature' } do
+  if not unused and given[key] and opts.sample_tokens == 0 then
+    unused = string.format('--%s acts on the final sample, and --sample-tokens is 0 (no sample): ' ..
+                           'give --sample-tokens N, or leave --%s out', key, key)
+  end
+end
 if unused then
   io.stderr:write('ptdp: ' .. unused .. '\n')
   os.exit(2)
@@ -100,6 +107,10 @@ config.data_path, data_dirs, data_made_now = ptdp.dataset { path = config.data_p
                                   format = opts.corpus_format, tokenizer = tokenizer,
                                   vocab_file = config.vocab_file, merge_file = config.merge_file,
                                   tokenizer_file = config.tokenizer_file }
+if given.corpus_format and not given.corpus and not data_made_now then  -- said, not silent
+  io.stderr:write(string.format("ptdp: --data-path '%s' exists: training on it (--corpus-format " ..
+                                'reads a corpus only when a dataset is made)\n', config.data_path))
+end
 
 -- What this command made goes again if the run is refused before its first
 -- step: the dataset made from --corpus and the directories made for it, the

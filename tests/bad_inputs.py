@@ -160,6 +160,10 @@ case("train_gpt.lua: `--save-interval 1` without `--save`",
      "Preemption.SaveOptionsWithoutASaveDirectoryAreRefused")
 case("train_gpt.lua: `--keep-last-checkpoints 1` without `--save`",
      train + ["--data-path", "good.ptdp", "--keep-last-checkpoints", "1"] + tiny, ONLY)
+case("train_gpt.lua: `--prompt` with `--sample-tokens 0` (no sample)",
+     train + ["--data-path", "good.ptdp", "--prompt", "xyz"] + tiny, "lua_train_gpt_prompt_without_sample")
+case("train_gpt.lua: `--corpus` with a blend `--data-path` (a blend is never made)",
+     train + ["--data-path", "1 good.ptdp", "--corpus", corpus] + tiny, "lua_train_gpt_corpus_with_blend")
 case("train_gpt.lua: `--verify-checkpoint 0` without `--load`",
      train + ["--data-path", "good.ptdp", "--verify-checkpoint", "0"] + tiny, ONLY)
 case("bench_cpu.lua: `--save out` (a save inside the timed steps)",

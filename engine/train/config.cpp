@@ -174,6 +174,7 @@ std::string option_keys_list() {
 }
 
 std::string number_text(double x) {
+  if (std::isnan(x)) return "nan";  // (printf writes a NaN's sign: "-nan" from Lua's 0/0)
   char buf[32];
   for (int digits = 15; digits <= 17; digits++) {
     std::snprintf(buf, sizeof buf, "%.*g", digits, x);

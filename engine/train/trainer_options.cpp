@@ -5,6 +5,7 @@
 
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/status.h"
+#include "engine/data/blend.h"
 #include "engine/data/sampler.h"
 #include "engine/device/device.h"
 
@@ -41,6 +42,10 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   const int tokenizer_vocab = make_tokenizer(o.tokenizer_spec())->vocab_size();
   if (m.vocab_size == 0) m.vocab_size = tokenizer_vocab;
   o.data_path = c.get("data_path");
+  // Its form (a path, or WEIGHT PATH pairs with finite weights >= 0 of a
+  // positive sum) is an option's, checked with the others: ptdp_config_check
+  // passed '-1 A' that the trainer then refused.
+  if (!o.data_path.empty()) parse_data_path(o.data_path);
   // A dataset holds the tokenizer's ids: the model must have a row for each.
   // (Without one, e.g. a model imported to be read, any vocabulary goes: the
   // forward refuses an id outside it.)

@@ -159,6 +159,14 @@ ptdp_lua_test(lua_train_gpt_bad_value --rc nonzero
 ptdp_lua_test(lua_train_gpt_sample_tokens_range --rc nonzero
   --expect "flag '--sample-tokens' must be <= 1048576, got 2147483648"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --sample-tokens 2147483648)
+# The final sample's options without a sample are refused (exit 0 had ignored them).
+ptdp_lua_test(lua_train_gpt_prompt_without_sample --rc nonzero
+  --expect "--prompt acts on the final sample, and --sample-tokens is 0" --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --sample-tokens 0 --prompt xyz)
+# --corpus with a blend --data-path (never made from it) is refused, not ignored.
+ptdp_lua_test(lua_train_gpt_corpus_with_blend --rc nonzero
+  --expect "is a blend, and a blend is never made" --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --data-path "1 ${PTDP_TEST_CORPUS}" --corpus ${PTDP_TEST_CORPUS})
 # A script's number flags are decimal, as the engine's (tonumber took 0x10).
 ptdp_lua_test(lua_train_gpt_hex_number --rc nonzero
   --expect "flag '--temperature' must be a number in decimal digits, got '0x10'"

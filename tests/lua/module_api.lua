@@ -112,6 +112,25 @@ expect_error("'format' is `ptdp plan`'s option", 'ptdp.plan with a format', ptdp
 expect_error('plan option tensor_model_parallel_size is given twice', 'ptdp.plan with t and its full name',
              ptdp.plan, { num_layers = 24, hidden_size = 2048, num_attention_heads = 16,
                           global_batch_size = 512, num_gpus = 64, t = 4, tensor_model_parallel_size = 2 })
+-- true is a switch's value only: num_layers = true had planned one layer.
+expect_error("num_layers must be a whole number in [1, 100000], got 'true'", 'ptdp.plan with a number option true',
+             ptdp.plan, { num_layers = true, hidden_size = 64, num_attention_heads = 2, global_batch_size = 4,
+                          num_gpus = 1 })
+check(ptdp.plan { num_layers = 2, hidden_size = 64, num_attention_heads = 2, global_batch_size = 4,
+                  num_gpus = 1, bf16 = true }.best ~= nil, 'ptdp.plan takes true for a switch')
+-- A value that is not a number is named as what it is.
+expect_error("got the string '64'", 'a count given as a text', ptdp.benchmark_sgemm, '64', 1)
+expect_error("data_path takes a text (a path, or a blend table", 'a number for data_path', ptdp.check_config,
+             { data_path = 5 })
+expect_error("got 'nan'", "a NaN shown without printf's sign", ptdp.check_config, { num_layers = 0 / 0 })
+-- A blend's form is checked with the options (ptdp_config_check passed '-1 A').
+expect_error('is negative; weights are >= 0', 'a negative blend weight in check_config', ptdp.check_config,
+             { data_path = { -1, tmpdir .. '/x.ptdp' } })
+expect_error('they must sum to a positive number', 'blend weights of sum 0 in check_config',
+             ptdp.check_config, { data_path = '0 A 0 B' })
+-- --corpus makes one dataset: with a blend it was ignored.
+expect_error('a blend is never made', 'ptdp.dataset creating a blend', ptdp.dataset,
+             { path = '1 ' .. arg[0], given = true, create = true, corpus = arg[0] })
 
 -- config errors (through pcall: the message, not the position)
 expect_error("unknown option 'no_such_option'", 'unknown flat key', ptdp.config,
