@@ -1005,8 +1005,17 @@ function M.mkdirs(path)
     M.unmake_dirs(made)
     raise(msg)
   end
+  -- A directory already there is looked at first and never held: held, a
+  -- signal between the hold and mkdir's EEXIST would have removed a user's
+  -- empty directory.
+  local function is_dir(p)
+    local dir = io.open(p .. '/.', 'r')  -- opens only when p is a directory
+    if dir then dir:close() end
+    return dir ~= nil
+  end
   for part in path:gmatch('[^/]+') do
     prefix = prefix .. part
+    if is_dir(prefix) then goto next_part end
     C.ptdp_hold_made_directory(prefix, 1)  -- before it exists: no moment left out
     if ffi.C.mkdir(prefix, tonumber('755', 8)) == 0 then
       made[#made + 1] = prefix
@@ -1017,10 +1026,9 @@ function M.mkdirs(path)
       if err ~= EEXIST then
         refuse(string.format("cannot create directory '%s': %s", prefix, ffi.string(ffi.C.strerror(err))))
       end
-      local dir = io.open(prefix .. '/.', 'r')  -- opens only when prefix is a directory
-      if not dir then refuse(string.format("'%s' exists and is not a directory", prefix)) end
-      dir:close()
+      if not is_dir(prefix) then refuse(string.format("'%s' exists and is not a directory", prefix)) end
     end
+    ::next_part::
     prefix = prefix .. '/'
   end
   return path, made
