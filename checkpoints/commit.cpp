@@ -306,21 +306,22 @@ std::string save_name_problem(const std::string &path) {
   if (::lstat(path.c_str(), &st) != 0) return "";
   if (name == kTracker) {
     // The commit replaces the tracker: only a tracker (a checkpoint's name on
-    // one line) or a link (the link goes, not what it names). Anything else of
-    // that name is the user's (a dataset saved as 'latest', say).
-    const bool tracker_like = S_ISLNK(st.st_mode) || (S_ISREG(st.st_mode) && st.st_size <= 64 &&
-                                                      names_a_checkpoint(tracker_line(path)));
+    // one line). Anything else of that name is the user's: a dataset saved as
+    // 'latest', or a link, which no save makes (the commit had replaced a
+    // user's link to their notes with a file).
+    if (S_ISLNK(st.st_mode)) return "is a symbolic link, which no save makes";
+    const bool tracker_like = S_ISREG(st.st_mode) && st.st_size <= 64 &&
+                              names_a_checkpoint(tracker_line(path));
     return tracker_like ? "" : "exists and is not a checkpoint tracker (one line naming an iter_N "
                                "directory)";
   }
   bool old = false, tmp = false;
   if (!checkpoint_dir_name(name, &old)) return "";
   checkpoint_iteration(name, &tmp);
-  // A complete checkpoint or a link (a save of its iteration swaps it out; the
-  // link goes, not what it names, as with the tracker) is a save's to replace;
-  // anything else of a checkpoint's name only if it holds nothing but what
-  // saves make.
-  if (!old && !tmp && (S_ISLNK(st.st_mode) || complete_dir(path))) return "";
+  // A complete checkpoint (not a link: no save makes one) is a save's to
+  // replace; anything else of a checkpoint's name only if it holds nothing
+  // but what saves make.
+  if (!old && !tmp && complete_dir(path)) return "";
   return not_removable(path);
 }
 

@@ -26,9 +26,9 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration, const v
 
 // Why a save could not replace or remove `path`, an entry of a save
 // directory named as ptdp's (iter_N, iter_N.tmp, iter_N.old, latest): "" when
-// it may (absent, a complete checkpoint or a link to one, a tracker, a
-// leftover holding only what saves make, an iter_N.old a removal marked),
-// else the reason. A save never removes anything else.
+// it may (absent, a complete checkpoint, a tracker, a leftover holding only
+// what saves make, an iter_N.old a removal marked), else the reason. A save
+// never removes anything else: not a symbolic link of any of those names.
 std::string save_name_problem(const std::string &path);
 
 // Every entry of root save_name_problem objects to, before a run trains:

@@ -170,6 +170,25 @@ TEST_F(Commit, TrackerNeverWritesThroughWhatIsThere) {
   EXPECT_TRUE(fs::is_symlink(root + "/latest.tmp"));
 }
 
+// A link named latest or iter_N is the user's (no save makes one): refused
+// before training and by the save, and it stays (the commit had replaced a
+// link named latest, to a user's notes, with the tracker).
+TEST_F(Commit, ALinkNamedAsASavesEntryIsRefusedAndKept) {
+  const std::string notes = dir + "/notes.txt";
+  spit(notes, "my notes");
+  for (const char *name : {"latest", "iter_0000007"}) {
+    SCOPED_TRACE(name);
+    fs::remove_all(root);
+    fs::create_directories(root);
+    fs::create_symlink(notes, root + "/" + name);
+    expect_error([&] { check_save_root(root); }, Status::io_error, "is a symbolic link, which no save makes");
+    expect_error([&] { begin_checkpoint(root, 7, &kWriter); }, Status::io_error,
+                 "is a symbolic link, which no save makes");
+    EXPECT_TRUE(fs::is_symlink(root + "/" + name));
+    EXPECT_EQ(slurp(notes), "my notes");
+  }
+}
+
 // The disk measurement writes a file of its own: what is already in the
 // directory (here a link under its old fixed name) is neither followed nor
 // left behind.
@@ -342,13 +361,13 @@ TEST_F(Commit, ASaveDirectorysNamesAreCheckedUpFront) {
   for (int it : {100, 200}) save(it);
   fs::create_directories(root + "/iter_0000150.tmp");  // a crashed save's leftover: a save's to clear
   spit(root + "/iter_0000150.tmp/model.h5", h5("partial"));
-  fs::create_directory_symlink(root + "/iter_0000100", root + "/iter_0000300");  // loaded through
   spit(root + "/notes.txt", "not a checkpoint's name: none of ptdp's business");
   check_save_root(root);
   const std::pair<std::string, std::string> refused[] = {
       {"iter_0000400", "is not a directory"},
       {"iter_0000500.old", "is not a removal a save began"},
       {"iter_0000600.tmp", "is a symbolic link"},
+      {"iter_0000300", "is a symbolic link"},  // (a save of 300 would replace the user's link)
       {"latest", "exists and is not a checkpoint tracker"}};
   for (const auto &[name, why] : refused) {
     const std::string path = root + "/" + name;
@@ -356,8 +375,8 @@ TEST_F(Commit, ASaveDirectorysNamesAreCheckedUpFront) {
     if (name == "iter_0000500.old") {
       fs::create_directories(path);
       spit(path + "/manifest.json", manifest_json());
-    } else if (name == "iter_0000600.tmp") {
-      fs::create_directory_symlink(dir, path);
+    } else if (name == "iter_0000600.tmp" || name == "iter_0000300") {
+      fs::create_directory_symlink(name == "iter_0000300" ? root + "/iter_0000100" : dir, path);
     } else {
       spit(path, "a user's file");
     }
