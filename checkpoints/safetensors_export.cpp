@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -224,11 +225,15 @@ void export_safetensors(const std::string &path, const std::string &out_path,
                            "generation_config.json"})
     if (to_dir && fs::exists(fs::symlink_status(fs::path(out_path) / name, ec)))
       fail(Status::invalid_argument, "export_safetensors: '", out_path, "' already holds '", name,
-           "': export into a new or empty directory (nothing of a model there is replaced)");
+           "': export into a directory without a model's files (nothing of a model there is replaced)");
   const std::string weights_path = to_dir ? (fs::path(out_path) / "model.safetensors").string()
                                           : out_path;
   // A link to a file writes that file; a device node or directory is refused.
   if (!to_dir || fs::exists(out_path, ec)) output_target(weights_path, "export_safetensors output", OutputKind::safetensors);
+  // One file only this command writes: held across processes while it is
+  // written (two exports to one file both reported writing it, one lost).
+  std::optional<OutputClaim> writing;
+  if (!to_dir) writing.emplace(weights_path, "export_safetensors output", true);
   const DType type = export_dtype(dtype);
   const CheckpointRef ref = open_checkpoint(path);
   const Manifest &m = ref.manifest;
@@ -287,6 +292,15 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   const bool make_dir = to_dir && !fs::exists(out_path, ec);
   // An interrupted export (SIGINT, SIGTERM) removes the directory it made once
   // its temporary files are gone (rmdir: only while empty), until it ends.
+  if (make_dir && !fs::create_directory(out_path, ec)) {
+    if (ec)
+      fail(Status::io_error, "export_safetensors: cannot create directory '", out_path, "': ", ec.message());
+    fail(Status::io_error, "export_safetensors: directory '", out_path, "' was made by another "
+         "command meanwhile (another export into it?): this export replaces nothing; give another "
+         "directory, or run it again when that one is done");
+  }
+  // Held for the signal cleanup once made, not before: held before, a signal
+  // as mkdir found another command's directory there would have removed it.
   struct HeldDirectory {
     std::string dir;
     ~HeldDirectory() {
@@ -294,9 +308,6 @@ void export_safetensors(const std::string &path, const std::string &out_path,
     }
   } held{make_dir ? out_path : ""};
   if (make_dir) hold_temp_directory(out_path, {});
-  if (make_dir && !fs::create_directory(out_path, ec))
-    fail(Status::io_error, "export_safetensors: cannot create directory '", out_path,
-         "': ", ec.message());
   std::string out_file;
   try {
     out_file = output_target(weights_path, "export_safetensors output", OutputKind::safetensors);
