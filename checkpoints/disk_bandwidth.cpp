@@ -33,6 +33,9 @@ void release_page_cache(const std::string &path) {
 DiskBandwidth measure_disk_bandwidth(const std::string &dir, int64_t bytes) {
   if (bytes < (1 << 20))
     fail(Status::invalid_argument, "measure_disk_bandwidth needs at least 1 MiB, got ", bytes);
+  // Never among a checkpoint's files (rotation would keep that checkpoint
+  // for a file no save made), as no writer's.
+  refuse_inside_checkpoint(dir, "measure_disk_bandwidth directory", true);
   // Never the whole disk (a shared machine's other jobs write there too): at
   // most half of what is free under dir.
   struct statvfs vfs;

@@ -1045,6 +1045,9 @@ function M.make_temp_dir(parent, prefix)
     raise(string.format("ptdp.make_temp_dir: prefix '%s' holds a '/': it names the new directory " ..
                         'inside parent, not a path', prefix))
   end
+  -- By the writers' rules for a directory (not inside a checkpoint's: its
+  -- rotation then kept that checkpoint for a directory no save made).
+  check(C.ptdp_check_output(parent, 'ptdp.make_temp_dir parent', 1))
   local template = parent .. '/' .. prefix .. 'XXXXXX'
   local buf = ffi.new('char[?]', #template + 1)
   ffi.copy(buf, template)

@@ -79,6 +79,16 @@ expect_error('is named as a checkpoint directory', 'mkdirs of a checkpoint name'
              tmpdir .. '/ck2/iter_0000009.old')
 expect_error('is inside the checkpoint directory', 'mkdirs inside a checkpoint', ptdp.mkdirs,
              tmpdir .. '/ck/iter_0000001/sub')
+-- Every writer's rule, for a temporary directory and the disk measurement's file too.
+expect_error('checkpoint directory', 'make_temp_dir inside a checkpoint', ptdp.make_temp_dir,
+             tmpdir .. '/ck/iter_0000001', 'tmp.')
+expect_error('checkpoint directory', 'benchmark_disk inside a checkpoint', ptdp.benchmark_disk,
+             tmpdir .. '/ck/iter_0000001/../iter_0000001', 2 ^ 20)
+do
+  local ls = io.popen("ls -A '" .. tmpdir .. "/ck/iter_0000001'")
+  check(ls:read('*a') == '', 'nothing was made inside the checkpoint')
+  ls:close()
+end
 expect_error("'help' is `ptdp plan --help`", 'ptdp.plan with help', ptdp.plan, { help = false })
 expect_error("ptdp.plan: option names are texts without '='", "a plan key holding '='", ptdp.plan,
              { ['num_layers=2 x'] = 3 })
