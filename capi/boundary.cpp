@@ -30,6 +30,10 @@ void require(const void *p, const char *what) {
   if (!p) fail(Status::invalid_argument, what, " must not be NULL");
 }
 
+void require_switch(int32_t v, const char *what) {
+  if (v != 0 && v != 1) fail(Status::invalid_argument, what, " is 0 or 1, got ", v);
+}
+
 std::vector<std::string> strings(const char *const *a, int32_t n, const char *name, bool nonempty) {
   if (nonempty) require(a, name);
   if (nonempty ? n <= 0 : n < 0)

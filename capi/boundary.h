@@ -55,6 +55,10 @@ ptdp_status guard(F &&f) {
 // invalid_argument naming `what` when p is NULL.
 void require(const void *p, const char *what);
 
+// invalid_argument naming `what` unless v is 0 or 1 (a switch: 2 or -1 had
+// been read as 1, and may mean something else in a later version).
+void require_switch(int32_t v, const char *what);
+
 // A C array argument of n strings: every one non-NULL, at least one when
 // `nonempty` (inputs), any number otherwise (options; NULL when n = 0).
 std::vector<std::string> strings(const char *const *a, int32_t n, const char *name, bool nonempty);

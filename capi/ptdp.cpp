@@ -36,6 +36,7 @@ using ptdp::capi::copy_out;
 using ptdp::capi::copy_report;
 using ptdp::capi::guard;
 using ptdp::capi::require;
+using ptdp::capi::require_switch;
 
 // Every live handle and its kind, so that a wrong, destroyed or never-created
 // handle is an error, not a crash: checked by address before anything is read
@@ -393,6 +394,7 @@ ptdp_status ptdp_trainer_logits(ptdp_trainer *t, const int32_t *ids, size_t coun
   return guard([&] {
     live(t);
     require(ids, "ids");
+    require_switch(last_only, "last_only");
     if (!out && cap > 0)
       ptdp::fail(ptdp::Status::invalid_argument, "out is NULL but cap is ", cap,
                  " (pass cap 0 with a NULL out to ask for the size)");

@@ -29,6 +29,7 @@ using ptdp::capi::copy_out;
 using ptdp::capi::copy_report;
 using ptdp::capi::guard;
 using ptdp::capi::require;
+using ptdp::capi::require_switch;
 using ptdp::capi::strings;
 
 extern "C" {
@@ -153,6 +154,7 @@ ptdp_status ptdp_check_output(const char *path, const char *what, int32_t direct
   return guard([&] {
     require(path, "path");
     require(what, "what");
+    require_switch(directory, "directory");
     if (directory)
       ptdp::check_output_directory(path, what);
     else
@@ -173,6 +175,7 @@ ptdp_status ptdp_read_file(const char *path, const char *what, char *buf, size_t
 ptdp_status ptdp_hold_made_directory(const char *path, int32_t hold) {
   return guard([&] {
     require(path, "path");
+    require_switch(hold, "hold");
     if (hold)
       ptdp::hold_temp_directory(path, {});
     else
