@@ -249,7 +249,7 @@ PTDP_API ptdp_status ptdp_append_line(const char *path, const char *line, int32_
 /* The model's logits for one token sequence (ids[0..count), at most
  * max_position_embeddings, each in [0, vocab_size)), no dropout, in any layout
  * (every rank computes its part; the result is the whole vocabulary's):
- * float32 [count, vocab_size] row-major, or with last_only != 0 the last
+ * float32 [count, vocab_size] row-major, or with last_only = 1 the last
  * position's [vocab_size] only. *out_len (may be NULL) gets the number of
  * floats; a NULL out with cap 0 asks for it, a smaller cap is
  * PTDP_ERR_BUFFER_TOO_SMALL (out_len set). Bad ids are
