@@ -385,6 +385,7 @@ ptdp_status ptdp_append_line(const char *path, const char *line, int32_t fresh) 
   return guard([&] {
     require(path, "path");
     require(line, "line");
+    require_switch(fresh, "fresh");
     ptdp::append_json_line(path, line, fresh != 0);
   });
 }

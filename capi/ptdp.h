@@ -239,7 +239,8 @@ PTDP_API ptdp_status ptdp_trainer_log_json(const ptdp_trainer *trainer, char *bu
                                            size_t *out_len);
 /* Appends `line` and a newline to the file at `path` in one write, creating
  * it (a metrics log: JSON lines whose first record is the run's, {"kind":
- * "run", ...}); fresh != 0 replaces the file with that one line, atomically.
+ * "run", ...}); fresh = 1 replaces the file with that one line, atomically
+ * (fresh is 0 or 1: another value is PTDP_ERR_INVALID_ARGUMENT).
  * A directory, device, FIFO, dangling link or a file that is no metrics log is
  * refused, as by every writer; a line that is not one JSON object, or a first
  * record that is not the run's, is PTDP_ERR_INVALID_ARGUMENT. Bytes that are

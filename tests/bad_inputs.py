@@ -164,6 +164,13 @@ case("train_gpt.lua: `--prompt` with `--sample-tokens 0` (no sample)",
      train + ["--data-path", "good.ptdp", "--prompt", "xyz"] + tiny, "lua_train_gpt_prompt_without_sample")
 case("train_gpt.lua: `--corpus` with a blend `--data-path` (a blend is never made)",
      train + ["--data-path", "1 good.ptdp", "--corpus", corpus] + tiny, "lua_train_gpt_corpus_with_blend")
+case("train_gpt.lua: `--rotary-base 7` with learned positions",
+     train + ["--data-path", "good.ptdp", "--rotary-base", "7"] + tiny, "lua_train_gpt_rotary_base_without_rope")
+case("train_gpt.lua: `--min-lr` with `--lr-decay-style constant`",
+     train + ["--data-path", "good.ptdp", "--lr-decay-style", "constant", "--min-lr", "0.0001"] + tiny,
+     "lua_train_gpt_min_lr_with_constant_lr")
+case("train_gpt.lua: `--add-qkv-bias 1` without `--disable-bias-linear`",
+     train + ["--data-path", "good.ptdp", "--add-qkv-bias", "1"] + tiny, ONLY)
 case("train_gpt.lua: `--verify-checkpoint 0` without `--load`",
      train + ["--data-path", "good.ptdp", "--verify-checkpoint", "0"] + tiny, ONLY)
 case("bench_cpu.lua: `--save out` (a save inside the timed steps)",

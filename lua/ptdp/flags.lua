@@ -226,16 +226,34 @@ function M.arguments(config, opts)
   return table.concat(lines, '\n')
 end
 
--- Options that act only on a run's saves or its load (the engine takes them
--- for the API's saves and loads too, which a script that only trains does not
--- make): the message refusing the first given without --save or --load, or nil.
+-- Options given that would have no effect in this run (the engine takes them
+-- for the API's saves and loads, or under another option's value, which a
+-- command line that gives them shows it did not mean): the message refusing
+-- the first, or nil. One table, so that every script's flags follow it.
+local function on(v) return v ~= nil and v ~= '' and tostring(v) ~= '0' and tostring(v) ~= 'false' end
+local acts_only = {
+  { 'keep_last_checkpoints', function(c) return on(c.save) end, "on the run's saves, and --save is not given",
+    'give --save' },
+  { 'verify_checkpoint', function(c) return on(c.load) end, "on the run's load, and --load is not given",
+    'give --load' },
+  { 'override_opt_param_scheduler', function(c) return on(c.load) end,
+    "on the run's load, and --load is not given", 'give --load' },
+  { 'min_lr', function(c) return c.lr_decay_style ~= 'constant' end,
+    'where the learning rate decays, and --lr-decay-style is constant', 'give --lr-decay-style linear or cosine' },
+  { 'lr_decay_iters', function(c) return c.lr_decay_style ~= 'constant' end,
+    'where the learning rate decays, and --lr-decay-style is constant', 'give --lr-decay-style linear or cosine' },
+  { 'rotary_base', function(c) return c.position_embedding_type == 'rope' end,
+    'on rotary position embeddings, and --position-embedding-type is not rope',
+    'give --position-embedding-type rope' },
+  { 'add_qkv_bias', function(c) return on(c.disable_bias_linear) end,
+    'where the linear layers have no biases (the QKV projection has one otherwise), and ' ..
+    '--disable-bias-linear is not given', 'give --disable-bias-linear' },
+}
 function M.unused_option(config, given)
-  for _, o in ipairs { { 'keep_last_checkpoints', 'save' }, { 'verify_checkpoint', 'load' },
-                       { 'override_opt_param_scheduler', 'load' } } do
-    if given[o[1]] and (config[o[2]] or '') == '' then
-      return string.format("--%s acts on the run's %s, and --%s is not given: give --%s, or " ..
-                           'leave it out', (o[1]:gsub('_', '-')), o[2] == 'save' and 'saves' or 'load',
-                           o[2], o[2])
+  for _, o in ipairs(acts_only) do
+    local key, acts, where, give = o[1], o[2], o[3], o[4]
+    if given[key] and not acts(config) then
+      return string.format('--%s acts only %s: %s, or leave it out', (key:gsub('_', '-')), where, give)
     end
   end
 end

@@ -230,6 +230,8 @@ static void test_null_arguments(const char *corpus, const char *data_path) {
   /* A switch is 0 or 1: 2 and -1 were read as 1. */
   EXPECT(ptdp_check_output("x.txt", "note", 2), BAD, "directory is 0 or 1, got 2", "check_output(directory 2)");
   EXPECT(ptdp_hold_made_directory("x.d", -1), BAD, "hold is 0 or 1, got -1", "hold_made_directory(hold -1)");
+  EXPECT(ptdp_append_line("x.jsonl", "{\"kind\": \"run\"}", 2), BAD, "fresh is 0 or 1, got 2",
+         "append_line(fresh 2)");
   {
     ptdp_trainer *t = (ptdp_trainer *)&len;
     EXPECT(ptdp_trainer_create(NULL, &t), BAD, "config", "trainer_create(NULL config)");

@@ -163,6 +163,14 @@ ptdp_lua_test(lua_train_gpt_sample_tokens_range --rc nonzero
 ptdp_lua_test(lua_train_gpt_prompt_without_sample --rc nonzero
   --expect "--prompt acts on the final sample, and --sample-tokens is 0" --reject "traceback"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --sample-tokens 0 --prompt xyz)
+# Flags that act only under another option's value are refused without it
+# (ptdp.flags.unused_option's one table; they had been ignored, exit 0).
+ptdp_lua_test(lua_train_gpt_rotary_base_without_rope --rc nonzero
+  --expect "--rotary-base acts only on rotary position embeddings" --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --rotary-base 7)
+ptdp_lua_test(lua_train_gpt_min_lr_with_constant_lr --rc nonzero
+  --expect "--min-lr acts only where the learning rate decays" --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --lr-decay-style constant --min-lr 0.0001)
 # --corpus with a blend --data-path (never made from it) is refused, not ignored.
 ptdp_lua_test(lua_train_gpt_corpus_with_blend --rc nonzero
   --expect "is a blend, and a blend is never made" --reject "traceback"
