@@ -263,6 +263,18 @@ std::string import_safetensors(const std::string &path, const std::string &confi
   // of it (a fine-tuning recipe's --log-json or --timeline) may replace them.
   // A model directory's every file; else the weights, their shards and configs.
   const fs::path model_dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(file).parent_path();
+  // The checkpoint tree goes beside a model directory (or a sharded model's),
+  // never into it (a recipe's import had put iter_0000000 and latest among
+  // the model's files).
+  if (fs::is_directory(path, ec) || sharded) {
+    const fs::path model_real = fs::weakly_canonical(fs::absolute(model_dir.empty() ? "." : model_dir, ec), ec);
+    const fs::path out_real = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+    const auto [m_end, o_at] = std::mismatch(model_real.begin(), model_real.end(), out_real.begin(), out_real.end());
+    if (!model_real.empty() && m_end == model_real.end())
+      fail(Status::invalid_argument, "import_safetensors: checkpoint directory '", dir, "' is the model's ",
+           "directory '", model_dir.string(), "' or inside it: the import's checkpoints (iter_N, latest) go ",
+           "into a directory of their own; give one outside the model's");
+  }
   for (fs::directory_iterator it(model_dir.empty() ? "." : model_dir, ec), end; !ec && it != end; it.increment(ec))
     if (fs::is_directory(path) || (sharded && ends_with(it->path().string(), ".safetensors")))
       hold_input(it->path().string(), "imported model's file");

@@ -10,6 +10,13 @@
 set -euo pipefail
 ptdp=$(realpath "${1:-build/ptdp}")
 iters=${2:-20}
+# Checked before any work (a bad value had ended the script silently: the
+# run's error went into the pipe that reads its log line).
+if ! [[ $iters =~ ^[0-9]{1,6}$ ]] || ((10#$iters < 1 || 10#$iters > 100000)); then
+  echo "bench_loaded_machine: ITERS must be a whole number in [1, 100000], got '$iters'" >&2
+  exit 2
+fi
+[[ -x $ptdp ]] || { echo "bench_loaded_machine: '$ptdp' is not the ptdp launcher (an executable file)" >&2; exit 2; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/ptdp_bench_loaded.XXXXXX")
 busy=()
@@ -30,6 +37,7 @@ step_ms() {
     sed -n 's/.*elapsed time per iteration (ms): *\([0-9.]*\).*/\1/p' | tail -1
 }
 idle=$(step_ms)
+[[ -n $idle ]] || { echo "bench_loaded_machine: the run printed no step time (run it alone to see why)" >&2; exit 1; }
 for ((i = 0; i < cores; i++)); do
   sh -c 'while :; do :; done' &
   busy+=($!)

@@ -35,6 +35,11 @@ local config, opts, given = flags.parse(arg, {
   hidden_dropout = 0.1, attention_dropout = 0.1, data_path = 'data/fortunes.ptdp',
 })
 require('ptdp.bench').refuse_untimed(given, config)  -- no saves or exits in the timed steps
+if given.timeline then  -- (each schedule's run would replace it, the interleaved one with --trace)
+  io.stderr:write("bench_pipeline: --timeline is this benchmark's to set: the interleaved step's " ..
+                  'trace goes to --trace, and its picture to --png\n')
+  os.exit(2)
+end
 
 -- The outputs and every schedule's layout are checked now, not after the
 -- first schedules have run: against the dataset (an input once resolved

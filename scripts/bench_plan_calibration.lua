@@ -23,7 +23,8 @@ local config, opts, given = flags.parse(arg, {
   save_machine = { default = '', help = 'write the calibration to this JSON file' },
   ranks = { default = 2, integer = true, min = 2, help = 'ranks of the parallel layouts (t, d or p)' },
   corpus = { default = '/usr/share/games/fortunes', help = 'text the dataset is made from when missing' },
-  corpus_format = { default = 'fortune', help = 'its format: fortune, lines, file' },
+  corpus_format = { default = 'fortune', choices = { 'fortune', 'lines', 'file' },
+                    help = 'its format: fortune, lines, file' },
 }, {
   num_layers = 4, hidden_size = 256, num_attention_heads = 4, seq_length = 128,
   micro_batch_size = 1, global_batch_size = 8, train_iters = 1000000, vocab_size = 512,
@@ -52,12 +53,6 @@ end
 -- The output is checked before any work (a dataset made from --corpus included).
 if opts.save_machine ~= '' then ptdp.check_output(opts.save_machine, '--save-machine', false, 'machine') end
 
--- The default dataset is tokenized on first use; a --data-path must exist
--- unless --corpus says what to make it from.
-config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
-                                  create = given.corpus, corpus = opts.corpus,
-                                  format = opts.corpus_format }
-
 local n = opts.ranks
 local L, h = tonumber(config.num_layers), tonumber(config.hidden_size)
 local gbs, seq = tonumber(config.global_batch_size), tonumber(config.seq_length)
@@ -66,6 +61,69 @@ local model = {
   seq_length = seq, vocab_size = tonumber(config.vocab_size), global_batch_size = gbs,
   fp32 = true, recompute_granularity = 'none',
 }
+
+-- The layouts measured, each checked before any work (a model they cannot
+-- all take was refused only after the calibration).
+local layouts = {}
+local function add(name, t, p, d, b, v, recompute)
+  layouts[#layouts + 1] = { name = name, t = t, p = p, d = d, b = b, v = v or 1,
+                            recompute = recompute }
+end
+add('serial', 1, 1, 1, 1)
+add('serial', 1, 1, 1, 2)
+add('serial', 1, 1, 1, 8)
+add('tensor', n, 1, 1, 1)
+add('tensor', n, 1, 1, 4)
+add('data', 1, 1, n, 1)
+add('data', 1, 1, n, 4)
+add('1f1b', 1, n, 1, 1)
+add('1f1b', 1, n, 1, 2)
+add('interleaved', 1, n, 1, 1, 2)
+add('interleaved', 1, n, 1, 2, 2)
+-- Full recomputation: every layer's forward again in the backward.
+add('recompute', 1, 1, 1, 2, 1, true)
+add('1f1b+recomp', 1, n, 1, 2, 1, true)
+
+local function layout_config(layout)
+  local c = {}
+  for k, v in pairs(config) do c[k] = v end
+  c.tensor_model_parallel_size, c.pipeline_model_parallel_size = layout.t, layout.p
+  c.data_parallel_size, c.micro_batch_size = layout.d, layout.b
+  if layout.recompute then c.recompute_granularity = 'full' end
+  if layout.v > 1 then
+    c.num_layers_per_virtual_pipeline_stage = L / (layout.p * layout.v)
+    c.pipeline_schedule = 'interleaved'
+  elseif layout.p > 1 then
+    c.pipeline_schedule = '1f1b'
+  end
+  return c
+end
+for _, lay in ipairs(layouts) do
+  local ok_layout, why = true, nil
+  if L and L % (lay.p * lay.v) ~= 0 then
+    ok_layout, why = false, string.format('--num-layers (%d) must be a multiple of p x v = %d', L, lay.p * lay.v)
+  else
+    ok_layout, why = pcall(ptdp.check_config, layout_config(lay))
+  end
+  if not ok_layout then
+    io.stderr:write(string.format('bench_plan_calibration: the model cannot run in the %s layout ' ..
+                                  '(t=%d p=%d d=%d b=%d v=%d), one of those it measures: %s\n', lay.name,
+                                  lay.t, lay.p, lay.d, lay.b, lay.v, (tostring(why):gsub('^[^:]+:%d+: ', ''))))
+    os.exit(2)
+  end
+end
+
+-- The default dataset is tokenized on first use; a --data-path must exist
+-- unless --corpus says what to make it from.
+local data_path, _, made_now = ptdp.dataset { path = config.data_path, given = given.data_path,
+                                             create = given.corpus, corpus = opts.corpus,
+                                             format = opts.corpus_format }
+config.data_path = data_path
+if given.corpus_format and not given.corpus and not made_now then  -- said, not silent
+  io.stderr:write(string.format("bench_plan_calibration: --data-path '%s' exists: measuring on it " ..
+                                '(--corpus-format reads a corpus only when a dataset is made)\n',
+                                config.data_path))
+end
 
 -- A calibration only for this run lives in a directory of its own, removed
 -- however the run ends (os.tmpname's file stayed behind in /tmp).
@@ -100,18 +158,7 @@ local ok, err = pcall(function()
   local median = require('ptdp.bench').median
 
   local function measure(layout)
-    local c = {}
-    for k, v in pairs(config) do c[k] = v end
-    c.tensor_model_parallel_size, c.pipeline_model_parallel_size = layout.t, layout.p
-    c.data_parallel_size, c.micro_batch_size = layout.d, layout.b
-    if layout.recompute then c.recompute_granularity = 'full' end
-    if layout.v > 1 then
-      c.num_layers_per_virtual_pipeline_stage = L / (layout.p * layout.v)
-      c.pipeline_schedule = 'interleaved'
-    elseif layout.p > 1 then
-      c.pipeline_schedule = '1f1b'
-    end
-    local trainer = ptdp.trainer(c)
+    local trainer = ptdp.trainer(layout_config(layout))
     for _ = 1, opts.warmup do trainer:step() end
     local times = {}
     for i = 1, opts.iters do times[i] = trainer:step().elapsed_ms / 1e3 end
@@ -121,26 +168,6 @@ local ok, err = pcall(function()
     for _, x in ipairs(times) do lo, hi = math.min(lo, x), math.max(hi, x) end
     return median(times), (hi - lo) / median(times)
   end
-
-  local layouts = {}
-  local function add(name, t, p, d, b, v, recompute)
-    layouts[#layouts + 1] = { name = name, t = t, p = p, d = d, b = b, v = v or 1,
-                              recompute = recompute }
-  end
-  add('serial', 1, 1, 1, 1)
-  add('serial', 1, 1, 1, 2)
-  add('serial', 1, 1, 1, 8)
-  add('tensor', n, 1, 1, 1)
-  add('tensor', n, 1, 1, 4)
-  add('data', 1, 1, n, 1)
-  add('data', 1, 1, n, 4)
-  add('1f1b', 1, n, 1, 1)
-  add('1f1b', 1, n, 1, 2)
-  add('interleaved', 1, n, 1, 1, 2)
-  add('interleaved', 1, n, 1, 2, 2)
-  -- Full recomputation: every layer's forward again in the backward.
-  add('recompute', 1, 1, 1, 2, 1, true)
-  add('1f1b+recomp', 1, n, 1, 2, 1, true)
 
   print(string.format('GPT l=%d h=%d a=%d s=%d V=%d, global batch %d, fp32; %d warm-up + median of ' ..
                       '%d steps, lowest of %d rounds', L, h, model.num_attention_heads, seq,

@@ -85,6 +85,11 @@ do
   local ok, err = pcall(function()
     local engine = flags.parse(rest, require('ptdp.train_gpt_flags').script, {})
     ptdp.config(engine)
+    -- The recipe exports what it fine-tuned: a run of no step saves nothing.
+    if engine.train_iters ~= nil and tonumber(engine.train_iters) == 0 then
+      error('--train-iters 0 trains nothing, and the recipe exports the fine-tuned checkpoint: give at ' ..
+            'least 1', 0)
+    end
   end)
   if not ok then fail((tostring(err):gsub('^[^:]+:%d+: ', ''))) end  -- the message, not this line
 end
@@ -167,6 +172,16 @@ for i, a in ipairs(rest) do
 end
 local imported, prefix = W .. '/imported', W .. '/data'
 local finetuned, export = W .. '/finetuned', W .. '/hf'
+-- Nor the model inside one of the recipe's own outputs (W/imported as the
+-- model had the import write its checkpoints among the model's files).
+for _, out in ipairs { imported, finetuned, export } do
+  local at = real(out)
+  if at and (model_dir == at or model_dir:sub(1, #at + 1) == at .. '/') then
+    fail(string.format("--hf-model '%s' is inside '%s', where the recipe writes its %s; move the model " ..
+                       'out of --workdir, or give another --workdir', opts.hf_model, out,
+                       out == imported and 'import' or out == finetuned and 'checkpoints' or 'export'))
+  end
+end
 -- (A link there counts, one to nothing too: the save and the export would stop at it.)
 pcall(ffi.cdef, 'long readlink(const char *path, char *buf, size_t size);')
 local link_buf = ffi.new('char[1]')

@@ -171,6 +171,12 @@ case("train_gpt.lua: `--min-lr` with `--lr-decay-style constant`",
      "lua_train_gpt_min_lr_with_constant_lr")
 case("train_gpt.lua: `--add-qkv-bias 1` without `--disable-bias-linear`",
      train + ["--data-path", "good.ptdp", "--add-qkv-bias", "1"] + tiny, ONLY)
+case("bench_pipeline.lua: `--timeline` (each schedule's run would replace it)",
+     [os.path.join(repo, "scripts", "bench_pipeline.lua"), "--timeline", "tl.json"],
+     "lua_bench_pipeline_timeline_is_its_own")
+case("bench_plan_calibration.lua: `--num-layers 6` (its interleaved layout needs a multiple of 4)",
+     [os.path.join(repo, "scripts", "bench_plan_calibration.lua"), "--num-layers", "6"],
+     "lua_plan_bench_calibration_layouts_checked_first")
 case("train_gpt.lua: `--verify-checkpoint 0` without `--load`",
      train + ["--data-path", "good.ptdp", "--verify-checkpoint", "0"] + tiny, ONLY)
 case("bench_cpu.lua: `--save out` (a save inside the timed steps)",

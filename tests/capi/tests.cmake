@@ -280,6 +280,10 @@ ptdp_lua_test(cli_tokenize_json_keys_without_prefix --rc nonzero
   --expect "--json-keys picks the keys of a jsonl corpus for --output-prefix"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/jk.ptdp --format lines --json-keys text
      ${PTDP_TEST_CORPUS})
+# --timeline would be replaced by each schedule's run and the interleaved --trace: refused.
+ptdp_lua_test(lua_bench_pipeline_timeline_is_its_own --rc nonzero
+  --expect "--timeline is this benchmark's to set" --reject "gpipe"
+  -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_pipeline.lua --timeline ${PTDP_TEST_TMP}/lua/tl.json)
 ptdp_lua_test(lua_bench_pipeline_png_a_directory --rc nonzero
   --expect "--png '/tmp' exists and is a directory" --reject "traceback" --reject "p=4"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_pipeline.lua --png /tmp)

@@ -106,6 +106,24 @@ TEST(LlamaImport, Qwen2LogitsMatchTransformers) {
 }
 
 // Each bad input is refused by name, and no checkpoint is written.
+// The checkpoint tree goes beside the model, never into its directory (a
+// fine-tuning recipe's import had written iter_0000000 and latest among the
+// model's files), under any spelling.
+TEST(LlamaImport, NeverWritesIntoTheModelsDirectory) {
+  TempDir work;
+  const std::string model = work.path + "/model";
+  fs::copy(fixture("llama"), model, fs::copy_options::recursive);
+  for (const std::string &out : {model, model + "/sub", work.path + "/./model/", model + "/../model/ck"}) {
+    SCOPED_TRACE(out);
+    expect_error([&] { import_safetensors(model, "", out); }, Status::invalid_argument,
+                 "is the model's directory");
+  }
+  EXPECT_FALSE(fs::exists(model + "/iter_0000000"));
+  EXPECT_FALSE(fs::exists(model + "/latest"));
+  EXPECT_FALSE(fs::exists(model + "/sub"));
+  EXPECT_NO_THROW(import_safetensors(model, "", work.path + "/model_ck"));  // (a name beside it)
+}
+
 TEST(LlamaImport, RefusesWhatItCannotImport) {
   TempDir work;
   auto copy_model = [&](const std::string &name) {

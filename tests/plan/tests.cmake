@@ -78,6 +78,12 @@ ptdp_plan_cli_test(lua_plan_bench_calibration --rc 0 --expect "calibrated this C
 ptdp_plan_cli_test(lua_plan_bench_calibration_own_flag --rc nonzero
   --expect "flag '--micro-batch-size' is this benchmark's to set"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_plan_calibration.lua --micro-batch-size 3)
+# Every layout it measures is checked before any work (a model one of them
+# cannot take was refused after the calibration, naming p and v it cannot set).
+ptdp_plan_cli_test(lua_plan_bench_calibration_layouts_checked_first --rc nonzero
+  --expect "cannot run in the interleaved layout" --expect "--num-layers (6) must be a multiple of p x v = 4"
+  --reject "calibrated this CPU"
+  -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_plan_calibration.lua --num-layers 6)
 ptdp_plan_cli_test(lua_plan_bench_calibration_machine_twice --rc nonzero
   --expect "give --machine (use a calibration) or --save-machine"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_plan_calibration.lua --machine a --save-machine b)

@@ -144,6 +144,16 @@ cli.expect("no --workdir", [recipe, "--hf-model", "hf", "--corpus", "corpus.json
 cli.expect("a work directory inside the model's", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
                                                   "--workdir", "hf/w"], False,
            "is the model's directory or inside it")
+# The model where the recipe writes its import (W/imported): its import went into the model's folder.
+shutil.copytree(os.path.join(work, "hf"), os.path.join(work, "w_in", "imported"))
+cli.expect("the model in the recipe's import folder", [recipe, "--hf-model", "w_in/imported", "--corpus",
+                                                       "corpus.jsonl", "--workdir", "w_in"], False,
+           "where the recipe writes its import")
+if os.path.exists(os.path.join(work, "w_in", "imported", "latest")):
+    cli.failures.append("the refused recipe wrote into the model's folder")
+cli.expect("--train-iters 0 (nothing to export)", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
+                                                   "--workdir", "w_zero", "--train-iters", "0"], False,
+           "--train-iters 0 trains nothing")
 cli.expect("a work directory that is a file", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
                                                "--workdir", "corpus.jsonl"], False,
            "is not a directory")
