@@ -89,7 +89,7 @@ double rope_theta(const json &c, const std::string &where) {
       if (!r->contains(k) || (*r)[k].is_null()) continue;
       if (!(*r)[k].is_string())
         fail(Status::invalid_config, where, ": ", key, ".", k, " must be a string, got ",
-             (*r)[k].dump());
+             json_excerpt((*r)[k]));
       type = (*r)[k].get<std::string>();
     }
     if (type != "default")
@@ -170,7 +170,7 @@ bool is_buffer(const std::string &name) { return ends_with(name, ".rotary_emb.in
 
 bool is_llama_family(const std::string &config_text) {
   try {
-    const json c = json::parse(config_text);
+    const json c = parse_json_or_discard(config_text);
     if (!c.is_object() || !c.contains("model_type") || !c["model_type"].is_string()) return false;
     const std::string t = c["model_type"].get<std::string>();
     return t == "llama" || t == "mistral" || t == "qwen2";
@@ -247,7 +247,7 @@ GptConfig gpt_config_from_llama(const std::string &text, const std::string &wher
   if (const json *types = get(c, "layer_types")) {
     for (const json &t : *types)
       if (t != "full_attention")
-        unsupported(where, "layer_types " + t.dump(), "ptdp's layers are full attention");
+        unsupported(where, "layer_types " + json_excerpt(t), "ptdp's layers are full attention");
     if ((int64_t)types->size() != g.num_layers)
       fail(Status::invalid_config, where, ": 'layer_types' lists ", types->size(), " layers, but ",
            "num_hidden_layers is ", g.num_layers);

@@ -91,12 +91,12 @@ T field(const json &o, const std::string &key, const std::string &where) {
   if constexpr (std::is_same_v<T, std::vector<int64_t>>)
     for (const json &e : o.at(key)) fits = fits && integer_fits<int64_t>(e);
   if (!fits)
-    fail(Status::corrupt_data, where, ": field '", key, "' has the wrong type (", o.at(key).dump(),
+    fail(Status::corrupt_data, where, ": field '", key, "' has the wrong type (", json_excerpt(o.at(key)),
          ")");
   try {
     return o.at(key).get<T>();
   } catch (const json::exception &) {
-    fail(Status::corrupt_data, where, ": field '", key, "' has the wrong type (", o.at(key).dump(),
+    fail(Status::corrupt_data, where, ": field '", key, "' has the wrong type (", json_excerpt(o.at(key)),
          ")");
   }
 }

@@ -351,6 +351,8 @@ void export_safetensors(const std::string &path, const std::string &out_path,
       auto it = m.training.find(std::string("hf_") + id);
       if (it == m.training.end()) continue;
       try {
+        if (json_too_deep_at(it->second.data(), it->second.size()) >= 0)
+          damaged(ref.dir, "its training record's hf_", id, " nests too deep to be a token id");
         config[id] = generation[id] = nlohmann::json::parse(it->second);
       } catch (const nlohmann::json::exception &) {
         damaged(ref.dir, "its training record's hf_", id, " is not JSON: ", it->second);

@@ -18,6 +18,7 @@
 #include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/dtype.h"
+#include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 
@@ -56,6 +57,9 @@ Safetensors parse_safetensors(const std::string &file, const unsigned char *data
   for (int i = 7; i >= 0; i--) n = n << 8 | data[i];
   if (n > size - 8)
     not_safetensors(file, "its header of ", n, " bytes is longer than the file (", size, ")");
+  if (const long long at = json_too_deep_at(reinterpret_cast<const char *>(data) + 8, (size_t)n); at >= 0)
+    not_safetensors(file, "its header nests more than ", kMaxJsonDepth, " levels deep (at byte ", 8 + at,
+                    "); a safetensors header nests two");
   json header;
   std::string twice;  // a tensor named twice (JSON would keep the last in silence)
   try {
@@ -98,23 +102,23 @@ Safetensors parse_safetensors(const std::string &file, const unsigned char *data
     if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
         !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
         v["data_offsets"].size() != 2)
-      not_safetensors(file, "tensor '", name, "' lacks a dtype, shape or data_offsets: ", v.dump());
+      not_safetensors(file, "tensor '", name, "' lacks a dtype, shape or data_offsets: ", json_excerpt(v));
     SourceTensor t;
     t.dtype = v["dtype"].get<std::string>();
     uint64_t numel = 1;
     for (const json &d : v["shape"]) {
       if (!d.is_number_unsigned())
-        not_safetensors(file, "tensor '", name, "' has shape ", v["shape"].dump());
+        not_safetensors(file, "tensor '", name, "' has shape ", json_excerpt(v["shape"]));
       const uint64_t k = d.get<uint64_t>();
       if (k != 0 && numel > data_size / k)
-        not_safetensors(file, "tensor '", name, "' of shape ", v["shape"].dump(),
+        not_safetensors(file, "tensor '", name, "' of shape ", json_excerpt(v["shape"]),
                         " does not fit in the data");
       numel *= k;
       t.shape.push_back((int64_t)k);
     }
     const json &off = v["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      not_safetensors(file, "tensor '", name, "' has data_offsets ", off.dump());
+      not_safetensors(file, "tensor '", name, "' has data_offsets ", json_excerpt(off));
     const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
     if (b > e || e > data_size)
       not_safetensors(file, "tensor '", name, "' has bytes [", b, ", ", e, ") outside the ",
@@ -124,7 +128,7 @@ Safetensors parse_safetensors(const std::string &file, const unsigned char *data
     // skipped may be of any type).
     const size_t es = format_element_size(t.dtype);
     if (es && e - b != numel * es)
-      not_safetensors(file, "tensor '", name, "' is ", t.dtype, " ", v["shape"].dump(), " (",
+      not_safetensors(file, "tensor '", name, "' is ", t.dtype, " ", json_excerpt(v["shape"]), " (",
                       numel * es, " bytes) but its data_offsets hold ", e - b, " bytes");
     t.data = base + b;
     t.bytes = e - b;

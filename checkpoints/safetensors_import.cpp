@@ -57,13 +57,13 @@ int positive_int(const json &c, const char *key, const std::string &where) {
   const json &v = field(c, key, where);
   if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > INT_MAX)
     fail(Status::invalid_config, where, ": '", key, "' must be an integer in [1, ", INT_MAX, "], got ",
-         v.dump());
+         json_excerpt(v));
   return (int)v.get<int64_t>();
 }
 
 float number(const json &v, const char *key, const std::string &where) {
   if (!v.is_number())
-    fail(Status::invalid_config, where, ": '", key, "' must be a number, got ", v.dump());
+    fail(Status::invalid_config, where, ": '", key, "' must be a number, got ", json_excerpt(v));
   return (float)v.get<double>();
 }
 
@@ -174,7 +174,7 @@ GptConfig gpt_config_from_gpt2(const std::string &text, const std::string &where
   const json c = parse_json_text(text, where);
   if (!c.is_object()) fail(Status::corrupt_data, where, " is not a JSON object (a GPT2Config)");
   if (c.contains("model_type") && c["model_type"] != "gpt2")
-    fail(Status::invalid_config, where, ": model_type is ", c["model_type"].dump(),
+    fail(Status::invalid_config, where, ": model_type is ", json_excerpt(c["model_type"]),
          "; ptdp imports gpt2");
   GptConfig g;
   g.hidden_size = positive_int(c, "n_embd", where);
@@ -191,7 +191,7 @@ GptConfig gpt_config_from_gpt2(const std::string &text, const std::string &where
          g.layernorm_epsilon);
   const json &act = field(c, "activation_function", where);
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-    fail(Status::invalid_config, where, ": activation_function is ", act.dump(),
+    fail(Status::invalid_config, where, ": activation_function is ", json_excerpt(act),
          ", but ptdp's MLP computes the tanh GeLU: only \"gelu_new\" (or \"gelu_pytorch_tanh\", ",
          "the same function) can be imported");
   if (c.contains("n_inner") && !c["n_inner"].is_null()) {
@@ -218,7 +218,7 @@ GptConfig gpt_config_from_gpt2(const std::string &text, const std::string &where
                   {"tie_word_embeddings", false, "ptdp ties the output layer to wte"}};
   for (const auto &v : variants) {
     if (c.contains(v.key) && !c[v.key].is_null() && !c[v.key].is_boolean())
-      fail(Status::invalid_config, where, ": ", v.key, " must be true or false, got ", c[v.key].dump());
+      fail(Status::invalid_config, where, ": ", v.key, " must be true or false, got ", json_excerpt(c[v.key]));
     if (c.contains(v.key) && c[v.key].is_boolean() && c[v.key].get<bool>() == v.unsupported)
       fail(Status::invalid_config, where, ": ", v.key, " is ", v.unsupported ? "true" : "false",
            ", which ptdp cannot import (", v.why, ")");

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/checkpoint_names.h"
+#include "engine/core/json_text.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/core/utf8.h"
@@ -459,7 +460,7 @@ static std::string known_format(const std::string &target) {
   static const char *model_json = "a model's JSON file (its config, generation config or weights "
                                   "index: it names model_type, transformers_version or weight_map)";
   if ((size_t)size <= h.size()) {
-    const json j = json::parse(h, nullptr, false);
+    const json j = parse_json_or_discard(h);
     if (j.is_object() &&
         (j.contains("model_type") || j.contains("transformers_version") || j.contains("weight_map") ||
          j.contains("_from_model_config")))
@@ -501,7 +502,7 @@ static bool is_of_kind(const std::string &target, OutputKind kind, bool exported
       if (!exported_only) return true;  // a safetensors file at all
       off_t ignored = 0;
       const std::string text = head_bytes(target, 8 + (size_t)n, &ignored);
-      const json j = json::parse(text.size() > 8 ? text.substr(8) : "", nullptr, false);
+      const json j = parse_json_or_discard(text.size() > 8 ? text.substr(8) : "");
       if (!j.is_object()) return false;
       const auto meta = j.find("__metadata__");
       const bool ptdp = meta != j.end() && meta->is_object() && meta->value("producer", json()) == "ptdp";
@@ -511,19 +512,19 @@ static bool is_of_kind(const std::string &target, OutputKind kind, bool exported
     // a model's config.json, an INI file, a log and a trace all start alike.
     case OutputKind::json: {  // the whole file one JSON object (small: a config)
       if ((size_t)size > h.size()) return false;
-      const json j = json::parse(h, nullptr, false);
+      const json j = parse_json_or_discard(h);
       return j.is_object();
     }
     case OutputKind::metrics_log: {  // its first line the run record (a JSONL corpus is no log)
       const size_t eol = h.find('\n');
       if (eol == std::string::npos) return false;
-      const json j = json::parse(valid_utf8(h.substr(0, eol)), nullptr, false);  // (a path's bytes)
+      const json j = parse_json_or_discard(valid_utf8(h.substr(0, eol)));  // (a path's bytes)
       return j.is_object() && j.value("kind", "") == "run";
     }
     case OutputKind::trace: return h.rfind("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 0) == 0;
     case OutputKind::machine: {
       if ((size_t)size > h.size()) return false;
-      const json j = json::parse(h, nullptr, false);
+      const json j = parse_json_or_discard(h);
       return j.is_object() && j.contains("name") && j.contains("devices_per_node") &&
              j.contains("peak_flops");
     }

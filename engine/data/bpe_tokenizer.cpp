@@ -354,7 +354,7 @@ std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const st
   const std::string what = "tokenizer file '" + path + "'";
   const nlohmann::json j = parse_json(read_file(path, "tokenizer file"), what);
   auto unsupported = [&](const std::string &part, const nlohmann::json &v, const char *allowed) {
-    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": ", part, " is ", v.dump(),
+    fail(Status::corrupt_data, "GPT2BPETokenizer: ", what, ": ", part, " is ", json_excerpt(v),
          "; a GPT-2 byte-level BPE has ", allowed);
   };
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object())

@@ -1,5 +1,6 @@
 #include "engine/data/hf_tokenizer_json.h"
 
+#include "engine/core/json_text.h"
 #include "engine/core/status.h"
 
 namespace ptdp {
@@ -7,7 +8,7 @@ namespace ptdp {
 std::pair<std::vector<int32_t>, std::vector<int32_t>> template_specials(
     const nlohmann::json &post, const std::string &who, const std::string &what) {
   auto bad = [&](const std::string &why) {
-    fail(Status::corrupt_data, who, ": ", what, ": post_processor ", why, " (", post.dump(), ")");
+    fail(Status::corrupt_data, who, ": ", what, ": post_processor ", why, " (", json_excerpt(post), ")");
   };
   if (!post.contains("single") || !post["single"].is_array())
     bad("TemplateProcessing has no \"single\" template");
@@ -30,7 +31,7 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> template_specials(
       bad("names the special token '" + name + "' without its ids");
     for (const nlohmann::json &id : specials[name]["ids"]) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 24))
-        bad("gives '" + name + "' the id " + id.dump());
+        bad("gives '" + name + "' the id " + json_excerpt(id));
       (text ? after : before).push_back((int32_t)id.get<int64_t>());
     }
   }
@@ -55,7 +56,7 @@ std::vector<std::pair<std::string, std::string>> parse_merges(const nlohmann::js
       out.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
       continue;
     }
-    fail(Status::corrupt_data, who, ": ", what, ": merge ", out.size() + 1, " is ", e.dump(),
+    fail(Status::corrupt_data, who, ": ", what, ": merge ", out.size() + 1, " is ", json_excerpt(e),
          "; a merge is \"left right\" or [\"left\", \"right\"]");
   }
   return out;
@@ -66,16 +67,16 @@ std::vector<std::pair<std::string, int64_t>> parse_added_tokens(const nlohmann::
                                                                 const std::string &what) {
   const nlohmann::json added = tokenizer.value("added_tokens", nlohmann::json::array());
   if (!added.is_array())
-    fail(Status::corrupt_data, who, ": ", what, ": added_tokens is ", added.dump(), "; it is a list");
+    fail(Status::corrupt_data, who, ": ", what, ": added_tokens is ", json_excerpt(added), "; it is a list");
   std::vector<std::pair<std::string, int64_t>> out;
   for (const auto &a : added) {
     if (!a.is_object() || !a.contains("content") || !a["content"].is_string() ||
         a["content"].get<std::string>().empty() || !a.contains("id") || !a["id"].is_number_integer())
-      fail(Status::corrupt_data, who, ": ", what, ": added token ", a.dump(),
+      fail(Status::corrupt_data, who, ": ", what, ": added token ", json_excerpt(a),
            " needs a non-empty string \"content\" and an integer \"id\"");
     for (const char *flag : {"lstrip", "rstrip", "single_word"})
       if (a.value(flag, false))
-        fail(Status::corrupt_data, who, ": ", what, ": added token's ", flag, " is ", a.dump(),
+        fail(Status::corrupt_data, who, ": ", what, ": added token's ", flag, " is ", json_excerpt(a),
              "; ptdp takes it false");
     out.emplace_back(a["content"].get<std::string>(), a["id"].get<int64_t>());
   }

@@ -57,7 +57,7 @@ bool is_normalizer_form(const json &n) {  // Sequence [Prepend "▁", Replace " 
 
 bool SpBpeTokenizer::is_its_kind(const std::string &path) {
   try {
-    const json j = json::parse(read_text(path));
+    const json j = parse_json_or_discard(read_text(path));
     if (!j.is_object()) return false;
     const json pre = j.value("pre_tokenizer", json()), norm = j.value("normalizer", json());
     const bool fallback = j.contains("model") && j["model"].is_object() &&
@@ -72,7 +72,7 @@ std::unique_ptr<SpBpeTokenizer> SpBpeTokenizer::from_tokenizer_json(const std::s
   const std::string what = "tokenizer file '" + path + "'";
   const json j = parse_json_text(read_text(path), "HuggingFaceTokenizer: " + what);
   auto unsupported = [&](const std::string &part, const json &v, const char *allowed) {
-    fail(Status::corrupt_data, "HuggingFaceTokenizer: ", what, ": ", part, " is ", v.dump(),
+    fail(Status::corrupt_data, "HuggingFaceTokenizer: ", what, ": ", part, " is ", json_excerpt(v),
          "; a SentencePiece-style BPE has ", allowed);
   };
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object())

@@ -56,11 +56,11 @@ double number(const json &obj, const char *key, const std::string &where, Range 
   }
   const json &v = obj.at(key);
   if (!v.is_number())
-    fail(Status::bad_value, where, ": field '", key, "' must be a number, got ", v.dump());
+    fail(Status::bad_value, where, ": field '", key, "' must be a number, got ", json_excerpt(v));
   const double x = v.get<double>();
   if (!((x >= r.lo && x <= r.hi) || (r.zero_ok && x == 0)) || (r.whole && x != std::floor(x)))
     fail(Status::bad_value, where, ": field '", key, "' must be ", r.whole ? "a whole number " : "",
-         "in [", r.lo, ", ", r.hi, "]", r.zero_ok && r.lo > 0 ? " or 0" : "", ", got ", v.dump());
+         "in [", r.lo, ", ", r.hi, "]", r.zero_ok && r.lo > 0 ? " or 0" : "", ", got ", json_excerpt(v));
   return x;
 }
 
@@ -103,9 +103,9 @@ Machine machine_from_json(const std::string &text, const std::string &origin) {
   // A name is printed in every report's header: one line of text.
   if (m.name.empty() || std::any_of(m.name.begin(), m.name.end(), [](char ch) { return (unsigned char)ch < 0x20 || ch == 0x7f; }))
     fail(Status::bad_value, origin, ": field 'name' must be a non-empty line of text (no control ",
-         "characters), got ", j["name"].dump());
+         "characters), got ", json_excerpt(j["name"]));
   if (j.contains("description") && !j["description"].is_string())
-    fail(Status::bad_value, origin, ": field 'description' must be a string, got ", j["description"].dump());
+    fail(Status::bad_value, origin, ": field 'description' must be a string, got ", json_excerpt(j["description"]));
   if (j.contains("description")) m.description = j["description"].get<std::string>();
   m.devices_per_node = (int)number(j, "devices_per_node", origin, kWhole);
   if (!j.contains("peak_flops")) fail(Status::bad_value, origin, ": missing field 'peak_flops'");

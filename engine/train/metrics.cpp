@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/json_text.h"
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
 #include "engine/core/utf8.h"
@@ -112,7 +113,7 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
   // JSON is UTF-8: they are written as U+FFFD, so every reader of the file
   // (`ptdp plot`, json.loads) still reads every record.
   const std::string record = valid_utf8(line);
-  const nlohmann::json j = nlohmann::json::parse(record, nullptr, false);
+  const nlohmann::json j = parse_json_or_discard(record);
   const auto quoted = [&line] { return line.size() > 80 ? line.substr(0, 80) + "..." : line; };
   if (!j.is_object())
     fail(Status::invalid_argument, "a JSON-lines record must be one JSON object ({...}); got '",

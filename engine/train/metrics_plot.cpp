@@ -14,6 +14,7 @@
 
 #include "engine/core/canvas.h"
 #include "engine/core/chart.h"
+#include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/output_file.h"
 #include "engine/core/status.h"
@@ -78,6 +79,8 @@ MetricsSeries read_metrics_log(const std::string &path) {
     try {
       if (line.find('\0') != std::string::npos)  // nlohmann would stop there, accepting a part
         throw json::parse_error::create(101, line.find('\0'), "a NUL byte in the line", nullptr);
+      if (const long long deep = json_too_deep_at(line.data(), line.size()); deep >= 0)
+        throw json::parse_error::create(101, (size_t)deep, "nested more than 256 levels deep", nullptr);
       rec = json::parse(line);
     } catch (const json::exception &e) {
       if (last_unterminated) break;  // a record still being written
