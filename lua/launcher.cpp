@@ -635,8 +635,12 @@ int run_generate(int argc, char **argv) {
     buf.assign(len + 1, '\0');  // the same text again: the draw is keyed by the seed
     st = PTDP_OK;
   }
+  // Under mpirun every process generates the same text (its ranks' part of
+  // each step): the process of world rank 0 prints it, as training reports.
+  double rank = 0;
+  if (st == PTDP_OK) st = ptdp_trainer_get(tr, "rank", &rank);
   if (st != PTDP_OK) std::fprintf(stderr, "ptdp generate: %s: %s\n", ptdp_status_string(st), ptdp_last_error());
-  else std::printf("%s\n", buf.data());
+  else if (rank == 0) std::printf("%s\n", buf.data());
   ptdp_trainer_destroy(tr);
   ptdp_config_destroy(cfg);
   return st == PTDP_OK ? 0 : 1;

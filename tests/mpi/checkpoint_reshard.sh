@@ -45,3 +45,14 @@ compare a.txt b.txt "np8 (2,2,2,v2) -> np4 (1,4,1)"
 compare a.txt c.txt "np8 (2,2,2,v2) -> threads (4,1,2)"
 compare a.txt f.txt "np8 (2,2,2,v2) -> np2 (2,1,1)"
 compare d.txt e.txt "np2 x 4 threads (2,2,2) -> serial"
+
+# generate under mpirun: every process generates, the process of world rank 0
+# prints (the text came out once per process), the same text as one process's.
+"$ptdp" generate --load ck2 --prompt "The " --max-new-tokens 8 > gen1.txt
+timeout 120 $mpirun -np 2 --allow-run-as-root --oversubscribe "$ptdp" generate --load ck2 --prompt "The " \
+  --max-new-tokens 8 --tensor-model-parallel-size 2 > gen2.txt
+if ! cmp -s gen1.txt gen2.txt; then
+  echo "generate under mpirun printed:"; cat gen2.txt; echo "one process printed:"; cat gen1.txt
+  exit 1
+fi
+echo "generate under mpirun: one copy of the text"
