@@ -21,6 +21,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/comm/communicator.h"
@@ -68,6 +69,13 @@ class MpiWorld final : public CommWorld {
   // {me}. Inconsistent calls throw ptdp::Error(invalid_argument) on every process.
   std::unique_ptr<Communicator> group(const std::string &name, const std::vector<int> &members,
                                       int me) override;
+
+  // That every process was given the same `items` (name, value), compared by
+  // hash (collective, with the timeout): else Error(invalid_config) on every
+  // process naming the first item that differs and this process's value. A run
+  // whose processes took other model options ended in MPI's own abort
+  // (MPI_ERR_TRUNCATE) at its first collective.
+  void agree(const std::string &what, const std::vector<std::pair<std::string, std::string>> &items);
 
   // Prints "ptdp: rank N: <why>" to stderr and terminates the whole job (MPI_Abort).
   [[noreturn]] void abort(const std::string &why) override;

@@ -38,6 +38,44 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// What every process of a run under mpirun must agree on (MpiWorld::agree):
+// the model, the batch and schedule, the training options a checkpoint
+// records, the data by its contents (each process may name it by its own
+// path), and the checkpoints read and written. Not what is a process's own
+// (threads, device ordinal, trace files, timeouts).
+std::vector<std::pair<std::string, std::string>> options_processes_share(const TrainerOptions &o,
+                                                                         const std::string &data) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const GptConfigField &f : gpt_config_fields()) {
+    std::string v = f.kind == GptConfigField::Int      ? std::to_string(f.int_value(o.model))
+                    : f.kind == GptConfigField::Choice ? f.choice_name(o.model.*f.int_member)
+                                                       : number_text(f.float_value(o.model));
+    out.emplace_back(f.name, v);
+  }
+  for (const auto &[k, v] : resumption_options(o, data))
+    if (k != "data_path") out.emplace_back(k, v);
+  const auto flag = [](bool b) { return std::string(b ? "1" : "0"); };
+  out.insert(out.end(), {{"tensor_model_parallel_size", std::to_string(o.parallel.t)},
+                         {"pipeline_model_parallel_size", std::to_string(o.parallel.p)},
+                         {"data_parallel_size", std::to_string(o.parallel.d)},
+                         {"virtual pipeline stages", std::to_string(o.virtual_stages)},
+                         {"pipeline_schedule", schedule_name(o.schedule)},
+                         {"recompute", flag(o.recompute.enabled) + flag(o.recompute.selective) +
+                                           std::to_string((int)o.recompute.method) + "/" +
+                                           std::to_string(o.recompute.num_layers)},
+                         {"sequence_parallel", flag(o.sequence_parallel)},
+                         {"use_distributed_optimizer", flag(o.distributed_optimizer)},
+                         {"overlap_grad_reduce", flag(o.overlap_grad_reduce)},
+                         {"ddp_bucket_size", std::to_string(o.ddp_bucket_size)},
+                         {"use_flash_attn", flag(o.use_flash_attn)},
+                         {"eval_iters", std::to_string(o.eval_iters)},
+                         {"save", o.save_path},
+                         {"load", o.load_path},
+                         {"save_interval", std::to_string(o.save_interval)},
+                         {"finetune", flag(o.finetune)}});
+  return out;
+}
+
 // The directories a trainer made for --save, removed again (each only while
 // empty, deepest first) if the trainer fails to start: a refused run leaves
 // nothing behind that a corrected one would trip over.
@@ -150,6 +188,9 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
            "collective file operations would run beside training's MPI calls: under mpirun with ",
            mpi->size(), " processes use the synchronous save (async_save = 0); it works for ranks "
            "that are threads of one process");
+    // Before the first collective that options shape: processes given other
+    // options fail here, each naming the option, not in MPI's own abort.
+    if (mpi->size() > 1) mpi->agree("option", options_processes_share(opt_, data_fingerprint_));
     const int k = n / mpi->size();  // ranks per process
     for (int i = 0; i < k; i++) local.push_back(mpi->rank() * k + i);
     if (k == 1) {

@@ -202,6 +202,19 @@ endfunction()
 ptdp_mpi_training_failure(mpi_world_size_mismatch 3
   EXPECT "the layout needs t*p*d = 2*1*2 = 4 ranks but mpirun started 3 processes"
   ARGS --tensor-model-parallel-size 2 --data-parallel-size 2)
+# Processes given other options (here the hidden size): every process names
+# the option before the first collective (MPI aborted with MPI_ERR_TRUNCATE).
+set(dir ${PTDP_TEST_TMP}/mpi_options_differ)
+file(MAKE_DIRECTORY ${dir})
+add_test(NAME mpi_options_differ
+  COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
+          --expect "option 'hidden_size' differs between the processes of this run"
+          --expect "on world rank 1 it is '96'"
+          -- bash -c "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 1 \"$1\" \"$3\" --data-path data.ptdp --data-parallel-size 2 : -np 1 \"$1\" \"$3\" --data-path data.ptdp --data-parallel-size 2 --hidden-size 96"
+          mpi_options_differ $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
+          ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
+set_tests_properties(mpi_options_differ PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
+                     WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
 # A rank killed between steps while the others go on into the next step's
 # collectives: every process ends and mpirun names the dead rank.
 ptdp_mpi_training_failure(mpi_train_rank_killed 2
