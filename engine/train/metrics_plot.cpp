@@ -133,16 +133,27 @@ void plot_metrics_png(const std::string &log_path, const std::string &png_path) 
   // Data ranges: x over every logged iteration; loss over both losses; the
   // learning rate from 0.
   int64_t it0 = INT64_MAX, it1 = INT64_MIN;
-  double l0 = INFINITY, l1 = -INFINITY, lr1 = 0;
+  double l0 = INFINITY, l1 = -INFINITY, lr0 = 0, lr1 = 0;
   for (const auto *m : {&s.train_loss, &s.valid_loss, &s.lr})
     if (!m->empty())
       it0 = std::min(it0, m->begin()->first), it1 = std::max(it1, m->rbegin()->first);
   for (const auto *m : {&s.train_loss, &s.valid_loss})
     for (const auto &kv : *m) l0 = std::min(l0, kv.second), l1 = std::max(l1, kv.second);
-  for (const auto &kv : s.lr) lr1 = std::max(lr1, kv.second);
-  if (!(lr1 > 0)) lr1 = 1e-3;  // no (positive) learning rate logged: an empty panel
+  for (const auto &kv : s.lr) lr0 = std::min(lr0, kv.second), lr1 = std::max(lr1, kv.second);
+  if (!(lr1 > lr0)) lr1 = 1e-3;  // no (positive) learning rate logged: an empty panel
+  // Finite values whose span, or its round ticks, are not (1.7e308 and 5): no
+  // picture shows them, and one drawn anyway was a flat line under
+  // overlapping labels.
+  const auto ticks = [&](const char *what, double lo, double hi, int target) {
+    std::vector<Tick> t;
+    if (std::isfinite(hi - lo)) t = labelled_ticks(lo, hi, target);
+    if (t.empty() || !std::isfinite(t.front().at) || !std::isfinite(t.back().at))
+      fail(Status::corrupt_data, "'", log_path, "': the ", what, " range from ", lo, " to ", hi,
+           ", wider than a plot can show");
+    return t;
+  };
   std::vector<Tick> xt = labelled_ticks((double)it0, (double)it1, 8, 1.0);
-  std::vector<Tick> loss_t = labelled_ticks(l0, l1, 6), lr_t = labelled_ticks(0, lr1, 4);
+  std::vector<Tick> loss_t = ticks("losses", l0, l1, 6), lr_t = ticks("learning rates", lr0, lr1, 4);
 
   // Layout, at text scale 2 (10 x 14 glyphs): title, loss panel, its x
   // numbers, learning-rate panel, its x numbers and the x title.

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <set>
+#include <filesystem>
 #include <string>
 
 #include "engine/core/canvas.h"
@@ -196,6 +197,17 @@ TEST(MetricsPlot, ClearErrors) {
              "{\"kind\": \"train\", \"iteration\": 1, \"lm_loss\": null}\n");
   expect_error([&] { plot_metrics_png(dir.path + "/nan.jsonl", png); }, Status::corrupt_data,
                "no finite loss");
+  // Finite values no picture can span (a flat line under overlapping labels
+  // was written, exit 0); a line nested past the JSON limit is refused by line.
+  write_file(dir.path + "/huge.jsonl",
+             "{\"kind\": \"train\", \"iteration\": 1, \"lm_loss\": 1.7e308, \"lr\": 1e-3}\n"
+             "{\"kind\": \"train\", \"iteration\": 2, \"lm_loss\": -5, \"lr\": 1e-3}\n");
+  expect_error([&] { plot_metrics_png(dir.path + "/huge.jsonl", png); }, Status::corrupt_data,
+               "the losses range from -5 to 1.7e+308, wider than a plot can show");
+  write_file(dir.path + "/deep.jsonl", std::string(100000, '[') + std::string(100000, ']') + "\n");
+  expect_error([&] { plot_metrics_png(dir.path + "/deep.jsonl", png); }, Status::corrupt_data,
+               "line 1 is not JSON");
+  EXPECT_FALSE(std::filesystem::exists(png));
 
   ::mkdir((dir.path + "/out").c_str(), 0755);
   expect_error([&] { plot_metrics_png(log, dir.path + "/out"); }, Status::invalid_argument,
