@@ -23,6 +23,7 @@
 #include "engine/core/output_file.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
+#include "engine/core/utf8.h"
 
 namespace fs = std::filesystem;
 
@@ -243,7 +244,8 @@ std::string tracked(const std::string &root, std::string *stale) {
   }
   const std::string name = tracker_line(path);
   if (!names_a_checkpoint(name)) {
-    *stale = "stale: it holds '" + name + "', which is not a checkpoint name like iter_0001000";
+    *stale = "stale: it holds '" + printable_message(name) + "', which is not a checkpoint name like "
+             "iter_0001000";  // (a NUL in it had cut the report printed through %s)
     return "";
   }
   std::string dir = join(root, name);

@@ -702,6 +702,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   std::string cmd = argv[1];
+  // (Alone: an argument after them would be ignored in silence.)
+  if ((cmd == "--version" || cmd == "--help" || cmd == "-h") && argc > 2) {
+    std::fprintf(stderr, "ptdp: %s takes no arguments, got '%s'\n", cmd.c_str(), argv[2]);
+    return 2;
+  }
   if (cmd == "--version") {
     std::printf("ptdp %s\n", ptdp_version());
     return 0;

@@ -359,6 +359,8 @@ ptdp_lua_test(lua_checkpoint_api --rc 0 --expect "checkpoint_api: PASS"
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/checkpoint_api.lua ${PTDP_LUA_ARGS} ${PTDP_LAUNCHER})
 # the launcher's own commands
 ptdp_lua_test(lua_launcher_version --rc 0 --expect "ptdp ${PROJECT_VERSION}" -- ${PTDP_LAUNCHER} --version)
+ptdp_lua_test(lua_launcher_version_extra --rc nonzero --expect "--version takes no arguments, got 'extra'"
+  -- ${PTDP_LAUNCHER} --version extra)
 # the module binds the header of its own library's version, or says which differ
 ptdp_lua_test(lua_header_version --rc 0 --expect "ptdp ${PROJECT_VERSION}, header ${PROJECT_VERSION}"
   -- ${PTDP_LAUNCHER} ${PTDP_LUA_TEST}/require_ptdp.lua)

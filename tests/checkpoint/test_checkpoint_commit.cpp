@@ -253,6 +253,10 @@ TEST_F(Commit, StaleTrackerFallsBackToNewestComplete) {
   spit(root + "/latest", "garbage\n");
   EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
   EXPECT_NE(why.find("'garbage', which is not a checkpoint name"), std::string::npos) << why;
+  // Its bytes shown printable (a NUL had cut the report printed through %s).
+  spit(root + "/latest", std::string("iter_0000100\0junk", 17));
+  EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
+  EXPECT_NE(why.find("'iter_0000100\\x00junk', which is not a checkpoint name"), std::string::npos) << why;
   // A tracker that is no file is named for what it is (never opened: a FIFO blocks).
   fs::remove(root + "/latest");
   ASSERT_EQ(::mkfifo((root + "/latest").c_str(), 0644), 0);
