@@ -203,9 +203,19 @@ std::vector<Entry> scan(const std::string &root) {
   return out;
 }
 
-std::string describe(const Entry &e) {
+// What is wrong with a directory's manifest ("" when it is a regular file):
+// one that is there but no regular file (a FIFO, a link to a device) is named
+// as such ("has no manifest.json" was wrong).
+std::string manifest_problem(const std::string &dir) {
+  struct stat st;
+  if (::stat(join(dir, kManifest).c_str(), &st) != 0) return std::string("has no ") + kManifest;
+  return S_ISREG(st.st_mode) ? "" : std::string("has a ") + kManifest + " that is not a regular file";
+}
+
+std::string describe(const Entry &e, const std::string &root) {
   if (e.tmp) return e.name + " is an unfinished save";
-  return e.complete ? e.name + " is complete" : e.name + " has no " + kManifest + " (damaged)";
+  if (e.complete) return e.name + " is complete";
+  return e.name + " " + manifest_problem(join(root, e.name)) + " (damaged)";
 }
 
 // The tracker's first line, trailing white space dropped ("" if unreadable).
@@ -250,7 +260,7 @@ std::string tracked(const std::string &root, std::string *stale) {
   }
   std::string dir = join(root, name);
   if (!is_dir(dir)) *stale = "stale: it names '" + name + "', which does not exist";
-  else if (!has_manifest(dir)) *stale = "stale: it names '" + name + "', which has no " + kManifest;
+  else if (!has_manifest(dir)) *stale = "stale: it names '" + name + "', which " + manifest_problem(dir);
   else return name;
   return "";
 }
@@ -526,7 +536,7 @@ std::string find_latest_checkpoint(const std::string &root, std::string *why) {
       }
       return join(root, e.name);
     }
-    skipped += (skipped.empty() ? "" : ", ") + describe(e);
+    skipped += (skipped.empty() ? "" : ", ") + describe(e, root);
   }
   fail(Status::io_error, "no complete checkpoint in '", root,
        "' (one is an iter_NNNNNNN directory with a ", kManifest, "); found: ",

@@ -263,6 +263,14 @@ TEST_F(Commit, StaleTrackerFallsBackToNewestComplete) {
   EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
   EXPECT_NE(why.find("latest' is a FIFO, not a one-line file naming a checkpoint"), std::string::npos)
       << why;
+  // A manifest that is there but no file is named as such (it was "has no manifest.json").
+  fs::remove(root + "/latest");
+  spit(root + "/latest", "iter_0000200\n");
+  fs::create_directories(root + "/iter_0000200");
+  ASSERT_EQ(::mkfifo((root + "/iter_0000200/manifest.json").c_str(), 0644), 0);
+  EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
+  EXPECT_NE(why.find("'iter_0000200', which has a manifest.json that is not a regular file"), std::string::npos)
+      << why;
 }
 
 TEST_F(Commit, NoCompleteCheckpointListsWhatIsThere) {
