@@ -144,13 +144,13 @@ void plot_metrics_png(const std::string &log_path, const std::string &png_path) 
   // Finite values whose span, or its round ticks, are not (1.7e308 and 5): no
   // picture shows them, and one drawn anyway was a flat line under
   // overlapping labels.
+  // (The ticks' positions first: a label of an infinite one is undefined.)
   const auto ticks = [&](const char *what, double lo, double hi, int target) {
-    std::vector<Tick> t;
-    if (std::isfinite(hi - lo)) t = labelled_ticks(lo, hi, target);
-    if (t.empty() || !std::isfinite(t.front().at) || !std::isfinite(t.back().at))
+    const std::vector<double> at = std::isfinite(hi - lo) ? nice_ticks(lo, hi, target) : std::vector<double>{};
+    if (at.empty() || !std::isfinite(at.front()) || !std::isfinite(at.back()))
       fail(Status::corrupt_data, "'", log_path, "': the ", what, " range from ", lo, " to ", hi,
            ", wider than a plot can show");
-    return t;
+    return labelled_ticks(lo, hi, target);
   };
   std::vector<Tick> xt = labelled_ticks((double)it0, (double)it1, 8, 1.0);
   std::vector<Tick> loss_t = ticks("losses", l0, l1, 6), lr_t = ticks("learning rates", lr0, lr1, 4);
