@@ -80,7 +80,9 @@ MetricsSeries read_metrics_log(const std::string &path) {
       if (line.find('\0') != std::string::npos)  // nlohmann would stop there, accepting a part
         throw json::parse_error::create(101, line.find('\0'), "a NUL byte in the line", nullptr);
       if (const long long deep = json_too_deep_at(line.data(), line.size()); deep >= 0)
-        throw json::parse_error::create(101, (size_t)deep, "nested more than 256 levels deep", nullptr);
+        throw json::parse_error::create(101, (size_t)deep,
+                                        "nested more than " + std::to_string(kMaxJsonDepth) + " levels deep",
+                                        nullptr);
       rec = json::parse(line);
     } catch (const json::exception &e) {
       if (last_unterminated) break;  // a record still being written
