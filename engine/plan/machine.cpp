@@ -175,6 +175,12 @@ std::string machine_to_json(const Machine &m) {
   return json_file_text(j, 2) + "\n";
 }
 
+bool is_machine_preset(const std::string &name) {
+  for (auto &p : kMachinePresets)
+    if (name == p[0]) return true;
+  return false;
+}
+
 Machine load_machine(const std::string &name_or_file) {
   for (auto &p : kMachinePresets)
     if (name_or_file == p[0]) return machine_from_json(p[1], std::string("preset '") + p[0] + "'");

@@ -55,6 +55,8 @@ struct Machine {
 
 // The compiled-in presets, by name.
 std::vector<std::string> machine_preset_names();
+// A compiled-in preset's name (which load_machine takes before a file of that name).
+bool is_machine_preset(const std::string &name);
 // A preset name or a JSON file. An unknown name lists the presets.
 Machine load_machine(const std::string &name_or_file);
 // Parses JSON text (origin names it in errors); every field is checked.

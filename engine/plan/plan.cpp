@@ -86,11 +86,17 @@ Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_
   return L;
 }
 
+// --machine as an input of this command. A preset's name registers nothing,
+// even beside a local file of that name: the preset is what is read.
+static InputFile machine_input(const std::string &machine) {
+  return InputFile(is_machine_preset(machine) ? std::string() : machine, "--machine file");
+}
+
 PlanResult run_plan(const PlanRequest &req) {
   PlanResult res;
   // The output's rules before any work (a calibration takes a while); a
-  // --machine file is this run's input (a preset name registers nothing).
-  const InputFile machine_file(req.machine, "--machine file");
+  // --machine file is this run's input.
+  const InputFile machine_file = machine_input(req.machine);
   if (!req.save_machine.empty()) output_target(req.save_machine, "--save-machine", OutputKind::machine);
   if (!req.plot.empty()) {
     output_target(req.plot, "--plot", OutputKind::png);
@@ -442,7 +448,7 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res) {
   if (!res.invalid.empty()) os << "  layouts that cannot work:\n" << invalid_summary(res, 4);
   // The outputs last, once there is a plan: a failed plan leaves none (it
   // replaced --save-machine before it found no layout).
-  const InputFile machine_file(req.machine, "--machine file");  // still this command's input
+  const InputFile machine_file = machine_input(req.machine);  // still this command's input
   if (!req.save_machine.empty())
     write_file_atomic(req.save_machine, machine_to_json(res.machine), "--save-machine",
                       OutputKind::machine);

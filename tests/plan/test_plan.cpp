@@ -568,6 +568,30 @@ TEST(PlanBadInput, SaveMachineFollowsTheWritersRules) {
   EXPECT_EQ(file_text(kept), json);
 }
 
+// A preset's name is not a file the plan reads, even where a local file has
+// that name: --save-machine may replace that file (the preset was read).
+TEST(PlanBadInput, APresetNameIsNotAnInputFile) {
+  const std::string dir = std::string(PTDP_PLAN_TMP) + "/preset_named";
+  std::filesystem::create_directories(dir);
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  std::ofstream("selene") << machine_to_json(load_machine("dgx-h100"));  // an earlier save
+  const PlanRequest req = parse_plan_request({{"num_layers", "24"}, {"hidden_size", "2048"},
+                                              {"num_attention_heads", "16"},
+                                              {"global_batch_size", "512"}, {"num_gpus", "8"},
+                                              {"machine", "selene"}, {"save_machine", "selene"}});
+  std::string error;
+  try {
+    format_plan(req, run_plan(req));
+  } catch (const ptdp::Error &e) {
+    error = e.what();
+  }
+  const std::string saved_name = error.empty() ? load_machine("./selene").name : "";
+  std::filesystem::current_path(cwd);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(saved_name, "selene");
+}
+
 // --plot is a writer too: never the --machine file the plan read (the picture
 // is drawn after the plan, when that file is still this command's input), and
 // not the --save-machine file of the same command.
