@@ -399,10 +399,8 @@ ptdp_status ptdp_trainer_logits(ptdp_trainer *t, const int32_t *ids, size_t coun
     if (!out && cap > 0)
       ptdp::fail(ptdp::Status::invalid_argument, "out is NULL but cap is ", cap,
                  " (pass cap 0 with a NULL out to ask for the size)");
+    t->trainer->check_logits_tokens(ids, count);  // before the size too: it answers for these ids
     const ptdp::GptConfig &m = t->trainer->options().model;
-    if (count == 0 || count > (size_t)m.max_positions())
-      ptdp::fail(ptdp::Status::invalid_argument, "logits: ", count,
-                 " tokens; give 1 to max_position_embeddings (", m.max_positions(), ")");
     const size_t need = (last_only ? 1 : count) * (size_t)m.vocab_size;
     if (out_len) *out_len = need;
     if (!out) return;  // the size was asked for

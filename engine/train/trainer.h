@@ -121,6 +121,9 @@ class Trainer {
   // real vocabulary, gathered from the tensor-parallel shards. 1 <= n <= max
   // positions and every id in [0, vocab_size), else invalid_argument.
   std::vector<float> logits(const std::vector<int32_t> &tokens);
+  // logits()'s checks alone (a caller asking for the size first is refused as
+  // the call would be).
+  void check_logits_tokens(const int32_t *ids, size_t count) const;
   // Continues `prompt`; temperature 0 is greedy, else samples with a keyed RNG
   // among the top_k most likely tokens (0: all) whose probabilities add up to
   // top_p (the nucleus; 1: all). The text is valid UTF-8: an ill-formed part

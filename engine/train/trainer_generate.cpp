@@ -133,14 +133,18 @@ std::vector<float> Trainer::rank_logits(Rank &r, const std::vector<int32_t> &tok
   return out;
 }
 
-std::vector<float> Trainer::logits(const std::vector<int32_t> &tokens) {
-  if (tokens.empty() || (int64_t)tokens.size() > opt_.model.max_positions())
-    fail(Status::invalid_argument, "logits: ", tokens.size(),
+void Trainer::check_logits_tokens(const int32_t *ids, size_t count) const {
+  if (count == 0 || count > (size_t)opt_.model.max_positions())
+    fail(Status::invalid_argument, "logits: ", count,
          " tokens; give 1 to max_position_embeddings (", opt_.model.max_positions(), ")");
-  for (int32_t id : tokens)
-    if (id < 0 || id >= opt_.model.vocab_size)
-      fail(Status::invalid_argument, "logits: token id ", id, " is outside [0, ",
+  for (size_t i = 0; i < count; i++)
+    if (ids[i] < 0 || ids[i] >= opt_.model.vocab_size)
+      fail(Status::invalid_argument, "logits: token id ", ids[i], " at index ", i, " is outside [0, ",
            opt_.model.vocab_size, ")");
+}
+
+std::vector<float> Trainer::logits(const std::vector<int32_t> &tokens) {
+  check_logits_tokens(tokens.data(), tokens.size());
   std::vector<float> first;  // every rank ends with the same logits: the first's are returned
   run_on_ranks([&](Rank &r) {
     std::vector<float> out = rank_logits(r, tokens);

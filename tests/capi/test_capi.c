@@ -585,6 +585,8 @@ static void test_training(const char *data_path) {
     const int32_t bad[2] = {84, 300};
     EXPECT(ptdp_trainer_logits(t, bad, 2, 1, last, 257, &need), PTDP_ERR_INVALID_ARGUMENT, "300",
            "logits of a token outside the vocabulary");
+    EXPECT(ptdp_trainer_logits(t, bad, 2, 1, NULL, 0, &need), PTDP_ERR_INVALID_ARGUMENT,
+           "at index 1", "the size of a bad sequence's logits (refused as the call would be)");
     EXPECT(ptdp_trainer_logits(t, ids, 0, 1, last, 257, &need), PTDP_ERR_INVALID_ARGUMENT,
            "0 tokens", "logits of no tokens");
     EXPECT(ptdp_trainer_logits(t, NULL, 3, 1, last, 257, &need), PTDP_ERR_INVALID_ARGUMENT, "ids",
