@@ -38,7 +38,7 @@ local multi_value = { data_path = true }
 function M.parse(argv, script_spec, config_defaults)
   local engine = {}
   for _, o in ipairs(ptdp.options()) do engine[o.key] = o end
-  local config, opts, given = {}, {}, {}
+  local config, opts, given, given_as = {}, {}, {}, {}
   for k, v in pairs(config_defaults or {}) do config[k] = v end
   for k, s in pairs(script_spec) do opts[k] = s.default end
 
@@ -143,7 +143,16 @@ function M.parse(argv, script_spec, config_defaults)
         value = value .. ' ' .. argv[i]
       end
     end
-    given[switch and switch.key or key] = true
+    -- A flag given again overrides the first (Megatron's argparse does; a
+    -- wrapper script's later flag is an override), but not silently: a note
+    -- names both (also two switches for one option: --no-X after --X).
+    local set = switch and switch.key or key
+    local as_given = '--' .. name .. (switch and '' or ' ' .. value)
+    if given[set] then
+      io.stderr:write(string.format('note: %s is given again as %s: the last one is used\n',
+                                    given_as[set], as_given))
+    end
+    given[set], given_as[set] = true, as_given
     if switch then
       config[switch.key] = switch.value
     elseif spec then

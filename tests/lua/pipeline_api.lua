@@ -126,6 +126,21 @@ check(bare.use_flash_attn == '1' and bare.overlap_grad_reduce == '1' and bare.as
       'bare 0/1 options mean 1, the schema says which')
 check(flags.parse({ '--use-flash-attn', '0' }, {}, {}).use_flash_attn == '0', 'a switch still takes 0')
 expect_error('needs a value', 'a bare option that is no switch', flags.parse, { '--seed' }, {}, {})
+-- A flag given again overrides the first, as Megatron's argparse does, with a
+-- note on stderr naming both (a wrapper's override is not silent).
+do
+  local notes, real_stderr = {}, io.stderr
+  io.stderr = { write = function(_, text) notes[#notes + 1] = text end }
+  local ok, twice = pcall(flags.parse, { '--seed', '3', '--seed', '4', '--no-scatter-gather-tensors-in-pipeline',
+                                         '--scatter-gather-tensors-in-pipeline', '1' }, {}, {})
+  io.stderr = real_stderr
+  check(ok and twice.seed == '4' and twice.scatter_gather_tensors_in_pipeline == '1',
+        'a flag given again: the last one is used')
+  check(#notes == 2 and notes[1]:find('--seed 3 is given again as --seed 4', 1, true) and
+        notes[2]:find('--no-scatter-gather-tensors-in-pipeline is given again as ' ..
+                      '--scatter-gather-tensors-in-pipeline 1', 1, true),
+        'a flag given again is noted: ' .. table.concat(notes))
+end
 local function pp_bytes(changes)
   local t = ptdp.trainer(config(changes))
   t:step()
