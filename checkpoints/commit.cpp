@@ -543,6 +543,17 @@ std::string find_latest_checkpoint(const std::string &root, std::string *why) {
        skipped.empty() ? "no iter_* directories" : skipped);
 }
 
+std::string first_save_entry(const std::string &dir) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == kCheckpointTracker || checkpoint_dir_name(name)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());  // the same one named every time
+  return names.empty() ? "" : names.front();
+}
+
 std::vector<std::string> complete_checkpoints(const std::string &root) {
   std::vector<std::string> out;
   if (!exists(root)) return out;

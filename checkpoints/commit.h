@@ -36,6 +36,11 @@ std::string save_name_problem(const std::string &path);
 // there yet). A save would otherwise stop at that name after the training.
 void check_save_root(const std::string &root);
 
+// The first entry of `dir` named as a save directory's (the tracker, iter_N,
+// its .tmp or .old): "" when there is none (or no dir). A tree that is not a
+// save (an export's model directory) never goes among them.
+std::string first_save_entry(const std::string &dir);
+
 // A writer's hold on a save directory while it lives: another writer saving
 // there at the same time is refused (two runs would replace and prune each
 // other's checkpoints, one of them reporting the other's as its own, and two

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "checkpoints/commit.h"
 #include "checkpoints/crc32c.h"
 #include "checkpoints/gpt2_layout.h"
 #include "checkpoints/llama_layout.h"
@@ -226,6 +227,14 @@ void export_safetensors(const std::string &path, const std::string &out_path,
     if (to_dir && fs::exists(fs::symlink_status(fs::path(out_path) / name, ec)))
       fail(Status::invalid_argument, "export_safetensors: '", out_path, "' already holds '", name,
            "': export into a directory without a model's files (nothing of a model there is replaced)");
+  // Nor among a save directory's checkpoints (its rotation and resume own it).
+  if (to_dir) {
+    const std::string save_entry = first_save_entry(out_path);
+    if (!save_entry.empty())
+      fail(Status::invalid_argument, "export_safetensors: '", out_path, "' is a save directory (it holds '",
+           save_entry, "'): export into a directory of its own, e.g. '",
+           (fs::path(out_path) / "hf").string(), "'");
+  }
   const std::string weights_path = to_dir ? (fs::path(out_path) / "model.safetensors").string()
                                           : out_path;
   // A link to a file writes that file; a device node or directory is refused.

@@ -485,6 +485,12 @@ TEST_F(CheckpointExport, UnwritableDestination) {
   EXPECT_EQ(read_file(dir.path + "/a_dir/model.safetensors"), first);
   EXPECT_EQ(read_file(dir.path + "/a_dir/tokenizer.json"), "{}");  // other files stay
   EXPECT_FALSE(temp_left_beside(dir.path + "/a_dir/model.safetensors"));
+  // Nor a save directory (its own or another): a model's files never go
+  // among checkpoints, a rotation's and a resume's.
+  expect_error([&] { export_safetensors(dir.path, dir.path); }, Status::invalid_argument,
+               "is a save directory (it holds '");
+  EXPECT_FALSE(fs::exists(dir.path + "/model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir.path + "/config.json"));
   // A directory in the way of a weights file: refused (output_file.h).
   fs::create_directories(dir.path + "/b_dir/x.safetensors");
   expect_error([&] { export_safetensors(dir.path, dir.path + "/b_dir/x.safetensors"); },
