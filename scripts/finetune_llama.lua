@@ -185,11 +185,14 @@ end
 -- (A link there counts, one to nothing too: the save and the export would stop at it.)
 pcall(ffi.cdef, 'long readlink(const char *path, char *buf, size_t size);')
 local link_buf = ffi.new('char[1]')
--- A fine-tuning that stopped before its end (no export yet) is resumed.
-local resuming = exists(finetuned .. '/latest') and not exists(export) and
-                 ffi.C.readlink(export, link_buf, 1) < 0
-for _, dir in ipairs(resuming and { export } or { finetuned, export }) do
-  if exists(dir) or ffi.C.readlink(dir, link_buf, 1) >= 0 then
+local function is_link(path) return ffi.C.readlink(path, link_buf, 1) >= 0 end
+-- A fine-tuning that stopped before its end is resumed, and so is one stopped
+-- in its export: that is done once its weights are in place, which go last
+-- (after the tokenizer files).
+local exported = exists(export .. '/model.safetensors') or is_link(export)
+local resuming = exists(finetuned .. '/latest') and not exported
+for _, dir in ipairs(resuming and {} or { finetuned, export }) do
+  if exists(dir) or is_link(dir) then
     fail(string.format("'%s' exists: a recipe run makes it afresh; give another --workdir, or " ..
                        'move it away', dir))
   end
@@ -295,14 +298,26 @@ if run.iteration < run.train_iters then  -- stopped early: the model is not the 
 end
 
 -- 5. The export, beside the checkpoints, with the model's tokenizer files (so
--- AutoTokenizer loads from the same directory as from_pretrained).
-ptdp.export_safetensors(finetuned, export)
+-- AutoTokenizer loads from the same directory as from_pretrained). Those go
+-- first and the weights last: an export stopped between them has no weights,
+-- and the same command finishes it (a tokenizer file already there, from that
+-- stopped export, is kept when it has the model's bytes).
+do
+  local ok, err = pcall(ptdp.mkdirs, export)
+  if not ok then fail('the export: ' .. tostring(err)) end
+end
 for _, name in ipairs { 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json' } do
   local from, to = opts.hf_model .. '/' .. name, export .. '/' .. name
   local bytes = ptdp.read_file(from, '--hf-model tokenizer file')
   if bytes then
-    if exists(to) then fail(string.format("'%s' exists; the export is left as it is", to)) end
-    ptdp.write_file(to, bytes, 'the export\'s tokenizer file')
+    if exists(to) or is_link(to) then
+      if is_link(to) or ptdp.read_file(to, 'the export\'s tokenizer file') ~= bytes then
+        fail(string.format("'%s' exists and is not the model's %s; the export is left as it is", to, name))
+      end
+    else
+      ptdp.write_file(to, bytes, 'the export\'s tokenizer file')
+    end
   end
 end
+ptdp.export_safetensors(finetuned, export)
 print(string.format('exported %s -> %s', finetuned, export))

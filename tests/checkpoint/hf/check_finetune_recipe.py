@@ -105,6 +105,14 @@ if os.path.exists(os.path.join(work, "run", "hf")):
     cli.failures.append("a fine-tuning stopped at iteration 1 of 3 was exported")
 cli.expect("the same command again", same, True, "resuming the fine-tuning in run/finetuned",
            "exported run/finetuned -> run/hf")
+# An export stopped before its weights (a signal after the tokenizer files,
+# which go first): the same command finishes it, the tokenizer file kept.
+for name in ("model.safetensors", "config.json", "generation_config.json"):
+    os.remove(os.path.join(work, "run", "hf", name))
+cli.expect("an export stopped before its weights", same, True, "resuming the fine-tuning in run/finetuned",
+           "exported run/finetuned -> run/hf")
+if not os.path.exists(os.path.join(work, "run", "hf", "model.safetensors")):
+    cli.failures.append("the stopped export was not finished")
 # Another model at the same path (its files are others) is another input.
 shutil.move(os.path.join(work, "run", "finetuned"), os.path.join(work, "fourth_finetuned"))
 shutil.move(os.path.join(work, "run", "hf"), os.path.join(work, "fourth_hf"))
