@@ -13,9 +13,7 @@ namespace ptdp {
 namespace {
 
 volatile sig_atomic_t received = 0;
-// Who sent the first signal (a kill(2): si_pid; 0 for one the kernel sent, as
-// a terminal's Ctrl-C) and when (CLOCK_MONOTONIC, ns).
-pid_t first_sender = 0;
+// When the first signal came (CLOCK_MONOTONIC, ns).
 long long first_ns = 0;
 std::mutex scopes_mutex;
 int scopes = 0;
@@ -28,13 +26,14 @@ long long monotonic_ns() {
 }
 
 // The same request delivered twice: `timeout` and `kill -- -PGID` signal the
-// process and then its whole group, which reaches it again at once. A copy
-// of the first signal from the same sender within a second is not the second
-// request that ends the run at once.
+// process and then its whole group, and a forwarding wrapper (`timeout`, a
+// launcher) in a group that was signalled sends its own copy too. The same
+// signal sent by a process (kill(2), any sender) within a second of the first
+// is not the second request that ends the run at once; a terminal's second
+// Ctrl-C (sent by the kernel) is.
 bool repeats_first(int sig, const siginfo_t *info) {
   const bool sent = info && (info->si_code == SI_USER || info->si_code == SI_QUEUE);
-  return sent && sig == received && info->si_pid == first_sender && first_sender != 0 &&
-         monotonic_ns() - first_ns < 1000000000LL;
+  return sent && sig == received && monotonic_ns() - first_ns < 1000000000LL;
 }
 
 // Async-signal-safe: a flag, write(2), and for the second signal the handler
@@ -43,8 +42,6 @@ bool repeats_first(int sig, const siginfo_t *info) {
 extern "C" void on_exit_signal(int sig, siginfo_t *info, void *) {
   if (received == 0) {
     received = sig;
-    const bool sent = info && (info->si_code == SI_USER || info->si_code == SI_QUEUE);
-    first_sender = sent ? info->si_pid : 0;
     first_ns = monotonic_ns();
     static const char msg[] =
         "\nptdp: signal received: the run ends after this step (saving first when --save is "

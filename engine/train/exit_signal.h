@@ -1,9 +1,9 @@
 // SIGTERM and SIGINT as a request to end a run cleanly (--exit-signal-handler,
 // as a cluster's scheduler asks a preempted job to stop): the first signal is
 // recorded for the trainer to act on after its step; a second one ends the
-// process at once, as it would without the handler. A copy of the first from
-// the same sender within a second (`timeout` signals the process, then its
-// group) is the same request, not a second one.
+// process at once, as it would without the handler. A copy of the first sent
+// by any process within a second (`timeout` signals the process, then its
+// group; a wrapper in a signalled group forwards it) is the same request.
 #pragma once
 
 namespace ptdp {

@@ -7,6 +7,7 @@
 // tests/lua/preemption.sh and the mpi_exit_signal test.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -113,7 +114,9 @@ TEST(PreemptionDeathTest, ASecondSignalEndsTheProcessAtOnce) {
 
 // `timeout` sends SIGTERM to the process and then to its group: the copy that
 // arrives at once from the same sender is the same request (it used to end the
-// run before its save); the same signal a second later is a second one.
+// run before its save), and so is a copy from another sender (`timeout`
+// forwarding a group kill it got too); the same signal a second later is a
+// second one.
 TEST(PreemptionDeathTest, ACopyOfTheFirstSignalFromItsSenderIsNotASecondOne) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
@@ -121,6 +124,19 @@ TEST(PreemptionDeathTest, ACopyOfTheFirstSignalFromItsSenderIsNotASecondOne) {
         ExitSignalScope scope;
         kill(getpid(), SIGTERM);  // recorded
         kill(getpid(), SIGTERM);  // the same sender at once: the same request
+        std::exit(exit_signal_received() == SIGTERM ? 7 : 3);
+      },
+      testing::ExitedWithCode(7), "");
+  EXPECT_EXIT(
+      {
+        ExitSignalScope scope;
+        kill(getpid(), SIGTERM);  // recorded: a kill of the group
+        const pid_t forwarder = fork();
+        if (forwarder == 0) {  // `timeout`, which got it too, forwards it
+          kill(getppid(), SIGTERM);
+          _exit(0);
+        }
+        waitpid(forwarder, nullptr, 0);
         std::exit(exit_signal_received() == SIGTERM ? 7 : 3);
       },
       testing::ExitedWithCode(7), "");
