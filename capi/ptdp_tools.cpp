@@ -183,6 +183,29 @@ ptdp_status ptdp_hold_made_directory(const char *path, int32_t hold) {
   });
 }
 
+ptdp_status ptdp_make_temp_dir(const char *parent, const char *prefix, char *buf, size_t cap,
+                               size_t *out_len) {
+  return guard([&] {
+    require(parent, "parent");
+    require(prefix, "prefix");
+    require(buf, "buf");
+    // No size query: each call makes a directory, so the room is known first.
+    const size_t need = std::strlen(parent) + 1 + std::strlen(prefix) + 6 + 1;
+    if (cap < need)
+      ptdp::fail(ptdp::Status::buffer_too_small, "buffer of ", cap, " bytes is too small for the new ",
+                 "directory's path: ", need, " needed (nothing was made)");
+    ptdp::check_output_directory(parent, "ptdp.make_temp_dir parent");
+    copy_out(ptdp::make_temp_tree(parent, prefix), buf, cap, out_len);
+  });
+}
+
+ptdp_status ptdp_remove_temp_dir(const char *path) {
+  return guard([&] {
+    require(path, "path");
+    ptdp::remove_temp_tree(path);
+  });
+}
+
 ptdp_status ptdp_remove_temp_files_on_signal(void) {
   return guard([] { ptdp::remove_temp_files_on_signal(); });
 }

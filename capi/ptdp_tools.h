@@ -126,6 +126,20 @@ PTDP_API ptdp_status ptdp_read_file(const char *path, const char *what, char *bu
  * while it is still empty. hold = 0 takes it off (the directory stays); any
  * other value is PTDP_ERR_INVALID_ARGUMENT. */
 PTDP_API ptdp_status ptdp_hold_made_directory(const char *path, int32_t hold);
+/* A new directory parent/prefixXXXXXX of the caller's own (mkdtemp; prefix
+ * holds no '/'), its path into buf (no size query: each call makes one; cap
+ * of at least strlen(parent) + strlen(prefix) + 8, else
+ * PTDP_ERR_BUFFER_TOO_SMALL and nothing is made), held whole on
+ * the signal cleanup's list: an interrupted run removes it with all it holds,
+ * following no link, while it is still the directory made. The parent follows
+ * the writers' rules for a directory (ptdp_check_output). A script's work
+ * directory. */
+PTDP_API ptdp_status ptdp_make_temp_dir(const char *parent, const char *prefix, char *buf,
+                                        size_t cap, size_t *out_len);
+/* Removes a directory ptdp_make_temp_dir made in this process, with all it
+ * holds, following no link; any other path is PTDP_ERR_INVALID_ARGUMENT and
+ * nothing is removed. Something left (too deep, not removable) is PTDP_ERR_IO. */
+PTDP_API ptdp_status ptdp_remove_temp_dir(const char *path);
 /* For a program's main (the ptdp launcher calls it), not for a library inside
  * another program: from now on SIGINT, SIGTERM and SIGHUP first remove the
  * temporary files ptdp's writers have made and not yet renamed into place

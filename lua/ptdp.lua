@@ -1035,27 +1035,24 @@ function M.mkdirs(path)
 end
 
 -- A new directory of this process's own under parent: parent .. '/' .. prefix
--- .. six random characters, made by mkdtemp (no shell, so any byte of a path
--- but NUL is data). Raises naming parent when it cannot be made.
-ffi.cdef [[ char *mkdtemp(char *template); ]]
+-- .. six random characters (mkdtemp: no shell, so any byte of a path but NUL
+-- is data). An interrupted script's directory goes with all it holds (the
+-- signal cleanup removes it whole); remove_temp_dir removes it at the end.
+-- Raises naming parent when it cannot be made.
 function M.make_temp_dir(parent, prefix)
   need_string(parent, 'make_temp_dir', 'parent')
   need_string(prefix, 'make_temp_dir', 'prefix')
-  if prefix:find('/', 1, true) then
-    raise(string.format("ptdp.make_temp_dir: prefix '%s' holds a '/': it names the new directory " ..
-                        'inside parent, not a path', prefix))
-  end
-  -- By the writers' rules for a directory (not inside a checkpoint's: its
-  -- rotation then kept that checkpoint for a directory no save made).
-  check(C.ptdp_check_output(parent, 'ptdp.make_temp_dir parent', 1))
-  local template = parent .. '/' .. prefix .. 'XXXXXX'
-  local buf = ffi.new('char[?]', #template + 1)
-  ffi.copy(buf, template)
-  if ffi.C.mkdtemp(buf) == nil then
-    raise(string.format("cannot make a directory under '%s': %s", parent,
-                        ffi.string(ffi.C.strerror(ffi.errno()))))
-  end
+  local cap = #parent + #prefix + 8
+  local buf = ffi.new('char[?]', cap)
+  check(C.ptdp_make_temp_dir(parent, prefix, buf, cap, nil))
   return ffi.string(buf)
+end
+
+-- Removes a directory make_temp_dir made, with all it holds (following no
+-- link); any other path is refused and nothing is removed.
+function M.remove_temp_dir(path)
+  need_string(path, 'remove_temp_dir', 'path')
+  check(C.ptdp_remove_temp_dir(path))
 end
 
 -- The project's directory (this module is in <project>/lua).

@@ -18,7 +18,7 @@
 --   build/ptdp scripts/bench_checkpoint.lua [--dir DIR] [--repeats 3] [--async-steps N]
 --                                           [--async-interval N] [--async-threads N]
 -- It works in a directory of its own that it makes under DIR and removes at
--- the end; nothing else in DIR is touched.
+-- the end (a signal removes it too); nothing else in DIR is touched.
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
 local bench = require 'ptdp.bench'
@@ -81,23 +81,11 @@ bench.refuse_untimed(given, config)  -- nor exits (its saves are refused above, 
 -- The default dataset is tokenized on first use; a --data-path must exist.
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   corpus = '/usr/share/games/fortunes' }
--- Paths go to the shell single-quoted, so a path is never run as code, and
--- after `--`, so one starting with '-' is never read as an option.
-local function quoted(p) return "'" .. p:gsub("'", "'\\''") .. "'" end
--- Removes a directory this benchmark made (rm -rf of its own path only);
--- a failure stops it, naming the path, instead of passing unnoticed.
-local function remove_own(path)
-  local status = os.execute('rm -rf -- ' .. quoted(path))
-  if status ~= 0 and status ~= true then
-    io.stderr:write('bench_checkpoint: cannot remove its directory ' .. path .. '\n')
-    os.exit(1)
-  end
-end
 local trainer = ptdp.trainer(config)
 ptdp.mkdirs(opts.dir)
 -- A directory of its own (mkdtemp, not the shell's mktemp: a name read back
 -- from a shell stopped at a newline in --dir and named another directory):
--- the only thing it ever removes.
+-- the only thing it ever removes, and a signal's cleanup removes it whole.
 local ok, work = pcall(ptdp.make_temp_dir, opts.dir, 'ptdp_bench_checkpoint.')
 if not ok then
   io.stderr:write('bench_checkpoint: ' .. tostring(work) .. '\n')
@@ -125,7 +113,8 @@ local function measure()
   local best_save, best_load, raw_w, raw_r, bytes = math.huge, math.huge, 0, 0, 0
   for r = 1, opts.repeats do
     local t0 = now()
-    local dir = trainer:save(work .. '/round' .. r)
+    local round = ptdp.make_temp_dir(work, 'round' .. r .. '.')
+    local dir = trainer:save(round)
     local t1 = now()
     trainer:load(dir)
     local t2 = now()
@@ -137,7 +126,7 @@ local function measure()
     local sg, lg = bytes / (t1 - t0) / 1e9, bytes / (t2 - t1) / 1e9
     print(string.format('round %d: save %.2f GB/s (%.0f%% of raw write %.2f), load %.2f GB/s (%.0f%% of raw read %.2f), %.2f GB',
                         r, sg, 100 * sg / w, w, lg, 100 * lg / rd, rd, bytes / 1e9))
-    remove_own(work .. '/round' .. r)
+    ptdp.remove_temp_dir(round)
   end
 
   -- --async-save, on one rank that leaves a core to the writer: a trainer that
@@ -164,17 +153,18 @@ local function measure()
   end
   local step_s = median(plain)
   local t_sync = now()
-  plain_trainer:save(work .. '/sync')
+  local sync_dir = ptdp.make_temp_dir(work, 'sync.')
+  plain_trainer:save(sync_dir)
   local sync_save = now() - t_sync
   plain_trainer = nil
   collectgarbage()
-  remove_own(work .. '/sync')
+  ptdp.remove_temp_dir(sync_dir)
   local interval = opts.async_interval > 0 and opts.async_interval or
                    math.max(2, math.ceil(1.5 * sync_save / step_s))
   local steps = opts.async_steps > 0 and opts.async_steps or 2 * interval
   local aconfig = {}
   for k, v in pairs(one) do aconfig[k] = v end
-  aconfig.async_save, aconfig.save, aconfig.save_interval = 1, work .. '/async', interval
+  aconfig.async_save, aconfig.save, aconfig.save_interval = 1, ptdp.make_temp_dir(work, 'async.'), interval
   aconfig.keep_last_checkpoints = 1
   local async = ptdp.trainer(aconfig)
   async:step()  -- its first step (allocations) untimed
@@ -195,7 +185,8 @@ local function measure()
   end
   async = nil
   collectgarbage()
-  remove_own(work)
+  ptdp.remove_temp_dir(work)
+  work = nil
   -- (A step's time less the median plain step: below 0 is the steps' noise,
   -- reported as 0 blocked, not as a save that sped the step up.)
   local blocked, step_beside = math.max(0, median(launching)), median(beside)
@@ -226,7 +217,7 @@ local function measure()
 end
 local ok_run, err = pcall(measure)
 if not ok_run then
-  remove_own(work)
+  if work then pcall(ptdp.remove_temp_dir, work) end
   io.stderr:write('bench_checkpoint: ' .. tostring(err):gsub('^[^:]*:%d+: ', '') .. '\n')
   os.exit(1)
 end

@@ -713,6 +713,10 @@ enum : int { kSlotFree, kSlotBusy, kSlotHeld };
 struct TempSlot {
   std::atomic<int> state{kSlotFree};
   bool directory;  // rmdir(2) it, after every file's unlink(2)
+  bool tree;       // a directory made whole (make_temp_tree): removed with all it holds
+  int fd;          // a tree's, open while held: its inode is never another's meanwhile
+  dev_t dev;       // and its identity, for the rmdir of its path
+  ino_t ino;
   char path[PATH_MAX];
 };
 struct TempChunk {
@@ -728,7 +732,8 @@ void for_each_temp_slot(Fn fn) {
     for (TempSlot &slot : c->slots) fn(slot);
 }
 
-void hold_temp_path(const std::string &tmp, bool directory = false) {
+void hold_temp_path(const std::string &tmp, bool directory = false,
+                    const struct stat *tree = nullptr, int tree_fd = -1) {
   if (tmp.size() >= PATH_MAX) return;  // (the OS refuses to make such a path)
   for (TempChunk *c = &first_temp_chunk;; c = c->next.load()) {
     for (TempSlot &slot : c->slots) {
@@ -736,6 +741,10 @@ void hold_temp_path(const std::string &tmp, bool directory = false) {
       if (!slot.state.compare_exchange_strong(expected, kSlotBusy)) continue;
       std::memcpy(slot.path, tmp.c_str(), tmp.size() + 1);
       slot.directory = directory;
+      slot.tree = tree != nullptr;
+      slot.fd = tree_fd;
+      slot.dev = tree ? tree->st_dev : 0;
+      slot.ino = tree ? tree->st_ino : 0;
       slot.state.store(kSlotHeld);
       return;
     }
@@ -750,12 +759,58 @@ void release_temp_path(const std::string &tmp) {
   bool done = false;
   for_each_temp_slot([&](TempSlot &slot) {
     int expected = kSlotHeld;
-    if (done || slot.state.load() != kSlotHeld || tmp != slot.path) return;
+    // (A tree is released only by its removal: a save into it releases its own hold.)
+    if (done || slot.state.load() != kSlotHeld || slot.tree || tmp != slot.path) return;
     if (slot.state.compare_exchange_strong(expected, kSlotBusy)) {
       slot.state.store(kSlotFree);
       done = true;
     }
   });
+}
+
+// Everything the open directory `fd` holds, following no link: each entry is
+// unlinked, a directory emptied first (to a depth of 32). Passes until one
+// finds nothing, as entries removed during a listing may hide others.
+// Async-signal-safe: getdents64, unlinkat, openat, close, lseek.
+void empty_directory_at(int fd, int depth) {
+  struct Dirent64 {
+    uint64_t ino;
+    int64_t off;
+    unsigned short reclen;
+    unsigned char type;
+    char name[1];
+  };
+  alignas(8) char buf[2048];
+  for (bool found = true; found;) {
+    found = false;
+    ::lseek(fd, 0, SEEK_SET);
+    for (long n; (n = ::syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;) {
+      for (long at = 0; at < n;) {
+        const Dirent64 *d = reinterpret_cast<const Dirent64 *>(buf + at);
+        at += d->reclen;
+        const char *name = d->name;
+        if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
+        found = true;
+        if (::unlinkat(fd, name, 0) == 0 || depth >= 32) continue;  // a file, a link
+        const int sub = ::openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) continue;
+        empty_directory_at(sub, depth + 1);
+        ::close(sub);
+        ::unlinkat(fd, name, AT_REMOVEDIR);
+      }
+    }
+    if (found && depth >= 32) return;  // (too deep to empty: left)
+  }
+}
+
+// A held tree and all it holds: the directory made (through the descriptor
+// held since), then its path when that is still this directory (another one
+// put there stays). Async-signal-safe.
+void remove_tree(const TempSlot &slot) {
+  empty_directory_at(slot.fd, 0);
+  struct stat st;
+  if (::lstat(slot.path, &st) == 0 && st.st_dev == slot.dev && st.st_ino == slot.ino)
+    ::rmdir(slot.path);
 }
 
 // Async-signal-safe: unlink(2) and rmdir(2). Directories in any slot order:
@@ -764,6 +819,9 @@ void release_temp_path(const std::string &tmp) {
 void remove_held_paths() {
   for_each_temp_slot([](TempSlot &slot) {
     if (slot.state.load() == kSlotHeld && !slot.directory) ::unlink(slot.path);
+  });
+  for_each_temp_slot([](TempSlot &slot) {
+    if (slot.state.load() == kSlotHeld && slot.tree) remove_tree(slot);
   });
   for (bool removed = true; removed;) {
     removed = false;
@@ -853,6 +911,47 @@ void hold_temp_directory(const std::string &dir, const std::vector<std::string> 
 void release_temp_directory(const std::string &dir, const std::vector<std::string> &names) {
   for (const std::string &name : names) release_temp_path(dir + "/" + name);
   release_temp_path(dir);
+}
+
+std::string make_temp_tree(const std::string &parent, const std::string &prefix) {
+  if (prefix.find('/') != std::string::npos)
+    fail(Status::invalid_argument, "temporary directory prefix '", prefix,
+         "' holds a '/': it names the new directory inside the parent, not a path");
+  std::string name = parent + "/" + prefix + "XXXXXX";
+  if (name.size() >= PATH_MAX)
+    fail(Status::invalid_argument, "temporary directory under '", parent, "': the path is too long");
+  if (!::mkdtemp(name.data()))
+    fail(Status::io_error, "cannot make a directory under '", parent, "': ", std::strerror(errno));
+  struct stat st;
+  const int fd = ::open(name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    ::rmdir(name.c_str());
+    fail(Status::io_error, "cannot open the directory made, '", name, "': ", std::strerror(e));
+  }
+  hold_temp_path(name, true, &st, fd);
+  return name;
+}
+
+void remove_temp_tree(const std::string &dir) {
+  bool done = false;
+  for_each_temp_slot([&](TempSlot &slot) {
+    int expected = kSlotHeld;
+    if (done || slot.state.load() != kSlotHeld || !slot.tree || dir != slot.path) return;
+    if (!slot.state.compare_exchange_strong(expected, kSlotBusy)) return;
+    remove_tree(slot);
+    ::close(slot.fd);
+    slot.state.store(kSlotFree);
+    done = true;
+  });
+  if (!done)
+    fail(Status::invalid_argument, "'", dir, "' is not a directory this process made with ",
+         "make_temp_dir (only those are removed whole), or it was removed already");
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::symlink_status(dir, ec)))
+    fail(Status::io_error, "could not remove all of '", dir, "' (its files are not all this ",
+         "process's to remove, or too deep); what is left stays");
 }
 
 void rename_temp_file(const std::string &tmp, const std::string &target) {

@@ -179,6 +179,14 @@ void put_in_place(const std::vector<std::pair<std::string, std::string>> &temps,
 void hold_temp_directory(const std::string &dir, const std::vector<std::string> &names);
 void release_temp_directory(const std::string &dir, const std::vector<std::string> &names);
 
+// A new directory parent/prefixXXXXXX of this process's own (mkdtemp), held
+// whole on the signal cleanup's list: an interrupted run removes it with all
+// it holds, following no link, while it is still the directory made (device
+// and inode). remove_temp_tree removes it so, and only such a directory;
+// Error naming what was left when something stays. A script's work directory.
+std::string make_temp_tree(const std::string &parent, const std::string &prefix);
+void remove_temp_tree(const std::string &dir);
+
 // A step the signal cleanup below must not cut into (a checkpoint's last
 // renames: its files must not vanish between them): the cleanup waits for it
 // (up to 10 s) before it removes anything. enter_uninterrupted() returns

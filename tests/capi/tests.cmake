@@ -430,7 +430,12 @@ add_test(NAME lua_train_gpt_checkpoint_guard
 add_test(NAME lua_train_gpt_log
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/lua/check_train_log.py ${PTDP_LAUNCHER}
           ${PTDP_TRAIN_GPT} ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/lua/train_log)
-set(PTDP_LUA_TESTS ${PTDP_LUA_TESTS} lua_train_gpt_checkpoint_guard lua_train_gpt_log)
+# A signal removes bench_checkpoint.lua's own directory, checkpoints and all.
+add_test(NAME lua_bench_checkpoint_signal
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/bench_checkpoint_signal.sh ${PTDP_LAUNCHER}
+          ${CMAKE_SOURCE_DIR}/scripts/bench_checkpoint.lua ${PTDP_TEST_TMP}/lua/bench_checkpoint_signal)
+set(PTDP_LUA_TESTS ${PTDP_LUA_TESTS} lua_train_gpt_checkpoint_guard lua_train_gpt_log
+    lua_bench_checkpoint_signal)
 
 set_tests_properties(${PTDP_LUA_TESTS} PROPERTIES
                      LABELS lua TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1")

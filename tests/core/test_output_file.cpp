@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 
 #include <climits>
@@ -325,6 +326,58 @@ TEST(OutputFile, ASignalRemovesEveryTemporary) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
   EXPECT_TRUE(std::filesystem::is_empty(dir.path));
+}
+
+// A script's work directory (make_temp_tree) goes whole, on a signal and by
+// remove_temp_tree, following no link out of it; nothing else is removed.
+TEST(OutputFile, ATemporaryTreeGoesWholeAndFollowsNoLink) {
+  TempDir dir;
+  namespace fs = std::filesystem;
+  const std::string outside = dir.path + "/outside";
+  fs::create_directories(outside);
+  std::ofstream(outside + "/keep.txt") << "user";
+  auto fill = [&](const std::string &tree) {
+    fs::create_directories(tree + "/round1/iter_0000001/deep/deeper");
+    std::ofstream(tree + "/round1/iter_0000001/model.h5") << "x";
+    std::ofstream(tree + "/round1/iter_0000001/deep/deeper/f") << "x";
+    for (int i = 0; i < 300; i++) std::ofstream(tree + "/round1/f" + std::to_string(i)) << "x";
+    fs::create_directory_symlink(outside, tree + "/link_to_dir");
+    fs::create_symlink(outside + "/keep.txt", tree + "/round1/link_to_file");
+  };
+  const std::string made = ptdp::make_temp_tree(dir.path, "work.");
+  EXPECT_EQ(made.rfind(dir.path + "/work.", 0), 0u) << made;
+  fill(made);
+  expect_error([&] { ptdp::remove_temp_tree(outside); }, ptdp::Status::invalid_argument,
+               "is not a directory this process made with make_temp_dir");
+  expect_error([&] { ptdp::make_temp_tree(dir.path, "a/b."); }, ptdp::Status::invalid_argument,
+               "holds a '/'");
+  ptdp::remove_temp_tree(made);
+  EXPECT_FALSE(fs::exists(fs::symlink_status(made)));
+  expect_error([&] { ptdp::remove_temp_tree(made); }, ptdp::Status::invalid_argument,
+               "or it was removed already");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ptdp::remove_temp_files_on_signal();
+    fill(ptdp::make_temp_tree(dir.path, "signalled."));
+    // Another directory put at a tree's path is not the tree: it stays.
+    const std::string swapped = ptdp::make_temp_tree(dir.path, "swapped.");
+    ::rmdir(swapped.c_str());
+    fs::create_directory(swapped);
+    std::ofstream(swapped + "/theirs") << "x";
+    ::raise(SIGTERM);
+    ::_exit(0);  // not reached
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  std::vector<std::string> left;
+  for (const auto &e : fs::directory_iterator(dir.path)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left[0], "outside");
+  EXPECT_EQ(left[1].rfind("swapped.", 0), 0u);
+  std::ifstream kept(outside + "/keep.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "user");
 }
 
 // An input replaced during the run (a save's new 'latest' over the one the

@@ -110,6 +110,15 @@ expect_error('cannot make a directory under', 'make_temp_dir under a missing par
 
 expect_error("holds a '/'", 'make_temp_dir with a path as its prefix', ptdp.make_temp_dir,
              parent, 'a/b')
+-- remove_temp_dir: the directory made, whole; nothing else.
+ptdp.mkdirs(made .. '/sub/deeper')
+assert(io.open(made .. '/sub/deeper/f', 'w')):close()
+expect_error('is not a directory this process made', 'remove_temp_dir of a directory it did not make',
+             ptdp.remove_temp_dir, parent)
+ptdp.remove_temp_dir(made)
+check(io.open(made .. '/.', 'r') == nil, 'remove_temp_dir removed the directory and all it held')
+check(io.open(parent .. '/.', 'r') ~= nil, 'remove_temp_dir left its parent')
+expect_error('removed already', 'remove_temp_dir twice', ptdp.remove_temp_dir, made)
 -- A NUL in a path would cut it short (a sweep wrote 'wf' for 'wf\0.txt'); bytes may hold one.
 expect_error('holds a NUL byte', 'a path with a NUL', ptdp.write_file,
              tmpdir .. '/module_api_nul\0.txt', 'x', 'note')
