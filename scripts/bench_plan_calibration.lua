@@ -195,10 +195,7 @@ local ok, err = pcall(function()
   end
   print(string.format('layouts=%d mean_abs_rel_err=%.4f max_abs_rel_err=%.4f', #layouts, sum / #layouts, worst))
 end)
-if tmpdir then
-  os.remove(tmpdir .. '/machine.json')
-  os.remove(tmpdir)
-end
+if tmpdir then ptdp.remove_temp_dir(tmpdir) end
 if not ok then
   io.stderr:write('bench_plan_calibration: ' .. tostring(err):gsub('^[^:]*:%d+: ', '') .. '\n')
   os.exit(1)
