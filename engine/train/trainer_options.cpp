@@ -137,6 +137,14 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
            "accumulate_allreduce_grads_in_fp32 = 0 needs bf16 or fp16: an fp32 run's gradients are "
            "fp32");
   }
+  // The dynamic scale's options act only where the scale is dynamic: fp16
+  // without a static loss_scale (bf16 has none: its range is fp32's).
+  if ((bf16 || fp16) && !(fp16 && ls.dynamic))
+    for (const char *k : {"initial_loss_scale", "min_loss_scale", "loss_scale_window", "hysteresis"})
+      if (c.is_set(k))
+        fail(Status::invalid_config, k, " is set but the run has no dynamic loss scale (",
+             fp16 ? "fp16 with a static loss_scale" : "bf16", "): it acts only for fp16 without loss_scale",
+             fp16 ? "; leave out loss_scale for a dynamic scale" : "");
   if (ls.min_scale > ls.initial_scale && ls.dynamic && fp16)
     fail(Status::invalid_config, "min_loss_scale (", ls.min_scale, ") exceeds initial_loss_scale (",
          ls.initial_scale, ")");

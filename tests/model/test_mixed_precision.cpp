@@ -382,4 +382,18 @@ TEST(MixedPrecision, BadOptionsAreClearErrors) {
   low.set("min_loss_scale", "4096");
   expect_error([&] { TrainerOptions::from_config(low); }, Status::invalid_config,
                "min_loss_scale (4096) exceeds initial_loss_scale (1024)");
+  // The dynamic scale's options where no scale is dynamic: bf16, and fp16 with
+  // a static loss_scale (they were ignored, the run exiting 0).
+  Config b16 = config({1, 1, 1, 1}, "bf16");
+  b16.set("hysteresis", "5");
+  expect_error([&] { TrainerOptions::from_config(b16); }, Status::invalid_config,
+               "hysteresis is set but the run has no dynamic loss scale (bf16)");
+  b16.set("loss_scale", "128");  // a static scale for bf16: still not dynamic
+  expect_error([&] { TrainerOptions::from_config(b16); }, Status::invalid_config,
+               "hysteresis is set but the run has no dynamic loss scale (bf16)");
+  Config fixed = config({1, 1, 1, 1}, "f16");
+  fixed.set("loss_scale", "128");
+  fixed.set("loss_scale_window", "4");
+  expect_error([&] { TrainerOptions::from_config(fixed); }, Status::invalid_config,
+               "is set but the run has no dynamic loss scale (fp16 with a static loss_scale)");
 }
