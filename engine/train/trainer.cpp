@@ -204,6 +204,9 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     owned_world_ = std::make_unique<ThreadWorld>(n, opt_.comm_timeout_s);
     world_ = owned_world_.get();
   }
+  // Options this layout leaves idle: said once, by the process of world rank 0.
+  if (local.front() == 0)
+    for (const std::string &note : idle_option_notes(opt_)) std::fprintf(stderr, "ptdp: note: %s\n", note.c_str());
   // The process of world rank 0 runs the saves' commits (checkpoints/commit.h).
   if (!opt_.save_path.empty() && local.front() == 0)
     save_lock_ = std::make_unique<SaveRootLock>(opt_.save_path, this);

@@ -24,6 +24,26 @@ TokenizerSpec TrainerOptions::tokenizer_spec() const {
   return s;
 }
 
+std::vector<std::string> idle_option_notes(const TrainerOptions &o) {
+  const ParallelDims &L = o.parallel;
+  std::vector<std::string> notes;
+  auto idle = [&](bool when, const std::string &what, const std::string &why) {
+    if (when) notes.push_back(what + " has no effect here: " + why);
+  };
+  idle(o.sequence_parallel && L.t == 1, "--sequence-parallel",
+       "it splits the sequence over tensor-parallel ranks, and t = 1");
+  idle(o.distributed_optimizer && L.d == 1, "--use-distributed-optimizer",
+       "it shards the optimizer state over data-parallel ranks, and d = 1");
+  idle(o.overlap_grad_reduce && L.d == 1, "--overlap-grad-reduce",
+       "it overlaps the data-parallel gradient reduction, and d = 1 has none");
+  idle(!o.scatter_gather && (L.t == 1 || L.p == 1), "--no-scatter-gather-tensors-in-pipeline",
+       "scatter/gather acts between pipeline stages (p > 1) of tensor-parallel ranks (t > 1)");
+  idle(o.recompute.selective && o.use_flash_attn, "--recompute-granularity selective",
+       "flash attention keeps no [s, s] attention probabilities, which are what selective "
+       "recomputation recomputes");
+  return notes;
+}
+
 TrainerOptions TrainerOptions::from_config(const Config &c) {
   TrainerOptions o;
   GptConfig &m = o.model;

@@ -92,4 +92,11 @@ struct TrainerOptions {
   static void model_from_checkpoint(Config &c, const std::string &dir);
 };
 
+// Options this layout or another option leaves without effect (sequence
+// parallelism at t = 1, the distributed optimizer at d = 1, ...), one note
+// each ("--sequence-parallel has no effect at t = 1: ..."). Valid, so not
+// refused (a sweep over layouts gives every layout the same flags), but
+// said: the trainer prints them at its start.
+std::vector<std::string> idle_option_notes(const TrainerOptions &o);
+
 }  // namespace ptdp

@@ -161,6 +161,32 @@ TEST(Trainer, ConfigErrorsNameTheProblem) {
 // a per-step output naming the dataset, under another spelling too, is
 // refused before the first step and the dataset stays as it was; once a
 // checkpoint is loaded its files are inputs as well.
+// Valid options the layout leaves idle are said, not refused (a sweep over
+// layouts gives each the same flags): they ran without a word.
+TEST(Trainer, OptionsTheLayoutLeavesIdleAreNoted) {
+  Config c = tiny_config();
+  EXPECT_TRUE(idle_option_notes(TrainerOptions::from_config(c)).empty());
+  set_options(c, {{"sequence_parallel", "1"}, {"use_distributed_optimizer", "1"},
+                  {"scatter_gather_tensors_in_pipeline", "0"}, {"use_flash_attn", "1"},
+                  {"recompute_granularity", "selective"}});
+  const std::vector<std::string> notes = idle_option_notes(TrainerOptions::from_config(c));
+  ASSERT_EQ(notes.size(), 4u);
+  EXPECT_NE(notes[0].find("--sequence-parallel has no effect here"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[1].find("--use-distributed-optimizer has no effect here"), std::string::npos);
+  EXPECT_NE(notes[2].find("--no-scatter-gather-tensors-in-pipeline has no effect"), std::string::npos);
+  EXPECT_NE(notes[3].find("flash attention keeps no [s, s]"), std::string::npos) << notes[3];
+  // Where they act, nothing is said.
+  Config acts = tiny_config();
+  set_options(acts, {{"tensor_model_parallel_size", "2"}, {"pipeline_model_parallel_size", "2"},
+                     {"data_parallel_size", "2"}, {"num_layers", "4"}, {"sequence_parallel", "1"},
+                     {"overlap_grad_reduce", "1"}, {"scatter_gather_tensors_in_pipeline", "0"}});
+  EXPECT_TRUE(idle_option_notes(TrainerOptions::from_config(acts)).empty());
+  c.set("use_distributed_optimizer", "0");
+  c.set("overlap_grad_reduce", "1");
+  EXPECT_NE(idle_option_notes(TrainerOptions::from_config(c))[1].find("--overlap-grad-reduce"),
+            std::string::npos);
+}
+
 TEST(Trainer, OutputsNeverOverwriteTheRunsInputs) {
   TempDir dir;
   const std::string data = dir.path + "/data.ptdp", alias = dir.path + "/./data.ptdp";
