@@ -226,6 +226,12 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
   if (o.lr.style != "constant" && o.lr.decay_iters <= o.lr.warmup_iters && o.train_iters > 0)
     fail(Status::invalid_config, "lr_decay_iters (", o.lr.decay_iters,
          ", 0 = train_iters) must exceed lr_warmup_iters (", o.lr.warmup_iters, ")");
+  // A constant rate is reached after the warm-up: one the run outlasts never
+  // trains at lr (the decaying styles' check above is the same rule).
+  if (o.lr.style == "constant" && o.lr.warmup_iters > 0 && o.train_iters > 0 &&
+      o.train_iters <= o.lr.warmup_iters)
+    fail(Status::invalid_config, "train_iters (", o.train_iters, ") must exceed lr_warmup_iters (",
+         o.lr.warmup_iters, ") with a constant learning rate: the run would end before it reaches lr");
   return o;
 }
 

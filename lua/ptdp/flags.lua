@@ -258,6 +258,15 @@ local acts_only = {
     'where the linear layers have no biases (the QKV projection has one otherwise), and ' ..
     '--disable-bias-linear is not given', 'give --disable-bias-linear' },
 }
+-- The optimizer's and the schedule's options, and dropout, act only on
+-- training steps: a run of --train-iters 0 (evaluation, a sample) takes none.
+local function trains(c) return c.train_iters == nil or tonumber(c.train_iters) ~= 0 end
+for _, key in ipairs { 'lr', 'min_lr', 'lr_decay_style', 'lr_decay_iters', 'lr_warmup_iters', 'weight_decay',
+                       'adam_beta1', 'adam_beta2', 'adam_eps', 'clip_grad', 'hidden_dropout',
+                       'attention_dropout' } do
+  acts_only[#acts_only + 1] = { key, trains, 'on training steps, and --train-iters is 0 (no step)',
+                                'give --train-iters N' }
+end
 function M.unused_option(config, given)
   for _, o in ipairs(acts_only) do
     local key, acts, where, give = o[1], o[2], o[3], o[4]

@@ -171,6 +171,13 @@ ptdp_lua_test(lua_train_gpt_rotary_base_without_rope --rc nonzero
 ptdp_lua_test(lua_train_gpt_min_lr_with_constant_lr --rc nonzero
   --expect "--min-lr acts only where the learning rate decays" --reject "traceback"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --lr-decay-style constant --min-lr 0.0001)
+ptdp_lua_test(lua_train_gpt_dropout_without_steps --rc nonzero
+  --expect "--hidden-dropout acts only on training steps, and --train-iters is 0" --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --train-iters 0 --hidden-dropout 0.2)
+ptdp_lua_test(lua_train_gpt_warmup_outlasting_a_constant_rate --rc nonzero
+  --expect "train_iters (3) must exceed lr_warmup_iters (100) with a constant learning rate"
+  --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --train-iters 3 --lr-decay-style constant --lr-warmup-iters 100)
 # --corpus with a blend --data-path (never made from it) is refused, not ignored.
 ptdp_lua_test(lua_train_gpt_corpus_with_blend --rc nonzero
   --expect "is a blend, and a blend is never made" --reject "traceback"

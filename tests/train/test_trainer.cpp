@@ -163,6 +163,15 @@ TEST(Trainer, ConfigErrorsNameTheProblem) {
 // checkpoint is loaded its files are inputs as well.
 // Valid options the layout leaves idle are said, not refused (a sweep over
 // layouts gives each the same flags): they ran without a word.
+TEST(Trainer, AConstantRateTheWarmupOutlastsIsRefused) {
+  Config c = tiny_config();
+  set_options(c, {{"lr_decay_style", "constant"}, {"lr_warmup_iters", "100"}, {"train_iters", "3"}});
+  expect_error([&] { TrainerOptions::from_config(c); }, Status::invalid_config,
+               "train_iters (3) must exceed lr_warmup_iters (100) with a constant learning rate");
+  c.set("lr_warmup_iters", "2");
+  EXPECT_NO_THROW(TrainerOptions::from_config(c));
+}
+
 TEST(Trainer, OptionsTheLayoutLeavesIdleAreNoted) {
   Config c = tiny_config();
   EXPECT_TRUE(idle_option_notes(TrainerOptions::from_config(c)).empty());
