@@ -157,8 +157,8 @@ void GptConfig::validate(int t) const {
   if (std::fabs(attention_dropout_rate(attention_dropout) - attention_dropout) > 1.f / 512)
     fail(Status::invalid_config, "attention_dropout ", attention_dropout,
          " cannot be drawn: attention dropout is drawn in 8 bits, so it is 0 or in [1/512, ",
-         "255.5/256) = [0.00195, 0.998), rounded to a multiple of 1/256 (got ",
-         attention_dropout_rate(attention_dropout), ")");
+         "255.5/256) = [0.00195, 0.998), rounded to a multiple of 1/256 (", attention_dropout,
+         " would be drawn as ", attention_dropout_rate(attention_dropout), ")");
   // Every field within what its option allows (an import, a manifest or a
   // caller's struct as much as the options): a float that is not finite, a
   // size past what the engine takes, a choice or switch that is none.

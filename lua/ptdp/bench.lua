@@ -46,6 +46,9 @@ end
 -- timed with them, an exit would end them early, and both without a word.
 local untimed = { 'save', 'save_interval', 'async_save', 'keep_last_checkpoints', 'exit_interval',
                   'exit_duration_in_mins', 'exit_signal_handler' }
+-- Nor the run's length and evaluation: a benchmark times the steps its own
+-- flags set and evaluates nothing (they were ignored, exit 0).
+local own_steps = { 'train_iters', 'eval_iters', 'eval_interval' }
 -- Nor one that acts only on a load that is not given (ptdp.flags.unused_option).
 function M.refuse_untimed(given, config)
   for _, key in ipairs(untimed) do
@@ -53,6 +56,12 @@ function M.refuse_untimed(given, config)
       error(string.format("flag '--%s' is not a benchmark's: a save or an exit inside the timed " ..
                           "steps would be timed with them or end them early; leave it out",
                           (key:gsub('_', '-'))), 0)
+    end
+  end
+  for _, key in ipairs(own_steps) do
+    if given[key] then
+      error(string.format("flag '--%s' is not a benchmark's: it times the steps its own flags set " ..
+                          '(see --help) and evaluates nothing; leave it out', (key:gsub('_', '-'))), 0)
     end
   end
   local unused = require('ptdp.flags').unused_option(config, given)

@@ -247,6 +247,8 @@ local acts_only = {
     'give --load' },
   { 'override_opt_param_scheduler', function(c) return on(c.load) end,
     "on the run's load, and --load is not given", 'give --load' },
+  { 'override_opt_param_scheduler', function(c) return not on(c.finetune) end,
+    "on a resumed run's schedule, and --finetune starts a new one", 'leave out --finetune' },
   { 'min_lr', function(c) return c.lr_decay_style ~= 'constant' end,
     'where the learning rate decays, and --lr-decay-style is constant', 'give --lr-decay-style linear or cosine' },
   { 'lr_decay_iters', function(c) return c.lr_decay_style ~= 'constant' end,

@@ -171,6 +171,11 @@ ptdp_lua_test(lua_train_gpt_rotary_base_without_rope --rc nonzero
 ptdp_lua_test(lua_train_gpt_min_lr_with_constant_lr --rc nonzero
   --expect "--min-lr acts only where the learning rate decays" --reject "traceback"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --lr-decay-style constant --min-lr 0.0001)
+ptdp_lua_test(lua_train_gpt_override_with_finetune --rc nonzero
+  --expect "--override-opt-param-scheduler acts only on a resumed run's schedule, and --finetune"
+  --reject "traceback"
+  -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --load ${PTDP_TEST_TMP}/lua/no_such_ckpt --finetune
+     --override-opt-param-scheduler)
 ptdp_lua_test(lua_train_gpt_dropout_without_steps --rc nonzero
   --expect "--hidden-dropout acts only on training steps, and --train-iters is 0" --reject "traceback"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --train-iters 0 --hidden-dropout 0.2)
@@ -291,6 +296,11 @@ ptdp_lua_test(cli_tokenize_json_keys_without_prefix --rc nonzero
 ptdp_lua_test(lua_bench_pipeline_timeline_is_its_own --rc nonzero
   --expect "--timeline is this benchmark's to set" --reject "gpipe"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_pipeline.lua --timeline ${PTDP_TEST_TMP}/lua/tl.json)
+# A benchmark times its own steps: --train-iters and --eval-iters were ignored.
+ptdp_lua_test(lua_bench_cpu_train_iters_refused --rc nonzero
+  --expect "flag '--train-iters' is not a benchmark's: it times the steps its own flags set"
+  --reject "traceback" --reject "step:"
+  -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_cpu.lua --train-iters 1)
 ptdp_lua_test(lua_bench_pipeline_png_a_directory --rc nonzero
   --expect "--png '/tmp' exists and is a directory" --reject "traceback" --reject "p=4"
   -- ${PTDP_LAUNCHER} ${CMAKE_SOURCE_DIR}/scripts/bench_pipeline.lua --png /tmp)
