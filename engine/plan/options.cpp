@@ -133,7 +133,7 @@ std::string plan_help() {
 PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::string>> &options) {
   PlanRequest r;
   int64_t per_chunk = 0;
-  bool dtype_set = false, device_given = false;
+  bool dtype_set = false, device_given = false, max_micro_batch_given = false;
   std::set<DType> switched_off;
   std::map<std::string, std::string> spelled;  // option -> the spelling it was given as
   for (const auto &[key0, val] : options) {
@@ -211,7 +211,10 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
     }
     else if (k == "save_machine") r.save_machine = needed(k, val, "a file path");
     else if (k == "train_tokens") r.train.train_tokens = tokens(k, val);
-    else if (k == "max_micro_batch_size") r.max_micro_batch = (int)whole(k, val, 1, 1 << 20);
+    else if (k == "max_micro_batch_size") {
+      r.max_micro_batch = (int)whole(k, val, 1, 1 << 20);
+      max_micro_batch_given = true;
+    }
     else if (k == "top") r.top = (int)whole(k, val, 1, 100000);
     else if (k == "explain") r.explain = needed(k, val, "a layout, e.g. t=8,p=2,b=4,v=2");
     else if (k == "format") {
@@ -259,6 +262,22 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
     r.v = v;
   }
   if (r.v > 1 && r.schedule < 0) r.schedule = (int)ScheduleKind::interleaved;
+  // What the trainer refuses, or what would leave an option unused, as it does.
+  if (r.model.qkv_bias && r.model.linear_bias)
+    fail(Status::invalid_config, "add_qkv_bias acts only where the linear layers have no biases (the ",
+         "QKV projection has one otherwise), and disable_bias_linear is not given: give ",
+         "disable_bias_linear, or leave it out");
+  if (r.grads_fp32 == 0 && r.train.dtype == DType::fp32)
+    fail(Status::invalid_config, "accumulate_allreduce_grads_in_fp32 = 0 needs bf16 or fp16: an fp32 ",
+         "run's gradients are fp32");
+  if (r.b && max_micro_batch_given)
+    fail(Status::invalid_config, "max_micro_batch_size bounds the micro-batch sizes searched, and ",
+         "micro_batch_size (", r.b, ") fixes one: give one of them");
+  const bool chunked = r.schedule == (int)ScheduleKind::interleaved || r.schedule == (int)ScheduleKind::zbv;
+  if (chunked && r.p == 1)
+    fail(Status::invalid_config, "pipeline_schedule ", r.schedule == (int)ScheduleKind::zbv ? "zbv" : "interleaved",
+         " places model chunks on pipeline stages, and pipeline_model_parallel_size is 1: give p >= 2, ",
+         "or another schedule");
   if (r.grads_fp32 >= 0) r.train.grads_fp32 = r.grads_fp32;
   else r.train.grads_fp32 = r.train.dtype == DType::bf16;  // Megatron's default
   return r;

@@ -568,6 +568,28 @@ TEST(PlanBadInput, SaveMachineFollowsTheWritersRules) {
   EXPECT_EQ(file_text(kept), json);
 }
 
+// What the trainer refuses, or would leave unused, the planner refuses too
+// (each was planned as if not given, exit 0).
+TEST(PlanBadInput, OptionsTheTrainerRefusesAreRefused) {
+  KV base = {{"num_layers", "24"}, {"hidden_size", "2048"}, {"num_attention_heads", "16"},
+             {"global_batch_size", "64"}, {"num_gpus", "8"}};
+  auto with = [&](KV extra) { KV kv = base; kv.insert(kv.end(), extra.begin(), extra.end()); return kv; };
+  auto refused = [&](KV kv) { return error_of([&] { parse_plan_request(kv); }, ptdp::Status::invalid_config); };
+  EXPECT_NE(refused(with({{"add_qkv_bias", "1"}})).find("add_qkv_bias acts only where"), std::string::npos);
+  EXPECT_NO_THROW(parse_plan_request(with({{"add_qkv_bias", "1"}, {"disable_bias_linear", "1"}})));
+  EXPECT_NE(refused(with({{"fp32", "1"}, {"accumulate_allreduce_grads_in_fp32", "0"}}))
+                .find("accumulate_allreduce_grads_in_fp32 = 0 needs bf16 or fp16"),
+            std::string::npos);
+  EXPECT_NE(refused(with({{"micro_batch_size", "2"}, {"max_micro_batch_size", "1"}}))
+                .find("micro_batch_size (2) fixes one"),
+            std::string::npos);
+  for (const char *schedule : {"interleaved", "zbv"})
+    EXPECT_NE(refused(with({{"pipeline_model_parallel_size", "1"}, {"pipeline_schedule", schedule}}))
+                  .find("and pipeline_model_parallel_size is 1"),
+              std::string::npos)
+        << schedule;
+}
+
 // A preset's name is not a file the plan reads, even where a local file has
 // that name: --save-machine may replace that file (the preset was read).
 TEST(PlanBadInput, APresetNameIsNotAnInputFile) {
