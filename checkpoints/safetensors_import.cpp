@@ -114,6 +114,50 @@ std::pair<std::string, std::string> config_source(const std::string &file,
        "metadata of a ptdp export)");
 }
 
+// The first field where two descriptions of one model differ, with both
+// values ("" when they agree).
+std::string first_config_difference(const GptConfig &a, const GptConfig &b, const char *a_is,
+                                    const char *b_is) {
+  for (const GptConfigField &f : gpt_config_fields()) {
+    std::string x, y;
+    if (f.kind == GptConfigField::Float) {
+      if (f.float_value(a) == f.float_value(b)) continue;
+      char bx[32], by[32];  // (shown as the config's text reads: float's 7 digits)
+      std::snprintf(bx, sizeof bx, "%.7g", (double)f.float_value(a));
+      std::snprintf(by, sizeof by, "%.7g", (double)f.float_value(b));
+      x = bx, y = by + std::string(x == by ? " (another float)" : "");
+    } else if (f.kind == GptConfigField::Choice) {
+      x = f.choice_name(f.int_value(a)), y = f.choice_name(f.int_value(b));
+    } else {
+      x = std::to_string(f.int_value(a)), y = std::to_string(f.int_value(b));
+    }
+    if (x != y) return std::string(f.name) + ": " + x + " in " + a_is + ", " + y + " in " + b_is;
+  }
+  return "";
+}
+
+// A file that carries its own config (a ptdp export's gpt2_config metadata)
+// beside a config.json (the directory's, the one beside it, or the one given):
+// both must describe one model. The directory form read the config.json and
+// the file form the metadata, and imported two models in silence.
+void check_configs_agree(const std::string &file, const Safetensors &st,
+                         const std::string &config_json) {
+  auto meta = st.metadata.find("gpt2_config");
+  std::error_code ec;
+  const fs::path beside = fs::path(file).parent_path() / "config.json";
+  const std::string json_path =
+      !config_json.empty() ? config_json : fs::is_regular_file(beside, ec) ? beside.string() : "";
+  if (meta == st.metadata.end() || !meta->is_string() || json_path.empty()) return;
+  const GptConfig own =
+      gpt_config_from_gpt2(meta->get<std::string>(), "the gpt2_config metadata of '" + file + "'");
+  const GptConfig json = gpt_config_from_gpt2(read_text(json_path), "config '" + json_path + "'");
+  const std::string diff = first_config_difference(own, json, "the file's metadata", "config.json");
+  if (!diff.empty())
+    fail(Status::invalid_argument, "import_safetensors: '", file, "' carries its own config (its ",
+         "gpt2_config metadata) and '", json_path, "' describes another model (", diff,
+         "): make them agree, or remove one");
+}
+
 // Every tensor of the file by its GPT-2 name (GPT-2 name -> (the file's
 // name, the tensor)), checked against the model `table` lists: names, shapes,
 // dtypes, and lm_head tied to wte.
@@ -294,6 +338,7 @@ std::string import_safetensors(const std::string &path, const std::string &confi
   const Safetensors st = parse_safetensors(file, map.data(), map.size());
   const auto [config_text, where] = config_source(file, config_json, st, true);
   const GptConfig cfg = gpt_config_from_gpt2(config_text, where);
+  check_configs_agree(file, st, config_json);
 
   const std::vector<ParamInfo> table = gpt_param_table(cfg, 1, {});
   auto found = match_tensors(file, st, cfg, where, table);

@@ -255,6 +255,27 @@ TEST_F(CheckpointImport, OtherNamesBuffersAndTheExportsOwnConfig) {
   expect_same_tensors(read_safetensors(out2), hf, "transformer.");
 }
 
+// A file with its own config (an export's metadata) and a config.json that
+// describes another model: refused in the directory form and the file form
+// alike (each read one of them, and the two imports were two models).
+TEST_F(CheckpointImport, TheFilesOwnConfigAndConfigJsonMustAgree) {
+  const std::string model = work.path + "/model";
+  export_safetensors(imported.path, model);  // a directory: weights (with metadata) + config.json
+  const std::string json_path = model + "/config.json";
+  nlohmann::json config = nlohmann::json::parse(read_file(json_path));
+  TempDir agree;
+  EXPECT_NO_THROW(import_safetensors(model, "", agree.path));  // the export's own two agree
+  config["layer_norm_epsilon"] = 1e-3;
+  fs::remove(json_path);
+  write_file(json_path, config.dump());
+  for (const std::string &path : {model, model + "/model.safetensors"})
+    expect_error([&] { import_safetensors(path, "", work.path + "/disagree"); },
+                 Status::invalid_argument,
+                 "describes another model (layernorm_epsilon: 1e-05 in the file's metadata, 0.001 in "
+                 "config.json)");
+  EXPECT_FALSE(fs::exists(work.path + "/disagree/latest"));
+}
+
 TEST_F(CheckpointImport, RefusesWhatItCannotImport) {
   const Safetensors hf = read_safetensors(fixture("model.safetensors"));
   const std::string cfg = fixture("config.json");
