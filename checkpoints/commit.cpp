@@ -218,17 +218,25 @@ std::string describe(const Entry &e, const std::string &root) {
   return e.name + " " + manifest_problem(join(root, e.name)) + " (damaged)";
 }
 
-// The tracker's first line, trailing white space dropped ("" if unreadable).
-std::string tracker_line(const std::string &path) {
+// The tracker's one line, trailing white space dropped; "" when it is not one
+// line, *why (optional) saying what it is instead (unreadable, too large, more
+// lines: a second line was ignored in silence).
+std::string tracker_line(const std::string &path, std::string *why = nullptr) {
   std::string text;
   try {
     text = read_small_file(path, "tracker '" + path + "'", "", 4096);  // a FIFO there: not read
-  } catch (const Error &) {
+  } catch (const Error &e) {
+    if (why) *why = e.what();
     return "";
   }
-  std::string name = text.substr(0, text.find('\n'));
-  while (!name.empty() && std::isspace((unsigned char)name.back())) name.pop_back();
-  return name;
+  while (!text.empty() && std::isspace((unsigned char)text.back())) text.pop_back();
+  if (text.find('\n') != std::string::npos) {
+    if (why)
+      *why = "it holds more than one line (the first: '" +
+             printable_message(text.substr(0, std::min<size_t>(text.find('\n'), 64))) + "')";
+    return "";
+  }
+  return text;
 }
 
 // Whether a tracker line names a checkpoint directory (iter_NNNNNNN, not .tmp).
@@ -252,7 +260,12 @@ std::string tracked(const std::string &root, std::string *stale) {
     *stale = "stale: '" + path + "' is " + kind + ", not a one-line file naming a checkpoint";
     return "";
   }
-  const std::string name = tracker_line(path);
+  std::string why;
+  const std::string name = tracker_line(path, &why);
+  if (!why.empty()) {
+    *stale = "stale: " + why;
+    return "";
+  }
   if (!names_a_checkpoint(name)) {
     *stale = "stale: it holds '" + printable_message(name) + "', which is not a checkpoint name like "
              "iter_0001000";  // (a NUL in it had cut the report printed through %s)

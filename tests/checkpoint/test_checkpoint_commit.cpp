@@ -257,6 +257,14 @@ TEST_F(Commit, StaleTrackerFallsBackToNewestComplete) {
   spit(root + "/latest", std::string("iter_0000100\0junk", 17));
   EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
   EXPECT_NE(why.find("'iter_0000100\\x00junk', which is not a checkpoint name"), std::string::npos) << why;
+  // A second line (it was ignored in silence) and a tracker too large to be
+  // one line (it read as holding '') are named as such.
+  spit(root + "/latest", "iter_0000200\niter_0000100\n");
+  EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
+  EXPECT_NE(why.find("it holds more than one line (the first: 'iter_0000200')"), std::string::npos) << why;
+  spit(root + "/latest", "iter_0000100\n" + std::string(5000, '\0'));
+  EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000100");
+  EXPECT_NE(why.find("is 5013 bytes; at most 4096 are read"), std::string::npos) << why;
   // A tracker that is no file is named for what it is (never opened: a FIFO blocks).
   fs::remove(root + "/latest");
   ASSERT_EQ(::mkfifo((root + "/latest").c_str(), 0644), 0);
