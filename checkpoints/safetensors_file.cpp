@@ -120,7 +120,10 @@ Safetensors parse_safetensors(const std::string &file, const unsigned char *data
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       not_safetensors(file, "tensor '", name, "' has data_offsets ", json_excerpt(off));
     const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    if (b > e || e > data_size)
+    if (b > e)
+      not_safetensors(file, "tensor '", name, "' has data_offsets [", b, ", ", e,
+                      "] that end before they begin");
+    if (e > data_size)
       not_safetensors(file, "tensor '", name, "' has bytes [", b, ", ", e, ") outside the ",
                       data_size, " bytes of data");
     // Every dtype the format names is checked here (ptdp reads F32, F16 and

@@ -367,7 +367,10 @@ TEST_F(CheckpointImport, RefusesWhatItCannotImport) {
       {raw("nul_padded", "{" + tensor("a", 0, 8) + "}" + std::string(3, '\0'), 8),
        "its header is padded with something other than spaces"},
       {raw("number_metadata", "{\"__metadata__\":{\"step\":1}," + tensor("a", 0, 8) + "}", 8),
-       "__metadata__ 'step' is number, not a string"}};
+       "__metadata__ 'step' is number, not a string"},
+      // (Both offsets inside the data: it read "outside the data".)
+      {raw("reversed", "{\"r\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8),
+       "tensor 'r' has data_offsets [8, 0] that end before they begin"}};
   for (const auto &[path, why] : tiling)
     expect_error([&] { import_safetensors(path, cfg, target); }, Status::corrupt_data, why);
   // Config fields of the wrong kind or past their range are named with what is allowed.
