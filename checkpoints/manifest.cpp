@@ -242,6 +242,10 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
   }
   std::sort(m.datasets.begin(), m.datasets.end(),
             [](const ManifestDataset &a, const ManifestDataset &b) { return a.name < b.name; });
+  // One entry per dataset (find() takes one; verify counted both).
+  for (size_t i = 1; i < m.datasets.size(); i++)
+    if (m.datasets[i].name == m.datasets[i - 1].name)
+      fail(Status::corrupt_data, where, ": dataset '", m.datasets[i].name, "' is listed twice");
   return m;
 }
 

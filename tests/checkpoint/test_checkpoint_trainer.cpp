@@ -399,6 +399,12 @@ TEST_F(CheckpointFaults, ManifestDisagreesWithData) {
   edit([](nlohmann::json &d) { d["blocks"][0]["crc32c"] = "00000000"; });
   Trainer tr2(options({1, 1, 1, 1}));
   expect_error([&] { tr2.load(dir.path); }, Status::corrupt_data, "the manifest says 00000000");
+  // A dataset listed twice (verify counted it twice and passed).
+  nlohmann::json twice = nlohmann::json::parse(original);
+  twice.erase("manifest_crc32c");
+  twice["datasets"].push_back(twice["datasets"][0]);
+  write_file(ckpt + "/manifest.json", twice.dump(1));
+  expect_error([&] { verify_checkpoint(ckpt, nullptr); }, Status::corrupt_data, "' is listed twice");
 }
 
 // The manifest's own fields are checksummed: an edited iteration (or any
