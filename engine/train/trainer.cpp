@@ -314,6 +314,22 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     if (!opt_.save_path.empty())
       check_save_target(opt_.save_path, resumed_from_, opt_.model, manifest_training(),
                         ckpt ? kAnyCheckpoint : kNoCheckpoint);
+    // A run resumed from an earlier checkpoint of its --save directory (a
+    // rewind) replaces the newer ones there as it saves: said, not silent.
+    if (ckpt && !opt_.save_path.empty() && first_local_rank() == 0) {
+      std::vector<std::string> newer;
+      for (const std::string &dir : complete_checkpoints(opt_.save_path)) {
+        bool tmp = false;
+        if (checkpoint_iteration(fs::path(dir).filename().string(), &tmp) > iteration_) newer.push_back(dir);
+      }
+      if (!newer.empty())
+        std::fprintf(stderr,
+                     "ptdp: note: --save '%s' holds %zu checkpoint%s newer than the one loaded "
+                     "(iteration %lld), the newest '%s': this run's saves replace those of the "
+                     "iterations it saves\n",
+                     opt_.save_path.c_str(), newer.size(), newer.size() == 1 ? "" : "s",
+                     (long long)iteration_, newer.front().c_str());
+    }
     // Its files (and the tracker read) are inputs now: the outputs checked
     // above are checked again against them, still before the first step.
     if (!opt_.timeline_path.empty()) check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::trace);

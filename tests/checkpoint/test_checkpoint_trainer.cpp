@@ -261,6 +261,31 @@ TEST(CheckpointRetention, LoadFromAnEmptySaveDirectoryStartsFresh) {
   EXPECT_NE(second.last_loaded().find("iter_0000002"), std::string::npos) << second.last_loaded();
 }
 
+// A rewind (loading an earlier checkpoint of the --save directory) replaces
+// the newer ones as it saves: the trainer says so at its start.
+TEST(CheckpointRetention, ARewindNamesTheNewerCheckpointsItsSavesReplace) {
+  TempDir dir;
+  TrainerOptions o = options({1, 1, 1, 1});
+  o.save_path = dir.path;
+  o.save_interval = 1;
+  {
+    Trainer first(o);
+    for (int i = 0; i < 3; i++) first.step();
+  }
+  o.load_path = dir.path + "/iter_0000001";
+  ::testing::internal::CaptureStderr();
+  { Trainer rewound(o); }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("holds 2 checkpoints newer than the one loaded (iteration 1), the newest '" +
+                      dir.path + "/iter_0000003'"),
+            std::string::npos)
+      << said;
+  o.load_path = dir.path;  // the newest: nothing newer
+  ::testing::internal::CaptureStderr();
+  { Trainer resumed(o); }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr().find("newer than"), std::string::npos);
+}
+
 TEST(CheckpointRetention, SaveIntervalAndKeepLast) {
   TempDir dir;
   TrainerOptions o = options({1, 2, 1, 1});
