@@ -110,11 +110,31 @@ void decimal_integers(CLI::App &app) {
   for (CLI::App *sub : app.get_subcommands({})) decimal_integers(*sub);
 }
 
+// An option of one value given again: the last one is used, with a note, as
+// train_gpt.lua's flags and Megatron's argparse take it (CLI11 said "At Most
+// 1 required but received 2").
+void last_one_wins(CLI::App &app) {
+  for (CLI::Option *opt : app.get_options({}))
+    if (opt->nonpositional() && opt->get_type_size_max() == 1 && opt->get_expected_max() == 1 &&
+        opt->get_multi_option_policy() == CLI::MultiOptionPolicy::Throw)
+      opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (CLI::App *sub : app.get_subcommands({})) last_one_wins(*sub);
+}
+
+void note_repeated(const CLI::App &app, const std::string &name) {
+  for (const CLI::Option *opt : app.get_options())
+    if (opt->get_multi_option_policy() == CLI::MultiOptionPolicy::TakeLast && opt->count() > 1)
+      std::fprintf(stderr, "%s: note: %s is given %zu times: the last one ('%s') is used\n",
+                   name.c_str(), opt->get_name().c_str(), opt->count(), opt->results().back().c_str());
+  for (const CLI::App *sub : app.get_subcommands()) note_repeated(*sub, name);
+}
+
 // A command's flags through CLI11: -1 to go on, else the exit code (0 after
 // --help, 2 after a usage error, printed on one line).
 int parse_command_line(CLI::App &app, int argc, char **argv) {
   const std::string name = app.get_name();
   decimal_integers(app);
+  last_one_wins(app);
   try {
     app.parse(argc - 1, argv + 1);
   } catch (const CLI::Success &e) {  // --help
@@ -129,6 +149,7 @@ int parse_command_line(CLI::App &app, int argc, char **argv) {
     std::fprintf(stderr, "%s: %s (see %s --help)\n", name.c_str(), e.what(), name.c_str());
     return 2;
   }
+  note_repeated(app, name);
   if (const CLI::Option *opt = empty_value(app)) {
     const std::string which = opt->nonpositional() ? opt->get_name() : "argument " + opt->get_name();
     std::fprintf(stderr, "%s: %s is given an empty value; give one (see %s --help)\n",

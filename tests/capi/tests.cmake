@@ -288,6 +288,12 @@ ptdp_lua_test(lua_train_gpt_made_data_inside_save --rc nonzero
   --expect "would be made inside --save"
   -- ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --data-path ${PTDP_TEST_TMP}/lua/made_in_save/latest
      --corpus ${PTDP_TEST_CORPUS} --save ${PTDP_TEST_TMP}/lua/made_in_save)
+# A command's option given again: the last one is used, with a note (as
+# train_gpt.lua's flags; CLI11 said "At Most 1 required but received 2").
+ptdp_lua_test(cli_tokenize_option_given_twice --rc 0
+  --expect "ptdp tokenize: note: --workers is given 2 times: the last one ('1') is used"
+  -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/twice.ptdp --format lines --workers 2
+     --workers 1 ${PTDP_TEST_CORPUS})
 ptdp_lua_test(cli_tokenize_json_keys_without_prefix --rc nonzero
   --expect "--json-keys picks the keys of a jsonl corpus for --output-prefix"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/jk.ptdp --format lines --json-keys text
