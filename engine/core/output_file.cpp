@@ -713,7 +713,7 @@ enum : int { kSlotFree, kSlotBusy, kSlotHeld };
 struct TempSlot {
   std::atomic<int> state{kSlotFree};
   bool directory;  // rmdir(2) it, after every file's unlink(2)
-  bool tree;       // a directory made whole (make_temp_tree): removed with all it holds
+  bool tree;       // a directory made whole (make_temp_tree): removed with all it holds, by remove_tree only
   int fd;          // a tree's, open while held: its inode is never another's meanwhile
   dev_t dev;       // and its identity, for the rmdir of its path
   ino_t ino;
@@ -769,8 +769,9 @@ void release_temp_path(const std::string &tmp) {
 }
 
 // Everything the open directory `fd` holds, following no link: each entry is
-// unlinked, a directory emptied first (to a depth of 32). Passes until one
-// finds nothing, as entries removed during a listing may hide others.
+// unlinked, a directory emptied first (to a depth of 32). Passes while one
+// removes something, as entries removed during a listing may hide others
+// (what cannot be removed stays, and ends the passes).
 // Async-signal-safe: getdents64, unlinkat, openat, close, lseek.
 void empty_directory_at(int fd, int depth) {
   struct Dirent64 {
@@ -781,8 +782,8 @@ void empty_directory_at(int fd, int depth) {
     char name[1];
   };
   alignas(8) char buf[2048];
-  for (bool found = true; found;) {
-    found = false;
+  for (bool removed = true; removed;) {
+    removed = false;
     ::lseek(fd, 0, SEEK_SET);
     for (long n; (n = ::syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;) {
       for (long at = 0; at < n;) {
@@ -790,16 +791,18 @@ void empty_directory_at(int fd, int depth) {
         at += d->reclen;
         const char *name = d->name;
         if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
-        found = true;
-        if (::unlinkat(fd, name, 0) == 0 || depth >= 32) continue;  // a file, a link
+        if (::unlinkat(fd, name, 0) == 0) {  // a file, a link
+          removed = true;
+          continue;
+        }
+        if (depth >= 32) continue;  // (too deep to empty: left)
         const int sub = ::openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (sub < 0) continue;
         empty_directory_at(sub, depth + 1);
         ::close(sub);
-        ::unlinkat(fd, name, AT_REMOVEDIR);
+        if (::unlinkat(fd, name, AT_REMOVEDIR) == 0) removed = true;
       }
     }
-    if (found && depth >= 32) return;  // (too deep to empty: left)
   }
 }
 
@@ -818,7 +821,7 @@ void remove_tree(const TempSlot &slot) {
 // the root it emptied.
 void remove_held_paths() {
   for_each_temp_slot([](TempSlot &slot) {
-    if (slot.state.load() == kSlotHeld && !slot.directory) ::unlink(slot.path);
+    if (slot.state.load() == kSlotHeld && !slot.directory && !slot.tree) ::unlink(slot.path);
   });
   for_each_temp_slot([](TempSlot &slot) {
     if (slot.state.load() == kSlotHeld && slot.tree) remove_tree(slot);
@@ -930,7 +933,7 @@ std::string make_temp_tree(const std::string &parent, const std::string &prefix)
     ::rmdir(name.c_str());
     fail(Status::io_error, "cannot open the directory made, '", name, "': ", std::strerror(e));
   }
-  hold_temp_path(name, true, &st, fd);
+  hold_temp_path(name, false, &st, fd);  // (a tree: not on the passes for files and empty directories)
   return name;
 }
 
