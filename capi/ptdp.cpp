@@ -468,6 +468,24 @@ ptdp_status ptdp_trainer_wait_for_saves(ptdp_trainer *t, double *seconds) {
   });
 }
 
+ptdp_status ptdp_trainer_agree(ptdp_trainer *t, const char *const *names,
+                               const char *const *values, size_t count) {
+  return guard([&] {
+    live(t);
+    if (count > 0) {
+      require(names, "names");
+      require(values, "values");
+    }
+    std::vector<std::pair<std::string, std::string>> items;
+    for (size_t i = 0; i < count; i++) {
+      if (!names[i] || !values[i])
+        ptdp::fail(ptdp::Status::invalid_argument, "names[", i, "] or values[", i, "] is NULL");
+      items.emplace_back(names[i], values[i]);
+    }
+    t->trainer->agree_with_processes(items);
+  });
+}
+
 ptdp_status ptdp_trainer_load(ptdp_trainer *t, const char *dir) {
   return guard([&] {
     live(t);

@@ -216,6 +216,15 @@ PTDP_API ptdp_status ptdp_trainer_save(ptdp_trainer *trainer, const char *dir);
  * last_checkpoint, last_save_error and failed_saves; *seconds (may be NULL)
  * gets the time waited. Call it before ending a run. */
 PTDP_API ptdp_status ptdp_trainer_wait_for_saves(ptdp_trainer *trainer, double *seconds);
+/* Under mpirun, that every process passes the same count (name, value) pairs:
+ * a caller's own options that shape what all ranks run together (a script's
+ * evaluation interval, its final sample's prompt). Collective: every process
+ * calls it with its pairs, in the same order; a difference is
+ * PTDP_ERR_INVALID_CONFIG on every process, naming the first name that
+ * differs and this process's value (a run otherwise hung or ended in MPI's
+ * own abort at its first mismatched collective). One process: PTDP_OK. */
+PTDP_API ptdp_status ptdp_trainer_agree(ptdp_trainer *trainer, const char *const *names,
+                                        const char *const *values, size_t count);
 /* Loads a checkpoint saved under any (t, p, d, v): dir is a save directory
  * (its newest complete checkpoint is taken) or one iter_N directory. The model
  * shape, seed, split and LR schedule must be the checkpoint's

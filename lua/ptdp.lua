@@ -710,6 +710,29 @@ function Trainer:wait_for_saves()
   return s[0]
 end
 
+-- Under mpirun, that every process gives the same values (a table name ->
+-- value) for a script's own options that shape what all ranks run together
+-- (an evaluation interval, a sample's prompt); collective. A difference
+-- raises on every process naming it; one process: nothing to do.
+function Trainer:agree(options)
+  if type(options) ~= 'table' then
+    raise('trainer:agree takes a table of option name -> value, got ' .. shown(options))
+  end
+  local keys = {}
+  for k in pairs(options) do
+    if type(k) ~= 'string' then raise('trainer:agree: option names are strings, got ' .. shown(k)) end
+    keys[#keys + 1] = k
+  end
+  table.sort(keys)
+  local names, values = ffi.new('const char *[?]', #keys + 1), ffi.new('const char *[?]', #keys + 1)
+  local texts = {}  -- (kept alive while C reads them)
+  for i, k in ipairs(keys) do
+    texts[i] = tostring(options[k])
+    names[i - 1], values[i - 1] = k, texts[i]
+  end
+  check(C.ptdp_trainer_agree(self.handle, names, values, #keys))
+end
+
 -- Loads a checkpoint saved under any layout (dir: a save directory, whose
 -- newest complete checkpoint is taken, or one iter_N); returns the line saying
 -- which was taken, why, and the layouts it was saved with and loaded into.

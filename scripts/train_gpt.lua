@@ -131,6 +131,17 @@ if not made_ok then
   io.stderr:write('ptdp: ', (tostring(trainer):gsub('^ptdp: ', '')), '\n')
   os.exit(1)
 end
+-- Under mpirun, this script's own options that shape what all ranks run
+-- together (evaluations, the sample) are every process's (a different
+-- --eval-interval crashed in MPI; the engine's options are compared by the trainer).
+do
+  local ok, err = pcall(trainer.agree, trainer, { eval_interval = opts.eval_interval,
+    sample_tokens = opts.sample_tokens, prompt = opts.prompt, temperature = opts.temperature })
+  if not ok then
+    io.stderr:write('ptdp: ', (tostring(err):gsub('^ptdp: ', '')), '\n')
+    os.exit(1)
+  end
+end
 local layout = trainer:layout()
 -- Under mpirun every process runs this script: the first rank reports.
 local print = layout.rank == 0 and print or function() end

@@ -872,8 +872,8 @@ void MpiWorld::agree(const std::string &what,
       if (all[(size_t)r * (n + 1) + i + 1] != all[(size_t)i + 1])
         fail(Status::invalid_config, what, " '", items[(size_t)i].first, "' differs between the processes of ",
              "this run (world ranks 0 and ", r, "; on world rank ", w.rank, " it is '", items[(size_t)i].second,
-             "'): every process of a run takes the same options (the model, the batch, the schedule, ",
-             "the data and the checkpoints)");
+             "'): every process of a run takes the same options (all ranks run together what they ",
+             "shape: the model, the batch, the schedule, the data, the checkpoints, evaluations)");
   }
 }
 

@@ -72,6 +72,12 @@ std::vector<std::pair<std::string, std::string>> options_processes_share(const T
                          {"save", o.save_path},
                          {"load", o.load_path},
                          {"save_interval", std::to_string(o.save_interval)},
+                         {"keep_last_checkpoints", std::to_string(o.keep_last_checkpoints)},
+                         {"verify_checkpoint", flag(o.verify_checkpoint)},
+                         {"override_opt_param_scheduler", flag(o.override_opt_param_scheduler)},
+                         {"exit_signal_handler", flag(o.exit_signal_handler)},
+                         {"exit_interval", std::to_string(o.exit_interval)},
+                         {"exit_duration_in_mins", number_text(o.exit_duration_mins)},
                          {"finetune", flag(o.finetune)}});
   return out;
 }
@@ -179,6 +185,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     // MPI starts once per process and ends at exit: later trainers reuse it.
     static MpiWorld process_world(opt_.comm_timeout_s);
     MpiWorld *mpi = &process_world;
+    mpi_ = mpi;
     if (n % mpi->size() != 0)
       fail(Status::invalid_config, "the layout needs t*p*d = ", opt_.parallel.t, "*",
            opt_.parallel.p, "*", opt_.parallel.d, " = ", n, " ranks but mpirun started ",
@@ -432,6 +439,10 @@ void Trainer::bind_device_comms() {
 
 
 int Trainer::first_local_rank() const { return ranks_[0]->world_rank; }
+
+void Trainer::agree_with_processes(const std::vector<std::pair<std::string, std::string>> &items) {
+  if (mpi_ && mpi_->size() > 1) mpi_->agree("script option", items);
+}
 RankCoord Trainer::first_local_coord() const { return ranks_[0]->coord; }
 
 GPT<float> &Trainer::model(int rank) { return *ranks_.at((size_t)rank)->model; }

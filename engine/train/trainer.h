@@ -36,6 +36,7 @@
 
 namespace ptdp {
 
+class MpiWorld;
 
 class Trainer {
  public:
@@ -146,6 +147,11 @@ class Trainer {
   // then in last_saved / last_save_error / failed_saves, as a synchronous
   // save's. Returns the seconds it waited.
   double wait_for_saves();
+  // Under mpirun, that every process was given the same (name, value) items: a
+  // caller's own options that shape collectives (a script's evaluation
+  // interval, its sample's prompt). Collective; else Error(invalid_config) on
+  // every process naming the first that differs. One process: nothing to do.
+  void agree_with_processes(const std::vector<std::pair<std::string, std::string>> &items);
   // Loads a checkpoint saved under any layout: `path` is a save directory (its
   // newest complete checkpoint) or one iter_N directory. Returns a line saying
   // which checkpoint was taken, why, and the layout it was saved with.
@@ -234,6 +240,7 @@ class Trainer {
   // mpi messages between thread ranks (several per process)
   std::unique_ptr<CommWorld> owned_world_;
   CommWorld *world_ = nullptr;
+  MpiWorld *mpi_ = nullptr;  // under mpirun: the processes' world (agree_with_processes)
   std::vector<std::unique_ptr<Rank>> ranks_;
   int threads_per_rank_ = 1;
   int64_t step_origin_ns_ = 0;  // the timeline's time zero

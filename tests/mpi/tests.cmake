@@ -215,6 +215,26 @@ add_test(NAME mpi_options_differ
           ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
 set_tests_properties(mpi_options_differ PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
                      WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+# So do a script's own options that shape collectives (another --eval-interval
+# crashed inside MPI) and the exit options (another --exit-interval hung).
+foreach(case "eval_interval|--eval-interval 1|script option 'eval_interval'"
+             "exit_interval|--exit-interval 2|option 'exit_interval'")
+  string(REPLACE "|" ";" parts "${case}")
+  list(GET parts 0 key)
+  list(GET parts 1 flag)
+  list(GET parts 2 says)
+  set(dir ${PTDP_TEST_TMP}/mpi_${key}_differs)
+  file(MAKE_DIRECTORY ${dir})
+  add_test(NAME mpi_${key}_differs
+    COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
+            --expect "${says} differs between the processes of this run"
+            -- bash -c "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 : -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flag}"
+            mpi_${key}_differs $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
+            ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
+            "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --sample-tokens 0")
+  set_tests_properties(mpi_${key}_differs PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
+                       WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
 # A rank killed between steps while the others go on into the next step's
 # collectives: every process ends and mpirun names the dead rank.
 ptdp_mpi_training_failure(mpi_train_rank_killed 2
