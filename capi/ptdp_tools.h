@@ -144,7 +144,8 @@ PTDP_API ptdp_status ptdp_remove_temp_dir(const char *path);
  * another program: from now on SIGINT, SIGTERM and SIGHUP first remove the
  * temporary files ptdp's writers have made and not yet renamed into place
  * ("OUTPUT.tmp.XXXXXX" beside each output), then end the process as the signal
- * would have. A signal the process ignores (nohup) stays ignored. */
+ * would have. A signal the process ignores (nohup) stays ignored. SIGXFSZ is
+ * ignored: a write past the file size limit fails (EFBIG) and is reported. */
 PTDP_API ptdp_status ptdp_remove_temp_files_on_signal(void);
 /* The planner (`ptdp plan`; engine/plan): the paper's performance and memory
  * model of PTD-P training. options: num_options strings "key=value", keys

@@ -875,6 +875,13 @@ extern "C" void remove_temp_files_and_die(int sig) {
 }  // namespace
 
 void remove_temp_files_on_signal() {
+  // A file past the size limit (ulimit -f) is a write that fails (EFBIG) and
+  // is reported as every failed write is, its temporaries removed; SIGXFSZ's
+  // default killed the process without a word, leaving them behind.
+  {
+    struct sigaction old = {};
+    if (sigaction(SIGXFSZ, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(SIGXFSZ, SIG_IGN);
+  }
   struct sigaction sa = {};
   sa.sa_handler = remove_temp_files_and_die;
   sa.sa_flags = SA_RESTART;  // a signal held for a step's end must not fail the step's calls

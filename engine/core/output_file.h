@@ -210,7 +210,8 @@ class UninterruptedStep {
 // that are not yet renamed (create_temp_file's), then end it as the signal
 // would have, so that an interrupted command leaves no "X.tmp.XXXXXX" behind.
 // A handler installed later (--exit-signal-handler's) passes a signal on to
-// this one when it ends the process.
+// this one when it ends the process. SIGXFSZ (a file past ulimit -f) is
+// ignored, so that such a write fails (EFBIG) and is reported as any other.
 void remove_temp_files_on_signal();
 
 // Writes all n bytes to fd (retrying short and interrupted writes); an error

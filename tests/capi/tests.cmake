@@ -294,6 +294,11 @@ ptdp_lua_test(cli_tokenize_option_given_twice --rc 0
   --expect "ptdp tokenize: note: --workers is given 2 times: the last one ('1') is used"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/twice.ptdp --format lines --workers 2
      --workers 1 ${PTDP_TEST_CORPUS})
+# A file past the size limit (ulimit -f) is a failed write, reported, its
+# temporary removed (SIGXFSZ killed the process without a word, leaving it).
+ptdp_lua_test(cli_tokenize_past_the_file_size_limit --rc 0
+  --expect "File too large" --expect "exit 1" --reject "LEFT"
+  -- sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/file_size_limit.sh ${PTDP_LAUNCHER} ${PTDP_TEST_CORPUS})
 ptdp_lua_test(cli_tokenize_json_keys_without_prefix --rc nonzero
   --expect "--json-keys picks the keys of a jsonl corpus for --output-prefix"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/jk.ptdp --format lines --json-keys text
