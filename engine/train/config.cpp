@@ -146,7 +146,7 @@ const std::vector<OptionSpec> &option_schema() {
        "write each step's device time per op (calls, ms, share, TFLOP/s) of every rank to this "
        "text file"},
       // machine
-      {"num_threads", T::Int, "0", 0, 4096, nullptr, "CPU threads of the process (0 = all cores)"},
+      {"num_threads", T::Int, "0", 0, kMaxProcessThreads, nullptr, "CPU threads of the process (0 = all cores)"},
       {"device", T::String, "auto", 0, 0, nullptr,
        "each rank's device: auto (cuda when a GPU is visible, else cpu), cpu, cuda (rank r on "
        "GPU r mod count) or cuda:N"},

@@ -9,6 +9,10 @@
 
 namespace ptdp {
 
+// The most CPU threads one process runs (num_threads' range, and
+// OMP_NUM_THREADS's when num_threads is 0).
+inline constexpr int kMaxProcessThreads = 4096;
+
 struct OptionSpec {
   enum Type { Int, Float, String, Choice };
   const char *key;

@@ -137,6 +137,10 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   // CPU ranks share the cores (ARCHITECTURE §2): threads per rank = cores / ranks.
   // All cores unless OMP_NUM_THREADS says otherwise, read before any trainer changed it.
   static const int process_threads = omp_get_max_threads();
+  // As many as num_threads takes: OMP_NUM_THREADS=100000 crashed in OpenMP.
+  if (opt_.num_threads == 0 && process_threads > kMaxProcessThreads)
+    fail(Status::invalid_config, "OMP_NUM_THREADS asks for ", process_threads, " threads; a process ",
+         "runs at most ", kMaxProcessThreads, " (num_threads' range): set fewer, or give num_threads");
   const int cores = opt_.num_threads > 0 ? opt_.num_threads : process_threads;
   threads_per_rank_ = std::max(1, cores / n);
   openblas_set_num_threads(threads_per_rank_);

@@ -299,6 +299,11 @@ ptdp_lua_test(cli_tokenize_option_given_twice --rc 0
 ptdp_lua_test(cli_tokenize_past_the_file_size_limit --rc 0
   --expect "File too large" --expect "exit 1" --reject "LEFT"
   -- sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/file_size_limit.sh ${PTDP_LAUNCHER} ${PTDP_TEST_CORPUS})
+# More OpenMP threads than a process runs: refused (it crashed in OpenMP).
+ptdp_lua_test(lua_train_gpt_omp_threads_past_the_limit --rc nonzero
+  --expect "OMP_NUM_THREADS asks for 100000 threads; a process runs at most 4096" --reject "iteration "
+  -- env OMP_NUM_THREADS=100000 ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --data-path ${PTDP_TEST_TMP}/lua/omp.ptdp
+     --corpus ${PTDP_TEST_CORPUS} --corpus-format lines --sample-tokens 0)
 ptdp_lua_test(cli_tokenize_json_keys_without_prefix --rc nonzero
   --expect "--json-keys picks the keys of a jsonl corpus for --output-prefix"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/jk.ptdp --format lines --json-keys text
