@@ -702,7 +702,21 @@ static void sleep_while_waiting(char **argv) {
   ::unsetenv("OMP_WAIT_POLICY");  // not restarted: the policy stays the default
 }
 
+// A command whose answer could not be written (stdout on a full disk, or
+// closed) fails; it exited 0 having printed nothing. Registered first, so it
+// runs last at exit (a script's os.exit too), after every other handler; all
+// streams are flushed first, as exit would.
+void check_stdout_at_exit() {
+  const int flushed = std::fflush(nullptr);
+  if (!std::ferror(stdout)) return;
+  std::fprintf(stderr, "ptdp: cannot write to standard output: %s\n",
+               flushed != 0 ? std::strerror(errno) : "a write failed (a full disk, or a closed stream)");
+  std::fflush(stderr);
+  _exit(1);
+}
+
 int main(int argc, char **argv) {
+  std::atexit(check_stdout_at_exit);
   sleep_while_waiting(argv);
   // An interrupted command leaves no temporary files beside its outputs.
   ptdp_remove_temp_files_on_signal();

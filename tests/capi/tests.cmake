@@ -304,6 +304,10 @@ ptdp_lua_test(lua_train_gpt_omp_threads_past_the_limit --rc nonzero
   --expect "OMP_NUM_THREADS asks for 100000 threads" --expect "a process runs at most 4096" --reject "iteration "
   -- env OMP_NUM_THREADS=100000 ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --data-path ${PTDP_TEST_TMP}/lua/omp.ptdp
      --corpus ${PTDP_TEST_CORPUS} --corpus-format lines --sample-tokens 0)
+# A command whose answer cannot be written (stdout on a full device) fails.
+ptdp_lua_test(cli_version_to_a_full_device --rc 0
+  --expect "ptdp: cannot write to standard output" --expect "exit 1"
+  -- sh -c "\"$0\" --version >/dev/full\necho exit $?" ${PTDP_LAUNCHER})
 ptdp_lua_test(cli_tokenize_json_keys_without_prefix --rc nonzero
   --expect "--json-keys picks the keys of a jsonl corpus for --output-prefix"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/jk.ptdp --format lines --json-keys text
