@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -151,12 +152,24 @@ std::string data_file_fault(const std::string &file, int64_t bytes, bool *readab
 
 namespace {
 
+// A failure of this process's resources (too many open files, no memory) is
+// no fault of the checkpoint: it is rethrown, not listed (an export called an
+// intact checkpoint damaged under ulimit -n).
+bool resource_failure(const std::exception &e) {
+  if (const auto *err = dynamic_cast<const Error *>(&e); err && err->code() == Status::out_of_memory) return true;
+  const std::string what = e.what();
+  for (int code : {EMFILE, ENFILE, ENOMEM})
+    if (what.find(std::strerror(code)) != std::string::npos) return true;
+  return false;
+}
+
 // Runs fn, returning its error message ("" when it succeeded).
 template <class F>
 std::string attempt(F &&fn) {
   try {
     fn();
   } catch (const std::exception &e) {
+    if (resource_failure(e)) throw;
     return e.what();
   }
   return "";

@@ -416,9 +416,15 @@ OutputKind output_kind_of_key(const std::string &key) {
 }
 
 // The first bytes of the regular file `path` (at most n): what a kind's check reads.
+// The first n bytes of a file, to tell what it is: "" when it is gone; a file
+// that is there but cannot be opened (too many open files, no permission) is
+// an Error naming why: it read as "not of its kind", and the message invited
+// the user to remove a good file.
 static std::string head_bytes(const std::string &path, size_t n, off_t *size) {
   std::string out;
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && errno != ENOENT)
+    fail(Status::io_error, "cannot open '", path, "' to tell what it holds: ", std::strerror(errno));
   if (fd < 0) return out;
   struct stat st;
   *size = ::fstat(fd, &st) == 0 ? st.st_size : 0;

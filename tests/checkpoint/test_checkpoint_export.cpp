@@ -9,8 +9,11 @@
 // export's values.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -466,6 +469,35 @@ TEST_F(CheckpointExport, ManifestDisagreesWithItsModel) {
   const std::string report = verify_checkpoint(ckpt, &ok);
   EXPECT_FALSE(ok);
   EXPECT_NE(report.find("/optim/exp_avg_sq/wpe.weight' is [16, 32]"), std::string::npos) << report;
+}
+
+// Too many open files is this process's limit, not a damaged checkpoint nor
+// an earlier output of another kind: an I/O error naming it (the messages
+// had invited the user to remove good files).
+TEST_F(CheckpointExport, TooManyOpenFilesIsNamedAsSuch) {
+  const std::string out = dir.path + "/../limit_export.safetensors";
+  export_safetensors(ckpt, out);  // an earlier export, to be replaced
+  for (const int spare : {0, 1, 2, 3, 4, 6}) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      std::vector<int> held;  // every descriptor taken but `spare`
+      for (int fd; (fd = ::dup(0)) >= 0;) held.push_back(fd);
+      for (int i = 0; i < spare && !held.empty(); i++, held.pop_back()) ::close(held.back());
+      try {
+        export_safetensors(ckpt, out);
+        ::_exit(0);  // (enough descriptors for this one)
+      } catch (const ptdp::Error &e) {
+        const std::string what = e.what();
+        const bool named = e.code() == Status::io_error && what.find(std::strerror(EMFILE)) != std::string::npos;
+        if (!named) std::fprintf(stderr, "spare %d: %s\n", spare, what.c_str());
+        ::_exit(named ? 0 : 1);
+      }
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "spare descriptors " << spare;
+  }
+  fs::remove(out);
 }
 
 TEST_F(CheckpointExport, UnwritableDestination) {
