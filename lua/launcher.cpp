@@ -39,7 +39,8 @@ std::string exe_dir() {
 // The Lua module directory: $PTDP_LUA_PATH, the installed share/ptdp/lua, or
 // the source tree's lua/ next to the build directory.
 std::string lua_dir() {
-  if (const char *env = std::getenv("PTDP_LUA_PATH")) return env;
+  // (Empty is unset, as for TMPDIR: '' named the root's /ptdp.lua.)
+  if (const char *env = std::getenv("PTDP_LUA_PATH"); env && *env) return env;
   std::string exe = exe_dir();
   for (std::string cand : {exe + "/../share/ptdp/lua", exe + "/../lua", std::string(PTDP_SOURCE_LUA_DIR)})
     if (is_dir(cand)) return cand;
@@ -228,6 +229,18 @@ int run_script(int argc, char **argv) {
   // package.path: the ptdp module first, then the script's own directory.
   std::string dir = lua_dir();
   module_dir = dir;
+  // A module directory without the module: said with where it came from (a
+  // script's require of it gave a traceback that never named PTDP_LUA_PATH).
+  if (::access((dir + "/ptdp.lua").c_str(), R_OK) != 0) {
+    const int e = errno;
+    const char *env = std::getenv("PTDP_LUA_PATH");
+    std::fprintf(stderr, "ptdp: cannot read the Lua module '%s/ptdp.lua': %s (%s)\n", dir.c_str(),
+                 std::strerror(e),
+                 env && *env ? "from PTDP_LUA_PATH: point it at ptdp's lua/ directory, or unset it"
+                             : "the installed or source tree's lua/ directory: reinstall, or set PTDP_LUA_PATH");
+    lua_close(L);
+    return 1;
+  }
   std::string sdir = script;
   size_t slash = sdir.find_last_of('/');
   sdir = slash == std::string::npos ? "." : sdir.substr(0, slash);

@@ -308,6 +308,11 @@ ptdp_lua_test(lua_train_gpt_omp_threads_past_the_limit --rc nonzero
 ptdp_lua_test(cli_version_to_a_full_device --rc 0
   --expect "ptdp: cannot write to standard output" --expect "exit 1"
   -- sh -c "\"$0\" --version >/dev/full\necho exit $?" ${PTDP_LAUNCHER})
+# A PTDP_LUA_PATH without the module is named (a traceback never named it).
+ptdp_lua_test(lua_module_path_without_the_module --rc nonzero
+  --expect "cannot read the Lua module '${PTDP_TEST_TMP}/no_such_dir/ptdp.lua'"
+  --expect "from PTDP_LUA_PATH" --reject "traceback"
+  -- env PTDP_LUA_PATH=${PTDP_TEST_TMP}/no_such_dir ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --help)
 ptdp_lua_test(cli_tokenize_json_keys_without_prefix --rc nonzero
   --expect "--json-keys picks the keys of a jsonl corpus for --output-prefix"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/jk.ptdp --format lines --json-keys text
