@@ -310,20 +310,19 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   }
   // Held for the signal cleanup once made, not before: held before, a signal
   // as mkdir found another command's directory there would have removed it.
+  // An export that fails (refused, a full disk) removes it too, while empty:
+  // only what this export made.
   struct HeldDirectory {
     std::string dir;
+    bool placed = false;
     ~HeldDirectory() {
-      if (!dir.empty()) release_temp_directory(dir, {});
+      if (dir.empty()) return;
+      release_temp_directory(dir, {});
+      if (!placed) ::rmdir(dir.c_str());
     }
   } held{make_dir ? out_path : ""};
   if (make_dir) hold_temp_directory(out_path, {});
-  std::string out_file;
-  try {
-    out_file = output_target(weights_path, "export_safetensors output", OutputKind::safetensors);
-  } catch (const Error &) {
-    if (make_dir) fs::remove(out_path, ec);  // empty: only what this export made
-    throw;
-  }
+  const std::string out_file = output_target(weights_path, "export_safetensors output", OutputKind::safetensors);
 
   // Header: every tensor's dtype, shape and byte range in the data that
   // follows, in the order they are written.
@@ -432,6 +431,7 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   // A model directory is exported into a new or empty one: nothing there is
   // replaced, also not what another export put there meanwhile.
   put_in_place(temps, "export to '" + out_path + "'", to_dir);
+  held.placed = true;
   // The rename is durable once the directory is synced.
   const size_t slash = out_file.find_last_of('/');
   const std::string parent = slash == std::string::npos ? "."

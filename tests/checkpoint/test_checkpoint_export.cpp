@@ -9,10 +9,12 @@
 // export's values.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -498,6 +500,28 @@ TEST_F(CheckpointExport, TooManyOpenFilesIsNamedAsSuch) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "spare descriptors " << spare;
   }
   fs::remove(out);
+}
+
+// An export into a new directory that fails as it writes (here past the file
+// size limit, as a full disk) removes the directory it made.
+TEST_F(CheckpointExport, AFailedExportRemovesTheDirectoryItMade) {
+  const std::string out = dir.path + "/../failed_export_dir";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const struct rlimit small = {4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &small);
+    try {
+      export_safetensors(ckpt, out);
+    } catch (const ptdp::Error &e) {
+      ::_exit(e.code() == Status::io_error ? 0 : 2);
+    }
+    ::_exit(1);  // (it should not fit)
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST_F(CheckpointExport, UnwritableDestination) {
