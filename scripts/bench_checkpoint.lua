@@ -30,7 +30,7 @@ for _, o in ipairs(ptdp.options()) do
   if o.key == 'num_threads' then max_threads = o.max end
 end
 local config, opts, given = flags.parse(arg, {
-  dir = { default = os.getenv('TMPDIR') or '/tmp',
+  dir = { default = bench.temp_dir(),
           help = 'where the benchmark makes its own directory for checkpoints and the raw test file (that directory is removed at the end, nothing else)' },
   repeats = { default = 3, integer = true, min = 1, help = 'save + load rounds' },
   async_steps = { default = 0, integer = true, min = 0,

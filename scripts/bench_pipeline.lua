@@ -17,13 +17,14 @@
 -- assumes one device per rank and ops of equal length).
 local ptdp = require 'ptdp'
 local flags = require 'ptdp.flags'
+local bench = require 'ptdp.bench'
 
 local config, opts, given = flags.parse(arg, {
   iters = { default = 3, integer = true, min = 1, help = 'timed steps per schedule' },
   warmup = { default = 2, integer = true, min = 0, help = 'untimed steps first' },
-  png = { default = (os.getenv('TMPDIR') or '/tmp') .. '/pipeline_timeline.png',
+  png = { default = bench.temp_dir() .. '/pipeline_timeline.png',
           help = 'picture of an interleaved step' },
-  trace = { default = (os.getenv('TMPDIR') or '/tmp') .. '/pipeline_timeline.json',
+  trace = { default = bench.temp_dir() .. '/pipeline_timeline.json',
             help = 'Chrome trace of that step (Perfetto)' },
   width = { default = 1600, integer = true, min = 140, max = 8192,  -- (ptdp.render_timeline's range)
             help = 'width of the picture in pixels' },

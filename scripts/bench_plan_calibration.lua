@@ -128,7 +128,7 @@ end
 -- A calibration only for this run lives in a directory of its own, removed
 -- however the run ends (os.tmpname's file stayed behind in /tmp).
 local tmpdir = (opts.machine == '' and opts.save_machine == '') and
-               ptdp.make_temp_dir(os.getenv('TMPDIR') or '/tmp', 'ptdp_plan_calibration.') or nil
+               ptdp.make_temp_dir(require('ptdp.bench').temp_dir(), 'ptdp_plan_calibration.') or nil
 local ok, err = pcall(function()
   -- Calibrate once (or load), then every prediction reads the same machine file.
   local machine = opts.machine

@@ -69,11 +69,21 @@ function M.refuse_untimed(given, config)
 end
 
 -- The cores this process may run on (nproc follows the affinity mask).
+-- (Not OMP_NUM_THREADS's count, which GNU nproc reports instead: a benchmark
+-- sets its threads from the cores, and OMP_NUM_THREADS=10000 made it ask for
+-- 9999.)
 function M.cores()
-  local h = io.popen('nproc 2>/dev/null')
+  local h = io.popen('env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null')
   local n = h and tonumber(h:read('*l') or '')
   if h then h:close() end
   return n or 1
+end
+
+-- Where a benchmark puts its files by default: $TMPDIR, or /tmp when it is
+-- unset or empty (an empty one named the root directory).
+function M.temp_dir()
+  local t = os.getenv('TMPDIR')
+  return (t and t ~= '') and t or '/tmp'
 end
 
 return M
