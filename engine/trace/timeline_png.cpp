@@ -78,11 +78,23 @@ std::vector<Event> read_events(const std::string &path) {
     const json &tid = e.value("tid", json()), &ts = e.value("ts", json());
     if (!tid.is_number() || !ts.is_number())
       fail(Status::corrupt_data, "'", path, "': X event ", i, " has no numeric tid and ts");
+    // A track is a whole number (1e300 or 0.7 was converted to one, tracks
+    // merged), and a span is finite (one past the double range drew nothing).
+    const bool whole_tid = tid.is_number_integer()
+                               ? !(tid.is_number_unsigned() && tid.get<uint64_t>() > (uint64_t)INT32_MAX)
+                               : false;
+    if (!whole_tid || std::llabs(tid.get<int64_t>()) > INT32_MAX)
+      fail(Status::corrupt_data, "'", path, "': X event ", i, " has tid ", json_excerpt(tid),
+           ": a track is a whole number of 32 bits");
     Event ev;
     ev.tid = tid.get<int64_t>();
     ev.ts = ts.get<double>();
-    json dur = e.value("dur", json());
-    ev.end = ev.ts + (dur.is_number() ? std::max(0.0, dur.get<double>()) : 0.0);
+    const json dur = e.value("dur", json());
+    const double d = dur.is_number() ? dur.get<double>() : 0.0;
+    if (!std::isfinite(ev.ts) || !std::isfinite(d) || d < 0 || !std::isfinite(ev.ts + d))
+      fail(Status::corrupt_data, "'", path, "': X event ", i, " has ts ", json_excerpt(ts), " and dur ",
+           json_excerpt(dur), ": a span is a finite time and a duration >= 0");
+    ev.end = ev.ts + d;
     json cat = e.value("cat", json());
     ev.kind = kind_of(cat.is_string() ? cat.get<std::string>() : "");
     ev.microbatch = -1;

@@ -99,9 +99,10 @@ MetricsSeries read_metrics_log(const std::string &path) {
     }
     if (kind != "train" && kind != "valid") continue;
     const json it = rec.value("iteration", json());
-    if (!it.is_number_integer())
+    // (An unsigned past int64's range wrapped to a negative iteration.)
+    if (!it.is_number_integer() || (it.is_number_unsigned() && it.get<uint64_t>() > (uint64_t)INT64_MAX))
       fail(Status::corrupt_data, "'", path, "' line ", line_no, ": a ", kind.get<std::string>(),
-           " record without an integer \"iteration\"");
+           " record without an integer \"iteration\" (a whole number up to 2^63 - 1)");
     int64_t i = it.get<int64_t>();
     double loss = number_or_nan(rec, "lm_loss");
     if (kind == "train") {

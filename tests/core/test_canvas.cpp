@@ -187,6 +187,10 @@ TEST(MetricsPlot, ClearErrors) {
   write_file(dir.path + "/noiter.jsonl", "{\"kind\": \"train\", \"iteration\": \"x\"}\n");
   expect_error([&] { plot_metrics_png(dir.path + "/noiter.jsonl", png); }, Status::corrupt_data,
                "line 1: a train record without an integer \"iteration\"");
+  // Past int64's range (it wrapped to a negative iteration, drawn).
+  write_file(dir.path + "/huge.jsonl", "{\"kind\": \"train\", \"iteration\": 9223372036854775808, \"lm_loss\": 1}\n");
+  expect_error([&] { plot_metrics_png(dir.path + "/huge.jsonl", png); }, Status::corrupt_data,
+               "line 1: a train record without an integer \"iteration\" (a whole number up to 2^63 - 1)");
   write_file(dir.path + "/run_only.jsonl", "{\"kind\": \"run\", \"iteration\": 0}\n");
   expect_error([&] { plot_metrics_png(dir.path + "/run_only.jsonl", png); }, Status::corrupt_data,
                "no \"train\" records (no iteration was logged)");

@@ -203,6 +203,18 @@ TEST(TimelinePng, ClearErrors) {
   write_text(dir + "/notid.json", "[{\"ph\": \"X\", \"ts\": 1, \"dur\": 2}]");
   expect_error([&] { render_timeline_png(dir + "/notid.json", dir + "/e.png"); }, Status::corrupt_data,
                "numeric tid");
+  // A track that is no whole number (tracks merged) and a span past the
+  // double range (nothing drawn) are refused: both drew a wrong picture.
+  for (const char *tid : {"1e300", "0.7", "4294967296"}) {
+    write_text(dir + "/tid.json", std::string("[{\"ph\": \"X\", \"tid\": ") + tid + ", \"ts\": 1, \"dur\": 2}]");
+    expect_error([&] { render_timeline_png(dir + "/tid.json", dir + "/e.png"); }, Status::corrupt_data,
+                 "a track is a whole number of 32 bits");
+  }
+  for (const char *span : {"\"ts\": 1e308, \"dur\": 1e308", "\"ts\": 1, \"dur\": -2"}) {
+    write_text(dir + "/span.json", std::string("[{\"ph\": \"X\", \"tid\": 0, ") + span + "}]");
+    expect_error([&] { render_timeline_png(dir + "/span.json", dir + "/e.png"); }, Status::corrupt_data,
+                 "a span is a finite time and a duration >= 0");
+  }
   expect_error([&] { render_timeline_png(dir + "/missing.json", dir + "/e.png"); }, Status::io_error,
                dir + "/missing.json");
   std::string trace = write_four_rank_trace(), bad_png = dir + "/no/such/dir/out.png";
