@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "checkpoints/disk_bandwidth.h"
 #include "engine/core/checkpoint_names.h"
@@ -624,7 +625,13 @@ std::vector<std::string> prune_checkpoints(
       foreign = remove_save_dir(gone);
     }
     if (!foreign.empty()) {
-      std::fprintf(stderr, "ptdp: rotation kept '%s': it %s\n", path.c_str(), foreign.c_str());
+      // Said once per directory and reason in a process (every save's
+      // rotation said it again: a dozen lines in a few seconds).
+      static std::mutex said_mutex;
+      static std::set<std::string> said;
+      const std::lock_guard<std::mutex> lock(said_mutex);
+      if (said.insert(path + "\n" + foreign).second)
+        std::fprintf(stderr, "ptdp: rotation kept '%s': it %s (said once)\n", path.c_str(), foreign.c_str());
       continue;
     }
     removed.push_back(path);

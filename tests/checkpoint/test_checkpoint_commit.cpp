@@ -430,6 +430,11 @@ TEST_F(Commit, PruneKeepsNewestKAndTheTrackedOne) {
                 "rotation kept '" + root + "/iter_0000400': it holds '" + root +
                 "/iter_0000400/manifest.json', which this run reads"),
             std::string::npos);
+  // Once: the next rotation keeps it again without saying it again.
+  ::testing::internal::CaptureStderr();
+  EXPECT_TRUE(prune_checkpoints(root, 1).empty());
+  EXPECT_TRUE(fs::exists(root + "/iter_0000400/manifest.json"));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr().find("rotation kept"), std::string::npos);
 }
 
 // A save or a rotation tells a save's files by what they hold, not only by
