@@ -40,7 +40,9 @@ ptdp_status guard(F &&f) {
   } catch (const Error &e) {
     return set_error(e.code(), e.what());
   } catch (const std::bad_alloc &) {
-    return set_error(Status::out_of_memory, "out of memory");
+    // (Printed after the status's name: "out of memory: out of memory" said nothing.)
+    return set_error(Status::out_of_memory, "a host allocation failed (the machine's memory or the "
+                     "process's limit, ulimit -v, is too small for this model and layout)");
   } catch (const std::filesystem::filesystem_error &e) {
     // A path the system refused (a link loop, a name too long, no permission)
     // is the caller's input, not ptdp's fault: an I/O error naming the path.
