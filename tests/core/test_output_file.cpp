@@ -313,19 +313,23 @@ TEST(OutputFile, AnOutputOfOneProcessIsRefusedToAnother) {
 
 // Every temporary is on the signal cleanup's list, however many there are (a
 // tokenize of 70 json keys holds 140; past 64, some were left behind).
+// SIGPIPE too: `ptdp ... | head` ended a run whose async save was writing,
+// leaving its iter_N.tmp.
 TEST(OutputFile, ASignalRemovesEveryTemporary) {
-  TempDir dir;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ptdp::remove_temp_files_on_signal();
-    for (int i = 0; i < 200; i++) ptdp::write_temp_file(dir.path + "/f" + std::to_string(i), "x");
-    ::raise(SIGTERM);
-    ::_exit(0);  // not reached
+  for (const int sig : {SIGTERM, SIGPIPE}) {
+    TempDir dir;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ptdp::remove_temp_files_on_signal();
+      for (int i = 0; i < 200; i++) ptdp::write_temp_file(dir.path + "/f" + std::to_string(i), "x");
+      ::raise(sig);
+      ::_exit(0);  // not reached
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << status;
+    EXPECT_TRUE(std::filesystem::is_empty(dir.path)) << "signal " << sig;
   }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
-  EXPECT_TRUE(std::filesystem::is_empty(dir.path));
 }
 
 // A script's work directory (make_temp_tree) goes whole, on a signal and by
