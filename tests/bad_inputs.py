@@ -201,6 +201,18 @@ case("a script that is a FIFO", ["fifo.lua"], ONLY)
 case("`ptdp ckpt frobnicate`", ["ckpt", "frobnicate"], "lua_ckpt_cli_unknown_subcommand")
 case("`ptdp timeline-png` of a trace that does not exist", ["timeline-png", "no_such_trace.json", "t.png"],
      "lua_timeline_png_cli_missing")
+write("tid.json", '[{"ph": "X", "tid": 1e300, "ts": 1, "dur": 2}]')
+case("`ptdp timeline-png` of a trace whose tid is 1e300", ["timeline-png", "tid.json", "t.png"],
+     "TimelinePng.ClearErrors")
+case("train_gpt.lua: `--train-iters 0 --hidden-dropout 0.2`", train + ["--data-path", "good.ptdp"] + tiny +
+     ["--train-iters", "0", "--hidden-dropout", "0.2"], "lua_train_gpt_dropout_without_steps")
+case("train_gpt.lua: a constant learning rate whose warm-up outlasts the run", train + ["--data-path", "good.ptdp"]
+     + tiny + ["--train-iters", "3", "--lr-decay-style", "constant", "--lr-warmup-iters", "100"],
+     "lua_train_gpt_warmup_outlasting_a_constant_rate")
+case("train_gpt.lua: `--bf16 --hysteresis 5` (no dynamic loss scale)", train + ["--data-path", "good.ptdp"] + tiny
+     + ["--bf16", "--hysteresis", "5"], "MixedPrecision.BadOptionsAreClearErrors")
+case("bench_cpu.lua: `--train-iters 1` (a benchmark times its own steps)",
+     [os.path.join(repo, "scripts", "bench_cpu.lua"), "--train-iters", "1"], "lua_bench_cpu_train_iters_refused")
 
 section("Datasets (ptdp token files, Megatron indexed datasets, blends, tokenize)")
 case("a blend weight in hex: `--data-path \"0x10 good.ptdp 1 good.ptdp\"`",
@@ -365,11 +377,20 @@ case("`ptdp ckpt import-safetensors` into a checkpoint directory", ["ckpt", "imp
      os.path.join(hf, "model.safetensors"), "ckpt/iter_0000000"], "Commit.CheckpointsNeverNest")
 case("`--load` of a checkpoint of another shape", train + ["--data-path", "good.ptdp", "--load", "ckpt"]
      + tiny, "test_checkpoint_trainer")
+case("`ptdp ckpt export-safetensors ckpt ckpt` (into a save directory)", ["ckpt", "export-safetensors", "ckpt",
+     "ckpt"], "CheckpointExport.UnwritableDestination")
 
 section("Hugging Face safetensors import (`ptdp ckpt import-safetensors`)")
 model = os.path.join(hf, "model.safetensors")
 config = json.load(open(os.path.join(hf, "config.json")))
 imp = lambda f, c, d: ["ckpt", "import-safetensors", f, c, d]
+sh(["ckpt", "export-safetensors", "ckpt", "exported"])
+c = json.load(open(os.path.join(work, "exported", "config.json")))
+c["layer_norm_epsilon"] = 1e-3
+write("exported/config.json", json.dumps(c))
+case("a model directory whose config.json and its file's own config disagree",
+     ["ckpt", "import-safetensors", "exported", "i_disagree"],
+     "CheckpointImport.TheFilesOwnConfigAndConfigJsonMustAgree")
 c = dict(config)
 del c["n_head"]
 case("config.json without n_head", imp(model, write("c_nohead.json", json.dumps(c)), "i1"),
@@ -420,6 +441,11 @@ plan = ["plan", "--num-layers", "24", "--hidden-size", "2048", "--num-attention-
         "--global-batch-size", "512", "--num-gpus", "64"]
 case("`--fp16 0` and no other precision", plan + ["--fp16", "0"], "PlanBadInput")
 case("`--device cpu` without `--calibrate`", plan + ["--device", "cpu"], "PlanBadInput")
+case("`--add-qkv-bias` without `--disable-bias-linear`", plan + ["--add-qkv-bias"],
+     "PlanBadInput.OptionsTheTrainerRefusesAreRefused")
+case("`--pipeline-schedule interleaved` at `--pipeline-model-parallel-size 1`", plan +
+     ["--pipeline-schedule", "interleaved", "--pipeline-model-parallel-size", "1"],
+     "PlanBadInput.OptionsTheTrainerRefusesAreRefused")
 selene = json.loads(subprocess.run([launcher] + plan + ["--save-machine", os.path.join(work, "selene.json")],
                                    capture_output=True, text=True, cwd=work).stdout and
                     open(os.path.join(work, "selene.json")).read())
@@ -433,9 +459,10 @@ case("a machine file with a GEMM tile of 0.5", plan + ["--machine", write("half_
 section("`ptdp plot` of a --log-json file")
 write("text.jsonl", "not json\n")
 write("m.jsonl", "{\"type\": \"run\"}\n")
+write("huge.jsonl", "{\"kind\": \"train\", \"iteration\": 9223372036854775808, \"lm_loss\": 1}\n")
 os.makedirs(os.path.join(work, "adir"), exist_ok=True)
 for args in (["none.jsonl", "x.png"], ["text.jsonl", "x.png"], ["m.jsonl", "x.png"],
-             ["m.jsonl", "adir"], ["m.jsonl", "/dev/null"], ["m.jsonl", "m.jsonl"]):
+             ["m.jsonl", "adir"], ["m.jsonl", "/dev/null"], ["m.jsonl", "m.jsonl"], ["huge.jsonl", "x.png"]):
     case(f"`ptdp plot {' '.join(args)}`", ["plot", *args], "data_plot")
 
 with open(out_path, "w") as f:
