@@ -655,7 +655,16 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
   return state;
 }
 
-std::vector<std::string> checkpoint_faults(const std::string &dir) {
+void refuse_if_removed_while_read(const std::string &dir) {
+  struct stat st;  // (rotation renames a checkpoint to iter_N.old before removing its files)
+  if (::lstat(dir.c_str(), &st) == 0 || errno != ENOENT) return;
+  fail(Status::io_error, "checkpoint '", dir, "' was removed while it was read (a run saving into its ",
+       "directory rotates its checkpoints: --keep-last-checkpoints): read the directory again (its ",
+       "newest checkpoint is then another), or a checkpoint no rotation removes");
+}
+
+namespace {
+std::vector<std::string> faults_of(const std::string &dir) {
   std::vector<std::string> faults;
   Manifest m;
   std::string err = attempt([&] { m = Manifest::read(dir); });
@@ -712,6 +721,14 @@ std::vector<std::string> checkpoint_faults(const std::string &dir) {
   }
   for (const std::string &name : f.datasets())
     if (!m.find(name)) faults.push_back("dataset '" + name + "' in '" + file + "' is not in the manifest");
+  return faults;
+}
+}  // namespace
+
+std::vector<std::string> checkpoint_faults(const std::string &dir) {
+  std::vector<std::string> faults = faults_of(dir);
+  // Faults of a checkpoint that is gone are its removal's, not damage.
+  if (!faults.empty()) refuse_if_removed_while_read(dir);
   return faults;
 }
 

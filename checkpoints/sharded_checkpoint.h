@@ -109,5 +109,8 @@ std::string data_file_fault(const std::string &file, int64_t bytes, bool *readab
 // a missing or truncated file, datasets that disagree with the manifest, and
 // blocks whose checksum does not match. Empty when it is sound.
 std::vector<std::string> checkpoint_faults(const std::string &dir);
+// Error(io_error) when the checkpoint directory `dir` is gone (a rotation in
+// another process removed it while it was read): its faults are no damage.
+void refuse_if_removed_while_read(const std::string &dir);
 
 }  // namespace ptdp

@@ -524,6 +524,18 @@ TEST_F(CheckpointExport, AFailedExportRemovesTheDirectoryItMade) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// A checkpoint removed while it is read (another process's rotation renames
+// it iter_N.old, then removes its files) is not called damaged: an I/O error
+// says what happened (export and verify said "corrupt", "FAULTY").
+TEST_F(CheckpointExport, ACheckpointRemovedWhileReadIsNotDamaged) {
+  EXPECT_TRUE(checkpoint_faults(ckpt).empty());
+  fs::rename(ckpt, ckpt + ".old");
+  expect_error([&] { checkpoint_faults(ckpt); }, Status::io_error, "was removed while it was read");
+  fs::rename(ckpt + ".old", ckpt);
+  fs::remove(ckpt + "/manifest.json");  // still there without its manifest: damaged
+  EXPECT_FALSE(checkpoint_faults(ckpt).empty());
+}
+
 TEST_F(CheckpointExport, UnwritableDestination) {
   write_file(dir.path + "/a_file", "x");
   const std::string under_file = dir.path + "/a_file/out.safetensors";
