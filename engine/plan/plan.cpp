@@ -400,12 +400,23 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res) {
     fail(Status::invalid_config, why.str());
   }
   const Prediction &first = explained ? *explained : res.ranked.empty() ? res.too_big.front() : res.ranked.front();
+  // The outputs last, once there is a plan: a failed plan leaves none (it
+  // replaced --save-machine before it found no layout). In either format (the
+  // records, which ptdp.plan reads, wrote none, exit 0).
+  const auto write_outputs = [&] {
+    const InputFile machine_file = machine_input(req.machine);  // still this command's input
+    if (!req.save_machine.empty())
+      write_file_atomic(req.save_machine, machine_to_json(res.machine), "--save-machine",
+                        OutputKind::machine);
+    if (!req.plot.empty()) plot_plan_png(res, req.plot);
+  };
 
   if (req.format == "records") {
     if (explained) os << record("explained", 0, *explained);
     for (size_t i = 0; i < res.ranked.size() && i < (size_t)req.top; i++) os << record("layout", (int)i + 1, res.ranked[i]);
     for (size_t i = 0; i < res.too_big.size() && i < 3; i++) os << record("too_big", (int)i + 1, res.too_big[i]);
     for (auto &[L, why] : res.invalid) os << "invalid label=" << L.label() << " reason=" << why << "\n";
+    write_outputs();
     os << machine_line(first) << "\n";
     return os.str();
   }
@@ -446,16 +457,8 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res) {
        << ", needs " << fmt("%.1f", s.memory.total() / GiB) << " GiB\n";
   }
   if (!res.invalid.empty()) os << "  layouts that cannot work:\n" << invalid_summary(res, 4);
-  // The outputs last, once there is a plan: a failed plan leaves none (it
-  // replaced --save-machine before it found no layout).
-  const InputFile machine_file = machine_input(req.machine);  // still this command's input
-  if (!req.save_machine.empty())
-    write_file_atomic(req.save_machine, machine_to_json(res.machine), "--save-machine",
-                      OutputKind::machine);
-  if (!req.plot.empty()) {
-    plot_plan_png(res, req.plot);
-    os << "  wrote " << req.plot << "\n";
-  }
+  write_outputs();
+  if (!req.plot.empty()) os << "  wrote " << req.plot << "\n";
   os << machine_line(first) << "\n";
   return os.str();
 }

@@ -555,6 +555,11 @@ TEST(PlanBadInput, SaveMachineFollowsTheWritersRules) {
   const PlanRequest ok = request(dir + "/saved.json");
   format_plan(ok, run_plan(ok));  // the outputs are written with the plan's report
   EXPECT_EQ(load_machine(dir + "/saved.json").name, "selene");
+  // In the records format too (ptdp.plan's): it wrote none, exit 0.
+  PlanRequest records = request(dir + "/records.json");
+  records.format = "records";
+  format_plan(records, run_plan(records));
+  EXPECT_EQ(load_machine(dir + "/records.json").name, "selene");
   // A plan that finds no layout writes nothing (it replaced --save-machine).
   const std::string kept = dir + "/kept.json";
   std::ofstream(kept) << json;
