@@ -141,7 +141,9 @@ PTDP_API ptdp_status ptdp_make_temp_dir(const char *parent, const char *prefix, 
  * nothing is removed. Something left (too deep, not removable) is PTDP_ERR_IO. */
 PTDP_API ptdp_status ptdp_remove_temp_dir(const char *path);
 /* For a program's main (the ptdp launcher calls it), not for a library inside
- * another program: from now on SIGINT, SIGTERM, SIGHUP and SIGPIPE first remove the
+ * another program: from now on a signal whose default ends the process (SIGINT,
+ * SIGTERM, SIGHUP, SIGPIPE, SIGQUIT, SIGALRM, SIGUSR1/2, SIGPROF, SIGVTALRM,
+ * SIGXCPU) first removes the
  * temporary files ptdp's writers have made and not yet renamed into place
  * ("OUTPUT.tmp.XXXXXX" beside each output), then end the process as the signal
  * would have. A signal the process ignores (nohup) stays ignored. SIGXFSZ is

@@ -892,7 +892,10 @@ void remove_temp_files_on_signal() {
   sa.sa_handler = remove_temp_files_and_die;
   sa.sa_flags = SA_RESTART;  // a signal held for a step's end must not fail the step's calls
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) {  // (SIGPIPE: `ptdp ... | head`)
+  // Every signal whose default ends the process without a crash: `| head`
+  // (SIGPIPE), `timeout -s ALRM`, a scheduler's SIGUSR1 or SIGQUIT.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGPROF,
+                  SIGVTALRM, SIGXCPU}) {
     struct sigaction old = {};
     // A signal the user's shell set to be ignored (nohup) stays ignored.
     if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;

@@ -206,7 +206,8 @@ class UninterruptedStep {
 };
 
 // For programs (the ptdp launcher), not for a library inside someone else's
-// process: SIGINT, SIGTERM, SIGHUP and SIGPIPE remove this process's temporary files
+// process: a signal whose default ends it (SIGINT, SIGTERM, SIGHUP, SIGPIPE,
+// SIGQUIT, SIGALRM, SIGUSR1/2, SIGPROF, SIGVTALRM, SIGXCPU) removes this process's temporary files
 // that are not yet renamed (create_temp_file's), then end it as the signal
 // would have, so that an interrupted command leaves no "X.tmp.XXXXXX" behind.
 // A handler installed later (--exit-signal-handler's) passes a signal on to

@@ -316,7 +316,7 @@ TEST(OutputFile, AnOutputOfOneProcessIsRefusedToAnother) {
 // SIGPIPE too: `ptdp ... | head` ended a run whose async save was writing,
 // leaving its iter_N.tmp.
 TEST(OutputFile, ASignalRemovesEveryTemporary) {
-  for (const int sig : {SIGTERM, SIGPIPE}) {
+  for (const int sig : {SIGTERM, SIGPIPE, SIGALRM, SIGUSR1, SIGQUIT}) {
     TempDir dir;
     const pid_t pid = ::fork();
     if (pid == 0) {
