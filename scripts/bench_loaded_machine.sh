@@ -26,7 +26,8 @@ cleanup() {
 }
 trap cleanup EXIT
 cd "$work"
-cores=$(nproc)
+# (nproc without OMP_NUM_THREADS and OMP_THREAD_LIMIT, which GNU nproc reports instead.)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 "$ptdp" tokenize --format lines --output d.ptdp "$repo/tests/fixtures/capi_corpus.txt" >/dev/null
 # The mean step time over the run's last $iters steps (its one log line).
 step_ms() {
