@@ -34,7 +34,7 @@ step_ms() {
   env "$@" "$ptdp" "$repo/scripts/train_gpt.lua" --num-layers 2 --hidden-size 256 \
     --num-attention-heads 4 --seq-length 128 --micro-batch-size 4 --global-batch-size 8 \
     --train-iters "$iters" --log-interval "$iters" --eval-iters 1 --eval-interval 0 \
-    --sample-tokens 0 --num-threads "$cores" --data-path d.ptdp 2>&1 |
+    --sample-tokens 0 --num-threads "$cores" --data-path d.ptdp |  # (its errors to stderr, said)
     sed -n 's/.*elapsed time per iteration (ms): *\([0-9.]*\).*/\1/p' | tail -1
 }
 idle=$(step_ms)
