@@ -221,6 +221,11 @@ local loss
 -- --exit-duration-in-mins has saved (with --save) and ends the run here.
 local exit_reason = ''
 local first = trainer:get('iteration') + 1  -- past iters: a finished run, resumed again
+if first > iters then  -- (loaded at or past --train-iters: said, not a silent no-op)
+  io.stderr:write(string.format('ptdp: note: the loaded checkpoint is at iteration %d and --train-iters is %d: ' ..
+                                'nothing to train; the model of iteration %d is evaluated\n', first - 1, iters,
+                                first - 1))
+end
 for it = first, iters do
   trainer:step()
   exit_reason = trainer:text('exit_reason')
@@ -284,7 +289,7 @@ else
         mb('embedding')))
     end
   end
-  loss = validate(iters)
+  loss = validate(trainer:get('iteration'))  -- (the model's own: past iters after such a load)
   print(string.format('final validation loss %.4f nats/token vs unigram entropy %.4f nats/token (%.1f%% of it)',
                       loss, entropy, 100 * loss / entropy))
   if opts.sample_tokens > 0 then

@@ -48,7 +48,15 @@ run --save ck/iter_0000002/nested >nested.txt 2>&1
 # step's rank reports, which a load does not bring).
 run --save fin --load fin --tensor-model-parallel-size 2 >fin1.txt 2>&1 &&
   run --save fin --load fin --tensor-model-parallel-size 2 >fin2.txt 2>&1 && has fin2.txt "loaded fin/iter_0000002" &&
-  ok "a finished t=2 run started again: exit 0" || { cat fin1.txt fin2.txt; bad "finished run again"; }
+  has fin2.txt "the loaded checkpoint is at iteration 2 and --train-iters is 2: nothing to train" &&
+  has fin2.txt "validation loss at iteration 2" &&
+  ok "a finished t=2 run started again: exit 0, nothing to train said" || { cat fin1.txt fin2.txt; bad "finished run again"; }
+# Loaded past --train-iters: said, and the evaluation is the loaded model's
+# iteration (it read iteration 1, exit 0, without a word).
+run --save fin --load fin --train-iters 1 --lr-decay-iters 2 >past.txt 2>&1 &&
+  has past.txt "the loaded checkpoint is at iteration 2 and --train-iters is 1: nothing to train" &&
+  has past.txt "validation loss at iteration 2" &&
+  ok "loaded past --train-iters: said, evaluated at its own iteration" || { cat past.txt; bad "loaded past --train-iters"; }
 
 # A resumed run's per-step outputs after its saves replaced the 'latest' it
 # read (the freed inode went to the new output, refused as that input).
