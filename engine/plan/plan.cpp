@@ -174,7 +174,12 @@ PlanResult run_plan(const PlanRequest &req) {
         base.b = (int)b;
         // (schedule, v): 1F1B for v = 1, interleaved for v > 1, GPipe only when asked.
         std::vector<std::pair<ScheduleKind, int>> sv;
-        if (p == 1) sv = {{ScheduleKind::one_f_one_b, req.v ? req.v : 1}};
+        // (p = 1 has no pipeline: none for a schedule of chunks, which the
+        // trainer refuses there; it was ranked first as if not asked.)
+        const bool chunks = req.schedule == (int)ScheduleKind::interleaved || req.schedule == (int)ScheduleKind::zbv;
+        if (p == 1) {
+          if (!chunks) sv = {{ScheduleKind::one_f_one_b, req.v ? req.v : 1}};
+        }
         else if (req.v) sv = {{req.schedule >= 0 ? (ScheduleKind)req.schedule
                                                  : req.v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b, req.v}};
         else if (req.schedule == (int)ScheduleKind::gpipe || req.schedule == (int)ScheduleKind::one_f_one_b ||

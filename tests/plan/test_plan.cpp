@@ -593,6 +593,14 @@ TEST(PlanBadInput, OptionsTheTrainerRefusesAreRefused) {
                   .find("and pipeline_model_parallel_size is 1"),
               std::string::npos)
         << schedule;
+  // With p searched, a schedule of chunks ranks no p = 1 layout (one ranked
+  // first, schedule "-", as if the schedule had not been asked for).
+  for (const char *schedule : {"interleaved", "zbv"}) {
+    const PlanRequest req = parse_plan_request(with({{"pipeline_schedule", schedule}}));
+    const PlanResult res = run_plan(req);
+    ASSERT_FALSE(res.ranked.empty()) << schedule;
+    for (const auto &P : res.ranked) EXPECT_GE(P.layout.p, 2) << schedule << " " << P.layout.label();
+  }
 }
 
 // A preset's name is not a file the plan reads, even where a local file has
