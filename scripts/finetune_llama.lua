@@ -46,7 +46,7 @@ for _, var in ipairs { 'OMPI_COMM_WORLD_SIZE', 'PMI_SIZE' } do
   end
 end
 
-local opts, rest, given = {}, {}, {}
+local opts, rest, given, given_own = {}, {}, {}, {}
 for k, s in pairs(recipe) do opts[k] = s.default end
 local i = 1
 while i <= #arg do
@@ -64,6 +64,12 @@ while i <= #arg do
       value = arg[i]
       if value == nil or value:match('^%-%-') then fail(name .. ' needs a value') end
     end
+    -- Given again: the last one is used, said (as train_gpt.lua's flags).
+    if given_own[own[name]] then
+      io.stderr:write(string.format('note: %s %s is given again as %s %s: the last one is used\n', name,
+                                    given_own[own[name]], name, value))
+    end
+    given_own[own[name]] = value
     opts[own[name]] = value
   elseif decided[name] then
     fail(name .. ' is set by the recipe (from --hf-model, --corpus and --workdir); leave it out')
