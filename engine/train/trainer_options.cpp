@@ -36,6 +36,9 @@ std::vector<std::string> idle_option_notes(const TrainerOptions &o) {
        "it shards the optimizer state over data-parallel ranks, and d = 1");
   idle(o.overlap_grad_reduce && L.d == 1, "--overlap-grad-reduce",
        "it overlaps the data-parallel gradient reduction, and d = 1 has none");
+  // (Another than the default: the one a user gives.)
+  idle(o.ddp_bucket_size != TrainerOptions{}.ddp_bucket_size && L.d == 1, "--ddp-bucket-size",
+       "it sizes the data-parallel gradient reduction's buckets, and d = 1 has none");
   idle(!o.scatter_gather && (L.t == 1 || L.p == 1), "--no-scatter-gather-tensors-in-pipeline",
        "scatter/gather acts between pipeline stages (p > 1) of tensor-parallel ranks (t > 1)");
   idle(o.recompute.selective && o.use_flash_attn, "--recompute-granularity selective",

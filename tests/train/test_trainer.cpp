@@ -194,6 +194,11 @@ TEST(Trainer, OptionsTheLayoutLeavesIdleAreNoted) {
   c.set("overlap_grad_reduce", "1");
   EXPECT_NE(idle_option_notes(TrainerOptions::from_config(c))[1].find("--overlap-grad-reduce"),
             std::string::npos);
+  Config bucket = tiny_config();
+  bucket.set("ddp_bucket_size", "1000");
+  const std::vector<std::string> bucket_notes = idle_option_notes(TrainerOptions::from_config(bucket));
+  ASSERT_EQ(bucket_notes.size(), 1u);
+  EXPECT_NE(bucket_notes[0].find("--ddp-bucket-size has no effect here"), std::string::npos);
 }
 
 TEST(Trainer, OutputsNeverOverwriteTheRunsInputs) {
