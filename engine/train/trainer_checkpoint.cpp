@@ -249,6 +249,20 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
     fail(Status::invalid_config, "checkpoint '", ckpt.dir, "' was trained with other options (",
          diff, "); give the checkpoint's values",
          opt_.override_opt_param_scheduler ? "" : " (or override_opt_param_scheduler = 1 for the LR schedule)");
+  // Other data goes on from the checkpoint (continued training on new data
+  // is allowed), but said: its saves are then another run's to the rotation of
+  // a --save directory holding the earlier data's checkpoints, which it keeps.
+  if (!opt_.finetune && first_local_rank() == 0) {
+    auto was = ckpt.manifest.training.find("data_fingerprint");
+    auto is = now.find("data_fingerprint");
+    if (was != ckpt.manifest.training.end() && is != now.end() && was->second != is->second)
+      std::fprintf(stderr,
+                   "ptdp: note: this run's data is not what checkpoint '%s' was trained on "
+                   "(data_fingerprint: checkpoint %s, this run %s): training goes on with it from "
+                   "the checkpoint's position; a --save directory holding the earlier data's "
+                   "checkpoints keeps them (another run's to its rotation)\n",
+                   ckpt.dir.c_str(), was->second.c_str(), is->second.c_str());
+  }
   TrainingState st;
   bool filling = false;
   try {

@@ -58,6 +58,14 @@ run --save fin --load fin --train-iters 1 --lr-decay-iters 2 >past.txt 2>&1 &&
   has past.txt "validation loss at iteration 2" &&
   ok "loaded past --train-iters: said, evaluated at its own iteration" || { cat past.txt; bad "loaded past --train-iters"; }
 
+# A resumed run on other data goes on, said (it was silent, and rotation
+# then kept the earlier data's checkpoints as another run's).
+head -n 40 "$corpus" > other_corpus.txt
+run --save fin --load fin --train-iters 3 --lr-decay-iters 2 --data-path other.ptdp --corpus other_corpus.txt \
+  >other_data.txt 2>&1 && has other_data.txt "this run's data is not what checkpoint" &&
+  ok "a resumed run on other data: said" || { cat other_data.txt; bad "resumed on other data"; }
+rm -rf fin && run --save fin >/dev/null 2>&1  # (the next checks start from a two-iteration run)
+
 # A resumed run's per-step outputs after its saves replaced the 'latest' it
 # read (the freed inode went to the new output, refused as that input).
 run --save fin --load fin --train-iters 6 --lr-decay-iters 2 --save-interval 1 --profile-ops prof.txt \
