@@ -4,6 +4,7 @@
 // draws a --log-json metrics file. Everything goes through the C ABI
 // (capi/ptdp.h and capi/ptdp_tools.h), as any other program of the library's would.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -169,6 +170,23 @@ std::string module_dir;
 int traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
   if (!msg) msg = "(error object is not a string)";
+  // ptdp's own module not found although its file is there: the file could
+  // not be opened (too many open files), which require reports as a missing
+  // file with a traceback. Said in one line, with the reason.
+  if (const char *at = std::strstr(msg, "module 'ptdp"); at && std::strstr(at, "' not found")) {
+    std::string name(at + 8, std::strchr(at + 8, '\'') - (at + 8));
+    std::string file = name;
+    for (char &c : file) c = c == '.' ? '/' : c;
+    file = module_dir + "/" + file + ".lua";
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    if (fd < 0 && e != ENOENT) {
+      lua_pushfstring(L, "cannot load the Lua module '%s': '%s' is there but cannot be opened (%s)",
+                      name.c_str(), file.c_str(), std::strerror(e));
+      return 1;
+    }
+  }
   const char *always = std::getenv("PTDP_TRACEBACK");
   bool from_module = false;
   lua_Debug ar;
