@@ -315,10 +315,9 @@ ptdp_lua_test(lua_module_path_without_the_module --rc nonzero
   -- env PTDP_LUA_PATH=${PTDP_TEST_TMP}/no_such_dir ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT} --help)
 # ptdp's module there but not openable (too many open files): one line with
 # the reason (require said the file was missing, with a traceback).
-ptdp_lua_test(lua_module_unopenable --rc nonzero
-  --expect "cannot load the Lua module 'ptdp" --expect "is there but cannot be opened (Too many open files)"
-  --reject "traceback"
-  -- sh -c "ulimit -n 11 && exec \"$0\" \"$1\" --help" ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT})
+ptdp_lua_test(lua_module_unopenable --rc 0
+  --expect "ok   a module that cannot be opened is named with the reason"
+  -- sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/module_unopenable.sh ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT})
 ptdp_lua_test(cli_tokenize_json_keys_without_prefix --rc nonzero
   --expect "--json-keys picks the keys of a jsonl corpus for --output-prefix"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/jk.ptdp --format lines --json-keys text
