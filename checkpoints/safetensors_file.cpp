@@ -1,6 +1,7 @@
 #include "checkpoints/safetensors_file.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -234,7 +235,15 @@ std::string save_imported(const std::string &dir, const GptConfig &cfg,
   req.root = dir;
   req.model = cfg;
   req.training = training;  // layout (1, 1, 1, 1), iteration 0
-  return save_checkpoint(req, {shard});
+  // A failed import leaves no directory it made (rmdir: only while empty).
+  struct stat st;
+  const bool made = ::lstat(dir.c_str(), &st) != 0;
+  try {
+    return save_checkpoint(req, {shard});
+  } catch (...) {
+    if (made) ::rmdir(dir.c_str());
+    throw;
+  }
 }
 
 }  // namespace ptdp

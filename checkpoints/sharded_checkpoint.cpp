@@ -294,8 +294,10 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
   err = io.first_error(err);
   if (!err.empty()) {
     if (io.rank() == 0) abandon_checkpoint(req.root, it);
-    fail(Status::io_error, "checkpoint of iteration ", it, " not saved (the previous one is kept): ",
-         err);
+    // ("The previous one is kept" only where there is one.)
+    const bool previous = !complete_checkpoints(req.root).empty();
+    fail(Status::io_error, "checkpoint of iteration ", it, " not saved",
+         previous ? " (the previous one is kept)" : " (there is no earlier one)", ": ", err);
   }
   return req.root + "/" + checkpoint_name(it);
 }

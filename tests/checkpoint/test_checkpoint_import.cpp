@@ -15,6 +15,10 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <csignal>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -274,6 +278,30 @@ TEST_F(CheckpointImport, TheFilesOwnConfigAndConfigJsonMustAgree) {
                  "describes another model (layernorm_epsilon: 1e-05 in the file's metadata, 0.001 in "
                  "config.json)");
   EXPECT_FALSE(fs::exists(work.path + "/disagree/latest"));
+}
+
+// An import that fails as it writes (past the file size limit, as a full
+// disk) leaves no directory it made, and does not speak of a previous
+// checkpoint that is not there.
+TEST_F(CheckpointImport, AFailedImportLeavesNoDirectoryItMade) {
+  const std::string out = work.path + "/failed_import";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const struct rlimit small = {4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &small);
+    try {
+      import_safetensors(fixture("model.safetensors"), "", out);
+    } catch (const Error &e) {
+      const std::string what = e.what();
+      ::_exit(e.code() == Status::io_error && what.find("(there is no earlier one)") != std::string::npos ? 0 : 2);
+    }
+    ::_exit(1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST_F(CheckpointImport, RefusesWhatItCannotImport) {
