@@ -151,8 +151,10 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
     // One option under two spellings (t and tensor_model_parallel_size): which
     // one won depended on a Lua table's order. (The same spelling again is a
     // command line's later flag, which wins, as with argparse.)
-    if (auto [it, fresh] = spelled.emplace(k, given); !fresh && it->second != given)
-      fail(Status::invalid_argument, "plan option ", k, " is given twice, as ", it->second, " and as ",
+    // (The switch and its no_ form set one option: both given is one twice.)
+    const std::string option = k == "no_scatter_gather_tensors_in_pipeline" ? "scatter_gather_tensors_in_pipeline" : k;
+    if (auto [it, fresh] = spelled.emplace(option, given); !fresh && it->second != given)
+      fail(Status::invalid_argument, "plan option ", option, " is given twice, as ", it->second, " and as ",
            given, ": give it once");
     auto dtype = [&](DType d) {
       if (!flag(k, val)) {

@@ -678,6 +678,13 @@ TEST(PlanBadInput, LayoutsThatCannotWorkAreNamedWithTheReason) {
   EXPECT_NE(error_of([&] { plan_report(with({{"num-layers", "48"}})); }, ptdp::Status::invalid_argument)
                 .find("plan option num_layers is given twice, as num_layers and as num-layers"),
             std::string::npos);
+  // A switch and its no_ form are one option (the last one silently won).
+  EXPECT_NE(error_of([&] {
+              plan_report(with({{"no_scatter_gather_tensors_in_pipeline", "1"},
+                                {"scatter_gather_tensors_in_pipeline", "1"}}));
+            }, ptdp::Status::invalid_argument)
+                .find("plan option scatter_gather_tensors_in_pipeline is given twice"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { plan_report(with({{"explain", "t=1,t=2,p=1,b=1"}})); }, ptdp::Status::bad_value)
                 .find("t is given twice"),
             std::string::npos);
