@@ -954,12 +954,19 @@ std::string make_temp_tree(const std::string &parent, const std::string &prefix)
 }
 
 void remove_temp_tree(const std::string &dir) {
+  // The tree by its identity, however `dir` spells it (absolute, a trailing
+  // '/', after a chdir): another directory at that path is not it.
+  struct stat st;
+  const bool there = ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   bool done = false;
   for_each_temp_slot([&](TempSlot &slot) {
     int expected = kSlotHeld;
-    if (done || slot.state.load() != kSlotHeld || !slot.tree || dir != slot.path) return;
+    if (done || !there || slot.state.load() != kSlotHeld || !slot.tree || slot.dev != st.st_dev ||
+        slot.ino != st.st_ino)
+      return;
     if (!slot.state.compare_exchange_strong(expected, kSlotBusy)) return;
-    remove_tree(slot);
+    empty_directory_at(slot.fd, 0);
+    ::rmdir(dir.c_str());
     ::close(slot.fd);
     slot.state.store(kSlotFree);
     done = true;

@@ -359,6 +359,20 @@ TEST(OutputFile, ATemporaryTreeGoesWholeAndFollowsNoLink) {
   EXPECT_FALSE(fs::exists(fs::symlink_status(made)));
   expect_error([&] { ptdp::remove_temp_tree(made); }, ptdp::Status::invalid_argument,
                "or it was removed already");
+  // Another spelling of it is it (a trailing '/', relative after a chdir).
+  const std::string spelled = ptdp::make_temp_tree(dir.path, "spelled.");
+  ptdp::remove_temp_tree(spelled + "/");
+  EXPECT_FALSE(fs::exists(spelled));
+  const auto cwd = fs::current_path();
+  fs::create_directories(dir.path + "/here");
+  fs::current_path(dir.path + "/here");
+  const std::string relative = ptdp::make_temp_tree(".", "relative.");
+  fs::rename(relative, "../moved");  // (the tree is the directory made, wherever it is)
+  fs::current_path(dir.path);
+  EXPECT_NO_THROW(ptdp::remove_temp_tree("moved"));
+  fs::current_path(cwd);
+  EXPECT_FALSE(fs::exists(dir.path + "/moved"));
+  fs::remove(dir.path + "/here");
   const pid_t pid = ::fork();
   if (pid == 0) {
     ptdp::remove_temp_files_on_signal();
