@@ -9,7 +9,6 @@
 // export's values.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +32,7 @@
 #include "engine/train/trainer.h"
 #include "tests/support/config_options.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/file_size_limit.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tiny_dataset.h"
 
@@ -506,21 +506,15 @@ TEST_F(CheckpointExport, TooManyOpenFilesIsNamedAsSuch) {
 // size limit, as a full disk) removes the directory it made.
 TEST_F(CheckpointExport, AFailedExportRemovesTheDirectoryItMade) {
   const std::string out = dir.path + "/../failed_export_dir";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
-    const struct rlimit small = {4096, 4096};
-    ::setrlimit(RLIMIT_FSIZE, &small);
-    try {
-      export_safetensors(ckpt, out);
-    } catch (const ptdp::Error &e) {
-      ::_exit(e.code() == Status::io_error ? 0 : 2);
-    }
-    ::_exit(1);  // (it should not fit)
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(exit_code_under_file_size_limit(4096, [&] {
+              try {
+                export_safetensors(ckpt, out);
+              } catch (const ptdp::Error &e) {
+                return e.code() == Status::io_error ? 0 : 2;
+              }
+              return 1;  // (it should not fit)
+            }),
+            0);
   EXPECT_FALSE(fs::exists(out));
 }
 
