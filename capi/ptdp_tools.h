@@ -146,8 +146,10 @@ PTDP_API ptdp_status ptdp_remove_temp_dir(const char *path);
  * SIGXCPU) first removes the
  * temporary files ptdp's writers have made and not yet renamed into place
  * ("OUTPUT.tmp.XXXXXX" beside each output), then end the process as the signal
- * would have. A signal the process ignores (nohup) stays ignored. SIGXFSZ is
- * ignored: a write past the file size limit fails (EFBIG) and is reported. */
+ * would have. Only signals at their default action: one the process ignores
+ * (nohup) stays ignored, a handler already installed stays. SIGXFSZ is
+ * ignored (and so in programs the process starts, as exec keeps it): a write
+ * past the file size limit fails (EFBIG) and is reported. */
 PTDP_API ptdp_status ptdp_remove_temp_files_on_signal(void);
 /* The planner (`ptdp plan`; engine/plan): the paper's performance and memory
  * model of PTD-P training. options: num_options strings "key=value", keys

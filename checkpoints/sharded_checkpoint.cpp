@@ -152,10 +152,22 @@ std::string data_file_fault(const std::string &file, int64_t bytes, bool *readab
 
 namespace {
 
+// Runs fn, returning its error message ("" when it succeeded).
+template <class F>
+std::string attempt(F &&fn) {
+  try {
+    fn();
+  } catch (const std::exception &e) {
+    return e.what();
+  }
+  return "";
+}
+
 // A failure of this process's resources (too many open files, no memory) is
-// no fault of the checkpoint: it is rethrown, not listed (an export called an
-// intact checkpoint damaged under ulimit -n).
+// no fault of the checkpoint being read (an export called an intact
+// checkpoint damaged under ulimit -n).
 bool resource_failure(const std::exception &e) {
+  if (dynamic_cast<const std::bad_alloc *>(&e)) return true;
   if (const auto *err = dynamic_cast<const Error *>(&e); err && err->code() == Status::out_of_memory) return true;
   const std::string what = e.what();
   for (int code : {EMFILE, ENFILE, ENOMEM})
@@ -163,9 +175,11 @@ bool resource_failure(const std::exception &e) {
   return false;
 }
 
-// Runs fn, returning its error message ("" when it succeeded).
+// attempt() for a reader listing a checkpoint's faults: a resource failure is
+// rethrown, not listed. (Not for the collective save and open paths: every
+// rank must reach their agreement, io.first_error, whatever failed.)
 template <class F>
-std::string attempt(F &&fn) {
+std::string attempt_reading(F &&fn) {
   try {
     fn();
   } catch (const std::exception &e) {
@@ -294,10 +308,14 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
   err = io.first_error(err);
   if (!err.empty()) {
     if (io.rank() == 0) abandon_checkpoint(req.root, it);
-    // ("The previous one is kept" only where there is one.)
-    const bool previous = !complete_checkpoints(req.root).empty();
-    fail(Status::io_error, "checkpoint of iteration ", it, " not saved",
-         previous ? " (the previous one is kept)" : " (there is no earlier one)", ": ", err);
+    // ("The previous one is kept" only where there is one; a root that cannot
+    // be listed now leaves that unsaid, not the save's own error.)
+    std::string previous;
+    try {
+      previous = complete_checkpoints(req.root).empty() ? " (there is no earlier one)" : " (the previous one is kept)";
+    } catch (const Error &) {
+    }
+    fail(Status::io_error, "checkpoint of iteration ", it, " not saved", previous, ": ", err);
   }
   return req.root + "/" + checkpoint_name(it);
 }
@@ -669,7 +687,7 @@ namespace {
 std::vector<std::string> faults_of(const std::string &dir) {
   std::vector<std::string> faults;
   Manifest m;
-  std::string err = attempt([&] { m = Manifest::read(dir); });
+  std::string err = attempt_reading([&] { m = Manifest::read(dir); });
   if (!err.empty()) return {err};
   const std::string file = dir + "/" + m.file;
   // Every dataset the manifest's own model needs, at the shape it gives it.
@@ -691,7 +709,7 @@ std::vector<std::string> faults_of(const std::string &dir) {
     if (!readable) return faults;
   }
   std::optional<H5File> opened;
-  err = attempt([&] { opened.emplace(H5File::open_read(file)); });
+  err = attempt_reading([&] { opened.emplace(H5File::open_read(file)); });
   if (!err.empty()) {
     faults.push_back(err);
     return faults;
@@ -700,12 +718,12 @@ std::vector<std::string> faults_of(const std::string &dir) {
   std::vector<float> fbuf;
   std::vector<int64_t> ibuf;
   for (const ManifestDataset &d : m.datasets) {
-    err = attempt([&] {
+    err = attempt_reading([&] {
       if (f.shape(d.name) != d.shape)
         fail(Status::corrupt_data, "dataset '", d.name, "' is ", dims_text(f.shape(d.name)),
              " but the manifest says ", dims_text(d.shape));
       for (const ManifestBlock &b : d.blocks) {
-        std::string block_err = attempt([&] {
+        std::string block_err = attempt_reading([&] {
           if (d.dtype == "int64") {
             ibuf.resize((size_t)b.numel());
             f.read_block(d.name, b.offset, b.count, ibuf.data());

@@ -164,7 +164,8 @@ local function measure()
   local steps = opts.async_steps > 0 and opts.async_steps or 2 * interval
   local aconfig = {}
   for k, v in pairs(one) do aconfig[k] = v end
-  aconfig.async_save, aconfig.save, aconfig.save_interval = 1, ptdp.make_temp_dir(work, 'async.'), interval
+  local async_dir = ptdp.make_temp_dir(work, 'async.')
+  aconfig.async_save, aconfig.save, aconfig.save_interval = 1, async_dir, interval
   aconfig.keep_last_checkpoints = 1
   local async = ptdp.trainer(aconfig)
   async:step()  -- its first step (allocations) untimed
@@ -185,6 +186,7 @@ local function measure()
   end
   async = nil
   collectgarbage()
+  ptdp.remove_temp_dir(async_dir)  -- (each tree by itself: an outer one's removal leaves the inner held)
   ptdp.remove_temp_dir(work)
   work = nil
   -- (A step's time less the median plain step: below 0 is the steps' noise,

@@ -840,34 +840,42 @@ void MpiWorld::abort(const std::string &why) { impl_->abort(why); }
 void MpiWorld::agree(const std::string &what,
                      const std::vector<std::pair<std::string, std::string>> &items) {
   Impl &w = *impl_;
-  // Each item's hash (name and value), then all of them gathered: every
-  // process reaches the same verdict from the same table.
+  // The counts first, then each item's hash (name and value), all gathered:
+  // every process reaches the same verdict from the same table. (A caller's
+  // own items, ptdp_trainer_agree's, may differ in number: gathered with
+  // another count each, MPI would truncate.)
+  const int64_t seq = ++w.ctl_seq;
+  Activity act{kControl, "agreement", seq, "the comparison of every process's " + what + "s"};
+  const auto gather = [&](const std::vector<int64_t> &mine) {
+    const int k = (int)mine.size();
+    std::vector<int64_t> all((size_t)w.size * k);
+    MPI_Request req;
+    w.check(MPI_Iallgather(mine.data(), k, MPI_INT64_T, all.data(), k, MPI_INT64_T, w.ctl, &req),
+            "while comparing the processes' " + what + "s");
+    w.wait_request(&req, act, "while comparing the processes' " + what + "s", [&] {
+      std::vector<int> others;
+      for (int r = 0; r < w.size; r++)
+        if (r != w.rank) others.push_back(r);
+      w.abort("communicator timeout after " + fmt_seconds(w.timeout_s) + " s comparing the processes' " +
+              what + "s on rank " + std::to_string(w.rank) + ": " + w.missing_ranks(others, act));
+    });
+    return all;
+  };
   const int n = (int)items.size();
+  const std::vector<int64_t> counts = gather({(int64_t)n});
+  for (int r = 0; r < w.size; r++)
+    if (counts[(size_t)r] != counts[0])
+      fail(Status::invalid_config, "the processes of this run compare different ", what, "s: world rank ",
+           r, " has ", counts[(size_t)r], " ", what, "s to compare, world rank 0 ", counts[0],
+           " (every process passes the same names, in the same order)");
   std::vector<int64_t> mine((size_t)n + 1);
   mine[0] = n;
   for (int i = 0; i < n; i++) {
     const std::string text = items[(size_t)i].first + '=' + items[(size_t)i].second;
     mine[(size_t)i + 1] = (int64_t)fnv1a(text.data(), text.size());
   }
-  // (The same binary gives every process the same items; a count that differs
-  // is told apart by the first field before any item is compared.)
-  std::vector<int64_t> all((size_t)w.size * (n + 1));
-  const int64_t seq = ++w.ctl_seq;
-  Activity act{kControl, "agreement", seq, "the comparison of every process's " + what + "s"};
-  MPI_Request req;
-  w.check(MPI_Iallgather(mine.data(), n + 1, MPI_INT64_T, all.data(), n + 1, MPI_INT64_T, w.ctl, &req),
-          "while comparing the processes' " + what + "s");
-  w.wait_request(&req, act, "while comparing the processes' " + what + "s", [&] {
-    std::vector<int> others;
-    for (int r = 0; r < w.size; r++)
-      if (r != w.rank) others.push_back(r);
-    w.abort("communicator timeout after " + fmt_seconds(w.timeout_s) + " s comparing the processes' " +
-            what + "s on rank " + std::to_string(w.rank) + ": " + w.missing_ranks(others, act));
-  });
+  const std::vector<int64_t> all = gather(mine);
   for (int r = 1; r < w.size; r++) {
-    if (all[(size_t)r * (n + 1)] != n)
-      fail(Status::invalid_config, "the processes of this run are not the same program: world rank ",
-           r, " has ", all[(size_t)r * (n + 1)], " ", what, "s to compare, this one ", n);
     for (int i = 0; i < n; i++)
       if (all[(size_t)r * (n + 1) + i + 1] != all[(size_t)i + 1])
         fail(Status::invalid_config, what, " '", items[(size_t)i].first, "' differs between the processes of ",

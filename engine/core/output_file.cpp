@@ -892,13 +892,16 @@ void remove_temp_files_on_signal() {
   sa.sa_handler = remove_temp_files_and_die;
   sa.sa_flags = SA_RESTART;  // a signal held for a step's end must not fail the step's calls
   sigemptyset(&sa.sa_mask);
-  // Every signal whose default ends the process without a crash: `| head`
-  // (SIGPIPE), `timeout -s ALRM`, a scheduler's SIGUSR1 or SIGQUIT.
+  // Every signal a user or a scheduler ends a process with (its default ends
+  // it, SIGQUIT's and SIGXCPU's with a core): `| head` (SIGPIPE), `timeout -s
+  // ALRM`, a scheduler's SIGUSR1.
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGPROF,
                   SIGVTALRM, SIGXCPU}) {
     struct sigaction old = {};
-    // A signal the user's shell set to be ignored (nohup) stays ignored.
-    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    // Only where the signal has its default action: one the user's shell set
+    // to be ignored (nohup) stays ignored, and a handler already there (a
+    // profiler's SIGPROF, preloaded) stays its owner's.
+    if (sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
     sigaction(sig, &sa, nullptr);
   }
 }

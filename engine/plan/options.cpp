@@ -263,6 +263,13 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
            per_chunk, ", so v = ", v, ") disagree");
     r.v = v;
   }
+  // A schedule of chunks given at p = 1 (before v > 1 chose interleaved, which
+  // was then named as if given).
+  const bool chunked = r.schedule == (int)ScheduleKind::interleaved || r.schedule == (int)ScheduleKind::zbv;
+  if (chunked && r.p == 1)
+    fail(Status::invalid_config, "pipeline_schedule ", r.schedule == (int)ScheduleKind::zbv ? "zbv" : "interleaved",
+         " places model chunks on pipeline stages, and pipeline_model_parallel_size is 1: give p >= 2, ",
+         "or another schedule");
   if (r.v > 1 && r.schedule < 0) r.schedule = (int)ScheduleKind::interleaved;
   // What the trainer refuses, or what would leave an option unused, as it does.
   if (r.model.qkv_bias && r.model.linear_bias)
@@ -275,11 +282,6 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
   if (r.b && max_micro_batch_given)
     fail(Status::invalid_config, "max_micro_batch_size bounds the micro-batch sizes searched, and ",
          "micro_batch_size (", r.b, ") fixes one: give one of them");
-  const bool chunked = r.schedule == (int)ScheduleKind::interleaved || r.schedule == (int)ScheduleKind::zbv;
-  if (chunked && r.p == 1)
-    fail(Status::invalid_config, "pipeline_schedule ", r.schedule == (int)ScheduleKind::zbv ? "zbv" : "interleaved",
-         " places model chunks on pipeline stages, and pipeline_model_parallel_size is 1: give p >= 2, ",
-         "or another schedule");
   if (r.grads_fp32 >= 0) r.train.grads_fp32 = r.grads_fp32;
   else r.train.grads_fp32 = r.train.dtype == DType::bf16;  // Megatron's default
   return r;

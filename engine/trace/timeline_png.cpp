@@ -83,7 +83,7 @@ std::vector<Event> read_events(const std::string &path) {
     const bool whole_tid = tid.is_number_integer()
                                ? !(tid.is_number_unsigned() && tid.get<uint64_t>() > (uint64_t)INT32_MAX)
                                : false;
-    if (!whole_tid || std::llabs(tid.get<int64_t>()) > INT32_MAX)
+    if (!whole_tid || tid.get<int64_t>() < INT32_MIN || tid.get<int64_t>() > INT32_MAX)
       fail(Status::corrupt_data, "'", path, "': X event ", i, " has tid ", json_excerpt(tid),
            ": a track is a whole number of 32 bits");
     Event ev;

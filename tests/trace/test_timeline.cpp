@@ -205,7 +205,7 @@ TEST(TimelinePng, ClearErrors) {
                "numeric tid");
   // A track that is no whole number (tracks merged) and a span past the
   // double range (nothing drawn) are refused: both drew a wrong picture.
-  for (const char *tid : {"1e300", "0.7", "4294967296"}) {
+  for (const char *tid : {"1e300", "0.7", "4294967296", "-9223372036854775808"}) {
     write_text(dir + "/tid.json", std::string("[{\"ph\": \"X\", \"tid\": ") + tid + ", \"ts\": 1, \"dur\": 2}]");
     expect_error([&] { render_timeline_png(dir + "/tid.json", dir + "/e.png"); }, Status::corrupt_data,
                  "a track is a whole number of 32 bits");
