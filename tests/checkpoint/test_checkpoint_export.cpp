@@ -477,6 +477,11 @@ TEST_F(CheckpointExport, ManifestDisagreesWithItsModel) {
 // an earlier output of another kind: an I/O error naming it (the messages
 // had invited the user to remove good files).
 TEST_F(CheckpointExport, TooManyOpenFilesIsNamedAsSuch) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // (The sanitizers' runtime needs descriptors of its own, a pipe to test
+  // memory before it reads a vptr: with none left it reports false errors.)
+  GTEST_SKIP() << "not under the sanitizers: they need file descriptors of their own";
+#endif
   const std::string out = dir.path + "/../limit_export.safetensors";
   export_safetensors(ckpt, out);  // an earlier export, to be replaced
   for (const int spare : {0, 1, 2, 3, 4, 6}) {
