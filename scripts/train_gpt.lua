@@ -206,6 +206,7 @@ end
 
 local function validate(it)
   local loss = trainer:evaluate()
+  if loss ~= loss then loss = math.abs(loss) end  -- a NaN prints 'nan', not '-nan' (its sign bit)
   local ppl = math.exp(math.min(20, loss))  -- (capped as Megatron caps it)
   print(string.format(' validation loss at iteration %d | lm loss: %.6E | lm loss PPL: %.3f | unigram entropy: %.4f',
                       it, loss, ppl, entropy))

@@ -22,6 +22,10 @@
 
 namespace ptdp {
 
+// printf writes a NaN with its sign bit as "-nan" (a loss of 0/0 has it):
+// the log says "nan", as Megatron's does.
+static double unsigned_nan(double x) { return std::isnan(x) ? std::fabs(x) : x; }
+
 std::string format_log_line(const StepMetrics &m) {
   char buf[768];
   int n = std::snprintf(
@@ -31,7 +35,8 @@ std::string format_log_line(const StepMetrics &m) {
       " | grad norm: %.3f | number of skipped iterations: %3lld | number of nan iterations: %3lld"
       " | tokens/s: %.0f | TFLOP/s per rank: %.3f |",
       (long long)m.iteration, (long long)m.train_iters, (long long)m.consumed_samples,
-      m.elapsed_ms, m.lr, (long long)m.global_batch_size, m.lm_loss, m.loss_scale, m.grad_norm,
+      m.elapsed_ms, m.lr, (long long)m.global_batch_size, unsigned_nan(m.lm_loss),
+      unsigned_nan(m.loss_scale), unsigned_nan(m.grad_norm),
       (long long)m.skipped_iters, (long long)m.nan_iters, m.tokens_per_s, m.tflops_per_rank);
   std::string s(buf, n > 0 ? (size_t)n : 0);
   if (m.mfu >= 0) {

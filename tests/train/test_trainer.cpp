@@ -306,6 +306,19 @@ TEST(Trainer, LogLineShowsTheMeanOverTheLogInterval) {
   EXPECT_EQ(b.log_metrics().lm_loss, b.last_metrics().lm_loss);
 }
 
+// A NaN loss (0/0 has its sign bit set) is logged as "nan", as Megatron logs
+// it: printf would write "-nan".
+TEST(Trainer, ALogLineWritesNanWithoutASign) {
+  StepMetrics m;
+  m.lm_loss = -std::numeric_limits<double>::quiet_NaN();
+  m.grad_norm = -std::numeric_limits<double>::quiet_NaN();
+  const std::string line = format_log_line(m);
+  EXPECT_NE(line.find("lm loss: NAN |"), std::string::npos) << line;  // (%E writes it in capitals)
+  EXPECT_NE(line.find("grad norm: nan |"), std::string::npos) << line;
+  EXPECT_EQ(line.find("-nan"), std::string::npos) << line;
+  EXPECT_EQ(line.find("-NAN"), std::string::npos) << line;
+}
+
 // An untrained byte-level model samples arbitrary bytes: the text it returns
 // is still valid UTF-8 (ill-formed parts replaced), and not empty.
 TEST(Trainer, GeneratedTextIsValidUtf8) {
