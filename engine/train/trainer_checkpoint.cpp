@@ -234,21 +234,38 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   // the model first (no option makes another model's checkpoint load).
   check_same_model(ckpt, opt_.model);
   const std::map<std::string, std::string> now = resumption_options(opt_, data_fingerprint_);
+  // "key: checkpoint x, this run y; ..." for each of keys that differs.
+  const auto differences = [&](const std::vector<std::string> &keys) {
+    std::string diff;
+    for (const std::string &k : keys) {
+      auto it = ckpt.manifest.training.find(k);
+      if (it != ckpt.manifest.training.end() && it->second != now.at(k))
+        diff += (diff.empty() ? "" : "; ") + k + ": checkpoint " + it->second + ", this run " + now.at(k);
+    }
+    return diff;
+  };
   std::vector<std::string> keys = {"seed", "split"};
   if (!opt_.override_opt_param_scheduler)
     for (const char *k : {"lr", "min_lr", "lr_warmup_iters", "lr_decay_iters", "lr_decay_style"})
       keys.push_back(k);
-  std::string diff;
   if (opt_.finetune) keys.clear();  // a new run: its own seed, split and schedule
-  for (const std::string &k : keys) {
-    auto it = ckpt.manifest.training.find(k);
-    if (it != ckpt.manifest.training.end() && it->second != now.at(k))
-      diff += (diff.empty() ? "" : "; ") + k + ": checkpoint " + it->second + ", this run " + now.at(k);
-  }
+  const std::string diff = differences(keys);
   if (!diff.empty())
     fail(Status::invalid_config, "checkpoint '", ckpt.dir, "' was trained with other options (",
          diff, "); give the checkpoint's values",
          opt_.override_opt_param_scheduler ? "" : " (or override_opt_param_scheduler = 1 for the LR schedule)");
+  // The optimizer's and batch options may change on a resume (Megatron takes
+  // the command line's), but said: a value given by mistake would otherwise
+  // change the run in silence.
+  if (!opt_.finetune && first_local_rank() == 0) {
+    const std::string changed = differences({"global_batch_size", "micro_batch_size", "weight_decay",
+                                             "adam_beta1", "adam_beta2", "adam_eps", "clip_grad",
+                                             "params_dtype"});
+    if (!changed.empty())
+      std::fprintf(stderr, "ptdp: note: this run goes on from checkpoint '%s' with other options "
+                           "than it was trained with (%s): they apply from its iteration on\n",
+                   ckpt.dir.c_str(), changed.c_str());
+  }
   // Other data goes on from the checkpoint (continued training on new data
   // is allowed), but said: its saves are then another run's to the rotation of
   // a --save directory holding the earlier data's checkpoints, which it keeps.

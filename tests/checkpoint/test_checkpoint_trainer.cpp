@@ -286,6 +286,34 @@ TEST(CheckpointRetention, ARewindNamesTheNewerCheckpointsItsSavesReplace) {
   EXPECT_EQ(::testing::internal::GetCapturedStderr().find("newer than"), std::string::npos);
 }
 
+// A resume with another batch size or optimizer option goes on with it (as
+// Megatron's) and says which differ; the same options say nothing.
+TEST(CheckpointRetention, AResumeWithOtherOptimizerOptionsNamesThem) {
+  TempDir dir;
+  TrainerOptions o = options({1, 1, 1, 1});
+  o.save_path = dir.path;
+  {
+    Trainer first(o);
+    first.step();
+    first.save(dir.path);
+  }
+  o.load_path = dir.path;
+  ::testing::internal::CaptureStderr();
+  { Trainer same(o); }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr().find("other options"), std::string::npos);
+  TrainerOptions changed = o;
+  changed.adam.weight_decay = o.adam.weight_decay + 0.25;
+  changed.clip_grad = o.clip_grad + 1;
+  ::testing::internal::CaptureStderr();
+  { Trainer resumed(changed); }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("weight_decay: checkpoint " + number_text(o.adam.weight_decay) +
+                      ", this run " + number_text(changed.adam.weight_decay) +
+                      "; clip_grad: checkpoint " + number_text(o.clip_grad)),
+            std::string::npos)
+      << said;
+}
+
 TEST(CheckpointRetention, SaveIntervalAndKeepLast) {
   TempDir dir;
   TrainerOptions o = options({1, 2, 1, 1});
