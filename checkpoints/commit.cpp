@@ -579,8 +579,8 @@ std::vector<std::string> complete_checkpoints(const std::string &root) {
 std::vector<std::string> prune_checkpoints(
     const std::string &root, int keep_last,
     const std::function<std::string(const std::string &dir)> &not_this_runs) {
-  if (keep_last < 1)
-    fail(Status::bad_value, "keep_last must be >= 1 (the newest checkpoint is always kept), got ",
+  if (keep_last < 0)
+    fail(Status::bad_value, "keep_last must be >= 0 (0: every complete checkpoint is kept), got ",
          keep_last);
   // A removal cut short earlier (iter_N.old, below or a commit's fallback
   // swap): finished now, if it holds only what saves make.
@@ -602,7 +602,7 @@ std::vector<std::string> prune_checkpoints(
   for (const Entry &e : entries) {
     bool drop = false;
     if (e.tmp) drop = e.iter < newest;  // a newer .tmp may be a save under way
-    else if (e.complete) drop = ++kept > keep_last && e.name != keep_tracked;
+    else if (e.complete) drop = ++kept > keep_last && keep_last > 0 && e.name != keep_tracked;
     // Rotation deletes only directories the saves made: through a link it
     // would delete another directory's files (it still counts as kept).
     if (!drop || e.link) continue;

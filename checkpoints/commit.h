@@ -95,9 +95,10 @@ std::string find_latest_checkpoint(const std::string &root, std::string *why = n
 // io_error naming root when it cannot be listed.
 std::vector<std::string> complete_checkpoints(const std::string &root);
 
-// Keep-last-K retention (keep_last >= 1, else bad_value): removes complete
-// iter_* directories older than the newest keep_last, never the one `latest`
-// names, and *.tmp directories older than the newest complete checkpoint. A
+// Keep-last-K retention (keep_last >= 0, else bad_value): removes complete
+// iter_* directories older than the newest keep_last (none with 0: every one is
+// kept), never the one `latest` names, and *.tmp directories older than the
+// newest complete checkpoint (a save killed outright, SIGKILL, leaves one). A
 // complete one is marked (a "removing" file) and renamed iter_N.old before its
 // files go, and marked iter_N.old leftovers (a removal cut short) are finished
 // first, so a kill mid-removal never leaves an iter_N without its manifest. A

@@ -294,15 +294,16 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
       }
       commit_checkpoint(req.root, it, m.to_json());
     });
-    // The new checkpoint is committed whatever happens to the old ones.
+    // The new checkpoint is committed whatever happens to the old ones. Every
+    // save clears the leftovers of killed saves; rotation when asked for.
     const std::string prune_err =
-        req.keep_last > 0 && err.empty()
+        req.keep_last >= 0 && err.empty()
             ? attempt([&] { prune_checkpoints(req.root, req.keep_last, [&](const std::string &dir) {
                 return not_this_runs_checkpoint(dir, req.model, req.training);
               }); })
             : "";
     if (!prune_err.empty())
-      std::fprintf(stderr, "ptdp: saved %s/%s but could not remove older checkpoints: %s\n",
+      std::fprintf(stderr, "ptdp: saved %s/%s but could not remove older checkpoints or killed saves' leftovers: %s\n",
                    req.root.c_str(), checkpoint_name(it).c_str(), prune_err.c_str());
   }
   err = io.first_error(err);

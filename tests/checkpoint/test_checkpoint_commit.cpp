@@ -407,6 +407,17 @@ TEST_F(Commit, ASaveDirectorysNamesAreCheckedUpFront) {
   }
 }
 
+// Without rotation (keep_last 0) every complete checkpoint stays, and a
+// killed save's leftover (SIGKILL: no cleanup ran) still goes.
+TEST_F(Commit, PruneWithoutRotationClearsOnlyKilledSavesLeftovers) {
+  for (int it : {100, 200}) save(it);
+  fs::create_directories(root + "/iter_0000150.tmp");  // a save killed outright
+  fs::create_directories(root + "/iter_0000300.tmp");  // may be a save under way
+  EXPECT_EQ(prune_checkpoints(root, 0), (std::vector<std::string>{root + "/iter_0000150.tmp"}));
+  for (const char *kept : {"iter_0000100", "iter_0000200", "iter_0000300.tmp"})
+    EXPECT_TRUE(fs::exists(root + "/" + kept)) << kept;
+}
+
 TEST_F(Commit, PruneKeepsNewestKAndTheTrackedOne) {
   for (int it : {100, 200, 300, 400, 500}) save(it);
   fs::create_directories(root + "/iter_0000050.tmp");  // stale: older than 500
@@ -419,7 +430,7 @@ TEST_F(Commit, PruneKeepsNewestKAndTheTrackedOne) {
   for (const char *kept : {"iter_0000200", "iter_0000400", "iter_0000500", "iter_0000600.tmp"})
     EXPECT_TRUE(fs::exists(root + "/" + kept)) << kept;
   EXPECT_TRUE(prune_checkpoints(root, 2).empty());
-  expect_error([&] { prune_checkpoints(root, 0); }, Status::bad_value, "keep_last must be >= 1");
+  expect_error([&] { prune_checkpoints(root, -1); }, Status::bad_value, "keep_last must be >= 0");
   // One this run reads (it loaded it) is kept too, and the reason says so.
   hold_input(root + "/iter_0000400/manifest.json", "checkpoint file");
   spit(root + "/latest", "iter_0000500\n");
