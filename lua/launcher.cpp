@@ -571,9 +571,12 @@ int run_ckpt(int argc, char **argv) {
 
 // ptdp plan --num-layers L --hidden-size H ... : the planner, through ptdp_plan.
 // Flags become key=value options (a flag followed by another flag, or last, is
-// a switch: key=1); the library checks every key and value.
+// a switch: key=1); the library checks every key and value. A flag given again
+// takes its last value with a note, as the other commands' flags (the C ABI's
+// list refuses a repeated key).
 int run_plan(int argc, char **argv) {
   std::vector<std::string> opts;
+  std::map<std::string, std::pair<size_t, int>> seen;  // key -> (its place in opts, times given)
   for (int i = 2; i < argc; i++) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -590,8 +593,14 @@ int run_plan(int argc, char **argv) {
     size_t eq = key.find('=');
     if (eq != std::string::npos) value = key.substr(eq + 1), key = key.substr(0, eq);
     else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) value = argv[++i];
-    opts.push_back(key + "=" + value);
+    auto [it, fresh] = seen.emplace(key, std::make_pair(opts.size(), 1));
+    if (fresh) opts.push_back(key + "=" + value);
+    else opts[it->second.first] = key + "=" + value, it->second.second++;
   }
+  for (const auto &[key, place] : seen)
+    if (place.second > 1)
+      std::fprintf(stderr, "ptdp plan: note: --%s is given %d times: the last one ('%s') is used\n",
+                   key.c_str(), place.second, opts[place.first].substr(key.size() + 1).c_str());
   std::vector<const char *> c;
   for (auto &o : opts) c.push_back(o.c_str());
   std::vector<char> buf(1 << 16, '\0');

@@ -294,6 +294,11 @@ ptdp_lua_test(cli_tokenize_option_given_twice --rc 0
   --expect "ptdp tokenize: note: --workers is given 2 times: the last one ('1') is used"
   -- ${PTDP_LAUNCHER} tokenize --output ${PTDP_TEST_TMP}/lua/twice.ptdp --format lines --workers 2
      --workers 1 ${PTDP_TEST_CORPUS})
+ptdp_lua_test(cli_plan_option_given_twice --rc 0
+  --expect "ptdp plan: note: --num-layers is given 2 times: the last one ('12') is used"
+  --expect "(l=12, h=1024"
+  -- ${PTDP_LAUNCHER} plan --num-layers 24 --hidden-size 1024 --num-attention-heads 16
+     --seq-length 1024 --global-batch-size 64 --num-gpus 8 --num-layers 12)
 # A file past the size limit (ulimit -f) is a failed write, reported, its
 # temporary removed (SIGXFSZ killed the process without a word, leaving it).
 ptdp_lua_test(cli_tokenize_past_the_file_size_limit --rc 0
