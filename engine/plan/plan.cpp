@@ -40,11 +40,10 @@ constexpr double GiB = 1024.0 * 1024 * 1024;
 
 }  // namespace
 
-Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_t, bool *has_p,
-                    bool *has_b, bool *has_v, bool *has_d) {
-  Layout L = defaults;
-  *has_t = *has_p = *has_b = *has_v = *has_d = false;
-  bool sched = false;
+LayoutLabel parse_layout(const std::string &label, const Layout &defaults) {
+  LayoutLabel out;
+  Layout &L = out.layout;
+  L = defaults;
   std::set<std::string> given_keys;
   std::stringstream ss(label);
   std::string item;
@@ -56,12 +55,12 @@ Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_
       for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
                              ScheduleKind::zbh1, ScheduleKind::zbv})
         is_schedule = is_schedule || item == schedule_name(k);
-      if (is_schedule) L.schedule = parse_schedule(item), sched = true;
-      else if (item == "none") L.recompute = Recompute::none;
-      else if (item == "selective") L.recompute = Recompute::selective;
-      else if (item == "full") L.recompute = Recompute::full;
-      else if (item == "no-sg") L.scatter_gather = false;
-      else if (item == "sg") L.scatter_gather = true;
+      if (is_schedule) L.schedule = parse_schedule(item), out.schedule = true;
+      else if (item == "none") L.recompute = Recompute::none, out.recompute = true;
+      else if (item == "selective") L.recompute = Recompute::selective, out.recompute = true;
+      else if (item == "full") L.recompute = Recompute::full, out.recompute = true;
+      else if (item == "no-sg") L.scatter_gather = false, out.scatter_gather = true;
+      else if (item == "sg") L.scatter_gather = true, out.scatter_gather = true;
       else if (item == "sp") L.sequence_parallel = true;
       else
         fail(Status::bad_value, "layout '", label, "': unknown part '", item,
@@ -74,15 +73,63 @@ Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_
     long long x = 0;
     if (!parse_whole(v, &x) || x < 1 || x > (1 << 24))
       fail(Status::bad_value, "layout '", label, "': ", k, " must be a whole number >= 1, got '", v, "'");
-    if (k == "t") L.t = (int)x, *has_t = true;
-    else if (k == "p") L.p = (int)x, *has_p = true;
-    else if (k == "d") L.d = (int)x, *has_d = true;
-    else if (k == "b") L.b = (int)x, *has_b = true;
-    else if (k == "v") L.v = (int)x, *has_v = true;
+    if (k == "t") L.t = (int)x, out.t = true;
+    else if (k == "p") L.p = (int)x, out.p = true;
+    else if (k == "d") L.d = (int)x, out.d = true;
+    else if (k == "b") L.b = (int)x, out.b = true;
+    else if (k == "v") L.v = (int)x, out.v = true;
     else
       fail(Status::bad_value, "layout '", label, "': unknown part '", k, "'; allowed: t, p, d, b, v");
   }
-  if (!sched) L.schedule = L.v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+  if (!out.schedule) L.schedule = L.v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+  return out;
+}
+
+// The layout --explain names, over the options that fix parts of the layout
+// (--tensor-model-parallel-size, --recompute-granularity, ...): a part the
+// label leaves out takes the fixed value, one it names must agree with it (it
+// explained a layout the ranking below it never considered).
+static Layout explained_layout(const PlanRequest &req) {
+  Layout defaults;
+  if (req.t) defaults.t = req.t;
+  if (req.p) defaults.p = req.p;
+  if (req.d) defaults.d = req.d;
+  if (req.b) defaults.b = req.b;
+  if (req.v) defaults.v = req.v;
+  if (req.recompute >= 0) defaults.recompute = (Recompute)req.recompute;
+  if (req.scatter_gather >= 0) defaults.scatter_gather = req.scatter_gather != 0;
+  defaults.sequence_parallel = req.sequence_parallel;
+  const LayoutLabel named = parse_layout(req.explain, defaults);
+  Layout L = named.layout;
+  if (!named.schedule && req.schedule >= 0) L.schedule = (ScheduleKind)req.schedule;
+  // A part the label names against the option that fixes it, by their text.
+  const auto agree = [&](bool named_it, bool fixed, const std::string &in_label, const std::string &by_option,
+                         const char *option) {
+    if (named_it && fixed && in_label != by_option)
+      fail(Status::invalid_config, "explain ", req.explain, ": it names ", in_label, " where --", option, " ",
+           by_option, " is given; leave it out of the layout, or change --", option);
+  };
+  const auto num = [](const char *k, int x) { return std::string(k) + "=" + std::to_string(x); };
+  agree(named.t, req.t, num("t", L.t), num("t", req.t), "tensor-model-parallel-size");
+  agree(named.p, req.p, num("p", L.p), num("p", req.p), "pipeline-model-parallel-size");
+  agree(named.d, req.d, num("d", L.d), num("d", req.d), "data-parallel-size");
+  agree(named.b, req.b, num("b", L.b), num("b", req.b), "micro-batch-size");
+  agree(named.v, req.v, num("v", L.v), num("v", req.v), "virtual-pipeline-model-parallel-size");
+  agree(named.schedule, req.schedule >= 0, schedule_name(L.schedule),
+        req.schedule >= 0 ? schedule_name((ScheduleKind)req.schedule) : "", "pipeline-schedule");
+  agree(named.recompute, req.recompute >= 0, recompute_name(L.recompute),
+        req.recompute >= 0 ? recompute_name((Recompute)req.recompute) : "", "recompute-granularity");
+  agree(named.scatter_gather, req.scatter_gather >= 0, L.scatter_gather ? "sg" : "no-sg",
+        req.scatter_gather == 1 ? "sg" : "no-sg", "scatter-gather-tensors-in-pipeline");
+  if (!(named.t || req.t) || !(named.p || req.p) || !(named.b || req.b))
+    fail(Status::bad_value, "explain needs at least t, p and b (in the layout or fixed by their options), "
+         "e.g. t=8,p=2,b=4,v=2; got '", req.explain, "'");
+  if (!(named.d || req.d)) {
+    if ((int64_t)L.t * L.p > req.train.num_gpus)  // (d would be 0: "must all be >= 1")
+      fail(Status::invalid_config, "explain ", req.explain, ": t x p = ", (int64_t)L.t * L.p,
+           " is more than the ", req.train.num_gpus, " GPUs");
+    L.d = (int)(req.train.num_gpus / ((int64_t)L.t * L.p));
+  }
   return L;
 }
 
@@ -376,16 +423,7 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res) {
   const Prediction *explained = nullptr;
   Prediction ex;
   if (!req.explain.empty()) {
-    bool ht, hp, hb, hv, hd;
-    Layout L = parse_layout(req.explain, Layout{}, &ht, &hp, &hb, &hv, &hd);
-    if (!ht || !hp || !hb)
-      fail(Status::bad_value, "explain needs at least t, p and b, e.g. t=8,p=2,b=4,v=2; got '", req.explain, "'");
-    if (!hd && (int64_t)L.t * L.p > req.train.num_gpus)  // (d would be 0: "must all be >= 1")
-      fail(Status::invalid_config, "explain ", req.explain, ": t x p = ", (int64_t)L.t * L.p,
-           " is more than the ", req.train.num_gpus, " GPUs");
-    if (!hd) L.d = (int)(req.train.num_gpus / ((int64_t)L.t * L.p));
-    if (req.scatter_gather == 0) L.scatter_gather = false;
-    if (req.sequence_parallel) L.sequence_parallel = true;
+    const Layout L = explained_layout(req);
     std::string why = layout_problem(m, req.train, L);
     if (!why.empty()) fail(Status::invalid_config, "explain ", req.explain, ": ", why);
     ex = predict(m, req.train, mach, L, true);

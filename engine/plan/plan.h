@@ -47,9 +47,14 @@ struct PlanResult {
 };
 
 PlanResult run_plan(const PlanRequest &req);
-// Reads "t=8,p=2,d=32,b=4,v=2,interleaved,full,no-sg" (any subset, any order).
-Layout parse_layout(const std::string &label, const Layout &defaults, bool *has_t, bool *has_p,
-                    bool *has_b, bool *has_v, bool *has_d);
+// Reads "t=8,p=2,d=32,b=4,v=2,interleaved,full,no-sg" (any subset, any order)
+// over defaults, saying which parts the label names.
+struct LayoutLabel {
+  Layout layout;
+  bool t = false, p = false, d = false, b = false, v = false;
+  bool schedule = false, recompute = false, scatter_gather = false;
+};
+LayoutLabel parse_layout(const std::string &label, const Layout &defaults);
 
 // The report: table, winner's trade-offs (or --explain's breakdown), and last
 // the machine-readable line. format=records gives one line per layout instead.

@@ -705,6 +705,18 @@ TEST(PlanBadInput, LayoutsThatCannotWorkAreNamedWithTheReason) {
             std::string::npos);
   EXPECT_NE(error_of([&] { plan_report(with({{"explain", "t=2,p=1"}})); }, ptdp::Status::bad_value).find("explain needs"),
             std::string::npos);
+  // --explain within the options that fix the layout: a part it leaves out
+  // takes theirs, one it names must agree (it explained a layout the ranking
+  // under it never considered).
+  EXPECT_NE(plan_error(with({{"tensor_model_parallel_size", "2"}, {"explain", "t=8,p=1,b=1"}}))
+                .find("it names t=8 where --tensor-model-parallel-size t=2 is given"),
+            std::string::npos);
+  EXPECT_NE(plan_error(with({{"recompute_granularity", "selective"}, {"explain", "t=2,p=2,b=1,full"}}))
+                .find("it names full where --recompute-granularity selective is given"),
+            std::string::npos);
+  const std::string filled = plan_report(with({{"tensor_model_parallel_size", "2"}, {"pipeline_schedule", "gpipe"},
+                                               {"recompute_granularity", "selective"}, {"explain", "p=2,b=1"}}));
+  EXPECT_NE(filled.find("explain t=2,p=2,d=8,b=1,v=1,gpipe,selective"), std::string::npos) << filled;
   // A model too big for any layout: the smallest ones and what they need.
   std::string big = plan_error({{"num_layers", "128"}, {"hidden_size", "25600"}, {"num_attention_heads", "160"},
                                 {"global_batch_size", "64"}, {"num_gpus", "8"}});
