@@ -177,7 +177,7 @@ ptdp_status ptdp_hold_made_directory(const char *path, int32_t hold) {
     require(path, "path");
     require_switch(hold, "hold");
     if (hold)
-      ptdp::hold_temp_directory(path, {});
+      ptdp::hold_made_directory(path);
     else
       ptdp::release_temp_directory(path, {});
   });

@@ -59,9 +59,10 @@ bool is_dir(const std::string &path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// (A link is none: a save makes none, and a load refuses one.)
 bool has_manifest(const std::string &dir) {
   struct stat st;
-  return ::stat(join(dir, kManifest).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return ::lstat(join(dir, kManifest).c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 void fsync_path(const std::string &path, bool dir) {
@@ -106,8 +107,14 @@ bool made_by_a_save(const std::string &name) {
 }
 
 // The first file of directory `path` that no save made ("" when there is
-// none), listing the save's temporaries into *others when given.
-std::string foreign_file(const std::string &path, std::vector<std::string> *others = nullptr) {
+// none), listing the save's temporaries into *others when given. With
+// `replaced` (a save of that very iteration puts its new copy in place), a
+// file this run read from it is the save's own too: the run loaded that
+// checkpoint and holds its files open, so removing the old copy takes nothing
+// from it (kept, the old copy stayed under the save's .tmp name, in the way
+// of every later save of the iteration).
+std::string foreign_file(const std::string &path, std::vector<std::string> *others = nullptr,
+                         bool replaced = false) {
   std::error_code ec;
   for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -115,7 +122,7 @@ std::string foreign_file(const std::string &path, std::vector<std::string> *othe
     // nor is a manifest.json or model.h5 that does not hold what a save writes.)
     const bool named = name == kManifest || name == kCheckpointDataFile;
     const bool ours = made_by_a_save(name) && it->symlink_status(ec).type() == fs::file_type::regular &&
-                      !is_held_input(it->path().string()) &&
+                      (replaced || !is_held_input(it->path().string())) &&
                       (!named || holds_save_contents(it->path().string()));
     if (!ours) return it->path().string();
     if (others && name != kManifest && name != kCheckpointDataFile) others->push_back(name);
@@ -137,12 +144,12 @@ std::string foreign_reason(const std::string &file) {
 // user's file in it, not a symbolic link in its place, not a user's copy of a
 // checkpoint named iter_N.old.
 
-std::string not_removable(const std::string &path) {
+std::string not_removable(const std::string &path, bool replaced = false) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return "";
   if (S_ISLNK(st.st_mode)) return "is a symbolic link, which no save makes";
   if (!S_ISDIR(st.st_mode)) return "is not a directory";
-  if (const std::string foreign = foreign_file(path); !foreign.empty())
+  if (const std::string foreign = foreign_file(path, nullptr, replaced); !foreign.empty())
     return foreign_reason(foreign);
   bool old = false;
   if (checkpoint_dir_name(fs::path(path).filename().string(), &old) && old &&
@@ -155,11 +162,11 @@ std::string not_removable(const std::string &path) {
 // Removes a checkpoint directory (final, .tmp or .old) if not_removable says
 // it may, the manifest first, so a removal cut short leaves no
 // complete-looking directory; else removes nothing and returns the reason.
-std::string remove_save_dir(const std::string &path) {
-  if (std::string why = not_removable(path); !why.empty()) return why;
+std::string remove_save_dir(const std::string &path, bool replaced = false) {
+  if (std::string why = not_removable(path, replaced); !why.empty()) return why;
   if (!exists(path)) return "";
   std::vector<std::string> others;  // the temporaries and the mark, after the manifest and data
-  foreign_file(path, &others);
+  foreign_file(path, &others, replaced);
   for (const char *name : {kManifest, kCheckpointDataFile})
     if (std::remove(join(path, name).c_str()) != 0 && errno != ENOENT)
       os_fail("remove", join(path, name), errno);
@@ -209,7 +216,8 @@ std::vector<Entry> scan(const std::string &root) {
 // as such ("has no manifest.json" was wrong).
 std::string manifest_problem(const std::string &dir) {
   struct stat st;
-  if (::stat(join(dir, kManifest).c_str(), &st) != 0) return std::string("has no ") + kManifest;
+  if (::lstat(join(dir, kManifest).c_str(), &st) != 0) return std::string("has no ") + kManifest;
+  if (S_ISLNK(st.st_mode)) return std::string("has a ") + kManifest + " that is a symbolic link (a save makes none)";
   return S_ISREG(st.st_mode) ? "" : std::string("has a ") + kManifest + " that is not a regular file";
 }
 
@@ -219,7 +227,7 @@ std::string describe(const Entry &e, const std::string &root) {
   return e.name + " " + manifest_problem(join(root, e.name)) + " (damaged)";
 }
 
-// The tracker's one line, trailing white space dropped; "" when it is not one
+// The tracker's one line, white space around it dropped; "" when it is not one
 // line, *why (optional) saying what it is instead (unreadable, too large, more
 // lines: a second line was ignored in silence).
 std::string tracker_line(const std::string &path, std::string *why = nullptr) {
@@ -230,7 +238,11 @@ std::string tracker_line(const std::string &path, std::string *why = nullptr) {
     if (why) *why = e.what();
     return "";
   }
+  // White space around the name dropped, as Megatron's reader strips it (a
+  // leading space made the hand-edited tracker stale to a load and foreign
+  // to a save).
   while (!text.empty() && std::isspace((unsigned char)text.back())) text.pop_back();
+  text.erase(0, std::min(text.size(), text.find_first_not_of(" \t\r\n\v\f")));
   if (text.find('\n') != std::string::npos) {
     if (why)
       *why = "it holds more than one line (the first: '" +
@@ -326,7 +338,7 @@ bool complete_dir(const std::string &path) {
 
 }  // namespace
 
-std::string save_name_problem(const std::string &path) {
+std::string save_name_problem(const std::string &path, bool replaced) {
   const std::string name = fs::path(path).filename().string();
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return "";
@@ -347,8 +359,8 @@ std::string save_name_problem(const std::string &path) {
   // A complete checkpoint (not a link: no save makes one) is a save's to
   // replace; anything else of a checkpoint's name only if it holds nothing
   // but what saves make.
-  if (!old && !tmp && complete_dir(path)) return "";
-  return not_removable(path);
+  if (!old && !tmp && complete_dir(path) && !replaced) return "";
+  return not_removable(path, replaced && !old && !tmp);
 }
 
 namespace {
@@ -424,17 +436,13 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration, const v
   refuse_inside_checkpoint(root, "checkpoint root", true);  // checkpoints never nest
   if (exists(root) && !is_dir(root))
     fail(Status::io_error, "checkpoint directory '", root, "' exists but is not a directory");
-  std::error_code ec;
   // The directories this save makes for its root (an import's) go too if the
   // save is interrupted while they are still empty (the commit releases them).
-  for (fs::path p = fs::absolute(root, ec).lexically_normal(); p.has_relative_path();
-       p = p.parent_path()) {
-    if (!p.has_filename()) p = p.parent_path();
-    if (exists(p.string())) break;
-    hold_temp_directory(p.string(), {});
+  try {
+    make_held_directories(root);
+  } catch (const Error &e) {
+    fail(Status::io_error, "checkpoint directory '", root, "': ", e.what());
   }
-  fs::create_directories(root, ec);
-  if (ec) fail(Status::io_error, "cannot create checkpoint directory '", root, "': ", ec.message());
   if (::access(root.c_str(), W_OK) != 0) os_fail("write into checkpoint directory", root, errno);
   // Not into a directory another writer is saving into (an import into a
   // running trainer's --save lost the trainer's final checkpoint; two trainers
@@ -451,19 +459,15 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration, const v
   // cut short (an iter_N without its manifest). Anything else is the user's.
   const std::string final_dir = join(root, checkpoint_name(iteration));
   for (const std::string &path : {final_dir, final_dir + ".old", tmp, tracker_path(root)})
-    if (const std::string why = save_name_problem(path); !why.empty())
+    if (const std::string why = save_name_problem(path, path == final_dir); !why.empty())
       fail(Status::io_error, "'", path, "' ", why, ": the save of iteration ", iteration,
            " would replace it; move it away or save elsewhere");
   for (const std::string &path : {final_dir + ".old", tmp}) remove_save_dir(path);
   if (!complete_dir(final_dir)) remove_save_dir(final_dir);
   // An interrupted save (SIGINT, SIGTERM) leaves no iter_N.tmp behind: held
-  // for the signal cleanup before it exists, so no moment is left out.
-  hold_temp_directory(tmp, save_files());
-  if (::mkdir(tmp.c_str(), 0755) != 0) {
-    const int e = errno;
-    release_temp_directory(tmp, save_files());
-    os_fail("create", tmp, e);
-  }
+  // for the signal cleanup from its making. (Cleared above: one there now is
+  // another writer's.)
+  if (!make_held_directory(tmp, save_files())) os_fail("create", tmp, EEXIST);
   std::lock_guard<std::mutex> g(save_holds_mutex);
   save_holds[tmp] = std::move(hold);
   return tmp;
@@ -520,7 +524,7 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
     try {
       struct stat st;
       const bool link = ::lstat(old.c_str(), &st) == 0 && S_ISLNK(st.st_mode);  // was iter_N
-      const std::string why = link ? "" : remove_save_dir(old);
+      const std::string why = link ? "" : remove_save_dir(old, true);
       if (link && ::unlink(old.c_str()) != 0) os_fail("remove the link", old, errno);
       if (!why.empty()) std::fprintf(stderr, "ptdp: kept '%s': it %s\n", old.c_str(), why.c_str());
     } catch (const Error &e) {
@@ -578,7 +582,7 @@ std::vector<std::string> complete_checkpoints(const std::string &root) {
 
 std::vector<std::string> prune_checkpoints(
     const std::string &root, int keep_last,
-    const std::function<std::string(const std::string &dir)> &not_this_runs) {
+    const std::function<std::string(const std::string &dir)> &not_this_runs, int64_t saved) {
   if (keep_last < 0)
     fail(Status::bad_value, "keep_last must be >= 0 (0: every complete checkpoint is kept), got ",
          keep_last);
@@ -600,18 +604,30 @@ std::vector<std::string> prune_checkpoints(
   std::vector<std::string> removed;
   int kept = 0;
   for (const Entry &e : entries) {
-    bool drop = false;
-    if (e.tmp) drop = e.iter < newest;  // a newer .tmp may be a save under way
-    else if (e.complete) drop = ++kept > keep_last && keep_last > 0 && e.name != keep_tracked;
+    const std::string path = join(root, e.name);
+    bool newer = false;  // than the save just made
+    if (e.tmp) {
+      if (e.iter >= newest) continue;  // a newer .tmp may be a save under way
+    } else if (!e.complete || keep_last == 0) {
+      continue;
+    } else if (saved >= 0 && e.iter > saved) {
+      newer = true;
+    } else if (++kept <= keep_last || e.name == keep_tracked) {
+      continue;
+    }
     // Rotation deletes only directories the saves made: through a link it
     // would delete another directory's files (it still counts as kept).
-    if (!drop || e.link) continue;
-    const std::string path = join(root, e.name);
+    if (e.link) continue;
     // Only what the saves made: a directory holding anything else (a user's
     // file put there) is kept, and said so.
-    std::string foreign = foreign_file(path);
-    if (!foreign.empty()) foreign = foreign_reason(foreign);
-    if (foreign.empty() && e.complete && not_this_runs) foreign = not_this_runs(path);
+    std::string foreign;  // why rotation keeps one it would remove, said once
+    if (newer)
+      foreign = "is newer than this run's saves (a line a rewind left): they replace it if they "
+                "reach its iteration";
+    else if (const std::string file = foreign_file(path); !file.empty())
+      foreign = foreign_reason(file);
+    else if (e.complete && not_this_runs)
+      foreign = not_this_runs(path);
     if (foreign.empty()) {
       // A complete checkpoint is first renamed to a leftover's name
       // (iter_N.old, which the next rotation removes): a removal cut short (a

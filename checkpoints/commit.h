@@ -29,7 +29,10 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration, const v
 // it may (absent, a complete checkpoint, a tracker, a leftover holding only
 // what saves make, an iter_N.old a removal marked), else the reason. A save
 // never removes anything else: not a symbolic link of any of those names.
-std::string save_name_problem(const std::string &path);
+// With `replaced` (a save of its very iteration), a complete checkpoint too
+// must hold only what saves make (a swapped-out one holding a user's file
+// stayed under its .tmp name, where every later save of it stopped).
+std::string save_name_problem(const std::string &path, bool replaced = false);
 
 // Every entry of root save_name_problem objects to, before a run trains:
 // Error(io_error) naming the first and the reason (nothing when root is not
@@ -107,8 +110,11 @@ std::vector<std::string> complete_checkpoints(const std::string &root);
 // so is a complete checkpoint for which not_this_runs (when given) names a
 // reason: rotation removes only the saving run's checkpoints, never another
 // run's copied in (it still counts as kept). Returns the removed paths.
+// saved: the iteration the save just made (-1: none); a complete checkpoint
+// newer than it (a line a rewind left) is neither counted nor removed: kept,
+// and said once (this run's saves replace it if they reach its iteration).
 std::vector<std::string> prune_checkpoints(
     const std::string &root, int keep_last,
-    const std::function<std::string(const std::string &dir)> &not_this_runs = {});
+    const std::function<std::string(const std::string &dir)> &not_this_runs = {}, int64_t saved = -1);
 
 }  // namespace ptdp

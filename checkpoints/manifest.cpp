@@ -1,5 +1,7 @@
 #include "checkpoints/manifest.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -251,6 +253,12 @@ Manifest Manifest::parse(const std::string &text, const std::string &where) {
 
 Manifest Manifest::read(const std::string &dir) {
   const std::string path = dir + "/manifest.json";
+  // A regular file in its own directory, as a save makes it: through a link
+  // it would be another file's (rotation and saves take it for a user's).
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+    fail(Status::corrupt_data, "'", path, "' is a symbolic link: a checkpoint's manifest is a regular "
+         "file in its own directory (a save makes no links; copy the file in place of the link)");
   // A regular file only: a FIFO or device put there would block the read.
   Manifest m = parse(read_small_file(path, "'" + path + "'", "", size_t(1) << 30), "'" + path + "'");
   // An iter_N directory holds iteration N (checked also without the

@@ -300,28 +300,27 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   refuse_inside_checkpoint(weights_path, "export_safetensors output", false);
   const bool make_dir = to_dir && !fs::exists(out_path, ec);
   // An interrupted export (SIGINT, SIGTERM) removes the directory it made once
-  // its temporary files are gone (rmdir: only while empty), until it ends.
-  if (make_dir && !fs::create_directory(out_path, ec)) {
-    if (ec)
-      fail(Status::io_error, "export_safetensors: cannot create directory '", out_path, "': ", ec.message());
-    fail(Status::io_error, "export_safetensors: directory '", out_path, "' was made by another "
-         "command meanwhile (another export into it?): this export replaces nothing; give another "
-         "directory, or run it again when that one is done");
-  }
-  // Held for the signal cleanup once made, not before: held before, a signal
-  // as mkdir found another command's directory there would have removed it.
-  // An export that fails (refused, a full disk) removes it too, while empty:
-  // only what this export made.
+  // its temporary files are gone (rmdir: only while empty and still the one
+  // made), until it ends. An export that fails (refused, a full disk) removes
+  // it too, so: only what this export made.
   struct HeldDirectory {
     std::string dir;
     bool placed = false;
     ~HeldDirectory() {
       if (dir.empty()) return;
-      release_temp_directory(dir, {});
-      if (!placed) ::rmdir(dir.c_str());
+      if (placed) release_temp_directory(dir, {});
+      else unmake_directory(dir);
     }
-  } held{make_dir ? out_path : ""};
-  if (make_dir) hold_temp_directory(out_path, {});
+  } held;
+  try {
+    if (make_dir && !make_held_directory(out_path))
+      fail(Status::io_error, "directory '", out_path, "' was made by another command meanwhile (another "
+           "export into it?): this export replaces nothing; give another directory, or run it again "
+           "when that one is done");
+  } catch (const Error &e) {
+    fail(Status::io_error, "export_safetensors: ", e.what());
+  }
+  if (make_dir) held.dir = out_path;
   const std::string out_file = output_target(weights_path, "export_safetensors output", OutputKind::safetensors);
 
   // Header: every tensor's dtype, shape and byte range in the data that

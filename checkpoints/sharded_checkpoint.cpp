@@ -300,7 +300,7 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
         req.keep_last >= 0 && err.empty()
             ? attempt([&] { prune_checkpoints(req.root, req.keep_last, [&](const std::string &dir) {
                 return not_this_runs_checkpoint(dir, req.model, req.training);
-              }); })
+              }, it); })
             : "";
     if (!prune_err.empty())
       std::fprintf(stderr, "ptdp: saved %s/%s but could not remove older checkpoints or killed saves' leftovers: %s\n",

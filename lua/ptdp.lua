@@ -587,6 +587,10 @@ function Trainer:step_tokens(ids, count)
     -- As int32_t *: an array of arrays (int32_t[b][s + 1]) holds the same ids in order.
     arr, n = ffi.cast('const int32_t *', ids), count
   elseif type(ids) == 'table' then
+    if count ~= nil then  -- (a table knows its length: a count was ignored)
+      raise('step_tokens(ids): a table of ids takes no count (its length is the count); got ' ..
+            shown(count))
+    end
     need_list(ids, 'step_tokens', 'ids')  -- (a hole would cut the list short)
     local flat = ids
     if type(ids[1]) == 'table' then  -- a table of sequences: global_batch_size of seq_length + 1
@@ -727,7 +731,13 @@ function Trainer:agree(options)
   local names, values = ffi.new('const char *[?]', #keys + 1), ffi.new('const char *[?]', #keys + 1)
   local texts = {}  -- (kept alive while C reads them)
   for i, k in ipairs(keys) do
-    texts[i] = tostring(options[k])
+    -- By value: a table's or function's text is its address, another in each process.
+    local v = options[k]
+    if type(v) ~= 'string' and type(v) ~= 'number' and type(v) ~= 'boolean' then
+      raise(string.format("trainer:agree: option '%s' must be a string, number or boolean, got %s",
+                          k, shown(v)))
+    end
+    texts[i] = tostring(v)
     names[i - 1], values[i - 1] = k, texts[i]
   end
   check(C.ptdp_trainer_agree(self.handle, names, values, #keys))
@@ -1028,9 +1038,7 @@ function M.mkdirs(path)
     M.unmake_dirs(made)
     raise(msg)
   end
-  -- A directory already there is looked at first and never held: held, a
-  -- signal between the hold and mkdir's EEXIST would have removed a user's
-  -- empty directory.
+  -- A directory already there is looked at first: never made, never held.
   local function is_dir(p)
     local dir = io.open(p .. '/.', 'r')  -- opens only when p is a directory
     if dir then dir:close() end
@@ -1039,13 +1047,14 @@ function M.mkdirs(path)
   for part in path:gmatch('[^/]+') do
     prefix = prefix .. part
     if is_dir(prefix) then goto next_part end
-    C.ptdp_hold_made_directory(prefix, 1)  -- before it exists: no moment left out
     if ffi.C.mkdir(prefix, tonumber('755', 8)) == 0 then
+      -- Held once made, by its identity: the cleanup removes only the one
+      -- made (held before, one another program made meanwhile would go).
       made[#made + 1] = prefix
       made_by_mkdirs[prefix] = dev_ino(prefix)
+      C.ptdp_hold_made_directory(prefix, 1)
     else
       local err = ffi.errno()
-      C.ptdp_hold_made_directory(prefix, 0)  -- not this script's
       if err ~= EEXIST then
         refuse(string.format("cannot create directory '%s': %s", prefix, ffi.string(ffi.C.strerror(err))))
       end

@@ -718,10 +718,10 @@ namespace {
 enum : int { kSlotFree, kSlotBusy, kSlotHeld };
 struct TempSlot {
   std::atomic<int> state{kSlotFree};
-  bool directory;  // rmdir(2) it, after every file's unlink(2)
+  bool directory;  // rmdir(2) it, after every file's unlink(2), while it is the one made
   bool tree;       // a directory made whole (make_temp_tree): removed with all it holds, by remove_tree only
-  int fd;          // a tree's, open while held: its inode is never another's meanwhile
-  dev_t dev;       // and its identity, for the rmdir of its path
+  int fd;          // a directory's or tree's (or -1), open while held: its inode is never another's meanwhile
+  dev_t dev;       // a directory's or tree's identity from its making, for the rmdir of its path
   ino_t ino;
   char path[PATH_MAX];
 };
@@ -738,19 +738,21 @@ void for_each_temp_slot(Fn fn) {
     for (TempSlot &slot : c->slots) fn(slot);
 }
 
-void hold_temp_path(const std::string &tmp, bool directory = false,
-                    const struct stat *tree = nullptr, int tree_fd = -1) {
+// identity and fd: a directory's or tree's, as made (fd -1: none open).
+enum class Held { file, directory, tree };
+void hold_temp_path(const std::string &tmp, Held kind = Held::file,
+                    const struct stat *identity = nullptr, int fd = -1) {
   if (tmp.size() >= PATH_MAX) return;  // (the OS refuses to make such a path)
   for (TempChunk *c = &first_temp_chunk;; c = c->next.load()) {
     for (TempSlot &slot : c->slots) {
       int expected = kSlotFree;
       if (!slot.state.compare_exchange_strong(expected, kSlotBusy)) continue;
       std::memcpy(slot.path, tmp.c_str(), tmp.size() + 1);
-      slot.directory = directory;
-      slot.tree = tree != nullptr;
-      slot.fd = tree_fd;
-      slot.dev = tree ? tree->st_dev : 0;
-      slot.ino = tree ? tree->st_ino : 0;
+      slot.directory = kind == Held::directory;
+      slot.tree = kind == Held::tree;
+      slot.fd = fd;
+      slot.dev = identity ? identity->st_dev : 0;
+      slot.ino = identity ? identity->st_ino : 0;
       slot.state.store(kSlotHeld);
       return;
     }
@@ -768,6 +770,7 @@ void release_temp_path(const std::string &tmp) {
     // (A tree is released only by its removal: a save into it releases its own hold.)
     if (done || slot.state.load() != kSlotHeld || slot.tree || tmp != slot.path) return;
     if (slot.state.compare_exchange_strong(expected, kSlotBusy)) {
+      if (slot.fd >= 0) ::close(slot.fd);
       slot.state.store(kSlotFree);
       done = true;
     }
@@ -815,11 +818,17 @@ void empty_directory_at(int fd, int depth) {
 // A held tree and all it holds: the directory made (through the descriptor
 // held since), then its path when that is still this directory (another one
 // put there stays). Async-signal-safe.
+// Whether the slot's path is still the directory it made (lstat: a link put
+// there is not it). Async-signal-safe.
+bool still_made(const TempSlot &slot) {
+  struct stat st;
+  return ::lstat(slot.path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == slot.dev &&
+         st.st_ino == slot.ino;
+}
+
 void remove_tree(const TempSlot &slot) {
   empty_directory_at(slot.fd, 0);
-  struct stat st;
-  if (::lstat(slot.path, &st) == 0 && st.st_dev == slot.dev && st.st_ino == slot.ino)
-    ::rmdir(slot.path);
+  if (still_made(slot)) ::rmdir(slot.path);
 }
 
 // Async-signal-safe: unlink(2) and rmdir(2). Directories in any slot order:
@@ -835,7 +844,8 @@ void remove_held_paths() {
   for (bool removed = true; removed;) {
     removed = false;
     for_each_temp_slot([&](TempSlot &slot) {
-      if (slot.state.load() == kSlotHeld && slot.directory && ::rmdir(slot.path) == 0)
+      if (slot.state.load() == kSlotHeld && slot.directory && still_made(slot) &&
+          ::rmdir(slot.path) == 0)
         removed = true;
     });
   }
@@ -925,9 +935,79 @@ UninterruptedStep::UninterruptedStep(const std::string &what) {
   if (!enter_uninterrupted()) fail(Status::io_error, what, ": the process is ending");
 }
 
-void hold_temp_directory(const std::string &dir, const std::vector<std::string> &names) {
-  for (const std::string &name : names) hold_temp_path(dir + "/" + name);
-  hold_temp_path(dir, true);
+// A descriptor on the directory made, held open with it so that its inode is
+// no other directory's while held (a removed one's number is soon reused);
+// -1 where none opens (no descriptor left): then its identity alone.
+static int open_directory_held(const std::string &dir, const struct stat &made) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && (::fstat(fd, &st) != 0 || st.st_dev != made.st_dev || st.st_ino != made.st_ino)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool make_held_directory(const std::string &dir, const std::vector<std::string> &names) {
+  // No signal on this thread between the mkdir and the hold: the directory is
+  // on the cleanup's list from its making, by its identity.
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &before);
+  struct stat st;
+  const int made = ::mkdir(dir.c_str(), 0755) == 0 ? 0 : errno;
+  const bool held = made == 0 && ::lstat(dir.c_str(), &st) == 0;
+  if (held) {
+    for (const std::string &name : names) hold_temp_path(dir + "/" + name);
+    hold_temp_path(dir, Held::directory, &st, open_directory_held(dir, st));
+  }
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (held) return true;
+  if (made == EEXIST && ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return false;
+  fail(Status::io_error, "cannot create directory '", dir, "': ",
+       made == EEXIST ? "something else than a directory is there" : std::strerror(made ? made : errno));
+}
+
+std::vector<std::string> make_held_directories(const std::string &path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> missing;  // deepest first
+  for (fs::path p = fs::absolute(path, ec).lexically_normal(); p.has_relative_path(); p = p.parent_path()) {
+    if (!p.has_filename()) p = p.parent_path();
+    if (fs::exists(fs::symlink_status(p, ec))) break;
+    missing.push_back(p);
+  }
+  std::vector<std::string> made;
+  try {
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it)
+      if (make_held_directory(it->string())) made.insert(made.begin(), it->string());
+  } catch (...) {
+    for (const std::string &d : made) unmake_directory(d);
+    throw;
+  }
+  return made;
+}
+
+void hold_made_directory(const std::string &dir) {
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0)
+    fail(Status::io_error, "cannot hold '", dir, "': ", std::strerror(errno), " (hold a directory once made)");
+  if (!S_ISDIR(st.st_mode))
+    fail(Status::io_error, "cannot hold '", dir, "': it is not a directory (a link is not followed)");
+  hold_temp_path(dir, Held::directory, &st, open_directory_held(dir, st));
+}
+
+void unmake_directory(const std::string &dir) {
+  bool made = false;
+  for_each_temp_slot([&](TempSlot &slot) {
+    int expected = kSlotHeld;
+    if (made || slot.state.load() != kSlotHeld || !slot.directory || slot.tree || dir != slot.path) return;
+    if (!slot.state.compare_exchange_strong(expected, kSlotBusy)) return;
+    made = still_made(slot);
+    if (slot.fd >= 0) ::close(slot.fd);
+    slot.state.store(kSlotFree);
+  });
+  if (made) ::rmdir(dir.c_str());  // (while empty)
 }
 
 void release_temp_directory(const std::string &dir, const std::vector<std::string> &names) {
@@ -952,7 +1032,7 @@ std::string make_temp_tree(const std::string &parent, const std::string &prefix)
     ::rmdir(name.c_str());
     fail(Status::io_error, "cannot open the directory made, '", name, "': ", std::strerror(e));
   }
-  hold_temp_path(name, false, &st, fd);  // (a tree: not on the passes for files and empty directories)
+  hold_temp_path(name, Held::tree, &st, fd);  // (not on the passes for files and empty directories)
   return name;
 }
 

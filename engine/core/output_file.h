@@ -172,12 +172,24 @@ void remove_temp_file(const std::string &tmp);
 void put_in_place(const std::vector<std::pair<std::string, std::string>> &temps,
                   const std::string &what, bool new_only = false);
 
-// A directory this process is filling with files of known names (a
-// checkpoint's iter_N.tmp): until release_temp_directory, the signal cleanup
-// below removes those files, then the directory if it is then empty, as it
-// removes temporary files. Only the named files: nothing else is ever removed.
-void hold_temp_directory(const std::string &dir, const std::vector<std::string> &names);
+// A directory this process makes, and may fill with files of known names (a
+// checkpoint's iter_N.tmp): made (its parent must exist) and, until
+// release_temp_directory, held for the signal cleanup below, which removes
+// those files, then the directory if it is then empty and still the one made
+// (device and inode: another put at its path is not). Only the named files:
+// nothing else is ever removed. false when a directory is already there (not
+// held: not this process's); Error(io_error) when it cannot be made.
+bool make_held_directory(const std::string &dir, const std::vector<std::string> &names = {});
+// Each missing directory of path made so (parents first); returns those it
+// made, deepest first. On an error, what it made is removed again.
+std::vector<std::string> make_held_directories(const std::string &path);
+// A directory just made by the caller, held so by its identity now (the C
+// ABI's ptdp_hold_made_directory). Error(io_error) when none is there.
+void hold_made_directory(const std::string &dir);
 void release_temp_directory(const std::string &dir, const std::vector<std::string> &names);
+// Released, and removed while empty if it is still the directory made (a
+// made directory that the caller no longer needs).
+void unmake_directory(const std::string &dir);
 
 // A new directory parent/prefixXXXXXX of this process's own (mkdtemp), held
 // whole on the signal cleanup's list: an interrupted run removes it with all

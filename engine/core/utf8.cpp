@@ -83,6 +83,17 @@ std::string printable_message(std::string_view text) {
   return out;
 }
 
+std::string one_line_text(std::string_view text) {
+  std::string out;
+  for (char c : printable_message(text)) {
+    if (c == '\n' || c == '\r' || c == '\t')
+      append_escaped(out, (unsigned char)c);
+    else
+      out += c;
+  }
+  return out;
+}
+
 size_t first_ill_formed_utf8(std::string_view text) {
   size_t first = std::string_view::npos;
   walk(

@@ -20,6 +20,11 @@ std::string valid_utf8(std::string_view text);
 // tab stay) written as the four characters \xNN.
 std::string printable_message(std::string_view text);
 
+// A user's text quoted inside a one-line message: as printable_message, and a
+// newline, carriage return or tab written as \xNN too (a key ending in a
+// newline broke the message across two lines).
+std::string one_line_text(std::string_view text);
+
 // The offset of the first ill-formed byte of `text`, or npos when it is valid.
 size_t first_ill_formed_utf8(std::string_view text);
 

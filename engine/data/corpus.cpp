@@ -84,7 +84,9 @@ std::vector<std::string> expand_inputs(const std::vector<std::string> &inputs) {
     } else if (fs::exists(in, ec)) {
       files.push_back(in);
     } else {
-      fail(Status::io_error, "corpus input '", in, "' does not exist");
+      // (exists() is false on any error: a loop of links is not "missing".)
+      fail(Status::io_error, "corpus input '", in, "' ",
+           !ec || ec == std::errc::no_such_file_or_directory ? "does not exist" : "cannot be read: " + ec.message());
     }
   }
   return files;

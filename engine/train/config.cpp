@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/core/status.h"
+#include "engine/core/utf8.h"
 #include "engine/core/text.h"
 #include "engine/model/gpt_config.h"
 
@@ -185,15 +186,19 @@ std::string number_text(double x) {
 
 namespace {
 void validate_value(const OptionSpec &o, const std::string &v) {
-  auto range = [&]() { return "[" + number_text(o.min) + ", " + number_text(o.max) + "]"; };
+  // An integer's bounds in the digits it takes (1e+18 read as allowing '1e9').
+  auto bound = [&](double x) {
+    return o.type == OptionSpec::Int ? std::to_string((long long)x) : number_text(x);
+  };
+  auto range = [&]() { return "[" + bound(o.min) + ", " + bound(o.max) + "]"; };
   // strtoll and strtod skip leading white space: ' 4' was taken, '4 ' not.
   if ((o.type == OptionSpec::Int || o.type == OptionSpec::Float) && !v.empty() &&
       std::isspace((unsigned char)v.front()))
-    fail(Status::bad_value, o.key, " must be a number in ", range(), " without spaces, got '", v, "'");
+    fail(Status::bad_value, o.key, " must be a number in ", range(), " without spaces, got '", one_line_text(v), "'");
   if (o.type == OptionSpec::Int) {
     long long x = 0;
     if (!parse_whole(v, &x))
-      fail(Status::bad_value, o.key, " must be an integer in ", range(), ", got '", v, "'");
+      fail(Status::bad_value, o.key, " must be an integer in ", range(), ", got '", one_line_text(v), "'");
     // In integers: the bounds are whole numbers below 2^63, and x as a double
     // would round (1e18 + 64 to 1e18, inside the range).
     if (x < (long long)o.min || x > (long long)o.max)
@@ -202,7 +207,7 @@ void validate_value(const OptionSpec &o, const std::string &v) {
     char *end = nullptr;
     double x = std::strtod(v.c_str(), &end);
     if (v.empty() || *end != '\0' || !std::isfinite(x) || hex_number(v))
-      fail(Status::bad_value, o.key, " must be a number in ", range(), " (decimal digits), got '", v, "'");
+      fail(Status::bad_value, o.key, " must be a number in ", range(), " (decimal digits), got '", one_line_text(v), "'");
     // Written non-zero but read as 0 (1e-400, below the smallest double): lr 1e-400 became lr 0.
     const std::string mantissa = v.substr(0, v.find_first_of("eE"));
     if (x == 0 && mantissa.find_first_of("123456789") != std::string::npos)
@@ -214,21 +219,21 @@ void validate_value(const OptionSpec &o, const std::string &v) {
     std::string c;
     while (std::getline(ss, c, ','))
       if (c == v) return;
-    fail(Status::bad_value, o.key, " must be one of {", o.choices, "}, got '", v, "'");
+    fail(Status::bad_value, o.key, " must be one of {", o.choices, "}, got '", one_line_text(v), "'");
   }
 }
 }  // namespace
 
 void Config::set(const std::string &key, const std::string &value) {
   const OptionSpec *o = find_option(key);
-  if (!o) fail(Status::unknown_option, "unknown option '", key, "'; known options: ", option_keys_list());
+  if (!o) fail(Status::unknown_option, "unknown option '", one_line_text(key), "'; known options: ", option_keys_list());
   validate_value(*o, value);
   values_[key] = value;
 }
 
 std::string Config::get(const std::string &key) const {
   const OptionSpec *o = find_option(key);
-  if (!o) fail(Status::unknown_option, "unknown option '", key, "'; known options: ", option_keys_list());
+  if (!o) fail(Status::unknown_option, "unknown option '", one_line_text(key), "'; known options: ", option_keys_list());
   auto it = values_.find(key);
   return it != values_.end() ? it->second : std::string(o->default_value);
 }

@@ -92,7 +92,7 @@ std::string format_log_json(const StepMetrics &m) {
 
 void append_json_line(const std::string &path, const std::string &line, bool fresh) {
   if (line.find('\n') != std::string::npos || line.find('\r') != std::string::npos)
-    fail(Status::invalid_argument, "a JSON-lines record must be one line; got one with a newline");
+    fail(Status::invalid_argument, "a JSON-lines record must be one line; got one with a line break (\\n or \\r)");
   // The target first (what it is, whose input), then the record.
   const std::string target = output_target(path, "--log-json", OutputKind::metrics_log);
   // A metrics log is one run's: the first process to write it holds it while

@@ -94,10 +94,7 @@ struct MadeDirectories {
   ~MadeDirectories() {
     if (keep) return;
     std::error_code ec;
-    for (const fs::path &d : made) {
-      release_temp_directory(d.string(), {});
-      fs::remove(d, ec);  // rmdir: a directory with files stays
-    }
+    for (const fs::path &d : made) unmake_directory(d.string());  // (one with files stays)
   }
 };
 
@@ -107,17 +104,15 @@ void check_save_directory(const std::string &dir, MadeDirectories &made) {
   check_output_directory(dir, "--save");
   std::error_code ec;
   // Links and ".." resolved first: only a path where nothing is, not even a
-  // link, is listed (the cleanup removes what is listed).
-  for (fs::path p = fs::weakly_canonical(fs::absolute(dir, ec), ec);
-       !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) {
-    made.made.push_back(p);
-    hold_temp_directory(p.string(), {});  // before it exists: no moment left out
-    if (p == p.parent_path()) break;
+  // link, is made (and held: the cleanup removes what was made).
+  try {
+    for (const std::string &d : make_held_directories(fs::weakly_canonical(fs::absolute(dir, ec), ec).string()))
+      made.made.push_back(d);
+  } catch (const Error &e) {
+    fail(Status::io_error, "--save '", dir, "' cannot be used: ", e.what(), " (checked before the first step)");
   }
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir))
-    fail(Status::io_error, "--save '", dir, "' cannot be used: ",
-         ec ? ec.message() : "it is not a directory", " (checked before the first step)");
+  if (!fs::is_directory(dir))
+    fail(Status::io_error, "--save '", dir, "' cannot be used: it is not a directory (checked before the first step)");
   const std::string probe = dir + "/.ptdp_write_probe." + std::to_string(::getpid()) + "." +
                             std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
   std::FILE *f = std::fopen(probe.c_str(), "wb");
@@ -326,14 +321,21 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       check_save_target(opt_.save_path, resumed_from_, opt_.model, manifest_training(),
                         ckpt ? kAnyCheckpoint : kNoCheckpoint);
     // A run resumed from an earlier checkpoint of its --save directory (a
-    // rewind) replaces the newer ones there as it saves: said, not silent.
-    if (ckpt && !opt_.save_path.empty() && first_local_rank() == 0) {
+    // rewind) replaces the newer ones there as it saves: said, not silent;
+    // and one it cannot replace (a user's file in it) stops it now, not
+    // after the training.
+    if (ckpt && !opt_.save_path.empty()) {
       std::vector<std::string> newer;
       for (const std::string &dir : complete_checkpoints(opt_.save_path)) {
         bool tmp = false;
-        if (checkpoint_iteration(fs::path(dir).filename().string(), &tmp) > iteration_) newer.push_back(dir);
+        const int64_t it = checkpoint_iteration(fs::path(dir).filename().string(), &tmp);
+        if (it <= iteration_) continue;
+        newer.push_back(dir);
+        if (const std::string why = save_name_problem(dir, true); !why.empty() && it <= opt_.train_iters)
+          fail(Status::io_error, "--save '", opt_.save_path, "': '", dir, "' ", why, ": this run, resumed at "
+               "iteration ", iteration_, ", would replace it as it saves; move it away or save elsewhere");
       }
-      if (!newer.empty())
+      if (!newer.empty() && first_local_rank() == 0)
         std::fprintf(stderr,
                      "ptdp: note: --save '%s' holds %zu checkpoint%s newer than the one loaded "
                      "(iteration %lld), the newest '%s': this run's saves replace those of the "

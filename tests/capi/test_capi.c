@@ -230,6 +230,9 @@ static void test_null_arguments(const char *corpus, const char *data_path) {
   /* A switch is 0 or 1: 2 and -1 were read as 1. */
   EXPECT(ptdp_check_output("x.txt", "note", 2), BAD, "directory is 0 or 1, got 2", "check_output(directory 2)");
   EXPECT(ptdp_hold_made_directory("x.d", -1), BAD, "hold is 0 or 1, got -1", "hold_made_directory(hold -1)");
+  /* Held once made, by its identity: nothing there is no directory made. */
+  EXPECT(ptdp_hold_made_directory("no_such_dir.d", 1), PTDP_ERR_IO, "hold a directory once made",
+         "hold_made_directory(nothing there)");
   EXPECT(ptdp_append_line("x.jsonl", "{\"kind\": \"run\"}", 2), BAD, "fresh is 0 or 1, got 2",
          "append_line(fresh 2)");
   {

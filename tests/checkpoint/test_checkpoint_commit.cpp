@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "checkpoints/commit.h"
+#include "checkpoints/manifest.h"
 #include "engine/core/output_file.h"
 #include "checkpoints/disk_bandwidth.h"
 #include "checkpoints/crc32c.h"
@@ -112,9 +113,11 @@ TEST_F(Commit, AnIterDirectoryThatIsNoCheckpointIsNotReplaced) {
   EXPECT_EQ(begin_checkpoint(root, 7, &kWriter), root + "/iter_0000007.tmp");
   EXPECT_FALSE(fs::exists(root + "/iter_0000007"));
   EXPECT_TRUE(fs::is_empty(root + "/iter_0000007.tmp"));
-  // A tracker edited by hand (a trailing CR, spaces) is still a tracker.
+  // A tracker edited by hand (a trailing CR, spaces around) is still a tracker.
   spit(root + "/latest", "iter_0000007\r\n");
   EXPECT_NO_THROW(begin_checkpoint(root, 8, &kWriter));
+  spit(root + "/latest", " \titer_0000007 \n");
+  EXPECT_NO_THROW(begin_checkpoint(root, 9, &kWriter));
   spit(root + "/iter_0000003", "a file");
   expect_error([&] { begin_checkpoint(root, 3, &kWriter); }, Status::io_error, "iter_0000003' is not a directory");
   // A complete checkpoint of that iteration is swapped out as before.
@@ -240,6 +243,33 @@ TEST_F(Commit, DirectoryWithoutManifestIsSkipped) {
   save(400);
   prune_checkpoints(root, 1);
   EXPECT_TRUE(fs::exists(root + "/iter_0000300"));
+  // A manifest through a link is none (a save makes no links; a load refuses
+  // one): the directory is damaged, not the newest complete checkpoint.
+  save(500);
+  fs::rename(root + "/iter_0000500/manifest.json", root + "/elsewhere.json");
+  fs::create_symlink(root + "/elsewhere.json", root + "/iter_0000500/manifest.json");
+  EXPECT_EQ(find_latest_checkpoint(root, &why), root + "/iter_0000400");
+  EXPECT_NE(why.find("iter_0000500', which has a manifest.json that is a symbolic link"), std::string::npos)
+      << why;
+  expect_error([&] { Manifest::read(root + "/iter_0000500"); }, Status::corrupt_data,
+               "manifest.json' is a symbolic link: a checkpoint's manifest is a regular file");
+}
+
+// Rotation after a rewind: the checkpoints newer than the save just made (the
+// line the rewind left) are neither counted nor removed, and said so; the
+// newest keep_last at or below it are this run's.
+TEST_F(Commit, RotationAfterARewindCountsFromTheSaveJustMade) {
+  for (int it : {100, 200, 300, 400}) save(it);
+  spit(root + "/latest", "iter_0000200\n");  // this run's save of 200, after loading 100
+  ::testing::internal::CaptureStderr();
+  const std::vector<std::string> removed = prune_checkpoints(root, 1, {}, 200);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(removed, (std::vector<std::string>{root + "/iter_0000100"}));
+  for (const char *kept : {"iter_0000200", "iter_0000300", "iter_0000400"})
+    EXPECT_TRUE(fs::exists(root + "/" + kept)) << kept;
+  EXPECT_NE(said.find("rotation kept '" + root + "/iter_0000400': it is newer than this run's saves"),
+            std::string::npos)
+      << said;
 }
 
 TEST_F(Commit, StaleTrackerFallsBackToNewestComplete) {
@@ -304,16 +334,15 @@ TEST_F(Commit, RecommitReplacesTheSameIteration) {
   EXPECT_EQ(slurp(root + "/iter_0000100/model.h5"), h5("second"));
   EXPECT_FALSE(fs::exists(tmp));
   EXPECT_FALSE(fs::exists(root + "/iter_0000100.old"));
-  // A file a user put into the checkpoint: the swapped-out copy is kept with it.
+  // A file a user put into the checkpoint: the save of its iteration is
+  // refused before it begins, and the checkpoint stays as it is (swapped out,
+  // it stayed under the .tmp name, where every later save of it stopped).
   spit(root + "/iter_0000100/notes", "mine");
-  tmp = begin_checkpoint(root, 100, &kWriter);
-  spit(tmp + "/model.h5", h5("third"));
-  commit_checkpoint(root, 100, manifest_json("\"v\": 3"));
-  EXPECT_EQ(slurp(root + "/iter_0000100/model.h5"), h5("third"));
-  EXPECT_EQ(slurp(tmp + "/notes"), "mine");
-  // ... and a later save of that iteration refuses to remove it.
-  expect_error([&] { begin_checkpoint(root, 100, &kWriter); }, Status::io_error, "which no save made");
-  EXPECT_EQ(slurp(tmp + "/notes"), "mine");
+  expect_error([&] { begin_checkpoint(root, 100, &kWriter); }, Status::io_error,
+               "iter_0000100/notes', which no save made: the save of iteration 100 would replace it");
+  EXPECT_EQ(slurp(root + "/iter_0000100/notes"), "mine");
+  EXPECT_EQ(slurp(root + "/iter_0000100/model.h5"), h5("second"));
+  EXPECT_FALSE(fs::exists(tmp));
 }
 
 // Rotation and a crashed save's leftover go only when they hold nothing but a

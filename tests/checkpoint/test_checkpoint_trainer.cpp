@@ -284,6 +284,18 @@ TEST(CheckpointRetention, ARewindNamesTheNewerCheckpointsItsSavesReplace) {
   ::testing::internal::CaptureStderr();
   { Trainer resumed(o); }
   EXPECT_EQ(::testing::internal::GetCapturedStderr().find("newer than"), std::string::npos);
+  // One of those it cannot replace (a user's file in it) stops the rewind
+  // before its first step, and stays as it is (its save swapped it out under
+  // the .tmp name, where every later save stopped).
+  std::ofstream(dir.path + "/iter_0000003/notes.txt") << "mine";
+  o.load_path = dir.path + "/iter_0000001";
+  expect_error([&] { Trainer rewound(o); }, Status::io_error,
+               "iter_0000003/notes.txt', which no save made: this run, resumed at iteration 1, would "
+               "replace it as it saves");
+  EXPECT_TRUE(fs::exists(dir.path + "/iter_0000003/notes.txt"));
+  EXPECT_FALSE(fs::exists(dir.path + "/iter_0000003.tmp"));
+  o.train_iters = 2;  // one this run never reaches is left alone
+  EXPECT_NO_THROW(Trainer short_rewind(o));
 }
 
 // A resume with another batch size or optimizer option goes on with it (as
@@ -701,6 +713,10 @@ TEST(CheckpointSave, ATrainerThatLoadedNoneDoesNotMoveLatestBack) {
   EXPECT_EQ(find_latest_checkpoint(save), save + "/iter_0000004");
   Trainer c(o);  // one that loaded: its saves are its run's own to place
   c.load(save);
+  EXPECT_NO_THROW(c.save(save));
+  // The checkpoint it loaded, replaced by its new copy, is gone (kept, as a
+  // file this run read, it stayed as iter_N.tmp in every later save's way).
+  EXPECT_FALSE(fs::exists(save + "/iter_0000004.tmp"));
   EXPECT_NO_THROW(c.save(save));
 }
 

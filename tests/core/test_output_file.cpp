@@ -398,6 +398,45 @@ TEST(OutputFile, ATemporaryTreeGoesWholeAndFollowsNoLink) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "user");
 }
 
+// A made directory is held by its identity from its making: the signal
+// cleanup removes it while empty and still the one made; another directory
+// put at its path (emptied and made again by another program) stays, and so
+// does one that was there before (never made, never held).
+TEST(OutputFile, AMadeDirectoryIsRemovedOnlyWhileItIsTheOneMade) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  const std::string before = dir.path + "/before", made = dir.path + "/a/b/c", swapped = dir.path + "/swapped";
+  fs::create_directory(before);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ptdp::remove_temp_files_on_signal();
+    const bool ok = !ptdp::make_held_directory(before) &&
+                    ptdp::make_held_directories(made) ==
+                        std::vector<std::string>{made, dir.path + "/a/b", dir.path + "/a"} &&
+                    ptdp::make_held_directory(swapped);
+    ::rmdir(swapped.c_str());
+    ::mkdir(swapped.c_str(), 0755);  // another program's, now
+    if (!ok) ::_exit(3);
+    ::raise(SIGTERM);
+    ::_exit(0);  // not reached
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_FALSE(fs::exists(dir.path + "/a"));
+  EXPECT_TRUE(fs::is_directory(before));
+  EXPECT_TRUE(fs::is_directory(swapped));
+  // Held after the caller made it (the C ABI's hold): only a directory there.
+  expect_error([&] { ptdp::hold_made_directory(dir.path + "/none"); }, ptdp::Status::io_error,
+               "No such file or directory (hold a directory once made)");
+  expect_error([&] { ptdp::make_held_directory(dir.path + "/none/deeper"); }, ptdp::Status::io_error,
+               "cannot create directory '" + dir.path + "/none/deeper': No such file or directory");
+  ptdp::make_held_directory(dir.path + "/mine");
+  std::ofstream(dir.path + "/mine/file") << "x";
+  ptdp::unmake_directory(dir.path + "/mine");  // not empty: it stays
+  EXPECT_TRUE(fs::exists(dir.path + "/mine/file"));
+}
+
 // An input replaced during the run (a save's new 'latest' over the one the
 // run loaded) keeps its inode while it is registered: the freed number went to
 // the run's next output, refused as "the input this run reads".

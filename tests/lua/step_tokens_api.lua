@@ -74,6 +74,11 @@ for i = 1, 40 do short[i] = flat[i] end
 expect_error('136 token ids, got 40', 'a short batch', tr.step_tokens, tr, short)
 expect_error('takes a table of token ids', 'a string', tr.step_tokens, tr, 'abc')
 expect_error('needs its count', 'an FFI array without its count', tr.step_tokens, tr, array)
+expect_error('a table of ids takes no count', 'a table with a count (it was ignored)',
+             tr.step_tokens, tr, flat, -1)
+-- trainer:agree compares values by their text: a table's is its address.
+expect_error("option 'x' must be a string, number or boolean, got the table", 'agree on a table',
+             tr.agree, tr, { x = {} })
 -- Sequences of the wrong length were flattened and their boundaries moved.
 local moved = { {}, {} }
 for i = 1, #flat do table.insert(i <= 3 and moved[1] or moved[2], flat[i]) end

@@ -188,9 +188,10 @@ TEST(PlanClosedForms, ChunksInFlightSaturateAfterTheWarmUp) {
               << ptdp::schedule_name(k) << " p=" << p << " v=" << v << " m=" << m << " stage " << s;
           // The closed forms that stand in for long walks.
           const int64_t closed = chunks_in_flight_closed_form(k, p, v, m, s);
-          if (closed >= 0)
+          if (closed >= 0) {
             ASSERT_EQ(closed, walked) << "closed form: " << ptdp::schedule_name(k) << " p=" << p
                                       << " v=" << v << " m=" << m << " stage " << s;
+          }
         }
       }
 }

@@ -124,6 +124,12 @@ TEST(Trainer, ConfigErrorsNameTheProblem) {
   expect_error([&] { c.set("num_layer", "2"); }, Status::unknown_option, "num_layers");
   expect_error([&] { c.set("num_layers", "two"); }, Status::bad_value, "must be an integer");
   expect_error([&] { c.set("num_layers", "0"); }, Status::bad_value, "must be in [1, 4096]");
+  // An integer's bounds in the digits it takes ("[0, 1e+18]" beside a refused '1e9').
+  expect_error([&] { c.set("exit_interval", "1e9"); }, Status::bad_value,
+               "exit_interval must be an integer in [0, 1000000000000000000], got '1e9'");
+  // A user's key or value quoted on one line (a newline broke the message in two).
+  expect_error([&] { c.set("num_layers\n", "2"); }, Status::unknown_option, "unknown option 'num_layers\\x0A'");
+  expect_error([&] { c.set("num_layers", "2\r\n"); }, Status::bad_value, "got '2\\x0D\\x0A'");
   expect_error([&] { c.set("lr_decay_style", "step"); }, Status::bad_value, "constant,linear,cosine");
   expect_error([&] { c.set("hidden_dropout", "1.5"); }, Status::bad_value, "hidden_dropout");
 
