@@ -123,11 +123,16 @@ void last_one_wins(CLI::App &app) {
   for (CLI::App *sub : app.get_subcommands({})) last_one_wins(*sub);
 }
 
+void note_given_again(const std::string &command, const std::string &flag, size_t times,
+                      const std::string &last) {
+  std::fprintf(stderr, "%s: note: %s is given %zu times: the last one ('%s') is used\n", command.c_str(),
+               flag.c_str(), times, last.c_str());
+}
+
 void note_repeated(const CLI::App &app, const std::string &name) {
   for (const CLI::Option *opt : app.get_options())
     if (opt->get_multi_option_policy() == CLI::MultiOptionPolicy::TakeLast && opt->count() > 1)
-      std::fprintf(stderr, "%s: note: %s is given %zu times: the last one ('%s') is used\n",
-                   name.c_str(), opt->get_name().c_str(), opt->count(), opt->results().back().c_str());
+      note_given_again(name, opt->get_name(), opt->count(), opt->results().back());
   for (const CLI::App *sub : app.get_subcommands()) note_repeated(*sub, name);
 }
 
@@ -576,7 +581,7 @@ int run_ckpt(int argc, char **argv) {
 // list refuses a repeated key).
 int run_plan(int argc, char **argv) {
   std::vector<std::string> opts;
-  std::map<std::string, std::pair<size_t, int>> seen;  // key -> (its place in opts, times given)
+  std::map<std::string, std::pair<size_t, size_t>> seen;  // key -> (its place in opts, times given)
   for (int i = 2; i < argc; i++) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -593,14 +598,13 @@ int run_plan(int argc, char **argv) {
     size_t eq = key.find('=');
     if (eq != std::string::npos) value = key.substr(eq + 1), key = key.substr(0, eq);
     else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) value = argv[++i];
-    auto [it, fresh] = seen.emplace(key, std::make_pair(opts.size(), 1));
+    auto [it, fresh] = seen.emplace(key, std::make_pair(opts.size(), size_t(1)));
     if (fresh) opts.push_back(key + "=" + value);
     else opts[it->second.first] = key + "=" + value, it->second.second++;
   }
   for (const auto &[key, place] : seen)
     if (place.second > 1)
-      std::fprintf(stderr, "ptdp plan: note: --%s is given %d times: the last one ('%s') is used\n",
-                   key.c_str(), place.second, opts[place.first].substr(key.size() + 1).c_str());
+      note_given_again("ptdp plan", "--" + key, place.second, opts[place.first].substr(key.size() + 1));
   std::vector<const char *> c;
   for (auto &o : opts) c.push_back(o.c_str());
   std::vector<char> buf(1 << 16, '\0');

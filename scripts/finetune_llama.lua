@@ -64,10 +64,8 @@ while i <= #arg do
       value = arg[i]
       if value == nil or value:match('^%-%-') then fail(name .. ' needs a value') end
     end
-    -- Given again: the last one is used, said (as train_gpt.lua's flags).
-    if given_own[own[name]] then
-      io.stderr:write(string.format('note: %s %s is given again as %s %s: the last one is used\n', name,
-                                    given_own[own[name]], name, value))
+    if given_own[own[name]] then  -- (as train_gpt.lua's flags)
+      flags.note_given_again(name .. ' ' .. given_own[own[name]], name .. ' ' .. value)
     end
     given_own[own[name]] = value
     opts[own[name]] = value

@@ -35,6 +35,12 @@ local multi_value = { data_path = true }
 -- any work, with one line of error (no traceback).
 -- Returns config (table of engine options), opts (script options) and given
 -- (the keys set on the command line).
+-- A flag given again: the last one is used (Megatron's argparse takes it so;
+-- a wrapper script's later flag is an override), but said, naming both.
+function M.note_given_again(first, again)
+  io.stderr:write(string.format('note: %s is given again as %s: the last one is used\n', first, again))
+end
+
 function M.parse(argv, script_spec, config_defaults)
   local engine = {}
   for _, o in ipairs(ptdp.options()) do engine[o.key] = o end
@@ -143,15 +149,10 @@ function M.parse(argv, script_spec, config_defaults)
         value = value .. ' ' .. argv[i]
       end
     end
-    -- A flag given again overrides the first (Megatron's argparse does; a
-    -- wrapper script's later flag is an override), but not silently: a note
-    -- names both (also two switches for one option: --no-X after --X).
+    -- (Two switches for one option, --no-X after --X, are one flag given again.)
     local set = switch and switch.key or key
     local as_given = '--' .. name .. (switch and '' or ' ' .. value)
-    if given[set] then
-      io.stderr:write(string.format('note: %s is given again as %s: the last one is used\n',
-                                    given_as[set], as_given))
-    end
+    if given[set] then M.note_given_again(given_as[set], as_given) end
     given[set], given_as[set] = true, as_given
     if switch then
       config[switch.key] = switch.value
