@@ -868,16 +868,16 @@ void MpiWorld::agree(const std::string &what,
       fail(Status::invalid_config, "the processes of this run compare different ", what, "s: world rank ",
            r, " has ", counts[(size_t)r], " ", what, "s to compare, world rank 0 ", counts[0],
            " (every process passes the same names, in the same order)");
-  std::vector<int64_t> mine((size_t)n + 1);
-  mine[0] = n;
+  if (n == 0) return;
+  std::vector<int64_t> mine((size_t)n);
   for (int i = 0; i < n; i++) {
     const std::string text = items[(size_t)i].first + '=' + items[(size_t)i].second;
-    mine[(size_t)i + 1] = (int64_t)fnv1a(text.data(), text.size());
+    mine[(size_t)i] = (int64_t)fnv1a(text.data(), text.size());
   }
   const std::vector<int64_t> all = gather(mine);
   for (int r = 1; r < w.size; r++) {
     for (int i = 0; i < n; i++)
-      if (all[(size_t)r * (n + 1) + i + 1] != all[(size_t)i + 1])
+      if (all[(size_t)r * n + i] != all[(size_t)i])
         fail(Status::invalid_config, what, " '", items[(size_t)i].first, "' differs between the processes of ",
              "this run (world ranks 0 and ", r, "; on world rank ", w.rank, " it is '", items[(size_t)i].second,
              "'): every process of a run takes the same options (all ranks run together what they ",
