@@ -956,10 +956,17 @@ bool make_held_directory(const std::string &dir, const std::vector<std::string> 
   pthread_sigmask(SIG_BLOCK, &all, &before);
   struct stat st;
   const int made = ::mkdir(dir.c_str(), 0755) == 0 ? 0 : errno;
-  const bool held = made == 0 && ::lstat(dir.c_str(), &st) == 0;
-  if (held) {
-    for (const std::string &name : names) hold_temp_path(dir + "/" + name);
-    hold_temp_path(dir, Held::directory, &st, open_directory_held(dir, st));
+  bool held = made == 0 && ::lstat(dir.c_str(), &st) == 0;
+  try {
+    if (held) {
+      for (const std::string &name : names) hold_temp_path(dir + "/" + name);
+      hold_temp_path(dir, Held::directory, &st, open_directory_held(dir, st));
+    }
+  } catch (...) {  // (no memory for the list: made, then not kept)
+    for (const std::string &name : names) release_temp_path(dir + "/" + name);
+    ::rmdir(dir.c_str());
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    throw;
   }
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (held) return true;
@@ -1032,7 +1039,13 @@ std::string make_temp_tree(const std::string &parent, const std::string &prefix)
     ::rmdir(name.c_str());
     fail(Status::io_error, "cannot open the directory made, '", name, "': ", std::strerror(e));
   }
-  hold_temp_path(name, Held::tree, &st, fd);  // (not on the passes for files and empty directories)
+  try {
+    hold_temp_path(name, Held::tree, &st, fd);  // (not on the passes for files and empty directories)
+  } catch (...) {  // (no memory for the list: made, then not kept)
+    ::close(fd);
+    ::rmdir(name.c_str());
+    throw;
+  }
   return name;
 }
 
@@ -1053,6 +1066,17 @@ void remove_temp_tree(const std::string &dir) {
     ::close(slot.fd);
     slot.state.store(kSlotFree);
     done = true;
+  });
+  // Trees made inside it went with it: off the list (their descriptors held
+  // directories that no longer exist).
+  for_each_temp_slot([&](TempSlot &slot) {
+    int expected = kSlotHeld;
+    struct stat inner;
+    if (!done || slot.state.load() != kSlotHeld || !slot.tree || ::fstat(slot.fd, &inner) != 0 ||
+        inner.st_nlink != 0 || !slot.state.compare_exchange_strong(expected, kSlotBusy))
+      return;
+    ::close(slot.fd);
+    slot.state.store(kSlotFree);
   });
   if (!done)
     fail(Status::invalid_argument, "'", dir, "' is not a directory this process made with ",

@@ -175,15 +175,18 @@ std::string machine_to_json(const Machine &m) {
   return json_file_text(j, 2) + "\n";
 }
 
-bool is_machine_preset(const std::string &name) {
+// A preset's JSON by its name, nullptr when none is so named.
+static const char *preset_json(const std::string &name) {
   for (auto &p : kMachinePresets)
-    if (name == p[0]) return true;
-  return false;
+    if (name == p[0]) return p[1];
+  return nullptr;
 }
 
+bool is_machine_preset(const std::string &name) { return preset_json(name) != nullptr; }
+
 Machine load_machine(const std::string &name_or_file) {
-  for (auto &p : kMachinePresets)
-    if (name_or_file == p[0]) return machine_from_json(p[1], std::string("preset '") + p[0] + "'");
+  if (const char *json = preset_json(name_or_file))
+    return machine_from_json(json, "preset '" + name_or_file + "'");
   // Not a preset: a file if one is there, otherwise a mistyped name.
   std::error_code ec;
   if (!std::filesystem::exists(name_or_file, ec)) {

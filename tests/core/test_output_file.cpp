@@ -334,6 +334,23 @@ TEST(OutputFile, ASignalRemovesEveryTemporary) {
 
 // A script's work directory (make_temp_tree) goes whole, on a signal and by
 // remove_temp_tree, following no link out of it; nothing else is removed.
+// A tree made inside another goes with it, and off the list: its descriptor
+// is closed (it stayed open on a directory that no longer existed).
+TEST(OutputFile, ATreeInsideARemovedTreeIsReleased) {
+  TempDir dir;
+  const auto open_fds = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"), {});
+  };
+  const auto before = open_fds();
+  const std::string outer = ptdp::make_temp_tree(dir.path, "outer.");
+  const std::string inner = ptdp::make_temp_tree(outer, "inner.");
+  EXPECT_EQ(open_fds(), before + 2);
+  ptdp::remove_temp_tree(outer);
+  EXPECT_FALSE(std::filesystem::exists(outer));
+  EXPECT_EQ(open_fds(), before);
+  expect_error([&] { ptdp::remove_temp_tree(inner); }, ptdp::Status::invalid_argument, "removed already");
+}
+
 TEST(OutputFile, ATemporaryTreeGoesWholeAndFollowsNoLink) {
   TempDir dir;
   namespace fs = std::filesystem;
