@@ -153,6 +153,8 @@ case("train_gpt.lua: fp16 at loss scale 1 and lr 10 (the model diverges)",
      "--global-batch-size", "2"], "lua_train_gpt_diverged")
 case("train_gpt.lua: `--finetune` without `--load`",
      train + ["--data-path", "good.ptdp", "--finetune"] + tiny, "checkpoint_import_cli")
+case("train_gpt.lua: `--exit-interval 1e9` (an integer written as a float)",
+     train + ["--data-path", "good.ptdp", "--exit-interval", "1e9"] + tiny, "Trainer.ConfigErrorsNameTheProblem")
 case("train_gpt.lua: `--async-save` without `--save`",
      train + ["--data-path", "good.ptdp", "--async-save"] + tiny, "Preemption.SaveOptionsWithoutASaveDirectoryAreRefused")
 case("train_gpt.lua: `--save-interval 1` without `--save`",
@@ -379,6 +381,18 @@ case("`--load` of a checkpoint of another shape", train + ["--data-path", "good.
      + tiny, "test_checkpoint_trainer")
 case("`ptdp ckpt export-safetensors ckpt ckpt` (into a save directory)", ["ckpt", "export-safetensors", "ckpt",
      "ckpt"], "CheckpointExport.UnwritableDestination")
+sh(train + ["--data-path", "good.ptdp", "--save", "line", "--save-interval", "1", "--train-iters", "3"]
+   + tiny[:-8] + ["--eval-interval", "0", "--sample-tokens", "0", "--num-threads", "1"])
+write(os.path.join("line", "iter_0000003", "notes.txt"), "mine")
+case("a rewind (`--load line/iter_0000001 --save line`) whose saves would replace a checkpoint holding a "
+     "user's file", train + ["--data-path", "good.ptdp", "--save", "line", "--load", "line/iter_0000001",
+     "--save-interval", "1", "--train-iters", "3"] + tiny[:-8] + ["--eval-interval", "0", "--sample-tokens",
+     "0", "--num-threads", "1"], "CheckpointRetention.ARewindNamesTheNewerCheckpointsItsSavesReplace")
+shutil.copytree(os.path.join(work, "ckpt"), os.path.join(work, "linked"))
+os.rename(os.path.join(work, "linked", "iter_0000000", "manifest.json"), os.path.join(work, "manifest_copy.json"))
+os.symlink(os.path.join(work, "manifest_copy.json"), os.path.join(work, "linked", "iter_0000000", "manifest.json"))
+case("a checkpoint whose manifest.json is a symbolic link", ["ckpt", "verify", "linked/iter_0000000"],
+     "Commit.DirectoryWithoutManifestIsSkipped")
 
 section("Hugging Face safetensors import (`ptdp ckpt import-safetensors`)")
 model = os.path.join(hf, "model.safetensors")
@@ -443,6 +457,8 @@ case("`--fp16 0` and no other precision", plan + ["--fp16", "0"], "PlanBadInput"
 case("`--device cpu` without `--calibrate`", plan + ["--device", "cpu"], "PlanBadInput")
 case("`--add-qkv-bias` without `--disable-bias-linear`", plan + ["--add-qkv-bias"],
      "PlanBadInput.OptionsTheTrainerRefusesAreRefused")
+case("`--explain t=8,p=1,b=1` with `--tensor-model-parallel-size 2`", plan +
+     ["--tensor-model-parallel-size", "2", "--explain", "t=8,p=1,b=1"], "PlanBadInput")
 case("`--pipeline-schedule interleaved` at `--pipeline-model-parallel-size 1`", plan +
      ["--pipeline-schedule", "interleaved", "--pipeline-model-parallel-size", "1"],
      "PlanBadInput.OptionsTheTrainerRefusesAreRefused")
