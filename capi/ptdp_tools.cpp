@@ -15,6 +15,7 @@
 #include "checkpoints/disk_bandwidth.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/output_file.h"
+#include "engine/core/temp_files.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
 #include "engine/data/corpus.h"

@@ -22,6 +22,7 @@
 #include "checkpoints/disk_bandwidth.h"
 #include "engine/core/checkpoint_names.h"
 #include "engine/core/output_file.h"
+#include "engine/core/temp_files.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/core/utf8.h"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/core/output_file.h"
+#include "engine/core/temp_files.h"
 #include "engine/core/status.h"
 
 namespace ptdp {

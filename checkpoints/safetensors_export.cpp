@@ -1,6 +1,7 @@
 #include "checkpoints/safetensors_export.h"
 
 #include "engine/core/output_file.h"
+#include "engine/core/temp_files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -36,6 +36,7 @@ target_sources(ptdp PRIVATE $<TARGET_OBJECTS:ptdp_plan>)
 # without the rest of the engine.
 add_library(ptdp_plan_standalone STATIC $<TARGET_OBJECTS:ptdp_plan>
   engine/parallel/schedule.cpp engine/core/status.cpp engine/core/utf8.cpp engine/core/output_file.cpp
+  engine/core/temp_files.cpp engine/core/process_lock.cpp
   engine/core/mapped_file.cpp
   engine/core/canvas.cpp engine/core/font5x7.cpp engine/core/chart.cpp)
 target_include_directories(ptdp_plan_standalone PUBLIC ${CMAKE_SOURCE_DIR})

@@ -15,7 +15,7 @@ exe="$build/test_comm_threads"
 echo "run_tsan: building $exe with $CXX"
 "$CXX" -std=c++17 -fsanitize=thread -O1 -g -pthread -I"$root" \
   "$root/tests/comm/test_comm_threads.cpp" \
-  "$root/engine/comm/thread_comm.cpp" "$root/engine/comm/communicator.cpp" "$root/engine/trace/timeline.cpp" "$root/engine/comm/grid.cpp" "$root/engine/core/status.cpp" "$root/engine/core/utf8.cpp" "$root/engine/core/output_file.cpp" \
+  "$root/engine/comm/thread_comm.cpp" "$root/engine/comm/communicator.cpp" "$root/engine/trace/timeline.cpp" "$root/engine/comm/grid.cpp" "$root/engine/core/status.cpp" "$root/engine/core/utf8.cpp" "$root/engine/core/output_file.cpp" "$root/engine/core/temp_files.cpp" "$root/engine/core/process_lock.cpp" \
   "$root/engine/comm/staged_comm.cpp" "$root/engine/device/device.cpp" "$root/engine/device/cpu_device.cpp" "$root/engine/core/allocator.cpp" \
   -o "$exe" -lgtest -lgtest_main
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}" "$exe" "$@"

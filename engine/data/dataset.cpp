@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "engine/core/output_file.h"
+#include "engine/core/temp_files.h"
 #include "engine/core/status.h"
 
 namespace ptdp {

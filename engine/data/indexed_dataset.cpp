@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "engine/core/output_file.h"
+#include "engine/core/temp_files.h"
 #include "engine/core/status.h"
 
 // The format is little-endian; the files are mapped and copied as they are.

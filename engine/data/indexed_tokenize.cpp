@@ -8,6 +8,7 @@
 
 #include "engine/core/json_text.h"
 #include "engine/core/output_file.h"
+#include "engine/core/temp_files.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"

@@ -16,6 +16,7 @@
 
 #include "engine/core/json_text.h"
 #include "engine/core/output_file.h"
+#include "engine/core/temp_files.h"
 #include "engine/core/status.h"
 #include "engine/core/utf8.h"
 #include "engine/train/config.h"

@@ -24,6 +24,7 @@
 #include "engine/comm/thread_comm.h"
 #include "engine/core/checkpoint_names.h"
 #include "engine/core/output_file.h"
+#include "engine/core/temp_files.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/parallel/grad_sync.h"

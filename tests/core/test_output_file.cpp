@@ -16,6 +16,7 @@
 #include <iterator>
 
 #include "engine/core/output_file.h"
+#include "engine/core/temp_files.h"
 #include "engine/data/bpe_tokenizer.h"
 #include "engine/data/corpus.h"
 #include "engine/data/indexed_dataset.h"
