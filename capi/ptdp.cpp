@@ -444,11 +444,13 @@ ptdp_status ptdp_trainer_get_text(const ptdp_trainer *t, const char *name, char 
     const ptdp::Trainer &tr = *t->trainer;
     if (n == "loaded_checkpoint") return copy_out(tr.last_loaded(), buf, cap, out_len);
     if (n == "last_checkpoint") return copy_out(tr.last_saved(), buf, cap, out_len);
+    if (n == "saved_checkpoints") return copy_out(tr.saved_checkpoints(), buf, cap, out_len);
     if (n == "last_save_error") return copy_out(tr.last_save_error(), buf, cap, out_len);
     if (n == "device") return copy_out(tr.device_name(0), buf, cap, out_len);
     if (n == "exit_reason") return copy_out(tr.exit_reason(), buf, cap, out_len);
     ptdp::fail(ptdp::Status::invalid_argument, "unknown text '", n,
-               "'; known: loaded_checkpoint, last_checkpoint, last_save_error, device, exit_reason");
+               "'; known: loaded_checkpoint, last_checkpoint, saved_checkpoints, last_save_error, device, ",
+               "exit_reason");
   });
 }
 

@@ -195,7 +195,9 @@ PTDP_API ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *trainer, in
                                                  const char *name, double *value);
 /* A named text of the run: loaded_checkpoint (which checkpoint the last load
  * took, why, and the layouts it was saved with and loaded into), last_checkpoint
- * (directory of the last checkpoint saved), last_save_error (why the last save
+ * (directory of the last checkpoint saved), saved_checkpoints (every
+ * checkpoint this trainer committed, in order, each followed by a newline:
+ * one step may commit two, an --async-save's and an exit's), last_save_error (why the last save
  * made by a step at save_interval failed; training goes on), each "" if none;
  * device (the first local rank's, e.g. "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)":
  * what the device option, by default auto, chose); exit_reason (why the run

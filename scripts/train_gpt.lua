@@ -118,12 +118,15 @@ end
 -- (The dataset by its identity: a file another command put there since is not ours.)
 local data_made = data_made_now and ptdp.file_identity(config.data_path)
 local save_made = (config.save or '') ~= '' and not exists(config.save)
+local save_id  -- the --save directory the started trainer made, by its identity
 local function unmake()
   if data_made and ptdp.file_identity(config.data_path) == data_made then
     os.remove(config.data_path)
     ptdp.unmake_dirs(data_dirs or {})  -- (only while empty)
   end
-  if save_made then ffi.C.rmdir(config.save) end
+  -- (A trainer that fails to start removes what it made itself; a directory
+  -- at --save then is another program's.)
+  if save_id and ptdp.file_identity(config.save) == save_id then ffi.C.rmdir(config.save) end
 end
 local made_ok, trainer = pcall(ptdp.trainer, config)
 if not made_ok then
@@ -131,6 +134,7 @@ if not made_ok then
   io.stderr:write('ptdp: ', (tostring(trainer):gsub('^ptdp: ', '')), '\n')
   os.exit(1)
 end
+if save_made then save_id = ptdp.file_identity(config.save) end
 -- Under mpirun, this script's own options that shape what all ranks run
 -- together (evaluations, the sample) are every process's (a different
 -- --eval-interval crashed in MPI; the engine's options are compared by the trainer).
@@ -160,8 +164,19 @@ print(string.format('unigram entropy of the training split: %.4f nats/token (%.4
 
 -- (A --load that found nothing to load the engine has said on stderr.)
 local loaded = trainer:text('loaded_checkpoint')
-if loaded ~= '' and not loaded:find('^load: ') then print(loaded) end
-local save_dir = trainer:text('last_checkpoint')
+local loaded_one = loaded ~= '' and not loaded:find('^load: ')
+if loaded_one then print(loaded) end
+-- Each checkpoint this run commits is said once, in order (a step that exits
+-- may commit two: an --async-save's and its own).
+local saves_said = 0
+local function say_saves()
+  local n = 0
+  for dir in trainer:text('saved_checkpoints'):gmatch('[^\n]+') do
+    n = n + 1
+    if n > saves_said then print(string.format(' saved checkpoint %s', dir)) end
+  end
+  saves_said = n
+end
 
 -- --log-json FILE (JSON lines, for plots): a "run" record, then one "train"
 -- record per logged iteration (the log line's fields) and one "valid" record
@@ -222,10 +237,12 @@ local loss
 -- --exit-duration-in-mins has saved (with --save) and ends the run here.
 local exit_reason = ''
 local first = trainer:get('iteration') + 1  -- past iters: a finished run, resumed again
-if first > iters then  -- (loaded at or past --train-iters: said, not a silent no-op)
+if first > iters and loaded_one then  -- (loaded at or past --train-iters: said, not a silent no-op)
   io.stderr:write(string.format('ptdp: note: the loaded checkpoint is at iteration %d and --train-iters is %d: ' ..
                                 'nothing to train; the model of iteration %d is evaluated\n', first - 1, iters,
                                 first - 1))
+elseif first > iters then  -- --train-iters 0, nothing loaded
+  io.stderr:write('ptdp: note: --train-iters 0: nothing to train; the model as initialized is evaluated\n')
 end
 for it = first, iters do
   trainer:step()
@@ -234,11 +251,7 @@ for it = first, iters do
     print(trainer:log_line())
     log_record(trainer:log_json())
   end
-  local saved = trainer:text('last_checkpoint')
-  if saved ~= save_dir then
-    save_dir = saved
-    print(string.format(' saved checkpoint %s', saved))
-  end
+  say_saves()
   if exit_reason ~= '' then break end
   if opts.eval_interval > 0 and it % opts.eval_interval == 0 and it ~= iters then validate(it) end
 end
@@ -256,8 +269,7 @@ end
 -- for, and earlier failures are repeated here (each was reported as it came).
 local function fail_on_failed_saves()
   trainer:wait_for_saves()  -- an --async-save in flight: the run ends when it is on disk
-  local saved = trainer:text('last_checkpoint')
-  if saved ~= save_dir then print(string.format(' saved checkpoint %s', saved)) end
+  say_saves()
   local failed = trainer:get('failed_saves')
   if failed > 0 then
     local last = trainer:text('last_save_error')
@@ -308,8 +320,8 @@ if loss and (loss ~= loss or loss == math.huge) then
   io.stderr:write(string.format('ptdp: the final validation loss is %s: the model diverged (lower ' ..
                                 '--lr, set --clip-grad, or use bf16 or a larger --initial-loss-scale ' ..
                                 'under fp16)%s\n', tostring(loss),
-                                save_dir ~= '' and "; the last checkpoint, '" .. save_dir ..
-                                  "', holds the diverged model" or ''))
+                                trainer:text('last_checkpoint') ~= '' and "; the last checkpoint, '" ..
+                                  trainer:text('last_checkpoint') .. "', holds the diverged model" or ''))
   os.exit(1)
 end
 -- For a script that runs this one (dofile): how the run ended. An exit

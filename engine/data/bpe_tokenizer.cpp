@@ -83,7 +83,7 @@ std::vector<std::pair<std::string, int64_t>> vocab_of(const nlohmann::json &j,
                                                       const std::string &what) {
   if (!j.is_object())
     fail(Status::corrupt_data, "GPT2BPETokenizer: ", what,
-         " must be a JSON object of token: id, got a ", j.type_name());
+         " must be a JSON object of token: id, got ", j.is_array() || j.is_object() ? "an " : "a ", j.type_name());
   std::vector<std::pair<std::string, int64_t>> out;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!it.value().is_number_integer())

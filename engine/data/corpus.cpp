@@ -1,6 +1,7 @@
 #include "engine/data/corpus.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -73,14 +74,40 @@ std::vector<std::string> expand_inputs(const std::vector<std::string> &inputs) {
   for (const auto &in : inputs) {
     std::error_code ec;
     if (fs::is_directory(in, ec)) {
-      std::vector<std::string> found;
+      std::vector<std::string> found, skipped;
+      const fs::path dir = fs::canonical(in, ec);
       for (const auto &e : fs::directory_iterator(in, ec)) {
-        if (!e.is_regular_file() || e.is_symlink()) continue;  // fortunes has *.u8 symlinks
-        if (e.path().extension() == ".dat") continue;           // strfile indexes
-        found.push_back(e.path().string());
+        const std::string name = e.path().filename().string();
+        std::error_code lec;
+        // fortunes has *.u8 links to its own files, and strfile indexes X.dat
+        // beside each X: both left out in silence (their text is read once).
+        if (e.is_symlink()) {
+          const fs::path target = fs::canonical(e.path(), lec);
+          if (!lec && target.parent_path() == dir && fs::is_regular_file(target, lec)) continue;
+          skipped.push_back("'" + name + "' (a symbolic link out of the directory)");
+        } else if (!e.is_regular_file()) {
+          skipped.push_back("'" + name + "' (" + (e.is_directory() ? "a directory" : "not a regular file") + ")");
+        } else if (e.path().extension() == ".dat" &&
+                   fs::is_regular_file(e.path().parent_path() / e.path().stem(), lec)) {
+          continue;
+        } else if (name[0] == '.') {  // an editor's or a tool's, not the corpus
+          skipped.push_back("'" + name + "' (a hidden file)");
+        } else {
+          found.push_back(e.path().string());
+        }
       }
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
+      // Said, not silent: what else was left out.
+      if (!skipped.empty()) {
+        std::sort(skipped.begin(), skipped.end());
+        std::string list;
+        for (size_t i = 0; i < skipped.size() && i < 5; i++) list += (i ? ", " : "") + skipped[i];
+        if (skipped.size() > 5) list += ", and " + std::to_string(skipped.size() - 5) + " more";
+        std::fprintf(stderr, "ptdp: note: corpus directory '%s': %zu of its entries not read: %s (a "
+                             "directory's own regular files are read; give others by name)\n",
+                     in.c_str(), skipped.size(), list.c_str());
+      }
     } else if (fs::exists(in, ec)) {
       files.push_back(in);
     } else {

@@ -15,8 +15,11 @@ const char *corpus_format_names();
 std::vector<std::string> read_documents(const std::string &path, const std::string &format);
 
 // The files to read for a list of inputs: a file as it is, a directory as
-// its regular files sorted by name (skipping symbolic links, as fortunes'
-// *.u8, and fortune index files *.dat). Error(io_error) naming a missing input.
+// its regular files sorted by name. Left out in silence: a link to a file of
+// the directory (fortunes' *.u8) and a strfile index X.dat beside its X; left
+// out and named in a note on stderr: other links, subdirectories and other
+// entries that are no regular file, hidden files. Error(io_error) naming a
+// missing input.
 std::vector<std::string> expand_inputs(const std::vector<std::string> &inputs);
 
 // The documents of `files` (read_documents, one file at a time), in chunks of

@@ -86,8 +86,10 @@ void check_source_vocab(const TokenSource &src, int model_vocab, const std::stri
   if (src.vocab_size() <= model_vocab) return;
   fail(Status::invalid_config, "Megatron dataset '", src.path(), "' holds token ids up to ",
        src.vocab_size() - 1, " but the model's vocabulary has ", model_vocab, " ids (the '",
-       tokenizer, "' tokenizer's unless vocab_size is set): set vocab_size to at least ",
-       src.vocab_size(), " or tokenize the data with the '", tokenizer, "' tokenizer");
+       tokenizer, "' tokenizer's unless vocab_size is set): another tokenizer made it. Train with that "
+       "tokenizer (its tokenizer_type and files), or tokenize the text again with the '", tokenizer,
+       "' tokenizer; or, to train on its ids as they are (a sample or generation then decodes them "
+       "with the '", tokenizer, "' tokenizer, as other text), set vocab_size to at least ", src.vocab_size());
 }
 
 }  // namespace ptdp

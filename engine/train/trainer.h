@@ -172,6 +172,13 @@ class Trainer {
   int64_t steps_skipped() const { return steps_skipped_; }
   // The directory of the last checkpoint saved, and the line of the last load ("" if none).
   const std::string &last_saved() const { return last_saved_; }
+  // Every checkpoint this trainer committed, in order, one per line (an exit's
+  // step may commit two: a background save's and its own).
+  std::string saved_checkpoints() const {
+    std::string out;
+    for (const std::string &d : saved_) out += d + "\n";
+    return out;
+  }
   const std::string &last_loaded() const { return last_loaded_; }
   // The device of this process's r-th rank, e.g. "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)".
   std::string device_name(int rank) const;
@@ -250,6 +257,7 @@ class Trainer {
   LossScaler scaler_;
   mutable LogInterval log_interval_;  // read (and closed) by the const log_metrics
   std::string last_save_error_, last_saved_, last_loaded_;
+  std::vector<std::string> saved_;  // every committed checkpoint's directory
   // The files of the checkpoint this trainer loaded: inputs of the run, which
   // no output of it (a log, a trace, a profile) may overwrite.
   std::vector<InputFile> loaded_files_;
@@ -271,9 +279,15 @@ class Trainer {
   std::map<std::string, std::string> provenance_ = {{kLineageKey, kLineageNew}};
   // A manifest's `training`: the resumption options and the provenance.
   std::map<std::string, std::string> manifest_training() const;
+  // The tokenizer's vocabulary_fingerprint, as a manifest records it (kVocabularyKey),
+  // and the refusal of a manifest recording another ("give the checkpoint's ... to <to>").
+  std::string vocabulary_text() const;
+  void check_vocabulary(const std::string &tokenizer, const std::string &vocabulary, const char *to) const;
+  static constexpr const char *kVocabularyKey = "tokenizer_vocabulary";
   // The tokenizer_type the loaded checkpoint was trained with ("" when it
   // records none, as an import): generate() refuses another.
   std::string loaded_tokenizer_;
+  std::string loaded_vocabulary_;  // its vocabulary (kVocabularyKey), "" when not recorded
   int failed_saves_ = 0;
   StepMetrics last_;
   // Preemption and time limits (trainer_exit.cpp).

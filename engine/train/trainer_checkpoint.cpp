@@ -127,13 +127,30 @@ void Trainer::unstage_shards() {
 std::string Trainer::save(const std::string &root) {
   wait_for_saves();
   last_saved_ = save_checkpoint(save_request(root), local_shards());
+  saved_.push_back(last_saved_);
   return last_saved_;
 }
 
 std::map<std::string, std::string> Trainer::manifest_training() const {
   std::map<std::string, std::string> out = resumption_options(opt_, data_fingerprint_);
   out.insert(provenance_.begin(), provenance_.end());
+  out[kVocabularyKey] = vocabulary_text();
   return out;
+}
+
+// The run's tokenizer's vocabulary_fingerprint, as a manifest records it.
+std::string Trainer::vocabulary_text() const {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)vocabulary_fingerprint(*tok_));
+  return buf;
+}
+
+void Trainer::check_vocabulary(const std::string &tokenizer, const std::string &vocabulary,
+                               const char *to) const {
+  if (vocabulary.empty() || vocabulary == vocabulary_text()) return;  // (an import records none)
+  fail(Status::invalid_config, "the checkpoint was trained with another vocabulary (tokenizer_type ", tokenizer,
+       ", vocabulary ", vocabulary, ") than this run's tokenizer (", opt_.tokenizer, ", vocabulary ",
+       vocabulary_text(), "), whose ids name other tokens: give the checkpoint's tokenizer_type and files to ", to);
 }
 
 SaveRequest Trainer::save_request(const std::string &root) {
@@ -202,6 +219,7 @@ double Trainer::wait_for_saves() {
   try {
     const BackgroundSave done = pending_save_.get();
     last_saved_ = done.dir;
+    saved_.push_back(last_saved_);
     last_save_s_ = std::max(last_save_s_, done.seconds);  // what a save takes, written in full
     last_save_error_.clear();
   } catch (const Error &e) {
@@ -233,6 +251,15 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   // way. Checked before anything is read, so a refused load changes nothing;
   // the model first (no option makes another model's checkpoint load).
   check_same_model(ckpt, opt_.model);
+  // The model's ids are its tokenizer's: training on text through a
+  // vocabulary whose ids name other tokens (of the same size too) would
+  // teach it other text. (A caller feeding ids, step_tokens, uses none.)
+  const auto recorded = [&](const char *key) {
+    const auto it = ckpt.manifest.training.find(key);
+    return it == ckpt.manifest.training.end() ? std::string() : it->second;
+  };
+  if (!opt_.data_path.empty())
+    check_vocabulary(recorded("tokenizer_type"), recorded(kVocabularyKey), "train on this run's data");
   const std::map<std::string, std::string> now = resumption_options(opt_, data_fingerprint_);
   // "key: checkpoint x, this run y; ..." for each of keys that differs.
   const auto differences = [&](const std::vector<std::string> &keys) {
@@ -338,8 +365,8 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
         (key == kLineageKey && !opt_.finetune))
       provenance_[key] = value;
   if (opt_.finetune) provenance_[kLineageKey] = finetune_lineage(ckpt.manifest);
-  const auto tok = ckpt.manifest.training.find("tokenizer_type");
-  loaded_tokenizer_ = tok == ckpt.manifest.training.end() ? "" : tok->second;
+  loaded_tokenizer_ = recorded("tokenizer_type");
+  loaded_vocabulary_ = recorded(kVocabularyKey);
   loaded_files_.clear();
   std::error_code ec;  // (a listing that fails protects less; the load itself succeeded)
   for (std::filesystem::recursive_directory_iterator it(ckpt.dir, ec), end; !ec && it != end;

@@ -174,6 +174,7 @@ std::string Trainer::generate(const std::string &prompt, int max_new_tokens, dou
     fail(Status::invalid_config, "the loaded checkpoint was trained with tokenizer_type ",
          loaded_tokenizer_, ", this run has ", opt_.tokenizer, ": give tokenizer_type ",
          loaded_tokenizer_, " (and its files) to generate with it");
+  check_vocabulary(loaded_tokenizer_, loaded_vocabulary_, "generate with it");
   // An import without a tokenizer beside it records none. A tokenizer that
   // cannot decode every id the model may emit is not its own (the byte
   // tokenizer, the default, for a LLaMA or GPT-2 vocabulary, say).

@@ -478,6 +478,10 @@ ptdp_lua_test(lua_ckpt_cli_unknown_subcommand --rc 2
 add_test(NAME lua_train_gpt_checkpoint_guard
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/checkpoint_guard.sh ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT}
           ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/lua/checkpoint_guard)
+# what a run says it did: its checkpoints, its vocabulary, what it read
+add_test(NAME lua_train_gpt_run_account
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/run_account.sh ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT}
+          ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/lua/run_account)
 # the log: arguments first, lm loss the log interval's mean, flushed per line
 add_test(NAME lua_train_gpt_log
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/lua/check_train_log.py ${PTDP_LAUNCHER}
@@ -486,7 +490,7 @@ add_test(NAME lua_train_gpt_log
 add_test(NAME lua_bench_checkpoint_signal
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/bench_checkpoint_signal.sh ${PTDP_LAUNCHER}
           ${CMAKE_SOURCE_DIR}/scripts/bench_checkpoint.lua ${PTDP_TEST_TMP}/lua/bench_checkpoint_signal)
-set(PTDP_LUA_TESTS ${PTDP_LUA_TESTS} lua_train_gpt_checkpoint_guard lua_train_gpt_log
+set(PTDP_LUA_TESTS ${PTDP_LUA_TESTS} lua_train_gpt_checkpoint_guard lua_train_gpt_run_account lua_train_gpt_log
     lua_bench_checkpoint_signal)
 
 set_tests_properties(${PTDP_LUA_TESTS} PROPERTIES

@@ -1,0 +1,48 @@
+#!/bin/sh
+# run_account.sh LAUNCHER TRAIN_GPT CORPUS WORKDIR — what a run says it did is
+# what it did: every checkpoint it committed is said (an exit's step commits
+# an --async-save's and its own); a checkpoint's vocabulary is its tokenizer's
+# (another vocab.json of the same size is refused where text goes through it);
+# --train-iters 0 from scratch names no loaded checkpoint; a corpus directory
+# names what it leaves out.
+bpe=$(cd "$(dirname "$0")/../fixtures/bpe" && pwd)
+. "$(dirname "$0")/tiny_train_run.sh"
+fail=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+has() { grep -qF -- "$2" "$1"; }
+
+run --save as --save-interval 1 --async-save --exit-interval 2 --train-iters 4 >saves.txt 2>&1
+has saves.txt " saved checkpoint as/iter_0000001" && has saves.txt " saved checkpoint as/iter_0000002" &&
+  ok "an exit's step says both checkpoints it committed" || { cat saves.txt; bad "saves said"; }
+
+"$launcher" "$script" --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
+  --micro-batch-size 2 --global-batch-size 4 --train-iters 0 --eval-iters 1 --sample-tokens 0 \
+  --num-threads 1 --data-path d.ptdp >zero.txt 2>&1
+has zero.txt "--train-iters 0: nothing to train; the model as initialized is evaluated" &&
+  ! has zero.txt "the loaded checkpoint" && ok "--train-iters 0 from scratch" || { cat zero.txt; bad "--train-iters 0"; }
+
+# The fixture's vocabulary, and one of the same size with two ids swapped.
+python3 - "$bpe/vocab.json" <<'EOF' || bad "permuted vocab.json"
+import json, sys
+v = json.load(open(sys.argv[1]))
+v["a"], v["b"] = v["b"], v["a"]
+json.dump(v, open("perm.json", "w"))
+EOF
+tok="--tokenizer-type GPT2BPETokenizer --merge-file $bpe/merges.txt"
+run $tok --vocab-size 3072 --vocab-file "$bpe/vocab.json" --data-path bpe.ptdp --save ck >bpe.txt 2>&1 &&
+  ok "a GPT-2 BPE run saves" || { cat bpe.txt; bad "GPT-2 BPE run"; }
+"$launcher" generate --load ck --prompt "a b" --max-new-tokens 2 $tok --vocab-file perm.json >gen.txt 2>&1
+[ $? -ne 0 ] && has gen.txt "the checkpoint was trained with another vocabulary (tokenizer_type GPT2BPETokenizer" &&
+  ok "generate with another vocab.json: refused" || { cat gen.txt; bad "generate with another vocabulary"; }
+"$launcher" generate --load ck --prompt "a b" --max-new-tokens 2 $tok --vocab-file "$bpe/vocab.json" >gen.txt 2>&1 &&
+  ok "generate with its own vocab.json" || { cat gen.txt; bad "generate with its own vocabulary"; }
+run $tok --vocab-size 3072 --vocab-file perm.json --data-path perm.ptdp --load ck --finetune >ft.txt 2>&1
+[ $? -ne 0 ] && has ft.txt "give the checkpoint's tokenizer_type and files to train on this run's data" &&
+  ok "fine-tuning through another vocab.json: refused" || { cat ft.txt; bad "fine-tune with another vocabulary"; }
+
+mkdir -p corpus/sub && cp "$corpus" corpus/a.txt && cp "$corpus" corpus/.hidden && ln -s /etc/hostname corpus/out
+"$launcher" tokenize --output dir.ptdp corpus >dir.txt 2>&1
+has dir.txt "corpus directory 'corpus': 3 of its entries not read: '.hidden' (a hidden file), 'out' (a symbolic link out of the directory), 'sub' (a directory)" &&
+  ok "a corpus directory names what it leaves out" || { cat dir.txt; bad "corpus directory note"; }
+exit $fail
