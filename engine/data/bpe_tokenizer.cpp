@@ -349,6 +349,16 @@ bool is_llama3_pre_tokenizer(const nlohmann::json &pre) {
 
 }  // namespace
 
+bool Gpt2BpeTokenizer::declares_byte_level(const std::string &path) {
+  try {
+    const nlohmann::json j = parse_json(read_file(path, "tokenizer file"), "tokenizer file");
+    const nlohmann::json pre = j.is_object() ? j.value("pre_tokenizer", nlohmann::json()) : nlohmann::json();
+    return (pre.is_object() && pre.value("type", "") == "ByteLevel") || is_llama3_pre_tokenizer(pre);
+  } catch (const std::exception &) {
+    return false;
+  }
+}
+
 std::unique_ptr<Gpt2BpeTokenizer> Gpt2BpeTokenizer::from_tokenizer_json(const std::string &path,
                                                                         bool any_byte_level) {
   const std::string what = "tokenizer file '" + path + "'";

@@ -40,6 +40,9 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   // special tokens around each encoded text), as HuggingFaceTokenizer takes it.
   static std::unique_ptr<Gpt2BpeTokenizer> from_tokenizer_json(const std::string &path,
                                                                bool any_byte_level = false);
+  // Whether a tokenizer.json's pre-tokenizer is byte-level (GPT-2's ByteLevel,
+  // LLaMA 3's Split + ByteLevel): the kind it declares, whatever else it holds.
+  static bool declares_byte_level(const std::string &path);
 
   std::string name() const override { return name_; }
   int vocab_size() const override { return (int)token_bytes_.size(); }

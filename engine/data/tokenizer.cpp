@@ -42,15 +42,28 @@ namespace {
 
 // A tokenizer.json's kind: byte-level BPE (GPT-2's, LLaMA 3's) or
 // SentencePiece-style BPE (LLaMA 2's, Mistral's: "▁" for spaces, byte fallback).
+// A file with SentencePiece's marks (a Metaspace pre-tokenizer, a normalizer,
+// byte fallback) is read as one first; when that reader refuses it, the
+// byte-level reader is tried, and the refusal reported is the one of the kind
+// the file declares in its pre-tokenizer (a byte-level file with a normalizer
+// was refused for its byte_fallback).
 std::unique_ptr<Tokenizer> hf_tokenizer(const std::string &path) {
-  if (SpBpeTokenizer::is_its_kind(path)) return SpBpeTokenizer::from_tokenizer_json(path);
+  const auto byte_level = [&] {
+    try {
+      return std::unique_ptr<Tokenizer>(Gpt2BpeTokenizer::from_tokenizer_json(path, true));
+    } catch (const Error &e) {
+      // The byte-level BPE reader names itself; the user named HuggingFaceTokenizer.
+      const std::string msg = e.what(), own = "GPT2BPETokenizer: ";
+      if (msg.compare(0, own.size(), own) != 0) throw;
+      throw Error(e.code(), "HuggingFaceTokenizer (read as a byte-level BPE): " + msg.substr(own.size()));
+    }
+  };
+  if (!SpBpeTokenizer::is_its_kind(path)) return byte_level();
   try {
-    return Gpt2BpeTokenizer::from_tokenizer_json(path, true);
-  } catch (const Error &e) {
-    // The byte-level BPE reader names itself; the user named HuggingFaceTokenizer.
-    const std::string msg = e.what(), own = "GPT2BPETokenizer: ";
-    if (msg.compare(0, own.size(), own) != 0) throw;
-    throw Error(e.code(), "HuggingFaceTokenizer (read as a byte-level BPE): " + msg.substr(own.size()));
+    return SpBpeTokenizer::from_tokenizer_json(path);
+  } catch (const Error &) {
+    if (!Gpt2BpeTokenizer::declares_byte_level(path)) throw;
+    return byte_level();
   }
 }
 

@@ -104,6 +104,14 @@ TEST(LlamaTokenizers, RefusesOtherKinds) {
       j["post_processor"]["special_tokens"]["<|begin_of_text|>"]["ids"] = {5000};
     }));
   }, Status::corrupt_data, "adds id 5000");
+  // A byte-level file with a normalizer (SentencePiece's mark) is refused for
+  // what its own kind does not take, not for a SentencePiece field.
+  expect_error([&] {
+    hf(variant("llama3", [](nlohmann::json &j) { j["normalizer"] = {{"type", "Lowercase"}}; }));
+  }, Status::corrupt_data, "(read as a byte-level BPE): tokenizer file");
+  expect_error([&] {
+    hf(variant("llama3", [](nlohmann::json &j) { j["normalizer"] = {{"type", "Lowercase"}}; }));
+  }, Status::corrupt_data, "normalizer is {\"type\":\"Lowercase\"}; a GPT-2 byte-level BPE has none");
   TokenizerSpec s;
   s.type = "HuggingFaceTokenizer";
   expect_error([&] { make_tokenizer(s); }, Status::invalid_config, "takes tokenizer_file");
