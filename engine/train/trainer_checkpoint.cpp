@@ -7,6 +7,7 @@
 #include <future>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "checkpoints/save_target.h"
@@ -285,9 +286,16 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   // the command line's), but said: a value given by mistake would otherwise
   // change the run in silence.
   if (!opt_.finetune && first_local_rank() == 0) {
-    const std::string changed = differences({"global_batch_size", "micro_batch_size", "weight_decay",
-                                             "adam_beta1", "adam_beta2", "adam_eps", "clip_grad",
-                                             "params_dtype"});
+    std::string changed = differences({"global_batch_size", "micro_batch_size", "weight_decay",
+                                       "adam_beta1", "adam_beta2", "adam_eps", "clip_grad", "params_dtype"});
+    // (The dropout rates are the model block's, which records them beside its shape.)
+    for (const auto &[name, was, is] : {std::make_tuple("hidden_dropout", ckpt.manifest.model.hidden_dropout,
+                                                        opt_.model.hidden_dropout),
+                                        std::make_tuple("attention_dropout", ckpt.manifest.model.attention_dropout,
+                                                        opt_.model.attention_dropout)})
+      if (was != is)
+        changed += (changed.empty() ? "" : "; ") + std::string(name) + ": checkpoint " + number_text(was) +
+                   ", this run " + number_text(is);
     if (!changed.empty())
       std::fprintf(stderr, "ptdp: note: this run goes on from checkpoint '%s' with other options "
                            "than it was trained with (%s): they apply from its iteration on\n",

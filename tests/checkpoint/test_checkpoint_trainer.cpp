@@ -316,12 +316,16 @@ TEST(CheckpointRetention, AResumeWithOtherOptimizerOptionsNamesThem) {
   TrainerOptions changed = o;
   changed.adam.weight_decay = o.adam.weight_decay + 0.25;
   changed.clip_grad = o.clip_grad + 1;
+  changed.model.hidden_dropout = 0;
   ::testing::internal::CaptureStderr();
   { Trainer resumed(changed); }
   const std::string said = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(said.find("weight_decay: checkpoint " + number_text(o.adam.weight_decay) +
                       ", this run " + number_text(changed.adam.weight_decay) +
                       "; clip_grad: checkpoint " + number_text(o.clip_grad)),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("hidden_dropout: checkpoint " + number_text(o.model.hidden_dropout) + ", this run 0"),
             std::string::npos)
       << said;
 }
