@@ -185,7 +185,10 @@ GptConfig gpt_config_from_llama(const std::string &text, const std::string &wher
                                ? c["model_type"].get<std::string>()
                                : "";
   if (type != "llama" && type != "mistral" && type != "qwen2")
-    fail(Status::invalid_config, where, ": model_type is \"", type, "\" (allowed: ", kFamily, ")");
+    fail(Status::invalid_config, where, ": model_type ",
+         !c.contains("model_type") ? std::string("is missing")
+                                   : "is " + json_excerpt(c["model_type"]),
+         " (allowed: ", kFamily, ")");
   GptConfig g;
   g.normalization = GptConfig::RMSNorm;
   g.position_embedding_type = GptConfig::Rope;
@@ -229,12 +232,17 @@ GptConfig gpt_config_from_llama(const std::string &text, const std::string &wher
                   "ptdp's linear biases are all there (both true) or only q, k and v's (Qwen2)");
     g.disable_bias_linear = 0;
   }
+  // (Heads that do not divide the width are that model's first fault: said
+  // so by the model's own check, not as a head_dim "hidden_size / heads" that
+  // would be a truncated quotient.)
+  if (g.hidden_size % g.num_attention_heads != 0)
+    fail(Status::invalid_config, where, ": num_attention_heads (", g.num_attention_heads,
+         ") must divide hidden_size (", g.hidden_size, ")");
   if (const json *hd = get(c, "head_dim");
-      hd && (!hd->is_number_integer() || g.hidden_size % g.num_attention_heads != 0 ||
-             hd->get<int64_t>() != g.hidden_size / g.num_attention_heads))
+      hd && (!hd->is_number_integer() || hd->get<int64_t>() != g.hidden_size / g.num_attention_heads))
     unsupported(where, "head_dim " + hd->dump(),
                 "ptdp's head dim is hidden_size / num_attention_heads = " +
-                    std::to_string(g.hidden_size / std::max(1, g.num_attention_heads)));
+                    std::to_string(g.hidden_size / g.num_attention_heads));
   // Sliding-window attention: Mistral's sliding_window, Qwen2's use_sliding_window.
   const bool sliding = type == "qwen2" ? flag(c, "use_sliding_window", where, false)
                                        : get(c, "sliding_window") &&
@@ -287,8 +295,13 @@ std::string import_llama(const std::string &weights, const std::string &config_t
     for (const HfTensor &t : m.sources) {
       const auto *at = w.find(t.name);
       if (!at)
-        fail(Status::invalid_config, "tensor '", t.name, "' is missing from '", weights, "' (",
-             where, " makes a model of ", cfg.num_layers, " layers)");
+        fail(Status::invalid_config, "tensor '", t.name, "' is missing from '", weights, "' (", where,
+             t.name == "lm_head.weight"
+                 ? std::string(" unties the output layer from the embedding, tie_word_embeddings being "
+                               "false or absent; a model whose output layer is its embedding says "
+                               "tie_word_embeddings true")
+                 : " makes a model of " + std::to_string(cfg.num_layers) + " layers",
+             ")");
       if (at->second.shape != t.shape)
         fail(Status::invalid_config, "tensor '", t.name, "' in '", at->first, "' is ",
              dims_text(at->second.shape), " but ", where, " makes it ", dims_text(t.shape));

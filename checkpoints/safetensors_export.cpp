@@ -22,6 +22,7 @@
 #include "checkpoints/crc32c.h"
 #include "checkpoints/gpt2_layout.h"
 #include "checkpoints/llama_layout.h"
+#include "engine/core/mapped_file.h"
 #include "checkpoints/safetensors_file.h"
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/sharded_checkpoint.h"
@@ -222,12 +223,15 @@ void export_safetensors(const std::string &path, const std::string &out_path,
                       (fs::is_directory(out_path, ec) ||
                        !fs::exists(fs::symlink_status(out_path, ec)));
   // Nothing of a model already there is replaced: an old index beside new
-  // weights would even be what from_pretrained reads.
-  for (const char *name : {"model.safetensors", "model.safetensors.index.json", "config.json",
-                           "generation_config.json"})
-    if (to_dir && fs::exists(fs::symlink_status(fs::path(out_path) / name, ec)))
-      fail(Status::invalid_argument, "export_safetensors: '", out_path, "' already holds '", name,
-           "': export into a directory without a model's files (nothing of a model there is replaced)");
+  // weights would even be what from_pretrained reads. (The configs are
+  // looked at once their bytes are known, below: an export killed between
+  // its renames left its own.)
+  const auto already_holds = [&](const char *name) {
+    fail(Status::invalid_argument, "export_safetensors: '", out_path, "' already holds '", name,
+         "': export into a directory without a model's files (nothing of a model there is replaced)");
+  };
+  for (const char *name : {"model.safetensors", "model.safetensors.index.json"})
+    if (to_dir && fs::exists(fs::symlink_status(fs::path(out_path) / name, ec))) already_holds(name);
   // Nor among a save directory's checkpoints (its rotation and resume own it).
   if (to_dir) {
     const std::string save_entry = first_save_entry(out_path);
@@ -366,12 +370,21 @@ void export_safetensors(const std::string &path, const std::string &out_path,
         damaged(ref.dir, "its training record's hf_", id, " is not JSON: ", it->second);
       }
     }
-    files.push_back({output_target((fs::path(out_path) / "config.json").string(),
-                                   "export_safetensors config.json", OutputKind::json),
-                     json_file_text(config, 2) + "\n"});
-    files.push_back({output_target((fs::path(out_path) / "generation_config.json").string(),
-                                   "export_safetensors generation_config.json", OutputKind::json),
-                     json_file_text(generation, 2) + "\n"});
+    for (const auto &[name, json] : {std::make_pair("config.json", &config),
+                                     std::make_pair("generation_config.json", &generation)}) {
+      const std::string target = (fs::path(out_path) / name).string(), bytes = json_file_text(*json, 2) + "\n";
+      const auto st = fs::symlink_status(target, ec);
+      if (!fs::exists(st)) {
+        const std::string what = "export_safetensors " + std::string(name);
+        files.push_back({output_target(target, what.c_str(), OutputKind::json), bytes});
+        continue;
+      }
+      // One this very export writes, byte for byte, is an export's stopped
+      // before its weights (SIGKILL between its renames): kept, and the
+      // export finished; anything else there is a model's, not replaced.
+      if (!fs::is_regular_file(st) || read_small_file(target, "'" + target + "'", "", 1 << 20) != bytes)
+        already_holds(name);
+    }
   }
 
   // The data, one tensor at a time: its blocks read, checked against their

@@ -216,7 +216,20 @@ local record, made_from = W .. '/recipe_inputs.txt', string.format(
   'hf_model=%s\nhf_config=%s\nhf_weights=%s\ncorpus=%s (%s)\ncorpus_format=%s\n', model_dir,
   identity(opts.hf_model .. '/config.json'), identity(weights), real(opts.corpus) or opts.corpus,
   identity(opts.corpus), opts.corpus_format)
+-- The record, the import and the dataset are the recipe's own in W: a link
+-- there (to outside W) is never written through, and a file that is no
+-- record (a user's) never written over.
+for _, path in ipairs { record, imported, prefix .. '_text_document.bin', prefix .. '_text_document.idx' } do
+  if is_link(path) then
+    fail(string.format("'%s' is a symbolic link: the recipe makes its files in --workdir itself; " ..
+                       'move the link away, or give another --workdir', path))
+  end
+end
 local was = ptdp.read_file(record, 'the recipe\'s record')
+if was and not was:match('^hf_model=[^\n]*\nhf_config=[^\n]*\nhf_weights=') then
+  fail(string.format("'%s' exists and is not this recipe's record (hf_model=..., hf_config=..., ...): " ..
+                     'move it away, or give another --workdir', record))
+end
 -- The record guards what was made from it: with nothing made yet (an import
 -- refused before it was done), a record of other inputs is only replaced.
 local made = exists(imported .. '/latest') or exists(prefix .. '_text_document.idx')

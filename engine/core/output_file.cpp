@@ -470,9 +470,26 @@ static bool is_of_kind(const std::string &target, OutputKind kind, bool exported
     case OutputKind::megatron_index: return starts("MMIDIDX\0\0", 9);
     case OutputKind::megatron_data: {  // its index beside it says what it is
       if (target.size() < 4 || target.compare(target.size() - 4, 4, ".bin") != 0) return false;
+      const std::string idx = target.substr(0, target.size() - 4) + ".idx";
+      const std::string magic("MMIDIDX\0\0", 9);
       off_t idx_size = 0;
-      return head_bytes(target.substr(0, target.size() - 4) + ".idx", 9, &idx_size) ==
-             std::string("MMIDIDX\0\0", 9);
+      if (head_bytes(idx, 9, &idx_size) == magic) return true;
+      // ... or the writer's temporary of it (idx.tmp.XXXXXX, mkstemp's name):
+      // a writer killed between its two renames (the .bin goes first) left
+      // the pair half in place, which the same command finishes.
+      namespace fs = std::filesystem;
+      const fs::path dir = fs::path(idx).parent_path(), name = fs::path(idx).filename();
+      const std::string stem = name.string() + ".tmp.";
+      std::error_code ec;
+      for (fs::directory_iterator it(dir.empty() ? fs::path(".") : dir, ec), end; !ec && it != end;
+           it.increment(ec)) {
+        const std::string n = it->path().filename().string();
+        if (n.size() == stem.size() + 6 && n.compare(0, stem.size(), stem) == 0 &&
+            it->symlink_status(ec).type() == fs::file_type::regular &&
+            head_bytes(it->path().string(), 9, &idx_size) == magic)
+          return true;
+      }
+      return false;
     }
     case OutputKind::safetensors: {  // one ptdp exported, or one without tensors
       // (a model from elsewhere, the one a checkpoint was imported from say,

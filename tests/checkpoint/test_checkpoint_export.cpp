@@ -552,6 +552,22 @@ TEST_F(CheckpointExport, UnwritableDestination) {
   EXPECT_EQ(read_file(dir.path + "/a_dir/model.safetensors"), first);
   EXPECT_EQ(read_file(dir.path + "/a_dir/tokenizer.json"), "{}");  // other files stay
   EXPECT_FALSE(temp_left_beside(dir.path + "/a_dir/model.safetensors"));
+  // An export killed between its renames (the configs in place, not the
+  // weights) is finished by the same export: its configs are kept, byte for
+  // byte theirs; a config of another model there is a model's, not replaced.
+  const std::string config = read_file(dir.path + "/a_dir/config.json");
+  fs::remove(dir.path + "/a_dir/model.safetensors");
+  export_safetensors(dir.path, dir.path + "/a_dir");
+  EXPECT_EQ(read_file(dir.path + "/a_dir/model.safetensors"), first);
+  EXPECT_EQ(read_file(dir.path + "/a_dir/config.json"), config);
+  fs::remove(dir.path + "/a_dir/model.safetensors");
+  write_file(dir.path + "/a_dir/config.json", config + " ");
+  expect_error([&] { export_safetensors(dir.path, dir.path + "/a_dir"); }, Status::invalid_argument,
+               "a_dir' already holds 'config.json'");
+  EXPECT_EQ(read_file(dir.path + "/a_dir/config.json"), config + " ");
+  EXPECT_FALSE(fs::exists(dir.path + "/a_dir/model.safetensors"));
+  write_file(dir.path + "/a_dir/config.json", config);
+  export_safetensors(dir.path, dir.path + "/a_dir");  // (as it was, for the checks below)
   // Nor a save directory (its own or another): a model's files never go
   // among checkpoints, a rotation's and a resume's.
   expect_error([&] { export_safetensors(dir.path, dir.path); }, Status::invalid_argument,

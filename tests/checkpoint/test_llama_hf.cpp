@@ -210,6 +210,18 @@ TEST(LlamaImport, RefusesWhatItCannotImport) {
   const std::string hd = copy_model("head_dim");
   edit_config(hd, "head_dim", 4611686018427387912LL);
   refused(hd, Status::invalid_config, "head_dim 4611686018427387912 is not supported");
+  // Heads that do not divide the width: named first (a head_dim beside them
+  // was compared with a truncated quotient).
+  const std::string five_heads = copy_model("five_heads");
+  edit_config(five_heads, "num_attention_heads", 5);
+  refused(five_heads, Status::invalid_config, "num_attention_heads (5) must divide hidden_size (32)");
+  const std::string no_type = copy_model("no_type");
+  {
+    nlohmann::json c = nlohmann::json::parse(read_file(no_type + "/config.json"));
+    c.erase("model_type");
+    write_file(no_type + "/config.json", c.dump());
+  }
+  refused(no_type, Status::invalid_config, "model_type is missing (allowed: ");
   const std::string types = copy_model("layer_types");
   edit_config(types, "layer_types", {{"0", "full_attention"}});
   refused(types, Status::invalid_config, "'layer_types' must be a list");

@@ -708,6 +708,17 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   const std::string bin = put("p_text_document.bin", "tokens");
   expect_error([&] { ptdp::output_target(bin, "tokenize output", OutputKind::megatron_data); },
                ptdp::Status::invalid_argument, "beside its .idx");
+  // ... or its writer's temporary .idx (a tokenize killed between its two
+  // renames, the .bin first): the same command finishes the pair. A file of
+  // another name, or without the index's magic, is no such temporary.
+  put("p_text_document.idx.tmp.ab", std::string("MMIDIDX\0\0....", 13));
+  put("p_text_document.idx.tmp.Ab12Cd", "not an index");
+  expect_error([&] { ptdp::output_target(bin, "tokenize output", OutputKind::megatron_data); },
+               ptdp::Status::invalid_argument, "beside its .idx");
+  put("p_text_document.idx.tmp.Zz34Yx", std::string("MMIDIDX\0\0....", 13));
+  EXPECT_EQ(ptdp::output_target(bin, "tokenize output", OutputKind::megatron_data), bin);
+  for (const char *t : {"p_text_document.idx.tmp.ab", "p_text_document.idx.tmp.Ab12Cd", "p_text_document.idx.tmp.Zz34Yx"})
+    std::filesystem::remove(dir.path + "/" + t);
   put("p_text_document.idx", std::string("MMIDIDX\0\0....", 13));
   EXPECT_EQ(ptdp::output_target(bin, "tokenize output", OutputKind::megatron_data), bin);
   // A script's own file (`any`: ptdp_write_file) replaces no file of a format

@@ -113,6 +113,27 @@ cli.expect("an export stopped before its weights", same, True, "resuming the fin
            "exported run/finetuned -> run/hf")
 if not os.path.exists(os.path.join(work, "run", "hf", "model.safetensors")):
     cli.failures.append("the stopped export was not finished")
+# ... also one killed between its renames (its configs in place, not its
+# weights): the configs are the export's own, byte for byte, and kept.
+os.remove(os.path.join(work, "run", "hf", "model.safetensors"))
+cli.expect("an export killed between its renames", same, True, "exported run/finetuned -> run/hf")
+# The recipe's record is its own file in W: never written through a link (to
+# a file outside W), nor over a file that is no record.
+with open(os.path.join(work, "precious.txt"), "w") as f:
+    f.write("precious")
+os.makedirs(os.path.join(work, "w_link"))
+os.symlink(os.path.join(work, "precious.txt"), os.path.join(work, "w_link", "recipe_inputs.txt"))
+cli.expect("a link at the recipe's record", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
+                                            "--workdir", "w_link"], False, "recipe_inputs.txt' is a symbolic link")
+os.makedirs(os.path.join(work, "w_notes"))
+with open(os.path.join(work, "w_notes", "recipe_inputs.txt"), "w") as f:
+    f.write("my notes\n")
+cli.expect("a user's file at the recipe's record", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
+                                                   "--workdir", "w_notes"], False,
+           "recipe_inputs.txt' exists and is not this recipe's record")
+if (open(os.path.join(work, "precious.txt")).read() != "precious" or
+        open(os.path.join(work, "w_notes", "recipe_inputs.txt")).read() != "my notes\n"):
+    cli.failures.append("the recipe wrote through a link or over a user's file")
 # Another model at the same path (its files are others) is another input.
 shutil.move(os.path.join(work, "run", "finetuned"), os.path.join(work, "fourth_finetuned"))
 shutil.move(os.path.join(work, "run", "hf"), os.path.join(work, "fourth_hf"))
