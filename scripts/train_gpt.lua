@@ -137,10 +137,13 @@ end
 if save_made then save_id = ptdp.file_identity(config.save) end
 -- Under mpirun, this script's own options that shape what all ranks run
 -- together (evaluations, the sample) are every process's (a different
--- --eval-interval crashed in MPI; the engine's options are compared by the trainer).
+-- --eval-interval crashed in MPI; the engine's options are compared by the
+-- trainer), and so is the log the first process writes (one given to another
+-- process was ignored in silence).
 do
   local ok, err = pcall(trainer.agree, trainer, { eval_interval = opts.eval_interval,
-    sample_tokens = opts.sample_tokens, prompt = opts.prompt, temperature = opts.temperature })
+    sample_tokens = opts.sample_tokens, prompt = opts.prompt, temperature = opts.temperature,
+    log_json = opts.log_json })
   if not ok then
     io.stderr:write('ptdp: ', (tostring(err):gsub('^ptdp: ', '')), '\n')
     os.exit(1)

@@ -837,6 +837,31 @@ bool MpiWorld::initialised_mpi() const { return impl_->owns; }
 
 void MpiWorld::abort(const std::string &why) { impl_->abort(why); }
 
+// Every process's k values (k the same everywhere), on the control
+// communicator, with the timeout. `what`, plural, names them in messages.
+static std::vector<int64_t> gather_control(MpiWorld::Impl &w, const std::string &what,
+                                           const std::vector<int64_t> &mine) {
+  const int64_t seq = ++w.ctl_seq;
+  Activity act{kControl, "agreement", seq, "the comparison of every process's " + what};
+  const int k = (int)mine.size();
+  std::vector<int64_t> all((size_t)w.size * k);
+  MPI_Request req;
+  w.check(MPI_Iallgather(mine.data(), k, MPI_INT64_T, all.data(), k, MPI_INT64_T, w.ctl, &req),
+          "while comparing the processes' " + what);
+  w.wait_request(&req, act, "while comparing the processes' " + what, [&] {
+    std::vector<int> others;
+    for (int r = 0; r < w.size; r++)
+      if (r != w.rank) others.push_back(r);
+    w.abort("communicator timeout after " + fmt_seconds(w.timeout_s) + " s comparing the processes' " +
+            what + " on rank " + std::to_string(w.rank) + ": " + w.missing_ranks(others, act));
+  });
+  return all;
+}
+
+std::vector<int64_t> MpiWorld::gather_values(const std::string &what, int64_t mine) {
+  return gather_control(*impl_, what, {mine});
+}
+
 void MpiWorld::agree(const std::string &what,
                      const std::vector<std::pair<std::string, std::string>> &items) {
   Impl &w = *impl_;
@@ -844,23 +869,7 @@ void MpiWorld::agree(const std::string &what,
   // every process reaches the same verdict from the same table. (A caller's
   // own items, ptdp_trainer_agree's, may differ in number: gathered with
   // another count each, MPI would truncate.)
-  const int64_t seq = ++w.ctl_seq;
-  Activity act{kControl, "agreement", seq, "the comparison of every process's " + what + "s"};
-  const auto gather = [&](const std::vector<int64_t> &mine) {
-    const int k = (int)mine.size();
-    std::vector<int64_t> all((size_t)w.size * k);
-    MPI_Request req;
-    w.check(MPI_Iallgather(mine.data(), k, MPI_INT64_T, all.data(), k, MPI_INT64_T, w.ctl, &req),
-            "while comparing the processes' " + what + "s");
-    w.wait_request(&req, act, "while comparing the processes' " + what + "s", [&] {
-      std::vector<int> others;
-      for (int r = 0; r < w.size; r++)
-        if (r != w.rank) others.push_back(r);
-      w.abort("communicator timeout after " + fmt_seconds(w.timeout_s) + " s comparing the processes' " +
-              what + "s on rank " + std::to_string(w.rank) + ": " + w.missing_ranks(others, act));
-    });
-    return all;
-  };
+  const auto gather = [&](const std::vector<int64_t> &mine) { return gather_control(w, what + "s", mine); };
   const int n = (int)items.size();
   const std::vector<int64_t> counts = gather({(int64_t)n});
   for (int r = 0; r < w.size; r++)

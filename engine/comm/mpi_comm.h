@@ -19,6 +19,7 @@
 // This header does not include <mpi.h>: code that only picks a backend needs
 // no MPI include path.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -76,6 +77,9 @@ class MpiWorld final : public CommWorld {
   // whose processes took other model options ended in MPI's own abort
   // (MPI_ERR_TRUNCATE) at its first collective.
   void agree(const std::string &what, const std::vector<std::pair<std::string, std::string>> &items);
+  // Every process's `mine`, in world-rank order (collective, with the timeout;
+  // `what` names the exchange in a timeout's message).
+  std::vector<int64_t> gather_values(const std::string &what, int64_t mine);
 
   // Prints "ptdp: rank N: <why>" to stderr and terminates the whole job (MPI_Abort).
   [[noreturn]] void abort(const std::string &why) override;

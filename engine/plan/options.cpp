@@ -204,6 +204,7 @@ PlanRequest parse_plan_request(const std::vector<std::pair<std::string, std::str
     else if (k == "machine") {
       if (val.empty()) fail(Status::bad_value, "machine needs a preset name or a JSON file");
       r.machine = val;
+      r.machine_given = true;
     } else if (k == "calibrate") r.calibrate = flag(k, val);
     else if (k == "device") {
       if (val != "auto" && val != "cpu" && val != "cuda" && val.rfind("cuda:", 0) != 0)

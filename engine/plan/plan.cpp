@@ -55,12 +55,17 @@ LayoutLabel parse_layout(const std::string &label, const Layout &defaults) {
       for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
                              ScheduleKind::zbh1, ScheduleKind::zbv})
         is_schedule = is_schedule || item == schedule_name(k);
-      if (is_schedule) L.schedule = parse_schedule(item), out.schedule = true;
-      else if (item == "none") L.recompute = Recompute::none, out.recompute = true;
-      else if (item == "selective") L.recompute = Recompute::selective, out.recompute = true;
-      else if (item == "full") L.recompute = Recompute::full, out.recompute = true;
-      else if (item == "no-sg") L.scatter_gather = false, out.scatter_gather = true;
-      else if (item == "sg") L.scatter_gather = true, out.scatter_gather = true;
+      // Each kind of part once (a second schedule or recomputation won in silence).
+      const auto once = [&](bool *named, const char *kind) {
+        if (*named) fail(Status::bad_value, "layout '", label, "': it names two ", kind, "s; give one");
+        *named = true;
+      };
+      if (is_schedule) once(&out.schedule, "schedule"), L.schedule = parse_schedule(item);
+      else if (item == "none") once(&out.recompute, "recomputation"), L.recompute = Recompute::none;
+      else if (item == "selective") once(&out.recompute, "recomputation"), L.recompute = Recompute::selective;
+      else if (item == "full") once(&out.recompute, "recomputation"), L.recompute = Recompute::full;
+      else if (item == "no-sg") once(&out.scatter_gather, "scatter/gather choice"), L.scatter_gather = false;
+      else if (item == "sg") once(&out.scatter_gather, "scatter/gather choice"), L.scatter_gather = true;
       else if (item == "sp") L.sequence_parallel = true;
       else
         fail(Status::bad_value, "layout '", label, "': unknown part '", item,
@@ -167,6 +172,13 @@ PlanResult run_plan(const PlanRequest &req) {
       res.machine = calibrate_gpu(*dev, req.train.dtype, load_machine(req.machine),
                                   &res.machine_log, own);
     } else {
+      // The CPU's calibration measures this machine whole (its cores, no
+      // network): a --machine given with it was ignored in silence, even one
+      // that does not exist.
+      if (req.machine_given)
+        fail(Status::invalid_config, "machine '", req.machine, "' with calibrate on the CPU: the ",
+             "calibration measures this machine whole (its cores; no network), so the machine would go ",
+             "unused: leave it out (with a GPU's calibration it gives the links between the GPUs)");
       res.machine = calibrate_this_machine(&res.machine_log, shape);
     }
   } else {

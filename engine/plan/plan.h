@@ -14,6 +14,7 @@ struct PlanRequest {
   ModelSpec model;
   TrainSpec train;
   std::string machine = "selene";
+  bool machine_given = false;  // --machine named (else the default)
   bool calibrate = false;
   std::string device = "auto";  // what calibrate measures
   std::string save_machine;  // write the machine used (e.g. calibrated) as JSON

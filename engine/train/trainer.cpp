@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -124,6 +125,34 @@ void check_save_directory(const std::string &dir, MadeDirectories &made) {
   std::remove(probe.c_str());
 }
 
+// Under mpirun every process writes the checkpoint's file into one --save
+// directory (collectively): a relative --save from other working
+// directories, or a disk of each node's own, is one directory per process,
+// and the first save's collective open hung. Each process puts a probe there,
+// named for the run (world rank 0's process id) and its rank; each must see
+// every process's.
+void check_one_save_directory(MpiWorld &mpi, const std::string &save) {
+  const int64_t run = mpi.gather_values("process ids", (int64_t)::getpid())[0];
+  const std::string stem = ".ptdp_same_save." + std::to_string(run) + ".";
+  std::string probe;
+  ::close(create_temp_file(save + "/" + stem + std::to_string(mpi.rank()), &probe));
+  mpi.gather_values("--save probes", 1);  // (every probe is there now)
+  std::set<std::string> ranks;
+  std::error_code ec;
+  for (fs::directory_iterator it(save, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(stem, 0) == 0) ranks.insert(name.substr(stem.size(), name.find('.', stem.size()) - stem.size()));
+  }
+  const std::vector<int64_t> seen = mpi.gather_values("--save probes seen", (int64_t)ranks.size());
+  remove_temp_file(probe);
+  for (int r = 0; r < mpi.size(); r++)
+    if (seen[(size_t)r] != mpi.size())
+      fail(Status::invalid_config, "--save '", save, "' is not one directory for the processes of this run: ",
+           "the process of world rank ", r, " sees ", seen[(size_t)r], " of the ", mpi.size(),
+           " processes' probes there (a relative path from other working directories, or a disk of ",
+           "each node's own): give a directory every process shares");
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler) {
@@ -186,6 +215,11 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     static MpiWorld process_world(opt_.comm_timeout_s);
     MpiWorld *mpi = &process_world;
     mpi_ = mpi;
+    // Before the first collective that options shape, and before any check
+    // one process could fail alone (the others, in that collective, ended in
+    // MPI's own abort): processes given other options fail here, each naming
+    // the option.
+    if (mpi->size() > 1) mpi->agree("option", options_processes_share(opt_, data_fingerprint_));
     if (n % mpi->size() != 0)
       fail(Status::invalid_config, "the layout needs t*p*d = ", opt_.parallel.t, "*",
            opt_.parallel.p, "*", opt_.parallel.d, " = ", n, " ranks but mpirun started ",
@@ -195,9 +229,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
            "collective file operations would run beside training's MPI calls: under mpirun with ",
            mpi->size(), " processes use the synchronous save (async_save = 0); it works for ranks "
            "that are threads of one process");
-    // Before the first collective that options shape: processes given other
-    // options fail here, each naming the option, not in MPI's own abort.
-    if (mpi->size() > 1) mpi->agree("option", options_processes_share(opt_, data_fingerprint_));
+    if (mpi->size() > 1 && !opt_.save_path.empty()) check_one_save_directory(*mpi, opt_.save_path);
     const int k = n / mpi->size();  // ranks per process
     for (int i = 0; i < k; i++) local.push_back(mpi->rank() * k + i);
     if (k == 1) {
@@ -304,16 +336,33 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     // As in Megatron, --load naming a place with no complete checkpoint yet
     // starts a fresh run (the first run of `--save X --load X`), and says so.
     std::optional<CheckpointRef> ckpt;
+    std::string found;  // what this process's --load found, which every process's must be
+    std::exception_ptr refused;
     try {
       ckpt = open_checkpoint(opt_.load_path);
+      found = "iteration " + std::to_string(ckpt->manifest.iteration) + ", manifest " +
+              std::to_string(fnv1a64(ckpt->manifest.to_json()));
     } catch (const Error &e) {
-      if (e.code() != Status::io_error) throw;  // a damaged manifest is an error
-      if (opt_.finetune)
-        fail(Status::io_error, "finetune: nothing to fine-tune at load '", opt_.load_path,
-             "': ", e.what());
-      last_loaded_ = "load: " + std::string(e.what()) + "; starting from iteration 0";
-      if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", last_loaded_.c_str());
+      found = "none";
+      try {
+        if (e.code() != Status::io_error) throw;  // a damaged manifest is an error
+        if (opt_.finetune)
+          fail(Status::io_error, "finetune: nothing to fine-tune at load '", opt_.load_path,
+               "': ", e.what());
+      } catch (const Error &why) {
+        refused = std::current_exception();
+        found = std::string("an error: ") + why.what();
+      }
+      if (!refused) {
+        last_loaded_ = "load: " + std::string(e.what()) + "; starting from iteration 0";
+        if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", last_loaded_.c_str());
+      }
     }
+    // Under mpirun, before the load's collectives: a process that found
+    // another checkpoint, or none (a relative --load from another working
+    // directory), trained its shard from another state, and the job hung.
+    if (mpi_ && mpi_->size() > 1) mpi_->agree("checkpoint", {{"what --load found", found}});
+    if (refused) std::rethrow_exception(refused);
     if (ckpt) load(*ckpt);
     // Its lineage is known now: a fine-tuned run resumed with --save naming
     // the run it came from has that run's options but is another run; and a

@@ -217,8 +217,13 @@ set_tests_properties(mpi_options_differ PROPERTIES LABELS mpi TIMEOUT 60 PROCESS
                      WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
 # So do a script's own options that shape collectives (another --eval-interval
 # crashed inside MPI) and the exit options (another --exit-interval hung).
+# And the log the first process writes (a --log-json given to another was
+# ignored in silence); and a layout of other processes fails on that option,
+# not in MPI's abort after one process refused its layout alone.
 foreach(case "eval_interval|--eval-interval 1|script option 'eval_interval'"
-             "exit_interval|--exit-interval 2|option 'exit_interval'")
+             "exit_interval|--exit-interval 2|option 'exit_interval'"
+             "log_json|--log-json l.jsonl|script option 'log_json'"
+             "layout|--data-parallel-size 1|option 'data_parallel_size'")
   string(REPLACE "|" ";" parts "${case}")
   list(GET parts 0 key)
   list(GET parts 1 flag)
@@ -233,6 +238,27 @@ foreach(case "eval_interval|--eval-interval 1|script option 'eval_interval'"
             ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
             "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --sample-tokens 0")
   set_tests_properties(mpi_${key}_differs PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
+                       WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()
+# A relative --save or --load from other working directories is one
+# directory per process: the first save's collective open hung, and a --load
+# only one process found trained the shards from two states, then hung.
+foreach(case "save|--save ck2 --save-interval 2|--save 'ck2' is not one directory for the processes of this run"
+             "load|--load ck --train-iters 6|checkpoint 'what --load found' differs between the processes")
+  string(REPLACE "|" ";" parts "${case}")
+  list(GET parts 0 key)
+  list(GET parts 1 flags)
+  list(GET parts 2 says)
+  set(dir ${PTDP_TEST_TMP}/mpi_${key}_elsewhere)
+  file(MAKE_DIRECTORY ${dir})
+  add_test(NAME mpi_${key}_elsewhere
+    COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 40
+            --expect "${says}"
+            -- bash -c "rm -rf a b && mkdir a b && \"$1\" tokenize --output a/data.ptdp \"$2\" >/dev/null && cp a/data.ptdp b/ && (cd a && \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --save ck >/dev/null) && ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 1 -wdir $PWD/a \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags} : -np 1 -wdir $PWD/b \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags}"
+            mpi_${key}_elsewhere $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
+            ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
+            "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr-decay-iters 4 --sample-tokens 0")
+  set_tests_properties(mpi_${key}_elsewhere PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
                        WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
 # A rank killed between steps while the others go on into the next step's

@@ -675,6 +675,11 @@ TEST(PlanBadInput, LayoutsThatCannotWorkAreNamedWithTheReason) {
             std::string::npos);
   EXPECT_NE(plan_error(with({{"device", "cpu"}})).find("picks what calibrate measures, but calibrate is not given"),
             std::string::npos);
+  // The CPU's calibration measures this machine whole: a --machine beside it
+  // (even one that does not exist) was ignored in silence.
+  EXPECT_NE(plan_error(with({{"calibrate", "1"}, {"device", "cpu"}, {"machine", "no_such.json"}}))
+                .find("machine 'no_such.json' with calibrate on the CPU"),
+            std::string::npos);
   // One option in two spellings, a layout's part twice, tokens past any run.
   EXPECT_NE(error_of([&] { plan_report(with({{"num-layers", "48"}})); }, ptdp::Status::invalid_argument)
                 .find("plan option num_layers is given twice, as num_layers and as num-layers"),
@@ -688,6 +693,12 @@ TEST(PlanBadInput, LayoutsThatCannotWorkAreNamedWithTheReason) {
             std::string::npos);
   EXPECT_NE(error_of([&] { plan_report(with({{"explain", "t=1,t=2,p=1,b=1"}})); }, ptdp::Status::bad_value)
                 .find("t is given twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { plan_report(with({{"explain", "t=1,p=2,b=1,gpipe,1f1b"}})); }, ptdp::Status::bad_value)
+                .find("it names two schedules; give one"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { plan_report(with({{"explain", "t=1,p=1,b=4,none,full"}})); }, ptdp::Status::bad_value)
+                .find("it names two recomputations"),
             std::string::npos);
   EXPECT_NE(plan_error(with({{"explain", "t=8,p=8,b=1"}})).find("t x p = 64 is more than the 32 GPUs"),
             std::string::npos);
