@@ -215,6 +215,21 @@ add_test(NAME mpi_options_differ
           ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
 set_tests_properties(mpi_options_differ PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
                      WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+# A two-process train_gpt.lua run that must fail quickly saying `says`:
+# `script` runs in bash in a directory of its own, with $1 the launcher, $2 a
+# corpus, $3 train_gpt.lua, $4 a tiny model's flags and $MPI mpirun.
+function(ptdp_mpi_refusal name says script)
+  set(dir ${PTDP_TEST_TMP}/${name})
+  file(MAKE_DIRECTORY ${dir})
+  add_test(NAME ${name}
+    COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 40 --expect "${says}"
+            -- bash -c "MPI='${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe' && ${script}"
+            ${name} $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
+            ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
+            "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr-decay-iters 4 --sample-tokens 0")
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
+                       WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+endfunction()
 # So do a script's own options that shape collectives (another --eval-interval
 # crashed inside MPI) and the exit options (another --exit-interval hung).
 # And the log the first process writes (a --log-json given to another was
@@ -228,17 +243,8 @@ foreach(case "eval_interval|--eval-interval 1|script option 'eval_interval'"
   list(GET parts 0 key)
   list(GET parts 1 flag)
   list(GET parts 2 says)
-  set(dir ${PTDP_TEST_TMP}/mpi_${key}_differs)
-  file(MAKE_DIRECTORY ${dir})
-  add_test(NAME mpi_${key}_differs
-    COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 30
-            --expect "${says} differs between the processes of this run"
-            -- bash -c "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 : -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flag}"
-            mpi_${key}_differs $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
-            ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
-            "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --sample-tokens 0")
-  set_tests_properties(mpi_${key}_differs PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
-                       WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+  ptdp_mpi_refusal(mpi_${key}_differs "${says} differs between the processes of this run"
+    "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && $MPI -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 : -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flag}")
 endforeach()
 # A relative --save or --load from other working directories is one
 # directory per process: the first save's collective open hung, and a --load
@@ -249,17 +255,8 @@ foreach(case "save|--save ck2 --save-interval 2|--save 'ck2' is not one director
   list(GET parts 0 key)
   list(GET parts 1 flags)
   list(GET parts 2 says)
-  set(dir ${PTDP_TEST_TMP}/mpi_${key}_elsewhere)
-  file(MAKE_DIRECTORY ${dir})
-  add_test(NAME mpi_${key}_elsewhere
-    COMMAND ${PTDP_EXPECT_FAILURE} --max-seconds 40
-            --expect "${says}"
-            -- bash -c "rm -rf a b && mkdir a b && \"$1\" tokenize --output a/data.ptdp \"$2\" >/dev/null && cp a/data.ptdp b/ && (cd a && \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --save ck >/dev/null) && ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 1 -wdir $PWD/a \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags} : -np 1 -wdir $PWD/b \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags}"
-            mpi_${key}_elsewhere $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
-            ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
-            "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr-decay-iters 4 --sample-tokens 0")
-  set_tests_properties(mpi_${key}_elsewhere PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 2
-                       WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+  ptdp_mpi_refusal(mpi_${key}_elsewhere "${says}"
+    "rm -rf a b && mkdir a b && \"$1\" tokenize --output a/data.ptdp \"$2\" >/dev/null && cp a/data.ptdp b/ && (cd a && \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --save ck >/dev/null) && $MPI -np 1 -wdir $PWD/a \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags} : -np 1 -wdir $PWD/b \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags}")
 endforeach()
 # A rank killed between steps while the others go on into the next step's
 # collectives: every process ends and mpirun names the dead rank.
