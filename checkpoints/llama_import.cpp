@@ -15,6 +15,7 @@
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/llama_layout.h"
 #include "checkpoints/safetensors_file.h"
+#include "engine/data/tokenizer.h"
 #include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
@@ -146,12 +147,15 @@ class HfWeights {
     return it == tensors_.end() ? nullptr : &it->second;
   }
   const std::map<std::string, std::pair<std::string, SourceTensor>> &all() const { return tensors_; }
+  // The metadata of its (first) file: a ptdp export's record of its tokenizer.
+  const nlohmann::json &metadata() const { return metadata_; }
 
  private:
   void add_file(const std::string &file) {
     maps_.push_back(std::make_unique<MappedFile>(file, "'" + file + "'"));
     const MappedFile &m = *maps_.back();
     const Safetensors st = parse_safetensors(file, m.data(), m.size());
+    if (maps_.size() == 1) metadata_ = st.metadata;
     for (const auto &[name, t] : st.tensors) {
       if (tensors_.count(name))
         fail(Status::corrupt_data, "'", name, "' is in both '", tensors_[name].first, "' and '",
@@ -161,6 +165,7 @@ class HfWeights {
   }
   std::vector<std::unique_ptr<MappedFile>> maps_;
   std::map<std::string, std::pair<std::string, SourceTensor>> tensors_;
+  nlohmann::json metadata_ = nlohmann::json::object();
 };
 
 // Not parameters: old files' rotary tables (model.layers.N.self_attn.rotary_emb.inv_freq).
@@ -344,7 +349,8 @@ std::string import_llama(const std::string &weights, const std::string &config_t
   // tokenizer, say) would read its ids as other text, and is refused by name.
   std::error_code ec;
   if (fs::is_regular_file(fs::path(weights).parent_path() / "tokenizer.json", ec))
-    training["tokenizer_type"] = "HuggingFaceTokenizer";
+    training[kTokenizerTypeKey] = "HuggingFaceTokenizer";
+  record_tokenizer(weights, w.metadata(), training);
   // The tokenizer's ids of bos and eos (an id or a list), for the export's configs.
   const json c = parse_config(config_text, where);
   for (const char *id : {"bos_token_id", "eos_token_id"}) {

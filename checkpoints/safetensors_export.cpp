@@ -24,6 +24,7 @@
 #include "checkpoints/llama_layout.h"
 #include "engine/core/mapped_file.h"
 #include "checkpoints/safetensors_file.h"
+#include "engine/data/tokenizer.h"
 #include "checkpoints/hdf5_file.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/core/dtype.h"
@@ -336,6 +337,8 @@ void export_safetensors(const std::string &path, const std::string &out_path,
                             {"checkpoint", ref.dir},
                             {"iteration", std::to_string(m.iteration)}};
   if (!llama) header["__metadata__"]["gpt2_config"] = json_file_text(gpt2_config(cfg));
+  for (const char *key : {kTokenizerTypeKey, kTokenizerVocabularyKey})  // (an import takes them back)
+    if (auto it = m.training.find(key); it != m.training.end()) header["__metadata__"][key] = it->second;
   int64_t offset = 0;
   for (const OutTensor &c : convs) {
     const int64_t bytes = c.rows * c.cols * (int64_t)dtype_size(type);

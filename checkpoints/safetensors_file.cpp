@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <cmath>
@@ -22,6 +23,7 @@
 #include "engine/core/json_text.h"
 #include "engine/core/mapped_file.h"
 #include "engine/core/status.h"
+#include "engine/data/tokenizer.h"
 
 namespace ptdp {
 
@@ -203,6 +205,40 @@ std::map<std::string, std::string> imported_source(const std::string &weights) {
   if (const std::string record = file_record(weights); !record.empty()) out["imported_file"] = record;
   out[kLineageKey] = import_lineage(out["imported_from"] + "\n" + out["imported_file"]);
   return out;
+}
+
+void record_tokenizer(const std::string &weights, const nlohmann::json &metadata,
+                      std::map<std::string, std::string> &training) {
+  std::map<std::string, std::string> exported;  // a ptdp export's own record
+  for (const char *key : {kTokenizerTypeKey, kTokenizerVocabularyKey}) {
+    auto it = metadata.find(key);
+    if (it != metadata.end() && it->is_string()) exported[key] = it->get<std::string>();
+  }
+  // A tokenizer.json beside the weights is the model's, as for from_pretrained.
+  std::string beside;
+  std::error_code ec;
+  const fs::path file = fs::path(weights).parent_path() / "tokenizer.json";
+  if (fs::is_regular_file(file, ec)) {
+    TokenizerSpec spec;
+    spec.type = "HuggingFaceTokenizer";
+    spec.tokenizer_file = file.string();
+    try {
+      beside = vocabulary_fingerprint_text(*make_tokenizer(spec));
+    } catch (const Error &) {  // (a tokenizer ptdp does not read: the weights import all the same)
+    }
+  }
+  if (!beside.empty()) {
+    const auto was = exported.find(kTokenizerVocabularyKey);
+    if (was != exported.end() && was->second != beside)
+      std::fprintf(stderr, "ptdp: note: '%s' is not the tokenizer the model was trained with (its export "
+                           "records tokenizer_type %s, vocabulary %s; this one's is %s): the import "
+                           "takes the one beside the model\n",
+                   file.string().c_str(), exported[kTokenizerTypeKey].c_str(), was->second.c_str(),
+                   beside.c_str());
+    training[kTokenizerVocabularyKey] = beside;
+  } else {
+    training.insert(exported.begin(), exported.end());
+  }
 }
 
 void check_import_target(const std::string &dir, const GptConfig &cfg,

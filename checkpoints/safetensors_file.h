@@ -44,6 +44,14 @@ std::string read_text(const std::string &path);
 // path is another run's, not a replacement of the earlier import, and its
 // lineage (checkpoints/save_target.h).
 std::map<std::string, std::string> imported_source(const std::string &weights);
+// The tokenizer an import records (kTokenizerTypeKey, kTokenizerVocabularyKey):
+// the vocabulary of a tokenizer.json beside the weights (the model's, as for
+// from_pretrained; one that does not read as a HuggingFaceTokenizer records
+// nothing), else a ptdp export's own record from its safetensors metadata (a
+// note when the two disagree). The record survives an export and import, so
+// another vocabulary is refused as it is for the checkpoint.
+void record_tokenizer(const std::string &weights, const nlohmann::json &metadata,
+                      std::map<std::string, std::string> &training);
 // A file's size and modification time as imports record it ("" when absent):
 // the source model still told apart when it was moved or renamed.
 std::string file_record(const std::string &path);

@@ -344,7 +344,8 @@ std::string import_safetensors(const std::string &path, const std::string &confi
   auto found = match_tensors(file, st, cfg, where, table);
   const int64_t h = cfg.hidden_size, hd = cfg.head_dim();
 
-  const std::map<std::string, std::string> training = imported_source(file);
+  std::map<std::string, std::string> training = imported_source(file);
+  record_tokenizer(file, st.metadata, training);
   check_import_target(dir, cfg, training);
 
   // The parameters in ptdp's flat layout (wte's padding rows stay zero).

@@ -20,6 +20,12 @@ std::string ByteTokenizer::decode(const int32_t *tokens, size_t n) const {
   return out;
 }
 
+std::string vocabulary_fingerprint_text(const Tokenizer &tok) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)vocabulary_fingerprint(tok));
+  return buf;
+}
+
 const char *tokenizer_names() { return "byte, GPT2BPETokenizer, HuggingFaceTokenizer"; }
 
 uint64_t vocabulary_fingerprint(const Tokenizer &tok) {

@@ -62,6 +62,12 @@ const char *tokenizer_names();
 // whose ids name other tokens (a shuffled vocab.json) differ here; one
 // GPT-2 vocabulary given as vocab.json or as tokenizer.json does not.
 uint64_t vocabulary_fingerprint(const Tokenizer &tok);
+// As a checkpoint records it (kTokenizerVocabularyKey): 16 hex digits.
+std::string vocabulary_fingerprint_text(const Tokenizer &tok);
+// A checkpoint's record of the tokenizer its ids are (its manifest's training
+// options; a ptdp export's safetensors metadata carries both across).
+inline constexpr const char *kTokenizerTypeKey = "tokenizer_type";
+inline constexpr const char *kTokenizerVocabularyKey = "tokenizer_vocabulary";
 // A spec naming files its type does not take, or lacking the files it needs,
 // is an error saying which files go with which type.
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec &spec);

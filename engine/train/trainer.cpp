@@ -45,6 +45,18 @@ namespace {
 // records, the data by its contents (each process may name it by its own
 // path), and the checkpoints read and written. Not what is a process's own
 // (threads, device ordinal, trace files, timeouts).
+// A path as every process spelling it another way still names it: absolute,
+// links and ".." resolved, no trailing '/'. "" stays "".
+std::string same_directory_text(const std::string &path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) return path;
+  std::string text = p.string();
+  while (text.size() > 1 && text.back() == '/') text.pop_back();
+  return text;
+}
+
 std::vector<std::pair<std::string, std::string>> options_processes_share(const TrainerOptions &o,
                                                                          const std::string &data) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -71,8 +83,11 @@ std::vector<std::pair<std::string, std::string>> options_processes_share(const T
                          {"ddp_bucket_size", std::to_string(o.ddp_bucket_size)},
                          {"use_flash_attn", flag(o.use_flash_attn)},
                          {"eval_iters", std::to_string(o.eval_iters)},
-                         {"save", o.save_path},
-                         {"load", o.load_path},
+                         // (By what they name, not how: one directory spelled two
+                         // ways is one; --save's probe and --load's agreement on
+                         // what it found tell the rest.)
+                         {"save", same_directory_text(o.save_path)},
+                         {"load", same_directory_text(o.load_path)},
                          {"save_interval", std::to_string(o.save_interval)},
                          {"keep_last_checkpoints", std::to_string(o.keep_last_checkpoints)},
                          {"verify_checkpoint", flag(o.verify_checkpoint)},
@@ -230,6 +245,13 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
            mpi->size(), " processes use the synchronous save (async_save = 0); it works for ranks "
            "that are threads of one process");
     if (mpi->size() > 1 && !opt_.save_path.empty()) check_one_save_directory(*mpi, opt_.save_path);
+    // The checkpoint's file is opened collectively by name (MPI-IO coordinates
+    // by it: '../ck' and 'ck/' from two working directories hung at the first
+    // save): every process names it alike.
+    if (mpi->size() > 1) {
+      opt_.save_path = same_directory_text(opt_.save_path);
+      opt_.load_path = same_directory_text(opt_.load_path);
+    }
     const int k = n / mpi->size();  // ranks per process
     for (int i = 0; i < k; i++) local.push_back(mpi->rank() * k + i);
     if (k == 1) {

@@ -279,15 +279,15 @@ class Trainer {
   std::map<std::string, std::string> provenance_ = {{kLineageKey, kLineageNew}};
   // A manifest's `training`: the resumption options and the provenance.
   std::map<std::string, std::string> manifest_training() const;
-  // The tokenizer's vocabulary_fingerprint, as a manifest records it (kVocabularyKey),
-  // and the refusal of a manifest recording another ("give the checkpoint's ... to <to>").
+  // The tokenizer's vocabulary_fingerprint, as a manifest records it
+  // (kTokenizerVocabularyKey), and the refusal of a manifest recording another
+  // ("give the checkpoint's ... to <to>").
   std::string vocabulary_text() const;
   void check_vocabulary(const std::string &tokenizer, const std::string &vocabulary, const char *to) const;
-  static constexpr const char *kVocabularyKey = "tokenizer_vocabulary";
   // The tokenizer_type the loaded checkpoint was trained with ("" when it
   // records none, as an import): generate() refuses another.
   std::string loaded_tokenizer_;
-  std::string loaded_vocabulary_;  // its vocabulary (kVocabularyKey), "" when not recorded
+  std::string loaded_vocabulary_;  // its vocabulary (kTokenizerVocabularyKey), "" when not recorded
   int failed_saves_ = 0;
   StepMetrics last_;
   // Preemption and time limits (trainer_exit.cpp).

@@ -38,7 +38,7 @@ std::map<std::string, std::string> resumption_options(const TrainerOptions &o,
           {"adam_beta2", num(o.adam.beta2)},
           {"adam_eps", num(o.adam.eps)},
           {"clip_grad", num(o.clip_grad)},
-          {"tokenizer_type", o.tokenizer},
+          {kTokenizerTypeKey, o.tokenizer},
           {"params_dtype", dtype_name(o.precision.dtype)}};
   if (!data_fingerprint.empty()) out["data_fingerprint"] = data_fingerprint;
   return out;
@@ -135,16 +135,11 @@ std::string Trainer::save(const std::string &root) {
 std::map<std::string, std::string> Trainer::manifest_training() const {
   std::map<std::string, std::string> out = resumption_options(opt_, data_fingerprint_);
   out.insert(provenance_.begin(), provenance_.end());
-  out[kVocabularyKey] = vocabulary_text();
+  out[kTokenizerVocabularyKey] = vocabulary_text();
   return out;
 }
 
-// The run's tokenizer's vocabulary_fingerprint, as a manifest records it.
-std::string Trainer::vocabulary_text() const {
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)vocabulary_fingerprint(*tok_));
-  return buf;
-}
+std::string Trainer::vocabulary_text() const { return vocabulary_fingerprint_text(*tok_); }
 
 void Trainer::check_vocabulary(const std::string &tokenizer, const std::string &vocabulary,
                                const char *to) const {
@@ -260,7 +255,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
     return it == ckpt.manifest.training.end() ? std::string() : it->second;
   };
   if (!opt_.data_path.empty())
-    check_vocabulary(recorded("tokenizer_type"), recorded(kVocabularyKey), "train on this run's data");
+    check_vocabulary(recorded(kTokenizerTypeKey), recorded(kTokenizerVocabularyKey), "train on this run's data");
   const std::map<std::string, std::string> now = resumption_options(opt_, data_fingerprint_);
   // "key: checkpoint x, this run y; ..." for each of keys that differs.
   const auto differences = [&](const std::vector<std::string> &keys) {
@@ -288,14 +283,20 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   if (!opt_.finetune && first_local_rank() == 0) {
     std::string changed = differences({"global_batch_size", "micro_batch_size", "weight_decay",
                                        "adam_beta1", "adam_beta2", "adam_eps", "clip_grad", "params_dtype"});
-    // (The dropout rates are the model block's, which records them beside its shape.)
+    // (The dropout rates are the model block's, which records them beside its
+    // shape: floats, written as such, "0.1" rather than 0.10000000149011612.)
+    const auto float_text = [](float x) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.7g", x);
+      return std::string(buf);
+    };
     for (const auto &[name, was, is] : {std::make_tuple("hidden_dropout", ckpt.manifest.model.hidden_dropout,
                                                         opt_.model.hidden_dropout),
                                         std::make_tuple("attention_dropout", ckpt.manifest.model.attention_dropout,
                                                         opt_.model.attention_dropout)})
       if (was != is)
-        changed += (changed.empty() ? "" : "; ") + std::string(name) + ": checkpoint " + number_text(was) +
-                   ", this run " + number_text(is);
+        changed += (changed.empty() ? "" : "; ") + std::string(name) + ": checkpoint " + float_text(was) +
+                   ", this run " + float_text(is);
     if (!changed.empty())
       std::fprintf(stderr, "ptdp: note: this run goes on from checkpoint '%s' with other options "
                            "than it was trained with (%s): they apply from its iteration on\n",
@@ -373,8 +374,8 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
         (key == kLineageKey && !opt_.finetune))
       provenance_[key] = value;
   if (opt_.finetune) provenance_[kLineageKey] = finetune_lineage(ckpt.manifest);
-  loaded_tokenizer_ = recorded("tokenizer_type");
-  loaded_vocabulary_ = recorded(kVocabularyKey);
+  loaded_tokenizer_ = recorded(kTokenizerTypeKey);
+  loaded_vocabulary_ = recorded(kTokenizerVocabularyKey);
   loaded_files_.clear();
   std::error_code ec;  // (a listing that fails protects less; the load itself succeeded)
   for (std::filesystem::recursive_directory_iterator it(ckpt.dir, ec), end; !ec && it != end;

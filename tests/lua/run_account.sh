@@ -37,6 +37,13 @@ run $tok --vocab-size 3072 --vocab-file "$bpe/vocab.json" --data-path bpe.ptdp -
   ok "generate with another vocab.json: refused" || { cat gen.txt; bad "generate with another vocabulary"; }
 "$launcher" generate --load ck --prompt "a b" --max-new-tokens 2 $tok --vocab-file "$bpe/vocab.json" >gen.txt 2>&1 &&
   ok "generate with its own vocab.json" || { cat gen.txt; bad "generate with its own vocabulary"; }
+# The record goes with the model through an export and an import (it was
+# dropped, and the permuted ids ran).
+"$launcher" ckpt export-safetensors ck hf >/dev/null 2>&1 && "$launcher" ckpt import-safetensors hf imp >/dev/null 2>&1 ||
+  bad "export and import"
+"$launcher" generate --load imp --prompt "a b" --max-new-tokens 2 $tok --vocab-file perm.json >gen.txt 2>&1
+[ $? -ne 0 ] && has gen.txt "the checkpoint was trained with another vocabulary" &&
+  ok "after an export and an import too" || { cat gen.txt; bad "the record lost in an export and import"; }
 run $tok --vocab-size 3072 --vocab-file perm.json --data-path perm.ptdp --load ck --finetune >ft.txt 2>&1
 [ $? -ne 0 ] && has ft.txt "give the checkpoint's tokenizer_type and files to train on this run's data" &&
   ok "fine-tuning through another vocab.json: refused" || { cat ft.txt; bad "fine-tune with another vocabulary"; }

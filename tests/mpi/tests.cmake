@@ -248,9 +248,11 @@ foreach(case "eval_interval|--eval-interval 1|script option 'eval_interval'"
 endforeach()
 # A relative --save or --load from other working directories is one
 # directory per process: the first save's collective open hung, and a --load
-# only one process found trained the shards from two states, then hung.
-foreach(case "save|--save ck2 --save-interval 2|--save 'ck2' is not one directory for the processes of this run"
-             "load|--load ck --train-iters 6|checkpoint 'what --load found' differs between the processes")
+# only one process found trained the shards from two states, then hung. Told
+# by the directories they name; where one name is a directory of each node's
+# own, by --save's probes and --load's agreement on what it found.
+foreach(case "save|--save ck2 --save-interval 2|option 'save' differs between the processes of this run"
+             "load|--load ck --train-iters 6|option 'load' differs between the processes of this run")
   string(REPLACE "|" ";" parts "${case}")
   list(GET parts 0 key)
   list(GET parts 1 flags)
@@ -258,6 +260,19 @@ foreach(case "save|--save ck2 --save-interval 2|--save 'ck2' is not one director
   ptdp_mpi_refusal(mpi_${key}_elsewhere "${says}"
     "rm -rf a b && mkdir a b && \"$1\" tokenize --output a/data.ptdp \"$2\" >/dev/null && cp a/data.ptdp b/ && (cd a && \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --save ck >/dev/null) && $MPI -np 1 -wdir $PWD/a \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags} : -np 1 -wdir $PWD/b \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags}")
 endforeach()
+# One --save and --load directory spelled another way in each process (from
+# another working directory, with a trailing '/'): refused as "differs", then
+# (once compared by what they name) hung at the save's collective open, which
+# MPI-IO coordinates by the file's name. Every process names it alike now.
+set(dir ${PTDP_TEST_TMP}/mpi_save_spelled_two_ways)
+file(MAKE_DIRECTORY ${dir})
+add_test(NAME mpi_save_spelled_two_ways
+  COMMAND bash -c "rm -rf w ck && mkdir w && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && cp data.ptdp w/ && for iters in 2 4; do timeout 60 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 1 -wdir $PWD/w \"$1\" \"$3\" $4 --train-iters $iters --data-path data.ptdp --data-parallel-size 2 --load ../ck --save ../ck : -np 1 -wdir $PWD \"$1\" \"$3\" $4 --train-iters $iters --data-path data.ptdp --data-parallel-size 2 --load ck/ --save ck/ > out_$iters.txt 2>&1 || { cat out_$iters.txt; exit 1; }; grep -q \"saved checkpoint $PWD/ck/iter_000000$iters\" out_$iters.txt || { cat out_$iters.txt; exit 1; }; done"
+          mpi_save_spelled_two_ways $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
+          ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
+          "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --lr-decay-iters 2 --sample-tokens 0")
+set_tests_properties(mpi_save_spelled_two_ways PROPERTIES LABELS mpi TIMEOUT 150 PROCESSORS 2
+                     WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
 # A rank killed between steps while the others go on into the next step's
 # collectives: every process ends and mpirun names the dead rank.
 ptdp_mpi_training_failure(mpi_train_rank_killed 2
