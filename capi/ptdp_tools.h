@@ -124,9 +124,10 @@ PTDP_API ptdp_status ptdp_read_file(const char *path, const char *what, char *bu
 /* A directory a script has just made (ptdp.mkdirs) is held, with hold = 1,
  * on the list the signal cleanup below goes through, by its identity (device
  * and inode) now: an interrupted run removes it while it is still empty and
- * still that directory. Nothing there, or no directory (a link is not
- * followed), is PTDP_ERR_IO. hold = 0 takes it off (the directory stays); any
- * other value is PTDP_ERR_INVALID_ARGUMENT. */
+ * still that directory. Nothing there, no directory (a link is not followed),
+ * or one born before this process loaded the library (a user's: none the
+ * program made) is PTDP_ERR_IO. hold = 0 takes it off (the directory stays);
+ * any other value is PTDP_ERR_INVALID_ARGUMENT. */
 PTDP_API ptdp_status ptdp_hold_made_directory(const char *path, int32_t hold);
 /* A new directory parent/prefixXXXXXX of the caller's own (mkdtemp; prefix
  * holds no '/'), its path into buf (no size query: each call makes one; cap

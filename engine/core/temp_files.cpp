@@ -321,12 +321,33 @@ std::vector<std::string> make_held_directories(const std::string &path) {
   return made;
 }
 
+// When this library was loaded, on the clock file times are taken from (the
+// kernel's coarse one): a directory born before is none this process made.
+static const struct timespec library_loaded = [] {
+  struct timespec t = {0, 0};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &t);
+  return t;
+}();
+
 void hold_made_directory(const std::string &dir) {
   struct stat st;
   if (::lstat(dir.c_str(), &st) != 0)
     fail(Status::io_error, "cannot hold '", dir, "': ", std::strerror(errno), " (hold a directory once made)");
   if (!S_ISDIR(st.st_mode))
     fail(Status::io_error, "cannot hold '", dir, "': it is not a directory (a link is not followed)");
+  // The caller says it made it; a directory that was there before this
+  // process loaded the library (a user's, empty) is refused, not removed by a
+  // signal's cleanup later. Its birth time where the file system keeps one,
+  // else its last status change.
+  struct statx sx;
+  struct timespec born = st.st_ctim;
+  if (::statx(AT_FDCWD, dir.c_str(), AT_SYMLINK_NOFOLLOW, STATX_BTIME, &sx) == 0 && (sx.stx_mask & STATX_BTIME))
+    born = {(time_t)sx.stx_btime.tv_sec, (long)sx.stx_btime.tv_nsec};
+  if (born.tv_sec < library_loaded.tv_sec ||
+      (born.tv_sec == library_loaded.tv_sec && born.tv_nsec < library_loaded.tv_nsec))
+    fail(Status::io_error, "cannot hold '", dir, "': it was there before this process loaded ptdp, so ",
+         "it is no directory this program made (only those are held, to be removed if the program is ",
+         "interrupted)");
   hold_temp_path(dir, Held::directory, &st, open_directory_held(dir, st));
 }
 

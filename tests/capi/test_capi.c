@@ -233,6 +233,10 @@ static void test_null_arguments(const char *corpus, const char *data_path) {
   /* Held once made, by its identity: nothing there is no directory made. */
   EXPECT(ptdp_hold_made_directory("no_such_dir.d", 1), PTDP_ERR_IO, "hold a directory once made",
          "hold_made_directory(nothing there)");
+  /* One that was there before the program (a user's, empty) is none it made:
+   * held, a signal's cleanup removed it. */
+  EXPECT(ptdp_hold_made_directory("/", 1), PTDP_ERR_IO, "it was there before this process loaded ptdp",
+         "hold_made_directory(a directory older than the process)");
   EXPECT(ptdp_append_line("x.jsonl", "{\"kind\": \"run\"}", 2), BAD, "fresh is 0 or 1, got 2",
          "append_line(fresh 2)");
   {
