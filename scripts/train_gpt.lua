@@ -205,6 +205,18 @@ end
 local function json_string(s)
   return '"' .. s:gsub('[%c"\\]', function(c) return string.format('\\u%04x', c:byte()) end) .. '"'
 end
+-- Every process checks it against the run's outputs claimed by now (under
+-- mpirun each process's --timeline PATH.rankN): refused by all at once,
+-- before any collective, not by the first alone (the others waited in their
+-- first step until the communicator timeout).
+if opts.log_json ~= '' then
+  local ok, err = pcall(ptdp.check_output, opts.log_json, '--log-json', false, 'metrics_log')
+  if not ok then
+    unmake()
+    io.stderr:write('ptdp: ', (tostring(err):gsub('^ptdp: ', '')), '\n')
+    os.exit(1)
+  end
+end
 if log_json then
   local fields = { '"kind": "run"', '"version": ' .. json_string(ptdp.version()),
                    '"data_path": ' .. json_string(config.data_path) }

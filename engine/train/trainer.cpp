@@ -308,6 +308,16 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::trace);
     output_claims_.emplace_back(process_path(opt_.timeline_path), "--timeline", true);
   }
+  // Under mpirun each process writes its own PATH.rankN; the other processes'
+  // are this run's too, claimed in this process (a --log-json naming one was
+  // refused by one process alone, after the start, and the others waited in
+  // their first collective until the timeout).
+  for (const std::string &path : {opt_.timeline_path, opt_.op_profile_path})
+    if (!path.empty() && local_ranks() < world_size())
+      for (int r = 0; r < world_size(); r += local_ranks())
+        if (r != first_local_rank())
+          output_claims_.emplace_back(path + ".rank" + std::to_string(r),
+                                      path == opt_.timeline_path ? "--timeline" : "--profile-ops");
   if (!opt_.op_profile_path.empty()) {
     check_output_file(process_path(opt_.op_profile_path), "--profile-ops", OutputKind::op_profile);
     output_claims_.emplace_back(process_path(opt_.op_profile_path), "--profile-ops", true);

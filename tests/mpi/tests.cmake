@@ -260,6 +260,11 @@ foreach(case "save|--save ck2 --save-interval 2|option 'save' differs between th
   ptdp_mpi_refusal(mpi_${key}_elsewhere "${says}"
     "rm -rf a b && mkdir a b && \"$1\" tokenize --output a/data.ptdp \"$2\" >/dev/null && cp a/data.ptdp b/ && (cd a && \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --save ck >/dev/null) && $MPI -np 1 -wdir $PWD/a \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags} : -np 1 -wdir $PWD/b \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags}")
 endforeach()
+# A --log-json naming another process's --timeline (PATH.rankN): refused by
+# every process at once (the first alone refused it after the start, and the
+# other waited in its first collective until the communicator timeout).
+ptdp_mpi_refusal(mpi_log_json_on_a_timeline "--log-json 'T.rank1' is also this run's --timeline 'T.rank1'"
+  "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && $MPI -np 2 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --timeline T --log-json T.rank1")
 # One --save and --load directory spelled another way in each process (from
 # another working directory, with a trailing '/'): refused as "differs", then
 # (once compared by what they name) hung at the save's collective open, which
