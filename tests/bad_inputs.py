@@ -459,6 +459,10 @@ case("`--add-qkv-bias` without `--disable-bias-linear`", plan + ["--add-qkv-bias
      "PlanBadInput.OptionsTheTrainerRefusesAreRefused")
 case("`--explain t=8,p=1,b=1` with `--tensor-model-parallel-size 2`", plan +
      ["--tensor-model-parallel-size", "2", "--explain", "t=8,p=1,b=1"], "PlanBadInput")
+case("`--explain t=1,p=2,b=1,gpipe,1f1b` (two schedules)", plan + ["--explain", "t=1,p=2,b=1,gpipe,1f1b"],
+     "PlanBadInput")
+case("`--machine` beside `--calibrate --device cpu`", plan + ["--calibrate", "--device", "cpu", "--machine",
+     "no_such.json"], "PlanBadInput")
 case("`--pipeline-schedule interleaved` at `--pipeline-model-parallel-size 1`", plan +
      ["--pipeline-schedule", "interleaved", "--pipeline-model-parallel-size", "1"],
      "PlanBadInput.OptionsTheTrainerRefusesAreRefused")

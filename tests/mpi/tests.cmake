@@ -288,7 +288,7 @@ ptdp_mpi_training_failure(mpi_train_rank_killed 2
 set(dir ${PTDP_TEST_TMP}/mpi_exit_signal)
 file(MAKE_DIRECTORY ${dir})
 add_test(NAME mpi_exit_signal
-  COMMAND bash -c "rm -rf ck && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && timeout 60 ${MPIEXEC_EXECUTABLE} -np 2 --allow-run-as-root --oversubscribe \"$1\" \"$3\" --data-path data.ptdp --tensor-model-parallel-size 2 --exit-signal-handler 1 --save ck --term-rank 1 --die-step 3 | tee out.txt && grep -q 'rank 0: exiting: SIGTERM received at iteration 3; saved ck/iter_0000003' out.txt && grep -q 'rank 1: exiting: SIGTERM received at iteration 3' out.txt && test -d ck/iter_0000003"
+  COMMAND bash -c "rm -rf ck && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && timeout 60 ${MPIEXEC_EXECUTABLE} -np 2 --allow-run-as-root --oversubscribe \"$1\" \"$3\" --data-path data.ptdp --tensor-model-parallel-size 2 --exit-signal-handler 1 --save ck --term-rank 1 --die-step 3 | tee out.txt && grep -q \"rank 0: exiting: SIGTERM received at iteration 3; saved $PWD/ck/iter_0000003\" out.txt && grep -q 'rank 1: exiting: SIGTERM received at iteration 3' out.txt && test -d ck/iter_0000003"
           mpi_exit_signal $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
           ${CMAKE_CURRENT_SOURCE_DIR}/mpi/losses.lua)
 set_tests_properties(mpi_exit_signal PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS 2
