@@ -40,11 +40,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// What every process of a run under mpirun must agree on (MpiWorld::agree):
-// the model, the batch and schedule, the training options a checkpoint
-// records, the data by its contents (each process may name it by its own
-// path), and the checkpoints read and written. Not what is a process's own
-// (threads, device ordinal, trace files, timeouts).
 // A path as every process spelling it another way still names it: absolute,
 // links and ".." resolved, no trailing '/'. "" stays "".
 std::string same_directory_text(const std::string &path) {
@@ -57,6 +52,11 @@ std::string same_directory_text(const std::string &path) {
   return text;
 }
 
+// What every process of a run under mpirun must agree on (MpiWorld::agree):
+// the model, the batch and schedule, the training options a checkpoint
+// records, the data by its contents (each process may name it by its own
+// path), and the checkpoints read and written. Not what is a process's own
+// (threads, device ordinal, trace files, timeouts).
 std::vector<std::pair<std::string, std::string>> options_processes_share(const TrainerOptions &o,
                                                                          const std::string &data) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -110,7 +110,6 @@ struct MadeDirectories {
   bool keep = false;
   ~MadeDirectories() {
     if (keep) return;
-    std::error_code ec;
     for (const fs::path &d : made) unmake_directory(d.string());  // (one with files stays)
   }
 };
