@@ -140,12 +140,22 @@ if save_made then save_id = ptdp.file_identity(config.save) end
 -- --eval-interval crashed in MPI; the engine's options are compared by the
 -- trainer), and so is the log the first process writes (one given to another
 -- process was ignored in silence).
+-- Every process checks --log-json against the run's outputs claimed by now
+-- (under mpirun each process's --timeline PATH.rankN), before the agreement,
+-- whose barrier keeps the first process from writing it meanwhile: refused by
+-- all at once, not by the first alone after the start (the others waited in
+-- their first step until the communicator timeout).
+local log_ok, log_err = true, nil
+if opts.log_json ~= '' then
+  log_ok, log_err = pcall(ptdp.check_output, opts.log_json, '--log-json', false, 'metrics_log')
+end
 do
   local ok, err = pcall(trainer.agree, trainer, { eval_interval = opts.eval_interval,
     sample_tokens = opts.sample_tokens, prompt = opts.prompt, temperature = opts.temperature,
-    log_json = opts.log_json })
-  if not ok then
-    io.stderr:write('ptdp: ', (tostring(err):gsub('^ptdp: ', '')), '\n')
+    log_json = opts.log_json, log_json_refused = log_ok and '' or tostring(log_err) })
+  if not ok or not log_ok then
+    unmake()
+    io.stderr:write('ptdp: ', (tostring(log_ok and err or log_err):gsub('^ptdp: ', '')), '\n')
     os.exit(1)
   end
 end
@@ -204,18 +214,6 @@ local function json_number(x)
 end
 local function json_string(s)
   return '"' .. s:gsub('[%c"\\]', function(c) return string.format('\\u%04x', c:byte()) end) .. '"'
-end
--- Every process checks it against the run's outputs claimed by now (under
--- mpirun each process's --timeline PATH.rankN): refused by all at once,
--- before any collective, not by the first alone (the others waited in their
--- first step until the communicator timeout).
-if opts.log_json ~= '' then
-  local ok, err = pcall(ptdp.check_output, opts.log_json, '--log-json', false, 'metrics_log')
-  if not ok then
-    unmake()
-    io.stderr:write('ptdp: ', (tostring(err):gsub('^ptdp: ', '')), '\n')
-    os.exit(1)
-  end
 end
 if log_json then
   local fields = { '"kind": "run"', '"version": ' .. json_string(ptdp.version()),
