@@ -7,6 +7,7 @@
 #include "engine/core/checkpoint_names.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 
 namespace fs = std::filesystem;
 
@@ -16,20 +17,14 @@ namespace {
 // The training options that may differ within one run (see the header).
 bool may_differ(const std::string &key) { return key == "micro_batch_size" || key == "train_iters"; }
 
-// `path` without trailing slashes ("ckpt/" and "ckpt" are one directory).
-fs::path trimmed(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
-}
-
 // Whether --load names the save directory itself or one checkpoint in it.
 bool loads_from(const std::string &save, const std::string &load) {
   if (load.empty()) return false;
   std::error_code ec;
-  const fs::path l = trimmed(load);
-  if (fs::equivalent(l, trimmed(save), ec)) return true;
+  const fs::path l = without_trailing_slashes(load), s = without_trailing_slashes(save);
+  if (fs::equivalent(l, s, ec)) return true;
   return l.filename().string().rfind("iter_", 0) == 0 && l.has_parent_path() &&
-         fs::equivalent(l.parent_path(), trimmed(save), ec);
+         fs::equivalent(l.parent_path(), s, ec);
 }
 
 // A float as text: short, with more digits only when that is what tells a and b apart.

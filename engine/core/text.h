@@ -16,6 +16,13 @@ inline bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// A path's text without trailing '/' ("ckpt/" and "ckpt" name one directory;
+// "/" stays "/").
+inline std::string without_trailing_slashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
 // Whether s is written as C's hexadecimal ("0x10", "0x1p4"), which strtod
 // reads too: the numbers a person gives are decimal, and every parser of them
 // refuses this (a "0x10B" token count was read as 267 tokens).

@@ -28,6 +28,7 @@
 #include "engine/core/temp_files.h"
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/parallel/grad_sync.h"
 #include "engine/trace/timeline.h"
 #include "engine/train/trainer_rank.h"
@@ -47,9 +48,7 @@ std::string same_directory_text(const std::string &path) {
   std::error_code ec;
   fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
   if (ec) return path;
-  std::string text = p.string();
-  while (text.size() > 1 && text.back() == '/') text.pop_back();
-  return text;
+  return without_trailing_slashes(p.string());
 }
 
 // What every process of a run under mpirun must agree on (MpiWorld::agree):

@@ -171,7 +171,7 @@ class Trainer {
   int64_t steps_taken() const { return steps_taken_; }
   int64_t steps_skipped() const { return steps_skipped_; }
   // The directory of the last checkpoint saved, and the line of the last load ("" if none).
-  const std::string &last_saved() const { return last_saved_; }
+  std::string last_saved() const { return saved_.empty() ? "" : saved_.back(); }
   // Every checkpoint this trainer committed, in order, one per line (an exit's
   // step may commit two: a background save's and its own).
   std::string saved_checkpoints() const {
@@ -256,7 +256,7 @@ class Trainer {
   int64_t iteration_ = 0, consumed_ = 0, skipped_ = 0, nan_ = 0;
   LossScaler scaler_;
   mutable LogInterval log_interval_;  // read (and closed) by the const log_metrics
-  std::string last_save_error_, last_saved_, last_loaded_;
+  std::string last_save_error_, last_loaded_;
   std::vector<std::string> saved_;  // every committed checkpoint's directory
   // The files of the checkpoint this trainer loaded: inputs of the run, which
   // no output of it (a log, a trace, a profile) may overwrite.

@@ -127,9 +127,8 @@ void Trainer::unstage_shards() {
 
 std::string Trainer::save(const std::string &root) {
   wait_for_saves();
-  last_saved_ = save_checkpoint(save_request(root), local_shards());
-  saved_.push_back(last_saved_);
-  return last_saved_;
+  saved_.push_back(save_checkpoint(save_request(root), local_shards()));
+  return saved_.back();
 }
 
 std::map<std::string, std::string> Trainer::manifest_training() const {
@@ -214,8 +213,7 @@ double Trainer::wait_for_saves() {
   const auto t0 = std::chrono::steady_clock::now();
   try {
     const BackgroundSave done = pending_save_.get();
-    last_saved_ = done.dir;
-    saved_.push_back(last_saved_);
+    saved_.push_back(done.dir);
     last_save_s_ = std::max(last_save_s_, done.seconds);  // what a save takes, written in full
     last_save_error_.clear();
   } catch (const Error &e) {

@@ -71,7 +71,7 @@ void Trainer::decide_exit(int64_t it, bool saved) {
   else if (!last_save_error_.empty())
     reason += "; the save failed: " + last_save_error_;
   else
-    reason += "; saved " + last_saved_;
+    reason += "; saved " + last_saved();
   exit_reason_ = reason;
 }
 

@@ -235,31 +235,33 @@ endfunction()
 # And the log the first process writes (a --log-json given to another was
 # ignored in silence); and a layout of other processes fails on that option,
 # not in MPI's abort after one process refused its layout alone.
-foreach(case "eval_interval|--eval-interval 1|script option 'eval_interval'"
-             "exit_interval|--exit-interval 2|option 'exit_interval'"
-             "log_json|--log-json l.jsonl|script option 'log_json'"
-             "layout|--data-parallel-size 1|option 'data_parallel_size'")
-  string(REPLACE "|" ";" parts "${case}")
-  list(GET parts 0 key)
-  list(GET parts 1 flag)
-  list(GET parts 2 says)
-  ptdp_mpi_refusal(mpi_${key}_differs "${says} differs between the processes of this run"
-    "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && $MPI -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 : -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flag}")
-endforeach()
+# Each case "key|flags|what it says" is the test mpi_<key><suffix>, its script
+# `command` with @FLAGS@ standing for the case's flags.
+function(ptdp_mpi_refusal_cases suffix command)
+  foreach(case IN LISTS ARGN)
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 key)
+    list(GET parts 1 flags)
+    list(GET parts 2 says)
+    string(REPLACE "@FLAGS@" "${flags}" script "${command}")
+    ptdp_mpi_refusal(mpi_${key}${suffix} "${says}" "${script}")
+  endforeach()
+endfunction()
+ptdp_mpi_refusal_cases(_differs
+  "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && $MPI -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 : -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 @FLAGS@"
+  "eval_interval|--eval-interval 1|script option 'eval_interval' differs between the processes of this run"
+  "exit_interval|--exit-interval 2|option 'exit_interval' differs between the processes of this run"
+  "log_json|--log-json l.jsonl|script option 'log_json' differs between the processes of this run"
+  "layout|--data-parallel-size 1|option 'data_parallel_size' differs between the processes of this run")
 # A relative --save or --load from other working directories is one
 # directory per process: the first save's collective open hung, and a --load
 # only one process found trained the shards from two states, then hung. Told
 # by the directories they name; where one name is a directory of each node's
 # own, by --save's probes and --load's agreement on what it found.
-foreach(case "save|--save ck2 --save-interval 2|option 'save' differs between the processes of this run"
-             "load|--load ck --train-iters 6|option 'load' differs between the processes of this run")
-  string(REPLACE "|" ";" parts "${case}")
-  list(GET parts 0 key)
-  list(GET parts 1 flags)
-  list(GET parts 2 says)
-  ptdp_mpi_refusal(mpi_${key}_elsewhere "${says}"
-    "rm -rf a b && mkdir a b && \"$1\" tokenize --output a/data.ptdp \"$2\" >/dev/null && cp a/data.ptdp b/ && (cd a && \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --save ck >/dev/null) && $MPI -np 1 -wdir $PWD/a \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags} : -np 1 -wdir $PWD/b \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 ${flags}")
-endforeach()
+ptdp_mpi_refusal_cases(_elsewhere
+  "rm -rf a b && mkdir a b && \"$1\" tokenize --output a/data.ptdp \"$2\" >/dev/null && cp a/data.ptdp b/ && (cd a && \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --save ck >/dev/null) && $MPI -np 1 -wdir $PWD/a \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 @FLAGS@ : -np 1 -wdir $PWD/b \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 @FLAGS@"
+  "save|--save ck2 --save-interval 2|option 'save' differs between the processes of this run"
+  "load|--load ck --train-iters 6|option 'load' differs between the processes of this run")
 # A --log-json naming another process's --timeline (PATH.rankN): refused by
 # every process at once (the first alone refused it after the start, and the
 # other waited in its first collective until the communicator timeout).
