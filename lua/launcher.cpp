@@ -59,8 +59,8 @@ std::string lua_dir() {
 const CLI::Option *empty_value(const CLI::App &app) {
   for (const CLI::Option *opt : app.get_options()) {
     if (opt->get_expected_min() == 0 || opt->get_name() == "--prompt") continue;
-    for (const std::string &r : opt->results())
-      if (r.empty()) return opt;
+    for (const std::string &r : opt->results())  // (blank: white space alone, as '' read)
+      if (r.find_first_not_of(" \t\n\r\f\v") == std::string::npos) return opt;
   }
   for (const CLI::App *sub : app.get_subcommands())
     if (const CLI::Option *opt = empty_value(*sub)) return opt;
@@ -159,7 +159,7 @@ int parse_command_line(CLI::App &app, int argc, char **argv) {
   note_repeated(app, name);
   if (const CLI::Option *opt = empty_value(app)) {
     const std::string which = opt->nonpositional() ? opt->get_name() : "argument " + opt->get_name();
-    std::fprintf(stderr, "%s: %s is given an empty value; give one (see %s --help)\n",
+    std::fprintf(stderr, "%s: %s is given an empty value (or white space alone); give one (see %s --help)\n",
                  name.c_str(), which.c_str(), name.c_str());
     return 2;
   }

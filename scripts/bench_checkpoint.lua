@@ -82,12 +82,15 @@ bench.refuse_untimed(given, config)  -- nor exits (its saves are refused above, 
 config.data_path = ptdp.dataset { path = config.data_path, given = given.data_path,
                                   corpus = '/usr/share/games/fortunes' }
 local trainer = ptdp.trainer(config)
-ptdp.mkdirs(opts.dir)
+-- (What mkdirs made of --dir goes at the end too, while it is empty: the
+-- help promises nothing of the run stays behind.)
+local _, made_dirs = ptdp.mkdirs(opts.dir)
 -- A directory of its own (mkdtemp, not the shell's mktemp: a name read back
 -- from a shell stopped at a newline in --dir and named another directory):
 -- the only thing it ever removes, and a signal's cleanup removes it whole.
 local ok, work = pcall(ptdp.make_temp_dir, opts.dir, 'ptdp_bench_checkpoint.')
 if not ok then
+  ptdp.unmake_dirs(made_dirs)
   io.stderr:write('bench_checkpoint: ' .. tostring(work) .. '\n')
   os.exit(1)
 end
@@ -188,6 +191,7 @@ local function measure()
   collectgarbage()
   ptdp.remove_temp_dir(async_dir)  -- (each tree by itself: an outer one's removal leaves the inner held)
   ptdp.remove_temp_dir(work)
+  ptdp.unmake_dirs(made_dirs)
   work = nil
   -- (A step's time less the median plain step: below 0 is the steps' noise,
   -- reported as 0 blocked, not as a save that sped the step up.)
@@ -220,6 +224,7 @@ end
 local ok_run, err = pcall(measure)
 if not ok_run then
   if work then pcall(ptdp.remove_temp_dir, work) end
+  pcall(ptdp.unmake_dirs, made_dirs)
   io.stderr:write('bench_checkpoint: ' .. tostring(err):gsub('^[^:]*:%d+: ', '') .. '\n')
   os.exit(1)
 end

@@ -191,6 +191,10 @@ void validate_value(const OptionSpec &o, const std::string &v) {
     return o.type == OptionSpec::Int ? std::to_string((long long)x) : number_text(x);
   };
   auto range = [&]() { return "[" + bound(o.min) + ", " + bound(o.max) + "]"; };
+  // A text of white space alone is no path or list: ' ' was read as "not
+  // set" (data_path) or as a directory named ' ' (save).
+  if (o.type == OptionSpec::String && !v.empty() && v.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+    fail(Status::bad_value, o.key, " is white space alone; give a value, or '' to leave it unset");
   // strtoll and strtod skip leading white space: ' 4' was taken, '4 ' not.
   if ((o.type == OptionSpec::Int || o.type == OptionSpec::Float) && !v.empty() &&
       std::isspace((unsigned char)v.front()))

@@ -138,10 +138,12 @@ function M.parse(argv, script_spec, config_defaults)
         if value == nil then error(string.format("flag '--%s' needs a value", name), 0) end
       end
     end
-    -- An empty value ('') would read as "not given" or 0, silently; only a
+    -- An empty value ('') would read as "not given" or 0, silently, and one
+    -- of white space alone (' ') as "not set" or a file named ' '; only a
     -- flag that says so (empty_ok, e.g. the sample's --prompt) takes one.
-    if value == '' and not (spec and spec.empty_ok) then
-      error(string.format("flag '--%s' is given an empty value; give one (--help)", name), 0)
+    if value:match('^%s*$') and not (spec and spec.empty_ok) then
+      error(string.format("flag '--%s' is given an empty value (or white space alone); give one (--help)",
+                          name), 0)
     end
     if multi_value[key] then
       while argv[i + 1] ~= nil and not argv[i + 1]:match('^%-%-') do

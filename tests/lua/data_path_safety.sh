@@ -76,6 +76,13 @@ check "refused options: no dataset made" '[ ! -e made ]'
 run --data-path made/new.ptdp --corpus "$corpus" --corpus-format lines --save ''
 check "an empty --save: refused by name" 'grep -q "flag .--save. is given an empty value" out.txt'
 check "an empty --save: no dataset made" '[ ! -e made ]'
+# White space alone is no value either (' ' was "not set" as --data-path and a
+# directory named ' ' as --save).
+run --data-path ' '
+check "a blank --data-path: refused as such" 'grep -q "flag .--data-path. is given an empty value (or white space alone)" out.txt'
+run --data-path made/new.ptdp --corpus "$corpus" --corpus-format lines --save ' '
+check "a blank --save: refused by name" 'grep -q "flag .--save. is given an empty value (or white space alone)" out.txt'
+check "a blank --save: nothing made" '[ ! -e made ] && [ ! -e " " ]'
 # Refused later, by the trainer (sequences longer than the corpus): the
 # dataset made for it goes again.
 run --data-path later.ptdp --corpus "$corpus" --corpus-format lines

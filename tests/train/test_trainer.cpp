@@ -132,6 +132,11 @@ TEST(Trainer, ConfigErrorsNameTheProblem) {
   expect_error([&] { c.set("num_layers", "2\r\n"); }, Status::bad_value, "got '2\\x0D\\x0A'");
   expect_error([&] { c.set("lr_decay_style", "step"); }, Status::bad_value, "constant,linear,cosine");
   expect_error([&] { c.set("hidden_dropout", "1.5"); }, Status::bad_value, "hidden_dropout");
+  // A text of white space alone is none (' ' was "not set" as data_path, a
+  // directory named ' ' as save); '' leaves it unset.
+  for (const char *key : {"data_path", "save", "load", "split", "device"})
+    expect_error([&] { c.set(key, " \t"); }, Status::bad_value, std::string(key) + " is white space alone");
+  c.set("save", "");
 
   Config heads = tiny_config();
   heads.set("num_attention_heads", "5");
