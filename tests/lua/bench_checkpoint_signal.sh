@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench_checkpoint_signal.sh LAUNCHER BENCH_CHECKPOINT WORKDIR — a signal while
 # scripts/bench_checkpoint.lua holds checkpoints in its own directory removes
-# that directory whole (ptdp.make_temp_dir's tree), and nothing else in --dir.
+# that directory whole (ptdp.make_temp_dir's tree), and nothing else in --dir;
+# a --dir it made goes at the end of a run.
 launcher=$1 bench=$2 work=$3
 rm -rf "$work" && mkdir -p "$work/dir" && cd "$work" || exit 1
 echo "the user's" > dir/keep.txt
@@ -26,4 +27,13 @@ for sig in TERM HUP; do
     echo "FAIL SIG$sig during a round: exit $rc, left in --dir: $left"; cat out.txt; fail=1
   fi
 done
+# A --dir the run made (new/sub) goes with it at the end; it stayed, empty.
+"$launcher" "$bench" --dir "$work/new/sub" --repeats 1 --async-steps 2 --async-interval 1 --num-layers 2 \
+  --hidden-size 32 --num-attention-heads 2 --seq-length 16 >out.txt 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ ! -e new ]; then
+  echo "ok   a --dir the run made is removed at its end"
+else
+  echo "FAIL a --dir the run made: exit $rc, left: $(find new 2>/dev/null)"; cat out.txt; fail=1
+fi
 exit $fail
