@@ -28,7 +28,7 @@ for sig in TERM HUP; do
   fi
 done
 # A --dir the run made (new/sub) goes with it at the end; it stayed, empty.
-"$launcher" "$bench" --dir "$work/new/sub" --repeats 1 --async-steps 2 --async-interval 1 --num-layers 2 \
+"$launcher" "$bench" --dir "$work/new/sub" --repeats 1 --async-steps 4 --async-interval 2 --num-layers 2 \
   --hidden-size 32 --num-attention-heads 2 --seq-length 16 >out.txt 2>&1
 rc=$?
 if [ $rc -eq 0 ] && [ ! -e new ]; then
