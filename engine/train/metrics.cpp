@@ -91,6 +91,25 @@ std::string format_log_json(const StepMetrics &m) {
   return s + "}";
 }
 
+namespace {
+
+// The offset just past the last '\n' of a file of `size` bytes (0 if none):
+// where its whole lines end.
+off_t end_of_whole_lines(int fd, off_t size) {
+  char buf[4096];
+  for (off_t end = size; end > 0;) {
+    const off_t start = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
+    const ssize_t n = ::pread(fd, buf, (size_t)(end - start), start);
+    if (n != end - start) return size;  // unreadable: left as it is
+    for (ssize_t i = n - 1; i >= 0; i--)
+      if (buf[i] == '\n') return start + i + 1;
+    end = start;
+  }
+  return 0;
+}
+
+}  // namespace
+
 void append_json_line(const std::string &path, const std::string &line, bool fresh) {
   if (line.find('\n') != std::string::npos || line.find('\r') != std::string::npos)
     fail(Status::invalid_argument, "a JSON-lines record must be one line; got one with a line break (\\n or \\r)");
@@ -133,13 +152,20 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
     replace_file(target, record + "\n");
     return;
   }
-  int fd = ::open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
+  int fd = ::open(target.c_str(), O_RDWR | O_APPEND | O_CREAT, 0644);
   if (fd < 0) fail(Status::io_error, "cannot open '", path, "' to append: ", std::strerror(errno));
   // One write per record: a reader (or a crash) never sees half a line but the
   // last; a write that fails part-way (a full disk) is cut back off, so the
   // file keeps whole records only.
   struct stat st;
-  const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
+  off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
+  // A writer killed inside its record left half a line: the next record
+  // joined it, and readers lost both. Cut back to the last whole record (the
+  // run record, the first, is whole: it is written whole, by replace_file).
+  if (before > 0) {
+    const off_t whole = end_of_whole_lines(fd, before);
+    if (whole > 0 && whole != before && ::ftruncate(fd, whole) == 0) before = whole;
+  }
   const std::string rec = record + "\n";
   size_t done = 0;
   while (done < rec.size()) {

@@ -669,6 +669,13 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   const std::string latin1 = put("l1.jsonl", "{\"kind\": \"run\", \"data_path\": \"caf\xe9.ptdp\"}\n");
   EXPECT_EQ(ptdp::output_target(latin1, "--log-json", OutputKind::metrics_log), latin1);
   ptdp::append_json_line(latin1, "{\"path\": \"\xff\"}", false);
+  // A writer killed inside its record left half a line: the next record
+  // starts on a line of its own, the half line cut off (it joined the next
+  // record, and readers lost both).
+  const std::string cut = put("cut.jsonl", "{\"kind\": \"run\"}\n{\"kind\": \"train\", \"iteration\": 1}\n{\"kind\": \"tr");
+  ptdp::append_json_line(cut, "{\"kind\": \"run\", \"iteration\": 1}", false);
+  EXPECT_EQ(read_file(cut), "{\"kind\": \"run\"}\n{\"kind\": \"train\", \"iteration\": 1}\n"
+                            "{\"kind\": \"run\", \"iteration\": 1}\n");
   expect_error([&] { ptdp::output_target(trace, "--log-json", OutputKind::metrics_log); },
                ptdp::Status::invalid_argument, "is not a metrics log");
   expect_error([&] { ptdp::output_target(put("r.txt", "rank 1: apples\nrank 2: pears\n"), "--profile-ops",
