@@ -41,6 +41,12 @@ std::vector<std::string> idle_option_notes(const TrainerOptions &o) {
        "it sizes the data-parallel gradient reduction's buckets, and d = 1 has none");
   idle(!o.scatter_gather && (L.t == 1 || L.p == 1), "--no-scatter-gather-tensors-in-pipeline",
        "scatter/gather acts between pipeline stages (p > 1) of tensor-parallel ranks (t > 1)");
+  idle(o.schedule == ScheduleKind::zbh1 && L.p == 1, "--pipeline-schedule zbh1",
+       "it fills the pipeline's bubble with weight-gradient passes, and p = 1 has none");
+  if (o.schedule == ScheduleKind::gpipe && L.p == 1)  // (not idle: it holds more)
+    notes.push_back("--pipeline-schedule gpipe at p = 1 has no pipeline bubble to act on; it runs "
+                    "all micro-batches' forwards before their backwards, holding every one's "
+                    "activations (1f1b holds one's)");
   idle(o.recompute.selective && o.use_flash_attn, "--recompute-granularity selective",
        "flash attention keeps no [s, s] attention probabilities, which are what selective "
        "recomputation recomputes");

@@ -210,6 +210,18 @@ TEST(Trainer, OptionsTheLayoutLeavesIdleAreNoted) {
   const std::vector<std::string> bucket_notes = idle_option_notes(TrainerOptions::from_config(bucket));
   ASSERT_EQ(bucket_notes.size(), 1u);
   EXPECT_NE(bucket_notes[0].find("--ddp-bucket-size has no effect here"), std::string::npos);
+  // A schedule at p = 1 (zbh1 ran with nothing said; gpipe holds more).
+  for (const char *schedule : {"zbh1", "gpipe", "1f1b"}) {
+    Config one = tiny_config();
+    one.set("pipeline_schedule", schedule);
+    const std::vector<std::string> said = idle_option_notes(TrainerOptions::from_config(one));
+    if (std::string(schedule) == "1f1b") {
+      EXPECT_TRUE(said.empty());
+      continue;
+    }
+    ASSERT_EQ(said.size(), 1u) << schedule;
+    EXPECT_NE(said[0].find(std::string("--pipeline-schedule ") + schedule), std::string::npos) << said[0];
+  }
 }
 
 TEST(Trainer, OutputsNeverOverwriteTheRunsInputs) {
