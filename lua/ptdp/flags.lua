@@ -141,7 +141,7 @@ function M.parse(argv, script_spec, config_defaults)
     -- An empty value ('') would read as "not given" or 0, silently, and one
     -- of white space alone (' ') as "not set" or a file named ' '; only a
     -- flag that says so (empty_ok, e.g. the sample's --prompt) takes one.
-    if value:match('^%s*$') and not (spec and spec.empty_ok) then
+    if value ~= nil and value:match('^%s*$') and not (spec and spec.empty_ok) then
       error(string.format("flag '--%s' is given an empty value (or white space alone); give one (--help)",
                           name), 0)
     end
