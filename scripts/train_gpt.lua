@@ -7,6 +7,12 @@ local flags = require 'ptdp.flags'
 local ffi = require 'ffi'
 pcall(ffi.cdef, 'int access(const char *path, int mode);')
 pcall(ffi.cdef, 'int rmdir(const char *path);')
+pcall(ffi.cdef, 'char *realpath(const char *path, char *resolved); void free(void *p);')
+-- An error's line on stderr in one write: under mpirun the processes' lines
+-- stay whole (in three writes they ran together, "ptdp: ptdp: ...").
+local function say_error(err)
+  io.stderr:write('ptdp: ' .. (tostring(err):gsub('^ptdp: ', '')) .. '\n')
+end
 
 local spec = require 'ptdp.train_gpt_flags'
 local config, opts, given = flags.parse(arg, spec.script, spec.defaults)
@@ -131,7 +137,7 @@ end
 local made_ok, trainer = pcall(ptdp.trainer, config)
 if not made_ok then
   unmake()
-  io.stderr:write('ptdp: ', (tostring(trainer):gsub('^ptdp: ', '')), '\n')
+  say_error(trainer)
   os.exit(1)
 end
 if save_made then save_id = ptdp.file_identity(config.save) end
@@ -149,13 +155,25 @@ local log_ok, log_err = true, nil
 if opts.log_json ~= '' then
   log_ok, log_err = pcall(ptdp.check_output, opts.log_json, '--log-json', false, 'metrics_log')
 end
+-- The corpus a dataset is made from, by the file it names: processes making
+-- one --data-path race, and one with another --corpus trained in silence on
+-- the winner's dataset. (A corpus that cannot be resolved was refused above.)
+local function corpus_named()
+  if not given.corpus then return '' end
+  local p = ffi.C.realpath(opts.corpus, nil)
+  if p == nil then return opts.corpus end
+  local text = ffi.string(p)
+  ffi.C.free(p)
+  return text
+end
 do
   local ok, err = pcall(trainer.agree, trainer, { eval_interval = opts.eval_interval,
     sample_tokens = opts.sample_tokens, prompt = opts.prompt, temperature = opts.temperature,
+    corpus = corpus_named(), corpus_format = given.corpus and opts.corpus_format or '',
     log_json = opts.log_json, log_json_refused = log_ok and '' or tostring(log_err) })
   if not ok or not log_ok then
     unmake()
-    io.stderr:write('ptdp: ', (tostring(log_ok and err or log_err):gsub('^ptdp: ', '')), '\n')
+    say_error(log_ok and err or log_err)
     os.exit(1)
   end
 end
@@ -227,7 +245,7 @@ if log_json then
                         trainer:get('iteration') == 0)
   if not ok then  -- refused before the first step
     unmake()
-    io.stderr:write('ptdp: ', (tostring(err):gsub('^ptdp: ', '')), '\n')
+    say_error(err)
     os.exit(1)
   end
 end

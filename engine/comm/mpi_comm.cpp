@@ -894,6 +894,15 @@ void MpiWorld::agree(const std::string &what,
   }
 }
 
+void MpiWorld::fail_together(const std::string &what, std::exception_ptr mine) {
+  const std::vector<int64_t> failed = gather_values(what, mine ? 1 : 0);
+  if (mine) std::rethrow_exception(mine);
+  for (size_t r = 0; r < failed.size(); r++)
+    if (failed[r])
+      fail(Status::invalid_config, "world rank ", r, " refused ", what, " (its own message says why): ",
+           "every process of this run stops with it");
+}
+
 std::unique_ptr<Communicator> MpiWorld::group(const std::string &name,
                                               const std::vector<int> &members, int me) {
   Impl &w = *impl_;

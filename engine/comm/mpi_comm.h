@@ -20,6 +20,7 @@
 // no MPI include path.
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
@@ -80,6 +81,11 @@ class MpiWorld final : public CommWorld {
   // Every process's `mine`, in world-rank order (collective, with the timeout;
   // `what` names the exchange in a timeout's message).
   std::vector<int64_t> gather_values(const std::string &what, int64_t mine);
+  // Every process's verdict on a check it made alone (its own files), in one
+  // collective: when one failed, all fail now, it with its own error (`mine`)
+  // and the others naming it. (Each went on alone into the next collective,
+  // where a process gone made the others' messages about something else.)
+  void fail_together(const std::string &what, std::exception_ptr mine);
 
   // Prints "ptdp: rank N: <why>" to stderr and terminates the whole job (MPI_Abort).
   [[noreturn]] void abort(const std::string &why) override;

@@ -129,10 +129,19 @@ bool holds_save_contents(const std::string &path) {
            text.find("\"format\":\"ptdp-checkpoint\"") != std::string::npos;
   }
   if (name == kCheckpointData) {
-    // HDF5's signature opens the file from its creation (ptdp writes no user
-    // block); a save killed at its creation leaves it empty.
+    // HDF5's signature opens the file (ptdp writes no user block); a save
+    // killed at its creation leaves it empty. Parallel HDF5 writes the data
+    // first and the signature with the metadata at the close: a save killed
+    // before that (under mpirun) left zeros there, and only in iter_N.tmp,
+    // where an unfinished save's file lives (called no save's, its .tmp
+    // stopped every resume).
     static const char kHdf5Signature[] = "\x89HDF\r\n\x1a\n";
-    return st.st_size == 0 || head_bytes(path, 8, &size) == std::string(kHdf5Signature, 8);
+    if (st.st_size == 0) return true;
+    const std::string head = head_bytes(path, 8, &size);
+    if (head == std::string(kHdf5Signature, 8)) return true;
+    bool tmp = false;
+    const std::string dir = std::filesystem::path(path).parent_path().filename().string();
+    return head == std::string(8, '\0') && checkpoint_iteration(dir, &tmp) >= 0 && tmp;
   }
   return false;
 }

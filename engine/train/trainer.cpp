@@ -55,7 +55,7 @@ std::string same_directory_text(const std::string &path) {
 // the model, the batch and schedule, the training options a checkpoint
 // records, the data by its contents (each process may name it by its own
 // path), and the checkpoints read and written. Not what is a process's own
-// (threads, device ordinal, trace files, timeouts).
+// (threads, device and ordinal, trace files, timeouts).
 std::vector<std::pair<std::string, std::string>> options_processes_share(const TrainerOptions &o,
                                                                          const std::string &data) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -77,6 +77,10 @@ std::vector<std::pair<std::string, std::string>> options_processes_share(const T
                                            std::to_string((int)o.recompute.method) + "/" +
                                            std::to_string(o.recompute.num_layers)},
                          {"sequence_parallel", flag(o.sequence_parallel)},
+                         // (Both shape the messages between ranks: one differing
+                         // failed as a recv of 4096 elements that got 2048.)
+                         {"scatter_gather_tensors_in_pipeline", flag(o.scatter_gather)},
+                         {"distributed_backend", o.distributed_backend},
                          {"use_distributed_optimizer", flag(o.distributed_optimizer)},
                          {"overlap_grad_reduce", flag(o.overlap_grad_reduce)},
                          {"ddp_bucket_size", std::to_string(o.ddp_bucket_size)},
@@ -301,25 +305,18 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   }
   // The per-step outputs: a path that cannot be written is refused now, not
   // after the first step; each is the run's own file (no other output of the
-  // run, a --log-json say, may take it).
-  if (!opt_.timeline_path.empty()) {
-    check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::trace);
-    output_claims_.emplace_back(process_path(opt_.timeline_path), "--timeline", true);
+  // run, a --log-json say, may take it). Under mpirun each process checks its
+  // own PATH.rankN, and all stop together if one is refused.
+  std::exception_ptr own_outputs_refused;
+  try {
+    claim_step_outputs();
+  } catch (const Error &) {
+    own_outputs_refused = std::current_exception();
   }
-  // Under mpirun each process writes its own PATH.rankN; the other processes'
-  // are this run's too, claimed in this process (a --log-json naming one was
-  // refused by one process alone, after the start, and the others waited in
-  // their first collective until the timeout).
-  for (const std::string &path : {opt_.timeline_path, opt_.op_profile_path})
-    if (!path.empty() && local_ranks() < world_size())
-      for (int r = 0; r < world_size(); r += local_ranks())
-        if (r != first_local_rank())
-          output_claims_.emplace_back(path + ".rank" + std::to_string(r),
-                                      path == opt_.timeline_path ? "--timeline" : "--profile-ops");
-  if (!opt_.op_profile_path.empty()) {
-    check_output_file(process_path(opt_.op_profile_path), "--profile-ops", OutputKind::op_profile);
-    output_claims_.emplace_back(process_path(opt_.op_profile_path), "--profile-ops", true);
-  }
+  if (mpi_ && mpi_->size() > 1)
+    mpi_->fail_together("its --timeline or --profile-ops file", own_outputs_refused);
+  else if (own_outputs_refused)
+    std::rethrow_exception(own_outputs_refused);
   bind_device_comms();
   for (auto &R : ranks_) {
     const int r = R->world_rank, p = opt_.parallel.p;
@@ -722,6 +719,27 @@ void Trainer::write_op_profile() {
 std::string Trainer::process_path(const std::string &path) const {
   if (local_ranks() < world_size()) return path + ".rank" + std::to_string(first_local_rank());
   return path;
+}
+
+void Trainer::claim_step_outputs() {
+  if (!opt_.timeline_path.empty()) {
+    check_output_file(process_path(opt_.timeline_path), "--timeline", OutputKind::trace);
+    output_claims_.emplace_back(process_path(opt_.timeline_path), "--timeline", true);
+  }
+  // Under mpirun each process writes its own PATH.rankN; the other processes'
+  // are this run's too, claimed in this process (a --log-json naming one was
+  // refused by one process alone, after the start, and the others waited in
+  // their first collective until the timeout).
+  for (const std::string &path : {opt_.timeline_path, opt_.op_profile_path})
+    if (!path.empty() && local_ranks() < world_size())
+      for (int r = 0; r < world_size(); r += local_ranks())
+        if (r != first_local_rank())
+          output_claims_.emplace_back(path + ".rank" + std::to_string(r),
+                                      path == opt_.timeline_path ? "--timeline" : "--profile-ops");
+  if (!opt_.op_profile_path.empty()) {
+    check_output_file(process_path(opt_.op_profile_path), "--profile-ops", OutputKind::op_profile);
+    output_claims_.emplace_back(process_path(opt_.op_profile_path), "--profile-ops", true);
+  }
 }
 
 std::string Trainer::device_name(int rank) const { return ranks_.at(rank)->device->name(); }

@@ -226,6 +226,9 @@ class Trainer {
   void write_diagnostic(const char *flag, bool *failed, const std::function<void()> &write);
   bool timeline_failed_ = false, op_profile_failed_ = false;
   std::string process_path(const std::string &path) const;
+  // Checks and claims this process's --timeline and --profile-ops files, and
+  // claims the other processes' PATH.rankN.
+  void claim_step_outputs();
   void bind_device_comms();  // Rank::tp_d, dp_d, pp_d, embedding_d
   // The local ranks' tensors for a save or load: a CPU rank's own buffers, or
   // (other devices, or `snapshot` for a save that outlives the step) copies in

@@ -255,12 +255,18 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
   if (!opt_.data_path.empty())
     check_vocabulary(recorded(kTokenizerTypeKey), recorded(kTokenizerVocabularyKey), "train on this run's data");
   const std::map<std::string, std::string> now = resumption_options(opt_, data_fingerprint_);
-  // "key: checkpoint x, this run y; ..." for each of keys that differs.
+  // "key: checkpoint x, this run y; ..." for each of keys that differs. A key
+  // the checkpoint does not record (an older or hand-written manifest) cannot
+  // be compared: gathered in `unrecorded`, said below (a resume with another
+  // seed went on in silence).
+  std::string unrecorded;
   const auto differences = [&](const std::vector<std::string> &keys) {
     std::string diff;
     for (const std::string &k : keys) {
       auto it = ckpt.manifest.training.find(k);
-      if (it != ckpt.manifest.training.end() && it->second != now.at(k))
+      if (it == ckpt.manifest.training.end())
+        unrecorded += (unrecorded.empty() ? "" : ", ") + k;
+      else if (it->second != now.at(k))
         diff += (diff.empty() ? "" : "; ") + k + ": checkpoint " + it->second + ", this run " + now.at(k);
     }
     return diff;
@@ -299,6 +305,11 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
       std::fprintf(stderr, "ptdp: note: this run goes on from checkpoint '%s' with other options "
                            "than it was trained with (%s): they apply from its iteration on\n",
                    ckpt.dir.c_str(), changed.c_str());
+    // (An import records none: its weights come from elsewhere, as its load says.)
+    if (!unrecorded.empty() && !ckpt.manifest.training.count("imported_from"))
+      std::fprintf(stderr, "ptdp: note: checkpoint '%s' does not record %s: this run's values are "
+                           "used, unchecked against what it was trained with\n",
+                   ckpt.dir.c_str(), unrecorded.c_str());
   }
   // Other data goes on from the checkpoint (continued training on new data
   // is allowed), but said: its saves are then another run's to the rotation of

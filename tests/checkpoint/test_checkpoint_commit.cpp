@@ -491,6 +491,18 @@ TEST_F(Commit, WhatNoSaveOfThisRunMadeStays) {
                "iter_0000001/model.h5', which no save made");
   expect_error([&] { begin_checkpoint(root, 2, &kWriter); }, Status::io_error,
                "iter_0000002.tmp/model.h5', which no save made");
+  // A save cut short under mpirun: parallel HDF5 writes the signature last,
+  // so its model.h5 begins with zeros. In iter_N.tmp that is a save's own
+  // (called no save's, it stopped every resume); in a final iter_N it is not.
+  fs::create_directories(root + "/iter_0000003.tmp");
+  spit(root + "/iter_0000003.tmp/model.h5", std::string(4096, '\0') + "shard data");
+  EXPECT_EQ(begin_checkpoint(root, 3, &kWriter), root + "/iter_0000003.tmp");
+  abandon_checkpoint(root, 3);
+  fs::create_directories(root + "/iter_0000004");
+  spit(root + "/iter_0000004/model.h5", std::string(4096, '\0'));
+  expect_error([&] { begin_checkpoint(root, 4, &kWriter); }, Status::io_error,
+               "iter_0000004/model.h5', which no save made");
+  fs::remove_all(root + "/iter_0000004");
   fs::create_directories(root + "/iter_0000000");
   spit(root + "/iter_0000000/manifest.json", "{\"name\": \"my web app\"}");
   for (int it : {100, 200, 300}) save(it);

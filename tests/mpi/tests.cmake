@@ -252,7 +252,18 @@ ptdp_mpi_refusal_cases(_differs
   "eval_interval|--eval-interval 1|script option 'eval_interval' differs between the processes of this run"
   "exit_interval|--exit-interval 2|option 'exit_interval' differs between the processes of this run"
   "log_json|--log-json l.jsonl|script option 'log_json' differs between the processes of this run"
-  "layout|--data-parallel-size 1|option 'data_parallel_size' differs between the processes of this run")
+  "layout|--data-parallel-size 1|option 'data_parallel_size' differs between the processes of this run"
+  "scatter_gather|--scatter-gather-tensors-in-pipeline 0|option 'scatter_gather_tensors_in_pipeline' differs between the processes of this run")
+# Another --corpus for one --data-path made on first use: the processes raced
+# to make it, and the one that lost trained on the other's corpus, exit 0.
+# Refused by all, and the dataset made goes again.
+ptdp_mpi_refusal(mpi_corpus_differs "script option 'corpus' differs between the processes of this run"
+  "rm -f d.ptdp && cp \"$2\" c.txt && tac c.txt > c2.txt && $MPI -np 1 \"$1\" \"$3\" $4 --data-parallel-size 2 --data-path d.ptdp --corpus c.txt --corpus-format lines : -np 1 \"$1\" \"$3\" $4 --data-parallel-size 2 --data-path d.ptdp --corpus c2.txt --corpus-format lines; rc=$?; [ -e d.ptdp ] && exit 0; exit $rc")
+# One process's own --timeline file (PATH.rank1) refused: every process stops
+# at once, the others naming it (they went on into the next collective, and
+# said their script options differed from those of a process gone).
+ptdp_mpi_refusal(mpi_own_timeline_refused "world rank 1 refused its --timeline or --profile-ops file"
+  "rm -rf T.rank1 && mkdir T.rank1 && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && $MPI -np 2 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --timeline T")
 # A relative --save or --load from other working directories is one
 # directory per process: the first save's collective open hung, and a --load
 # only one process found trained the shards from two states, then hung. Told
