@@ -356,16 +356,17 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
     R->sample.resize((size_t)opt_.model.seq_length + 1);
   }
   if (!opt_.load_path.empty()) {
-    std::error_code ec;
-    if (fs::exists(opt_.load_path, ec) && !fs::is_directory(opt_.load_path, ec))
-      fail(Status::invalid_argument, "--load '", opt_.load_path,
-           "' is a file; give the checkpoint's directory (or the --save directory of the run)");
     // As in Megatron, --load naming a place with no complete checkpoint yet
     // starts a fresh run (the first run of `--save X --load X`), and says so.
     std::optional<CheckpointRef> ckpt;
     std::string found;  // what this process's --load found, which every process's must be
     std::exception_ptr refused;
     try {
+      // (In here: under mpirun what one process alone finds is agreed below.)
+      std::error_code ec;
+      if (fs::exists(opt_.load_path, ec) && !fs::is_directory(opt_.load_path, ec))
+        fail(Status::invalid_argument, "--load '", opt_.load_path,
+             "' is a file; give the checkpoint's directory (or the --save directory of the run)");
       ckpt = open_checkpoint(opt_.load_path);
       found = "iteration " + std::to_string(ckpt->manifest.iteration) + ", manifest " +
               std::to_string(fnv1a64(ckpt->manifest.to_json()));
