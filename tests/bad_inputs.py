@@ -221,6 +221,8 @@ case("a blend weight in hex: `--data-path \"0x10 good.ptdp 1 good.ptdp\"`",
      train + ["--data-path", "0x10 good.ptdp 1 good.ptdp"] + tiny, "lua_train_gpt_blend_hex_weight")
 case("`--data-path` that does not exist", train + ["--data-path", "nope.ptdp"] + tiny,
      "lua_bad_config_missing, data_path_safety.sh")
+case("`--data-path ' '` (white space alone)", train + ["--data-path", " "] + tiny, "data_path_safety.sh")
+case("`--save ' '` (white space alone)", train + ["--save", " "] + tiny, "data_path_safety.sh")
 write("trunc.ptdp", ptdp_file[:-7])
 case("a ptdp token file missing its last 7 bytes", train + ["--data-path", "trunc.ptdp"] + tiny,
      "lua_bad_config_truncated")
