@@ -796,12 +796,26 @@ MpiWorld::MpiWorld(double timeout_s) : impl_(std::make_unique<Impl>()) {
   }
 }
 
+namespace {
+int exit_status = 0;  // what this process passed to exit(), once it exits
+void note_exit_status(int status, void *) { exit_status = status; }
+}  // namespace
+
+MpiWorld &MpiWorld::of_this_process(double timeout_s) {
+  static MpiWorld world(timeout_s);
+  // Registered after the world's destructor, so run before it at exit.
+  static const int watching = ::on_exit(note_exit_status, nullptr);
+  (void)watching;
+  return world;
+}
+
 MpiWorld::~MpiWorld() {
   Impl &w = *impl_;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  if (std::uncaught_exceptions() > 0) return;  // exit without MPI_Finalize: mpirun ends the job
+  // A failing exit leaves without MPI_Finalize: mpirun ends the job.
+  if (std::uncaught_exceptions() > 0 || exit_status != 0) return;
   if (w.owns) {
     int64_t seq = ++w.ctl_seq;
     Activity act{kControl, "shutdown", seq, "the shutdown barrier (MpiWorld destructor)"};

@@ -45,6 +45,13 @@ class MpiWorld final : public CommWorld {
   // MPI cannot start again after MPI_Finalize: once an MpiWorld that initialised
   // MPI is destroyed, constructing another throws Status::wrong_state.
   explicit MpiWorld(double timeout_s);
+  // The one world of a process that mpirun started, made at the first call
+  // (MPI starts once per process and ends at its exit). A process that exits
+  // with a failure status leaves without the shutdown barrier and MPI_Finalize,
+  // so that mpirun ends the job: its barrier met the others in whatever
+  // collective they had gone on to (a gather of options read it as "0 script
+  // options", or MPI aborted with MPI_ERR_TRUNCATE).
+  static MpiWorld &of_this_process(double timeout_s);
   // Waits (with the timeout) until every process got here, then MPI_Finalize if
   // this object initialised MPI. Destroy the communicators first. While an
   // exception is propagating it does neither, so the process exits without

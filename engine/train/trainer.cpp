@@ -10,6 +10,8 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -99,6 +101,27 @@ std::vector<std::pair<std::string, std::string>> options_processes_share(const T
                          {"exit_interval", std::to_string(o.exit_interval)},
                          {"exit_duration_in_mins", number_text(o.exit_duration_mins)},
                          {"finetune", flag(o.finetune)}});
+  // The tokenizer by what its files hold (each process may name them by its
+  // own path): a merges.txt of another process's encoded the prompt to other
+  // ids, and the sample's collectives failed (MPI_ERR_TRUNCATE).
+  std::string tokenizer_files;
+  for (const std::string &path : {o.vocab_file, o.merge_file, o.tokenizer_file}) {
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    tokenizer_files += path.empty() ? "-" : std::to_string(fnv1a64(bytes)) + " ";
+  }
+  out.emplace_back("the contents of vocab_file, merge_file, tokenizer_file", tokenizer_files);
+  // And every other option of the run's Config (a --loss-scale of another
+  // process trained a third model, exit 0), but what is each process's own:
+  // its threads, device, timeout and trace files, and the paths compared
+  // above by what they name or hold.
+  static const std::set<std::string> own = {"data_path", "save", "load", "vocab_file", "merge_file",
+                                            "tokenizer_file", "timeline", "profile_ops", "num_threads",
+                                            "device", "comm_timeout"};
+  std::set<std::string> listed;
+  for (const auto &kv : out) listed.insert(kv.first);
+  for (const auto &[key, value] : o.config_values)
+    if (!own.count(key) && !listed.count(key)) out.emplace_back(key, value);
   return out;
 }
 
@@ -229,8 +252,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   std::vector<int> local;
   if (MpiWorld::launched_by_mpirun()) {
     // MPI starts once per process and ends at exit: later trainers reuse it.
-    static MpiWorld process_world(opt_.comm_timeout_s);
-    MpiWorld *mpi = &process_world;
+    MpiWorld *mpi = &MpiWorld::of_this_process(opt_.comm_timeout_s);
     mpi_ = mpi;
     // Before the first collective that options shape, and before any check
     // one process could fail alone (the others, in that collective, ended in

@@ -55,6 +55,7 @@ std::vector<std::string> idle_option_notes(const TrainerOptions &o) {
 
 TrainerOptions TrainerOptions::from_config(const Config &c) {
   TrainerOptions o;
+  for (const OptionSpec &s : option_schema()) o.config_values.emplace_back(s.key, c.get(s.key));
   GptConfig &m = o.model;
   for (const GptConfigField &f : gpt_config_fields()) {
     if (f.kind == GptConfigField::Int)

@@ -86,6 +86,10 @@ struct TrainerOptions {
   TokenizerSpec tokenizer_spec() const;  // make_tokenizer's
   // Reads and cross-checks a Config; throws invalid_config naming the fields.
   static TrainerOptions from_config(const Config &c);
+  // Every option of the Config it was read from, as given: what the processes
+  // of a run under mpirun compare (options_processes_share). Empty when made
+  // in code.
+  std::vector<std::pair<std::string, std::string>> config_values;
   // Sets c's model options to those of the checkpoint at dir (a save
   // directory's newest or one iter_N), as its manifest records them: a run
   // that only reads the model (`ptdp generate --load`) needs no other source.

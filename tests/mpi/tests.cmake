@@ -259,6 +259,20 @@ ptdp_mpi_refusal_cases(_differs
 # Refused by all, and the dataset made goes again.
 ptdp_mpi_refusal(mpi_corpus_differs "script option 'corpus' differs between the processes of this run"
   "rm -f d.ptdp && cp \"$2\" c.txt && tac c.txt > c2.txt && $MPI -np 1 \"$1\" \"$3\" $4 --data-parallel-size 2 --data-path d.ptdp --corpus c.txt --corpus-format lines : -np 1 \"$1\" \"$3\" $4 --data-parallel-size 2 --data-path d.ptdp --corpus c2.txt --corpus-format lines; rc=$?; [ -e d.ptdp ] && exit 0; exit $rc")
+# A damaged block that one tensor-parallel rank's shard reads (fc1's weight,
+# its first rows: rank 0's): that process
+# fails alone, after start-up. It leaves without MPI's shutdown barrier, so
+# mpirun ends the job (the barrier met the other's next collective, which read
+# it as "0 script options", or MPI aborted with MPI_ERR_TRUNCATE).
+ptdp_mpi_refusal(mpi_load_fails_in_one_process "corrupt data"
+  "rm -rf ck && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && $MPI -np 2 \"$1\" \"$3\" $4 --data-path data.ptdp --tensor-model-parallel-size 2 --save ck >/dev/null 2>&1 && off=$(h5dump -p -H -d /model/h.0.mlp.c_fc.weight ck/iter_0000004/model.h5 | sed -n 's/.*OFFSET //p') && printf '\\377' | dd of=ck/iter_0000004/model.h5 bs=1 seek=$((off + 100)) conv=notrunc 2>/dev/null && $MPI -np 2 \"$1\" \"$3\" $4 --data-path data.ptdp --tensor-model-parallel-size 2 --load ck > out.txt 2>&1; rc=$?; cat out.txt; grep -q 'script options\\|MPI_ERR' out.txt && exit 0; exit $rc")
+# Loss scaling and the tokenizer's files (each process may name them by its
+# own path) are compared too: another --loss-scale trained a third model,
+# exit 0; another merges.txt failed in the sample's collectives.
+ptdp_mpi_refusal(mpi_loss_scale_differs "option 'loss_scale' differs between the processes of this run"
+  "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && $MPI -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --fp16 1 --loss-scale 1024 : -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --fp16 1 --loss-scale 4096")
+ptdp_mpi_refusal(mpi_merges_differ "option 'the contents of vocab_file, merge_file, tokenizer_file' differs"
+  "B=${CMAKE_CURRENT_SOURCE_DIR}/fixtures/bpe && rm -rf A B2 && mkdir A B2 && cp $B/vocab.json $B/merges.txt A/ && cp $B/vocab.json B2/ && head -5 $B/merges.txt > B2/merges.txt && \"$1\" tokenize --tokenizer-type GPT2BPETokenizer --vocab-file A/vocab.json --merge-file A/merges.txt --format lines -o bpe.ptdp $B/text.txt >/dev/null && $MPI -np 1 -wdir $PWD/A \"$1\" \"$3\" $4 --tokenizer-type GPT2BPETokenizer --data-path ../bpe.ptdp --vocab-file vocab.json --merge-file merges.txt --data-parallel-size 2 : -np 1 -wdir $PWD/B2 \"$1\" \"$3\" $4 --tokenizer-type GPT2BPETokenizer --data-path ../bpe.ptdp --vocab-file vocab.json --merge-file merges.txt --data-parallel-size 2")
 # One process's own --timeline file (PATH.rank1) refused: every process stops
 # at once, the others naming it (they went on into the next collective, and
 # said their script options differed from those of a process gone).
