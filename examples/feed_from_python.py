@@ -12,14 +12,18 @@ passes the same whole batch.
 
 Here the generator streams the byte tokens of a few documents (byte tokenizer:
 ids 0..255 are bytes, 256 ends a document). The trainer still opens a dataset
-(data_path) for its validation split; this script makes a tiny one in WORKDIR.
+(data_path) for its validation split; this script makes a tiny one in a
+directory of its own inside WORKDIR, and removes that directory at the end:
+nothing else in WORKDIR is touched.
 
 --check also asserts that the loss falls, that fed batches make the dataset's
 run bit for bit, and that a bad batch is refused. Exits 1 on failure.
 """
 import ctypes as C
 import os
+import shutil
 import sys
+import tempfile
 
 SEQ, BATCH, EOD = 16, 8, 256
 
@@ -127,8 +131,25 @@ def main():
     if len(sys.argv) not in (3, 4) or (len(sys.argv) == 4 and sys.argv[3] != "--check"):
         print(__doc__, file=sys.stderr)
         return 2
-    lib, workdir, checking = bind(sys.argv[1]), sys.argv[2], len(sys.argv) == 4
-    os.makedirs(workdir, exist_ok=True)
+    try:
+        lib = bind(sys.argv[1])
+        os.makedirs(sys.argv[2], exist_ok=True)
+        # Its files in a directory of its own: a user's validation.txt in
+        # WORKDIR (or a link there) was written over.
+        workdir = tempfile.mkdtemp(prefix="feed_from_python.", dir=sys.argv[2])
+    except OSError as e:
+        print(f"feed_from_python: {e}", file=sys.stderr)
+        return 1
+    try:
+        return run(lib, workdir, len(sys.argv) == 4)
+    except PtdpError as e:
+        print(f"feed_from_python: {e}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(lib, workdir, checking):
     data_path = make_dataset(lib, workdir, DOCS * 20, "validation")
 
     # The example: train on the generator's batches.
