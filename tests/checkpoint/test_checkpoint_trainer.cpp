@@ -928,3 +928,14 @@ TEST_F(CheckpointFaults, FullDiskKeepsThePrevious) {
   EXPECT_EQ(tr.failed_saves(), 1);  // still counted: the run reports it at the end
   EXPECT_EQ(find_latest_checkpoint(dir.path), dir.path + "/iter_0000004");
 }
+
+// An iter_N that is not there is said so (it was called an unfinished or
+// damaged save); one that is there without its manifest is that.
+TEST(CheckpointSave, AnIterationThatIsNotThereIsSaidSo) {
+  TempDir dir;
+  expect_error([&] { open_checkpoint(dir.path + "/iter_0000007"); }, Status::io_error,
+               "iter_0000007' does not exist (No such file or directory)");
+  fs::create_directories(dir.path + "/iter_0000007");
+  expect_error([&] { open_checkpoint(dir.path + "/iter_0000007"); }, Status::io_error,
+               "has no manifest.json (an unfinished or damaged save)");
+}
