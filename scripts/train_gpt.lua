@@ -137,6 +137,13 @@ end
 local made_ok, trainer = pcall(ptdp.trainer, config)
 if not made_ok then
   unmake()
+  -- A resume refused for a warm-up this script chose (above, from
+  -- --train-iters) says so: the user gave none.
+  local warmup = not given.lr_warmup_iters and tostring(trainer):match('lr_warmup_iters: checkpoint (%d+)')
+  if warmup then
+    trainer = tostring(trainer) .. string.format(' (this run\'s lr_warmup_iters is train_gpt.lua\'s: 20, or ' ..
+      'a tenth of --train-iters up to 20; give --lr-warmup-iters %s to go on as the checkpoint did)', warmup)
+  end
   say_error(trainer)
   os.exit(1)
 end

@@ -3,8 +3,9 @@
 # what it did: every checkpoint it committed is said (an exit's step commits
 # an --async-save's and its own); a checkpoint's vocabulary is its tokenizer's
 # (another vocab.json of the same size is refused where text goes through it);
-# --train-iters 0 from scratch names no loaded checkpoint; a corpus directory
-# names what it leaves out.
+# --train-iters 0 from scratch names no loaded checkpoint; a resume refused
+# for the script's own warm-up says so; a corpus directory names what it
+# leaves out.
 bpe=$(cd "$(dirname "$0")/../fixtures/bpe" && pwd)
 . "$(dirname "$0")/tiny_train_run.sh"
 fail=0
@@ -47,6 +48,16 @@ run $tok --vocab-size 3072 --vocab-file "$bpe/vocab.json" --data-path bpe.ptdp -
 run $tok --vocab-size 3072 --vocab-file perm.json --data-path perm.ptdp --load ck --finetune >ft.txt 2>&1
 [ $? -ne 0 ] && has ft.txt "give the checkpoint's tokenizer_type and files to train on this run's data" &&
   ok "fine-tuning through another vocab.json: refused" || { cat ft.txt; bad "fine-tune with another vocabulary"; }
+
+# A resume refused for a warm-up train_gpt.lua chose itself (a tenth of a
+# short run; the user gave none) says so, and how to go on.
+for iters in 10 30; do
+  "$launcher" "$script" --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
+    --micro-batch-size 2 --global-batch-size 4 --train-iters $iters --lr-decay-iters 100 --eval-iters 1 \
+    --sample-tokens 0 --num-threads 1 --data-path d.ptdp --save wu --load wu >wu.txt 2>&1
+done
+has wu.txt "lr_warmup_iters: checkpoint 1, this run 20" && has wu.txt "give --lr-warmup-iters 1 to go on" &&
+  ok "a warm-up the script chose is named at a refused resume" || { cat wu.txt; bad "warm-up hint"; }
 
 mkdir -p corpus/sub && cp "$corpus" corpus/a.txt && cp "$corpus" corpus/.hidden && ln -s /etc/hostname corpus/out
 "$launcher" tokenize --output dir.ptdp corpus >dir.txt 2>&1
