@@ -283,7 +283,7 @@ void export_safetensors(const std::string &path, const std::string &out_path,
   if (faults.size() > 1)
     damaged(ref.dir, faults[0], " (and ", faults.size() - 1,
             " more faults; `ptdp ckpt verify` lists them all)");
-  const H5File f = H5File::open_read(file);
+  const H5File f = open_checkpoint_data(ref);
 
   // verify (above) checked the manifest's shapes against its model; these
   // checks keep the conversion below from ever reading out of bounds.

@@ -524,9 +524,7 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
   const Manifest &m = ckpt.manifest;
   check_same_model(ckpt, model);
   const std::string file = ckpt.dir + "/" + m.file;
-  if (const std::string fault = data_file_fault(file, m.file_bytes); !fault.empty())
-    fail(Status::corrupt_data, fault);
-  H5File f = H5File::open_read(file);
+  H5File f = open_checkpoint_data(ckpt);
   if (filling) *filling = true;
   const int vocab = model.vocab_size;
 
@@ -679,6 +677,18 @@ TrainingState load_checkpoint(const CheckpointRef &ckpt, const GptConfig &model,
     if (verify) check_block_crc(f, kLossScale, md->blocks[0], &state.loss_scale, sizeof(float));
   }
   return state;
+}
+
+H5File open_checkpoint_data(const CheckpointRef &ckpt) {
+  const std::string file = ckpt.dir + "/" + ckpt.manifest.file;
+  try {
+    if (const std::string fault = data_file_fault(file, ckpt.manifest.file_bytes); !fault.empty())
+      fail(Status::corrupt_data, fault);
+    return H5File::open_read(file);
+  } catch (const Error &) {
+    refuse_if_removed_while_read(ckpt.dir);
+    throw;
+  }
 }
 
 void refuse_if_removed_while_read(const std::string &dir) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoints/hdf5_file.h"
 #include "checkpoints/manifest.h"
 #include "engine/comm/grid.h"
 #include "engine/model/gpt.h"
@@ -112,5 +113,10 @@ std::vector<std::string> checkpoint_faults(const std::string &dir);
 // Error(io_error) when the checkpoint directory `dir` is gone (a rotation in
 // another process removed it while it was read): its faults are no damage.
 void refuse_if_removed_while_read(const std::string &dir);
+
+// The data file of a checkpoint open_checkpoint found, opened for reading (a
+// fault of data_file_fault's is Error(corrupt_data)); one that a rotation
+// removed since is said so (export, load and generate called it corrupt).
+H5File open_checkpoint_data(const CheckpointRef &ckpt);
 
 }  // namespace ptdp

@@ -939,3 +939,15 @@ TEST(CheckpointSave, AnIterationThatIsNotThereIsSaidSo) {
   expect_error([&] { open_checkpoint(dir.path + "/iter_0000007"); }, Status::io_error,
                "has no manifest.json (an unfinished or damaged save)");
 }
+
+// A checkpoint a rotation removed after open_checkpoint found it: its data
+// file's open says so (export, load and generate called it corrupt).
+TEST(CheckpointSave, ACheckpointRemovedWhileReadIsSaidSo) {
+  TempDir dir;
+  Trainer a(options({1, 1, 1, 1}));
+  a.step();
+  a.save(dir.path);
+  const CheckpointRef ref = open_checkpoint(dir.path);
+  fs::rename(ref.dir, ref.dir + ".old");  // (rotation's first move)
+  expect_error([&] { open_checkpoint_data(ref); }, Status::io_error, "was removed while it was read");
+}
