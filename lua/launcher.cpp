@@ -439,7 +439,8 @@ int run_timeline_png(int argc, char **argv) {
   int width = 1600;
   app.add_option("trace", trace, "Chrome trace JSON (the trainer's `timeline` option)")->required();
   app.add_option("png", png, "PNG file to write")->required();
-  app.add_option("--width", width, "picture width in pixels")->capture_default_str();
+  // (The C ABI reads 0 as 1600; given here it is a width, and out of range.)
+  app.add_option("--width", width, "picture width in pixels, 140 to 8192")->capture_default_str()->check(CLI::Range(140, 8192));
   if (const int rc = parse_command_line(app, argc, argv); rc >= 0) return rc;
   ptdp_status st = ptdp_render_timeline(trace.c_str(), png.c_str(), width);
   if (st != PTDP_OK) {

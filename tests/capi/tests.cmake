@@ -454,9 +454,14 @@ ptdp_lua_test(lua_timeline_png_cli --rc 0 --clean ${PTDP_TEST_TMP}/lua/timeline_
   --expect "wrote ${PTDP_TEST_TMP}/lua/timeline_cli.png"
   -- ${PTDP_LAUNCHER} timeline-png ${PTDP_TEST_TMP}/lua/timeline_cli.json
      ${PTDP_TEST_TMP}/lua/timeline_cli.png --width 400)
-ptdp_lua_test(lua_timeline_png_cli_width --rc 1 --expect "ptdp: invalid argument: timeline PNG width 10"
+# A width out of range, 0 too (the C ABI reads 0 as 1600: given on the
+# command line it drew 1600 pixels in silence).
+ptdp_lua_test(lua_timeline_png_cli_width --rc nonzero --expect "--width: Value 10 not in range 140 to 8192"
   -- ${PTDP_LAUNCHER} timeline-png ${PTDP_TEST_TMP}/lua/timeline_cli.json
      ${PTDP_TEST_TMP}/lua/timeline_cli_narrow.png --width 10)
+ptdp_lua_test(lua_timeline_png_cli_width_zero --rc nonzero --expect "--width: Value 0 not in range 140 to 8192"
+  -- ${PTDP_LAUNCHER} timeline-png ${PTDP_TEST_TMP}/lua/timeline_cli.json
+     ${PTDP_TEST_TMP}/lua/timeline_cli_zero.png --width 0)
 ptdp_lua_test(lua_timeline_png_cli_missing --rc 1 --expect "ptdp: I/O error: "
   --expect "no_such_trace.json"
   -- ${PTDP_LAUNCHER} timeline-png ${PTDP_TEST_TMP}/lua/no_such_trace.json
