@@ -87,7 +87,12 @@ end
 -- t dividing the heads, can only be checked once the import is there).
 do
   local ok, err = pcall(function()
-    local engine = flags.parse(rest, require('ptdp.train_gpt_flags').script, {})
+    -- (The recipe's own flags join train_gpt.lua's, taken out of `rest`
+    -- above, so that a mistyped --hf-modle is offered --hf-model.)
+    local spec = {}
+    for k, s in pairs(require('ptdp.train_gpt_flags').script) do spec[k] = s end
+    for k, s in pairs(recipe) do spec[k] = s end
+    local engine = flags.parse(rest, spec, {})
     ptdp.config(engine)
     -- The recipe exports what it fine-tuned: a run of no step saves nothing.
     if engine.train_iters ~= nil and tonumber(engine.train_iters) == 0 then
