@@ -239,8 +239,20 @@ end
 -- refused before it was done), a record of other inputs is only replaced.
 local made = exists(imported .. '/latest') or exists(prefix .. '_text_document.idx')
 if was and was ~= made_from and made then
-  fail(string.format("'%s' holds the import and dataset of other inputs:\n%sgive another --workdir",
-                     W, was))
+  -- Which inputs differ, each with both values (the whole record hid it).
+  local function fields(text)
+    local t = {}
+    for k, v in text:gmatch('([%w_]+)=([^\n]*)\n') do t[k] = v end
+    return t
+  end
+  local recorded, now, differ = fields(was), fields(made_from), {}
+  for k in made_from:gmatch('([%w_]+)=') do
+    if recorded[k] ~= now[k] then
+      differ[#differ + 1] = string.format('%s: recorded %s, this run %s', k, recorded[k] or '(none)', now[k])
+    end
+  end
+  fail(string.format("'%s' holds the import and dataset of other inputs (%s): give another --workdir",
+                     W, table.concat(differ, '; ')))
 elseif not was and made then
   fail(string.format("'%s' holds an import or a dataset this recipe did not record; give another " ..
                      '--workdir', W))

@@ -139,7 +139,7 @@ shutil.move(os.path.join(work, "run", "finetuned"), os.path.join(work, "fourth_f
 shutil.move(os.path.join(work, "run", "hf"), os.path.join(work, "fourth_hf"))
 shutil.move(hf, os.path.join(work, "hf_kept"))
 shutil.copytree(os.path.join(work, "hf_kept"), hf)
-cli.expect("another model at the same path", run, False, "holds the import and dataset of other inputs")
+cli.expect("another model at the same path", run, False, "holds the import and dataset of other inputs (hf_config: recorded ")
 shutil.rmtree(hf)
 shutil.move(os.path.join(work, "hf_kept"), hf)
 cli.expect("the first model again", run + ["--train-iters", "1"], True, "reusing the import in run/imported")
@@ -192,7 +192,7 @@ shutil.move(os.path.join(work, "run", "finetuned"), os.path.join(work, "second_f
 shutil.move(os.path.join(work, "run", "hf"), os.path.join(work, "second_hf"))
 cli.expect("another corpus into the same work directory",
            [recipe, "--hf-model", "hf", "--corpus", "other.jsonl", "--workdir", "run"], False,
-           "holds the import and dataset of other inputs")
+           "holds the import and dataset of other inputs (corpus: recorded ")
 cli.expect("a flag without its value", [recipe, "--hf-model", "--corpus", "corpus.jsonl",
                                         "--workdir", "w5"], False, "--hf-model needs a value")
 cli.expect("a bad --corpus-format", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
