@@ -484,9 +484,12 @@ std::string resolve_checkpoint(const std::string &path, std::string *why) {
   const std::string base = path.substr(path.find_last_of('/') + 1);
   std::error_code ec;
   // (One that is not there is said so: it was called an unfinished save.)
-  if (base.rfind("iter_", 0) == 0 && !std::filesystem::exists(std::filesystem::symlink_status(path, ec)))
-    fail(Status::io_error, "'", path, "' does not exist (", std::strerror(ENOENT), "); give a checkpoint "
-         "directory, or the --save directory of a run to load its newest complete one");
+  if (base.rfind("iter_", 0) == 0 && !std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
+    const bool missing = !ec || ec == std::errc::no_such_file_or_directory;
+    fail(Status::io_error, "'", path, missing ? std::string("' does not exist (") + std::strerror(ENOENT)
+                                              : "' cannot be looked at (" + ec.message(),
+         "); give a checkpoint directory, or the --save directory of a run to load its newest complete one");
+  }
   if (base.rfind("iter_", 0) == 0)
     fail(Status::io_error, "'", path, "' is not a complete checkpoint: it has no manifest.json "
          "(an unfinished or damaged save); give its parent directory to load the newest complete one");

@@ -246,11 +246,12 @@ if was and was ~= made_from and made then
     return t
   end
   local recorded, now, differ = fields(was), fields(made_from), {}
-  for k in made_from:gmatch('([%w_]+)=') do
+  for _, k in ipairs { 'hf_model', 'hf_config', 'hf_weights', 'corpus', 'corpus_format' } do
     if recorded[k] ~= now[k] then
       differ[#differ + 1] = string.format('%s: recorded %s, this run %s', k, recorded[k] or '(none)', now[k])
     end
   end
+  if #differ == 0 then differ[1] = 'its record:\n' .. was end  -- (a record of another form)
   fail(string.format("'%s' holds the import and dataset of other inputs (%s): give another --workdir",
                      W, table.concat(differ, '; ')))
 elseif not was and made then

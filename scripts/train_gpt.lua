@@ -162,12 +162,27 @@ local log_ok, log_err = true, nil
 if opts.log_json ~= '' then
   log_ok, log_err = pcall(ptdp.check_output, opts.log_json, '--log-json', false, 'metrics_log')
 end
--- The corpus a dataset is made from, by the file it names: processes making
--- one --data-path race, and one with another --corpus trained in silence on
--- the winner's dataset. (A corpus that cannot be resolved was refused above.)
-local function corpus_named()
+-- The corpus a dataset is made from, by what it holds (its size and its first
+-- and last 64 KiB, as a dataset's fingerprint reads it; each process may name
+-- it by its own path): processes making one --data-path race, and one with
+-- another --corpus trained in silence on the winner's dataset. A corpus
+-- directory, by the directory it names.
+local function corpus_fingerprint()
   if not given.corpus then return '' end
-  local p = ffi.C.realpath(opts.corpus, nil)
+  local function adler32(s)
+    local a, b = 1, 0
+    for i = 1, #s do a = (a + s:byte(i)) % 65521; b = (b + a) % 65521 end
+    return b * 65536 + a
+  end
+  local f = io.open(opts.corpus, 'rb')
+  local size = f and f:seek('end')
+  local head = size and f:seek('set', 0) and f:read(65536)
+  local tail = head and f:seek('set', math.max(0, size - 65536)) and f:read(65536)
+  if f then f:close() end
+  if tail or (head == nil and size == 0) then
+    return string.format('%d bytes, %d %d', size, adler32(head or ''), adler32(tail or ''))
+  end
+  local p = ffi.C.realpath(opts.corpus, nil)  -- (a directory: no bytes of its own)
   if p == nil then return opts.corpus end
   local text = ffi.string(p)
   ffi.C.free(p)
@@ -176,7 +191,7 @@ end
 do
   local ok, err = pcall(trainer.agree, trainer, { eval_interval = opts.eval_interval,
     sample_tokens = opts.sample_tokens, prompt = opts.prompt, temperature = opts.temperature,
-    corpus = corpus_named(), corpus_format = given.corpus and opts.corpus_format or '',
+    corpus = corpus_fingerprint(), corpus_format = given.corpus and opts.corpus_format or '',
     log_json = opts.log_json, log_json_refused = log_ok and '' or tostring(log_err) })
   if not ok or not log_ok then
     unmake()

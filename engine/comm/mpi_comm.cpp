@@ -149,6 +149,10 @@ struct MpiWorld::Impl {
   MPI_Comm ctl = MPI_COMM_NULL;
   MPI_Comm diag = MPI_COMM_NULL;
   int64_t ctl_seq = 0;
+  // ctl_seq when every process failed an agreement together (agree,
+  // fail_together): their failing exits still meet in the shutdown barrier,
+  // so none is ended by mpirun before it has cleaned up and said why.
+  int64_t agreed_failure_seq = -1;
 
   std::mutex mu;  // activities, comms
   std::list<Activity> activities;
@@ -814,8 +818,9 @@ MpiWorld::~MpiWorld() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  // A failing exit leaves without MPI_Finalize: mpirun ends the job.
-  if (std::uncaught_exceptions() > 0 || exit_status != 0) return;
+  // A failing exit leaves without MPI_Finalize: mpirun ends the job. Not
+  // after a failure all processes agreed on, as their last collective.
+  if (std::uncaught_exceptions() > 0 || (exit_status != 0 && w.agreed_failure_seq != w.ctl_seq)) return;
   if (w.owns) {
     int64_t seq = ++w.ctl_seq;
     Activity act{kControl, "shutdown", seq, "the shutdown barrier (MpiWorld destructor)"};
@@ -887,10 +892,12 @@ void MpiWorld::agree(const std::string &what,
   const int n = (int)items.size();
   const std::vector<int64_t> counts = gather({(int64_t)n});
   for (int r = 0; r < w.size; r++)
-    if (counts[(size_t)r] != counts[0])
+    if (counts[(size_t)r] != counts[0]) {
+      w.agreed_failure_seq = w.ctl_seq;  // (every process reaches this verdict)
       fail(Status::invalid_config, "the processes of this run compare different ", what, "s: world rank ",
            r, " has ", counts[(size_t)r], " ", what, "s to compare, world rank 0 ", counts[0],
            " (every process passes the same names, in the same order)");
+    }
   if (n == 0) return;
   std::vector<int64_t> mine((size_t)n);
   for (int i = 0; i < n; i++) {
@@ -900,21 +907,25 @@ void MpiWorld::agree(const std::string &what,
   const std::vector<int64_t> all = gather(mine);
   for (int r = 1; r < w.size; r++) {
     for (int i = 0; i < n; i++)
-      if (all[(size_t)r * n + i] != all[(size_t)i])
+      if (all[(size_t)r * n + i] != all[(size_t)i]) {
+        w.agreed_failure_seq = w.ctl_seq;
         fail(Status::invalid_config, what, " '", items[(size_t)i].first, "' differs between the processes of ",
              "this run (world ranks 0 and ", r, "; on world rank ", w.rank, " it is '", items[(size_t)i].second,
              "'): every process of a run takes the same options (all ranks run together what they ",
              "shape: the model, the batch, the schedule, the data, the checkpoints, evaluations)");
+      }
   }
 }
 
 void MpiWorld::fail_together(const std::string &what, std::exception_ptr mine) {
   const std::vector<int64_t> failed = gather_values(what, mine ? 1 : 0);
-  if (mine) std::rethrow_exception(mine);
   for (size_t r = 0; r < failed.size(); r++)
-    if (failed[r])
-      fail(Status::invalid_config, "world rank ", r, " refused ", what, " (its own message says why): ",
-           "every process of this run stops with it");
+    if (failed[r]) {
+      impl_->agreed_failure_seq = impl_->ctl_seq;
+      if (mine) std::rethrow_exception(mine);
+      fail(Status::invalid_config, "the process of mpirun rank ", r, " refused ", what,
+           " (its own message says why): every process of this run stops with it");
+    }
 }
 
 std::unique_ptr<Communicator> MpiWorld::group(const std::string &name,

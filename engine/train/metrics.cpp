@@ -93,19 +93,23 @@ std::string format_log_json(const StepMetrics &m) {
 
 namespace {
 
-// The offset just past the last '\n' of a file of `size` bytes (0 if none):
-// where its whole lines end.
-off_t end_of_whole_lines(int fd, off_t size) {
+// The offset just past the last '\n' of the file at `path` of `size` bytes (0
+// if none): where its whole lines end; `size` when it cannot be read.
+off_t end_of_whole_lines(const std::string &path, off_t size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return size;
   char buf[4096];
-  for (off_t end = size; end > 0;) {
+  off_t found = -1, end = size;
+  while (found < 0 && end > 0) {
     const off_t start = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
-    const ssize_t n = ::pread(fd, buf, (size_t)(end - start), start);
-    if (n != end - start) return size;  // unreadable: left as it is
-    for (ssize_t i = n - 1; i >= 0; i--)
-      if (buf[i] == '\n') return start + i + 1;
+    if (::pread(fd, buf, (size_t)(end - start), start) != end - start) break;
+    for (off_t i = end - start - 1; i >= 0 && found < 0; i--)
+      if (buf[i] == '\n') found = start + i + 1;
     end = start;
   }
-  return 0;
+  ::close(fd);
+  if (found >= 0) return found;
+  return end == 0 ? 0 : size;  // no line end in it; or unreadable, left as it is
 }
 
 }  // namespace
@@ -152,7 +156,7 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
     replace_file(target, record + "\n");
     return;
   }
-  int fd = ::open(target.c_str(), O_RDWR | O_APPEND | O_CREAT, 0644);
+  int fd = ::open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
   if (fd < 0) fail(Status::io_error, "cannot open '", path, "' to append: ", std::strerror(errno));
   // One write per record: a reader (or a crash) never sees half a line but the
   // last; a write that fails part-way (a full disk) is cut back off, so the
@@ -160,11 +164,16 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
   struct stat st;
   off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
   // A writer killed inside its record left half a line: the next record
-  // joined it, and readers lost both. Cut back to the last whole record (the
-  // run record, the first, is whole: it is written whole, by replace_file).
+  // joined it, and readers lost both. Cut back to the last whole record, and
+  // said (a file whose first line is not whole is left as it is).
   if (before > 0) {
-    const off_t whole = end_of_whole_lines(fd, before);
-    if (whole > 0 && whole != before && ::ftruncate(fd, whole) == 0) before = whole;
+    const off_t whole = end_of_whole_lines(target, before);
+    if (whole > 0 && whole != before && ::ftruncate(fd, whole) == 0) {
+      std::fprintf(stderr, "ptdp: note: --log-json '%s' ended inside a record (a writer killed while it "
+                           "wrote): its %lld bytes after the last whole line are cut off\n",
+                   printable_message(path).c_str(), (long long)(before - whole));
+      before = whole;
+    }
   }
   const std::string rec = record + "\n";
   size_t done = 0;

@@ -108,7 +108,7 @@ std::vector<std::pair<std::string, std::string>> options_processes_share(const T
   for (const std::string &path : {o.vocab_file, o.merge_file, o.tokenizer_file}) {
     std::ifstream in(path, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    tokenizer_files += path.empty() ? "-" : std::to_string(fnv1a64(bytes)) + " ";
+    tokenizer_files += (path.empty() ? std::string("-") : std::to_string(fnv1a64(bytes))) + " ";
   }
   out.emplace_back("the contents of vocab_file, merge_file, tokenizer_file", tokenizer_files);
   // And every other option of the run's Config (a --loss-scale of another
@@ -332,7 +332,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   std::exception_ptr own_outputs_refused;
   try {
     claim_step_outputs();
-  } catch (const Error &) {
+  } catch (...) {  // (any error: the others wait in fail_together for this process's verdict)
     own_outputs_refused = std::current_exception();
   }
   if (mpi_ && mpi_->size() > 1)

@@ -55,7 +55,11 @@ std::vector<std::string> idle_option_notes(const TrainerOptions &o) {
 
 TrainerOptions TrainerOptions::from_config(const Config &c) {
   TrainerOptions o;
-  for (const OptionSpec &s : option_schema()) o.config_values.emplace_back(s.key, c.get(s.key));
+  // (Numbers as read, not as written: 1e-8 and 1e-08 are one value.)
+  for (const OptionSpec &s : option_schema())
+    o.config_values.emplace_back(s.key, s.type == OptionSpec::Int     ? std::to_string(c.get_int(s.key))
+                                        : s.type == OptionSpec::Float ? number_text(c.get_double(s.key))
+                                                                      : c.get(s.key));
   GptConfig &m = o.model;
   for (const GptConfigField &f : gpt_config_fields()) {
     if (f.kind == GptConfigField::Int)

@@ -16,6 +16,7 @@
 #include <iterator>
 
 #include "engine/core/output_file.h"
+#include "engine/core/text.h"
 #include "engine/core/temp_files.h"
 #include "engine/data/bpe_tokenizer.h"
 #include "engine/data/corpus.h"
@@ -672,10 +673,22 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   // A writer killed inside its record left half a line: the next record
   // starts on a line of its own, the half line cut off (it joined the next
   // record, and readers lost both).
-  const std::string cut = put("cut.jsonl", "{\"kind\": \"run\"}\n{\"kind\": \"train\", \"iteration\": 1}\n{\"kind\": \"tr");
+  // (A half line longer than one read of the tail, 4096 bytes, too.)
+  const std::string half = "{\"kind\": \"train\", \"note\": \"" + std::string(5000, 'x');
+  const std::string cut = put("cut.jsonl", "{\"kind\": \"run\"}\n{\"kind\": \"train\", \"iteration\": 1}\n" + half);
+  ::testing::internal::CaptureStderr();
   ptdp::append_json_line(cut, "{\"kind\": \"run\", \"iteration\": 1}", false);
+  const std::string said = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(read_file(cut), "{\"kind\": \"run\"}\n{\"kind\": \"train\", \"iteration\": 1}\n"
                             "{\"kind\": \"run\", \"iteration\": 1}\n");
+  EXPECT_NE(said.find("ended inside a record (a writer killed while it wrote): its " +
+                      std::to_string(half.size()) + " bytes after the last whole line are cut off"),
+            std::string::npos) << said;
+  // A log that ends whole is appended to as it is, and nothing is said.
+  ::testing::internal::CaptureStderr();
+  ptdp::append_json_line(cut, "{\"kind\": \"train\", \"iteration\": 2}", false);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_TRUE(ptdp::ends_with(read_file(cut), "}\n{\"kind\": \"train\", \"iteration\": 2}\n")) << read_file(cut);
   expect_error([&] { ptdp::output_target(trace, "--log-json", OutputKind::metrics_log); },
                ptdp::Status::invalid_argument, "is not a metrics log");
   expect_error([&] { ptdp::output_target(put("r.txt", "rank 1: apples\nrank 2: pears\n"), "--profile-ops",

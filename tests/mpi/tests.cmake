@@ -276,7 +276,7 @@ ptdp_mpi_refusal(mpi_merges_differ "option 'the contents of vocab_file, merge_fi
 # One process's own --timeline file (PATH.rank1) refused: every process stops
 # at once, the others naming it (they went on into the next collective, and
 # said their script options differed from those of a process gone).
-ptdp_mpi_refusal(mpi_own_timeline_refused "world rank 1 refused its --timeline or --profile-ops file"
+ptdp_mpi_refusal(mpi_own_timeline_refused "the process of mpirun rank 1 refused its --timeline or --profile-ops file"
   "rm -rf T.rank1 && mkdir T.rank1 && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && $MPI -np 2 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --timeline T")
 # A relative --save or --load from other working directories is one
 # directory per process: the first save's collective open hung, and a --load
