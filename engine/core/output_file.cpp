@@ -33,6 +33,7 @@
 #include "engine/core/philox.h"
 #include "engine/core/process_lock.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 #include "engine/core/temp_files.h"
 #include "engine/core/utf8.h"
 
@@ -171,6 +172,7 @@ void refuse_inside_checkpoint(const std::string &path, const char *what, bool is
 void check_output_directory(const std::string &dir, const char *what) {
   namespace fs = std::filesystem;
   if (dir.empty()) fail(Status::invalid_argument, what, " is an empty path (give a directory)");
+  refuse_blank_name(dir, what);
   // A name no directory can take is refused now, not when it is first made.
   for (const fs::path &part : fs::path(dir))
     if (part.native().size() > NAME_MAX)
@@ -656,6 +658,7 @@ static void refuse_if_open(const struct stat &file, const std::string &path, con
 
 static std::string checked_target(const std::string &path, const char *what) {
   if (path.empty()) fail(Status::invalid_argument, what, " is an empty path (give a file's path)");
+  refuse_blank_name(path, what);
   refuse_if_checkpoint_part(path, what);
   refuse_if_stream(path, what);
   struct stat st;

@@ -19,6 +19,7 @@
 
 #include "engine/core/process_lock.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 
 namespace ptdp {
 
@@ -303,6 +304,7 @@ bool make_held_directory(const std::string &dir, const std::vector<std::string> 
 
 std::vector<std::string> make_held_directories(const std::string &path) {
   namespace fs = std::filesystem;
+  refuse_blank_name(path, "directory");
   std::error_code ec;
   std::vector<fs::path> missing;  // deepest first
   for (fs::path p = fs::absolute(path, ec).lexically_normal(); p.has_relative_path(); p = p.parent_path()) {
@@ -370,6 +372,7 @@ void release_temp_directory(const std::string &dir, const std::vector<std::strin
 }
 
 std::string make_temp_tree(const std::string &parent, const std::string &prefix) {
+  refuse_blank_name(parent, "temporary directory's parent");
   if (prefix.find('/') != std::string::npos)
     fail(Status::invalid_argument, "temporary directory prefix '", prefix,
          "' holds a '/': it names the new directory inside the parent, not a path");

@@ -23,6 +23,21 @@ inline std::string without_trailing_slashes(std::string path) {
   return path;
 }
 
+// Error(invalid_argument) naming `what` when a name in `path` (between '/')
+// is white space alone: every writer and every directory maker refuses it (a
+// file named ' ' was written, and a checkpoint saved under '\t/').
+inline void refuse_blank_name(const std::string &path, const char *what) {
+  size_t start = 0;
+  for (size_t end = 0; end <= path.size(); end++) {
+    if (end < path.size() && path[end] != '/') continue;
+    const std::string_view name(path.data() + start, end - start);
+    if (!name.empty() && name.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos)
+      fail(Status::invalid_argument, what, " '", path, "' has a name of white space alone; give a path of ",
+           "visible names");
+    start = end + 1;
+  }
+}
+
 // Whether s is written as C's hexadecimal ("0x10", "0x1p4"), which strtod
 // reads too: the numbers a person gives are decimal, and every parser of them
 // refuses this (a "0x10B" token count was read as 267 tokens).

@@ -766,3 +766,18 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   EXPECT_EQ(read_file(text), "new");
   EXPECT_EQ(read_file(record), "{}");
 }
+
+// A name of white space alone is no name: every writer and directory maker
+// refuses it (files named ' ' were written, a checkpoint saved under '\t/').
+TEST(OutputFile, ANameOfWhiteSpaceAloneIsRefused) {
+  TempDir dir;
+  for (const std::string &path : {std::string(" "), dir.path + "/\t", dir.path + "/ /x.json"})
+    expect_error([&] { ptdp::output_target(path, "--timeline", ptdp::OutputKind::any); },
+                 ptdp::Status::invalid_argument, "has a name of white space alone");
+  expect_error([&] { ptdp::check_output_directory(dir.path + "/ ", "--save"); }, ptdp::Status::invalid_argument,
+               "--save '" + dir.path + "/ ' has a name of white space alone");
+  expect_error([&] { ptdp::make_held_directories(dir.path + "/a/ \t/b"); }, ptdp::Status::invalid_argument,
+               "white space alone");
+  EXPECT_FALSE(std::filesystem::exists(dir.path + "/a"));
+  EXPECT_NO_THROW(ptdp::output_target(dir.path + "/a b.json", "--timeline", ptdp::OutputKind::any));
+}
