@@ -112,6 +112,16 @@ off_t end_of_whole_lines(const std::string &path, off_t size) {
   return end == 0 ? 0 : size;  // no line end in it; or unreadable, left as it is
 }
 
+// The bytes of the file at `path` from `from` to `size` ("" if unreadable).
+std::string bytes_after(const std::string &path, off_t from, off_t size) {
+  std::string out((size_t)(size - from), '\0');
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  const bool read = ::pread(fd, out.data(), out.size(), from) == (ssize_t)out.size();
+  ::close(fd);
+  return read ? out : "";
+}
+
 }  // namespace
 
 void append_json_line(const std::string &path, const std::string &line, bool fresh) {
@@ -165,17 +175,20 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
   off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
   // A writer killed inside its record left half a line: the next record
   // joined it, and readers lost both. Cut back to the last whole record, and
-  // said (a file whose first line is not whole is left as it is).
+  // said (a file whose first line is not whole is left as it is); a last
+  // record whole but for its line end gets one.
+  std::string rec = record + "\n";
   if (before > 0) {
     const off_t whole = end_of_whole_lines(target, before);
-    if (whole > 0 && whole != before && ::ftruncate(fd, whole) == 0) {
+    if (whole > 0 && whole != before && parse_json_or_discard(bytes_after(target, whole, before)).is_object()) {
+      rec = "\n" + rec;
+    } else if (whole > 0 && whole != before && ::ftruncate(fd, whole) == 0) {
       std::fprintf(stderr, "ptdp: note: --log-json '%s' ended inside a record (a writer killed while it "
                            "wrote): its %lld bytes after the last whole line are cut off\n",
                    printable_message(path).c_str(), (long long)(before - whole));
       before = whole;
     }
   }
-  const std::string rec = record + "\n";
   size_t done = 0;
   while (done < rec.size()) {
     ssize_t n = ::write(fd, rec.data() + done, rec.size() - done);

@@ -684,6 +684,11 @@ TEST(OutputFile, ReplacesOnlyAFileOfItsOwnKind) {
   EXPECT_NE(said.find("ended inside a record (a writer killed while it wrote): its " +
                       std::to_string(half.size()) + " bytes after the last whole line are cut off"),
             std::string::npos) << said;
+  // A last record whole but for its line end is kept, and gets one.
+  const std::string unended = put("unended.jsonl", "{\"kind\": \"run\"}\n{\"kind\": \"valid\", \"iteration\": 4}");
+  ptdp::append_json_line(unended, "{\"kind\": \"run\", \"iteration\": 4}", false);
+  EXPECT_EQ(read_file(unended), "{\"kind\": \"run\"}\n{\"kind\": \"valid\", \"iteration\": 4}\n"
+                                "{\"kind\": \"run\", \"iteration\": 4}\n");
   // A log that ends whole is appended to as it is, and nothing is said.
   ::testing::internal::CaptureStderr();
   ptdp::append_json_line(cut, "{\"kind\": \"train\", \"iteration\": 2}", false);
