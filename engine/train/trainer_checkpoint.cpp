@@ -305,6 +305,13 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
       std::fprintf(stderr, "ptdp: note: this run goes on from checkpoint '%s' with other options "
                            "than it was trained with (%s): they apply from its iteration on\n",
                    ckpt.dir.c_str(), changed.c_str());
+    // So are the data's and the tokenizer's records, which the checks above
+    // and below pass when they are missing (a run on other data went on
+    // without a word).
+    const bool text = !opt_.data_path.empty();  // (the tokenizer's records matter to a run on text)
+    for (const auto &[k, wanted] : {std::pair<const char *, bool>{"data_fingerprint", now.count("data_fingerprint") > 0},
+                                    {kTokenizerTypeKey, text}, {kTokenizerVocabularyKey, text}})
+      if (wanted && !ckpt.manifest.training.count(k)) unrecorded += (unrecorded.empty() ? "" : ", ") + std::string(k);
     // (An import records none: its weights come from elsewhere, as its load says.)
     if (!unrecorded.empty() && !ckpt.manifest.training.count("imported_from"))
       std::fprintf(stderr, "ptdp: note: checkpoint '%s' does not record %s: this run's values are "

@@ -338,14 +338,15 @@ TEST(CheckpointRetention, AResumeWithOtherOptimizerOptionsNamesThem) {
   j.erase("manifest_crc32c");
   EXPECT_EQ(j["training"].erase("seed"), 1u);
   EXPECT_EQ(j["training"].erase("clip_grad"), 1u);
+  EXPECT_EQ(j["training"].erase("data_fingerprint"), 1u);
   write_file(manifest, j.dump(1));
   TrainerOptions reseeded = o;
   reseeded.seed = o.seed + 1;
   ::testing::internal::CaptureStderr();
   { Trainer unchecked(reseeded); }
   const std::string noted = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(noted.find("does not record seed, clip_grad: this run's values are used"), std::string::npos)
-      << noted;
+  EXPECT_NE(noted.find("does not record seed, clip_grad, data_fingerprint: this run's values are used"),
+            std::string::npos) << noted;
 }
 
 TEST(CheckpointRetention, SaveIntervalAndKeepLast) {
