@@ -651,6 +651,10 @@ std::vector<std::string> prune_checkpoints(
         std::fprintf(stderr, "ptdp: rotation kept '%s': it %s (said once)\n", path.c_str(), foreign.c_str());
       continue;
     }
+    // (What it removed of a save that never committed is said: it went in silence.)
+    if (e.tmp)
+      std::fprintf(stderr, "ptdp: note: removed '%s', what a save killed before its commit left (it held "
+                           "only a save's files)\n", path.c_str());
     removed.push_back(path);
   }
   return removed;

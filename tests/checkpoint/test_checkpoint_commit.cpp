@@ -442,7 +442,11 @@ TEST_F(Commit, PruneWithoutRotationClearsOnlyKilledSavesLeftovers) {
   for (int it : {100, 200}) save(it);
   fs::create_directories(root + "/iter_0000150.tmp");  // a save killed outright
   fs::create_directories(root + "/iter_0000300.tmp");  // may be a save under way
+  ::testing::internal::CaptureStderr();
   EXPECT_EQ(prune_checkpoints(root, 0), (std::vector<std::string>{root + "/iter_0000150.tmp"}));
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("removed '" + root + "/iter_0000150.tmp', what a save killed before its commit left"),
+            std::string::npos) << said;
   for (const char *kept : {"iter_0000100", "iter_0000200", "iter_0000300.tmp"})
     EXPECT_TRUE(fs::exists(root + "/" + kept)) << kept;
 }
