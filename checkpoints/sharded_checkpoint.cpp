@@ -22,6 +22,7 @@
 #include "checkpoints/save_target.h"
 #include "engine/core/json_text.h"
 #include "engine/core/status.h"
+#include "engine/core/text.h"
 
 namespace ptdp {
 
@@ -481,14 +482,19 @@ std::string resolve_checkpoint(const std::string &path, std::string *why) {
     *why = "the checkpoint directory given";
     return path;
   }
-  const std::string base = path.substr(path.find_last_of('/') + 1);
+  const std::string trimmed = without_trailing_slashes(path);  // ("iter_N/" is iter_N)
+  const std::string base = trimmed.substr(trimmed.find_last_of('/') + 1);
   std::error_code ec;
-  // (One that is not there is said so: it was called an unfinished save.)
-  if (base.rfind("iter_", 0) == 0 && !std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
+  // (One that is not there, or a link to nothing, is said so: it was called
+  // an unfinished save.)
+  const std::filesystem::file_status link = std::filesystem::symlink_status(trimmed, ec);
+  if (base.rfind("iter_", 0) == 0 && !std::filesystem::exists(std::filesystem::status(trimmed, ec))) {
     const bool missing = !ec || ec == std::errc::no_such_file_or_directory;
-    fail(Status::io_error, "'", path, missing ? std::string("' does not exist (") + std::strerror(ENOENT)
-                                              : "' cannot be looked at (" + ec.message(),
-         "); give a checkpoint directory, or the --save directory of a run to load its newest complete one");
+    const std::string why = std::filesystem::is_symlink(link) ? "is a symbolic link to nothing"
+                            : missing ? std::string("does not exist (") + std::strerror(ENOENT) + ")"
+                                      : "cannot be looked at (" + ec.message() + ")";
+    fail(Status::io_error, "'", path, "' ", why, "; give a checkpoint directory, or the --save directory ",
+         "of a run to load its newest complete one");
   }
   if (base.rfind("iter_", 0) == 0)
     fail(Status::io_error, "'", path, "' is not a complete checkpoint: it has no manifest.json "

@@ -397,8 +397,8 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       try {
         if (e.code() != Status::io_error) throw;  // a damaged manifest is an error
         if (opt_.finetune)
-          fail(Status::io_error, "finetune: nothing to fine-tune at load '", opt_.load_path,
-               "': ", e.what());
+          fail(Status::io_error, "load '", opt_.load_path, "' has no weights to take (finetune, ",
+               "as `ptdp generate` does too): ", e.what());
       } catch (const Error &why) {
         refused = std::current_exception();
         found = std::string("an error: ") + why.what();

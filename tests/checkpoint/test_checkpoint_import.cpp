@@ -549,7 +549,7 @@ TEST_F(CheckpointImport, FinetuneStartsAfresh) {
   Config empty = config(work.path + "/empty");
   empty.set("finetune", "1");
   expect_error([&] { trainer(empty); }, Status::io_error,
-               "finetune: nothing to fine-tune at load '");
+               "has no weights to take (finetune, as `ptdp generate` does too): ");
   // Saving the fine-tuning run among the trained run's checkpoints would mix
   // them, and replace (iteration numbers start again) or prune the one it loads.
   Config mix = c;

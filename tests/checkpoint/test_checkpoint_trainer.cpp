@@ -936,6 +936,11 @@ TEST(CheckpointSave, AnIterationThatIsNotThereIsSaidSo) {
   TempDir dir;
   expect_error([&] { open_checkpoint(dir.path + "/iter_0000007"); }, Status::io_error,
                "iter_0000007' does not exist (No such file or directory)");
+  expect_error([&] { open_checkpoint(dir.path + "/iter_0000007/"); }, Status::io_error,
+               "iter_0000007/' does not exist (No such file or directory)");
+  fs::create_directory_symlink(dir.path + "/nowhere", dir.path + "/iter_0000008");
+  expect_error([&] { open_checkpoint(dir.path + "/iter_0000008"); }, Status::io_error,
+               "iter_0000008' is a symbolic link to nothing; give a checkpoint directory");
   fs::create_directories(dir.path + "/iter_0000007");
   expect_error([&] { open_checkpoint(dir.path + "/iter_0000007"); }, Status::io_error,
                "has no manifest.json (an unfinished or damaged save)");
