@@ -136,33 +136,50 @@ void note_repeated(const CLI::App &app, const std::string &name) {
   for (const CLI::App *sub : app.get_subcommands()) note_repeated(*sub, name);
 }
 
+// The flag given a blank value on the command line (`--width ''`, `--width=`),
+// or "": CLI11's own checks refuse one first, as "Value  not in range" or
+// "1 required INT missing".
+std::string flag_with_blank_value(int argc, char **argv) {
+  const auto blank = [](const std::string &v) { return v.find_first_not_of(" \t\n\r\f\v") == std::string::npos; };
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t eq = a.find('=');
+    if (eq != std::string::npos && blank(a.substr(eq + 1))) return a.substr(0, eq);
+    if (eq == std::string::npos && i + 1 < argc && blank(argv[i + 1])) return a;
+  }
+  return "";
+}
+
 // A command's flags through CLI11: -1 to go on, else the exit code (0 after
 // --help, 2 after a usage error, printed on one line).
 int parse_command_line(CLI::App &app, int argc, char **argv) {
   const std::string name = app.get_name();
   decimal_integers(app);
   last_one_wins(app);
+  const auto blank_value = [&](const std::string &which) {
+    std::fprintf(stderr, "%s: %s is given an empty value (or white space alone); give one (see %s --help)\n",
+                 name.c_str(), which.c_str(), name.c_str());
+    return 2;
+  };
   try {
     app.parse(argc - 1, argv + 1);
   } catch (const CLI::Success &e) {  // --help
     return app.exit(e);
-  } catch (const CLI::ConversionError &e) {
-    // CLI11 says only "Could not convert: --top-k = 2.5": add what is allowed.
-    std::fprintf(stderr, "%s: %s: not a value of the option's type, or past its range (%s --help "
-                 "gives each option's type: INT, UINT a whole number, FLOAT a number)\n",
-                 name.c_str(), e.what(), name.c_str());
-    return 2;
   } catch (const CLI::ParseError &e) {
-    std::fprintf(stderr, "%s: %s (see %s --help)\n", name.c_str(), e.what(), name.c_str());
+    if (const std::string flag = flag_with_blank_value(argc, argv); !flag.empty()) return blank_value(flag);
+    if (dynamic_cast<const CLI::ConversionError *>(&e))
+      // CLI11 says only "Could not convert: --top-k = 2.5": add what is allowed.
+      std::fprintf(stderr, "%s: %s: not a value of the option's type, or past its range (%s --help "
+                   "gives each option's type: INT, UINT a whole number, FLOAT a number)\n",
+                   name.c_str(), e.what(), name.c_str());
+    else
+      std::fprintf(stderr, "%s: %s (see %s --help)\n", name.c_str(), e.what(), name.c_str());
     return 2;
   }
   note_repeated(app, name);
-  if (const CLI::Option *opt = empty_value(app)) {
-    const std::string which = opt->nonpositional() ? opt->get_name() : "argument " + opt->get_name();
-    std::fprintf(stderr, "%s: %s is given an empty value (or white space alone); give one (see %s --help)\n",
-                 name.c_str(), which.c_str(), name.c_str());
-    return 2;
-  }
+  if (const CLI::Option *opt = empty_value(app))
+    return blank_value(opt->nonpositional() ? opt->get_name() : "argument " + opt->get_name());
   return -1;
 }
 

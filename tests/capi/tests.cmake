@@ -462,6 +462,10 @@ ptdp_lua_test(lua_timeline_png_cli_width --rc nonzero --expect "--width: Value 1
 ptdp_lua_test(lua_timeline_png_cli_width_zero --rc nonzero --expect "--width: Value 0 not in range 140 to 8192"
   -- ${PTDP_LAUNCHER} timeline-png ${PTDP_TEST_TMP}/lua/timeline_cli.json
      ${PTDP_TEST_TMP}/lua/timeline_cli_zero.png --width 0)
+# An empty value is said as such (CLI11's range check said "Value  not in range").
+ptdp_lua_test(lua_timeline_png_cli_width_empty --rc nonzero --expect "--width is given an empty value"
+  -- ${PTDP_LAUNCHER} timeline-png ${PTDP_TEST_TMP}/lua/timeline_cli.json
+     ${PTDP_TEST_TMP}/lua/timeline_cli_empty.png --width=)
 ptdp_lua_test(lua_timeline_png_cli_missing --rc 1 --expect "ptdp: I/O error: "
   --expect "no_such_trace.json"
   -- ${PTDP_LAUNCHER} timeline-png ${PTDP_TEST_TMP}/lua/no_such_trace.json
