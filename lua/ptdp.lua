@@ -1178,8 +1178,12 @@ function M.dataset(t)
   -- A Megatron dataset is named by its prefix: PREFIX.idx + PREFIX.bin.
   if ok or (missing and (readable(path .. '.idx') or readable(path .. '.bin'))) then
     if t.create then  -- said, not silent: the same command run again reuses what it made
-      io.stderr:write(string.format("ptdp: --data-path '%s' exists: training on it (--corpus %s " ..
+      -- (Under mpirun another process of this run may have made it a moment
+      -- ago: the note said the --corpus was not used.)
+      local launched = os.getenv('PMI_SIZE') or os.getenv('PMIX_RANK') or os.getenv('OMPI_COMM_WORLD_SIZE')
+      io.stderr:write(string.format("ptdp: --data-path '%s' exists%s: training on it (--corpus %s " ..
                                     "makes a dataset only where there is none)\n", path,
+                                    launched and ' (made by another process of this run, or before it)' or '',
                                     tostring(t.corpus)))
     end
     return path

@@ -13,9 +13,22 @@ pcall(ffi.cdef, 'char *realpath(const char *path, char *resolved); void free(voi
 local function say_error(err)
   io.stderr:write('ptdp: ' .. (tostring(err):gsub('^ptdp: ', '')) .. '\n')
 end
+-- A path as the file it names (links and '.' resolved), or nil.
+local function real_path(path)
+  local p = ffi.C.realpath(path, nil)
+  if p == nil then return nil end
+  local text = ffi.string(p)
+  ffi.C.free(p)
+  return text
+end
 
 local spec = require 'ptdp.train_gpt_flags'
 local config, opts, given = flags.parse(arg, spec.script, spec.defaults)
+-- Under mpirun, the process of MPI rank 0 hosts world rank 0, which writes
+-- the metrics log: the others neither write nor check it (another process's
+-- working directory without the log's directory failed that process alone).
+local mpi_rank = tonumber(os.getenv('OMPI_COMM_WORLD_RANK') or os.getenv('PMIX_RANK') or os.getenv('PMI_RANK') or '0')
+local writes_log = opts.log_json ~= '' and mpi_rank == 0
 -- A short run (--train-iters 3) without its own --lr-warmup-iters warms up for
 -- a tenth of it: the default 20 steps would outlast the run. (Flag values are
 -- strings, so a number here is the default.)
@@ -64,7 +77,7 @@ local function check_file(path, what, kind)
   if ffi.C.access(dir, 0) == 0 or dir ~= save_dir then ptdp.check_output(path, what, false, kind)
   else ptdp.check_output(dir, what, true) end
 end
-if opts.log_json ~= '' then check_file(opts.log_json, '--log-json', 'metrics_log') end
+if writes_log then check_file(opts.log_json, '--log-json', 'metrics_log') end
 for key, kind in pairs { timeline = 'trace', profile_ops = 'op_profile' } do
   if (config[key] or '') ~= '' then check_file(config[key], '--' .. key:gsub('_', '-'), kind) end
 end
@@ -159,7 +172,7 @@ if save_made then save_id = ptdp.file_identity(config.save) end
 -- all at once, not by the first alone after the start (the others waited in
 -- their first step until the communicator timeout).
 local log_ok, log_err = true, nil
-if opts.log_json ~= '' then
+if writes_log then
   log_ok, log_err = pcall(ptdp.check_output, opts.log_json, '--log-json', false, 'metrics_log')
 end
 -- The corpus a dataset is made from, by what it holds (its size and its first
@@ -182,17 +195,22 @@ local function corpus_fingerprint()
   if tail or (head == nil and size == 0) then
     return string.format('%d bytes, %d %d', size, adler32(head or ''), adler32(tail or ''))
   end
-  local p = ffi.C.realpath(opts.corpus, nil)  -- (a directory: no bytes of its own)
-  if p == nil then return opts.corpus end
-  local text = ffi.string(p)
-  ffi.C.free(p)
-  return text
+  return real_path(opts.corpus) or opts.corpus  -- (a directory: no bytes of its own)
+end
+-- The log by the file it names (m.json and ./m.json are one; m.json from two
+-- working directories two): its directory resolved, its name as given.
+local function log_named()
+  if opts.log_json == '' then return '' end
+  local dir, name = opts.log_json:match('^(.*)/([^/]*)$')
+  if not dir then dir, name = '.', opts.log_json end
+  local real = real_path(dir == '' and '/' or dir)
+  return real and (real:gsub('/$', '') .. '/' .. name) or opts.log_json
 end
 do
   local ok, err = pcall(trainer.agree, trainer, { eval_interval = opts.eval_interval,
     sample_tokens = opts.sample_tokens, prompt = opts.prompt, temperature = opts.temperature,
     corpus = corpus_fingerprint(), corpus_format = given.corpus and opts.corpus_format or '',
-    log_json = opts.log_json, log_json_refused = log_ok and '' or tostring(log_err) })
+    log_json = log_named(), log_json_refused = log_ok and '' or tostring(log_err) })
   if not ok or not log_ok then
     unmake()
     say_error(log_ok and err or log_err)

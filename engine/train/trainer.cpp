@@ -110,7 +110,8 @@ std::vector<std::pair<std::string, std::string>> options_processes_share(const T
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     tokenizer_files += (path.empty() ? std::string("-") : std::to_string(fnv1a64(bytes))) + " ";
   }
-  out.emplace_back("the contents of vocab_file, merge_file, tokenizer_file", tokenizer_files);
+  out.emplace_back("tokenizer files by what they hold (a hash each of vocab_file, merge_file, "
+                   "tokenizer_file; '-' for one not given)", tokenizer_files);
   // And every other option of the run's Config (a --loss-scale of another
   // process trained a third model, exit 0), but what is each process's own:
   // its threads, device, timeout and trace files, and the paths compared

@@ -271,7 +271,7 @@ ptdp_mpi_refusal(mpi_load_fails_in_one_process "corrupt data"
 # exit 0; another merges.txt failed in the sample's collectives.
 ptdp_mpi_refusal(mpi_loss_scale_differs "option 'loss_scale' differs between the processes of this run"
   "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && $MPI -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --fp16 1 --loss-scale 1024 : -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --fp16 1 --loss-scale 4096")
-ptdp_mpi_refusal(mpi_merges_differ "option 'the contents of vocab_file, merge_file, tokenizer_file' differs"
+ptdp_mpi_refusal(mpi_merges_differ "option 'tokenizer files by what they hold (a hash each of vocab_file, merge_file, tokenizer_file"
   "B=${CMAKE_CURRENT_SOURCE_DIR}/fixtures/bpe && rm -rf A B2 && mkdir A B2 && cp $B/vocab.json $B/merges.txt A/ && cp $B/vocab.json B2/ && head -5 $B/merges.txt > B2/merges.txt && \"$1\" tokenize --tokenizer-type GPT2BPETokenizer --vocab-file A/vocab.json --merge-file A/merges.txt --format lines -o bpe.ptdp $B/text.txt >/dev/null && $MPI -np 1 -wdir $PWD/A \"$1\" \"$3\" $4 --tokenizer-type GPT2BPETokenizer --data-path ../bpe.ptdp --vocab-file vocab.json --merge-file merges.txt --data-parallel-size 2 : -np 1 -wdir $PWD/B2 \"$1\" \"$3\" $4 --tokenizer-type GPT2BPETokenizer --data-path ../bpe.ptdp --vocab-file vocab.json --merge-file merges.txt --data-parallel-size 2")
 # One process's own --timeline file (PATH.rank1) refused: every process stops
 # at once, the others naming it (they went on into the next collective, and
