@@ -305,6 +305,17 @@ add_test(NAME mpi_save_spelled_two_ways
           "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --lr-decay-iters 2 --sample-tokens 0")
 set_tests_properties(mpi_save_spelled_two_ways PROPERTIES LABELS mpi TIMEOUT 150 PROCESSORS 2
                      WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+# One --log-json spelled two ways (m.json, ./m.json) is one log: the run goes
+# on (it was refused as "differs"), and the first process writes it.
+set(dir ${PTDP_TEST_TMP}/mpi_log_json_spelled_two_ways)
+file(MAKE_DIRECTORY ${dir})
+add_test(NAME mpi_log_json_spelled_two_ways
+  COMMAND bash -c "rm -f m.json && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && timeout 60 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --log-json m.json : -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --log-json ./m.json && test -s m.json"
+          mpi_log_json_spelled_two_ways $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
+          ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
+          "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr-decay-iters 2 --sample-tokens 0")
+set_tests_properties(mpi_log_json_spelled_two_ways PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS 2
+                     WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
 # A rank killed between steps while the others go on into the next step's
 # collectives: every process ends and mpirun names the dead rank.
 ptdp_mpi_training_failure(mpi_train_rank_killed 2
