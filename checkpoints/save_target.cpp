@@ -8,6 +8,7 @@
 #include "engine/core/philox.h"
 #include "engine/core/status.h"
 #include "engine/core/text.h"
+#include "engine/data/sampler.h"
 
 namespace fs = std::filesystem;
 
@@ -56,6 +57,15 @@ static std::string digest(const std::string &what, const std::string &of) {
 std::string finetune_lineage(const Manifest &parent) { return digest("finetune", parent.to_json()); }
 std::string import_lineage(const std::string &source) { return digest("import", source); }
 
+std::string comparable_option(const std::string &key, const std::string &value) {
+  if (key != "split") return value;
+  try {
+    return split_text(value);
+  } catch (const Error &) {
+    return value;  // (not a split: compared as written)
+  }
+}
+
 std::string other_run_fields(const Manifest &saved, const GptConfig &model,
                              const std::map<std::string, std::string> &training) {
   std::string out = model_shape_mismatch(saved.model, model);
@@ -80,7 +90,7 @@ std::string other_run_fields(const Manifest &saved, const GptConfig &model,
     auto now = training.find(key);
     if (key == "data_path" && by_content) continue;
     if (now == training.end() || may_differ(key) || key == kLineageKey) continue;
-    add(key, was, now->second);
+    if (comparable_option(key, was) != comparable_option(key, now->second)) add(key, was, now->second);
   }
   // The lineage where this run records one; a manifest without one (older)
   // counts as a run from scratch.

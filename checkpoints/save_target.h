@@ -40,6 +40,11 @@ inline constexpr const char *kLineageNew = "new";
 std::string finetune_lineage(const Manifest &parent);
 std::string import_lineage(const std::string &source);
 
+// A recorded training option's value in the form two runs' values compare
+// by: a split as the fractions it gives ("969,30,1" and "969,30,01" are one
+// split); any other as written.
+std::string comparable_option(const std::string &key, const std::string &value);
+
 // What makes `saved` another run than (model, training): "hidden_size:
 // checkpoint 64, this run 32; seed: checkpoint 1, this run 2", or "" when it
 // is the same run.

@@ -1106,6 +1106,12 @@ M.project_dir = here .. '/..'
 -- A dataset file that is there is held as this process's input (no writer of
 -- any later run in it replaces it); checked without opening it, so a FIFO
 -- never blocks. Missing: nil and the reason; any other refusal stops the run.
+-- Whether mpirun started this process: another process of the run may make
+-- the dataset a moment before this one looks (the notes said "another command").
+local function under_mpirun()
+  return (os.getenv('PMI_SIZE') or os.getenv('PMIX_RANK') or os.getenv('OMPI_COMM_WORLD_SIZE')) ~= nil
+end
+
 local function readable(path)
   local status = C.ptdp_hold_input(path, '--data-path')
   if status == 0 then return true end
@@ -1178,12 +1184,9 @@ function M.dataset(t)
   -- A Megatron dataset is named by its prefix: PREFIX.idx + PREFIX.bin.
   if ok or (missing and (readable(path .. '.idx') or readable(path .. '.bin'))) then
     if t.create then  -- said, not silent: the same command run again reuses what it made
-      -- (Under mpirun another process of this run may have made it a moment
-      -- ago: the note said the --corpus was not used.)
-      local launched = os.getenv('PMI_SIZE') or os.getenv('PMIX_RANK') or os.getenv('OMPI_COMM_WORLD_SIZE')
       io.stderr:write(string.format("ptdp: --data-path '%s' exists%s: training on it (--corpus %s " ..
                                     "makes a dataset only where there is none)\n", path,
-                                    launched and ' (made by another process of this run, or before it)' or '',
+                                    under_mpirun() and ' (made by another process of this run, or before it)' or '',
                                     tostring(t.corpus)))
     end
     return path
@@ -1208,8 +1211,8 @@ function M.dataset(t)
                                              new_only = true })
   if not ok and readable(path) then
     M.keep_dirs(made)
-    io.stderr:write(string.format("ptdp: --data-path '%s' was made by another command meanwhile: " ..
-                                  'training on it\n', path))
+    io.stderr:write(string.format("ptdp: --data-path '%s' was made by another %s meanwhile: " ..
+                                  'training on it\n', path, under_mpirun() and 'process of this run, or command,' or 'command'))
     return path, {}, false
   end
   if not ok then

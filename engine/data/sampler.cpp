@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -11,7 +12,9 @@
 
 namespace ptdp {
 
-std::vector<SplitRange> parse_split(const std::string &spec, uint64_t num_docs) {
+namespace {
+// The weights of a split spec, checked (see parse_split).
+std::vector<double> split_weights(const std::string &spec) {
   std::vector<double> w;
   // (getline yields no empty part after a trailing comma: "98,2," would pass.)
   if (!spec.empty() && spec.back() == ',')
@@ -39,6 +42,26 @@ std::vector<SplitRange> parse_split(const std::string &spec, uint64_t num_docs) 
     const double largest = *std::max_element(w.begin(), w.end());
     for (double &v : w) v /= largest;
   }
+  return w;
+}
+}  // namespace
+
+std::string split_text(const std::string &spec) {
+  std::vector<double> w = split_weights(spec);
+  if (w.size() == 3 && w[2] == 0) w.pop_back();  // (no test part either way)
+  double total = 0;
+  for (double v : w) total += v;
+  std::string out;
+  for (double v : w) {
+    char buf[32];  // (15 digits: the same fractions written two ways print alike)
+    std::snprintf(buf, sizeof buf, "%.15g", v / total);
+    out += (out.empty() ? "" : ",") + std::string(buf);
+  }
+  return out;
+}
+
+std::vector<SplitRange> parse_split(const std::string &spec, uint64_t num_docs) {
+  std::vector<double> w = split_weights(spec);
   double total = 0;
   for (double v : w) total += v;
   std::vector<SplitRange> out;

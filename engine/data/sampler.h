@@ -19,6 +19,9 @@ struct SplitRange {
 
 // "98,2" or "949,50,1" -> document ranges for train, valid (and test).
 std::vector<SplitRange> parse_split(const std::string &spec, uint64_t num_docs);
+// A split spec as the fractions it gives ("969,30,1", "1938,60,2" and
+// "969, 30, 01" are all "0.969,0.03,0.001"): how two runs' splits compare.
+std::string split_text(const std::string &spec);
 
 // What the trainer draws samples from.
 class Sampler {

@@ -68,7 +68,7 @@ std::vector<std::pair<std::string, std::string>> options_processes_share(const T
     out.emplace_back(f.name, v);
   }
   for (const auto &[k, v] : resumption_options(o, data))
-    if (k != "data_path") out.emplace_back(k, v);
+    if (k != "data_path") out.emplace_back(k, comparable_option(k, v));
   const auto flag = [](bool b) { return std::string(b ? "1" : "0"); };
   out.insert(out.end(), {{"tensor_model_parallel_size", std::to_string(o.parallel.t)},
                          {"pipeline_model_parallel_size", std::to_string(o.parallel.p)},
@@ -122,7 +122,7 @@ std::vector<std::pair<std::string, std::string>> options_processes_share(const T
   std::set<std::string> listed;
   for (const auto &kv : out) listed.insert(kv.first);
   for (const auto &[key, value] : o.config_values)
-    if (!own.count(key) && !listed.count(key)) out.emplace_back(key, value);
+    if (!own.count(key) && !listed.count(key)) out.emplace_back(key, comparable_option(key, value));
   return out;
 }
 

@@ -266,7 +266,7 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
       auto it = ckpt.manifest.training.find(k);
       if (it == ckpt.manifest.training.end())
         unrecorded += (unrecorded.empty() ? "" : ", ") + k;
-      else if (it->second != now.at(k))
+      else if (comparable_option(k, it->second) != comparable_option(k, now.at(k)))
         diff += (diff.empty() ? "" : "; ") + k + ": checkpoint " + it->second + ", this run " + now.at(k);
     }
     return diff;

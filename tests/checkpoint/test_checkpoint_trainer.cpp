@@ -21,6 +21,7 @@
 #include "checkpoints/save_target.h"
 #include "checkpoints/sharded_checkpoint.h"
 #include "engine/data/corpus.h"
+#include "engine/data/sampler.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
 #include "tests/support/config_options.h"
@@ -956,4 +957,25 @@ TEST(CheckpointSave, ACheckpointRemovedWhileReadIsSaidSo) {
   const CheckpointRef ref = open_checkpoint(dir.path);
   fs::rename(ref.dir, ref.dir + ".old");  // (rotation's first move)
   expect_error([&] { open_checkpoint_data(ref); }, Status::io_error, "was removed while it was read");
+}
+
+// A split is compared by the fractions it gives: written another way it is
+// the same run (969,30,01 was "other options"); another split is not.
+TEST(CheckpointRetention, ASplitWrittenAnotherWayIsTheSameSplit) {
+  EXPECT_EQ(split_text("969,30,1"), split_text("1938, 60, 02"));
+  EXPECT_EQ(split_text("98,2"), split_text("98,2,0"));
+  EXPECT_NE(split_text("98,2"), split_text("97,3"));
+  TempDir dir;
+  TrainerOptions o = options({1, 1, 1, 1});
+  o.split = "969,30,1";
+  {
+    Trainer first(o);
+    first.step();
+    first.save(dir.path);
+  }
+  o.load_path = o.save_path = dir.path;
+  o.split = "1938,60,2";
+  EXPECT_NO_THROW({ Trainer same(o); });
+  o.split = "949,50,1";
+  expect_error([&] { Trainer other(o); }, Status::invalid_config, "split: checkpoint 969,30,1, this run 949,50,1");
 }
