@@ -1106,6 +1106,8 @@ M.project_dir = here .. '/..'
 -- A dataset file that is there is held as this process's input (no writer of
 -- any later run in it replaces it); checked without opening it, so a FIFO
 -- never blocks. Missing: nil and the reason; any other refusal stops the run.
+pcall(ffi.cdef, 'int usleep(unsigned int usec);')
+
 -- Whether mpirun started this process: another process of the run may make
 -- the dataset a moment before this one looks (the notes said "another command").
 local function under_mpirun()
@@ -1205,10 +1207,20 @@ function M.dataset(t)
   -- new_only: a dataset another command made there meanwhile (a second run
   -- started beside this one, every process under mpirun) is not replaced but
   -- trained on, as one that was there before; this call did not make it.
-  local ok, docs, toks = pcall(M.tokenize, { inputs = t.corpus, output = path, format = t.format,
-                                             tokenizer = t.tokenizer, vocab_file = t.vocab_file,
-                                             merge_file = t.merge_file, tokenizer_file = t.tokenizer_file,
-                                             new_only = true })
+  local function tokenize_new()
+    return pcall(M.tokenize, { inputs = t.corpus, output = path, format = t.format, tokenizer = t.tokenizer,
+                               vocab_file = t.vocab_file, merge_file = t.merge_file,
+                               tokenizer_file = t.tokenizer_file, new_only = true })
+  end
+  local ok, docs, toks = tokenize_new()
+  -- Another writer making it now (every process under mpirun at once: the
+  -- one that came second was refused, and failed the job alone) is waited
+  -- for, up to ten minutes, and its dataset trained on; made here if it gave up.
+  for _ = 1, 6000 do
+    if ok or readable(path) or not tostring(docs):find('is being written by another process', 1, true) then break end
+    ffi.C.usleep(100000)
+    if not readable(path) then ok, docs, toks = tokenize_new() end
+  end
   if not ok and readable(path) then
     M.keep_dirs(made)
     io.stderr:write(string.format("ptdp: --data-path '%s' was made by another %s meanwhile: " ..

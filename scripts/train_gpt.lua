@@ -100,8 +100,11 @@ if given.corpus and given.data_path and ffi.C.access(config.data_path, 0) ~= 0 a
     os.exit(1)
   end
   -- (A missing directory is made for it, as before.)
+  -- (One another writer is making now, every process under mpirun at once,
+  -- is waited for by ptdp.dataset, not refused here.)
   if ffi.C.access(tidy(data):match('^(.*)/[^/]*$') or '.', 0) == 0 then
-    ptdp.check_output(data, '--data-path (made from --corpus)')
+    local ok, err = pcall(ptdp.check_output, data, '--data-path (made from --corpus)')
+    if not ok and not tostring(err):find('is being written by another process', 1, true) then error(err, 0) end
   end
   for _, o in ipairs { { opts.log_json, '--log-json' }, { config.timeline, '--timeline' },
                        { config.profile_ops, '--profile-ops' } } do

@@ -59,6 +59,21 @@ done
 has wu.txt "lr_warmup_iters: checkpoint 1, this run 20" && has wu.txt "give --lr-warmup-iters 1 to go on" &&
   ok "a warm-up the script chose is named at a refused resume" || { cat wu.txt; bad "warm-up hint"; }
 
+# A --data-path another writer is making from --corpus at that moment (every
+# process under mpirun at once) is waited for and trained on: the one that
+# came second was refused, and failed the job alone.
+i=0; : >big.txt; while [ $i -lt 3000 ]; do cat "$corpus" >>big.txt; i=$((i + 1)); done
+"$launcher" tokenize --output race.ptdp --format lines big.txt >race_a.txt 2>&1 &
+sleep 0.1
+"$launcher" "$script" --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
+  --micro-batch-size 2 --global-batch-size 4 --train-iters 1 --eval-iters 1 --sample-tokens 0 \
+  --num-threads 1 --data-path race.ptdp --corpus big.txt --corpus-format lines >race_b.txt 2>&1
+rc=$?
+wait
+[ $rc -eq 0 ] && ! has race_b.txt "is being written by another process" &&
+  ok "a dataset another writer is making is waited for" || { cat race_a.txt race_b.txt; bad "dataset race"; }
+rm -f big.txt race.ptdp
+
 mkdir -p corpus/sub && cp "$corpus" corpus/a.txt && cp "$corpus" corpus/.hidden && ln -s /etc/hostname corpus/out
 "$launcher" tokenize --output dir.ptdp corpus >dir.txt 2>&1
 has dir.txt "corpus directory 'corpus': 3 of its entries not read: '.hidden' (a hidden file), 'out' (a symbolic link out of the directory), 'sub' (a directory)" &&
