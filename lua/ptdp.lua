@@ -947,6 +947,34 @@ function M.check_output(path, what, directory, kind)
   end
 end
 
+pcall(ffi.cdef, 'char *realpath(const char *path, char *resolved); void free(void *p);')
+-- path as the file it names: links, "." and ".." resolved; a part that does
+-- not exist yet is taken as written after its first existing folder, resolved.
+-- nil when nothing of it can be resolved. Two spellings of one file give one text.
+function M.real_path(path)
+  need_string(path, 'real_path', 'path')
+  local rest, cur = {}, path
+  while true do
+    local r = ffi.C.realpath(cur, nil)
+    if r ~= nil then
+      local out = ffi.string(r)
+      ffi.C.free(r)
+      for i = #rest, 1, -1 do out = (out == '/' and '' or out) .. '/' .. rest[i] end
+      return out
+    end
+    local parent, name = cur:match('^(.-)/*([^/]+)/*$')
+    if not name or name == '..' then return nil end  -- nothing to resolve it against
+    if name ~= '.' then rest[#rest + 1] = name end
+    cur = parent == '' and (cur:sub(1, 1) == '/' and '/' or '.') or parent
+  end
+end
+
+-- The MPI rank of this process when mpirun (or srun) started it, else nil:
+-- what a script can know of its place before its trainer exists.
+function M.mpirun_rank()
+  return tonumber(os.getenv('OMPI_COMM_WORLD_RANK') or os.getenv('PMIX_RANK') or os.getenv('PMI_RANK') or '')
+end
+
 -- What is at path itself (not through a link), as text, or nil when nothing
 -- is: a file a script made is removed only while it is still the one it made.
 function M.file_identity(path)
@@ -1110,9 +1138,7 @@ pcall(ffi.cdef, 'int usleep(unsigned int usec);')
 
 -- Whether mpirun started this process: another process of the run may make
 -- the dataset a moment before this one looks (the notes said "another command").
-local function under_mpirun()
-  return (os.getenv('PMI_SIZE') or os.getenv('PMIX_RANK') or os.getenv('OMPI_COMM_WORLD_SIZE')) ~= nil
-end
+local function under_mpirun() return M.mpirun_rank() ~= nil end
 
 local function readable(path)
   local status = C.ptdp_hold_input(path, '--data-path')

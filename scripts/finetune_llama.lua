@@ -126,23 +126,7 @@ local W = opts.workdir
 -- folder inside it (the user's files stay as they are).
 -- Compared as real paths: links, "." and ".." resolved (a part of W that does
 -- not exist yet is taken as written, its first existing folder resolved).
-pcall(ffi.cdef, 'char *realpath(const char *path, char *resolved); void free(void *p);')
-local function real(p)
-  local rest, cur = {}, p
-  while true do
-    local r = ffi.C.realpath(cur, nil)
-    if r ~= nil then
-      local path = ffi.string(r)
-      ffi.C.free(r)
-      for i = #rest, 1, -1 do path = (path == '/' and '' or path) .. '/' .. rest[i] end
-      return path
-    end
-    local parent, name = cur:match('^(.-)/*([^/]+)/*$')
-    if not name or name == '..' then return nil end  -- nothing to resolve it against
-    if name ~= '.' then rest[#rest + 1] = name end
-    cur = parent == '' and (cur:sub(1, 1) == '/' and '/' or '.') or parent
-  end
-end
+local real = ptdp.real_path
 local model_dir, work_dir = real(opts.hf_model), real(W)
 if not model_dir or not work_dir or work_dir == model_dir or
    work_dir:sub(1, #model_dir + 1) == model_dir .. '/' then

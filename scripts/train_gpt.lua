@@ -7,19 +7,10 @@ local flags = require 'ptdp.flags'
 local ffi = require 'ffi'
 pcall(ffi.cdef, 'int access(const char *path, int mode);')
 pcall(ffi.cdef, 'int rmdir(const char *path);')
-pcall(ffi.cdef, 'char *realpath(const char *path, char *resolved); void free(void *p);')
 -- An error's line on stderr in one write: under mpirun the processes' lines
 -- stay whole (in three writes they ran together, "ptdp: ptdp: ...").
 local function say_error(err)
   io.stderr:write('ptdp: ' .. (tostring(err):gsub('^ptdp: ', '')) .. '\n')
-end
--- A path as the file it names (links and '.' resolved), or nil.
-local function real_path(path)
-  local p = ffi.C.realpath(path, nil)
-  if p == nil then return nil end
-  local text = ffi.string(p)
-  ffi.C.free(p)
-  return text
 end
 
 local spec = require 'ptdp.train_gpt_flags'
@@ -27,8 +18,7 @@ local config, opts, given = flags.parse(arg, spec.script, spec.defaults)
 -- Under mpirun, the process of MPI rank 0 hosts world rank 0, which writes
 -- the metrics log: the others neither write nor check it (another process's
 -- working directory without the log's directory failed that process alone).
-local mpi_rank = tonumber(os.getenv('OMPI_COMM_WORLD_RANK') or os.getenv('PMIX_RANK') or os.getenv('PMI_RANK') or '0')
-local writes_log = opts.log_json ~= '' and mpi_rank == 0
+local writes_log = opts.log_json ~= '' and (ptdp.mpirun_rank() or 0) == 0
 -- A short run (--train-iters 3) without its own --lr-warmup-iters warms up for
 -- a tenth of it: the default 20 steps would outlast the run. (Flag values are
 -- strings, so a number here is the default.)
@@ -198,22 +188,16 @@ local function corpus_fingerprint()
   if tail or (head == nil and size == 0) then
     return string.format('%d bytes, %d %d', size, adler32(head or ''), adler32(tail or ''))
   end
-  return real_path(opts.corpus) or opts.corpus  -- (a directory: no bytes of its own)
-end
--- The log by the file it names (m.json and ./m.json are one; m.json from two
--- working directories two): its directory resolved, its name as given.
-local function log_named()
-  if opts.log_json == '' then return '' end
-  local dir, name = opts.log_json:match('^(.*)/([^/]*)$')
-  if not dir then dir, name = '.', opts.log_json end
-  local real = real_path(dir == '' and '/' or dir)
-  return real and (real:gsub('/$', '') .. '/' .. name) or opts.log_json
+  return ptdp.real_path(opts.corpus) or opts.corpus  -- (a directory: no bytes of its own)
 end
 do
   local ok, err = pcall(trainer.agree, trainer, { eval_interval = opts.eval_interval,
     sample_tokens = opts.sample_tokens, prompt = opts.prompt, temperature = opts.temperature,
     corpus = corpus_fingerprint(), corpus_format = given.corpus and opts.corpus_format or '',
-    log_json = log_named(), log_json_refused = log_ok and '' or tostring(log_err) })
+    -- (The log by the file it names: m.json and ./m.json are one, m.json
+    -- from two working directories two.)
+    log_json = opts.log_json ~= '' and (ptdp.real_path(opts.log_json) or opts.log_json) or '',
+    log_json_refused = log_ok and '' or tostring(log_err) })
   if not ok or not log_ok then
     unmake()
     say_error(log_ok and err or log_err)

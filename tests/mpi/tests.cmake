@@ -292,30 +292,30 @@ ptdp_mpi_refusal_cases(_elsewhere
 # other waited in its first collective until the communicator timeout).
 ptdp_mpi_refusal(mpi_log_json_on_a_timeline "--log-json 'T.rank1' is also this run's --timeline 'T.rank1'"
   "\"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && $MPI -np 2 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --timeline T --log-json T.rank1")
+# A two-process train_gpt.lua run that must succeed: `script` runs in bash in
+# a directory of its own, with $1 the launcher, $2 a corpus, $3 train_gpt.lua,
+# $4 a tiny model's flags (no --train-iters) and $MPI mpirun.
+function(ptdp_mpi_run name timeout script)
+  set(dir ${PTDP_TEST_TMP}/${name})
+  file(MAKE_DIRECTORY ${dir})
+  add_test(NAME ${name}
+    COMMAND bash -c "MPI='timeout 60 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe' && ${script}"
+            ${name} $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
+            ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
+            "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --lr-decay-iters 2 --sample-tokens 0")
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT ${timeout} PROCESSORS 2
+                       WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+endfunction()
 # One --save and --load directory spelled another way in each process (from
 # another working directory, with a trailing '/'): refused as "differs", then
 # (once compared by what they name) hung at the save's collective open, which
 # MPI-IO coordinates by the file's name. Every process names it alike now.
-set(dir ${PTDP_TEST_TMP}/mpi_save_spelled_two_ways)
-file(MAKE_DIRECTORY ${dir})
-add_test(NAME mpi_save_spelled_two_ways
-  COMMAND bash -c "rm -rf w ck && mkdir w && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && cp data.ptdp w/ && for iters in 2 4; do timeout 60 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 1 -wdir $PWD/w \"$1\" \"$3\" $4 --train-iters $iters --data-path data.ptdp --data-parallel-size 2 --load ../ck --save ../ck : -np 1 -wdir $PWD \"$1\" \"$3\" $4 --train-iters $iters --data-path data.ptdp --data-parallel-size 2 --load ck/ --save ck/ > out_$iters.txt 2>&1 || { cat out_$iters.txt; exit 1; }; grep -q \"saved checkpoint $PWD/ck/iter_000000$iters\" out_$iters.txt || { cat out_$iters.txt; exit 1; }; done"
-          mpi_save_spelled_two_ways $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
-          ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
-          "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --lr-decay-iters 2 --sample-tokens 0")
-set_tests_properties(mpi_save_spelled_two_ways PROPERTIES LABELS mpi TIMEOUT 150 PROCESSORS 2
-                     WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+ptdp_mpi_run(mpi_save_spelled_two_ways 150
+  "rm -rf w ck && mkdir w && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && cp data.ptdp w/ && for iters in 2 4; do $MPI -np 1 -wdir $PWD/w \"$1\" \"$3\" $4 --train-iters $iters --data-path data.ptdp --data-parallel-size 2 --load ../ck --save ../ck : -np 1 -wdir $PWD \"$1\" \"$3\" $4 --train-iters $iters --data-path data.ptdp --data-parallel-size 2 --load ck/ --save ck/ > out_$iters.txt 2>&1 || { cat out_$iters.txt; exit 1; }; grep -q \"saved checkpoint $PWD/ck/iter_000000$iters\" out_$iters.txt || { cat out_$iters.txt; exit 1; }; done")
 # One --log-json spelled two ways (m.json, ./m.json) is one log: the run goes
 # on (it was refused as "differs"), and the first process writes it.
-set(dir ${PTDP_TEST_TMP}/mpi_log_json_spelled_two_ways)
-file(MAKE_DIRECTORY ${dir})
-add_test(NAME mpi_log_json_spelled_two_ways
-  COMMAND bash -c "rm -f m.json && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && timeout 60 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --log-json m.json : -np 1 \"$1\" \"$3\" $4 --data-path data.ptdp --data-parallel-size 2 --log-json ./m.json && test -s m.json"
-          mpi_log_json_spelled_two_ways $<TARGET_FILE:ptdp_launcher> ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/tiny_corpus.txt
-          ${CMAKE_SOURCE_DIR}/scripts/train_gpt.lua
-          "--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr-decay-iters 2 --sample-tokens 0")
-set_tests_properties(mpi_log_json_spelled_two_ways PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS 2
-                     WORKING_DIRECTORY ${dir} ENVIRONMENT "OMP_NUM_THREADS=1")
+ptdp_mpi_run(mpi_log_json_spelled_two_ways 90
+  "rm -f m.json && \"$1\" tokenize --output data.ptdp \"$2\" >/dev/null && $MPI -np 1 \"$1\" \"$3\" $4 --train-iters 2 --data-path data.ptdp --data-parallel-size 2 --log-json m.json : -np 1 \"$1\" \"$3\" $4 --train-iters 2 --data-path data.ptdp --data-parallel-size 2 --log-json ./m.json && test -s m.json")
 # A rank killed between steps while the others go on into the next step's
 # collectives: every process ends and mpirun names the dead rank.
 ptdp_mpi_training_failure(mpi_train_rank_killed 2
