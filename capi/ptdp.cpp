@@ -12,8 +12,10 @@
 #include "capi/boundary.h"
 #include "capi/trainer_values.h"
 #include "checkpoints/inspect.h"
+#include "checkpoints/manifest.h"
 #include "checkpoints/safetensors_export.h"
 #include "checkpoints/safetensors_import.h"
+#include "checkpoints/sharded_checkpoint.h"
 #include "engine/comm/mpi_comm.h"
 #include "engine/core/allocator.h"
 #include "engine/core/status.h"
@@ -215,6 +217,17 @@ ptdp_status ptdp_config_check(const ptdp_config *c) {
   return guard([&] {
     live(c);
     ptdp::TrainerOptions::from_config(c->config);
+  });
+}
+
+ptdp_status ptdp_config_model_differences(const ptdp_config *c, const char *dir, char *buf,
+                                          size_t cap, size_t *out_len) {
+  return guard([&] {
+    live(c);
+    require(dir, "dir");
+    const ptdp::TrainerOptions o = ptdp::TrainerOptions::from_config(c->config);
+    copy_report(ptdp::model_shape_mismatch(ptdp::open_checkpoint(dir).manifest.model, o.model), buf,
+                cap, out_len);
   });
 }
 
@@ -509,7 +522,7 @@ ptdp_status ptdp_checkpoint_verify(const char *dir, char *buf, size_t cap, size_
     bool ok = false;
     const std::string report = ptdp::verify_checkpoint(dir, &ok);
     copy_report(report, buf, cap, out_len);
-    if (!ok) ptdp::fail(ptdp::Status::corrupt_data, "checkpoint '", dir, "' has faults:\n", report);
+    if (!ok) ptdp::fail(ptdp::Status::corrupt_data, "checkpoint '", dir, "' has faults (the report lists them)");
   });
 }
 

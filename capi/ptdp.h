@@ -107,6 +107,13 @@ PTDP_API ptdp_status ptdp_option_type(int32_t index, const char **type, double *
  * directory, so that a refused run leaves nothing. The errors are the ones
  * ptdp_trainer_create would give. */
 PTDP_API ptdp_status ptdp_config_check(const ptdp_config *config);
+/* Where the config's model differs from the one of the checkpoint at dir (a
+ * save directory's newest, or one iter_N), in the load's words ("num_layers:
+ * checkpoint 2, this run 4; ..."), or "" when the load would take it: for a
+ * script to refuse before its long preparations. A missing or damaged
+ * checkpoint is the error of loading it. */
+PTDP_API ptdp_status ptdp_config_model_differences(const ptdp_config *config, const char *dir,
+                                                   char *buf, size_t cap, size_t *out_len);
 /* A trainer reads the dataset, builds and initialises the model. The config
  * is copied: it may be destroyed or changed afterwards. */
 PTDP_API ptdp_status ptdp_trainer_create(const ptdp_config *config, ptdp_trainer **out);
@@ -131,7 +138,9 @@ PTDP_API ptdp_status ptdp_trainer_step(ptdp_trainer *trainer, double *loss);
  * ptdp_trainer_step is PTDP_ERR_WRONG_STATE. */
 PTDP_API ptdp_status ptdp_trainer_step_tokens(ptdp_trainer *trainer, const int32_t *ids,
                                               size_t count, double *loss);
-/* Mean validation loss over `iters` global batches (iters <= 0: the config's eval_iters). */
+/* Mean validation loss over `iters` global batches (iters <= 0: the config's eval_iters).
+ * With exit_signal_handler, a signal received during it stops it: *loss is NaN
+ * and exit_reason says so, the state saved first as after a step. */
 PTDP_API ptdp_status ptdp_trainer_evaluate(ptdp_trainer *trainer, int64_t iters, double *loss);
 /* A named number: metrics of the last step (iteration, consumed_samples, lm_loss,
  * lr, grad_norm, loss_scale, skipped_iters, nan_iters, elapsed_ms, tokens_per_s,
@@ -201,8 +210,9 @@ PTDP_API ptdp_status ptdp_trainer_world_rank_get(const ptdp_trainer *trainer, in
  * made by a step at save_interval failed; training goes on), each "" if none;
  * device (the first local rank's, e.g. "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)":
  * what the device option, by default auto, chose); exit_reason (why the run
- * should end after the last step: a signal with exit_signal_handler,
- * exit_interval or exit_duration_in_mins, and what was saved; "" = go on). */
+ * should end after the last step or evaluation: a signal with
+ * exit_signal_handler, exit_interval or exit_duration_in_mins, and what was
+ * saved; "" = go on). */
 PTDP_API ptdp_status ptdp_trainer_get_text(const ptdp_trainer *trainer, const char *name,
                                            char *buf, size_t cap, size_t *out_len);
 /* Saves the whole training state (parameters, Adam moments, iteration,

@@ -527,9 +527,9 @@ std::string commit_checkpoint(const std::string &root, int64_t iteration,
       const bool link = ::lstat(old.c_str(), &st) == 0 && S_ISLNK(st.st_mode);  // was iter_N
       const std::string why = link ? "" : remove_save_dir(old, true);
       if (link && ::unlink(old.c_str()) != 0) os_fail("remove the link", old, errno);
-      if (!why.empty()) std::fprintf(stderr, "ptdp: kept '%s': it %s\n", old.c_str(), why.c_str());
+      if (!why.empty()) say("kept '", old, "': it ", why);
     } catch (const Error &e) {
-      std::fprintf(stderr, "ptdp: the previous copy '%s' stays: %s\n", old.c_str(), e.what());
+      say("the previous copy '", old, "' stays: ", e.what());
     }
   }
   // The tracker is only a hint (the loader falls back to scanning), but it is
@@ -648,13 +648,13 @@ std::vector<std::string> prune_checkpoints(
       static std::set<std::string> said;
       const std::lock_guard<std::mutex> lock(said_mutex);
       if (said.insert(path + "\n" + foreign).second)
-        std::fprintf(stderr, "ptdp: rotation kept '%s': it %s (said once)\n", path.c_str(), foreign.c_str());
+        say("rotation kept '", path, "': it ", foreign, " (said once)");
       continue;
     }
     // (What it removed of a save that never committed is said: it went in silence.)
     if (e.tmp)
-      std::fprintf(stderr, "ptdp: note: removed '%s', what a save killed before its commit left (it held "
-                           "only a save's files)\n", path.c_str());
+      say("note: removed '", path, "', what a save killed before its commit left (it held only a "
+          "save's files)");
     removed.push_back(path);
   }
   return removed;

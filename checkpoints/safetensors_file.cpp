@@ -230,11 +230,9 @@ void record_tokenizer(const std::string &weights, const nlohmann::json &metadata
   if (!beside.empty()) {
     const auto was = exported.find(kTokenizerVocabularyKey);
     if (was != exported.end() && was->second != beside)
-      std::fprintf(stderr, "ptdp: note: '%s' is not the tokenizer the model was trained with (its export "
-                           "records tokenizer_type %s, vocabulary %s; this one's is %s): the import "
-                           "takes the one beside the model\n",
-                   file.string().c_str(), exported[kTokenizerTypeKey].c_str(), was->second.c_str(),
-                   beside.c_str());
+      say("note: '", file.string(), "' is not the tokenizer the model was trained with (its export "
+          "records tokenizer_type ", exported[kTokenizerTypeKey], ", vocabulary ", was->second,
+          "; this one's is ", beside, "): the import takes the one beside the model");
     training[kTokenizerVocabularyKey] = beside;
   } else {
     training.insert(exported.begin(), exported.end());

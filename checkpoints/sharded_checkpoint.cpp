@@ -304,8 +304,8 @@ std::string save_checkpoint(const SaveRequest &req, const std::vector<RankShard>
               }, it); })
             : "";
     if (!prune_err.empty())
-      std::fprintf(stderr, "ptdp: saved %s/%s but could not remove older checkpoints or killed saves' leftovers: %s\n",
-                   req.root.c_str(), checkpoint_name(it).c_str(), prune_err.c_str());
+      say("saved ", req.root, "/", checkpoint_name(it), " but could not remove older checkpoints or killed "
+          "saves' leftovers: ", prune_err);
   }
   err = io.first_error(err);
   if (!err.empty()) {

@@ -394,6 +394,14 @@ function M.check_config(t)
   check(C.ptdp_config_check(M.config(t)))
 end
 
+-- Where the options' model differs from the checkpoint's at dir, in the
+-- load's words ('num_layers: checkpoint 2, this run 4'), or '' when it is the same.
+function M.model_differences(t, dir)
+  need_string(dir, 'model_differences', 'dir')
+  local cfg = M.config(t)
+  return read_text(function(buf, cap, len) return C.ptdp_config_model_differences(cfg, dir, buf, cap, len) end)
+end
+
 function M.config_values(t)
   local cfg = M.config(t)
   local out = {}

@@ -255,7 +255,7 @@ end
 
 -- 2. The model's options, from the import; a flag given on the command line
 -- wins (seq_length, dropout), and one that would change the model's shape or
--- function is refused by the engine's load, naming both values.
+-- function is refused below (as the engine's load would), naming both values.
 local argv = {}
 for key, value in pairs(ptdp.model_options(imported)) do
   if not given[key] then
@@ -287,12 +287,22 @@ for key, value in pairs(defaults) do
 end
 for _, a in ipairs(rest) do argv[#argv + 1] = a end
 -- Checked together now, with the model's shape, before the tokenization (a
--- batch that micro-batches do not divide was refused only after it).
+-- batch that micro-batches do not divide was refused only after it), and a
+-- flag that changes the model against the import (the load refused it after
+-- the tokenization, naming the import's checkpoint).
 do
+  local differ
   local ok, err = pcall(function()
-    ptdp.check_config(flags.parse(argv, require('ptdp.train_gpt_flags').script, {}))
+    local engine = flags.parse(argv, require('ptdp.train_gpt_flags').script, {})
+    ptdp.check_config(engine)
+    differ = ptdp.model_differences(engine, imported)
   end)
   if not ok then fail((tostring(err):gsub('^[^:]+:%d+: ', ''))) end
+  if differ ~= '' then
+    fail(string.format("the flags give another model than --hf-model '%s' (%s; \"checkpoint\" is its " ..
+                       "import): the recipe takes the model's shape from --hf-model; leave those flags out",
+                       opts.hf_model, differ))
+  end
 end
 
 -- 3. The corpus as a Megatron dataset, with the model's tokenizer (once).

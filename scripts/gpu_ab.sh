@@ -18,10 +18,22 @@ case ${1:-} in
     rev=${2:?usage: gpu_ab.sh prepare REV FILE...}
     shift 2
     (($#)) || { echo "gpu_ab: name the files that differ from $rev" >&2; exit 2; }
+    # Every FILE checked before anything is written: a path of the repository
+    # as git names it (relative, no '.' or '..' part: gpu_ab_base/../X is
+    # outside gpu_ab_base), and a file of REV.
+    for f in "$@"; do
+      case /$f/ in
+        //* | */./* | */../*) echo "gpu_ab: '$f' is not a path inside the repository as" \
+                                   "git names it (relative, without '.' or '..')" >&2; exit 2 ;;
+      esac
+      [[ $(git cat-file -t "$rev:$f" 2>/dev/null) == blob ]] ||
+        { echo "gpu_ab: '$f' is not a file of $rev" >&2; exit 2; }
+    done
     rm -rf -- "$base"
     for f in "$@"; do
-      mkdir -p -- "$base/$(dirname -- "$f")"
-      git show "$rev:$f" >"$base/$f" || { echo "gpu_ab: $f is not in $rev" >&2; exit 2; }
+      mkdir -p -- "$base/$(dirname -- "$f")" &&
+        git show "$rev:$f" >"$base/$f.part" && mv -- "$base/$f.part" "$base/$f" ||
+        { echo "gpu_ab: could not copy $rev's $f into $base/" >&2; rm -rf -- "$base"; exit 2; }
     done
     echo "gpu_ab: $base/ holds $rev's $*; carry it: carry=[\"$base\"]"
     ;;

@@ -277,8 +277,13 @@ if log_json then
   end
 end
 
+local exit_reason = ''
+-- The loss of the validation split, or nil when --exit-signal-handler's signal
+-- cut the evaluation short (the trainer has saved, and says so in exit_reason).
 local function validate(it)
   local loss = trainer:evaluate()
+  exit_reason = trainer:text('exit_reason')
+  if exit_reason ~= '' then return nil end
   if loss ~= loss then loss = math.abs(loss) end  -- a NaN prints 'nan', not '-nan' (its sign bit)
   local ppl = math.exp(math.min(20, loss))  -- (capped as Megatron caps it)
   print(string.format(' validation loss at iteration %d | lm loss: %.6E | lm loss PPL: %.3f | unigram entropy: %.4f',
@@ -292,8 +297,8 @@ local loss
 -- A resumed run (--load) goes on from the checkpoint's iteration; with --save
 -- the trainer saves every --save-interval iterations and after the last. A
 -- step that meets --exit-signal-handler's signal, --exit-interval or
--- --exit-duration-in-mins has saved (with --save) and ends the run here.
-local exit_reason = ''
+-- --exit-duration-in-mins has saved (with --save) and ends the run here, as
+-- does that signal during an evaluation.
 local first = trainer:get('iteration') + 1  -- past iters: a finished run, resumed again
 if first > iters and loaded_one then  -- (loaded at or past --train-iters: said, not a silent no-op)
   io.stderr:write(string.format('ptdp: note: the loaded checkpoint is at iteration %d and --train-iters is %d: ' ..
@@ -311,7 +316,10 @@ for it = first, iters do
   end
   say_saves()
   if exit_reason ~= '' then break end
-  if opts.eval_interval > 0 and it % opts.eval_interval == 0 and it ~= iters then validate(it) end
+  if opts.eval_interval > 0 and it % opts.eval_interval == 0 and it ~= iters then
+    validate(it)
+    if exit_reason ~= '' then break end
+  end
 end
 -- Every step of this run skipped its update (fp16 overflow, NaN): nothing was
 -- learned, which is a failure however the run ends.
@@ -338,10 +346,11 @@ local function fail_on_failed_saves()
     os.exit(1)
   end
 end
+-- Ended early: the checkpoint is what matters; no final evaluation or sample
+-- (every process agreed on the exit, so none waits in a collective).
+local function say_exit() print(' exiting: ' .. exit_reason) end
 if exit_reason ~= '' then
-  -- Ended early: the checkpoint is what matters; no final evaluation or sample
-  -- (every process agreed on the exit, so none waits in a collective).
-  print(' exiting: ' .. exit_reason)
+  say_exit()
 else
   -- Where each rank spent the last step, one line per rank in world-rank order,
   -- all printed by world rank 0's process: under mpirun each process's output
@@ -361,9 +370,13 @@ else
     end
   end
   loss = validate(trainer:get('iteration'))  -- (the model's own: past iters after such a load)
-  print(string.format('final validation loss %.4f nats/token vs unigram entropy %.4f nats/token (%.1f%% of it)',
-                      loss, entropy, 100 * loss / entropy))
-  if opts.sample_tokens > 0 then
+  if loss then
+    print(string.format('final validation loss %.4f nats/token vs unigram entropy %.4f nats/token (%.1f%% of it)',
+                        loss, entropy, 100 * loss / entropy))
+  else
+    say_exit()
+  end
+  if loss and opts.sample_tokens > 0 then
     local text = trainer:generate(opts.prompt, { max_new_tokens = opts.sample_tokens,
                                                  temperature = opts.temperature, seed = 1 })
     print('---- sample (prompt ' .. string.format('%q', opts.prompt) .. ') ----')

@@ -170,8 +170,7 @@ struct MpiWorld::Impl {
   };
 
   [[noreturn]] void abort(const std::string &why) {
-    std::fprintf(stderr, "ptdp: rank %d: %s\n", rank, why.c_str());
-    std::fflush(stderr);
+    say("rank ", rank, ": ", why);
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::_Exit(1);  // not reached
   }
@@ -753,8 +752,7 @@ void abort_mpi_job_if_running(const std::string &why) {
   if (!initialized || finalized) return;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "ptdp: rank %d: %s\n", rank, why.c_str());
-  std::fflush(stderr);
+  say("rank ", rank, ": ", why);
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 

@@ -1,5 +1,8 @@
 #include "engine/core/status.h"
 
+#include <errno.h>
+#include <unistd.h>
+
 namespace ptdp {
 
 const char *status_string(Status s) {
@@ -18,6 +21,16 @@ const char *status_string(Status s) {
     case Status::comm_failure: return "communication failure";
   }
   return "unknown status code";
+}
+
+void say_line(const std::string &text) {
+  const std::string line = "ptdp: " + one_line_text(text) + "\n";
+  for (size_t at = 0; at < line.size();) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data() + at, line.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // (stderr closed or full: nothing else to tell it with)
+    at += (size_t)n;
+  }
 }
 
 }  // namespace ptdp

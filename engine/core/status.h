@@ -31,10 +31,11 @@ const char *status_string(Status s);
 
 class Error : public std::runtime_error {
  public:
-  // The text made printable valid UTF-8 here, for every message at once: it
-  // may quote a user's bytes, and what() is a C string (a NUL would cut it).
+  // The text made one printable line of valid UTF-8 here, for every message
+  // at once: it may quote a user's bytes or names holding line breaks, what()
+  // is a C string (a NUL would cut it), and an error is one line on stderr.
   Error(Status code, const std::string &msg)
-      : std::runtime_error(printable_message(msg)), code_(code) {}
+      : std::runtime_error(one_line_text(msg)), code_(code) {}
   Status code() const { return code_; }
 
  private:
@@ -63,6 +64,18 @@ template <class... Args>
   std::ostringstream os;
   (detail::put_piece(os, args), ...);
   throw Error(code, os.str());
+}
+
+// Writes a line for the user to stderr, built as fail() builds a message:
+// "ptdp: " and the text made one printable line (a quoted name's line breaks
+// as \xNN), in one write, so that lines of several threads or processes never
+// mix. say("note: ...") for what a run does in the user's stead.
+void say_line(const std::string &text);
+template <class... Args>
+void say(const Args &...args) {
+  std::ostringstream os;
+  (detail::put_piece(os, args), ...);
+  say_line(os.str());
 }
 
 }  // namespace ptdp

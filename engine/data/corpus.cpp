@@ -104,9 +104,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string> &inputs) {
         std::string list;
         for (size_t i = 0; i < skipped.size() && i < 5; i++) list += (i ? ", " : "") + skipped[i];
         if (skipped.size() > 5) list += ", and " + std::to_string(skipped.size() - 5) + " more";
-        std::fprintf(stderr, "ptdp: note: corpus directory '%s': %zu of its entries not read: %s (a "
-                             "directory's own regular files are read; give others by name)\n",
-                     in.c_str(), skipped.size(), list.c_str());
+        say("note: corpus directory '", in, "': ", skipped.size(), " of its entries not read: ", list,
+            " (a directory's own regular files are read; give others by name)");
       }
     } else if (fs::exists(in, ec)) {
       files.push_back(in);

@@ -44,8 +44,8 @@ extern "C" void on_exit_signal(int sig, siginfo_t *info, void *) {
     received = sig;
     first_ns = monotonic_ns();
     static const char msg[] =
-        "\nptdp: signal received: the run ends after this step (saving first when --save is "
-        "set); a second signal ends it at once\n";
+        "\nptdp: signal received: the run ends after this step or evaluation (saving first "
+        "when --save is set); a second signal ends it at once\n";
     ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)ignored;
     return;
@@ -85,5 +85,11 @@ ExitSignalScope::~ExitSignalScope() {
 }
 
 int exit_signal_received() { return received; }
+
+std::string exit_signal_name(int sig) {
+  if (sig == SIGTERM) return "SIGTERM";
+  if (sig == SIGINT) return "SIGINT";
+  return "signal " + std::to_string(sig);
+}
 
 }  // namespace ptdp

@@ -6,6 +6,8 @@
 // group; a wrapper in a signalled group forwards it) is the same request.
 #pragma once
 
+#include <string>
+
 namespace ptdp {
 
 // Handlers for SIGTERM and SIGINT while an ExitSignalScope lives (scopes nest;
@@ -21,5 +23,8 @@ class ExitSignalScope {
 // The first signal received while a scope lives (0 = none); cleared when the
 // last scope ends.
 int exit_signal_received();
+
+// "SIGTERM", "SIGINT" (as an exit reason names them).
+std::string exit_signal_name(int sig);
 
 }  // namespace ptdp

@@ -183,9 +183,8 @@ void append_json_line(const std::string &path, const std::string &line, bool fre
     if (whole > 0 && whole != before && parse_json_or_discard(bytes_after(target, whole, before)).is_object()) {
       rec = "\n" + rec;
     } else if (whole > 0 && whole != before && ::ftruncate(fd, whole) == 0) {
-      std::fprintf(stderr, "ptdp: note: --log-json '%s' ended inside a record (a writer killed while it "
-                           "wrote): its %lld bytes after the last whole line are cut off\n",
-                   printable_message(path).c_str(), (long long)(before - whole));
+      say("note: --log-json '", path, "' ended inside a record (a writer killed while it wrote): its ",
+          (long long)(before - whole), " bytes after the last whole line are cut off");
       before = whole;
     }
   }

@@ -292,7 +292,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
   }
   // Options this layout leaves idle: said once, by the process of world rank 0.
   if (local.front() == 0)
-    for (const std::string &note : idle_option_notes(opt_)) std::fprintf(stderr, "ptdp: note: %s\n", note.c_str());
+    for (const std::string &note : idle_option_notes(opt_)) say("note: ", note);
   // The process of world rank 0 runs the saves' commits (checkpoints/commit.h).
   if (!opt_.save_path.empty() && local.front() == 0)
     save_lock_ = std::make_unique<SaveRootLock>(opt_.save_path, this);
@@ -406,7 +406,7 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
       }
       if (!refused) {
         last_loaded_ = "load: " + std::string(e.what()) + "; starting from iteration 0";
-        if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", last_loaded_.c_str());
+        if (first_local_rank() == 0) say(last_loaded_);
       }
     }
     // Under mpirun, before the load's collectives: a process that found
@@ -437,12 +437,9 @@ Trainer::Trainer(const TrainerOptions &opt) : opt_(opt), scaler_(opt.loss_scaler
                "iteration ", iteration_, ", would replace it as it saves; move it away or save elsewhere");
       }
       if (!newer.empty() && first_local_rank() == 0)
-        std::fprintf(stderr,
-                     "ptdp: note: --save '%s' holds %zu checkpoint%s newer than the one loaded "
-                     "(iteration %lld), the newest '%s': this run's saves replace those of the "
-                     "iterations it saves\n",
-                     opt_.save_path.c_str(), newer.size(), newer.size() == 1 ? "" : "s",
-                     (long long)iteration_, newer.front().c_str());
+        say("note: --save '", opt_.save_path, "' holds ", newer.size(), " checkpoint",
+            newer.size() == 1 ? "" : "s", " newer than the one loaded (iteration ", iteration_,
+            "), the newest '", newer.front(), "': this run's saves replace those of the iterations it saves");
     }
     // Its files (and the tracker read) are inputs now: the outputs checked
     // above are checked again against them, still before the first step.
@@ -724,8 +721,7 @@ void Trainer::write_diagnostic(const char *flag, bool *failed, const std::functi
     write();
   } catch (const std::exception &e) {  // (an Error, or the file system's)
     if (!*failed)  // (each process writes its own file, and says so for its own)
-      std::fprintf(stderr, "ptdp: %s not written at iteration %lld (training goes on; said once): %s\n",
-                   flag, (long long)iteration_, e.what());
+      say(flag, " not written at iteration ", iteration_, " (training goes on; said once): ", e.what());
     *failed = true;
   }
 }
@@ -834,7 +830,7 @@ StepMetrics Trainer::step() {
   const bool at_interval = opt_.save_interval > 0 && it % opt_.save_interval == 0;
   const bool save_now = !opt_.save_path.empty() && (at_interval || it == opt_.train_iters);
   if (save_now) save_in_run();
-  decide_exit(it, save_now);
+  decide_exit(it);
   return res;
 }
 
@@ -891,6 +887,8 @@ double Trainer::rank_evaluate(Rank &r, int iters) {
   const int per_replica = opt_.global_batch_size / opt_.parallel.d;
   double sum = 0;
   for (int k = 0; k < iters; k++) {
+    r.stop_signal = opt_.exit_signal_handler ? agreed_signal(r) : 0;  // (every rank at this k)
+    if (r.stop_signal) return std::nan("");
     auto batch = [&](int j, bool data) {
       uint64_t first = (uint64_t)k * opt_.global_batch_size + (uint64_t)r.coord.dp * per_replica +
                        (uint64_t)j * b;
@@ -909,9 +907,16 @@ double Trainer::evaluate(int iters) {
   if (!ranks_[0]->valid)
     fail(Status::wrong_state, "evaluate needs data_path (its validation split): this trainer has "
          "no dataset");
+  exit_reason_.clear();
+  if (opt_.exit_signal_handler) make_world_groups();
   run_on_ranks([&](Rank &r) { r.value = rank_evaluate(r, iters); });
+  // Cut short by a signal: no loss of part of the split; the run ends as after a step.
+  if (const int sig = ranks_[0]->stop_signal)
+    end_run(exit_signal_name(sig) + " received during the evaluation at iteration " +
+            std::to_string(iteration_));
   return ranks_[0]->value;
 }
+
 
 
 std::vector<float> Trainer::gather_parameter(const std::string &name) const {

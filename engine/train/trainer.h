@@ -164,7 +164,8 @@ class Trainer {
   // signal (exit_signal_handler), exit_interval or exit_duration_mins, agreed
   // by every process. The step has saved the training state first when
   // save_path is set (a failure counts in failed_saves). The caller ends the
-  // run; a later step decides again.
+  // run; a later step decides again. A signal received during evaluate()
+  // stops the evaluation, saves the same way and sets it too.
   const std::string &exit_reason() const { return exit_reason_; }
   // Steps this trainer took, and how many of them skipped the update (loss
   // scale overflow or a NaN): a run whose every step was skipped learned nothing.
@@ -218,7 +219,9 @@ class Trainer {
   void save_in_run();                   // save(save_path), a failure reported and counted
   SaveRequest save_request(const std::string &root);  // the request of save(root), checked
   void save_failed(const std::string &why);            // reported and counted
-  void decide_exit(int64_t it, bool saved);  // trainer_exit.cpp
+  void decide_exit(int64_t it);             // trainer_exit.cpp
+  void end_run(std::string reason);          // the exit's save and exit_reason (trainer_exit.cpp)
+  int agreed_signal(Rank &r);  // exit_signal_received() of any rank, or 0 (collective)
   void make_world_groups();             // Rank::world on every local rank (collective)
   void write_op_profile();
   // Writes a diagnostic output (--timeline, --profile-ops): a failure is
@@ -296,6 +299,7 @@ class Trainer {
   // Preemption and time limits (trainer_exit.cpp).
   std::unique_ptr<ExitSignalScope> exit_signals_;  // with exit_signal_handler
   std::string exit_reason_;
+  int64_t in_run_saved_iteration_ = -1;  // the iteration save_in_run last saved (or tried)
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   double longest_step_s_ = 0, last_save_s_ = 0;  // the longest step and save (written in full) seen
   int64_t steps_taken_ = 0, steps_skipped_ = 0;

@@ -180,6 +180,7 @@ SaveRequest Trainer::save_request(const std::string &root) {
 // before it. A failure is reported and counted either way; training goes on.
 void Trainer::save_in_run() {
   const auto t0 = std::chrono::steady_clock::now();
+  in_run_saved_iteration_ = iteration_;
   try {
     if (!opt_.async_save) {
       save(opt_.save_path);
@@ -229,7 +230,7 @@ double Trainer::wait_for_saves() {
 void Trainer::save_failed(const std::string &why) {
   last_save_error_ = why;
   failed_saves_++;
-  if (first_local_rank() == 0) std::fprintf(stderr, "ptdp: %s\n", why.c_str());
+  if (first_local_rank() == 0) say(why);
 }
 
 std::string Trainer::load(const std::string &path) {
@@ -302,9 +303,8 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
         changed += (changed.empty() ? "" : "; ") + std::string(name) + ": checkpoint " + float_text(was) +
                    ", this run " + float_text(is);
     if (!changed.empty())
-      std::fprintf(stderr, "ptdp: note: this run goes on from checkpoint '%s' with other options "
-                           "than it was trained with (%s): they apply from its iteration on\n",
-                   ckpt.dir.c_str(), changed.c_str());
+      say("note: this run goes on from checkpoint '", ckpt.dir, "' with other options than it was "
+          "trained with (", changed, "): they apply from its iteration on");
     // So are the data's and the tokenizer's records, which the checks above
     // and below pass when they are missing (a run on other data went on
     // without a word).
@@ -314,9 +314,8 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
       if (wanted && !ckpt.manifest.training.count(k)) unrecorded += (unrecorded.empty() ? "" : ", ") + std::string(k);
     // (An import records none: its weights come from elsewhere, as its load says.)
     if (!unrecorded.empty() && !ckpt.manifest.training.count("imported_from"))
-      std::fprintf(stderr, "ptdp: note: checkpoint '%s' does not record %s: this run's values are "
-                           "used, unchecked against what it was trained with\n",
-                   ckpt.dir.c_str(), unrecorded.c_str());
+      say("note: checkpoint '", ckpt.dir, "' does not record ", unrecorded,
+          ": this run's values are used, unchecked against what it was trained with");
   }
   // Other data goes on from the checkpoint (continued training on new data
   // is allowed), but said: its saves are then another run's to the rotation of
@@ -325,12 +324,10 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
     auto was = ckpt.manifest.training.find("data_fingerprint");
     auto is = now.find("data_fingerprint");
     if (was != ckpt.manifest.training.end() && is != now.end() && was->second != is->second)
-      std::fprintf(stderr,
-                   "ptdp: note: this run's data is not what checkpoint '%s' was trained on "
-                   "(data_fingerprint: checkpoint %s, this run %s): training goes on with it from "
-                   "the checkpoint's position; a --save directory holding the earlier data's "
-                   "checkpoints keeps them (another run's to its rotation)\n",
-                   ckpt.dir.c_str(), was->second.c_str(), is->second.c_str());
+      say("note: this run's data is not what checkpoint '", ckpt.dir, "' was trained on "
+          "(data_fingerprint: checkpoint ", was->second, ", this run ", is->second, "): training goes "
+          "on with it from the checkpoint's position; a --save directory holding the earlier data's "
+          "checkpoints keeps them (another run's to its rotation)");
   }
   TrainingState st;
   bool filling = false;

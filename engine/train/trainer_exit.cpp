@@ -15,12 +15,6 @@ namespace ptdp {
 
 namespace {
 
-std::string signal_name(int sig) {
-  if (sig == SIGTERM) return "SIGTERM";
-  if (sig == SIGINT) return "SIGINT";
-  return "signal " + std::to_string(sig);
-}
-
 std::string minutes(double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.3g", x);
@@ -29,7 +23,7 @@ std::string minutes(double x) {
 
 }  // namespace
 
-void Trainer::decide_exit(int64_t it, bool saved) {
+void Trainer::decide_exit(int64_t it) {
   const bool any = opt_.exit_signal_handler || opt_.exit_interval > 0 || opt_.exit_duration_mins > 0;
   if (!any) return;
   const double elapsed_s =
@@ -55,7 +49,7 @@ void Trainer::decide_exit(int64_t it, bool saved) {
   }
   if (why[0] == 0 && why[1] == 0 && why[2] == 0) return;
   std::string reason;
-  if (why[0] != 0) reason = signal_name((int)why[0]) + " received";
+  if (why[0] != 0) reason = exit_signal_name((int)why[0]) + " received";
   if (why[1] != 0)
     reason += (reason.empty() ? "" : "; ") + std::string("--exit-interval ") +
               std::to_string(opt_.exit_interval) + " reached";
@@ -63,11 +57,28 @@ void Trainer::decide_exit(int64_t it, bool saved) {
     reason += (reason.empty() ? "" : "; ") + std::string("--exit-duration-in-mins ") +
               minutes(opt_.exit_duration_mins) + ": " + minutes(elapsed_s / 60) +
               " minutes used, and the next step with its save may take " + minutes(margin_s / 60);
+  end_run(reason + " at iteration " + std::to_string(it));
+}
+
+// Every rank takes the same answer at the same point: the signal may reach
+// one process of several, or arrive between two local ranks' looks.
+int Trainer::agreed_signal(Rank &r) {
+  double sig = exit_signal_received();
+  r.world->all_reduce(&sig, 1, ReduceOp::max);
+  return (int)sig;
+}
+
+// The end of a run asked for: the training state saved unless this iteration
+// already was (or nothing was trained since the start or load), every save on
+// disk, and exit_reason saying why and what was saved.
+void Trainer::end_run(std::string reason) {
+  const bool saved = in_run_saved_iteration_ == iteration_ || steps_taken_ == 0;
   if (!opt_.save_path.empty() && !saved) save_in_run();
   wait_for_saves();  // the run ends: its last save must be on disk
-  reason += " at iteration " + std::to_string(it);
   if (opt_.save_path.empty())
     reason += "; nothing saved (no --save)";
+  else if (steps_taken_ == 0)
+    reason += "; nothing saved (no step trained since the start or the load)";
   else if (!last_save_error_.empty())
     reason += "; the save failed: " + last_save_error_;
   else

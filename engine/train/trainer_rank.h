@@ -64,6 +64,7 @@ struct Trainer::Rank {
   // Results of the last operation run on this rank.
   StepMetrics metrics;
   double value = 0;
+  int stop_signal = 0;  // the signal that cut an evaluation short (agreed), or 0
   std::string text;
   // Last, so that it goes first: its thread uses the model and communicators.
   std::unique_ptr<GradReducer> grad_reducer;

@@ -1101,6 +1101,19 @@ static void test_checkpoints(const char *data_path) {
   EXPECT_OK(ptdp_config_set_int(c, "pipeline_model_parallel_size", 1), "set p 1");
   EXPECT_OK(ptdp_trainer_create(c, &b), "create serial");
   EXPECT_OK(ptdp_trainer_load(b, dir), "load into the serial layout");
+  /* The model the load would take, told before a load: "" for the same model
+   * in another layout, the load's words for another one. */
+  EXPECT_OK(ptdp_config_model_differences(c, dir, text, sizeof text, &len), "model_differences");
+  CHECK(len == 0 && text[0] == '\0', "model_differences of the same model is empty");
+  EXPECT_OK(ptdp_config_set_int(c, "num_layers", 4), "set num_layers 4");
+  EXPECT_OK(ptdp_config_model_differences(c, dir, text, sizeof text, &len), "model_differences");
+  CHECK(strstr(text, "num_layers: checkpoint 2, this run 4") != NULL,
+        "model_differences names the layers");
+  EXPECT_OK(ptdp_config_set_int(c, "num_layers", 2), "set num_layers back");
+  EXPECT(ptdp_config_model_differences((const ptdp_config *)b, dir, text, sizeof text, &len),
+         PTDP_ERR_INVALID_ARGUMENT, "config", "model_differences of a trainer handle");
+  EXPECT(ptdp_config_model_differences(c, "/nonexistent/ptdp", text, sizeof text, &len), PTDP_ERR_IO,
+         "no checkpoint to open", "model_differences of a missing checkpoint");
   EXPECT_OK(ptdp_trainer_get(b, "iteration", &it), "get iteration after load");
   CHECK(it == 1, "the loaded iteration is 1");
   EXPECT_OK(ptdp_trainer_get_text(b, "loaded_checkpoint", text, sizeof text, &len),

@@ -205,6 +205,11 @@ add_test(NAME lua_train_gpt_save_failure
   COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/lua/save_failure.sh ${PTDP_LAUNCHER} ${PTDP_TRAIN_GPT}
           ${PTDP_TEST_CORPUS} ${PTDP_TEST_TMP}/lua/save_failure)
 set(PTDP_LUA_TESTS ${PTDP_LUA_TESTS} lua_train_gpt_save_failure)
+# scripts/gpu_ab.sh prepare writes only inside gpu_ab_base/
+add_test(NAME script_gpu_ab_prepare
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/scripts/gpu_ab_prepare.sh ${CMAKE_SOURCE_DIR}/scripts/gpu_ab.sh
+          ${PTDP_TEST_TMP}/scripts/gpu_ab_prepare)
+set_tests_properties(script_gpu_ab_prepare PROPERTIES LABELS lua)
 # preemption and time limits: --exit-interval, --exit-duration-in-mins, SIGTERM
 # under --exit-signal-handler (saved, resumed), an unwritable --log-json, a run
 # whose every step was skipped

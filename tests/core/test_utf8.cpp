@@ -1,6 +1,7 @@
 // valid_utf8: generated samples are printed as valid UTF-8.
 #include <gtest/gtest.h>
 
+#include "engine/core/status.h"
 #include "engine/core/utf8.h"
 
 using ptdp::valid_utf8;
@@ -55,4 +56,15 @@ TEST(Utf8, EscapedIllFormedBytesShowWhatWasThere) {
   EXPECT_EQ(printable_message("\xED\xA0\x80"), "\\xED\\xA0\\x80");  // a surrogate
   EXPECT_EQ(valid_utf8(printable_message("\xC0\xAF\xF4\x90\x80\x80 ok")),
             printable_message("\xC0\xAF\xF4\x90\x80\x80 ok"));  // the result is valid
+}
+
+// What the user reads is one line per error or note, whatever names it quotes:
+// a path holding a newline split a message in two (a second line that looked
+// like a line of its own).
+TEST(Utf8, ErrorsAndNotesAreOneLine) {
+  const ptdp::Error e(ptdp::Status::io_error, "cannot open 'a\nb\tc'");
+  EXPECT_STREQ(e.what(), "cannot open 'a\\x0Ab\\x09c'");
+  testing::internal::CaptureStderr();
+  ptdp::say("note: removed '", "x\ny", "', ", 3, " files");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "ptdp: note: removed 'x\\x0Ay', 3 files\n");
 }

@@ -38,7 +38,7 @@ wait $pid
 rc=$?
 cat out_signal.txt
 check "SIGTERM: exit 0" [ $rc -eq 0 ]
-check "SIGTERM: the handler's message" grep -q "ptdp: signal received: the run ends after this step" out_signal.txt
+check "SIGTERM: the handler's message" grep -q "ptdp: signal received: the run ends after this step or evaluation" out_signal.txt
 it=$(sed -n 's/.*exiting: SIGTERM received at iteration \([0-9]*\); saved .*sig\/iter_0*\([0-9]*\)$/\1 \2/p' out_signal.txt)
 check "SIGTERM: the step in progress saved ($it)" sh -c "[ -n '$it' ] && [ \$(echo $it | cut -d' ' -f1) = \$(echo $it | cut -d' ' -f2) ]"
 n=${it%% *}
@@ -47,6 +47,29 @@ rc=$?
 cat out_resume.txt
 check "SIGTERM: the run resumes from iteration $n" \
   sh -c "[ $rc -eq 0 ] && grep -q '^ iteration *$((n + 1))/' out_resume.txt"
+
+# SIGTERM during an evaluation (a long one, which the signal must cut short):
+# the run ends there, the model saved, without another step or the rest of the
+# evaluation. After the last step (the final evaluation) and between steps.
+sigterm_in_eval() {  # sigterm_in_eval NAME ARGS...: the signal once iteration 2 is logged
+  name=$1
+  shift
+  (run_exec --exit-signal-handler --log-interval 1 --eval-iters 2000000 "$@" >out_$name.txt 2>&1) &
+  pid=$!
+  i=0
+  while ! grep -q "^ iteration *2/" out_$name.txt 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+  sleep 0.5
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  cat out_$name.txt
+}
+sigterm_in_eval final_eval --save fe
+check "SIGTERM in the final evaluation: exit 0, it ends there, the last step's checkpoint named" \
+  sh -c "[ $rc -eq 0 ] && grep -q 'exiting: SIGTERM received during the evaluation at iteration 2; saved .*fe/iter_0000002' out_final_eval.txt && ! grep -q 'final validation loss' out_final_eval.txt"
+sigterm_in_eval mid_eval --train-iters 10 --eval-interval 2 --save-interval 1000 --save me
+check "SIGTERM in an evaluation between steps: saved there, no further step" \
+  sh -c "[ $rc -eq 0 ] && grep -q 'exiting: SIGTERM received during the evaluation at iteration 2; saved .*me/iter_0000002' out_mid_eval.txt && ! grep -q '^ iteration *3/' out_mid_eval.txt && [ -f me/iter_0000002/manifest.json ]"
 
 # A metrics file that stops taking writes after its first record (a full
 # disk: the file size limit, 1 block, passed by the first iteration's record).

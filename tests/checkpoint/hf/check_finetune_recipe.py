@@ -162,9 +162,12 @@ cli.expect("a batch the micro-batches do not divide",
            "global_batch_size (5) must be divisible by micro_batch_size x data_parallel_size")
 if os.path.exists(os.path.join(work, "w5", "data_text_document.bin")):
     cli.failures.append("the refused run tokenized its corpus first")
+# A flag that changes the model: refused naming --hf-model, before the tokenization.
 cli.expect("a contradicting flag", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
                                     "--workdir", "w2", "--num-layers", "3"], False,
-           "holds a different model (num_layers: checkpoint 2, this run 3)")
+           "the flags give another model than --hf-model 'hf' (num_layers: checkpoint 2, this run 3;")
+if os.path.exists(os.path.join(work, "w2", "data_text_document.bin")):
+    cli.failures.append("the run refused for its model flags tokenized its corpus first")
 cli.expect("a flag the recipe sets", [recipe, "--hf-model", "hf", "--corpus", "corpus.jsonl",
                                       "--workdir", "w3", "--load", "x"], False,
            "--load is set by the recipe")
