@@ -226,8 +226,7 @@ ptdp_status ptdp_config_model_differences(const ptdp_config *c, const char *dir,
     live(c);
     require(dir, "dir");
     const ptdp::TrainerOptions o = ptdp::TrainerOptions::from_config(c->config);
-    copy_report(ptdp::model_shape_mismatch(ptdp::open_checkpoint(dir).manifest.model, o.model), buf,
-                cap, out_len);
+    copy_report(ptdp::model_shape_mismatch(ptdp::checkpoint_model(dir), o.model), buf, cap, out_len);
   });
 }
 

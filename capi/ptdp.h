@@ -139,8 +139,10 @@ PTDP_API ptdp_status ptdp_trainer_step(ptdp_trainer *trainer, double *loss);
 PTDP_API ptdp_status ptdp_trainer_step_tokens(ptdp_trainer *trainer, const int32_t *ids,
                                               size_t count, double *loss);
 /* Mean validation loss over `iters` global batches (iters <= 0: the config's eval_iters).
- * With exit_signal_handler, a signal received during it stops it: *loss is NaN
- * and exit_reason says so, the state saved first as after a step. */
+ * With exit_signal_handler, once a signal has been received (during it, or
+ * before and not yet acted on by the caller ending the run) it stops at its
+ * next batch: *loss is NaN and exit_reason says so, the state saved first as
+ * after a step. The request stays: every later step and evaluation ends so. */
 PTDP_API ptdp_status ptdp_trainer_evaluate(ptdp_trainer *trainer, int64_t iters, double *loss);
 /* A named number: metrics of the last step (iteration, consumed_samples, lm_loss,
  * lr, grad_norm, loss_scale, skipped_iters, nan_iters, elapsed_ms, tokens_per_s,

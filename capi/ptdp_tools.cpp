@@ -127,6 +127,13 @@ ptdp_status ptdp_check_output_kind(const char *path, const char *what, const cha
   });
 }
 
+ptdp_status ptdp_one_line_text(const char *text, size_t len, char *buf, size_t cap, size_t *out_len) {
+  return guard([&] {
+    require(text, "text");
+    copy_out(ptdp::one_line_text(std::string_view(text, len)), buf, cap, out_len);
+  });
+}
+
 ptdp_status ptdp_same_output(const char *a, const char *b, int32_t *same) {
   return guard([&] {
     require(a, "a");

@@ -104,6 +104,12 @@ PTDP_API ptdp_status ptdp_check_output(const char *path, const char *what, int32
  * "megatron_data", "safetensors", "json", "metrics_log", "trace", "machine",
  * "png", "op_profile" or "any". A writer replaces nothing else. */
 PTDP_API ptdp_status ptdp_check_output_kind(const char *path, const char *what, const char *kind);
+/* `text` (len bytes; it may hold NULs) as one printable line of valid UTF-8,
+ * as the engine makes every message it writes: ill-formed bytes and control
+ * characters (newline and tab too) written as \xNN. For a script's own
+ * messages that quote a user's names. */
+PTDP_API ptdp_status ptdp_one_line_text(const char *text, size_t len, char *buf, size_t cap,
+                                        size_t *out_len);
 /* *same = 1 when the output paths a and b name one file (the same file when
  * both exist, through links and hard links; else the same normalized path),
  * else 0: a script's two outputs must not. */

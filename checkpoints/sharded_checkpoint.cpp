@@ -700,6 +700,12 @@ H5File open_checkpoint_data(const CheckpointRef &ckpt) {
   }
 }
 
+GptConfig checkpoint_model(const std::string &path) {
+  const CheckpointRef ckpt = open_checkpoint(path);
+  open_checkpoint_data(ckpt);
+  return ckpt.manifest.model;
+}
+
 void refuse_if_removed_while_read(const std::string &dir) {
   struct stat st;  // (rotation renames a checkpoint to iter_N.old before removing its files)
   if (::lstat(dir.c_str(), &st) == 0 || errno != ENOENT) return;

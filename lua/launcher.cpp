@@ -189,6 +189,16 @@ std::string module_dir;
 // Message handler: an error raised by the ptdp module (a bad option, a failed
 // call: the message names the script line) is printed alone; an error in the
 // user's own code gets its traceback, and PTDP_TRACEBACK=1 gives one always.
+// Text as one printable line (ptdp_one_line_text): a message quoting a name
+// with a line break in it stays one line.
+std::string one_line(const char *text, size_t len) {
+  std::string out(len * 4 + 1, '\0');
+  size_t n = 0;
+  if (ptdp_one_line_text(text, len, out.data(), out.size(), &n) != PTDP_OK) return std::string(text, len);
+  out.resize(n);
+  return out;
+}
+
 int traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
   if (!msg) msg = "(error object is not a string)";
@@ -219,8 +229,10 @@ int traceback(lua_State *L) {
                                module_dir.size() + 6) == 0;
     break;
   }
-  if (from_module && !(always && std::strcmp(always, "1") == 0)) {
-    lua_pushstring(L, msg);
+  if (from_module && !(always && std::strcmp(always, "1") == 0)) {  // (a traceback keeps its lines)
+    size_t len = 0;
+    const char *text = lua_tolstring(L, 1, &len);
+    lua_pushstring(L, text ? one_line(text, len).c_str() : msg);
     return 1;
   }
   luaL_traceback(L, L, msg, 1);

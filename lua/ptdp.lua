@@ -995,6 +995,19 @@ function M.file_identity(path)
   return ffi.string(buf, len[0])
 end
 
+-- Text as one printable line, as the engine writes every message: ill-formed
+-- bytes and control characters (a name's newline or tab too) as \xNN.
+function M.one_line(text)
+  text = tostring(text)
+  return read_text(function(buf, cap, len) return C.ptdp_one_line_text(text, #text, buf, cap, len) end)
+end
+
+-- A script's message to the user on stderr, one line whatever names it quotes
+-- ('ptdp: ...', 'bench_pipeline: ...'; the line end is added).
+function M.say(text)
+  io.stderr:write(M.one_line(text) .. '\n')
+end
+
 -- Whether the output paths a and b name one file (links, hard links, ./ and
 -- // spellings): a script's two outputs must not.
 function M.same_output(a, b)
@@ -1220,10 +1233,10 @@ function M.dataset(t)
   -- A Megatron dataset is named by its prefix: PREFIX.idx + PREFIX.bin.
   if ok or (missing and (readable(path .. '.idx') or readable(path .. '.bin'))) then
     if t.create then  -- said, not silent: the same command run again reuses what it made
-      io.stderr:write(string.format("ptdp: --data-path '%s' exists%s: training on it (--corpus %s " ..
-                                    "makes a dataset only where there is none)\n", path,
-                                    under_mpirun() and ' (made by another process of this run, or before it)' or '',
-                                    tostring(t.corpus)))
+      M.say(string.format("ptdp: --data-path '%s' exists%s: training on it (--corpus %s " ..
+                          "makes a dataset only where there is none)", path,
+                          under_mpirun() and ' (made by another process of this run, or before it)' or '',
+                          tostring(t.corpus)))
     end
     return path
   end
@@ -1257,8 +1270,8 @@ function M.dataset(t)
   end
   if not ok and readable(path) then
     M.keep_dirs(made)
-    io.stderr:write(string.format("ptdp: --data-path '%s' was made by another %s meanwhile: " ..
-                                  'training on it\n', path, under_mpirun() and 'process of this run, or command,' or 'command'))
+    M.say(string.format("ptdp: --data-path '%s' was made by another %s meanwhile: " ..
+                        'training on it', path, under_mpirun() and 'process of this run, or command,' or 'command'))
     return path, {}, false
   end
   if not ok then
@@ -1266,7 +1279,8 @@ function M.dataset(t)
     error(docs, 0)
   end
   M.keep_dirs(made)
-  print(string.format('tokenized %s: %d documents, %d tokens -> %s', tostring(t.corpus), docs, toks, path))
+  print(string.format('tokenized %s: %d documents, %d tokens -> %s', M.one_line(t.corpus), docs, toks,
+                      M.one_line(path)))
   return path, made, true
 end
 

@@ -50,7 +50,7 @@ local config, opts, given = flags.parse(arg, {
 -- What can be told before the work: the async part must save at least once,
 -- and --dir must be a directory (or one that can be made).
 local function refuse(...)
-  io.stderr:write('bench_checkpoint: ', string.format(...), '\n')
+  ptdp.say('bench_checkpoint: ' .. string.format(...))
   os.exit(2)
 end
 if opts.async_interval == 1 then
@@ -70,9 +70,9 @@ ptdp.check_output(opts.dir, '--dir', true)
 -- async part's every --async-interval steps): given, they would be ignored.
 for _, key in ipairs { 'save', 'save_interval', 'async_save', 'keep_last_checkpoints' } do
   if given[key] then
-    io.stderr:write(string.format("bench_checkpoint: flag '--%s' is this benchmark's to set (its " ..
-                                  "saves go under --dir, every --async-interval steps): leave it out\n",
-                                  (key:gsub('_', '-'))))
+    ptdp.say(string.format("bench_checkpoint: flag '--%s' is this benchmark's to set (its " ..
+                           "saves go under --dir, every --async-interval steps): leave it out",
+                           (key:gsub('_', '-'))))
     os.exit(2)
   end
 end
@@ -91,7 +91,7 @@ local _, made_dirs = ptdp.mkdirs(opts.dir)
 local ok, work = pcall(ptdp.make_temp_dir, opts.dir, 'ptdp_bench_checkpoint.')
 if not ok then
   ptdp.unmake_dirs(made_dirs)
-  io.stderr:write('bench_checkpoint: ' .. tostring(work) .. '\n')
+  ptdp.say('bench_checkpoint: ' .. tostring(work))
   os.exit(1)
 end
 
@@ -225,6 +225,6 @@ local ok_run, err = pcall(measure)
 if not ok_run then
   if work then pcall(ptdp.remove_temp_dir, work) end
   pcall(ptdp.unmake_dirs, made_dirs)
-  io.stderr:write('bench_checkpoint: ' .. tostring(err):gsub('^[^:]*:%d+: ', '') .. '\n')
+  ptdp.say('bench_checkpoint: ' .. tostring(err):gsub('^[^:]*:%d+: ', ''))
   os.exit(1)
 end

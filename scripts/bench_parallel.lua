@@ -24,9 +24,9 @@ config.data_path = ptdp.dataset { path = config.data_path, given = given.data_pa
 -- Each layout, checked before any runs; two micro-batches per replica, so the
 -- global batch is a multiple of 4 (2 micro-batches x 2 replicas at d = 2).
 if tonumber(config.global_batch_size) % 4 ~= 0 then
-  io.stderr:write(string.format('bench_parallel: --global-batch-size %s: the bench gives each data ' ..
-                                'replica two micro-batches at d = 1 and 2, so it must be a multiple ' ..
-                                'of 4\n', tostring(config.global_batch_size)))
+  ptdp.say(string.format('bench_parallel: --global-batch-size %s: the bench gives each data ' ..
+                         'replica two micro-batches at d = 1 and 2, so it must be a multiple ' ..
+                         'of 4', tostring(config.global_batch_size)))
   os.exit(2)
 end
 local layouts = {}

@@ -37,8 +37,8 @@ local config, opts, given = flags.parse(arg, {
 })
 require('ptdp.bench').refuse_untimed(given, config)  -- no saves or exits in the timed steps
 if given.timeline then  -- (each schedule's run would replace it, the interleaved one with --trace)
-  io.stderr:write("bench_pipeline: --timeline is this benchmark's to set: the interleaved step's " ..
-                  'trace goes to --trace, and its picture to --png\n')
+  ptdp.say("bench_pipeline: --timeline is this benchmark's to set: the interleaved step's " ..
+           'trace goes to --trace, and its picture to --png')
   os.exit(2)
 end
 
@@ -50,16 +50,16 @@ config.data_path = ptdp.dataset { path = config.data_path, given = given.data_pa
 ptdp.check_output(opts.png, '--png', false, 'png')
 ptdp.check_output(opts.trace, '--trace', false, 'trace')
 if ptdp.same_output(opts.png, opts.trace) then
-  io.stderr:write(string.format("bench_pipeline: --png '%s' and --trace '%s' are one file: give " ..
-                                'each its own\n', opts.png, opts.trace))
+  ptdp.say(string.format("bench_pipeline: --png '%s' and --trace '%s' are one file: give " ..
+                         'each its own', opts.png, opts.trace))
   os.exit(2)
 end
 -- ZB-V runs two chunks per rank in a V: num_layers / (2p) layers each.
 local p_size, layers = tonumber(config.pipeline_model_parallel_size), tonumber(config.num_layers)
 if layers % (2 * p_size) ~= 0 then
-  io.stderr:write(string.format('bench_pipeline: --num-layers %d: the ZB-V run puts two chunks of ' ..
-                                'equal layers on each of the %d ranks, so it must be a multiple of ' ..
-                                '2 x --pipeline-model-parallel-size = %d\n', layers, p_size, 2 * p_size))
+  ptdp.say(string.format('bench_pipeline: --num-layers %d: the ZB-V run puts two chunks of ' ..
+                         'equal layers on each of the %d ranks, so it must be a multiple of ' ..
+                         '2 x --pipeline-model-parallel-size = %d', layers, p_size, 2 * p_size))
   os.exit(2)
 end
 local zbv_layers = layers / (2 * p_size)

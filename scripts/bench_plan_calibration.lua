@@ -40,14 +40,14 @@ for _, key in ipairs { 'tensor_model_parallel_size', 'pipeline_model_parallel_si
                        'micro_batch_size', 'recompute_granularity', 'pipeline_schedule',
                        'num_layers_per_virtual_pipeline_stage' } do
   if given[key] then
-    io.stderr:write(string.format("bench_plan_calibration: flag '--%s' is this benchmark's to set (it " ..
-                                  'measures its own list of layouts): leave it out\n', (key:gsub('_', '-'))))
+    ptdp.say(string.format("bench_plan_calibration: flag '--%s' is this benchmark's to set (it " ..
+                           'measures its own list of layouts): leave it out', (key:gsub('_', '-'))))
     os.exit(2)
   end
 end
 if opts.machine ~= '' and opts.save_machine ~= '' then
-  io.stderr:write('bench_plan_calibration: give --machine (use a calibration) or --save-machine ' ..
-                  '(calibrate now and keep it), not both\n')
+  ptdp.say('bench_plan_calibration: give --machine (use a calibration) or --save-machine ' ..
+           '(calibrate now and keep it), not both')
   os.exit(2)
 end
 -- The output is checked before any work (a dataset made from --corpus included).
@@ -106,9 +106,9 @@ for _, lay in ipairs(layouts) do
     ok_layout, why = pcall(ptdp.check_config, layout_config(lay))
   end
   if not ok_layout then
-    io.stderr:write(string.format('bench_plan_calibration: the model cannot run in the %s layout ' ..
-                                  '(t=%d p=%d d=%d b=%d v=%d), one of those it measures: %s\n', lay.name,
-                                  lay.t, lay.p, lay.d, lay.b, lay.v, (tostring(why):gsub('^[^:]+:%d+: ', ''))))
+    ptdp.say(string.format('bench_plan_calibration: the model cannot run in the %s layout ' ..
+                           '(t=%d p=%d d=%d b=%d v=%d), one of those it measures: %s', lay.name,
+                           lay.t, lay.p, lay.d, lay.b, lay.v, (tostring(why):gsub('^[^:]+:%d+: ', ''))))
     os.exit(2)
   end
 end
@@ -120,9 +120,9 @@ local data_path, _, made_now = ptdp.dataset { path = config.data_path, given = g
                                              format = opts.corpus_format }
 config.data_path = data_path
 if given.corpus_format and not given.corpus and not made_now then  -- said, not silent
-  io.stderr:write(string.format("bench_plan_calibration: --data-path '%s' exists: measuring on it " ..
-                                '(--corpus-format reads a corpus only when a dataset is made)\n',
-                                config.data_path))
+  ptdp.say(string.format("bench_plan_calibration: --data-path '%s' exists: measuring on it " ..
+                         '(--corpus-format reads a corpus only when a dataset is made)',
+                         config.data_path))
 end
 
 -- A calibration only for this run lives in a directory of its own, removed
@@ -197,6 +197,6 @@ local ok, err = pcall(function()
 end)
 if tmpdir then ptdp.remove_temp_dir(tmpdir) end
 if not ok then
-  io.stderr:write('bench_plan_calibration: ' .. tostring(err):gsub('^[^:]*:%d+: ', '') .. '\n')
+  ptdp.say('bench_plan_calibration: ' .. tostring(err):gsub('^[^:]*:%d+: ', ''))
   os.exit(1)
 end

@@ -61,8 +61,8 @@ for i, dt in ipairs { 'bf16', 'fp16' } do
 end
 print(table.concat(out, ' '))
 if #skipped_all > 0 then
-  io.stderr:write(string.format('bench_precision: every step of the %s run skipped its update (an ' ..
-                                'overflow or NaN each time): its figures compare nothing; give more ' ..
-                                '--steps\n', table.concat(skipped_all, ' and ')))
+  ptdp.say(string.format('bench_precision: every step of the %s run skipped its update (an ' ..
+                         'overflow or NaN each time): its figures compare nothing; give more ' ..
+                         '--steps', table.concat(skipped_all, ' and ')))
   os.exit(1)
 end

@@ -37,7 +37,7 @@ local decided = { ['--load'] = true, ['--save'] = true, ['--finetune'] = true, [
                   ['--tokenizer-type'] = true, ['--tokenizer-file'] = true }
 
 local function fail(msg)
-  io.stderr:write('finetune_llama: ' .. msg .. '\n')
+  ptdp.say('finetune_llama: ' .. msg)
   os.exit(1)
 end
 for _, var in ipairs { 'OMPI_COMM_WORLD_SIZE', 'PMI_SIZE' } do

@@ -62,7 +62,24 @@ case ${1:-} in
       echo "$t: exit $? ($(grep -c FAIL "$OUT/$t.log") lines with FAIL)"
     done
     measure new
-    (cd "$base" && find . -type f) | while read -r f; do cp -- "$base/$f" "$f"; done
+    # The base's files replace the tree's for the second build; the tree's
+    # are kept and put back however the run ends (a tree with uncommitted
+    # edits stays as it was).
+    keep=$(mktemp -d "${TMPDIR:-/tmp}/gpu_ab_tree.XXXXXX") || exit 1
+    (cd "$base" && find . -type f) >"$keep/files"
+    restore() {
+      while read -r f; do
+        if [[ -e $keep/tree/$f ]]; then cp -p -- "$keep/tree/$f" "$f"; else rm -f -- "$f"; fi
+      done <"$keep/files"
+      rm -rf -- "$keep"
+    }
+    while read -r f; do
+      if [[ -e $f ]]; then mkdir -p -- "$keep/tree/$(dirname -- "$f")" && cp -p -- "$f" "$keep/tree/$f" || exit 1; fi
+    done <"$keep/files"
+    trap restore EXIT
+    trap 'exit 143' TERM
+    trap 'exit 130' INT
+    while read -r f; do mkdir -p -- "$(dirname -- "$f")" && cp -- "$base/$f" "$f"; done <"$keep/files"
     build || { tail -30 "$OUT/build.log"; exit 1; }
     measure base
     for tag in new base; do

@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 bundle=${1:-build/gpu_bundle.tar.xz}
 device=${2:-cuda}
 dir=$(mktemp -d -t ptdp_bundle.XXXXXX)  # under $TMPDIR
+trap 'rm -rf -- "$dir"' EXIT  # (also on an early exit or a signal's)
+trap 'exit 143' TERM
+trap 'exit 130' INT
 tar -C "$dir" -xJf "$bundle" || exit 1
 bin=$dir/gpu_bundle/bin
 export LD_LIBRARY_PATH=$dir/gpu_bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
@@ -66,5 +69,4 @@ echo "== test_nccl_comm (the communicator conformance suite on NCCL, one rank pe
 timeout -k 5 45 "$bin/test_nccl_comm"
 nccl_rc=$?
 [[ $nccl_rc == 0 || $nccl_rc == 77 ]] || rc=1
-rm -rf "$dir"
 exit $rc

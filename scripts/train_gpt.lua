@@ -10,7 +10,7 @@ pcall(ffi.cdef, 'int rmdir(const char *path);')
 -- An error's line on stderr in one write: under mpirun the processes' lines
 -- stay whole (in three writes they ran together, "ptdp: ptdp: ...").
 local function say_error(err)
-  io.stderr:write('ptdp: ' .. (tostring(err):gsub('^ptdp: ', '')) .. '\n')
+  ptdp.say('ptdp: ' .. (tostring(err):gsub('^ptdp: ', '')))
 end
 
 local spec = require 'ptdp.train_gpt_flags'
@@ -46,7 +46,7 @@ for _, key in ipairs { 'prompt', 'temperature' } do
   end
 end
 if unused then
-  io.stderr:write('ptdp: ' .. unused .. '\n')
+  ptdp.say('ptdp: ' .. unused)
   os.exit(2)
 end
 -- and every output: a refused run makes nothing (no dataset, no --save directory).
@@ -60,8 +60,8 @@ local save_dir = (config.save or '') ~= '' and tidy(config.save) or nil
 local function check_file(path, what, kind)
   local dir = tidy(path):match('^(.*)/[^/]*$') or '.'
   if save_dir and tidy(path) == save_dir .. '/latest' then
-    io.stderr:write(string.format("ptdp: %s '%s' is also this run's --save tracker (its saves " ..
-                                  "write it): give another path\n", what, path))
+    ptdp.say(string.format("ptdp: %s '%s' is also this run's --save tracker (its saves " ..
+                           "write it): give another path", what, path))
     os.exit(1)
   end
   if ffi.C.access(dir, 0) == 0 or dir ~= save_dir then ptdp.check_output(path, what, false, kind)
@@ -85,8 +85,8 @@ if given.corpus and given.data_path and ffi.C.access(config.data_path, 0) ~= 0 a
     up = up:match('^(.+)/[^/]*$')
   end
   if inside then
-    io.stderr:write(string.format("ptdp: --data-path '%s' would be made inside --save '%s', whose " ..
-                                  'names are the saves\'; give a path outside it\n', data, config.save))
+    ptdp.say(string.format("ptdp: --data-path '%s' would be made inside --save '%s', whose " ..
+                           'names are the saves\'; give a path outside it', data, config.save))
     os.exit(1)
   end
   -- (A missing directory is made for it, as before.)
@@ -99,17 +99,17 @@ if given.corpus and given.data_path and ffi.C.access(config.data_path, 0) ~= 0 a
   for _, o in ipairs { { opts.log_json, '--log-json' }, { config.timeline, '--timeline' },
                        { config.profile_ops, '--profile-ops' } } do
     if (o[1] or '') ~= '' and ptdp.same_output(data, o[1]) then
-      io.stderr:write(string.format("ptdp: --data-path '%s' (made from --corpus) is also the %s: " ..
-                                    'give each its own path\n', data, o[2]))
+      ptdp.say(string.format("ptdp: --data-path '%s' (made from --corpus) is also the %s: " ..
+                             'give each its own path', data, o[2]))
       os.exit(1)
     end
   end
 end
 if tokenizer ~= 'byte' and not given.data_path then
-  io.stderr:write(string.format('ptdp: --tokenizer-type %s needs a --data-path tokenized with it ' ..
-                                '(the default %s holds bytes): make one with `ptdp tokenize ' ..
-                                '--tokenizer-type %s ...`, or give --data-path FILE --corpus TEXT ' ..
-                                'to make it on first use\n', tokenizer, config.data_path, tokenizer))
+  ptdp.say(string.format('ptdp: --tokenizer-type %s needs a --data-path tokenized with it ' ..
+                         '(the default %s holds bytes): make one with `ptdp tokenize ' ..
+                         '--tokenizer-type %s ...`, or give --data-path FILE --corpus TEXT ' ..
+                         'to make it on first use', tokenizer, config.data_path, tokenizer))
   os.exit(1)
 end
 local function exists(path) return ffi.C.access(path, 0) == 0 end
@@ -120,8 +120,8 @@ config.data_path, data_dirs, data_made_now = ptdp.dataset { path = config.data_p
                                   vocab_file = config.vocab_file, merge_file = config.merge_file,
                                   tokenizer_file = config.tokenizer_file }
 if given.corpus_format and not given.corpus and not data_made_now then  -- said, not silent
-  io.stderr:write(string.format("ptdp: --data-path '%s' exists: training on it (--corpus-format " ..
-                                'reads a corpus only when a dataset is made)\n', config.data_path))
+  ptdp.say(string.format("ptdp: --data-path '%s' exists: training on it (--corpus-format " ..
+                         'reads a corpus only when a dataset is made)', config.data_path))
 end
 
 -- What this command made goes again if the run is refused before its first
@@ -231,7 +231,7 @@ local function say_saves()
   local n = 0
   for dir in trainer:text('saved_checkpoints'):gmatch('[^\n]+') do
     n = n + 1
-    if n > saves_said then print(string.format(' saved checkpoint %s', dir)) end
+    if n > saves_said then print(string.format(' saved checkpoint %s', ptdp.one_line(dir))) end
   end
   saves_said = n
 end
@@ -249,7 +249,7 @@ local function log_record(line, fresh)
   if not log_json then return end
   local ok, err = pcall(ptdp.append_line, opts.log_json, line, fresh)
   if not ok then
-    io.stderr:write(string.format('ptdp: --log-json: %s; the run goes on without it\n', tostring(err)))
+    ptdp.say(string.format('ptdp: --log-json: %s; the run goes on without it', tostring(err)))
     log_json = false
   end
 end
@@ -301,11 +301,11 @@ local loss
 -- does that signal during an evaluation.
 local first = trainer:get('iteration') + 1  -- past iters: a finished run, resumed again
 if first > iters and loaded_one then  -- (loaded at or past --train-iters: said, not a silent no-op)
-  io.stderr:write(string.format('ptdp: note: the loaded checkpoint is at iteration %d and --train-iters is %d: ' ..
-                                'nothing to train; the model of iteration %d is evaluated\n', first - 1, iters,
-                                first - 1))
+  ptdp.say(string.format('ptdp: note: the loaded checkpoint is at iteration %d and --train-iters is %d: ' ..
+                         'nothing to train; the model of iteration %d is evaluated', first - 1, iters,
+                         first - 1))
 elseif first > iters then  -- --train-iters 0, nothing loaded
-  io.stderr:write('ptdp: note: --train-iters 0: nothing to train; the model as initialized is evaluated\n')
+  ptdp.say('ptdp: note: --train-iters 0: nothing to train; the model as initialized is evaluated')
 end
 for it = first, iters do
   trainer:step()
@@ -326,9 +326,9 @@ end
 local taken, skipped = trainer:get('steps_taken'), trainer:get('steps_skipped')
 if taken > 0 and skipped == taken then
   trainer:wait_for_saves()  -- an --async-save in flight ends on disk first
-  io.stderr:write(string.format('ptdp: every one of the %d step%s of this run skipped its update ' ..
-                                '(a gradient overflow or NaN each time): nothing was learned\n',
-                                taken, taken == 1 and '' or 's'))
+  ptdp.say(string.format('ptdp: every one of the %d step%s of this run skipped its update ' ..
+                         '(a gradient overflow or NaN each time): nothing was learned',
+                         taken, taken == 1 and '' or 's'))
   os.exit(1)
 end
 -- A failed save fails the run: the final checkpoint is what the user asked
@@ -339,10 +339,10 @@ local function fail_on_failed_saves()
   local failed = trainer:get('failed_saves')
   if failed > 0 then
     local last = trainer:text('last_save_error')
-    io.stderr:write(string.format('ptdp: %d checkpoint save%s failed in this run%s\n', failed,
-                                  failed == 1 and '' or 's',
-                                  last ~= '' and '; the final one: ' .. last or
-                                    ' (the final checkpoint was saved)'))
+    ptdp.say(string.format('ptdp: %d checkpoint save%s failed in this run%s', failed,
+                           failed == 1 and '' or 's',
+                           last ~= '' and '; the final one: ' .. last or
+                             ' (the final checkpoint was saved)'))
     os.exit(1)
   end
 end
@@ -388,11 +388,11 @@ fail_on_failed_saves()
 -- A model whose loss is no number has diverged: a failure however many of its
 -- steps were taken (its checkpoint, if saved, is of that model).
 if loss and (loss ~= loss or loss == math.huge) then
-  io.stderr:write(string.format('ptdp: the final validation loss is %s: the model diverged (lower ' ..
-                                '--lr, set --clip-grad, or use bf16 or a larger --initial-loss-scale ' ..
-                                'under fp16)%s\n', tostring(loss),
-                                trainer:text('last_checkpoint') ~= '' and "; the last checkpoint, '" ..
-                                  trainer:text('last_checkpoint') .. "', holds the diverged model" or ''))
+  ptdp.say(string.format('ptdp: the final validation loss is %s: the model diverged (lower ' ..
+                         '--lr, set --clip-grad, or use bf16 or a larger --initial-loss-scale ' ..
+                         'under fp16)%s', tostring(loss),
+                         trainer:text('last_checkpoint') ~= '' and "; the last checkpoint, '" ..
+                           trainer:text('last_checkpoint') .. "', holds the diverged model" or ''))
   os.exit(1)
 end
 -- For a script that runs this one (dofile): how the run ended. An exit

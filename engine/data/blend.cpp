@@ -25,27 +25,27 @@ bool parse_number(const std::string &s, double *out) {
   return true;
 }
 
-}  // namespace
+// Whether strtod takes all of s: a number, written as a weight is or not
+// ("0x10", "nan", "inf").
+bool reads_as_number(const std::string &s) {
+  char *end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return !s.empty() && *end == '\0';
+}
 
-DataPathSpec parse_data_path(const std::string &spec) {
-  std::vector<std::string> items;
-  std::istringstream in(spec);
-  for (std::string item; in >> item;) items.push_back(item);
-  if (items.empty())
-    fail(Status::invalid_config, "data_path is not set: give a token dataset (a ptdp file or a "
-         "Megatron PREFIX for PREFIX.bin + PREFIX.idx, made by `ptdp tokenize`) or a blend "
-         "such as '0.3 A 0.7 B'");
+// Whether the path names a dataset there: a file, or a Megatron PREFIX.idx.
+bool names_dataset(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 || ::stat((path + ".idx").c_str(), &st) == 0;
+}
+
+// WEIGHT PATH pairs, each weight a finite decimal number >= 0, of a positive sum.
+DataPathSpec read_blend(const std::vector<std::string> &items, const std::string &spec) {
   DataPathSpec out;
-  double w0;
   const char *form = "a blend is WEIGHT PATH pairs, e.g. '0.3 A 0.7 B'";
-  if (items.size() > 1 && hex_number(items[0]))  // (a number, but not as a weight is written)
+  if (hex_number(items[0]))  // (a number, but not as a weight is written)
     fail(Status::invalid_config, "data_path '", spec, "': the weight '", items[0],
          "' (item 1) is not a decimal number; ", form);
-  if (items.size() == 1 || !parse_number(items[0], &w0)) {
-    out.paths = {items.size() == 1 ? items[0] : spec};
-    out.weights = {1.0};
-    return out;
-  }
   if (items.size() % 2 != 0)
     fail(Status::invalid_config, "data_path '", spec, "': ", form, "; got ", items.size(),
          " items, an odd number");
@@ -80,17 +80,31 @@ DataPathSpec parse_data_path(const std::string &spec) {
   return out;
 }
 
+}  // namespace
+
+DataPathSpec parse_data_path(const std::string &spec) {
+  std::vector<std::string> items;
+  std::istringstream in(spec);
+  for (std::string item; in >> item;) items.push_back(item);
+  if (items.empty())
+    fail(Status::invalid_config, "data_path is not set: give a token dataset (a ptdp file or a "
+         "Megatron PREFIX for PREFIX.bin + PREFIX.idx, made by `ptdp tokenize`) or a blend "
+         "such as '0.3 A 0.7 B'");
+  const DataPathSpec whole{{items.size() == 1 ? items[0] : spec}, {1.0}};
+  // A first word that is no number: one path, which may hold spaces.
+  if (items.size() == 1 || !reads_as_number(items[0])) return whole;
+  // A blend's form; but a text that names a dataset as a whole too ('1 d.ptdp'
+  // beside a file of that name): which one is meant cannot be told, and
+  // guessing would train on the other silently (ptdp.dataset says the same).
+  if (names_dataset(spec))
+    fail(Status::invalid_config, "data_path '", spec, "' names a dataset and also reads as a blend "
+         "(weight ", items[0], " of '", items[1], "'): write './", spec,
+         "' for the dataset of that name, or rename it");
+  return read_blend(items, spec);
+}
+
 TrainingData open_training_data(const std::string &data_path, const std::string &split) {
   DataPathSpec spec = parse_data_path(data_path);
-  // Read as a blend ("1 data.ptdp": weight 1 of data.ptdp), but the whole text
-  // names a dataset too: which one is meant cannot be told, and guessing
-  // would train on the other silently.
-  struct stat st;
-  if ((spec.paths.size() != 1 || spec.paths[0] != data_path) &&
-      (::stat(data_path.c_str(), &st) == 0 || ::stat((data_path + ".idx").c_str(), &st) == 0))
-    fail(Status::invalid_config, "data_path '", data_path, "' names a dataset and also reads as a ",
-         "blend (weight ", spec.weights.empty() ? 0.0 : spec.weights[0], " of '", spec.paths[0],
-         "'): write './", data_path, "' for the dataset of that name, or rename it");
   TrainingData d;
   d.weights = spec.weights;
   d.split_spec = split;

@@ -273,7 +273,10 @@ std::string Trainer::load(const CheckpointRef &ckpt) {
     return diff;
   };
   std::vector<std::string> keys = {"seed", "split"};
-  if (!opt_.override_opt_param_scheduler)
+  // (The LR schedule acts on steps only: a run that takes none from the
+  // checkpoint, train_iters at or below its iteration, only evaluates.)
+  const bool steps_ahead = opt_.train_iters > ckpt.manifest.iteration;
+  if (!opt_.override_opt_param_scheduler && steps_ahead)
     for (const char *k : {"lr", "min_lr", "lr_warmup_iters", "lr_decay_iters", "lr_decay_style"})
       keys.push_back(k);
   if (opt_.finetune) keys.clear();  // a new run: its own seed, split and schedule

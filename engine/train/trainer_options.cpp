@@ -250,7 +250,7 @@ TrainerOptions TrainerOptions::from_config(const Config &c) {
 }
 
 void TrainerOptions::model_from_checkpoint(Config &c, const std::string &dir) {
-  const GptConfig m = open_checkpoint(dir).manifest.model;
+  const GptConfig m = checkpoint_model(dir);
   for (const GptConfigField &f : gpt_config_fields()) {
     if (f.kind == GptConfigField::Int)
       c.set(f.name, std::to_string(f.int_value(m)));

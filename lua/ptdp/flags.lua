@@ -38,7 +38,7 @@ local multi_value = { data_path = true }
 -- A flag given again: the last one is used (Megatron's argparse takes it so;
 -- a wrapper script's later flag is an override), but said, naming both.
 function M.note_given_again(first, again)
-  io.stderr:write(string.format('note: %s is given again as %s: the last one is used\n', first, again))
+  ptdp.say(string.format('note: %s is given again as %s: the last one is used', first, again))
 end
 
 function M.parse(argv, script_spec, config_defaults)
@@ -231,7 +231,7 @@ function M.arguments(config, opts)
   table.sort(keys)
   local lines = { '------------------------ arguments ------------------------' }
   for _, k in ipairs(keys) do
-    local v = values[k] == '' and 'None' or shortest(values[k])
+    local v = values[k] == '' and 'None' or ptdp.one_line(shortest(values[k]))
     lines[#lines + 1] = string.format('  %s %s %s', k, string.rep('.', math.max(1, 48 - #k)), v)
   end
   lines[#lines + 1] = '-------------------- end of arguments ---------------------'

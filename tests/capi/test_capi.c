@@ -1114,6 +1114,21 @@ static void test_checkpoints(const char *data_path) {
          PTDP_ERR_INVALID_ARGUMENT, "config", "model_differences of a trainer handle");
   EXPECT(ptdp_config_model_differences(c, "/nonexistent/ptdp", text, sizeof text, &len), PTDP_ERR_IO,
          "no checkpoint to open", "model_differences of a missing checkpoint");
+  { /* A checkpoint the load refuses (its model.h5 cut short) is refused here
+     * too, as is the model taken from it: "" promised a load that fails. */
+    char h5[4096 + 64], saved[4096 + 64];
+    FILE *f;
+    snprintf(h5, sizeof h5, "%s/iter_0000001/model.h5", dir);
+    snprintf(saved, sizeof saved, "%s/iter_0000001/model.h5.whole", dir);
+    CHECK(rename(h5, saved) == 0, "move model.h5 aside");
+    f = fopen(h5, "wb");
+    CHECK(f != NULL && fwrite("HDF", 1, 3, f) == 3 && fclose(f) == 0, "write a cut-short model.h5");
+    EXPECT(ptdp_config_model_differences(c, dir, text, sizeof text, &len), PTDP_ERR_CORRUPT_DATA,
+           "bytes but the manifest says", "model_differences of a checkpoint with a cut-short model.h5");
+    EXPECT(ptdp_config_set_model_from_checkpoint(c, dir), PTDP_ERR_CORRUPT_DATA,
+           "bytes but the manifest says", "set_model_from_checkpoint of a cut-short model.h5");
+    CHECK(rename(saved, h5) == 0, "put model.h5 back");
+  }
   EXPECT_OK(ptdp_trainer_get(b, "iteration", &it), "get iteration after load");
   CHECK(it == 1, "the loaded iteration is 1");
   EXPECT_OK(ptdp_trainer_get_text(b, "loaded_checkpoint", text, sizeof text, &len),
@@ -1153,6 +1168,14 @@ static void test_checkpoints(const char *data_path) {
     strcpy(long_name + at + 300, ".safetensors");
     EXPECT(ptdp_checkpoint_import_safetensors(long_name, NULL, out), PTDP_ERR_IO,
            "File name too long", "import_safetensors from a name too long");
+  }
+  { /* A script's message quoting a name stays one printable line, as the engine's do. */
+    static const char name[] = "a\nb\t\0c\xff";
+    EXPECT_OK(ptdp_one_line_text(name, sizeof name - 1, text, sizeof text, &len), "one_line_text");
+    CHECK(strcmp(text, "a\\x0Ab\\x09\\x00c\\xFF") == 0 && len == strlen(text),
+          "one_line_text escapes line breaks, tabs, NUL and ill-formed bytes");
+    EXPECT(ptdp_one_line_text(NULL, 0, text, sizeof text, &len), PTDP_ERR_INVALID_ARGUMENT, "text",
+           "one_line_text(NULL)");
   }
   {
     int32_t same = 0;

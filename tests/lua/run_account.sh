@@ -22,6 +22,22 @@ has saves.txt " saved checkpoint as/iter_0000001" && has saves.txt " saved check
   --num-threads 1 --data-path d.ptdp >zero.txt 2>&1
 has zero.txt "--train-iters 0: nothing to train; the model as initialized is evaluated" &&
   ! has zero.txt "the loaded checkpoint" && ok "--train-iters 0 from scratch" || { cat zero.txt; bad "--train-iters 0"; }
+# --train-iters 0 with --load evaluates the checkpoint: its LR schedule (which
+# only steps use) is not compared (it was refused, and the refusal's remedy,
+# --lr-decay-iters, refused in turn).
+run --save ev >/dev/null 2>&1
+"$launcher" "$script" --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
+  --micro-batch-size 2 --global-batch-size 4 --train-iters 0 --eval-iters 1 --sample-tokens 0 \
+  --num-threads 1 --data-path d.ptdp --load ev >eval_only.txt 2>&1 &&
+  has eval_only.txt "final validation loss" && ok "--train-iters 0 --load: the checkpoint evaluated" ||
+  { cat eval_only.txt; bad "--train-iters 0 --load"; }
+
+# What the script says quoting a name with a line break stays one line (the
+# engine's messages were; the script's own split in two).
+nl=$(printf 'n\nl')
+run --save "$nl" --log-json "$nl/latest" >nl.txt 2>&1
+has nl.txt "ptdp: --log-json 'n\x0Al/latest' is also this run's --save tracker" &&
+  ok "a script's message quoting a line break is one line" || { cat nl.txt; bad "one-line script message"; }
 
 # The fixture's vocabulary, and one of the same size with two ids swapped.
 python3 - "$bpe/vocab.json" <<'EOF' || bad "permuted vocab.json"
