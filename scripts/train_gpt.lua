@@ -283,7 +283,10 @@ local exit_reason = ''
 local function validate(it)
   local loss = trainer:evaluate()
   exit_reason = trainer:text('exit_reason')
-  if exit_reason ~= '' then return nil end
+  if exit_reason ~= '' then  -- (its save said before the exit's line, as a step's is)
+    say_saves()
+    return nil
+  end
   if loss ~= loss then loss = math.abs(loss) end  -- a NaN prints 'nan', not '-nan' (its sign bit)
   local ppl = math.exp(math.min(20, loss))  -- (capped as Megatron caps it)
   print(string.format(' validation loss at iteration %d | lm loss: %.6E | lm loss PPL: %.3f | unigram entropy: %.4f',
