@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "engine/core/status.h"
@@ -12,7 +13,10 @@ namespace ptdp {
 
 namespace {
 
-volatile sig_atomic_t received = 0;
+// (Lock-free, so the handler may write it, and atomic: every rank's thread
+// reads it, an evaluation's before each batch.)
+std::atomic<int> received{0};
+static_assert(std::atomic<int>::is_always_lock_free, "a signal handler writes it");
 // When the first signal came (CLOCK_MONOTONIC, ns).
 long long first_ns = 0;
 std::mutex scopes_mutex;

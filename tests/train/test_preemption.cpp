@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -57,6 +58,24 @@ TEST(Preemption, SignalSavesTheStepAndTheResumedRunEqualsAnUninterruptedOne) {
   EXPECT_EQ(resumed.exit_reason(), "");
   EXPECT_TRUE(same_bits(all_parameters(resumed), want))
       << "the resumed run's weights differ from the uninterrupted run's";
+}
+
+// A signal during an evaluation (here: before it, not yet acted on) stops it
+// at its next batch on every rank alike (t = 2, p = 2: four thread ranks read
+// the flag and agree), with no loss of part of the split, and the run ends as
+// after a step: the state of the iteration saved, the reason said.
+TEST(Preemption, ASignalStopsAnEvaluationAndSaves) {
+  TempDir dir;
+  Trainer tr(options({{"exit_signal_handler", "1"}, {"save", dir.path},
+                      {"pipeline_model_parallel_size", "2"}, {"eval_iters", "1000"}}));
+  tr.step();
+  EXPECT_TRUE(std::isfinite(tr.evaluate(2)));  // no signal: a loss
+  ASSERT_EQ(raise(SIGTERM), 0);
+  EXPECT_TRUE(std::isnan(tr.evaluate(1000)));
+  EXPECT_NE(tr.exit_reason().find("SIGTERM received during the evaluation at iteration 1; saved "),
+            std::string::npos)
+      << tr.exit_reason();
+  EXPECT_NE(tr.last_saved().find("iter_0000001"), std::string::npos) << tr.last_saved();
 }
 
 TEST(Preemption, IntervalAndDurationEndTheRun) {
