@@ -90,7 +90,9 @@ DataPathSpec parse_data_path(const std::string &spec) {
     fail(Status::invalid_config, "data_path is not set: give a token dataset (a ptdp file or a "
          "Megatron PREFIX for PREFIX.bin + PREFIX.idx, made by `ptdp tokenize`) or a blend "
          "such as '0.3 A 0.7 B'");
-  const DataPathSpec whole{{items.size() == 1 ? items[0] : spec}, {1.0}};
+  // One path is the text as given, spaces at its ends too (' x.ptdp' is not
+  // 'x.ptdp', which a trimmed path trained on in silence).
+  const DataPathSpec whole{{spec}, {1.0}};
   // A first word that is no number: one path, which may hold spaces.
   if (items.size() == 1 || !reads_as_number(items[0])) return whole;
   // A blend's form; but a text that names a dataset as a whole too ('1 d.ptdp'

@@ -708,12 +708,13 @@ TEST(Blend, ADataPathThatIsAlsoABlendIsRefused) {
 // A path with a space whose first word is no number is one path, also where
 // that word holds an 'x' (a sweep: 'x y/d', 'ex work/d', 'box b/d' were
 // refused as a hexadecimal weight); only a weight written as a number in hex
-// ('0x1 A') is refused as one.
+// ('0x1 A') is refused as one. Spaces at its ends are the path's (' lead' was
+// read as 'lead', another dataset where one is there).
 TEST(Blend, APathWithASpaceIsOnePath) {
   TempDir dir;
   const fs::path here = fs::current_path();
   fs::current_path(dir.path);  // (relative: the first word is the name's)
-  for (const char *name : {"x y", "ex work", "box b"}) {
+  for (const char *name : {"x y", "ex work", "box b", " lead", "trail "}) {
     for (const char *ext : {".bin", ".idx"}) fs::copy_file(blend_data().a + ext, name + std::string(ext));
     Trainer t(blend_options(name, 1, 1));
     EXPECT_GT(t.train_samples(), 0) << name;
