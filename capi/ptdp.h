@@ -85,8 +85,9 @@ PTDP_API ptdp_status ptdp_config_set_int(ptdp_config *config, const char *key, i
 PTDP_API ptdp_status ptdp_config_set_double(ptdp_config *config, const char *key, double value);
 /* Sets the model's options (num_layers, hidden_size, ..., the LLaMA family's)
  * to those of the checkpoint at dir (a save directory's newest or one iter_N),
- * as its manifest records them; the other options stay. A missing or damaged
- * checkpoint is the error of loading it. */
+ * as its manifest records them; the other options stay. A missing checkpoint,
+ * or one whose manifest or data file the load refuses on opening them, is
+ * that error (the blocks' checksums are checked by the load itself). */
 PTDP_API ptdp_status ptdp_config_set_model_from_checkpoint(ptdp_config *config, const char *dir);
 PTDP_API ptdp_status ptdp_config_get(const ptdp_config *config, const char *key, char *buf,
                                      size_t cap, size_t *out_len);
@@ -109,9 +110,12 @@ PTDP_API ptdp_status ptdp_option_type(int32_t index, const char **type, double *
 PTDP_API ptdp_status ptdp_config_check(const ptdp_config *config);
 /* Where the config's model differs from the one of the checkpoint at dir (a
  * save directory's newest, or one iter_N), in the load's words ("num_layers:
- * checkpoint 2, this run 4; ..."), or "" when the load would take it: for a
- * script to refuse before its long preparations. A missing or damaged
- * checkpoint is the error of loading it. */
+ * checkpoint 2, this run 4; ..."), or "" when the load would take its model:
+ * for a script to refuse before its long preparations. A missing checkpoint,
+ * or one whose manifest or data file the load refuses on opening them
+ * (missing, cut short, of another kind), is that error; the blocks'
+ * checksums are the load's own check (and ptdp_checkpoint_verify's): the
+ * data is not read here. */
 PTDP_API ptdp_status ptdp_config_model_differences(const ptdp_config *config, const char *dir,
                                                    char *buf, size_t cap, size_t *out_len);
 /* A trainer reads the dataset, builds and initialises the model. The config

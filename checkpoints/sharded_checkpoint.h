@@ -120,8 +120,8 @@ void refuse_if_removed_while_read(const std::string &dir);
 H5File open_checkpoint_data(const CheckpointRef &ckpt);
 
 // The model of the checkpoint at path (a save directory's newest, or one
-// iter_N), with the load's errors for a checkpoint that could not be loaded:
-// its manifest and its data file are checked, as a load opens them.
+// iter_N), with the load's errors for a checkpoint whose manifest or data
+// file cannot be opened (the data's checksums are read by the load only).
 GptConfig checkpoint_model(const std::string &path);
 
 }  // namespace ptdp

@@ -229,7 +229,9 @@ if loaded_one then print(loaded) end
 local saves_said = 0
 local function say_saves()
   local n = 0
-  for dir in trainer:text('saved_checkpoints'):gmatch('[^\n]+') do
+  -- (Each entry ends in its iter_N and a line end: a --save holding a line
+  -- break is still one entry.)
+  for dir in trainer:text('saved_checkpoints'):gmatch('(.-/iter_%d%d%d%d%d%d%d%d*)\n') do
     n = n + 1
     if n > saves_said then print(string.format(' saved checkpoint %s', ptdp.one_line(dir))) end
   end
@@ -351,7 +353,7 @@ local function fail_on_failed_saves()
 end
 -- Ended early: the checkpoint is what matters; no final evaluation or sample
 -- (every process agreed on the exit, so none waits in a collective).
-local function say_exit() print(' exiting: ' .. exit_reason) end
+local function say_exit() print(' exiting: ' .. ptdp.one_line(exit_reason)) end
 if exit_reason ~= '' then
   say_exit()
 else
@@ -382,7 +384,7 @@ else
   if loss and opts.sample_tokens > 0 then
     local text = trainer:generate(opts.prompt, { max_new_tokens = opts.sample_tokens,
                                                  temperature = opts.temperature, seed = 1 })
-    print('---- sample (prompt ' .. string.format('%q', opts.prompt) .. ') ----')
+    print('---- sample (prompt ' .. ptdp.one_line(string.format('%q', opts.prompt)) .. ') ----')
     print(text)
     print('----')
   end

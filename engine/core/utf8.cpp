@@ -67,12 +67,20 @@ std::string printable_message(std::string_view text) {
   out.reserve(text.size());
   walk(
       text,
-      [&](std::string_view part) {  // a control is one byte, never inside a UTF-8 sequence
-        for (unsigned char c : part) {
-          if (is_control(c))
+      [&](std::string_view part) {  // (valid UTF-8: a C0 control is one byte, never inside a sequence)
+        for (size_t i = 0; i < part.size(); i++) {
+          const unsigned char c = (unsigned char)part[i];
+          // A C1 control (U+0080..U+009F, bytes C2 80..C2 9F: CSI is one that
+          // terminals obey) as its two bytes' \xNN.
+          const bool c1 = c == 0xC2 && i + 1 < part.size() && (unsigned char)part[i + 1] <= 0x9F;
+          if (c1) {
             append_escaped(out, c);
-          else
+            append_escaped(out, (unsigned char)part[++i]);
+          } else if (is_control(c)) {
+            append_escaped(out, c);
+          } else {
             out += (char)c;
+          }
         }
         return true;
       },
@@ -85,11 +93,21 @@ std::string printable_message(std::string_view text) {
 
 std::string one_line_text(std::string_view text) {
   std::string out;
-  for (char c : printable_message(text)) {
-    if (c == '\n' || c == '\r' || c == '\t')
+  const std::string shown = printable_message(text);
+  for (size_t i = 0; i < shown.size(); i++) {
+    const char c = shown[i];
+    // The line and paragraph separators U+2028, U+2029 (E2 80 A8/A9) break a
+    // line for some readers: their three bytes as \xNN too.
+    const bool separator = shown.compare(i, 2, "\xE2\x80") == 0 && i + 2 < shown.size() &&
+                           (shown[i + 2] == '\xA8' || shown[i + 2] == '\xA9');
+    if (separator) {
+      for (int k = 0; k < 3; k++) append_escaped(out, (unsigned char)shown[i + k]);
+      i += 2;
+    } else if (c == '\n' || c == '\r' || c == '\t') {
       append_escaped(out, (unsigned char)c);
-    else
+    } else {
       out += c;
+    }
   }
   return out;
 }

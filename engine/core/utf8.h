@@ -16,13 +16,14 @@ std::string valid_utf8(std::string_view text);
 
 // A message for a terminal, valid UTF-8 that still shows what was there: each
 // ill-formed byte (a user's bytes an error quotes) and each control character
-// (NUL would cut a C string short, ESC would colour the terminal; newline and
-// tab stay) written as the four characters \xNN.
+// (NUL would cut a C string short, ESC would colour the terminal, a C1 CSI
+// too; newline and tab stay) written as the four characters \xNN per byte.
 std::string printable_message(std::string_view text);
 
 // A user's text quoted inside a one-line message: as printable_message, and a
-// newline, carriage return or tab written as \xNN too (a key ending in a
-// newline broke the message across two lines).
+// newline, carriage return, tab or Unicode line separator (U+2028, U+2029)
+// written as \xNN too (a key ending in a newline broke the message across
+// two lines).
 std::string one_line_text(std::string_view text);
 
 // The offset of the first ill-formed byte of `text`, or npos when it is valid.

@@ -42,6 +42,12 @@ TEST(Utf8, PrintableMessagesEscapeControlCharacters) {
   EXPECT_EQ(printable_message(std::string("a\0b\x1b[31m\r\x7F\xFF\n\tz", 14)),
             "a\\x00b\\x1B[31m\\x0D\\x7F\\xFF\n\tz");
   EXPECT_EQ(printable_message("caf\xC3\xA9"), "caf\xC3\xA9");
+  // C1 controls (NEL U+0085, CSI U+009B: a terminal obeys it) as their bytes;
+  // U+00A0 and U+2028 (a line separator: one_line_text's) stay.
+  EXPECT_EQ(printable_message("a\xC2\x85" "b\xC2\x9B" "2J\xC2\xA0\xE2\x80\xA8"),
+            "a\\xC2\\x85b\\xC2\\x9B2J\xC2\xA0\xE2\x80\xA8");
+  EXPECT_EQ(ptdp::one_line_text("a\xE2\x80\xA8" "b\xE2\x80\xA9" "c\xE2\x80\xA6"),
+            "a\\xE2\\x80\\xA8b\\xE2\\x80\\xA9c\xE2\x80\xA6");
 }
 
 TEST(Utf8, EscapedIllFormedBytesShowWhatWasThere) {

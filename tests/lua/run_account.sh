@@ -38,6 +38,12 @@ nl=$(printf 'n\nl')
 run --save "$nl" --log-json "$nl/latest" >nl.txt 2>&1
 has nl.txt "ptdp: --log-json 'n\x0Al/latest' is also this run's --save tracker" &&
   ok "a script's message quoting a line break is one line" || { cat nl.txt; bad "one-line script message"; }
+run --save "$nl" --exit-interval 1 >nl_saved.txt 2>&1
+has nl_saved.txt " saved checkpoint n\x0Al/iter_0000001" &&
+  has nl_saved.txt " exiting: --exit-interval 1 reached at iteration 1; saved n\x0Al/iter_0000001" &&
+  [ "$(grep -c "saved checkpoint" nl_saved.txt)" = 1 ] &&
+  ok "a --save holding a line break: one save said, on one line, and the exit's line too" ||
+  { cat nl_saved.txt; bad "a --save holding a line break"; }
 
 # The fixture's vocabulary, and one of the same size with two ids swapped.
 python3 - "$bpe/vocab.json" <<'EOF' || bad "permuted vocab.json"
