@@ -265,10 +265,13 @@ end
 if log_json then
   local fields = { '"kind": "run"', '"version": ' .. json_string(ptdp.version()),
                    '"data_path": ' .. json_string(config.data_path) }
+  -- (train_iters as the engine's option text: a count past 2^53 is no double.)
+  local train_iters = ptdp.config_values(config).train_iters
   for _, k in ipairs { 'iteration', 'train_iters', 'num_parameters', 'world_size',
                        'tensor_model_parallel_size', 'pipeline_model_parallel_size',
                        'data_parallel_size', 'train_samples', 'valid_samples', 'unigram_entropy' } do
-    fields[#fields + 1] = string.format('"%s": %s', k, json_number(trainer:get(k)))
+    fields[#fields + 1] = string.format('"%s": %s', k, k == 'train_iters' and train_iters or
+                                                         json_number(trainer:get(k)))
   end
   local ok, err = pcall(ptdp.append_line, opts.log_json, '{' .. table.concat(fields, ', ') .. '}',
                         trainer:get('iteration') == 0)

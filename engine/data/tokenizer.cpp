@@ -28,6 +28,11 @@ std::string vocabulary_fingerprint_text(const Tokenizer &tok) {
 
 const char *tokenizer_names() { return "byte, GPT2BPETokenizer, HuggingFaceTokenizer"; }
 
+bool is_tokenizer_name(const std::string &type) {
+  const std::string names = std::string(", ") + tokenizer_names() + ", ";
+  return !type.empty() && names.find(", " + type + ", ") != std::string::npos;
+}
+
 uint64_t vocabulary_fingerprint(const Tokenizer &tok) {
   uint64_t h = 14695981039346656037ull;  // FNV-1a over (length, bytes) of each id's text
   auto add = [&h](const void *p, size_t n) {

@@ -56,6 +56,8 @@ struct TokenizerSpec {
 
 // Names accepted by make_tokenizer, for error messages.
 const char *tokenizer_names();
+// Whether `type` is one of them.
+bool is_tokenizer_name(const std::string &type);
 
 // What a tokenizer's ids mean: a hash of what each id decodes to, in id
 // order, and of its end-of-document id. Two tokenizers of one vocabulary size

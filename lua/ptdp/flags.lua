@@ -209,6 +209,7 @@ end
 -- A number in its shortest text that reads back the same (0.0002, not
 -- 0.00020000000000000001); any other text as it is.
 local function shortest(text)
+  if text:match('^%-?%d+$') then return text end  -- (an integer as given: 2^53 + 1 is no double)
   local n = tonumber(text)
   if not n or text:match('^%s') or text:match('%s$') then return text end
   -- Whole numbers as integers (700, not the 7e+02 that %.1g reads back exactly).

@@ -277,6 +277,21 @@ TEST_F(CheckpointImport, TheFilesOwnConfigAndConfigJsonMustAgree) {
   EXPECT_FALSE(fs::exists(work.path + "/disagree/latest"));
 }
 
+// An export's tokenizer record that no command takes is refused at the import
+// (the checkpoint it made was refused by every later command, advising a
+// tokenizer_type they refuse too).
+TEST_F(CheckpointImport, AnUnknownTokenizerTypeInTheMetadataIsRefused) {
+  const std::string file = work.path + "/exported.safetensors";
+  export_safetensors(imported.path, file);
+  Safetensors st = read_safetensors(file);
+  st.metadata["tokenizer_type"] = "bogus";  // (where a ptdp export records its tokenizer's)
+  const std::string edited = work.path + "/bogus.safetensors";
+  write_safetensors(edited, st);
+  expect_error([&] { import_safetensors(edited, "", work.path + "/bogus_ck"); }, Status::corrupt_data,
+               "its metadata's tokenizer_type 'bogus' is none of byte, GPT2BPETokenizer, HuggingFaceTokenizer");
+  EXPECT_FALSE(fs::exists(work.path + "/bogus_ck/latest"));
+}
+
 // An import that fails as it writes (past the file size limit, as a full
 // disk) leaves no directory it made, and does not speak of a previous
 // checkpoint that is not there.

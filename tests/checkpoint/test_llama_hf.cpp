@@ -121,6 +121,22 @@ TEST(LlamaImport, NeverWritesIntoTheModelsDirectory) {
   EXPECT_FALSE(fs::exists(model + "/iter_0000000"));
   EXPECT_FALSE(fs::exists(model + "/latest"));
   EXPECT_FALSE(fs::exists(model + "/sub"));
+  // A one-file model named by its file (its config.json beside it) is the same
+  // model (its import went among its files); a lone file's folder holds a
+  // checkpoint in a folder of its own.
+  const std::string one = work.path + "/one";
+  fs::copy(fixture("qwen2"), one, fs::copy_options::recursive);
+  for (const std::string &out : {one, one + "/", one + "/sub"}) {
+    SCOPED_TRACE(out);
+    expect_error([&] { import_safetensors(one + "/model.safetensors", one + "/config.json", out); },
+                 Status::invalid_argument, "is the model's directory");
+  }
+  EXPECT_FALSE(fs::exists(one + "/latest"));
+  fs::remove(one + "/generation_config.json");
+  fs::rename(one + "/config.json", work.path + "/qwen2_config.json");
+  expect_error([&] { import_safetensors(one + "/model.safetensors", work.path + "/qwen2_config.json", one); },
+               Status::invalid_argument, "is the model's directory");
+  EXPECT_NO_THROW(import_safetensors(one + "/model.safetensors", work.path + "/qwen2_config.json", one + "/ck"));
   EXPECT_NO_THROW(import_safetensors(model, "", work.path + "/model_ck"));  // (a name beside it)
 }
 

@@ -45,6 +45,13 @@ has nl_saved.txt " saved checkpoint n\x0Al/iter_0000001" &&
   ok "a --save holding a line break: one save said, on one line, and the exit's line too" ||
   { cat nl_saved.txt; bad "a --save holding a line break"; }
 
+# Whole numbers past 2^53 are said as given (the arguments table and the run
+# record rounded them through doubles: 9007199254740992).
+run --seed 9007199254740993 --train-iters 9007199254740993 --exit-interval 1 --log-json big.jsonl >big.txt 2>&1
+grep -q "seed \.* 9007199254740993$" big.txt && grep -q "train_iters \.* 9007199254740993$" big.txt &&
+  grep -q '"kind": "run".*"train_iters": 9007199254740993,' big.jsonl &&
+  ok "integers past 2^53 said as given" || { cat big.txt big.jsonl; bad "integers past 2^53"; }
+
 # The fixture's vocabulary, and one of the same size with two ids swapped.
 python3 - "$bpe/vocab.json" <<'EOF' || bad "permuted vocab.json"
 import json, sys
