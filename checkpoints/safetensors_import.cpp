@@ -309,21 +309,30 @@ std::string import_safetensors(const std::string &path, const std::string &confi
   const fs::path model_dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(file).parent_path();
   // The checkpoint tree goes beside a model directory (or a sharded model's),
   // never into it (a recipe's import had put iter_0000000 and latest among
-  // the model's files). A file with its config.json beside it is such a
-  // directory's model named by its file (it went among the files the
-  // directory named was refused for); a lone file's directory may hold other
-  // things: only the directory itself is refused.
+  // the model's files). A directory holding a model's config.json and weights
+  // is a model's: the weights' (named by their file: they went among the
+  // files the directory named was refused for) and the config's given apart
+  // (its model's directory took them too); a lone file's directory may hold
+  // other things: only the directory itself is refused.
   {
-    const fs::path model_real = fs::weakly_canonical(fs::absolute(model_dir.empty() ? "." : model_dir, ec), ec);
     fs::path out_real = fs::weakly_canonical(fs::absolute(dir, ec), ec);
     if (out_real.has_parent_path() && out_real.filename().empty()) out_real = out_real.parent_path();  // ("ex/")
-    const auto [m_end, o_at] = std::mismatch(model_real.begin(), model_real.end(), out_real.begin(), out_real.end());
-    const bool inside = !model_real.empty() && m_end == model_real.end();
-    const bool same = inside && o_at == out_real.end();
-    if (fs::is_directory(path, ec) || sharded || fs::exists(beside, ec) ? inside : same)
-      fail(Status::invalid_argument, "import_safetensors: checkpoint directory '", dir, "' is the model's ",
-           "directory '", model_dir.string(), "' or inside it: the import's checkpoints (iter_N, latest) go ",
-           "into a directory of their own; give one outside the model's");
+    const bool weights_in_model_dir = fs::is_directory(path, ec) || sharded || fs::exists(beside, ec);
+    std::vector<std::pair<fs::path, bool>> model_dirs = {{model_dir, weights_in_model_dir}};
+    if (!config_path.empty()) {
+      const fs::path c = fs::path(config_path).parent_path();
+      model_dirs.push_back({c, fs::exists(c / "model.safetensors", ec) ||
+                                   fs::exists(c / "model.safetensors.index.json", ec)});
+    }
+    for (const auto &[m, whole_tree] : model_dirs) {
+      const fs::path m_real = fs::weakly_canonical(fs::absolute(m.empty() ? "." : m, ec), ec);
+      const auto [m_end, o_at] = std::mismatch(m_real.begin(), m_real.end(), out_real.begin(), out_real.end());
+      const bool inside = !m_real.empty() && m_end == m_real.end();
+      if (whole_tree ? inside : inside && o_at == out_real.end())
+        fail(Status::invalid_argument, "import_safetensors: checkpoint directory '", dir, "' is the model's ",
+             "directory '", m.empty() ? "." : m.string(), "' or inside it: the import's checkpoints (iter_N, ",
+             "latest) go into a directory of their own; give one outside the model's");
+    }
   }
   for (fs::directory_iterator it(model_dir.empty() ? "." : model_dir, ec), end; !ec && it != end; it.increment(ec))
     if (fs::is_directory(path) || (sharded && ends_with(it->path().string(), ".safetensors")))

@@ -669,7 +669,9 @@ void Trainer::rank_step(Rank &r, int64_t it, Sampler &train) {
   StepMetrics &res = r.metrics;
   res = StepMetrics{};
   res.lm_loss = loss_sum / tokens;
-  res.lr = opt_.lr.at(it);
+  // The schedule counts updates (Megatron steps it only after a successful
+  // one): a skipped step's iteration does not move it, as for Adam's count.
+  res.lr = opt_.lr.at(it - skipped_);
   res.grad_norm = std::sqrt(sq) / scale;
   // Every rank sees the same loss and norm, so all take the same branch. No
   // update on a skipped step: parameters and moments stay as they were.

@@ -322,7 +322,13 @@ TEST_F(Commit, NoCompleteCheckpointListsWhatIsThere) {
                "found: iter_0000200.tmp is an unfinished save, iter_0000100 has no manifest.json");
   fs::remove_all(root);
   fs::create_directories(root);
-  expect_error([&] { find_latest_checkpoint(root); }, Status::io_error, "no iter_* directories");
+  expect_error([&] { find_latest_checkpoint(root); }, Status::io_error, "no iter_NNNNNNN directories");
+  // A checkpoint copied under another spelling of its name is named, with why.
+  fs::create_directories(root + "/iter_2");
+  fs::create_directories(root + "/iter_00000005");
+  expect_error([&] { find_latest_checkpoint(root); }, Status::io_error,
+               "; not checkpoint names (iter_ and 7 digits or more, as iter_0000002): 'iter_");
+  expect_error([&] { find_latest_checkpoint(root); }, Status::io_error, "'iter_2'");
 }
 
 TEST_F(Commit, RecommitReplacesTheSameIteration) {

@@ -136,6 +136,14 @@ TEST(LlamaImport, NeverWritesIntoTheModelsDirectory) {
   fs::rename(one + "/config.json", work.path + "/qwen2_config.json");
   expect_error([&] { import_safetensors(one + "/model.safetensors", work.path + "/qwen2_config.json", one); },
                Status::invalid_argument, "is the model's directory");
+  // Nor into the directory of the config.json given apart (another model's).
+  const std::string other = work.path + "/other";
+  fs::copy(fixture("qwen2"), other, fs::copy_options::recursive);
+  for (const std::string &out : {other, other + "/sub"}) {
+    SCOPED_TRACE(out);
+    expect_error([&] { import_safetensors(one + "/model.safetensors", other + "/config.json", out); },
+                 Status::invalid_argument, "is the model's directory '" + other);
+  }
   EXPECT_NO_THROW(import_safetensors(one + "/model.safetensors", work.path + "/qwen2_config.json", one + "/ck"));
   EXPECT_NO_THROW(import_safetensors(model, "", work.path + "/model_ck"));  // (a name beside it)
 }

@@ -249,11 +249,15 @@ TEST(MixedPrecision, Fp16HysteresisDelaysTheBackoff) {
 
 // A natural overflow: fp16 at Megatron's initial scale 2^32 overflows the
 // loss's gradient (2^32 / tokens > 65504), skipping steps and halving the
-// scale (hysteresis 1) until it fits; training then goes on.
+// scale (hysteresis 1) until it fits; training then goes on. The skipped
+// steps do not move the LR schedule (Megatron steps it after an update only):
+// the first update takes the schedule's first LR, still in its warm-up.
 TEST(MixedPrecision, Fp16InitialScaleBacksOffUntilItFits) {
   Config c = config({1, 1, 1, 1}, "f16");
   c.set("initial_loss_scale", "4294967296");
   c.set("hysteresis", "1");
+  c.set("lr_warmup_iters", "100");
+  c.set("lr_decay_iters", "200");
   Trainer tr(TrainerOptions::from_config(c));
   StepMetrics m;
   int steps = 0;
@@ -266,6 +270,7 @@ TEST(MixedPrecision, Fp16InitialScaleBacksOffUntilItFits) {
   EXPECT_EQ(m.skipped_iters, steps - 1);
   EXPECT_EQ(m.nan_iters, 0);
   EXPECT_EQ(m.loss_scale, std::ldexp(1.0, 32 - (steps - 1)));
+  EXPECT_EQ(m.lr, TrainerOptions::from_config(c).lr.at(1));
 }
 
 // Gradients accumulated and all-reduced in the 16-bit type (Megatron's
