@@ -77,18 +77,38 @@ void fsync_path(const std::string &path, bool dir) {
   if (::close(fd) != 0) os_fail("close", path, errno);
 }
 
-// Whether a file of a checkpoint directory is one a save makes: the manifest,
-// the data file, or the manifest's temporary (create_temp_file's
-// manifest.json.tmp.XXXXXX, left by a save killed while writing it).
-// Takes root and the directories above it off the signal cleanup's list (the
-// ones begin_checkpoint made for it; a path not held is left as it is).
-void release_made_roots(const std::string &root) {
+// The directories begin_checkpoint made for a root (by its absolute, normal
+// path), held for the signal cleanup until the commit. Only those are
+// released: a directory above that the caller made and holds (ptdp.mkdirs
+// of a benchmark's --dir) stays its own (a commit released every ancestor,
+// and an interrupted benchmark left the empty --dir it had made).
+std::mutex made_roots_mutex;
+std::map<std::string, std::vector<std::string>> made_roots;
+
+std::string root_key(const std::string &root) {
   std::error_code ec;
-  for (fs::path p = fs::absolute(root, ec).lexically_normal(); p.has_relative_path();
-       p = p.parent_path()) {
-    if (!p.has_filename()) p = p.parent_path();
-    release_temp_directory(p.string(), {});
+  return fs::absolute(root, ec).lexically_normal().string();
+}
+
+void hold_made_roots(const std::string &root, const std::vector<std::string> &made) {
+  if (made.empty()) return;
+  std::lock_guard<std::mutex> lock(made_roots_mutex);
+  std::vector<std::string> &held = made_roots[root_key(root)];
+  held.insert(held.end(), made.begin(), made.end());
+}
+
+// Takes the directories begin_checkpoint made for root off the signal
+// cleanup's list: they hold a checkpoint now.
+void release_made_roots(const std::string &root) {
+  std::vector<std::string> made;
+  {
+    std::lock_guard<std::mutex> lock(made_roots_mutex);
+    auto it = made_roots.find(root_key(root));
+    if (it == made_roots.end()) return;
+    made.swap(it->second);
+    made_roots.erase(it);
   }
+  for (const std::string &d : made) release_temp_directory(d, {});
 }
 
 // The files a save makes under their own names (held for the signal cleanup).
@@ -97,6 +117,9 @@ const std::vector<std::string> &save_files() {
   return names;
 }
 
+// Whether a file of a checkpoint directory is one a save makes: the manifest,
+// the data file, or the manifest's temporary (create_temp_file's
+// manifest.json.tmp.XXXXXX, left by a save killed while writing it).
 // (The manifest's temporary: exactly create_temp_file's name, six characters
 // of mkstemp's after "manifest.json.tmp.", not any name that begins so.)
 bool made_by_a_save(const std::string &name) {
@@ -440,7 +463,7 @@ std::string begin_checkpoint(const std::string &root, int64_t iteration, const v
   // The directories this save makes for its root (an import's) go too if the
   // save is interrupted while they are still empty (the commit releases them).
   try {
-    make_held_directories(root);
+    hold_made_roots(root, make_held_directories(root));
   } catch (const Error &e) {
     fail(Status::io_error, "checkpoint directory '", root, "': ", e.what());
   }

@@ -27,6 +27,24 @@ for sig in TERM HUP; do
     echo "FAIL SIG$sig during a round: exit $rc, left in --dir: $left"; cat out.txt; fail=1
   fi
 done
+# A --dir the run made (an absolute made/sub) goes with a signal too: a save's
+# commit had taken every directory above it off the cleanup's list.
+"$launcher" "$bench" --dir "$work/made/sub" --repeats 50 --num-layers 2 --hidden-size 64 \
+  --num-attention-heads 2 --seq-length 32 >out.txt 2>&1 &
+pid=$!
+for i in $(seq 600); do
+  [ -n "$(ls made/sub/ptdp_bench_checkpoint.*/round*/iter_*/model.h5 2>/dev/null)" ] && break
+  sleep 0.05
+done
+sleep 0.3  # (past a commit)
+kill -s TERM $pid
+wait $pid
+rc=$?
+if [ $rc -ne 0 ] && [ ! -e made ]; then
+  echo "ok   SIGTERM with a --dir the run made: nothing left (exit $rc)"
+else
+  echo "FAIL SIGTERM with a --dir the run made: exit $rc, left: $(find made 2>/dev/null)"; cat out.txt; fail=1
+fi
 # A --dir the run made (new/sub) goes with it at the end; it stayed, empty.
 "$launcher" "$bench" --dir "$work/new/sub" --repeats 1 --async-steps 4 --async-interval 2 --num-layers 2 \
   --hidden-size 32 --num-attention-heads 2 --seq-length 16 >out.txt 2>&1
