@@ -310,7 +310,8 @@ PTDP_API ptdp_status ptdp_trainer_generate_top(ptdp_trainer *trainer, const char
  * checkpoint) or one iter_N directory. inspect: iteration, config, saved
  * layout, every dataset with shape, dtype and size. verify: every block against
  * its manifest checksum; the report lists each fault and the status is
- * PTDP_ERR_CORRUPT_DATA when there is one (the report is still written).
+ * PTDP_ERR_CORRUPT_DATA when there is one (the report is still written, and
+ * holds the faults; ptdp_last_error says only that there are some).
  * export_safetensors: the parameters in Hugging Face's names and layouts, as
  * float32: out_path a directory (made if absent) gets model.safetensors,
  * config.json and generation_config.json, as save_pretrained writes them, for

@@ -580,18 +580,18 @@ std::string find_latest_checkpoint(const std::string &root, std::string *why) {
     }
     skipped += (skipped.empty() ? "" : ", ") + describe(e, root);
   }
-  // Names like a checkpoint's that are none ('iter_2': 7 digits or more, one
+  // Names like a checkpoint's that are none ('iter_2', 'iter_00000002': one
   // spelling per iteration) are named: "no iter_* directories" hid them.
   std::string misnamed;
   std::error_code ec;
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string n = it->path().filename().string();
-    bool tmp;
-    if (n.compare(0, 5, "iter_") == 0 && checkpoint_iteration(n, &tmp) < 0 && n.find(".old") == std::string::npos)
+    if (n.compare(0, 5, "iter_") == 0 && !checkpoint_dir_name(n))
       misnamed += (misnamed.empty() ? "'" : ", '") + n + "'";
   }
   if (!misnamed.empty())
-    misnamed = "; not checkpoint names (iter_ and 7 digits or more, as " + checkpoint_name(2) + "): " + misnamed;
+    misnamed = "; not checkpoint names (iter_ and the iteration zero-padded to 7 digits, as " +
+               checkpoint_name(2) + "): " + misnamed;
   fail(Status::io_error, "no complete checkpoint in '", root,
        "' (one is an iter_NNNNNNN directory with a ", kManifest, "); found: ",
        skipped.empty() ? "no iter_NNNNNNN directories" : skipped, misnamed);

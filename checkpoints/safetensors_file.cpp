@@ -214,11 +214,6 @@ void record_tokenizer(const std::string &weights, const nlohmann::json &metadata
     auto it = metadata.find(key);
     if (it != metadata.end() && it->is_string()) exported[key] = it->get<std::string>();
   }
-  // (A type no command takes made a checkpoint every later command refused,
-  // advising a type they refuse too.)
-  if (exported.count(kTokenizerTypeKey) && !is_tokenizer_name(exported[kTokenizerTypeKey]))
-    fail(Status::corrupt_data, "'", weights, "': its metadata's ", kTokenizerTypeKey, " '",
-         exported[kTokenizerTypeKey], "' is none of ", tokenizer_names(), " (a ptdp export records one of them)");
   // A tokenizer.json beside the weights is the model's, as for from_pretrained.
   std::string beside;
   std::error_code ec;
@@ -240,6 +235,12 @@ void record_tokenizer(const std::string &weights, const nlohmann::json &metadata
           "; this one's is ", beside, "): the import takes the one beside the model");
     training[kTokenizerVocabularyKey] = beside;
   } else {
+    // The export's record is the checkpoint's (a type no command takes made
+    // a checkpoint every later command refused, advising a type they refuse).
+    if (exported.count(kTokenizerTypeKey) && !is_tokenizer_name(exported[kTokenizerTypeKey]))
+      fail(Status::corrupt_data, "'", weights, "': its metadata's ", kTokenizerTypeKey, " '",
+           exported[kTokenizerTypeKey], "' is none of ", tokenizer_names(),
+           " (a ptdp export records one of them; a tokenizer.json beside the weights is taken instead)");
     training.insert(exported.begin(), exported.end());
   }
 }

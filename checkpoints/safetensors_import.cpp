@@ -330,8 +330,9 @@ std::string import_safetensors(const std::string &path, const std::string &confi
       const bool inside = !m_real.empty() && m_end == m_real.end();
       if (whole_tree ? inside : inside && o_at == out_real.end())
         fail(Status::invalid_argument, "import_safetensors: checkpoint directory '", dir, "' is the model's ",
-             "directory '", m.empty() ? "." : m.string(), "' or inside it: the import's checkpoints (iter_N, ",
-             "latest) go into a directory of their own; give one outside the model's");
+             "directory '", m.empty() ? "." : m.string(), whole_tree ? "' or inside it" : "'",
+             ": the import's checkpoints (iter_N, latest) go into a directory of their own; give one ",
+             whole_tree ? "outside the model's" : "of their own");
     }
   }
   for (fs::directory_iterator it(model_dir.empty() ? "." : model_dir, ec), end; !ec && it != end; it.increment(ec))

@@ -186,9 +186,6 @@ int parse_command_line(CLI::App &app, int argc, char **argv) {
 // The ptdp module's directory, to tell its errors from the script's.
 std::string module_dir;
 
-// Message handler: an error raised by the ptdp module (a bad option, a failed
-// call: the message names the script line) is printed alone; an error in the
-// user's own code gets its traceback, and PTDP_TRACEBACK=1 gives one always.
 // Text as one printable line (ptdp_one_line_text): a message quoting a name
 // with a line break in it stays one line.
 std::string one_line(const char *text, size_t len) {
@@ -198,6 +195,11 @@ std::string one_line(const char *text, size_t len) {
   out.resize(n);
   return out;
 }
+
+// Message handler: an error raised by the ptdp module (a bad option, a failed
+// call: the message names the script line) is printed alone, on one line; an
+// error in the user's own code gets its traceback, and PTDP_TRACEBACK=1 gives
+// one always.
 
 int traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);

@@ -313,16 +313,18 @@ else
                                      format = opts.corpus_format, append_eod = true,
                                      tokenizer = 'HuggingFaceTokenizer',
                                      tokenizer_file = tokenizer_file }
-  print(string.format('tokenized %s: %d documents, %d tokens -> %s', opts.corpus, docs, toks, data))
+  print(ptdp.one_line(string.format('tokenized %s: %d documents, %d tokens -> %s', opts.corpus, docs, toks, data)))
 end
 
 -- 4b. Fine-tuning, through train_gpt.lua with those options.
 arg = argv
 local run = dofile(ptdp.project_dir .. '/scripts/train_gpt.lua')
-if run.iteration < run.train_iters then  -- stopped early: the model is not the fine-tuned one yet
-  print(string.format('the fine-tuning stopped at iteration %d of %d (%s): no export yet; the same ' ..
-                      'command resumes it from %s', run.iteration, run.train_iters,
-                      run.exit_reason ~= '' and run.exit_reason or 'ended early', finetuned))
+-- Stopped early, or asked to stop (a signal in the final evaluation): no
+-- export yet (a preempted job has no time for one).
+if run.iteration < run.train_iters or run.exit_reason ~= '' then
+  print(ptdp.one_line(string.format('the fine-tuning stopped at iteration %d of %d (%s): no export yet; ' ..
+                                    'the same command resumes it from %s', run.iteration, run.train_iters,
+                                    run.exit_reason ~= '' and run.exit_reason or 'ended early', finetuned)))
   os.exit(0)
 end
 

@@ -69,12 +69,15 @@ case ${1:-} in
     (cd "$base" && find . -type f) >"$keep/files"
     restore() {
       while read -r f; do
-        if [[ -e $keep/tree/$f ]]; then cp -p -- "$keep/tree/$f" "$f"; else rm -f -- "$f"; fi
+        # (a fresh time: the build's objects, newer than the base's files, are then stale)
+        if [[ -e $keep/tree/$f ]]; then cp -- "$keep/tree/$f" "$f"; else rm -f -- "$f"; fi
       done <"$keep/files"
       rm -rf -- "$keep"
     }
     while read -r f; do
-      if [[ -e $f ]]; then mkdir -p -- "$keep/tree/$(dirname -- "$f")" && cp -p -- "$f" "$keep/tree/$f" || exit 1; fi
+      if [[ -e $f ]]; then
+        mkdir -p -- "$keep/tree/$(dirname -- "$f")" && cp -p -- "$f" "$keep/tree/$f" || { rm -rf -- "$keep"; exit 1; }
+      fi
     done <"$keep/files"
     trap restore EXIT
     trap 'exit 143' TERM

@@ -223,7 +223,7 @@ print(string.format('unigram entropy of the training split: %.4f nats/token (%.4
 -- (A --load that found nothing to load the engine has said on stderr.)
 local loaded = trainer:text('loaded_checkpoint')
 local loaded_one = loaded ~= '' and not loaded:find('^load: ')
-if loaded_one then print(loaded) end
+if loaded_one then print(ptdp.one_line(loaded)) end
 -- Each checkpoint this run commits is said once, in order (a step that exits
 -- may commit two: an --async-save's and its own).
 local saves_said = 0
@@ -265,8 +265,9 @@ end
 if log_json then
   local fields = { '"kind": "run"', '"version": ' .. json_string(ptdp.version()),
                    '"data_path": ' .. json_string(config.data_path) }
-  -- (train_iters as the engine's option text: a count past 2^53 is no double.)
-  local train_iters = ptdp.config_values(config).train_iters
+  -- (train_iters as the engine's option text: a count past 2^53 is no double;
+  -- leading zeros, which the option takes, are no JSON.)
+  local train_iters = ptdp.config_values(config).train_iters:gsub('^(%-?)0+(%d)', '%1%2')
   for _, k in ipairs { 'iteration', 'train_iters', 'num_parameters', 'world_size',
                        'tensor_model_parallel_size', 'pipeline_model_parallel_size',
                        'data_parallel_size', 'train_samples', 'valid_samples', 'unigram_entropy' } do

@@ -68,8 +68,9 @@ template <class... Args>
 
 // Writes a line for the user to stderr, built as fail() builds a message:
 // "ptdp: " and the text made one printable line (a quoted name's line breaks
-// as \xNN), in one write, so that lines of several threads or processes never
-// mix. say("note: ...") for what a run does in the user's stead.
+// as \xNN), in one write, so that lines of several threads or processes do
+// not mix (on a pipe, for lines up to PIPE_BUF). say("note: ...") for what a
+// run does in the user's stead.
 void say_line(const std::string &text);
 template <class... Args>
 void say(const Args &...args) {

@@ -15,22 +15,20 @@ namespace ptdp {
 
 namespace {
 
-// Whether s is written as a number (strtod takes all of it: "inf", "nan" and
-// "1e309" too); its value, which may be infinite or NaN, goes to *out.
-bool parse_number(const std::string &s, double *out) {
-  char *end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || hex_number(s)) return false;
-  *out = v;
-  return true;
-}
-
 // Whether strtod takes all of s: a number, written as a weight is or not
 // ("0x10", "nan", "inf").
 bool reads_as_number(const std::string &s) {
   char *end = nullptr;
   std::strtod(s.c_str(), &end);
   return !s.empty() && *end == '\0';
+}
+
+// Whether s is written as a weight is (decimal: "inf", "nan" and "1e309"
+// too); its value, which may be infinite or NaN, goes to *out.
+bool parse_number(const std::string &s, double *out) {
+  if (!reads_as_number(s) || hex_number(s)) return false;
+  *out = std::strtod(s.c_str(), nullptr);
+  return true;
 }
 
 // Whether the path names a dataset there: a file, or a Megatron PREFIX.idx.

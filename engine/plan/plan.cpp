@@ -409,7 +409,8 @@ std::string explain_layout(const PlanRequest &req, const PlanResult &res, const 
 }
 
 // Groups the reasons of layouts that cannot work: "count x reason (e.g. layout)".
-std::string invalid_summary(const PlanResult &res, size_t max_kinds) {
+// One kind a line for the report, or all on one line for an error.
+std::string invalid_summary(const PlanResult &res, size_t max_kinds, bool one_line) {
   std::map<std::string, std::pair<int, std::string>> kinds;  // reason without numbers -> count, example
   std::vector<std::string> order;
   for (auto &[L, why] : res.invalid) {
@@ -420,10 +421,13 @@ std::string invalid_summary(const PlanResult &res, size_t max_kinds) {
     kinds[key].first++;
   }
   std::ostringstream os;
+  const char *before = one_line ? "" : "  ", *after = one_line ? "; " : "\n";
   for (size_t i = 0; i < order.size() && i < max_kinds; i++)
-    os << "  " << kinds[order[i]].first << " x, e.g. " << kinds[order[i]].second << "\n";
-  if (order.size() > max_kinds) os << "  (" << order.size() - max_kinds << " more kinds)\n";
-  return os.str();
+    os << before << kinds[order[i]].first << " x, e.g. " << kinds[order[i]].second << after;
+  if (order.size() > max_kinds) os << before << "(" << order.size() - max_kinds << " more kinds)" << after;
+  std::string out = os.str();
+  if (one_line && !out.empty()) out.resize(out.size() - 2);  // (the last "; ")
+  return out;
 }
 
 }  // namespace
@@ -445,13 +449,14 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res) {
     std::ostringstream why;
     if (!res.too_big.empty()) {
       why << "no layout fits in " << fmt("%.1f", mach.memory_bytes / GiB) << " GiB per device on " << mach.name
-          << "; the smallest:\n";
+          << "; the smallest: ";
       for (size_t i = 0; i < res.too_big.size() && i < 3; i++)
-        why << "  " << res.too_big[i].layout.label() << ": " << memory_line(res.too_big[i], mach) << "\n";
+        why << (i ? "; " : "") << res.too_big[i].layout.label() << ": " << memory_line(res.too_big[i], mach);
+      if (!res.invalid.empty()) why << "; and ";
     } else {
-      why << "no layout can work:\n";
+      why << "no layout can work: ";
     }
-    why << invalid_summary(res, 8);
+    why << invalid_summary(res, 8, true);
     fail(Status::invalid_config, why.str());
   }
   const Prediction &first = explained ? *explained : res.ranked.empty() ? res.too_big.front() : res.ranked.front();
@@ -511,7 +516,7 @@ std::string format_plan(const PlanRequest &req, const PlanResult &res) {
     os << "  " << res.too_big.size() << " layouts dropped for memory; the smallest of them, " << s.layout.label()
        << ", needs " << fmt("%.1f", s.memory.total() / GiB) << " GiB\n";
   }
-  if (!res.invalid.empty()) os << "  layouts that cannot work:\n" << invalid_summary(res, 4);
+  if (!res.invalid.empty()) os << "  layouts that cannot work:\n" << invalid_summary(res, 4, false);
   write_outputs();
   if (!req.plot.empty()) os << "  wrote " << req.plot << "\n";
   os << machine_line(first) << "\n";

@@ -1,6 +1,7 @@
 // SIGTERM and SIGINT as a request to end a run cleanly (--exit-signal-handler,
 // as a cluster's scheduler asks a preempted job to stop): the first signal is
-// recorded for the trainer to act on after its step; a second one ends the
+// recorded for the trainer to act on after its step (or at an evaluation's
+// next batch); a second one ends the
 // process at once, as it would without the handler. A copy of the first sent
 // by any process within a second (`timeout` signals the process, then its
 // group; a wrapper in a signalled group forwards it) is the same request.

@@ -909,7 +909,8 @@ double Trainer::evaluate(int iters) {
   if (!ranks_[0]->valid)
     fail(Status::wrong_state, "evaluate needs data_path (its validation split): this trainer has "
          "no dataset");
-  exit_reason_.clear();
+  // (exit_reason stays as the last step left it: an evaluation sets it only
+  // when a signal cuts it.)
   if (opt_.exit_signal_handler) make_world_groups();
   run_on_ranks([&](Rank &r) { r.value = rank_evaluate(r, iters); });
   // Cut short by a signal: no loss of part of the split; the run ends as after a step.
@@ -918,7 +919,6 @@ double Trainer::evaluate(int iters) {
             std::to_string(iteration_));
   return ranks_[0]->value;
 }
-
 
 
 std::vector<float> Trainer::gather_parameter(const std::string &name) const {

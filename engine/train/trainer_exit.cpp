@@ -1,6 +1,7 @@
 // Preemption and time limits, Megatron's --exit-signal-handler, --exit-interval
-// and --exit-duration-in-mins: after a step, the trainer decides whether the
-// run should end, every process alike, and saves first.
+// and --exit-duration-in-mins: after a step (and, for the signal, before each
+// batch of an evaluation), the trainer decides whether the run should end,
+// every process alike, and saves first.
 #include <signal.h>
 
 #include <algorithm>
@@ -69,8 +70,8 @@ int Trainer::agreed_signal(Rank &r) {
 }
 
 // The end of a run asked for: the training state saved unless this iteration
-// already was (or nothing was trained since the start or load), every save on
-// disk, and exit_reason saying why and what was saved.
+// already was (or this trainer took no step: a loaded state is on disk), every
+// save on disk, and exit_reason saying why and what was saved.
 void Trainer::end_run(std::string reason) {
   const bool saved = in_run_saved_iteration_ == iteration_ || steps_taken_ == 0;
   if (!opt_.save_path.empty() && !saved) save_in_run();
@@ -78,7 +79,7 @@ void Trainer::end_run(std::string reason) {
   if (opt_.save_path.empty())
     reason += "; nothing saved (no --save)";
   else if (steps_taken_ == 0)
-    reason += "; nothing saved (no step trained since the start or the load)";
+    reason += "; nothing saved (this trainer took no step)";
   else if (!last_save_error_.empty())
     reason += "; the save failed: " + last_save_error_;
   else

@@ -327,7 +327,7 @@ TEST_F(Commit, NoCompleteCheckpointListsWhatIsThere) {
   fs::create_directories(root + "/iter_2");
   fs::create_directories(root + "/iter_00000005");
   expect_error([&] { find_latest_checkpoint(root); }, Status::io_error,
-               "; not checkpoint names (iter_ and 7 digits or more, as iter_0000002): 'iter_");
+               "; not checkpoint names (iter_ and the iteration zero-padded to 7 digits, as iter_0000002): 'iter_");
   expect_error([&] { find_latest_checkpoint(root); }, Status::io_error, "'iter_2'");
 }
 

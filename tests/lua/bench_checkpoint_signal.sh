@@ -32,11 +32,10 @@ done
 "$launcher" "$bench" --dir "$work/made/sub" --repeats 50 --num-layers 2 --hidden-size 64 \
   --num-attention-heads 2 --seq-length 32 >out.txt 2>&1 &
 pid=$!
-for i in $(seq 600); do
-  [ -n "$(ls made/sub/ptdp_bench_checkpoint.*/round*/iter_*/model.h5 2>/dev/null)" ] && break
+for i in $(seq 600); do  # (past a commit: a committed iter_N has its manifest)
+  [ -n "$(ls made/sub/ptdp_bench_checkpoint.*/round*/iter_[0-9]*[0-9]/manifest.json 2>/dev/null)" ] && break
   sleep 0.05
 done
-sleep 0.3  # (past a commit)
 kill -s TERM $pid
 wait $pid
 rc=$?

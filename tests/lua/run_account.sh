@@ -51,6 +51,9 @@ run --seed 9007199254740993 --train-iters 9007199254740993 --exit-interval 1 --l
 grep -q "seed \.* 9007199254740993$" big.txt && grep -q "train_iters \.* 9007199254740993$" big.txt &&
   grep -q '"kind": "run".*"train_iters": 9007199254740993,' big.jsonl &&
   ok "integers past 2^53 said as given" || { cat big.txt big.jsonl; bad "integers past 2^53"; }
+run --train-iters 003 --log-json zeros.jsonl >zeros.txt 2>&1 &&
+  grep -q '"kind": "run".*"train_iters": 3,' zeros.jsonl &&
+  ok "--train-iters 003 with --log-json: a JSON run record" || { cat zeros.txt zeros.jsonl; bad "leading zeros"; }
 
 # The fixture's vocabulary, and one of the same size with two ids swapped.
 python3 - "$bpe/vocab.json" <<'EOF' || bad "permuted vocab.json"

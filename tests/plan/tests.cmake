@@ -43,8 +43,8 @@ ptdp_plan_cli_test(lua_plan_cli_bare_output --rc nonzero
 ptdp_plan_cli_test(lua_plan_cli_help --rc 0 --expect "--num-layers" --expect "--machine"
   --expect "--calibrate" -- ${PTDP_LAUNCHER} plan --help)
 ptdp_plan_cli_test(lua_plan_cli_bad_t --rc 1
-  --expect "ptdp plan: invalid configuration: no layout can work"
-  --expect "t=3 does not divide the attention heads (160)"
+  --expect "ptdp plan: invalid configuration: no layout can work: 1 x, e.g. "
+  --expect "t=3 does not divide the attention heads (160)" --reject "x0A"
   -- ${PTDP_LAUNCHER} plan ${PTDP_PLAN_1T} --tensor-model-parallel-size 3 --pipeline-model-parallel-size 1
      --micro-batch-size 1)
 ptdp_plan_cli_test(lua_plan_cli_bad_layers --rc 1

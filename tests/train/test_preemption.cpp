@@ -86,6 +86,8 @@ TEST(Preemption, IntervalAndDurationEndTheRun) {
   EXPECT_EQ(tr.exit_reason(), "");
   tr.step();
   EXPECT_EQ(tr.exit_reason(), "--exit-interval 3 reached at iteration 3; saved " + tr.last_saved());
+  tr.evaluate(1);  // (an evaluation leaves the step's request as it is)
+  EXPECT_EQ(tr.exit_reason(), "--exit-interval 3 reached at iteration 3; saved " + tr.last_saved());
   tr.step();  // a caller that goes on: the next step decides again
   EXPECT_EQ(tr.exit_reason(), "");
 
