@@ -265,9 +265,8 @@ end
 if log_json then
   local fields = { '"kind": "run"', '"version": ' .. json_string(ptdp.version()),
                    '"data_path": ' .. json_string(config.data_path) }
-  -- (train_iters as the engine's option text: a count past 2^53 is no double;
-  -- leading zeros, which the option takes, are no JSON.)
-  local train_iters = ptdp.config_values(config).train_iters:gsub('^(%-?)0+(%d)', '%1%2')
+  -- (train_iters as the engine's option text: a count past 2^53 is no double.)
+  local train_iters = ptdp.config_values(config).train_iters
   for _, k in ipairs { 'iteration', 'train_iters', 'num_parameters', 'world_size',
                        'tensor_model_parallel_size', 'pipeline_model_parallel_size',
                        'data_parallel_size', 'train_samples', 'valid_samples', 'unigram_entropy' } do

@@ -232,7 +232,10 @@ void Config::set(const std::string &key, const std::string &value) {
   const OptionSpec *o = find_option(key);
   if (!o) fail(Status::unknown_option, "unknown option '", one_line_text(key), "'; known options: ", option_keys_list());
   validate_value(*o, value);
-  values_[key] = value;
+  // An integer kept in one spelling ("007" is 7): what is read back, logged
+  // and recorded is the value, not how it was written.
+  long long x = 0;
+  values_[key] = o->type == OptionSpec::Int && parse_whole(value, &x) ? std::to_string(x) : value;
 }
 
 std::string Config::get(const std::string &key) const {
